@@ -1,0 +1,401 @@
+//! Per-stream counters in a shared-memory file that other processes read live.
+//!
+//! Each process that publishes or subscribes owns one file,
+//! `<dir>/counters-<pid>.twc`:
+//!
+//! ```text
+//!  0     +-----------------------------------------------------------+
+//!        | magic "TWCNT\0v1", layout version, max sets, pid,          |
+//!        | process start time                                        |
+//!  128   +-----------------------------------------------------------+
+//!        | set 0: values line  (8 x u64, written by one thread only)  |  +0
+//!        |        padding line (keeps prefetch pairs apart)          |  +64
+//!        |        metadata: state, kind, stream_id, session_id, label |  +128
+//!  384   | set 1 ...                                                 |
+//!        +-----------------------------------------------------------+
+//! ```
+//! A set is written by the single thread that owns its stream side, with
+//! plain (non-RMW) relaxed stores; readers such as `tickwire stat` load the
+//! values without ever writing, so the hot path sees no contention.
+
+use crate::error::ShmError;
+use crate::mapped::MappedFile;
+use crate::sys::ProcessId;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// File magic.
+pub const MAGIC: [u8; 8] = *b"TWCNT\0v1";
+const LAYOUT_VERSION: u32 = 1;
+const HEADER: usize = 128;
+const SET_LEN: usize = 256;
+const META: usize = 128;
+const LABEL_MAX: usize = 112;
+/// Sets per file.
+pub const MAX_SETS: usize = 64;
+/// Values per set.
+pub const VALUES: usize = 8;
+
+/// Which side of a stream a set counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Kind {
+    /// A publisher.
+    Publisher = 1,
+    /// A subscriber.
+    Subscriber = 2,
+}
+
+impl Kind {
+    /// Names of the values of a set of this kind, in index order.
+    pub fn names(self) -> &'static [&'static str; VALUES] {
+        match self {
+            Kind::Publisher => &PUB_NAMES,
+            Kind::Subscriber => &SUB_NAMES,
+        }
+    }
+    fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            1 => Some(Kind::Publisher),
+            2 => Some(Kind::Subscriber),
+            _ => None,
+        }
+    }
+}
+
+/// Publisher value indices.
+pub mod publisher {
+    /// Messages published.
+    pub const MESSAGES: usize = 0;
+    /// Payload bytes published.
+    pub const BYTES: usize = 1;
+    /// Offers refused with `BackPressured`.
+    pub const BACK_PRESSURED: usize = 2;
+    /// Offers refused with `NotConnected`.
+    pub const NOT_CONNECTED: usize = 3;
+    /// Claims padded out by subscribers after the unblock timeout.
+    pub const CLAIMS_EXPIRED: usize = 4;
+    /// Frames written (fragments and pads included).
+    pub const FRAMES: usize = 5;
+    /// Lossy subscribers moved forward (each gets a `Lost` notice).
+    pub const EVICTIONS: usize = 6;
+    /// Slots of dead subscribers reclaimed.
+    pub const REAPED: usize = 7;
+}
+const PUB_NAMES: [&str; VALUES] = [
+    "messages",
+    "bytes",
+    "back_pressured",
+    "not_connected",
+    "claims_expired",
+    "frames",
+    "lossy_evictions",
+    "dead_subscribers_reaped",
+];
+
+/// Subscriber value indices.
+pub mod subscriber {
+    /// Messages delivered to the handler.
+    pub const MESSAGES: usize = 0;
+    /// Payload bytes delivered.
+    pub const BYTES: usize = 1;
+    /// `Lost` notices delivered.
+    pub const LOST_NOTICES: usize = 2;
+    /// Bytes of stream skipped by `Lost` notices.
+    pub const LOST_BYTES: usize = 3;
+    /// Frames rejected as invalid (the subscriber stops on them).
+    pub const INVALID_FRAMES: usize = 4;
+    /// Stuck claims this subscriber padded out.
+    pub const UNBLOCKED: usize = 5;
+    /// Partial messages dropped (missing fragments, over max size).
+    pub const REASSEMBLY_DROPPED: usize = 6;
+    /// Frames read.
+    pub const FRAMES: usize = 7;
+}
+const SUB_NAMES: [&str; VALUES] = [
+    "messages",
+    "bytes",
+    "lost_notices",
+    "lost_bytes",
+    "invalid_frames",
+    "unblocked_claims",
+    "reassembly_dropped",
+    "frames",
+];
+
+/// A process's counters file (or a private anonymous block).
+#[derive(Debug)]
+pub struct CountersFile {
+    map: MappedFile,
+    alloc: Mutex<()>,
+}
+
+impl CountersFile {
+    /// Creates `<dir>/counters-<pid>.twc`, replacing a stale one of a dead
+    /// process with the same pid.
+    ///
+    /// # Errors
+    /// [`ShmError::Io`] if the directory or file cannot be created.
+    pub fn create(dir: &Path) -> Result<Arc<Self>, ShmError> {
+        std::fs::create_dir_all(dir).map_err(|e| ShmError::io(dir, e))?;
+        let me = ProcessId::current();
+        let path = counters_path(dir, me.pid);
+        let _ = std::fs::remove_file(&path); // our pid: any old file is a dead process's
+        let map = MappedFile::create_new(&path, file_len()).map_err(|e| ShmError::io(&path, e))?;
+        Ok(Arc::new(Self::init(map, me)))
+    }
+
+    /// Counters nobody else can see (for embedded use without a directory).
+    ///
+    /// # Errors
+    /// [`ShmError::Io`] if the anonymous mapping fails.
+    pub fn private() -> Result<Arc<Self>, ShmError> {
+        let map = MappedFile::anonymous(file_len())
+            .map_err(|e| ShmError::io(Path::new("<anonymous>"), e))?;
+        Ok(Arc::new(Self::init(map, ProcessId::current())))
+    }
+
+    fn init(map: MappedFile, me: ProcessId) -> Self {
+        let mut head = [0u8; 32];
+        head[..8].copy_from_slice(&MAGIC);
+        head[8..12].copy_from_slice(&LAYOUT_VERSION.to_le_bytes());
+        head[12..16].copy_from_slice(&(MAX_SETS as u32).to_le_bytes());
+        head[16..24].copy_from_slice(&u64::from(me.pid).to_le_bytes());
+        head[24..32].copy_from_slice(&me.start_time.to_le_bytes());
+        map.write_bytes(0, &head);
+        Self {
+            map,
+            alloc: Mutex::new(()),
+        }
+    }
+
+    /// Registers a counter set for one side of a stream.
+    ///
+    /// # Errors
+    /// [`ShmError::Config`] when all [`MAX_SETS`] sets are in use.
+    pub fn allocate(
+        self: &Arc<Self>,
+        kind: Kind,
+        stream_id: u32,
+        session_id: u32,
+        label: &str,
+    ) -> Result<CounterSet, ShmError> {
+        let _g = self.alloc.lock().unwrap_or_else(|p| p.into_inner());
+        for i in 0..MAX_SETS {
+            let base = HEADER + i * SET_LEN;
+            let state = self.map.atomic_u32(base + META);
+            if state.load(Ordering::Acquire) != 0 {
+                continue;
+            }
+            for v in 0..VALUES {
+                self.map
+                    .atomic_u64(base + v * 8)
+                    .store(0, Ordering::Relaxed);
+            }
+            let mut meta = [0u8; SET_LEN - META - 4];
+            meta[0..4].copy_from_slice(&(kind as u32).to_le_bytes());
+            meta[4..8].copy_from_slice(&stream_id.to_le_bytes());
+            meta[8..12].copy_from_slice(&session_id.to_le_bytes());
+            let l = label.as_bytes();
+            let n = l.len().min(LABEL_MAX - 1);
+            meta[12..12 + n].copy_from_slice(&l[..n]);
+            self.map.write_bytes(base + META + 4, &meta);
+            state.store(1, Ordering::Release);
+            return Ok(CounterSet {
+                file: Arc::clone(self),
+                base,
+            });
+        }
+        Err(ShmError::Config(format!(
+            "all {MAX_SETS} counter sets are in use"
+        )))
+    }
+
+    /// The file's path, if it has one.
+    pub fn path(&self) -> Option<&Path> {
+        self.map.path()
+    }
+}
+
+impl Drop for CountersFile {
+    fn drop(&mut self) {
+        if let Some(p) = self.map.path() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn file_len() -> usize {
+    (HEADER + MAX_SETS * SET_LEN + 4095) & !4095
+}
+
+/// `<dir>/counters-<pid>.twc`.
+pub fn counters_path(dir: &Path, pid: u32) -> PathBuf {
+    dir.join(format!("counters-{pid}.twc"))
+}
+
+/// One stream side's counters. Single writer: the owning thread.
+#[derive(Debug)]
+pub struct CounterSet {
+    file: Arc<CountersFile>,
+    base: usize,
+}
+
+impl CounterSet {
+    /// Adds `n` to value `idx` (single-writer: a load and a store, no RMW).
+    #[inline]
+    pub fn add(&self, idx: usize, n: u64) {
+        let a = self.file.map.atomic_u64(self.base + (idx % VALUES) * 8);
+        a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+    /// Reads value `idx`.
+    pub fn get(&self, idx: usize) -> u64 {
+        self.file
+            .map
+            .atomic_u64(self.base + (idx % VALUES) * 8)
+            .load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for CounterSet {
+    fn drop(&mut self) {
+        self.file
+            .map
+            .atomic_u32(self.base + META)
+            .store(0, Ordering::Release);
+    }
+}
+
+/// A snapshot of one set, read from another process's file.
+#[derive(Debug, Clone)]
+pub struct SetSnapshot {
+    /// Side.
+    pub kind: Kind,
+    /// Stream.
+    pub stream_id: u32,
+    /// Session.
+    pub session_id: u32,
+    /// Label (channel name).
+    pub label: String,
+    /// Values, named by `kind.names()`.
+    pub values: [u64; VALUES],
+}
+
+/// A counters file opened read-only by a monitoring tool.
+#[derive(Debug)]
+pub struct CountersReader {
+    map: MappedFile,
+    /// Owner process.
+    pub owner: ProcessId,
+}
+
+impl CountersReader {
+    /// Opens and validates a counters file.
+    ///
+    /// # Errors
+    /// [`ShmError::Foreign`] for files without the magic,
+    /// [`ShmError::Corrupt`] for short or inconsistent ones.
+    pub fn open(path: &Path) -> Result<Self, ShmError> {
+        let head = MappedFile::peek(path, 32).map_err(|e| ShmError::io(path, e))?;
+        if head.len() < 32 || head[..8] != MAGIC {
+            return Err(ShmError::Foreign { path: path.into() });
+        }
+        let version = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
+        if version != LAYOUT_VERSION {
+            return Err(ShmError::VersionMismatch {
+                path: path.into(),
+                found: version,
+                expected: LAYOUT_VERSION,
+            });
+        }
+        let len = std::fs::metadata(path)
+            .map_err(|e| ShmError::io(path, e))?
+            .len() as usize;
+        if len < file_len() {
+            return Err(ShmError::Corrupt {
+                path: path.into(),
+                reason: format!("{len} bytes, need {}", file_len()),
+            });
+        }
+        let map = MappedFile::open(path).map_err(|e| ShmError::io(path, e))?;
+        let mut id = [0u8; 16];
+        map.read_bytes(16, &mut id);
+        let owner = ProcessId {
+            pid: u64::from_le_bytes(id[..8].try_into().unwrap_or([0; 8])) as u32,
+            start_time: u64::from_le_bytes(id[8..].try_into().unwrap_or([0; 8])),
+        };
+        Ok(Self { map, owner })
+    }
+
+    /// The sets currently registered.
+    pub fn sets(&self) -> Vec<SetSnapshot> {
+        let mut out = Vec::new();
+        for i in 0..MAX_SETS {
+            let base = HEADER + i * SET_LEN;
+            if self.map.atomic_u32(base + META).load(Ordering::Acquire) != 1 {
+                continue;
+            }
+            let mut meta = [0u8; SET_LEN - META - 4];
+            self.map.read_bytes(base + META + 4, &mut meta);
+            let Some(kind) =
+                Kind::from_u32(u32::from_le_bytes([meta[0], meta[1], meta[2], meta[3]]))
+            else {
+                continue;
+            };
+            let label_bytes = &meta[12..12 + LABEL_MAX];
+            let n = label_bytes
+                .iter()
+                .position(|&b| b == 0)
+                .unwrap_or(LABEL_MAX);
+            let mut values = [0u64; VALUES];
+            for (v, slot) in values.iter_mut().enumerate() {
+                *slot = self.map.atomic_u64(base + v * 8).load(Ordering::Relaxed);
+            }
+            out.push(SetSnapshot {
+                kind,
+                stream_id: u32::from_le_bytes([meta[4], meta[5], meta[6], meta[7]]),
+                session_id: u32::from_le_bytes([meta[8], meta[9], meta[10], meta[11]]),
+                label: String::from_utf8_lossy(&label_bytes[..n]).into_owned(),
+                values,
+            });
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reader_sees_what_a_writer_counts_and_freed_sets_disappear() {
+        let dir = std::env::temp_dir().join(format!("tw-cnt-{}", std::process::id()));
+        let f = CountersFile::create(&dir).unwrap();
+        let a = f.allocate(Kind::Publisher, 7, 99, "md").unwrap();
+        a.add(publisher::MESSAGES, 3);
+        a.add(publisher::BYTES, 96);
+        let r = CountersReader::open(f.path().unwrap()).unwrap();
+        let sets = r.sets();
+        assert_eq!(sets.len(), 1);
+        assert_eq!((sets[0].stream_id, sets[0].label.as_str()), (7, "md"));
+        assert_eq!(&sets[0].values[..2], &[3, 96]);
+        drop(a);
+        assert!(r.sets().is_empty());
+        drop(f);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn foreign_files_are_refused() {
+        let dir = std::env::temp_dir().join(format!("tw-cntf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("counters-1.twc");
+        std::fs::write(&p, b"definitely not ours, but long enough to read a header").unwrap();
+        assert!(matches!(
+            CountersReader::open(&p),
+            Err(ShmError::Foreign { .. })
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,189 @@
+//! The physical floor: the simplest possible cross-process signalling, used
+//! by the lab as the baseline every tickwire figure is divided by.
+//!
+//! * [`CacheLines`]: two counters on separate cache-line pairs; each side
+//!   spins on one and writes the other.
+//! * [`RawRing`]: a plain single-producer single-consumer ring of fixed slots
+//!   (sequence word + payload), the textbook C design with a cached copy of
+//!   the consumer's index on the producer side.
+
+use crate::error::ShmError;
+use crate::mapped::MappedFile;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Two padded counters in a shared file.
+#[derive(Debug)]
+pub struct CacheLines {
+    map: MappedFile,
+}
+
+impl CacheLines {
+    /// Creates the file.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn create(path: &Path) -> Result<Self, ShmError> {
+        let _ = std::fs::remove_file(path);
+        Ok(Self {
+            map: MappedFile::create_new(path, 4096).map_err(|e| ShmError::io(path, e))?,
+        })
+    }
+    /// Opens a file made by [`CacheLines::create`].
+    ///
+    /// # Errors
+    /// I/O errors, or [`ShmError::Corrupt`] if too short.
+    pub fn open(path: &Path) -> Result<Self, ShmError> {
+        let map = MappedFile::open(path).map_err(|e| ShmError::io(path, e))?;
+        if map.len() < 4096 {
+            return Err(ShmError::Corrupt {
+                path: path.into(),
+                reason: "short floor file".into(),
+            });
+        }
+        Ok(Self { map })
+    }
+    /// Counter `i` (0 or 1), each on its own 128-byte line pair.
+    pub fn line(&self, i: usize) -> &AtomicU64 {
+        self.map.atomic_u64(128 * (i & 1))
+    }
+}
+
+/// A raw SPSC ring of `slots` slots of `slot_len` bytes in a shared file.
+#[derive(Debug)]
+pub struct RawRing {
+    map: MappedFile,
+    slots: u64,
+    slot_len: usize,
+    index: u64,
+    cached_head: u64,
+}
+
+const RING_HDR: usize = 256;
+
+impl RawRing {
+    /// Creates the ring file. `slots` must be a power of two, `slot_len` a
+    /// multiple of 64.
+    ///
+    /// # Errors
+    /// [`ShmError::Config`] for bad sizes, or I/O errors.
+    pub fn create(path: &Path, slots: usize, slot_len: usize) -> Result<Self, ShmError> {
+        if !slots.is_power_of_two() || slot_len % 64 != 0 || slot_len == 0 {
+            return Err(ShmError::Config(
+                "raw ring: slots must be a power of two, slot_len a multiple of 64".into(),
+            ));
+        }
+        let _ = std::fs::remove_file(path);
+        let map = MappedFile::create_new(path, RING_HDR + slots * slot_len)
+            .map_err(|e| ShmError::io(path, e))?;
+        map.atomic_u64(8).store(slots as u64, Ordering::Relaxed);
+        map.atomic_u64(16).store(slot_len as u64, Ordering::Release);
+        Ok(Self {
+            map,
+            slots: slots as u64,
+            slot_len,
+            index: 0,
+            cached_head: 0,
+        })
+    }
+
+    /// Opens a ring made by [`RawRing::create`].
+    ///
+    /// # Errors
+    /// I/O errors, or [`ShmError::Corrupt`] if the sizes do not match the file.
+    pub fn open(path: &Path) -> Result<Self, ShmError> {
+        let map = MappedFile::open(path).map_err(|e| ShmError::io(path, e))?;
+        let corrupt = || ShmError::Corrupt {
+            path: path.into(),
+            reason: "raw ring sizes".into(),
+        };
+        if map.len() < RING_HDR {
+            return Err(corrupt());
+        }
+        let slots = map.atomic_u64(8).load(Ordering::Relaxed);
+        let slot_len = map.atomic_u64(16).load(Ordering::Acquire) as usize;
+        if !slots.is_power_of_two()
+            || slot_len % 64 != 0
+            || slot_len == 0
+            || map.len() < RING_HDR + slots as usize * slot_len
+        {
+            return Err(corrupt());
+        }
+        Ok(Self {
+            map,
+            slots,
+            slot_len,
+            index: 0,
+            cached_head: 0,
+        })
+    }
+
+    /// Largest payload per slot.
+    pub fn max_payload(&self) -> usize {
+        self.slot_len - 8
+    }
+
+    fn slot(&self, i: u64) -> usize {
+        RING_HDR + ((i & (self.slots - 1)) as usize) * self.slot_len
+    }
+
+    /// Producer: pushes `msg` (truncated to `max_payload`). False if full.
+    #[inline]
+    pub fn try_push(&mut self, msg: &[u8]) -> bool {
+        if self.index - self.cached_head >= self.slots {
+            // Consumer head lives on its own line at offset 128.
+            self.cached_head = self.map.atomic_u64(128).load(Ordering::Acquire);
+            if self.index - self.cached_head >= self.slots {
+                return false;
+            }
+        }
+        let s = self.slot(self.index);
+        let n = msg.len().min(self.max_payload());
+        // SAFETY: [s+8, s+8+n) is inside this slot; the consumer does not read
+        // it until the release store of the sequence word below.
+        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), self.map.base().add(s + 8), n) }
+        self.index += 1;
+        self.map.atomic_u64(s).store(self.index, Ordering::Release);
+        true
+    }
+
+    /// Consumer: hands the next slot's payload to `f`. False if empty.
+    #[inline]
+    pub fn try_pop(&mut self, mut f: impl FnMut(&[u8])) -> bool {
+        let s = self.slot(self.index);
+        if self.map.atomic_u64(s).load(Ordering::Acquire) != self.index + 1 {
+            return false;
+        }
+        // SAFETY: the slot's sequence says it is published; the producer
+        // does not rewrite it until the head below passes it.
+        let payload =
+            unsafe { std::slice::from_raw_parts(self.map.base().add(s + 8), self.max_payload()) };
+        f(payload);
+        self.index += 1;
+        self.map
+            .atomic_u64(128)
+            .store(self.index, Ordering::Release);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_fills_then_drains_in_order() {
+        let p = std::env::temp_dir().join(format!("tw-raw-{}", std::process::id()));
+        let mut prod = RawRing::create(&p, 4, 64).unwrap();
+        let mut cons = RawRing::open(&p).unwrap();
+        for i in 0u8..4 {
+            assert!(prod.try_push(&[i; 8]));
+        }
+        assert!(!prod.try_push(&[9; 8]));
+        let mut got = vec![];
+        while cons.try_pop(|b| got.push(b[0])) {}
+        assert_eq!(got, vec![0, 1, 2, 3]);
+        assert!(prod.try_push(&[4; 8]));
+        let _ = std::fs::remove_file(&p);
+    }
+}

@@ -1,0 +1,35 @@
+//! Log buffers: one publisher, many subscribers, over a shared-memory ring.
+//!
+//! See [`layout`] for the bytes. The protocol, in short:
+//!
+//! * **Claim.** The publisher checks its cached limit (`min subscriber
+//!   position + capacity`), rescanning subscriber slots only when a claim
+//!   would cross it. It zeroes the *next* frame's commit word, stores `tail`
+//!   (the end of the claim), and writes the header.
+//! * **Commit.** A CAS of the frame's commit word (its first 8 bytes:
+//!   length, version, flags, type) from zero. Subscribers acquire-load that
+//!   word; non-zero means the whole frame is visible. Because the publisher
+//!   cleared the word before anyone could reach it, a frame from the previous
+//!   lap is never mistaken for a new one.
+//! * **Back-pressure.** A claim that would overwrite bytes a tethered
+//!   subscriber has not read is refused with `BackPressured`. A lossy
+//!   subscriber is instead moved to the publisher's position by a CAS on its
+//!   position word, which only succeeds while it is outside `poll` (its
+//!   READING bit clear); it then reports `Lost { from, to }`.
+//! * **Stuck claims.** If `tail` is past a subscriber's position and the
+//!   commit word stays zero for `unblock_timeout`, the subscriber CASes a PAD
+//!   into it. A publisher that wakes up later finds its commit CAS failing
+//!   and gets `ClaimExpired`, so nothing is half-delivered.
+//! * **Joins** take a small pid-owned lock that the publisher also takes to
+//!   rescan, so a joiner never sits behind a limit computed without it.
+//! * **Parking.** A subscriber bumps `waiters` and futex-waits on the commit
+//!   word it needs; the publisher wakes only when `waiters != 0`.
+
+pub mod file;
+pub mod layout;
+mod publisher;
+mod reassembly;
+mod subscriber;
+
+pub use publisher::{Claim, Publisher};
+pub use subscriber::{Event, Message, Mode, Subscriber, SubscriberOptions};

@@ -1,0 +1,560 @@
+//! The publishing side of a log: claim, write in place, commit.
+
+use super::file::{Descriptor, LogFile};
+use super::layout::*;
+use crate::config::LogConfig;
+use crate::counters::{publisher as pc, CounterSet, CountersFile, Kind};
+use crate::error::{OfferError, ShmError};
+use crate::sys::{self, ProcessId};
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use tickwire_wire::{
+    align_frame, data, flags, header, FrameType, FRAME_ALIGNMENT, MAX_TOPIC_LENGTH,
+};
+
+const DATA_HDR: usize = data::HEADER_LEN;
+/// How often a back-pressured publisher checks whether the subscriber holding
+/// it back is still alive.
+const LIVENESS_CHECK_NS: u64 = 10_000_000;
+
+/// The single writer of a stream's log buffer.
+///
+/// Guarantees: messages are delivered to every attached subscriber in the
+/// order offered, whole (fragmented messages are reassembled), or a lossy
+/// subscriber is told exactly which byte range it lost. A tethered subscriber
+/// is never overrun: the publisher is refused with
+/// [`OfferError::BackPressured`] instead. `offer` and `try_claim` allocate
+/// nothing and make no system call, except a futex wake when a subscriber is
+/// parked, and a rescan of subscriber positions (no syscall) when the cached
+/// limit is reached.
+#[derive(Debug)]
+pub struct Publisher {
+    log: LogFile,
+    ring: *mut u8,
+    mask: u64,
+    capacity: u64,
+    position: u64,
+    limit: u64,
+    session_id: u32,
+    stream_id: u32,
+    max_payload: usize,
+    max_message: usize,
+    me: ProcessId,
+    last_liveness_check: u64,
+    counters: CounterSet,
+}
+
+// SAFETY: `ring` points into the mapping owned by `log`, which moves with the
+// publisher; the publisher is the single writer and is not Sync.
+unsafe impl Send for Publisher {}
+
+impl Publisher {
+    /// Creates the stream's log in `dir` and starts publishing on it.
+    ///
+    /// # Errors
+    /// [`ShmError::InUse`] if a live publisher owns the stream,
+    /// [`ShmError::Foreign`] if a non-tickwire file holds the name,
+    /// [`ShmError::Config`] for an invalid config or channel, or I/O errors.
+    pub fn create(
+        dir: &Path,
+        channel: &str,
+        stream_id: u32,
+        cfg: &LogConfig,
+        counters: &Arc<CountersFile>,
+    ) -> Result<Self, ShmError> {
+        let log = LogFile::create(dir, channel, stream_id, cfg)?;
+        let counters = counters.allocate(
+            Kind::Publisher,
+            stream_id,
+            log.desc.session_id,
+            &log.desc.channel,
+        )?;
+        let ring = log.ring();
+        Ok(Self {
+            ring,
+            mask: log.desc.capacity as u64 - 1,
+            capacity: log.desc.capacity as u64,
+            position: 0,
+            limit: 0,
+            session_id: log.desc.session_id,
+            stream_id,
+            max_payload: log.desc.mtu - DATA_HDR,
+            max_message: log.desc.max_message,
+            me: ProcessId::current(),
+            last_liveness_check: 0,
+            counters,
+            log,
+        })
+    }
+
+    /// The log's fixed parameters.
+    pub fn descriptor(&self) -> &Descriptor {
+        &self.log.desc
+    }
+    /// Stream position after the last claimed frame.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+    /// Largest payload a single claim can hold (without topic).
+    pub fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+    /// This publisher's counters.
+    pub fn counters(&self) -> &CounterSet {
+        &self.counters
+    }
+
+    #[inline]
+    fn commit_word(&self, ring_offset: u64) -> &AtomicU64 {
+        debug_assert!(ring_offset % FRAME_ALIGNMENT as u64 == 0 && ring_offset < self.capacity);
+        // SAFETY: ring_offset is masked into [0, capacity) and 32-aligned (all
+        // positions the publisher computes are), so the 8 bytes are inside
+        // the ring and aligned.
+        unsafe { &*self.ring.add(ring_offset as usize).cast::<AtomicU64>() }
+    }
+
+    /// Whether any subscriber was attached at the last limit rescan.
+    pub fn is_connected(&mut self) -> bool {
+        self.refresh_limit(self.position + 1).is_ok() || self.limit > self.position
+    }
+
+    /// Claims a frame for `len` payload bytes, to be written in place and
+    /// committed with [`Claim::commit`]. Dropping the claim aborts it (the
+    /// space becomes padding).
+    ///
+    /// # Errors
+    /// [`OfferError::MaxPayloadExceeded`] when `len` does not fit one frame
+    /// (claims are never fragmented), [`OfferError::NotConnected`],
+    /// [`OfferError::BackPressured`].
+    #[inline]
+    pub fn try_claim(&mut self, len: usize) -> Result<Claim<'_>, OfferError> {
+        self.try_claim_topic("", len)
+    }
+
+    /// [`Publisher::try_claim`] with a topic carried in the frame.
+    ///
+    /// # Errors
+    /// As [`Publisher::try_claim`], plus [`OfferError::TopicTooLong`].
+    pub fn try_claim_topic(&mut self, topic: &str, len: usize) -> Result<Claim<'_>, OfferError> {
+        if topic.len() > MAX_TOPIC_LENGTH {
+            return Err(OfferError::TopicTooLong {
+                max: MAX_TOPIC_LENGTH,
+            });
+        }
+        let max = self.max_payload - topic.len();
+        if len > max {
+            return Err(OfferError::MaxPayloadExceeded { len, max });
+        }
+        let frame_len = DATA_HDR + topic.len() + len;
+        self.ensure_room(align_frame(frame_len) as u64)?;
+        let off = self.begin_frame(frame_len, topic);
+        Ok(Claim {
+            publisher: self,
+            offset: off,
+            frame_len,
+            flags: flags::UNFRAGMENTED,
+            done: false,
+        })
+    }
+
+    /// Publishes `msg`, fragmenting it if it exceeds one frame. Either the
+    /// whole message is published or nothing is.
+    ///
+    /// # Errors
+    /// [`OfferError::NotConnected`], [`OfferError::BackPressured`],
+    /// [`OfferError::MaxMessageExceeded`], [`OfferError::ClaimExpired`].
+    #[inline]
+    pub fn offer(&mut self, msg: &[u8]) -> Result<u64, OfferError> {
+        self.offer_topic("", msg)
+    }
+
+    /// [`Publisher::offer`] with a topic (carried in the first fragment).
+    ///
+    /// # Errors
+    /// As [`Publisher::offer`], plus [`OfferError::TopicTooLong`].
+    pub fn offer_topic(&mut self, topic: &str, msg: &[u8]) -> Result<u64, OfferError> {
+        if topic.len() > MAX_TOPIC_LENGTH {
+            return Err(OfferError::TopicTooLong {
+                max: MAX_TOPIC_LENGTH,
+            });
+        }
+        let first_max = self.max_payload - topic.len();
+        if msg.len() <= first_max {
+            let frame_len = DATA_HDR + topic.len() + msg.len();
+            self.ensure_room(align_frame(frame_len) as u64)?;
+            let off = self.begin_frame(frame_len, topic);
+            self.write_payload(off + (DATA_HDR + topic.len()) as u64, msg);
+            self.counters.add(pc::MESSAGES, 1);
+            self.counters.add(pc::BYTES, msg.len() as u64);
+            return self.commit(off, frame_len, flags::UNFRAGMENTED);
+        }
+        self.offer_fragmented(topic, msg, first_max)
+    }
+
+    #[cold]
+    fn offer_fragmented(
+        &mut self,
+        topic: &str,
+        msg: &[u8],
+        first_max: usize,
+    ) -> Result<u64, OfferError> {
+        if msg.len() > self.max_message {
+            return Err(OfferError::MaxMessageExceeded {
+                len: msg.len(),
+                max: self.max_message,
+            });
+        }
+        // Room for every fragment plus the worst-case end-of-ring pad, checked
+        // up front so that a message is published whole or not at all.
+        let rest = msg.len() - first_max;
+        let n_rest = rest.div_ceil(self.max_payload);
+        let total = align_frame(DATA_HDR + topic.len() + first_max)
+            + n_rest * align_frame(self.log.desc.mtu);
+        self.ensure_room(total as u64 + self.log.desc.mtu as u64)?;
+        let mut expired = false;
+        let mut at = 0;
+        let mut first = true;
+        while at < msg.len() {
+            let (t, max) = if first {
+                (topic, first_max)
+            } else {
+                ("", self.max_payload)
+            };
+            let n = (msg.len() - at).min(max);
+            let mut fl = 0;
+            if first {
+                fl |= flags::BEGIN;
+            }
+            if at + n == msg.len() {
+                fl |= flags::END;
+            }
+            let frame_len = DATA_HDR + t.len() + n;
+            let off = self.begin_frame(frame_len, t);
+            self.write_payload(off + (DATA_HDR + t.len()) as u64, &msg[at..at + n]);
+            expired |= self.commit(off, frame_len, fl).is_err();
+            at += n;
+            first = false;
+        }
+        self.counters.add(pc::MESSAGES, 1);
+        self.counters.add(pc::BYTES, msg.len() as u64);
+        if expired {
+            return Err(OfferError::ClaimExpired);
+        }
+        Ok(self.position)
+    }
+
+    /// Makes sure `need` bytes (plus a possible end-of-ring pad and the next
+    /// frame's header) fit under the limit.
+    #[inline]
+    fn ensure_room(&mut self, need: u64) -> Result<(), OfferError> {
+        let end = self.position + need + self.pad_needed(need) + FRAME_ALIGNMENT as u64;
+        if end > self.limit {
+            return self.refresh_limit(end);
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn pad_needed(&self, aligned: u64) -> u64 {
+        let off = self.position & self.mask;
+        if off + aligned.min(self.log.desc.mtu as u64) > self.capacity {
+            self.capacity - off
+        } else {
+            0
+        }
+    }
+
+    /// Starts a frame: pads to the ring end if needed, clears the next
+    /// frame's commit word, publishes `tail`, writes the header (but not the
+    /// commit word). Returns the frame's ring offset.
+    #[inline]
+    fn begin_frame(&mut self, frame_len: usize, topic: &str) -> u64 {
+        let aligned = align_frame(frame_len) as u64;
+        let mut off = self.position & self.mask;
+        if off + aligned > self.capacity {
+            let pad = self.capacity - off;
+            self.log
+                .u64_at(TAIL_OFFSET)
+                .store(self.position + pad + aligned, Ordering::Release);
+            self.commit_word(0).store(0, Ordering::Relaxed);
+            self.write_header(off, FrameType::Pad, "");
+            let word = commit_word(pad as u32, 0, FrameType::Pad as u16);
+            // A subscriber may have padded this already after a stall: same bytes.
+            let _ = self.commit_word(off).compare_exchange(
+                0,
+                word,
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            );
+            self.counters.add(pc::FRAMES, 1);
+            self.position += pad;
+            off = 0;
+        }
+        let next = self.position + aligned;
+        self.commit_word(next & self.mask)
+            .store(0, Ordering::Relaxed);
+        self.log.u64_at(TAIL_OFFSET).store(next, Ordering::Release);
+        self.write_header(off, FrameType::Data, topic);
+        self.position = next;
+        off
+    }
+
+    #[inline]
+    fn write_header(&mut self, off: u64, ty: FrameType, topic: &str) {
+        let position = self.position;
+        let mut h = [0u8; DATA_HDR];
+        h[header::SESSION_ID..header::SESSION_ID + 4]
+            .copy_from_slice(&self.session_id.to_le_bytes());
+        h[header::STREAM_ID..header::STREAM_ID + 4].copy_from_slice(&self.stream_id.to_le_bytes());
+        data::write_data_fields(&mut h, position, topic.len());
+        let _ = ty;
+        // SAFETY: bytes [off+8, off+32+topic) lie inside the frame just
+        // claimed (frames are at least 32 bytes and do not cross the ring
+        // end); no reader touches them before the commit word is released.
+        unsafe {
+            let dst = self.ring.add(off as usize);
+            std::ptr::copy_nonoverlapping(h.as_ptr().add(8), dst.add(8), DATA_HDR - 8);
+            std::ptr::copy_nonoverlapping(topic.as_ptr(), dst.add(DATA_HDR), topic.len());
+        }
+    }
+
+    #[inline]
+    fn write_payload(&mut self, ring_offset: u64, bytes: &[u8]) {
+        // SAFETY: the caller claimed a frame covering these bytes; see
+        // `write_header`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.ring.add(ring_offset as usize),
+                bytes.len(),
+            );
+        }
+    }
+
+    /// Commits the frame at `off`: a CAS of its commit word from zero. The
+    /// CAS is a full barrier, which orders it before the waiter check.
+    #[inline]
+    fn commit(&mut self, off: u64, frame_len: usize, fl: u8) -> Result<u64, OfferError> {
+        let word = commit_word(frame_len as u32, fl, FrameType::Data as u16);
+        self.counters.add(pc::FRAMES, 1);
+        let res =
+            self.commit_word(off)
+                .compare_exchange(0, word, Ordering::SeqCst, Ordering::Relaxed);
+        self.wake_if_parked(off);
+        match res {
+            Ok(_) => Ok(self.position),
+            Err(_) => {
+                self.counters.add(pc::CLAIMS_EXPIRED, 1);
+                Err(OfferError::ClaimExpired)
+            }
+        }
+    }
+
+    #[inline]
+    fn wake_if_parked(&self, off: u64) {
+        if self.log.u32_at(WAITERS_OFFSET).load(Ordering::SeqCst) != 0 {
+            wake(self.futex_word(off));
+        }
+    }
+
+    fn futex_word(&self, off: u64) -> &AtomicU32 {
+        // SAFETY: the low half of an in-ring, 8-aligned commit word.
+        unsafe { &*self.ring.add(off as usize).cast::<AtomicU32>() }
+    }
+
+    /// Recomputes the limit from subscriber positions under the coordination
+    /// lock. Evicts lossy subscribers that hold the publisher back and reaps
+    /// dead ones.
+    #[cold]
+    fn refresh_limit(&mut self, end: u64) -> Result<(), OfferError> {
+        let Some(_guard) = self.log.try_lock(self.me.pid) else {
+            self.counters.add(pc::BACK_PRESSURED, 1);
+            return Err(OfferError::BackPressured);
+        };
+        let now = sys::monotonic_ns();
+        self.log
+            .u64_at(PUB_HEARTBEAT_OFFSET)
+            .store(now, Ordering::Relaxed);
+        let check_liveness = now.saturating_sub(self.last_liveness_check) > LIVENESS_CHECK_NS;
+        if check_liveness {
+            self.last_liveness_check = now;
+        }
+        let mut min = u64::MAX;
+        for i in 0..self.log.desc.max_subscribers {
+            let s = slot(i);
+            if self.log.u32_at(s + SLOT_STATE).load(Ordering::Acquire) != SLOT_ACTIVE {
+                continue;
+            }
+            let pos_word = self.log.u64_at(s + SLOT_POSITION);
+            let mut word = pos_word.load(Ordering::Acquire);
+            let blocking = (word & !READING) + self.capacity < end;
+            if blocking && check_liveness && !self.slot_owner(s).is_alive() {
+                self.reap(s);
+                continue;
+            }
+            let lossy = self.log.u32_at(s + SLOT_MODE).load(Ordering::Relaxed) == 1;
+            if blocking && lossy && word & READING == 0 {
+                // Move the subscriber to our position; it reports Lost.
+                if pos_word
+                    .compare_exchange(word, self.position, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    self.counters.add(pc::EVICTIONS, 1);
+                    word = self.position;
+                } else {
+                    word = pos_word.load(Ordering::Acquire);
+                }
+            }
+            min = min.min(word & !READING);
+        }
+        if min == u64::MAX {
+            self.limit = self.position;
+            self.log
+                .u64_at(PUB_LIMIT_OFFSET)
+                .store(self.limit, Ordering::Relaxed);
+            self.counters.add(pc::NOT_CONNECTED, 1);
+            return Err(OfferError::NotConnected);
+        }
+        self.limit = min + self.capacity;
+        self.log
+            .u64_at(PUB_LIMIT_OFFSET)
+            .store(self.limit, Ordering::Relaxed);
+        if end > self.limit {
+            self.counters.add(pc::BACK_PRESSURED, 1);
+            return Err(OfferError::BackPressured);
+        }
+        Ok(())
+    }
+
+    fn slot_owner(&self, s: usize) -> ProcessId {
+        ProcessId {
+            pid: self.log.u64_at(s + SLOT_PID).load(Ordering::Relaxed) as u32,
+            start_time: self.log.u64_at(s + SLOT_START).load(Ordering::Relaxed),
+        }
+    }
+
+    fn reap(&self, s: usize) {
+        if self.log.u32_at(s + SLOT_PARKED).swap(0, Ordering::AcqRel) != 0 {
+            self.log
+                .u32_at(WAITERS_OFFSET)
+                .fetch_sub(1, Ordering::AcqRel);
+        }
+        self.log
+            .u32_at(s + SLOT_STATE)
+            .store(SLOT_FREE, Ordering::Release);
+        self.counters.add(pc::REAPED, 1);
+    }
+
+    /// Duty cycle for idle moments: refreshes the heartbeat that `tickwire
+    /// stat` shows and reaps dead subscribers. Returns work done (0 or 1).
+    pub fn do_work(&mut self) -> usize {
+        let now = sys::monotonic_ns();
+        let hb = self.log.u64_at(PUB_HEARTBEAT_OFFSET);
+        if now.saturating_sub(hb.load(Ordering::Relaxed)) < 100_000_000 {
+            return 0;
+        }
+        hb.store(now, Ordering::Relaxed);
+        if let Some(_g) = self.log.try_lock(self.me.pid) {
+            for i in 0..self.log.desc.max_subscribers {
+                let s = slot(i);
+                if self.log.u32_at(s + SLOT_STATE).load(Ordering::Acquire) == SLOT_ACTIVE
+                    && !self.slot_owner(s).is_alive()
+                {
+                    self.reap(s);
+                }
+            }
+        }
+        1
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        // End of stream: subscribers drain what is committed, then see `closed`.
+        self.log
+            .u64_at(CLOSED_OFFSET)
+            .store(self.position | 1 << 63, Ordering::SeqCst);
+        wake(self.futex_word(self.position & self.mask));
+        let _ = std::fs::remove_file(&self.log.path);
+    }
+}
+
+fn wake(word: &AtomicU32) {
+    sys::futex_wake(word);
+}
+
+/// A frame claimed for in-place writing. Commit it, or drop it to abort.
+#[derive(Debug)]
+pub struct Claim<'a> {
+    publisher: &'a mut Publisher,
+    offset: u64,
+    frame_len: usize,
+    flags: u8,
+    done: bool,
+}
+
+impl Claim<'_> {
+    /// The payload bytes to fill (exactly the claimed length).
+    #[inline]
+    pub fn buffer(&mut self) -> &mut [u8] {
+        let topic_len = {
+            // SAFETY: the header was written by `begin_frame` in our own frame.
+            let b = unsafe {
+                self.publisher
+                    .ring
+                    .add(self.offset as usize + data::TOPIC_LENGTH)
+            };
+            // SAFETY: as above, two bytes inside the header.
+            usize::from(u16::from_le_bytes(unsafe { [*b, *b.add(1)] }))
+        };
+        let start = self.offset as usize + DATA_HDR + topic_len;
+        let len = self.frame_len - DATA_HDR - topic_len;
+        // SAFETY: [start, start+len) is inside the claimed frame, which only
+        // this claim (holding &mut Publisher) may write until it commits; no
+        // subscriber reads it before the commit word is released.
+        unsafe { std::slice::from_raw_parts_mut(self.publisher.ring.add(start), len) }
+    }
+
+    /// Publishes the frame. Returns the stream position after it.
+    ///
+    /// # Errors
+    /// [`OfferError::ClaimExpired`] if the claim was held past the unblock
+    /// timeout and subscribers padded it out.
+    #[inline]
+    pub fn commit(mut self) -> Result<u64, OfferError> {
+        self.done = true;
+        let p = &mut *self.publisher;
+        p.counters.add(pc::MESSAGES, 1);
+        p.counters
+            .add(pc::BYTES, (self.frame_len - DATA_HDR) as u64);
+        p.commit(self.offset, self.frame_len, self.flags)
+    }
+
+    /// Abandons the frame; subscribers skip it as padding.
+    pub fn abort(mut self) {
+        self.pad_out();
+    }
+
+    fn pad_out(&mut self) {
+        self.done = true;
+        let aligned = align_frame(self.frame_len) as u32;
+        let word = commit_word(aligned, 0, FrameType::Pad as u16);
+        let p = &mut *self.publisher;
+        let _ = p.commit_word(self.offset).compare_exchange(
+            0,
+            word,
+            Ordering::SeqCst,
+            Ordering::Relaxed,
+        );
+        p.wake_if_parked(self.offset);
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.pad_out();
+        }
+    }
+}

@@ -1,0 +1,466 @@
+//! The subscribing side of a log: poll frames in place, reassemble, report
+//! loss, pad out claims abandoned by a dead publisher, park on a futex.
+
+use super::file::{Descriptor, LogFile};
+use super::layout::*;
+use super::reassembly::{Reassembler, Step};
+use crate::counters::{subscriber as sc, CounterSet, CountersFile, Kind};
+use crate::error::{PollError, ShmError};
+use crate::sys::{self, ProcessId};
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tickwire_wire::{align_frame, flags, DataFrame, FrameType, FRAME_ALIGNMENT, VERSION};
+
+/// How a subscriber relates to the publisher when it falls behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// The publisher waits for this subscriber (`BackPressured`); nothing is
+    /// ever lost.
+    #[default]
+    Tethered,
+    /// The publisher does not wait: when this subscriber holds it back, it is
+    /// moved to the publisher's position and receives [`Event::Lost`] with
+    /// the exact byte range skipped. Never torn data: the publisher only
+    /// moves it between polls.
+    Lossy,
+}
+
+/// Options for attaching a subscriber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubscriberOptions {
+    /// Tethered or lossy.
+    pub mode: Mode,
+    /// How long to wait for the log's coordination lock when joining.
+    pub join_timeout: Duration,
+}
+
+impl Default for SubscriberOptions {
+    fn default() -> Self {
+        Self {
+            mode: Mode::Tethered,
+            join_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A message, borrowed from the log (or from the reassembly buffer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Message<'a> {
+    /// The payload.
+    pub payload: &'a [u8],
+    /// The topic, `""` if none.
+    pub topic: &'a str,
+    /// Stream position of the message's first frame.
+    pub position: u64,
+    /// Publisher session.
+    pub session_id: u32,
+    /// Stream.
+    pub stream_id: u32,
+}
+
+/// What `poll` hands to the handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// A whole message.
+    Message(Message<'a>),
+    /// Stream bytes `[from, to)` will never be delivered to this subscriber.
+    Lost {
+        /// First lost position.
+        from: u64,
+        /// First position delivered again.
+        to: u64,
+    },
+}
+
+/// A reader of a stream's log. Each subscriber has its own position.
+#[derive(Debug)]
+pub struct Subscriber {
+    log: LogFile,
+    ring: *mut u8,
+    mask: u64,
+    capacity: u64,
+    slot: usize,
+    position: u64,
+    lossy: bool,
+    reasm: Reassembler,
+    counters: CounterSet,
+    stall_since: u64,
+    stall_position: u64,
+    idle_polls: u32,
+    corrupt: Option<PollError>,
+}
+
+// SAFETY: `ring` points into the mapping owned by `log`, which moves with the
+// subscriber; the subscriber is used from one thread at a time (not Sync).
+unsafe impl Send for Subscriber {}
+
+impl Subscriber {
+    /// Attaches to a stream, starting at the publisher's current position.
+    ///
+    /// # Errors
+    /// [`ShmError::NoPublisher`] if the stream does not exist,
+    /// [`ShmError::Stale`] if its publisher is dead, [`ShmError::Foreign`],
+    /// [`ShmError::Corrupt`] or [`ShmError::VersionMismatch`] for a bad
+    /// file, [`ShmError::NoFreeSlot`], [`ShmError::LockTimeout`].
+    pub fn open(
+        dir: &Path,
+        channel: &str,
+        stream_id: u32,
+        opts: SubscriberOptions,
+        counters: &Arc<CountersFile>,
+    ) -> Result<Self, ShmError> {
+        let log = LogFile::open(dir, channel, stream_id)?;
+        let publisher = log.desc.publisher;
+        if !publisher.is_alive() {
+            return Err(ShmError::Stale {
+                path: log.path.clone(),
+                pid: publisher.pid,
+            });
+        }
+        if log.u64_at(CLOSED_OFFSET).load(Ordering::Acquire) != 0 {
+            return Err(ShmError::NoPublisher {
+                path: log.path.clone(),
+            });
+        }
+        let me = ProcessId::current();
+        let (slot, position) = {
+            let _guard = log.lock(me.pid, opts.join_timeout)?;
+            let free = (0..log.desc.max_subscribers)
+                .map(slot)
+                .find(|&s| log.u32_at(s + SLOT_STATE).load(Ordering::Acquire) == SLOT_FREE)
+                .ok_or_else(|| ShmError::NoFreeSlot {
+                    path: log.path.clone(),
+                    max: log.desc.max_subscribers,
+                })?;
+            let tail = log.u64_at(TAIL_OFFSET).load(Ordering::Acquire);
+            if tail % FRAME_ALIGNMENT as u64 != 0 {
+                return Err(ShmError::Corrupt {
+                    path: log.path.clone(),
+                    reason: format!("tail {tail} misaligned"),
+                });
+            }
+            log.u64_at(free + SLOT_PID)
+                .store(u64::from(me.pid), Ordering::Relaxed);
+            log.u64_at(free + SLOT_START)
+                .store(me.start_time, Ordering::Relaxed);
+            log.u64_at(free + SLOT_HEARTBEAT)
+                .store(sys::monotonic_ns(), Ordering::Relaxed);
+            log.u32_at(free + SLOT_PARKED).store(0, Ordering::Relaxed);
+            log.u32_at(free + SLOT_MODE)
+                .store(u32::from(opts.mode == Mode::Lossy), Ordering::Relaxed);
+            log.u64_at(free + SLOT_POSITION)
+                .store(tail, Ordering::Relaxed);
+            log.u32_at(free + SLOT_STATE)
+                .store(SLOT_ACTIVE, Ordering::Release);
+            (free, tail)
+        };
+        let counters = counters.allocate(
+            Kind::Subscriber,
+            stream_id,
+            log.desc.session_id,
+            &log.desc.channel,
+        )?;
+        Ok(Self {
+            ring: log.ring(),
+            mask: log.desc.capacity as u64 - 1,
+            capacity: log.desc.capacity as u64,
+            slot,
+            position,
+            lossy: opts.mode == Mode::Lossy,
+            reasm: Reassembler::new(log.desc.max_message),
+            counters,
+            stall_since: 0,
+            stall_position: 0,
+            idle_polls: 0,
+            corrupt: None,
+            log,
+        })
+    }
+
+    /// The log's fixed parameters.
+    pub fn descriptor(&self) -> &Descriptor {
+        &self.log.desc
+    }
+    /// The next stream position this subscriber will read.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+    /// This subscriber's counters.
+    pub fn counters(&self) -> &CounterSet {
+        &self.counters
+    }
+    /// Whether the publisher process is alive (reads /proc: not for hot loops).
+    pub fn is_publisher_alive(&self) -> bool {
+        self.log.desc.publisher.is_alive()
+    }
+    /// Whether the publisher closed the stream and everything it committed has
+    /// been read.
+    pub fn is_end_of_stream(&self) -> bool {
+        let c = self.log.u64_at(CLOSED_OFFSET).load(Ordering::Acquire);
+        c != 0 && (c & !(1 << 63)) <= self.position
+    }
+
+    #[inline]
+    fn commit_word(&self, off: u64) -> &AtomicU64 {
+        // SAFETY: `off` is masked into the ring and 32-aligned (positions are
+        // checked for alignment whenever they come from shared memory).
+        unsafe { &*self.ring.add(off as usize).cast::<AtomicU64>() }
+    }
+
+    fn futex_word(&self, off: u64) -> &AtomicU32 {
+        // SAFETY: the low half of an in-ring, aligned commit word.
+        unsafe { &*self.ring.add(off as usize).cast::<AtomicU32>() }
+    }
+
+    /// Delivers up to `fragment_limit` frames' worth of events to `handler`
+    /// and returns the number of frames read (0: nothing new).
+    ///
+    /// # Errors
+    /// [`PollError::Corrupt`] if the log holds a frame that breaks the
+    /// protocol; the subscriber stays stopped before it (and counts it).
+    #[inline]
+    pub fn poll<F: FnMut(Event<'_>)>(
+        &mut self,
+        mut handler: F,
+        fragment_limit: usize,
+    ) -> Result<usize, PollError> {
+        if let Some(e) = self.corrupt {
+            return Err(e);
+        }
+        let slot_pos = self.log.u64_at(self.slot + SLOT_POSITION);
+        let mut pos = self.position;
+        if self.lossy {
+            loop {
+                match slot_pos.compare_exchange(
+                    pos,
+                    pos | READING,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => break,
+                    Err(cur) => {
+                        let to = cur & !READING;
+                        if to % FRAME_ALIGNMENT as u64 != 0 || to < pos {
+                            return Err(
+                                self.fail(pos, "subscriber position moved backwards or misaligned")
+                            );
+                        }
+                        handler(Event::Lost { from: pos, to });
+                        self.counters.add(sc::LOST_NOTICES, 1);
+                        self.counters.add(sc::LOST_BYTES, to - pos);
+                        if self.reasm.reset() {
+                            self.counters.add(sc::REASSEMBLY_DROPPED, 1);
+                        }
+                        pos = to;
+                        self.position = to;
+                    }
+                }
+            }
+        }
+        let mut frames = 0;
+        let (mut msgs, mut bytes, mut dropped) = (0u64, 0u64, 0u64);
+        let mut err = None;
+        let (session_id, stream_id, mtu) = (
+            self.log.desc.session_id,
+            self.log.desc.stream_id,
+            self.log.desc.mtu,
+        );
+        while frames < fragment_limit {
+            let off = pos & self.mask;
+            let word = self.commit_word(off).load(Ordering::Acquire);
+            if word == 0 {
+                break;
+            }
+            let (len, version, fl, ty) = split_commit(word);
+            let len = len as usize;
+            let aligned = align_frame(len) as u64;
+            if version != VERSION {
+                err = Some("unknown frame version");
+                break;
+            }
+            if len < FrameType::Data.header_len() || off + aligned > self.capacity {
+                err = Some("frame length out of bounds");
+                break;
+            }
+            if ty == FrameType::Pad as u16 {
+                pos += aligned;
+                frames += 1;
+                continue;
+            }
+            if ty != FrameType::Data as u16 || len > mtu {
+                err = Some(if len > mtu {
+                    "frame longer than mtu"
+                } else {
+                    "unexpected frame type in log"
+                });
+                break;
+            }
+            // SAFETY: [off, off+len) is inside the ring (checked above) and
+            // committed (acquire load of its commit word); the publisher does
+            // not write it again until this subscriber's position passes it
+            // (tethered) or while READING is set (lossy).
+            let bytes_in = unsafe { std::slice::from_raw_parts(self.ring.add(off as usize), len) };
+            let frame = match DataFrame::new_checked(bytes_in) {
+                Ok(f) if f.position() == pos => f,
+                Ok(_) => {
+                    err = Some("frame position does not match its place in the log");
+                    break;
+                }
+                Err(_) => {
+                    err = Some("malformed DATA frame");
+                    break;
+                }
+            };
+            if fl == flags::UNFRAGMENTED {
+                if self.reasm.reset() {
+                    dropped += 1;
+                }
+                let payload = frame.payload();
+                msgs += 1;
+                bytes += payload.len() as u64;
+                handler(Event::Message(Message {
+                    payload,
+                    topic: frame.topic(),
+                    position: pos,
+                    session_id,
+                    stream_id,
+                }));
+            } else {
+                if fl & flags::BEGIN != 0 && self.reasm.reset() {
+                    dropped += 1;
+                }
+                match self.reasm.push(fl, frame.topic(), frame.payload(), pos) {
+                    Step::Pending => {}
+                    Step::Dropped => dropped += 1,
+                    Step::Complete => {
+                        let (topic, payload, position) = self.reasm.message();
+                        msgs += 1;
+                        bytes += payload.len() as u64;
+                        handler(Event::Message(Message {
+                            payload,
+                            topic,
+                            position,
+                            session_id,
+                            stream_id,
+                        }));
+                    }
+                }
+            }
+            pos += aligned;
+            frames += 1;
+        }
+        self.position = pos;
+        if frames > 0 || self.lossy {
+            // Also clears READING for a lossy subscriber.
+            slot_pos.store(pos, Ordering::Release);
+        }
+        if frames > 0 {
+            self.counters.add(sc::FRAMES, frames as u64);
+            if msgs > 0 {
+                self.counters.add(sc::MESSAGES, msgs);
+                self.counters.add(sc::BYTES, bytes);
+            }
+            if dropped > 0 {
+                self.counters.add(sc::REASSEMBLY_DROPPED, dropped);
+            }
+        }
+        if let Some(reason) = err {
+            return Err(self.fail(pos, reason));
+        }
+        if frames == 0 {
+            self.idle_polls = self.idle_polls.wrapping_add(1);
+            if self.idle_polls % 1024 == 0 {
+                self.check_stall();
+            }
+        }
+        Ok(frames)
+    }
+
+    #[cold]
+    fn fail(&mut self, position: u64, reason: &'static str) -> PollError {
+        self.counters.add(sc::INVALID_FRAMES, 1);
+        let e = PollError::Corrupt { position, reason };
+        self.corrupt = Some(e);
+        e
+    }
+
+    /// Pads out a claim the publisher has not committed within the unblock
+    /// timeout (it died, or stalled mid-claim), so this subscriber and the
+    /// others can go on. Called from idle polls and `park`.
+    #[cold]
+    fn check_stall(&mut self) {
+        let tail = self.log.u64_at(TAIL_OFFSET).load(Ordering::Acquire);
+        let pos = self.position;
+        if tail <= pos || self.commit_word(pos & self.mask).load(Ordering::Acquire) != 0 {
+            self.stall_since = 0;
+            return;
+        }
+        let now = sys::monotonic_ns();
+        if self.stall_since == 0 || self.stall_position != pos {
+            self.stall_since = now;
+            self.stall_position = pos;
+            return;
+        }
+        if now - self.stall_since < self.log.desc.unblock_timeout_ns {
+            return;
+        }
+        let off = pos & self.mask;
+        let mtu = align_frame(self.log.desc.mtu) as u64;
+        let len = (tail - pos).min(self.capacity - off).min(mtu);
+        if len % FRAME_ALIGNMENT as u64 != 0 {
+            self.fail(pos, "publisher tail misaligned");
+            return;
+        }
+        let word = commit_word(len as u32, 0, FrameType::Pad as u16);
+        if self
+            .commit_word(off)
+            .compare_exchange(0, word, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.counters.add(sc::UNBLOCKED, 1);
+            if self.log.u32_at(WAITERS_OFFSET).load(Ordering::SeqCst) != 0 {
+                sys::futex_wake(self.futex_word(off));
+            }
+        }
+        self.stall_since = 0;
+    }
+
+    /// Sleeps until a frame is committed at this subscriber's position, the
+    /// stream is closed, or `timeout` passes. Costs no CPU while asleep.
+    pub fn park(&mut self, timeout: Duration) {
+        let off = self.position & self.mask;
+        let waiters = self.log.u32_at(WAITERS_OFFSET);
+        let parked = self.log.u32_at(self.slot + SLOT_PARKED);
+        parked.store(1, Ordering::Relaxed);
+        waiters.fetch_add(1, Ordering::SeqCst);
+        let evicted = self.lossy
+            && self
+                .log
+                .u64_at(self.slot + SLOT_POSITION)
+                .load(Ordering::SeqCst)
+                != self.position;
+        if self.commit_word(off).load(Ordering::SeqCst) == 0
+            && self.log.u64_at(CLOSED_OFFSET).load(Ordering::SeqCst) == 0
+            && !evicted
+        {
+            sys::futex_wait(self.futex_word(off), 0, timeout);
+        }
+        // The publisher may have reaped our slot's flag if it thought us dead.
+        if parked.swap(0, Ordering::AcqRel) != 0 {
+            waiters.fetch_sub(1, Ordering::SeqCst);
+        }
+        if self.commit_word(off).load(Ordering::Acquire) == 0 {
+            self.check_stall();
+        }
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        self.log
+            .u32_at(self.slot + SLOT_STATE)
+            .store(SLOT_FREE, Ordering::Release);
+    }
+}

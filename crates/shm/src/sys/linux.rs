@@ -1,0 +1,226 @@
+//! Linux backend: mmap, futex, /proc and clock_gettime.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+/// A shared read-write mapping, unmapped on drop.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; all concurrent access to it goes
+// through atomics or through regions whose ownership the log protocol assigns
+// to exactly one writer (see `log`), so moving or sharing the handle between
+// threads is sound.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `Mapping` exposes no interior state besides the memory.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Base address (page-aligned).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the mapping is empty (never: mappings have at least one page).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len came from a successful mmap and are unmapped once.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// Maps `len` bytes of `file` shared and read-write.
+///
+/// The caller must have checked that the file is at least `len` bytes long:
+/// touching a mapped page beyond the end of the file raises SIGBUS.
+pub fn map_file(file: &File, len: usize) -> io::Result<Mapping> {
+    // SAFETY: a fresh mapping at an address of the kernel's choosing; the fd
+    // is valid for the call and the mapping outlives it independently.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Mapping {
+        ptr: NonNull::new(p.cast()).ok_or_else(io::Error::last_os_error)?,
+        len,
+    })
+}
+
+/// Maps `len` zeroed bytes shared with nobody (a private counters block).
+pub fn map_anonymous(len: usize) -> io::Result<Mapping> {
+    // SAFETY: anonymous mapping, no fd involved.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Mapping {
+        ptr: NonNull::new(p.cast()).ok_or_else(io::Error::last_os_error)?,
+        len,
+    })
+}
+
+/// Sleeps while `*word == expected`, at most `timeout`. Returns on a wake,
+/// a timeout, a signal, or at once if the word differs. Works across
+/// processes on shared file mappings (non-private futex).
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a valid, aligned u32 for the duration of the call;
+    // FUTEX_WAIT only reads it and the timespec outlives the call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
+/// Wakes every waiter sleeping on `word`.
+pub fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE only uses the address as a key; it does not write.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
+/// Nanoseconds on CLOCK_MONOTONIC: comparable between processes of one boot.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A process, named by pid and start time so that a reused pid is not
+/// mistaken for the process that wrote a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessId {
+    /// The pid.
+    pub pid: u32,
+    /// Start time in clock ticks after boot (field 22 of /proc/PID/stat).
+    pub start_time: u64,
+}
+
+impl ProcessId {
+    /// This process.
+    pub fn current() -> Self {
+        let pid = std::process::id();
+        Self {
+            pid,
+            start_time: start_time(pid).unwrap_or(0),
+        }
+    }
+
+    /// Whether this exact process still runs (a pid reused by another process
+    /// counts as dead). Zombies count as dead.
+    pub fn is_alive(&self) -> bool {
+        if self.pid == 0 {
+            return false;
+        }
+        match read_stat(self.pid) {
+            Some((state, st)) => state != 'Z' && (self.start_time == 0 || st == self.start_time),
+            None => false,
+        }
+    }
+}
+
+fn read_stat(pid: u32) -> Option<(char, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and parentheses: split after the last ')'.
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut it = rest.split_whitespace();
+    let state = it.next()?.chars().next()?;
+    // After the state, start time is the 19th field (field 22 overall).
+    let st = it.nth(18)?.parse().ok()?;
+    Some((state, st))
+}
+
+fn start_time(pid: u32) -> Option<u64> {
+    read_stat(pid).map(|(_, st)| st)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn current_process_is_alive_and_a_reused_pid_is_not() {
+        let me = ProcessId::current();
+        assert!(me.start_time > 0);
+        assert!(me.is_alive());
+        assert!(!ProcessId {
+            pid: me.pid,
+            start_time: me.start_time + 1
+        }
+        .is_alive());
+        assert!(!ProcessId {
+            pid: 0,
+            start_time: 0
+        }
+        .is_alive());
+    }
+
+    #[test]
+    fn futex_wait_returns_when_word_differs_or_times_out() {
+        let w = AtomicU32::new(5);
+        futex_wait(&w, 4, Duration::from_secs(10)); // differs: immediate
+        let t = std::time::Instant::now();
+        futex_wait(&w, 5, Duration::from_millis(5));
+        assert!(t.elapsed() >= Duration::from_millis(4));
+    }
+}

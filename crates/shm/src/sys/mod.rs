@@ -1,0 +1,10 @@
+//! Everything the operating system must provide to the shared-memory layer.
+//!
+//! A backend implements: shared file mappings ([`map_file`], [`map_anonymous`],
+//! [`Mapping`]), futex wait/wake on a 32-bit word in a shared mapping
+//! ([`futex_wait`], [`futex_wake`]), process identity and liveness
+//! ([`ProcessId`]), and a system-wide monotonic clock ([`monotonic_ns`]).
+//! Only Linux is implemented.
+
+mod linux;
+pub use linux::*;
