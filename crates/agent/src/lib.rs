@@ -1,1 +1,291 @@
-//! placeholder
+//! # tickwire-agent: agents, idle strategies and runners
+//!
+//! Work in tickwire is done by *agents*: a duty cycle [`Agent::do_work`]
+//! returns how much it did, and an [`IdleStrategy`] decides what to do when
+//! it did nothing — spin, yield, back off, or park. How agents map to threads
+//! (and CPUs) is configuration, via [`AgentRunner`].
+//!
+//! ```
+//! use tickwire_agent::{Agent, AgentRunner, Idle};
+//! struct Count(u32);
+//! impl Agent for Count {
+//!     fn do_work(&mut self) -> usize { self.0 += 1; usize::from(self.0 < 100) }
+//!     fn role(&self) -> &str { "counter" }
+//! }
+//! let runner = AgentRunner::start(Count(0), Idle::backoff(), None).unwrap();
+//! std::thread::sleep(std::time::Duration::from_millis(5));
+//! let agent = runner.stop();
+//! assert!(agent.0 >= 100);
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// A unit of work driven in a loop.
+pub trait Agent: Send {
+    /// Does a bounded amount of work; returns how much (0 = idle).
+    fn do_work(&mut self) -> usize;
+    /// A name for threads and logs.
+    fn role(&self) -> &str;
+    /// Called once on the agent's thread before the first duty cycle.
+    fn on_start(&mut self) {}
+    /// Called once on the agent's thread after the last duty cycle.
+    fn on_close(&mut self) {}
+}
+
+/// Something a parking idle strategy can sleep on until there is work.
+pub trait Parker {
+    /// Sleeps until woken or `timeout` passes.
+    fn park(&mut self, timeout: Duration);
+}
+
+/// Sleeps the thread (`std::thread::park_timeout`): wakes only on timeout
+/// unless unparked. Used when there is nothing better to wait on.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ThreadParker;
+
+impl Parker for ThreadParker {
+    fn park(&mut self, timeout: Duration) {
+        std::thread::park_timeout(timeout);
+    }
+}
+
+/// What to do after a duty cycle; `work > 0` resets any back-off.
+pub trait IdleStrategy {
+    /// Called after every duty cycle with its work count.
+    fn idle(&mut self, work: usize);
+    /// Forgets accumulated back-off.
+    fn reset(&mut self);
+}
+
+/// The idle strategies. Parking is done by [`Idle::idle_with`], which takes
+/// the [`Parker`] to sleep on (a subscriber's futex, or the thread).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idle {
+    /// Never leave the CPU: lowest latency, one core per agent.
+    BusySpin,
+    /// `sched_yield` when idle.
+    Yield,
+    /// Spin, then yield, then sleep with exponential back-off up to `max_sleep`.
+    Backoff {
+        /// Spins before yielding.
+        spins: u32,
+        /// Yields before sleeping.
+        yields: u32,
+        /// Longest sleep.
+        max_sleep: Duration,
+        /// Internal: idle cycles so far.
+        count: u32,
+        /// Internal: current sleep.
+        sleep: Duration,
+    },
+    /// Spin, then yield, then park on a [`Parker`] for up to `timeout`
+    /// (a futex for subscribers): no CPU while idle.
+    Park {
+        /// Spins before yielding.
+        spins: u32,
+        /// Yields before parking.
+        yields: u32,
+        /// Longest park.
+        timeout: Duration,
+        /// Internal: idle cycles so far.
+        count: u32,
+    },
+}
+
+impl Idle {
+    /// Spin 10, yield 5, sleep 1 µs doubling to 1 ms (Aeron's defaults in spirit).
+    pub fn backoff() -> Self {
+        Idle::Backoff {
+            spins: 10,
+            yields: 5,
+            max_sleep: Duration::from_millis(1),
+            count: 0,
+            sleep: Duration::from_micros(1),
+        }
+    }
+    /// Spin 100, yield 10, then park up to 100 ms at a time.
+    pub fn park() -> Self {
+        Idle::Park { spins: 100, yields: 10, timeout: Duration::from_millis(100), count: 0 }
+    }
+
+    /// Parses `spin`, `yield`, `backoff` or `park`.
+    ///
+    /// # Errors
+    /// A message naming the accepted values.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "spin" | "busy-spin" => Ok(Idle::BusySpin),
+            "yield" => Ok(Idle::Yield),
+            "backoff" => Ok(Idle::backoff()),
+            "park" | "block" => Ok(Idle::park()),
+            other => Err(format!("unknown idle strategy {other:?} (spin, yield, backoff, park)")),
+        }
+    }
+
+    /// Idles after `work`, parking on `parker` when the strategy says so.
+    pub fn idle_with(&mut self, work: usize, parker: &mut dyn Parker) {
+        if work > 0 {
+            self.reset();
+            return;
+        }
+        match self {
+            Idle::BusySpin => std::hint::spin_loop(),
+            Idle::Yield => std::thread::yield_now(),
+            Idle::Backoff { spins, yields, max_sleep, count, sleep } => {
+                *count = count.saturating_add(1);
+                if *count <= *spins {
+                    std::hint::spin_loop();
+                } else if *count <= *spins + *yields {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(*sleep);
+                    *sleep = (*sleep * 2).min(*max_sleep);
+                }
+            }
+            Idle::Park { spins, yields, timeout, count } => {
+                *count = count.saturating_add(1);
+                if *count <= *spins {
+                    std::hint::spin_loop();
+                } else if *count <= *spins + *yields {
+                    std::thread::yield_now();
+                } else {
+                    parker.park(*timeout);
+                }
+            }
+        }
+    }
+}
+
+impl IdleStrategy for Idle {
+    fn idle(&mut self, work: usize) {
+        self.idle_with(work, &mut ThreadParker);
+    }
+    fn reset(&mut self) {
+        match self {
+            Idle::Backoff { count, sleep, .. } => {
+                *count = 0;
+                *sleep = Duration::from_micros(1);
+            }
+            Idle::Park { count, .. } => *count = 0,
+            Idle::BusySpin | Idle::Yield => {}
+        }
+    }
+}
+
+/// Errors starting an agent.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The CPU does not exist or pinning failed.
+    #[error("cannot pin to CPU {0}")]
+    Pin(usize),
+    /// The thread could not be spawned.
+    #[error("cannot spawn agent thread: {0}")]
+    Spawn(#[from] std::io::Error),
+}
+
+/// Pins the calling thread to `cpu`.
+///
+/// # Errors
+/// [`AgentError::Pin`] if the CPU does not exist or the kernel refuses.
+pub fn pin_current_thread(cpu: usize) -> Result<(), AgentError> {
+    let exists = core_affinity::get_core_ids().is_some_and(|ids| ids.iter().any(|c| c.id == cpu));
+    if exists && core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
+        Ok(())
+    } else {
+        Err(AgentError::Pin(cpu))
+    }
+}
+
+/// Runs an agent on its own thread, optionally pinned, until stopped.
+#[derive(Debug)]
+pub struct AgentRunner<A: Agent + 'static> {
+    running: Arc<AtomicBool>,
+    handle: JoinHandle<A>,
+}
+
+impl<A: Agent + 'static> AgentRunner<A> {
+    /// Starts `agent` on a new thread named after its role.
+    ///
+    /// # Errors
+    /// [`AgentError::Spawn`]; a failed pin is reported by stopping at once
+    /// (the agent's `on_start` is not called) — check with `cpu` validity first.
+    pub fn start(mut agent: A, mut idle: Idle, cpu: Option<usize>) -> Result<Self, AgentError> {
+        if let Some(c) = cpu {
+            let exists = core_affinity::get_core_ids().is_some_and(|ids| ids.iter().any(|x| x.id == c));
+            if !exists {
+                return Err(AgentError::Pin(c));
+            }
+        }
+        let running = Arc::new(AtomicBool::new(true));
+        let flag = Arc::clone(&running);
+        let handle = std::thread::Builder::new().name(agent.role().to_owned()).spawn(move || {
+            if let Some(c) = cpu {
+                let _ = pin_current_thread(c);
+            }
+            agent.on_start();
+            while flag.load(Ordering::Relaxed) {
+                let w = agent.do_work();
+                idle.idle(w);
+            }
+            agent.on_close();
+            agent
+        })?;
+        Ok(Self { running, handle })
+    }
+
+    /// Stops the agent after its current duty cycle and returns it.
+    ///
+    /// # Panics
+    /// If the agent panicked (the panic is propagated).
+    pub fn stop(self) -> A {
+        self.running.store(false, Ordering::Relaxed);
+        match self.handle.join() {
+            Ok(a) => a,
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Counting(usize);
+    impl Parker for Counting {
+        fn park(&mut self, _t: Duration) {
+            self.0 += 1;
+        }
+    }
+
+    #[test]
+    fn park_strategy_parks_only_after_spins_and_yields_and_resets_on_work() {
+        let mut idle = Idle::Park { spins: 3, yields: 2, timeout: Duration::from_millis(1), count: 0 };
+        let mut p = Counting(0);
+        for _ in 0..5 {
+            idle.idle_with(0, &mut p);
+        }
+        assert_eq!(p.0, 0);
+        idle.idle_with(0, &mut p);
+        assert_eq!(p.0, 1);
+        idle.idle_with(1, &mut p);
+        idle.idle_with(0, &mut p);
+        assert_eq!(p.0, 1, "work resets the back-off");
+    }
+
+    #[test]
+    fn parse_names_and_rejects_others() {
+        assert_eq!(Idle::parse("spin"), Ok(Idle::BusySpin));
+        assert!(Idle::parse("nap").is_err());
+    }
+
+    #[test]
+    fn pinning_to_a_missing_cpu_fails() {
+        assert!(pin_current_thread(10_000).is_err());
+        assert!(pin_current_thread(0).is_ok());
+    }
+}
