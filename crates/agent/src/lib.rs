@@ -110,7 +110,12 @@ impl Idle {
     }
     /// Spin 100, yield 10, then park up to 100 ms at a time.
     pub fn park() -> Self {
-        Idle::Park { spins: 100, yields: 10, timeout: Duration::from_millis(100), count: 0 }
+        Idle::Park {
+            spins: 100,
+            yields: 10,
+            timeout: Duration::from_millis(100),
+            count: 0,
+        }
     }
 
     /// Parses `spin`, `yield`, `backoff` or `park`.
@@ -123,7 +128,9 @@ impl Idle {
             "yield" => Ok(Idle::Yield),
             "backoff" => Ok(Idle::backoff()),
             "park" | "block" => Ok(Idle::park()),
-            other => Err(format!("unknown idle strategy {other:?} (spin, yield, backoff, park)")),
+            other => Err(format!(
+                "unknown idle strategy {other:?} (spin, yield, backoff, park)"
+            )),
         }
     }
 
@@ -136,7 +143,13 @@ impl Idle {
         match self {
             Idle::BusySpin => std::hint::spin_loop(),
             Idle::Yield => std::thread::yield_now(),
-            Idle::Backoff { spins, yields, max_sleep, count, sleep } => {
+            Idle::Backoff {
+                spins,
+                yields,
+                max_sleep,
+                count,
+                sleep,
+            } => {
                 *count = count.saturating_add(1);
                 if *count <= *spins {
                     std::hint::spin_loop();
@@ -147,7 +160,12 @@ impl Idle {
                     *sleep = (*sleep * 2).min(*max_sleep);
                 }
             }
-            Idle::Park { spins, yields, timeout, count } => {
+            Idle::Park {
+                spins,
+                yields,
+                timeout,
+                count,
+            } => {
                 *count = count.saturating_add(1);
                 if *count <= *spins {
                     std::hint::spin_loop();
@@ -193,8 +211,9 @@ pub enum AgentError {
 /// # Errors
 /// [`AgentError::Pin`] if the CPU does not exist or the kernel refuses.
 pub fn pin_current_thread(cpu: usize) -> Result<(), AgentError> {
-    let exists = core_affinity::get_core_ids().is_some_and(|ids| ids.iter().any(|c| c.id == cpu));
-    if exists && core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
+    // Not `get_core_ids()`: it lists only the CPUs this thread may use now,
+    // and a process spawned by a pinned parent inherits that narrow mask.
+    if core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
         Ok(())
     } else {
         Err(AgentError::Pin(cpu))
@@ -212,30 +231,37 @@ impl<A: Agent + 'static> AgentRunner<A> {
     /// Starts `agent` on a new thread named after its role.
     ///
     /// # Errors
-    /// [`AgentError::Spawn`]; a failed pin is reported by stopping at once
-    /// (the agent's `on_start` is not called) — check with `cpu` validity first.
+    /// [`AgentError::Spawn`], or [`AgentError::Pin`] if the thread cannot be
+    /// pinned to `cpu` (the agent is then not started).
     pub fn start(mut agent: A, mut idle: Idle, cpu: Option<usize>) -> Result<Self, AgentError> {
-        if let Some(c) = cpu {
-            let exists = core_affinity::get_core_ids().is_some_and(|ids| ids.iter().any(|x| x.id == c));
-            if !exists {
-                return Err(AgentError::Pin(c));
-            }
-        }
         let running = Arc::new(AtomicBool::new(true));
         let flag = Arc::clone(&running);
-        let handle = std::thread::Builder::new().name(agent.role().to_owned()).spawn(move || {
-            if let Some(c) = cpu {
-                let _ = pin_current_thread(c);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let handle = std::thread::Builder::new()
+            .name(agent.role().to_owned())
+            .spawn(move || {
+                let pinned = cpu.map_or(Ok(()), pin_current_thread);
+                let ok = pinned.is_ok();
+                let _ = tx.send(pinned);
+                if !ok {
+                    return agent;
+                }
+                agent.on_start();
+                while flag.load(Ordering::Relaxed) {
+                    let w = agent.do_work();
+                    idle.idle(w);
+                }
+                agent.on_close();
+                agent
+            })?;
+        match rx.recv() {
+            Ok(Ok(())) => Ok(Self { running, handle }),
+            Ok(Err(e)) => {
+                let _ = handle.join();
+                Err(e)
             }
-            agent.on_start();
-            while flag.load(Ordering::Relaxed) {
-                let w = agent.do_work();
-                idle.idle(w);
-            }
-            agent.on_close();
-            agent
-        })?;
-        Ok(Self { running, handle })
+            Err(_) => Err(AgentError::Pin(cpu.unwrap_or(0))),
+        }
     }
 
     /// Stops the agent after its current duty cycle and returns it.
@@ -264,7 +290,12 @@ mod tests {
 
     #[test]
     fn park_strategy_parks_only_after_spins_and_yields_and_resets_on_work() {
-        let mut idle = Idle::Park { spins: 3, yields: 2, timeout: Duration::from_millis(1), count: 0 };
+        let mut idle = Idle::Park {
+            spins: 3,
+            yields: 2,
+            timeout: Duration::from_millis(1),
+            count: 0,
+        };
         let mut p = Counting(0);
         for _ in 0..5 {
             idle.idle_with(0, &mut p);

@@ -1,1 +1,165 @@
-//! placeholder
+//! # tickwire-lab: the latency lab
+//!
+//! Every performance figure tickwire states is produced here, against a
+//! baseline measured in the same run: the machine's *floor* (a cache-line
+//! ping-pong and a raw shared-memory ring between the two pinned CPUs).
+//!
+//! * [`floor`]: the floor probes.
+//! * [`ipc`]: half-round-trip ping-pong and streaming throughput over the
+//!   tickwire shared-memory transport.
+//! * [`report`]: statistics from an HdrHistogram, the papers' table, JSON.
+//! * [`worker`]: the far side of each measurement, run as a separate process
+//!   (`tickwire lab worker ...`) pinned to its own CPU.
+//!
+//! Latency is recorded in nanoseconds into an HdrHistogram with three
+//! significant digits; half round trip = round trip / 2, as in the papers.
+#![forbid(unsafe_code)]
+
+pub mod floor;
+pub mod ipc;
+pub mod report;
+pub mod worker;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Errors from lab runs.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// Shared-memory set-up failed.
+    #[error(transparent)]
+    Shm(#[from] tickwire_shm::ShmError),
+    /// The other side did not answer in time.
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// The worker process failed.
+    #[error("worker: {0}")]
+    Worker(String),
+    /// Pinning failed.
+    #[error(transparent)]
+    Agent(#[from] tickwire_agent::AgentError),
+    /// I/O.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// Bad arguments.
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// Where the two sides of a measurement run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cpus {
+    /// The measuring side (ping, publisher).
+    pub local: usize,
+    /// The far side (pong, subscriber) in the worker process.
+    pub remote: usize,
+}
+
+impl Default for Cpus {
+    fn default() -> Self {
+        Self {
+            local: 0,
+            remote: 1,
+        }
+    }
+}
+
+/// A worker process killed on drop unless it exited.
+#[derive(Debug)]
+pub struct WorkerProcess {
+    child: Child,
+}
+
+impl WorkerProcess {
+    /// Starts `tickwire lab worker <args>` from the current executable.
+    ///
+    /// # Errors
+    /// If the executable cannot be spawned.
+    pub fn spawn(args: &[String]) -> Result<Self, LabError> {
+        let exe = std::env::var_os("TICKWIRE_EXE")
+            .map(std::path::PathBuf::from)
+            .map_or_else(std::env::current_exe, Ok)?;
+        let child = Command::new(exe)
+            .arg("lab")
+            .arg("worker")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        Ok(Self { child })
+    }
+
+    /// Waits for the worker to exit (bounded by `timeout`) and returns the
+    /// last line it printed.
+    ///
+    /// # Errors
+    /// [`LabError::Timeout`] or [`LabError::Worker`] if it failed.
+    pub fn finish(mut self, timeout: Duration) -> Result<String, LabError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                let mut out = String::new();
+                if let Some(mut s) = self.child.stdout.take() {
+                    use std::io::Read;
+                    s.read_to_string(&mut out)?;
+                }
+                if !status.success() {
+                    return Err(LabError::Worker(format!("exited with {status}")));
+                }
+                return Ok(out.lines().last().unwrap_or("").to_owned());
+            }
+            if Instant::now() > deadline {
+                return Err(LabError::Timeout("worker did not exit".into()));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Spins until `f` returns `Some`, failing after `timeout`. The clock is
+/// first read after 4096 fruitless spins, so a wait that succeeds quickly
+/// costs no clock read (this sits inside timed round trips).
+///
+/// # Errors
+/// [`LabError::Timeout`] naming `what`.
+#[inline]
+pub fn spin_until<T>(
+    timeout: Duration,
+    what: &str,
+    mut f: impl FnMut() -> Option<T>,
+) -> Result<T, LabError> {
+    let mut n = 0u32;
+    let mut start: Option<Instant> = None;
+    loop {
+        if let Some(v) = f() {
+            return Ok(v);
+        }
+        n = n.wrapping_add(1);
+        if n % 4096 == 0 {
+            match start {
+                None => start = Some(Instant::now()),
+                Some(t) if t.elapsed() > timeout => return Err(LabError::Timeout(what.to_owned())),
+                Some(_) => {}
+            }
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// A unique scratch name for one run's files.
+pub fn run_tag() -> String {
+    format!(
+        "lab{}x{}",
+        std::process::id(),
+        tickwire_shm::sys::monotonic_ns() % 1_000_000
+    )
+}

@@ -36,6 +36,18 @@ impl Default for LogConfig {
 }
 
 impl LogConfig {
+    /// The defaults with `capacity` bytes of ring; `mtu` and `max_message`
+    /// shrink to fit a small ring (capacity/8 and capacity/2).
+    pub fn with_capacity(capacity: usize) -> Self {
+        let d = Self::default();
+        Self {
+            capacity,
+            mtu: d.mtu.min(capacity / 8),
+            max_message: d.max_message.min(capacity / 2),
+            ..d
+        }
+    }
+
     /// Checks the invariants documented on each field.
     ///
     /// # Errors

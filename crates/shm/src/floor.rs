@@ -3,9 +3,8 @@
 //!
 //! * [`CacheLines`]: two counters on separate cache-line pairs; each side
 //!   spins on one and writes the other.
-//! * [`RawRing`]: a plain single-producer single-consumer ring of fixed slots
-//!   (sequence word + payload), the textbook C design with a cached copy of
-//!   the consumer's index on the producer side.
+//! * [`RawRing`]: a plain single-producer single-consumer index ring of fixed
+//!   slots, the textbook C design (each side caches the other's index).
 
 use crate::error::ShmError;
 use crate::mapped::MappedFile;
@@ -49,17 +48,24 @@ impl CacheLines {
     }
 }
 
-/// A raw SPSC ring of `slots` slots of `slot_len` bytes in a shared file.
+/// A raw SPSC ring of `slots` slots of `slot_len` bytes in a shared file:
+/// the classic index ring. The producer writes a slot and publishes `tail`
+/// (its own cache-line pair); the consumer reads `tail`, drains every slot
+/// up to it, and publishes `head` (another line pair) every 32 slots or when
+/// it finds the ring empty. Each side caches the other's index.
 #[derive(Debug)]
 pub struct RawRing {
     map: MappedFile,
     slots: u64,
     slot_len: usize,
     index: u64,
-    cached_head: u64,
+    cached_other: u64,
+    published: u64,
 }
 
-const RING_HDR: usize = 256;
+const RING_HDR: usize = 512;
+const TAIL: usize = 128;
+const HEAD: usize = 256;
 
 impl RawRing {
     /// Creates the ring file. `slots` must be a power of two, `slot_len` a
@@ -83,7 +89,8 @@ impl RawRing {
             slots: slots as u64,
             slot_len,
             index: 0,
-            cached_head: 0,
+            cached_other: 0,
+            published: 0,
         })
     }
 
@@ -114,13 +121,14 @@ impl RawRing {
             slots,
             slot_len,
             index: 0,
-            cached_head: 0,
+            cached_other: 0,
+            published: 0,
         })
     }
 
     /// Largest payload per slot.
     pub fn max_payload(&self) -> usize {
-        self.slot_len - 8
+        self.slot_len
     }
 
     fn slot(&self, i: u64) -> usize {
@@ -130,39 +138,51 @@ impl RawRing {
     /// Producer: pushes `msg` (truncated to `max_payload`). False if full.
     #[inline]
     pub fn try_push(&mut self, msg: &[u8]) -> bool {
-        if self.index - self.cached_head >= self.slots {
-            // Consumer head lives on its own line at offset 128.
-            self.cached_head = self.map.atomic_u64(128).load(Ordering::Acquire);
-            if self.index - self.cached_head >= self.slots {
+        if self.index - self.cached_other >= self.slots {
+            self.cached_other = self.map.atomic_u64(HEAD).load(Ordering::Acquire);
+            if self.index - self.cached_other >= self.slots {
                 return false;
             }
         }
         let s = self.slot(self.index);
-        let n = msg.len().min(self.max_payload());
-        // SAFETY: [s+8, s+8+n) is inside this slot; the consumer does not read
-        // it until the release store of the sequence word below.
-        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), self.map.base().add(s + 8), n) }
+        let n = msg.len().min(self.slot_len);
+        // SAFETY: [s, s+n) is inside this slot, which the consumer has
+        // released (head) and does not read until `tail` passes it.
+        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), self.map.base().add(s), n) }
         self.index += 1;
-        self.map.atomic_u64(s).store(self.index, Ordering::Release);
+        self.map
+            .atomic_u64(TAIL)
+            .store(self.index, Ordering::Release);
         true
     }
 
     /// Consumer: hands the next slot's payload to `f`. False if empty.
     #[inline]
-    pub fn try_pop(&mut self, mut f: impl FnMut(&[u8])) -> bool {
-        let s = self.slot(self.index);
-        if self.map.atomic_u64(s).load(Ordering::Acquire) != self.index + 1 {
-            return false;
+    pub fn try_pop(&mut self, f: impl FnOnce(&[u8])) -> bool {
+        if self.index == self.cached_other {
+            self.cached_other = self.map.atomic_u64(TAIL).load(Ordering::Acquire);
+            if self.index == self.cached_other {
+                if self.published != self.index {
+                    self.published = self.index;
+                    self.map
+                        .atomic_u64(HEAD)
+                        .store(self.index, Ordering::Release);
+                }
+                return false;
+            }
         }
-        // SAFETY: the slot's sequence says it is published; the producer
-        // does not rewrite it until the head below passes it.
-        let payload =
-            unsafe { std::slice::from_raw_parts(self.map.base().add(s + 8), self.max_payload()) };
+        let s = self.slot(self.index);
+        // SAFETY: the slot is below `tail` (published with release after the
+        // write); the producer does not rewrite it until `head` passes it.
+        let payload = unsafe { std::slice::from_raw_parts(self.map.base().add(s), self.slot_len) };
         f(payload);
         self.index += 1;
-        self.map
-            .atomic_u64(128)
-            .store(self.index, Ordering::Release);
+        if self.index - self.published >= 32 {
+            self.published = self.index;
+            self.map
+                .atomic_u64(HEAD)
+                .store(self.index, Ordering::Release);
+        }
         true
     }
 }
@@ -180,6 +200,7 @@ mod tests {
             assert!(prod.try_push(&[i; 8]));
         }
         assert!(!prod.try_push(&[9; 8]));
+        assert!(!prod.try_push(&[9; 8]), "still full");
         let mut got = vec![];
         while cons.try_pop(|b| got.push(b[0])) {}
         assert_eq!(got, vec![0, 1, 2, 3]);

@@ -42,7 +42,7 @@ pub mod sys;
 pub use config::{LogConfig, DEFAULT_DIR};
 pub use counters::{CounterSet, CountersFile, CountersReader};
 pub use error::{OfferError, PollError, ShmError};
-pub use log::file::{inspect, log_path, Descriptor, FileStatus};
+pub use log::file::{inspect, log_path, status, Descriptor, FileStatus, LogStatus};
 pub use log::{Claim, Event, Message, Mode, Publisher, Subscriber, SubscriberOptions};
 pub use mapped::MappedFile;
 

@@ -382,3 +382,59 @@ fn remove_if_stale(path: &Path) -> Result<(), ShmError> {
         FileStatus::Bad(e) => Err(e),
     }
 }
+
+/// A live view of a log for monitoring (`tickwire stat`): read-only loads.
+#[derive(Debug, Clone)]
+pub struct LogStatus {
+    /// Fixed parameters.
+    pub desc: Descriptor,
+    /// End of the newest claim.
+    pub tail: u64,
+    /// The publisher's last computed limit.
+    pub limit: u64,
+    /// Milliseconds since the publisher's last heartbeat.
+    pub heartbeat_age_ms: u64,
+    /// Attached subscribers: (pid, position, lossy, alive).
+    pub subscribers: Vec<(u32, u64, bool, bool)>,
+    /// Whether the publisher process is alive.
+    pub publisher_alive: bool,
+}
+
+/// Reads a log's live status.
+///
+/// # Errors
+/// As opening a log: [`ShmError::Foreign`], [`ShmError::Corrupt`], I/O.
+pub fn status(path: &Path) -> Result<LogStatus, ShmError> {
+    let head = MappedFile::peek(path, 128).map_err(|e| ShmError::io(path, e))?;
+    let len = std::fs::metadata(path)
+        .map_err(|e| ShmError::io(path, e))?
+        .len() as usize;
+    let desc = read_descriptor(path, &head, len)?;
+    let map = MappedFile::open(path).map_err(|e| ShmError::io(path, e))?;
+    let mut subscribers = Vec::new();
+    for i in 0..desc.max_subscribers {
+        let s = slot(i);
+        if map.atomic_u32(s + SLOT_STATE).load(Ordering::Acquire) != SLOT_ACTIVE {
+            continue;
+        }
+        let pid = ProcessId {
+            pid: map.atomic_u64(s + SLOT_PID).load(Ordering::Relaxed) as u32,
+            start_time: map.atomic_u64(s + SLOT_START).load(Ordering::Relaxed),
+        };
+        subscribers.push((
+            pid.pid,
+            map.atomic_u64(s + SLOT_POSITION).load(Ordering::Relaxed) & !READING,
+            map.atomic_u32(s + SLOT_MODE).load(Ordering::Relaxed) == 1,
+            pid.is_alive(),
+        ));
+    }
+    let hb = map.atomic_u64(PUB_HEARTBEAT_OFFSET).load(Ordering::Relaxed);
+    Ok(LogStatus {
+        publisher_alive: desc.publisher.is_alive(),
+        tail: map.atomic_u64(TAIL_OFFSET).load(Ordering::Relaxed),
+        limit: map.atomic_u64(PUB_LIMIT_OFFSET).load(Ordering::Relaxed),
+        heartbeat_age_ms: sys::monotonic_ns().saturating_sub(hb) / 1_000_000,
+        subscribers,
+        desc,
+    })
+}

@@ -1,0 +1,101 @@
+//! Numbers with suffixes: sizes (`64`, `64k`, `64KiB`, `16MiB`; k/M/G are
+//! binary), rates (`100k`, `1M`, `2.5M`; decimal), durations (`100us`,
+//! `5s`, `2m`, via humantime).
+
+use std::time::Duration;
+
+/// Parses a byte size. `k`, `K`, `KB`, `KiB` all mean 1024.
+///
+/// # Errors
+/// A message naming the bad input.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("bad size {s:?}: expected e.g. 64, 64k, 16MiB"))?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => {
+            return Err(format!(
+                "bad size unit in {s:?}: use k, M, G (KiB, MiB, GiB)"
+            ))
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} overflows"))
+}
+
+/// Parses a rate in messages per second: `100k` = 100,000; `1M` = 1,000,000.
+///
+/// # Errors
+/// A message naming the bad input.
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let t = s.trim().trim_end_matches("/s");
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("bad rate {s:?}: expected e.g. 100k, 1M"))?;
+    let mult = match unit {
+        "" => 1e0,
+        "k" | "K" => 1e3,
+        "m" | "M" => 1e6,
+        "g" | "G" => 1e9,
+        _ => return Err(format!("bad rate unit in {s:?}: use k, M, G")),
+    };
+    let v = n * mult;
+    if !v.is_finite() || v < 1.0 || v > 1e12 {
+        return Err(format!("rate {s:?} out of range"));
+    }
+    Ok(v.round() as u64)
+}
+
+/// Parses a duration: `100us`, `5s`, `1m30s`.
+///
+/// # Errors
+/// A message naming the bad input.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("bad duration {s:?}: {e} (e.g. 100us, 5s)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("64"), Ok(64));
+        assert_eq!(parse_size("64k"), Ok(65536));
+        assert_eq!(parse_size("64KiB"), Ok(65536));
+        assert_eq!(parse_size("16MiB"), Ok(16 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert!(parse_size("12q").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("99999999999999999999G").is_err());
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("100k"), Ok(100_000));
+        assert_eq!(parse_rate("1M"), Ok(1_000_000));
+        assert_eq!(parse_rate("2.5M"), Ok(2_500_000));
+        assert_eq!(parse_rate("500"), Ok(500));
+        assert!(parse_rate("0").is_err());
+        assert!(parse_rate("fast").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("100us"), Ok(Duration::from_micros(100)));
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert!(parse_duration("5 parsecs").is_err());
+    }
+}

@@ -1,0 +1,178 @@
+//! The floor: cache-line ping-pong, raw-ring ping-pong and raw-ring streaming
+//! between two processes pinned to two CPUs.
+
+use crate::report::{histogram, LatencyRow, ThroughputRow};
+use crate::{spin_until, Cpus, LabError, WorkerProcess};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tickwire_agent::pin_current_thread;
+use tickwire_shm::floor::{CacheLines, RawRing};
+
+/// Parameters shared by the probes.
+#[derive(Debug, Clone)]
+pub struct FloorOptions {
+    /// Round trips recorded.
+    pub count: u64,
+    /// Round trips before recording.
+    pub warmup: u64,
+    /// Message size for the ring ping-pong.
+    pub size: usize,
+    /// Streaming duration for the throughput probe.
+    pub duration: Duration,
+    /// CPUs.
+    pub cpus: Cpus,
+    /// Directory for the shared files.
+    pub dir: PathBuf,
+}
+
+const STOP: u64 = u64::MAX;
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn cpus_label(c: Cpus) -> String {
+    format!("{},{}", c.local, c.remote)
+}
+
+/// Cache-line ping-pong: the cost of moving one line between the CPUs and back.
+///
+/// # Errors
+/// Set-up failures, or a worker that does not answer within 10 s.
+pub fn cacheline(o: &FloorOptions) -> Result<LatencyRow, LabError> {
+    std::fs::create_dir_all(&o.dir)?;
+    let path = o.dir.join(format!("{}.cl", crate::run_tag()));
+    let lines = CacheLines::create(&path)?;
+    let worker = WorkerProcess::spawn(&[
+        "cacheline".into(),
+        path.display().to_string(),
+        o.cpus.remote.to_string(),
+    ])?;
+    pin_current_thread(o.cpus.local)?;
+    let mut h = histogram();
+    let (ping, pong) = (lines.line(0), lines.line(1));
+    for i in 1..=o.warmup + o.count {
+        let t0 = Instant::now();
+        ping.store(i, Ordering::Release);
+        spin_until(REPLY_TIMEOUT, "cache-line pong", || {
+            (pong.load(Ordering::Acquire) == i).then_some(())
+        })?;
+        let rtt = t0.elapsed().as_nanos() as u64;
+        if i > o.warmup {
+            h.saturating_record(rtt / 2);
+        }
+    }
+    ping.store(STOP, Ordering::Release);
+    worker.finish(REPLY_TIMEOUT)?;
+    let _ = std::fs::remove_file(&path);
+    let mut row = LatencyRow::from_histogram("floor", "shm", 8, &h);
+    row.probe = Some("cacheline".into());
+    row.cpus = cpus_label(o.cpus);
+    Ok(row)
+}
+
+/// Raw SPSC-ring ping-pong of `size`-byte messages.
+///
+/// # Errors
+/// As [`cacheline`].
+pub fn raw_ring(o: &FloorOptions) -> Result<LatencyRow, LabError> {
+    std::fs::create_dir_all(&o.dir)?;
+    let tag = crate::run_tag();
+    let (pa, pb) = (
+        o.dir.join(format!("{tag}.ping")),
+        o.dir.join(format!("{tag}.pong")),
+    );
+    let slot = o.size.max(8).div_ceil(64) * 64;
+    let mut ping = RawRing::create(&pa, 1024, slot)?;
+    let _pong_file = RawRing::create(&pb, 1024, slot)?;
+    let mut pong = RawRing::open(&pb)?;
+    let worker = WorkerProcess::spawn(&[
+        "ring-pong".into(),
+        pa.display().to_string(),
+        pb.display().to_string(),
+        o.cpus.remote.to_string(),
+    ])?;
+    pin_current_thread(o.cpus.local)?;
+    let mut msg = vec![0u8; o.size.max(8)];
+    let mut h = histogram();
+    for i in 0..o.warmup + o.count {
+        msg[..8].copy_from_slice(&i.to_le_bytes());
+        let t0 = Instant::now();
+        spin_until(REPLY_TIMEOUT, "ring push", || {
+            ping.try_push(&msg).then_some(())
+        })?;
+        let mut ok = false;
+        spin_until(REPLY_TIMEOUT, "ring pong", || {
+            pong.try_pop(|b| ok = b[..8] == i.to_le_bytes())
+                .then_some(())
+        })?;
+        let rtt = t0.elapsed().as_nanos() as u64;
+        if !ok {
+            return Err(LabError::Worker("raw ring echoed the wrong message".into()));
+        }
+        if i >= o.warmup {
+            h.saturating_record(rtt / 2);
+        }
+    }
+    msg[..8].copy_from_slice(&STOP.to_le_bytes());
+    spin_until(REPLY_TIMEOUT, "ring stop", || {
+        ping.try_push(&msg).then_some(())
+    })?;
+    worker.finish(REPLY_TIMEOUT)?;
+    let _ = (std::fs::remove_file(&pa), std::fs::remove_file(&pb));
+    let mut row = LatencyRow::from_histogram("floor", "shm", o.size, &h);
+    row.probe = Some("raw_ring".into());
+    row.cpus = cpus_label(o.cpus);
+    Ok(row)
+}
+
+/// Raw-ring streaming throughput with 64-byte slots. Each message is the
+/// 8-byte sequence number only: the cheapest transfer there is, as in a
+/// textbook C ring benchmark (copying a full 64 bytes per slot costs this
+/// machine roughly 3-4x; see docs/PERFORMANCE.md).
+///
+/// # Errors
+/// As [`cacheline`].
+pub fn raw_ring_throughput(o: &FloorOptions) -> Result<ThroughputRow, LabError> {
+    std::fs::create_dir_all(&o.dir)?;
+    let path = o.dir.join(format!("{}.stream", crate::run_tag()));
+    let mut ring = RawRing::create(&path, 4096, 64)?;
+    let worker = WorkerProcess::spawn(&[
+        "ring-sink".into(),
+        path.display().to_string(),
+        o.cpus.remote.to_string(),
+    ])?;
+    pin_current_thread(o.cpus.local)?;
+    let start = Instant::now();
+    let mut seq = 0u64;
+    'outer: loop {
+        for _ in 0..4096 {
+            let mut spins = 0u64;
+            while !ring.try_push(&seq.to_le_bytes()) {
+                spins += 1;
+                if spins > 1 << 32 {
+                    return Err(LabError::Timeout("raw ring consumer stalled".into()));
+                }
+                std::hint::spin_loop();
+            }
+            seq += 1;
+        }
+        if start.elapsed() >= o.duration {
+            break 'outer;
+        }
+    }
+    spin_until(REPLY_TIMEOUT, "ring stop", || {
+        ring.try_push(&STOP.to_le_bytes()).then_some(())
+    })?;
+    let line = worker.finish(REPLY_TIMEOUT + o.duration)?;
+    let _ = std::fs::remove_file(&path);
+    let mut row: ThroughputRow = serde_json::from_str(&line)
+        .map_err(|e| LabError::Worker(format!("bad sink output {line:?}: {e}")))?;
+    row.mode = "floor".into();
+    row.transport = "shm".into();
+    row.probe = Some("raw_ring_throughput".into());
+    row.size = 64;
+    row.cpus = cpus_label(o.cpus);
+    if row.count != seq {
+        row.lost = seq.saturating_sub(row.count);
+    }
+    Ok(row)
+}

@@ -1,0 +1,183 @@
+//! tickwire IPC: half-round-trip ping-pong and one-way streaming throughput,
+//! the far side in a separate process.
+
+use crate::report::{histogram, LatencyRow, ThroughputRow};
+use crate::{spin_until, Cpus, LabError, WorkerProcess};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tickwire_agent::pin_current_thread;
+use tickwire_shm::{
+    Context, Event, LogConfig, OfferError, ShmError, Subscriber, SubscriberOptions,
+};
+
+/// Parameters for IPC runs.
+#[derive(Debug, Clone)]
+pub struct IpcOptions {
+    /// Round trips recorded (ping-pong).
+    pub count: u64,
+    /// Round trips before recording.
+    pub warmup: u64,
+    /// Payload bytes.
+    pub size: usize,
+    /// Streaming duration (throughput).
+    pub duration: Duration,
+    /// Log capacity in bytes.
+    pub capacity: usize,
+    /// CPUs.
+    pub cpus: Cpus,
+    /// Directory for the log files.
+    pub dir: PathBuf,
+}
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const PING_STREAM: u32 = 1;
+pub(crate) const PONG_STREAM: u32 = 2;
+
+pub(crate) fn log_config(capacity: usize) -> LogConfig {
+    LogConfig::with_capacity(capacity)
+}
+
+/// Attaches to a stream, waiting (bounded) for its publisher to appear.
+pub(crate) fn subscribe_when_ready(
+    ctx: &Context,
+    channel: &str,
+    stream: u32,
+) -> Result<Subscriber, LabError> {
+    let start = Instant::now();
+    loop {
+        match ctx.subscriber(channel, stream, SubscriberOptions::default()) {
+            Ok(s) => return Ok(s),
+            Err(ShmError::NoPublisher { .. }) if start.elapsed() < TIMEOUT => {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Offers until accepted (spinning on back-pressure and not-connected),
+/// bounded by a timeout.
+#[inline]
+pub(crate) fn offer_spin(p: &mut tickwire_shm::Publisher, msg: &[u8]) -> Result<(), LabError> {
+    spin_until(TIMEOUT, "offer accepted", || match p.offer(msg) {
+        Ok(_) => Some(Ok(())),
+        Err(OfferError::BackPressured | OfferError::NotConnected) => None,
+        Err(e) => Some(Err(LabError::Worker(e.to_string()))),
+    })?
+}
+
+/// Half-round-trip ping-pong over two IPC streams.
+///
+/// # Errors
+/// Set-up failures, or a peer that does not answer within 10 s.
+pub fn pingpong(o: &IpcOptions) -> Result<LatencyRow, LabError> {
+    if o.size < 8 {
+        return Err(LabError::Usage(
+            "ping-pong needs --size of at least 8".into(),
+        ));
+    }
+    let ctx = Context::new(&o.dir)?;
+    let channel = crate::run_tag();
+    let mut ping = ctx.publisher(&channel, PING_STREAM, &log_config(o.capacity))?;
+    let worker = WorkerProcess::spawn(&[
+        "ipc-pong".into(),
+        o.dir.display().to_string(),
+        channel.clone(),
+        o.cpus.remote.to_string(),
+        o.capacity.to_string(),
+    ])?;
+    let mut pong = subscribe_when_ready(&ctx, &channel, PONG_STREAM)?;
+    pin_current_thread(o.cpus.local)?;
+    let mut msg = vec![0u8; o.size];
+    let mut h = histogram();
+    for i in 0..o.warmup + o.count {
+        msg[..8].copy_from_slice(&i.to_le_bytes());
+        let t0 = Instant::now();
+        offer_spin(&mut ping, &msg)?;
+        // A poll may return only a PAD frame (end of ring): wait for a message.
+        let mut echoed: Option<bool> = None;
+        spin_until(TIMEOUT, "ipc pong", || {
+            let polled = pong.poll(
+                |e| match e {
+                    Event::Message(m) => echoed = Some(m.payload[..8] == i.to_le_bytes()),
+                    Event::Lost { .. } => echoed = Some(false),
+                },
+                1,
+            );
+            match polled {
+                Err(e) => Some(Err(LabError::Worker(e.to_string()))),
+                Ok(_) => echoed.map(|_| Ok(())),
+            }
+        })??;
+        let rtt = t0.elapsed().as_nanos() as u64;
+        if echoed != Some(true) {
+            return Err(LabError::Worker("pong echoed the wrong message".into()));
+        }
+        if i >= o.warmup {
+            h.saturating_record(rtt / 2);
+        }
+    }
+    offer_spin(&mut ping, b"x")?; // one byte: stop
+    worker.finish(TIMEOUT)?;
+    let mut row = LatencyRow::from_histogram("pingpong", "ipc", o.size, &h);
+    row.cpus = format!("{},{}", o.cpus.local, o.cpus.remote);
+    Ok(row)
+}
+
+/// One-way streaming: this process publishes `size`-byte messages carrying a
+/// sequence number as fast as the subscriber allows, for `duration`; the
+/// subscriber process checks every sequence number.
+///
+/// # Errors
+/// Set-up failures or a stalled subscriber.
+pub fn throughput(o: &IpcOptions) -> Result<ThroughputRow, LabError> {
+    if o.size < 8 {
+        return Err(LabError::Usage(
+            "throughput needs --size of at least 8".into(),
+        ));
+    }
+    let ctx = Context::new(&o.dir)?;
+    let channel = crate::run_tag();
+    let mut publisher = ctx.publisher(&channel, PING_STREAM, &log_config(o.capacity))?;
+    let worker = WorkerProcess::spawn(&[
+        "ipc-sink".into(),
+        o.dir.display().to_string(),
+        channel.clone(),
+        o.cpus.remote.to_string(),
+    ])?;
+    pin_current_thread(o.cpus.local)?;
+    // Wait until the subscriber is attached, without sending anything.
+    spin_until(TIMEOUT, "subscriber attached", || {
+        publisher.is_connected().then_some(())
+    })?;
+    let mut msg = vec![0u8; o.size];
+    let mut seq = 0u64;
+    let start = Instant::now();
+    let mut last_progress = Instant::now();
+    while start.elapsed() < o.duration {
+        for _ in 0..1024 {
+            msg[..8].copy_from_slice(&seq.to_le_bytes());
+            match publisher.offer(&msg) {
+                Ok(_) => seq += 1,
+                Err(OfferError::BackPressured) => std::hint::spin_loop(),
+                Err(e) => return Err(LabError::Worker(e.to_string())),
+            }
+        }
+        if seq > 0 {
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() > TIMEOUT {
+            return Err(LabError::Timeout("subscriber makes no progress".into()));
+        }
+    }
+    drop(publisher); // closes the stream: the sink drains and reports
+    let line = worker.finish(TIMEOUT)?;
+    let mut row: ThroughputRow = serde_json::from_str(&line)
+        .map_err(|e| LabError::Worker(format!("bad sink output {line:?}: {e}")))?;
+    row.mode = "throughput".into();
+    row.transport = "ipc".into();
+    row.size = o.size;
+    row.bytes_per_s = (row.msgs_per_s * o.size as f64).round();
+    row.cpus = format!("{},{}", o.cpus.local, o.cpus.remote);
+    row.lost += seq.saturating_sub(row.count + row.lost);
+    Ok(row)
+}

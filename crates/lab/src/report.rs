@@ -1,0 +1,248 @@
+//! Statistics, the papers' table, and JSON rows.
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// A latency histogram in nanoseconds (1 ns to 1 hour, 3 significant digits).
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
+        .unwrap_or_else(|_| Histogram::new(3).expect("hdr"))
+}
+
+/// One row of results: a latency distribution plus context.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct LatencyRow {
+    /// `pingpong`, `floor`, ...
+    pub mode: String,
+    /// `ipc`, `shm`, ...
+    pub transport: String,
+    /// For floor rows: `cacheline` or `raw_ring`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<String>,
+    /// Message size in bytes.
+    pub size: usize,
+    /// Samples recorded.
+    pub count: u64,
+    /// Minimum.
+    pub min_ns: u64,
+    /// Median.
+    pub p50_ns: u64,
+    /// Mean.
+    pub mean_ns: f64,
+    /// 90th percentile.
+    pub p90_ns: u64,
+    /// 99th percentile.
+    pub p99_ns: u64,
+    /// 99.9th percentile.
+    pub p999_ns: u64,
+    /// 99.99th percentile.
+    pub p9999_ns: u64,
+    /// Maximum.
+    pub max_ns: u64,
+    /// Standard deviation.
+    pub std_ns: f64,
+    /// How latency was taken.
+    pub clock: String,
+    /// CPUs used (local, remote).
+    pub cpus: String,
+    /// The floor's median from the same run (raw ring), if measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor_p50_ns: Option<u64>,
+    /// The floor's p99.9 from the same run, if measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor_p999_ns: Option<u64>,
+    /// p50 / floor p50.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_p50: Option<f64>,
+    /// p99.9 / floor p99.9.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_p999: Option<f64>,
+}
+
+impl LatencyRow {
+    /// Fills the statistics from a histogram.
+    pub fn from_histogram(mode: &str, transport: &str, size: usize, h: &Histogram<u64>) -> Self {
+        Self {
+            mode: mode.into(),
+            transport: transport.into(),
+            size,
+            count: h.len(),
+            min_ns: h.min(),
+            p50_ns: h.value_at_quantile(0.5),
+            mean_ns: round1(h.mean()),
+            p90_ns: h.value_at_quantile(0.9),
+            p99_ns: h.value_at_quantile(0.99),
+            p999_ns: h.value_at_quantile(0.999),
+            p9999_ns: h.value_at_quantile(0.9999),
+            max_ns: h.max(),
+            std_ns: round1(h.stdev()),
+            clock: "CLOCK_MONOTONIC (vDSO), half round trip".into(),
+            ..Self::default()
+        }
+    }
+
+    /// Records the floor (same run) and the ratios to it.
+    pub fn with_floor(mut self, floor: &LatencyRow) -> Self {
+        self.floor_p50_ns = Some(floor.p50_ns);
+        self.floor_p999_ns = Some(floor.p999_ns);
+        self.ratio_p50 = Some(ratio(self.p50_ns, floor.p50_ns));
+        self.ratio_p999 = Some(ratio(self.p999_ns, floor.p999_ns));
+        self
+    }
+}
+
+/// Throughput results.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct ThroughputRow {
+    /// `throughput` or `floor`.
+    pub mode: String,
+    /// `ipc`, `shm`.
+    pub transport: String,
+    /// For floor rows: `raw_ring_throughput`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<String>,
+    /// Message size.
+    pub size: usize,
+    /// Messages received.
+    pub count: u64,
+    /// Seconds from first to last message at the receiver.
+    pub duration_s: f64,
+    /// Messages per second.
+    pub msgs_per_s: f64,
+    /// Payload bytes per second.
+    pub bytes_per_s: f64,
+    /// Messages missing at the receiver (sequence gaps).
+    pub lost: u64,
+    /// CPUs used (publisher, subscriber).
+    pub cpus: String,
+    /// The raw ring's rate in the same run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor_msgs_per_s: Option<f64>,
+    /// msgs_per_s / floor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+/// `a / b` rounded to 3 decimals (0 when b is 0).
+pub fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        (a as f64 / b as f64 * 1000.0).round() / 1000.0
+    }
+}
+
+/// The papers' table: Min, Median, Mean, 99th, 99.9th, Max, STD (plus p90
+/// and p99.99), in nanoseconds, one line per row.
+pub fn table(rows: &[LatencyRow]) -> String {
+    let mut s = format!(
+        "{:<10} {:<9} {:<10} {:>6} {:>9} {:>8} {:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8}\n",
+        "mode",
+        "transport",
+        "probe",
+        "size",
+        "count",
+        "Min",
+        "Median",
+        "Mean",
+        "90th",
+        "99th",
+        "99.9th",
+        "99.99th",
+        "Max",
+        "STD"
+    );
+    for r in rows {
+        s.push_str(&format!(
+            "{:<10} {:<9} {:<10} {:>6} {:>9} {:>8} {:>8} {:>9.1} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8.1}\n",
+            r.mode,
+            r.transport,
+            r.probe.as_deref().unwrap_or("-"),
+            r.size,
+            r.count,
+            r.min_ns,
+            r.p50_ns,
+            r.mean_ns,
+            r.p90_ns,
+            r.p99_ns,
+            r.p999_ns,
+            r.p9999_ns,
+            r.max_ns,
+            r.std_ns
+        ));
+    }
+    s.push_str("(nanoseconds, half round trip)\n");
+    for r in rows {
+        if let (Some(a), Some(b)) = (r.ratio_p50, r.ratio_p999) {
+            s.push_str(&format!(
+                "{} {}: median {:.2}x the raw-ring floor ({} ns), p99.9 {:.2}x ({} ns), same run\n",
+                r.mode,
+                r.transport,
+                a,
+                r.floor_p50_ns.unwrap_or(0),
+                b,
+                r.floor_p999_ns.unwrap_or(0)
+            ));
+        }
+    }
+    s
+}
+
+/// Measures the cost of one `Instant::now()` in nanoseconds.
+pub fn clock_cost_ns() -> f64 {
+    let n = 200_000u32;
+    let t = std::time::Instant::now();
+    let mut x = t;
+    for _ in 0..n {
+        x = std::hint::black_box(std::time::Instant::now());
+    }
+    let _ = x;
+    t.elapsed().as_nanos() as f64 / f64::from(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statistics_of_a_known_uniform_distribution() {
+        let mut h = histogram();
+        for v in 1..=10_000u64 {
+            h.record(v).unwrap();
+        }
+        let r = LatencyRow::from_histogram("t", "x", 64, &h);
+        assert_eq!(r.count, 10_000);
+        assert_eq!(r.min_ns, 1);
+        assert!((r.p50_ns as i64 - 5000).abs() <= 5, "{}", r.p50_ns);
+        assert!((r.p99_ns as i64 - 9900).abs() <= 10, "{}", r.p99_ns);
+        assert!((r.mean_ns - 5000.5).abs() < 5.0);
+        // Uniform on 1..=n: std = sqrt((n^2 - 1) / 12) ~ 2886.8
+        assert!((r.std_ns - 2886.8).abs() < 10.0, "{}", r.std_ns);
+        assert!(r.min_ns <= r.p50_ns && r.p50_ns <= r.p99_ns && r.p99_ns <= r.max_ns);
+    }
+
+    #[test]
+    fn constant_distribution_has_zero_spread_and_floor_ratio() {
+        let mut h = histogram();
+        for _ in 0..1000 {
+            h.record(250).unwrap();
+        }
+        let r = LatencyRow::from_histogram("t", "x", 64, &h);
+        assert_eq!((r.min_ns, r.p50_ns, r.max_ns), (250, 250, 250));
+        assert_eq!(r.std_ns, 0.0);
+        let floor = LatencyRow {
+            p50_ns: 100,
+            p999_ns: 125,
+            ..LatencyRow::default()
+        };
+        let r = r.with_floor(&floor);
+        assert_eq!((r.ratio_p50, r.ratio_p999), (Some(2.5), Some(2.0)));
+        assert!(table(&[r]).contains("2.50x"));
+    }
+}
