@@ -110,12 +110,7 @@ impl Idle {
     }
     /// Spin 100, yield 10, then park up to 100 ms at a time.
     pub fn park() -> Self {
-        Idle::Park {
-            spins: 100,
-            yields: 10,
-            timeout: Duration::from_millis(100),
-            count: 0,
-        }
+        Idle::Park { spins: 100, yields: 10, timeout: Duration::from_millis(100), count: 0 }
     }
 
     /// Parses `spin`, `yield`, `backoff` or `park`.
@@ -128,9 +123,7 @@ impl Idle {
             "yield" => Ok(Idle::Yield),
             "backoff" => Ok(Idle::backoff()),
             "park" | "block" => Ok(Idle::park()),
-            other => Err(format!(
-                "unknown idle strategy {other:?} (spin, yield, backoff, park)"
-            )),
+            other => Err(format!("unknown idle strategy {other:?} (spin, yield, backoff, park)")),
         }
     }
 
@@ -143,13 +136,7 @@ impl Idle {
         match self {
             Idle::BusySpin => std::hint::spin_loop(),
             Idle::Yield => std::thread::yield_now(),
-            Idle::Backoff {
-                spins,
-                yields,
-                max_sleep,
-                count,
-                sleep,
-            } => {
+            Idle::Backoff { spins, yields, max_sleep, count, sleep } => {
                 *count = count.saturating_add(1);
                 if *count <= *spins {
                     std::hint::spin_loop();
@@ -160,12 +147,7 @@ impl Idle {
                     *sleep = (*sleep * 2).min(*max_sleep);
                 }
             }
-            Idle::Park {
-                spins,
-                yields,
-                timeout,
-                count,
-            } => {
+            Idle::Park { spins, yields, timeout, count } => {
                 *count = count.saturating_add(1);
                 if *count <= *spins {
                     std::hint::spin_loop();
@@ -211,6 +193,12 @@ pub enum AgentError {
 /// # Errors
 /// [`AgentError::Pin`] if the CPU does not exist or the kernel refuses.
 pub fn pin_current_thread(cpu: usize) -> Result<(), AgentError> {
+    // cpu_set_t holds 1024 CPUs; beyond that the affinity crate indexes out
+    // of bounds (a panic that cannot unwind), so refuse first.
+    const CPU_SETSIZE: usize = 1024;
+    if cpu >= CPU_SETSIZE {
+        return Err(AgentError::Pin(cpu));
+    }
     // Not `get_core_ids()`: it lists only the CPUs this thread may use now,
     // and a process spawned by a pinned parent inherits that narrow mask.
     if core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
@@ -237,23 +225,21 @@ impl<A: Agent + 'static> AgentRunner<A> {
         let running = Arc::new(AtomicBool::new(true));
         let flag = Arc::clone(&running);
         let (tx, rx) = std::sync::mpsc::channel();
-        let handle = std::thread::Builder::new()
-            .name(agent.role().to_owned())
-            .spawn(move || {
-                let pinned = cpu.map_or(Ok(()), pin_current_thread);
-                let ok = pinned.is_ok();
-                let _ = tx.send(pinned);
-                if !ok {
-                    return agent;
-                }
-                agent.on_start();
-                while flag.load(Ordering::Relaxed) {
-                    let w = agent.do_work();
-                    idle.idle(w);
-                }
-                agent.on_close();
-                agent
-            })?;
+        let handle = std::thread::Builder::new().name(agent.role().to_owned()).spawn(move || {
+            let pinned = cpu.map_or(Ok(()), pin_current_thread);
+            let ok = pinned.is_ok();
+            let _ = tx.send(pinned);
+            if !ok {
+                return agent;
+            }
+            agent.on_start();
+            while flag.load(Ordering::Relaxed) {
+                let w = agent.do_work();
+                idle.idle(w);
+            }
+            agent.on_close();
+            agent
+        })?;
         match rx.recv() {
             Ok(Ok(())) => Ok(Self { running, handle }),
             Ok(Err(e)) => {
@@ -290,12 +276,7 @@ mod tests {
 
     #[test]
     fn park_strategy_parks_only_after_spins_and_yields_and_resets_on_work() {
-        let mut idle = Idle::Park {
-            spins: 3,
-            yields: 2,
-            timeout: Duration::from_millis(1),
-            count: 0,
-        };
+        let mut idle = Idle::Park { spins: 3, yields: 2, timeout: Duration::from_millis(1), count: 0 };
         let mut p = Counting(0);
         for _ in 0..5 {
             idle.idle_with(0, &mut p);
@@ -317,6 +298,7 @@ mod tests {
     #[test]
     fn pinning_to_a_missing_cpu_fails() {
         assert!(pin_current_thread(10_000).is_err());
+        assert!(pin_current_thread(1000).is_err(), "below CPU_SETSIZE but absent");
         assert!(pin_current_thread(0).is_ok());
     }
 }

@@ -44,10 +44,7 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Self {
-            dir: PathBuf::from(tickwire_shm::DEFAULT_DIR),
-            log: LogConfig::default(),
-        }
+        Self { dir: PathBuf::from(tickwire_shm::DEFAULT_DIR), log: LogConfig::default() }
     }
 }
 
@@ -64,7 +61,8 @@ pub fn load(path: Option<&Path>) -> Result<Settings, String> {
         s.dir = d;
     }
     if let Some(v) = f.log.capacity {
-        s.log.capacity = parse_size(&v)?;
+        // Derived defaults (mtu, max_message) shrink to fit a small ring.
+        s.log = LogConfig::with_capacity(parse_size(&v)?);
     }
     if let Some(v) = f.log.mtu {
         s.log.mtu = parse_size(&v)?;
@@ -78,9 +76,7 @@ pub fn load(path: Option<&Path>) -> Result<Settings, String> {
     if let Some(v) = f.log.unblock_timeout {
         s.log.unblock_timeout = parse_duration(&v)?;
     }
-    s.log
-        .validate()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    s.log.validate().map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(s)
 }
 
@@ -93,7 +89,8 @@ mod tests {
         let d = std::env::temp_dir().join(format!("twcfg-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         let p = d.join("t.toml");
-        std::fs::write(&p, "dir = \"/tmp/x\"\n[log]\ncapacity = \"1MiB\"\nmtu = \"4k\"\nunblock_timeout = \"250ms\"\n").unwrap();
+        std::fs::write(&p, "dir = \"/tmp/x\"\n[log]\ncapacity = \"1MiB\"\nmtu = \"4k\"\nunblock_timeout = \"250ms\"\n")
+            .unwrap();
         let s = load(Some(&p)).unwrap();
         assert_eq!((s.log.capacity, s.log.mtu), (1 << 20, 4096));
         assert_eq!(s.log.unblock_timeout, std::time::Duration::from_millis(250));

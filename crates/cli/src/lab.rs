@@ -100,15 +100,8 @@ pub struct ThroughputArgs {
 
 fn parse_cpus(s: &str) -> Result<Cpus, String> {
     let (a, b) = s.split_once(',').ok_or("expected two CPUs, e.g. 0,1")?;
-    let p = |x: &str| {
-        x.trim()
-            .parse::<usize>()
-            .map_err(|_| format!("bad CPU {x:?}"))
-    };
-    Ok(Cpus {
-        local: p(a)?,
-        remote: p(b)?,
-    })
+    let p = |x: &str| x.trim().parse::<usize>().map_err(|_| format!("bad CPU {x:?}"));
+    Ok(Cpus { local: p(a)?, remote: p(b)? })
 }
 
 fn need_ipc(t: &str) -> Result<(), String> {
@@ -145,7 +138,12 @@ fn print_throughput(rows: &[ThroughputRow], json: bool) {
                 r.count,
                 r.duration_s,
                 r.lost,
-                r.ratio.map(|x| format!(", {x:.2}x the raw ring ({:.0} msg/s, same run)", r.floor_msgs_per_s.unwrap_or(0.0))).unwrap_or_default()
+                r.ratio
+                    .map(|x| format!(
+                        ", {x:.2}x the raw ring ({:.0} msg/s, same run)",
+                        r.floor_msgs_per_s.unwrap_or(0.0)
+                    ))
+                    .unwrap_or_default()
             );
         }
     }

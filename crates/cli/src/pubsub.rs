@@ -90,9 +90,7 @@ pub fn publish(s: &Settings, a: &PubArgs) -> Result<(), String> {
         cfg.mtu = m;
     }
     let ctx = Context::new(&s.dir).map_err(|e| e.to_string())?;
-    let mut p = ctx
-        .publisher(&a.channel, a.stream, &cfg)
-        .map_err(|e| e.to_string())?;
+    let mut p = ctx.publisher(&a.channel, a.stream, &cfg).map_err(|e| e.to_string())?;
     eprintln!(
         "publishing on {} stream {} (session {:#x}) in {}",
         a.channel,
@@ -136,11 +134,7 @@ pub fn publish(s: &Settings, a: &PubArgs) -> Result<(), String> {
             return Err("--size must be at least 8 (a sequence number leads each message)".into());
         }
         let limit = a.count.unwrap_or(u64::MAX);
-        let duration = a.duration.unwrap_or(if a.count.is_some() {
-            Duration::MAX
-        } else {
-            Duration::from_secs(5)
-        });
+        let duration = a.duration.unwrap_or(if a.count.is_some() { Duration::MAX } else { Duration::from_secs(5) });
         let interval = a.rate.map(|r| Duration::from_secs_f64(1.0 / r as f64));
         let mut msg = vec![0u8; a.size];
         let begin = Instant::now();
@@ -161,10 +155,7 @@ pub fn publish(s: &Settings, a: &PubArgs) -> Result<(), String> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    eprintln!(
-        "published {sent} messages in {secs:.3} s ({:.0} msg/s)",
-        sent as f64 / secs
-    );
+    eprintln!("published {sent} messages in {secs:.3} s ({:.0} msg/s)", sent as f64 / secs);
     Ok(())
 }
 
@@ -176,17 +167,12 @@ impl Parker for SubParker<'_> {
 }
 
 fn attach(ctx: &Context, a: &SubArgs) -> Result<Subscriber, String> {
-    let opts = SubscriberOptions {
-        mode: if a.lossy { Mode::Lossy } else { Mode::Tethered },
-        ..Default::default()
-    };
+    let opts = SubscriberOptions { mode: if a.lossy { Mode::Lossy } else { Mode::Tethered }, ..Default::default() };
     let start = Instant::now();
     loop {
         match ctx.subscriber(&a.channel, a.stream, opts) {
             Ok(s) => return Ok(s),
-            Err(ShmError::NoPublisher { .. } | ShmError::Stale { .. })
-                if start.elapsed() < a.wait =>
-            {
+            Err(ShmError::NoPublisher { .. } | ShmError::Stale { .. }) if start.elapsed() < a.wait => {
                 std::thread::sleep(Duration::from_millis(2));
             }
             Err(e) => return Err(e.to_string()),
@@ -197,12 +183,7 @@ fn attach(ctx: &Context, a: &SubArgs) -> Result<Subscriber, String> {
 pub fn subscribe(s: &Settings, a: &SubArgs) -> Result<(), String> {
     let ctx = Context::new(&s.dir).map_err(|e| e.to_string())?;
     let mut sub = attach(&ctx, a)?;
-    eprintln!(
-        "subscribed to {} stream {} at position {}",
-        a.channel,
-        a.stream,
-        sub.position()
-    );
+    eprintln!("subscribed to {} stream {} at position {}", a.channel, a.stream, sub.position());
     let (mut msgs, mut bytes, mut lost_notices, mut lost_bytes, mut gaps, mut expect) =
         (0u64, 0u64, 0u64, 0u64, 0u64, None::<u64>);
     let limit = a.count.unwrap_or(u64::MAX);
@@ -221,8 +202,7 @@ pub fn subscribe(s: &Settings, a: &SubArgs) -> Result<(), String> {
                         msgs += 1;
                         bytes += m.payload.len() as u64;
                         if a.verify && m.payload.len() >= 8 {
-                            let seq =
-                                u64::from_le_bytes(m.payload[..8].try_into().unwrap_or([0; 8]));
+                            let seq = u64::from_le_bytes(m.payload[..8].try_into().unwrap_or([0; 8]));
                             if let Some(x) = expect {
                                 gaps += seq.saturating_sub(x);
                             }

@@ -41,10 +41,7 @@ fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
     let mut out = String::new();
     let mut rows = Vec::new();
     for path in &entries {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         if name.ends_with(".log") {
             match status(path) {
                 Ok(st) => {
@@ -77,24 +74,11 @@ fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
             match CountersReader::open(path) {
                 Ok(r) => {
                     let alive = r.owner.is_alive();
-                    out.push_str(&format!(
-                        "process {} ({})\n",
-                        r.owner.pid,
-                        if alive { "alive" } else { "DEAD" }
-                    ));
+                    out.push_str(&format!("process {} ({})\n", r.owner.pid, if alive { "alive" } else { "DEAD" }));
                     for set in r.sets() {
-                        let side = if set.kind == Kind::Publisher {
-                            "pub"
-                        } else {
-                            "sub"
-                        };
-                        let vals: Vec<String> = set
-                            .kind
-                            .names()
-                            .iter()
-                            .zip(set.values)
-                            .map(|(n, v)| format!("{n}={v}"))
-                            .collect();
+                        let side = if set.kind == Kind::Publisher { "pub" } else { "sub" };
+                        let vals: Vec<String> =
+                            set.kind.names().iter().zip(set.values).map(|(n, v)| format!("{n}={v}")).collect();
                         out.push_str(&format!(
                             "  {side} {}-{} session {:#x}: {}\n",
                             set.label,
@@ -102,15 +86,12 @@ fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
                             set.session_id,
                             vals.join(" ")
                         ));
-                        let map: serde_json::Map<String, serde_json::Value> = set
-                            .kind
-                            .names()
-                            .iter()
-                            .zip(set.values)
-                            .map(|(n, v)| ((*n).to_owned(), v.into()))
-                            .collect();
-                        rows.push(serde_json::json!({"pid": r.owner.pid, "alive": alive, "side": side, "channel": set.label,
-                            "stream": set.stream_id, "session": set.session_id, "counters": map}));
+                        let map: serde_json::Map<String, serde_json::Value> =
+                            set.kind.names().iter().zip(set.values).map(|(n, v)| ((*n).to_owned(), v.into())).collect();
+                        rows.push(
+                            serde_json::json!({"pid": r.owner.pid, "alive": alive, "side": side, "channel": set.label,
+                            "stream": set.stream_id, "session": set.session_id, "counters": map}),
+                        );
                     }
                 }
                 Err(e) => out.push_str(&format!("{name}: {e}\n")),
@@ -129,12 +110,7 @@ fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
 pub fn clean(s: &Settings) -> Result<(), String> {
     let reports = tickwire_shm::clean(&s.dir).map_err(|e| e.to_string())?;
     for r in &reports {
-        println!(
-            "{} {}: {}",
-            if r.removed { "removed" } else { "kept" },
-            r.path.display(),
-            r.reason
-        );
+        println!("{} {}: {}", if r.removed { "removed" } else { "kept" }, r.path.display(), r.reason);
     }
     if reports.is_empty() {
         println!("nothing to clean in {}", s.dir.display());

@@ -12,22 +12,15 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: usize = num
-        .parse()
-        .map_err(|_| format!("bad size {s:?}: expected e.g. 64, 64k, 16MiB"))?;
+    let n: usize = num.parse().map_err(|_| format!("bad size {s:?}: expected e.g. 64, 64k, 16MiB"))?;
     let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
-        _ => {
-            return Err(format!(
-                "bad size unit in {s:?}: use k, M, G (KiB, MiB, GiB)"
-            ))
-        }
+        _ => return Err(format!("bad size unit in {s:?}: use k, M, G (KiB, MiB, GiB)")),
     };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("size {s:?} overflows"))
+    n.checked_mul(mult).ok_or_else(|| format!("size {s:?} overflows"))
 }
 
 /// Parses a rate in messages per second: `100k` = 100,000; `1M` = 1,000,000.
@@ -36,13 +29,9 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 /// A message naming the bad input.
 pub fn parse_rate(s: &str) -> Result<u64, String> {
     let t = s.trim().trim_end_matches("/s");
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("bad rate {s:?}: expected e.g. 100k, 1M"))?;
+    let n: f64 = num.parse().map_err(|_| format!("bad rate {s:?}: expected e.g. 100k, 1M"))?;
     let mult = match unit {
         "" => 1e0,
         "k" | "K" => 1e3,
@@ -51,7 +40,7 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
         _ => return Err(format!("bad rate unit in {s:?}: use k, M, G")),
     };
     let v = n * mult;
-    if !v.is_finite() || v < 1.0 || v > 1e12 {
+    if !v.is_finite() || !(1.0..=1e12).contains(&v) {
         return Err(format!("rate {s:?} out of range"));
     }
     Ok(v.round() as u64)
@@ -62,8 +51,7 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
 /// # Errors
 /// A message naming the bad input.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("bad duration {s:?}: {e} (e.g. 100us, 5s)"))
+    humantime::parse_duration(s.trim()).map_err(|e| format!("bad duration {s:?}: {e} (e.g. 100us, 5s)"))
 }
 
 #[cfg(test)]

@@ -41,20 +41,14 @@ pub fn cacheline(o: &FloorOptions) -> Result<LatencyRow, LabError> {
     std::fs::create_dir_all(&o.dir)?;
     let path = o.dir.join(format!("{}.cl", crate::run_tag()));
     let lines = CacheLines::create(&path)?;
-    let worker = WorkerProcess::spawn(&[
-        "cacheline".into(),
-        path.display().to_string(),
-        o.cpus.remote.to_string(),
-    ])?;
+    let worker = WorkerProcess::spawn(&["cacheline".into(), path.display().to_string(), o.cpus.remote.to_string()])?;
     pin_current_thread(o.cpus.local)?;
     let mut h = histogram();
     let (ping, pong) = (lines.line(0), lines.line(1));
     for i in 1..=o.warmup + o.count {
         let t0 = Instant::now();
         ping.store(i, Ordering::Release);
-        spin_until(REPLY_TIMEOUT, "cache-line pong", || {
-            (pong.load(Ordering::Acquire) == i).then_some(())
-        })?;
+        spin_until(REPLY_TIMEOUT, "cache-line pong", || (pong.load(Ordering::Acquire) == i).then_some(()))?;
         let rtt = t0.elapsed().as_nanos() as u64;
         if i > o.warmup {
             h.saturating_record(rtt / 2);
@@ -76,10 +70,7 @@ pub fn cacheline(o: &FloorOptions) -> Result<LatencyRow, LabError> {
 pub fn raw_ring(o: &FloorOptions) -> Result<LatencyRow, LabError> {
     std::fs::create_dir_all(&o.dir)?;
     let tag = crate::run_tag();
-    let (pa, pb) = (
-        o.dir.join(format!("{tag}.ping")),
-        o.dir.join(format!("{tag}.pong")),
-    );
+    let (pa, pb) = (o.dir.join(format!("{tag}.ping")), o.dir.join(format!("{tag}.pong")));
     let slot = o.size.max(8).div_ceil(64) * 64;
     let mut ping = RawRing::create(&pa, 1024, slot)?;
     let _pong_file = RawRing::create(&pb, 1024, slot)?;
@@ -96,14 +87,9 @@ pub fn raw_ring(o: &FloorOptions) -> Result<LatencyRow, LabError> {
     for i in 0..o.warmup + o.count {
         msg[..8].copy_from_slice(&i.to_le_bytes());
         let t0 = Instant::now();
-        spin_until(REPLY_TIMEOUT, "ring push", || {
-            ping.try_push(&msg).then_some(())
-        })?;
+        spin_until(REPLY_TIMEOUT, "ring push", || ping.try_push(&msg).then_some(()))?;
         let mut ok = false;
-        spin_until(REPLY_TIMEOUT, "ring pong", || {
-            pong.try_pop(|b| ok = b[..8] == i.to_le_bytes())
-                .then_some(())
-        })?;
+        spin_until(REPLY_TIMEOUT, "ring pong", || pong.try_pop(|b| ok = b[..8] == i.to_le_bytes()).then_some(()))?;
         let rtt = t0.elapsed().as_nanos() as u64;
         if !ok {
             return Err(LabError::Worker("raw ring echoed the wrong message".into()));
@@ -113,9 +99,7 @@ pub fn raw_ring(o: &FloorOptions) -> Result<LatencyRow, LabError> {
         }
     }
     msg[..8].copy_from_slice(&STOP.to_le_bytes());
-    spin_until(REPLY_TIMEOUT, "ring stop", || {
-        ping.try_push(&msg).then_some(())
-    })?;
+    spin_until(REPLY_TIMEOUT, "ring stop", || ping.try_push(&msg).then_some(()))?;
     worker.finish(REPLY_TIMEOUT)?;
     let _ = (std::fs::remove_file(&pa), std::fs::remove_file(&pb));
     let mut row = LatencyRow::from_histogram("floor", "shm", o.size, &h);
@@ -135,11 +119,7 @@ pub fn raw_ring_throughput(o: &FloorOptions) -> Result<ThroughputRow, LabError> 
     std::fs::create_dir_all(&o.dir)?;
     let path = o.dir.join(format!("{}.stream", crate::run_tag()));
     let mut ring = RawRing::create(&path, 4096, 64)?;
-    let worker = WorkerProcess::spawn(&[
-        "ring-sink".into(),
-        path.display().to_string(),
-        o.cpus.remote.to_string(),
-    ])?;
+    let worker = WorkerProcess::spawn(&["ring-sink".into(), path.display().to_string(), o.cpus.remote.to_string()])?;
     pin_current_thread(o.cpus.local)?;
     let start = Instant::now();
     let mut seq = 0u64;
@@ -159,13 +139,11 @@ pub fn raw_ring_throughput(o: &FloorOptions) -> Result<ThroughputRow, LabError> 
             break 'outer;
         }
     }
-    spin_until(REPLY_TIMEOUT, "ring stop", || {
-        ring.try_push(&STOP.to_le_bytes()).then_some(())
-    })?;
+    spin_until(REPLY_TIMEOUT, "ring stop", || ring.try_push(&STOP.to_le_bytes()).then_some(()))?;
     let line = worker.finish(REPLY_TIMEOUT + o.duration)?;
     let _ = std::fs::remove_file(&path);
-    let mut row: ThroughputRow = serde_json::from_str(&line)
-        .map_err(|e| LabError::Worker(format!("bad sink output {line:?}: {e}")))?;
+    let mut row: ThroughputRow =
+        serde_json::from_str(&line).map_err(|e| LabError::Worker(format!("bad sink output {line:?}: {e}")))?;
     row.mode = "floor".into();
     row.transport = "shm".into();
     row.probe = Some("raw_ring_throughput".into());

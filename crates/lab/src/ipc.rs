@@ -6,9 +6,7 @@ use crate::{spin_until, Cpus, LabError, WorkerProcess};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
-use tickwire_shm::{
-    Context, Event, LogConfig, OfferError, ShmError, Subscriber, SubscriberOptions,
-};
+use tickwire_shm::{Context, Event, LogConfig, OfferError, ShmError, Subscriber, SubscriberOptions};
 
 /// Parameters for IPC runs.
 #[derive(Debug, Clone)]
@@ -38,11 +36,7 @@ pub(crate) fn log_config(capacity: usize) -> LogConfig {
 }
 
 /// Attaches to a stream, waiting (bounded) for its publisher to appear.
-pub(crate) fn subscribe_when_ready(
-    ctx: &Context,
-    channel: &str,
-    stream: u32,
-) -> Result<Subscriber, LabError> {
+pub(crate) fn subscribe_when_ready(ctx: &Context, channel: &str, stream: u32) -> Result<Subscriber, LabError> {
     let start = Instant::now();
     loop {
         match ctx.subscriber(channel, stream, SubscriberOptions::default()) {
@@ -72,9 +66,7 @@ pub(crate) fn offer_spin(p: &mut tickwire_shm::Publisher, msg: &[u8]) -> Result<
 /// Set-up failures, or a peer that does not answer within 10 s.
 pub fn pingpong(o: &IpcOptions) -> Result<LatencyRow, LabError> {
     if o.size < 8 {
-        return Err(LabError::Usage(
-            "ping-pong needs --size of at least 8".into(),
-        ));
+        return Err(LabError::Usage("ping-pong needs --size of at least 8".into()));
     }
     let ctx = Context::new(&o.dir)?;
     let channel = crate::run_tag();
@@ -132,9 +124,7 @@ pub fn pingpong(o: &IpcOptions) -> Result<LatencyRow, LabError> {
 /// Set-up failures or a stalled subscriber.
 pub fn throughput(o: &IpcOptions) -> Result<ThroughputRow, LabError> {
     if o.size < 8 {
-        return Err(LabError::Usage(
-            "throughput needs --size of at least 8".into(),
-        ));
+        return Err(LabError::Usage("throughput needs --size of at least 8".into()));
     }
     let ctx = Context::new(&o.dir)?;
     let channel = crate::run_tag();
@@ -147,9 +137,7 @@ pub fn throughput(o: &IpcOptions) -> Result<ThroughputRow, LabError> {
     ])?;
     pin_current_thread(o.cpus.local)?;
     // Wait until the subscriber is attached, without sending anything.
-    spin_until(TIMEOUT, "subscriber attached", || {
-        publisher.is_connected().then_some(())
-    })?;
+    spin_until(TIMEOUT, "subscriber attached", || publisher.is_connected().then_some(()))?;
     let mut msg = vec![0u8; o.size];
     let mut seq = 0u64;
     let start = Instant::now();
@@ -171,8 +159,8 @@ pub fn throughput(o: &IpcOptions) -> Result<ThroughputRow, LabError> {
     }
     drop(publisher); // closes the stream: the sink drains and reports
     let line = worker.finish(TIMEOUT)?;
-    let mut row: ThroughputRow = serde_json::from_str(&line)
-        .map_err(|e| LabError::Worker(format!("bad sink output {line:?}: {e}")))?;
+    let mut row: ThroughputRow =
+        serde_json::from_str(&line).map_err(|e| LabError::Worker(format!("bad sink output {line:?}: {e}")))?;
     row.mode = "throughput".into();
     row.transport = "ipc".into();
     row.size = o.size;

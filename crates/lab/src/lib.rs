@@ -57,10 +57,7 @@ pub struct Cpus {
 
 impl Default for Cpus {
     fn default() -> Self {
-        Self {
-            local: 0,
-            remote: 1,
-        }
+        Self { local: 0, remote: 1 }
     }
 }
 
@@ -76,9 +73,8 @@ impl WorkerProcess {
     /// # Errors
     /// If the executable cannot be spawned.
     pub fn spawn(args: &[String]) -> Result<Self, LabError> {
-        let exe = std::env::var_os("TICKWIRE_EXE")
-            .map(std::path::PathBuf::from)
-            .map_or_else(std::env::current_exe, Ok)?;
+        let exe =
+            std::env::var_os("TICKWIRE_EXE").map(std::path::PathBuf::from).map_or_else(std::env::current_exe, Ok)?;
         let child = Command::new(exe)
             .arg("lab")
             .arg("worker")
@@ -132,11 +128,7 @@ impl Drop for WorkerProcess {
 /// # Errors
 /// [`LabError::Timeout`] naming `what`.
 #[inline]
-pub fn spin_until<T>(
-    timeout: Duration,
-    what: &str,
-    mut f: impl FnMut() -> Option<T>,
-) -> Result<T, LabError> {
+pub fn spin_until<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> Result<T, LabError> {
     let mut n = 0u32;
     let mut start: Option<Instant> = None;
     loop {
@@ -157,9 +149,5 @@ pub fn spin_until<T>(
 
 /// A unique scratch name for one run's files.
 pub fn run_tag() -> String {
-    format!(
-        "lab{}x{}",
-        std::process::id(),
-        tickwire_shm::sys::monotonic_ns() % 1_000_000
-    )
+    format!("lab{}x{}", std::process::id(), tickwire_shm::sys::monotonic_ns() % 1_000_000)
 }

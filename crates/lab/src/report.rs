@@ -5,8 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// A latency histogram in nanoseconds (1 ns to 1 hour, 3 significant digits).
 pub fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
-        .unwrap_or_else(|_| Histogram::new(3).expect("hdr"))
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).unwrap_or_else(|_| Histogram::new(3).expect("hdr"))
 }
 
 /// One row of results: a latency distribution plus context.
@@ -236,11 +235,7 @@ mod tests {
         let r = LatencyRow::from_histogram("t", "x", 64, &h);
         assert_eq!((r.min_ns, r.p50_ns, r.max_ns), (250, 250, 250));
         assert_eq!(r.std_ns, 0.0);
-        let floor = LatencyRow {
-            p50_ns: 100,
-            p999_ns: 125,
-            ..LatencyRow::default()
-        };
+        let floor = LatencyRow { p50_ns: 100, p999_ns: 125, ..LatencyRow::default() };
         let r = r.with_floor(&floor);
         assert_eq!((r.ratio_p50, r.ratio_p999), (Some(2.5), Some(2.0)));
         assert!(table(&[r]).contains("2.50x"));

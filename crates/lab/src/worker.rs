@@ -14,15 +14,11 @@ use tickwire_shm::{Context, Event};
 const IDLE_LIMIT: Duration = Duration::from_secs(30);
 
 fn arg<'a>(args: &'a [String], i: usize, what: &str) -> Result<&'a str, LabError> {
-    args.get(i)
-        .map(String::as_str)
-        .ok_or_else(|| LabError::Usage(format!("worker: missing {what}")))
+    args.get(i).map(String::as_str).ok_or_else(|| LabError::Usage(format!("worker: missing {what}")))
 }
 
 fn num<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> Result<T, LabError> {
-    arg(args, i, what)?
-        .parse()
-        .map_err(|_| LabError::Usage(format!("worker: bad {what}")))
+    arg(args, i, what)?.parse().map_err(|_| LabError::Usage(format!("worker: bad {what}")))
 }
 
 /// Runs a worker role; returns the line to print.
@@ -32,11 +28,9 @@ fn num<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> Result<T,
 pub fn run(args: &[String]) -> Result<String, LabError> {
     match arg(args, 0, "role")? {
         "cacheline" => cacheline(Path::new(arg(args, 1, "path")?), num(args, 2, "cpu")?),
-        "ring-pong" => ring_pong(
-            Path::new(arg(args, 1, "ping")?),
-            Path::new(arg(args, 2, "pong")?),
-            num(args, 3, "cpu")?,
-        ),
+        "ring-pong" => {
+            ring_pong(Path::new(arg(args, 1, "ping")?), Path::new(arg(args, 2, "pong")?), num(args, 3, "cpu")?)
+        }
         "ring-sink" => ring_sink(Path::new(arg(args, 1, "path")?), num(args, 2, "cpu")?),
         "ipc-pong" => ipc_pong(
             Path::new(arg(args, 1, "dir")?),
@@ -44,11 +38,7 @@ pub fn run(args: &[String]) -> Result<String, LabError> {
             num(args, 3, "cpu")?,
             num(args, 4, "capacity")?,
         ),
-        "ipc-sink" => ipc_sink(
-            Path::new(arg(args, 1, "dir")?),
-            arg(args, 2, "channel")?,
-            num(args, 3, "cpu")?,
-        ),
+        "ipc-sink" => ipc_sink(Path::new(arg(args, 1, "dir")?), arg(args, 2, "channel")?, num(args, 3, "cpu")?),
         other => Err(LabError::Usage(format!("worker: unknown role {other}"))),
     }
 }
@@ -77,15 +67,11 @@ fn ring_pong(ping: &Path, pong: &Path, cpu: usize) -> Result<String, LabError> {
     pin_current_thread(cpu)?;
     let mut buf = vec![0u8; rx.max_payload()];
     loop {
-        spin_until(IDLE_LIMIT, "ring ping", || {
-            rx.try_pop(|b| buf.copy_from_slice(b)).then_some(())
-        })?;
+        spin_until(IDLE_LIMIT, "ring ping", || rx.try_pop(|b| buf.copy_from_slice(b)).then_some(()))?;
         if buf[..8] == u64::MAX.to_le_bytes() {
             return Ok("done".into());
         }
-        spin_until(IDLE_LIMIT, "ring pong push", || {
-            tx.try_push(&buf).then_some(())
-        })?;
+        spin_until(IDLE_LIMIT, "ring pong push", || tx.try_push(&buf).then_some(()))?;
     }
 }
 
@@ -133,11 +119,7 @@ fn sink_row(count: u64, lost: u64, first: Option<Instant>) -> String {
         count,
         lost,
         duration_s: (secs * 1e6).round() / 1e6,
-        msgs_per_s: if secs > 0.0 {
-            (count as f64 / secs).round()
-        } else {
-            0.0
-        },
+        msgs_per_s: if secs > 0.0 { (count as f64 / secs).round() } else { 0.0 },
         ..ThroughputRow::default()
     };
     serde_json::to_string(&row).unwrap_or_default()

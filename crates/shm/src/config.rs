@@ -40,12 +40,7 @@ impl LogConfig {
     /// shrink to fit a small ring (capacity/8 and capacity/2).
     pub fn with_capacity(capacity: usize) -> Self {
         let d = Self::default();
-        Self {
-            capacity,
-            mtu: d.mtu.min(capacity / 8),
-            max_message: d.max_message.min(capacity / 2),
-            ..d
-        }
+        Self { capacity, mtu: d.mtu.min(capacity / 8), max_message: d.max_message.min(capacity / 2), ..d }
     }
 
     /// Checks the invariants documented on each field.
@@ -55,37 +50,19 @@ impl LogConfig {
     pub fn validate(&self) -> Result<(), ShmError> {
         let bad = |why: String| Err(ShmError::Config(why));
         if !self.capacity.is_power_of_two() || self.capacity < 64 << 10 || self.capacity > 1 << 40 {
-            return bad(format!(
-                "capacity {} must be a power of two in 64KiB..=1TiB",
-                self.capacity
-            ));
+            return bad(format!("capacity {} must be a power of two in 64KiB..=1TiB", self.capacity));
         }
-        if self.mtu % tickwire_wire::FRAME_ALIGNMENT != 0
-            || self.mtu < 64
-            || self.mtu > self.capacity / 8
-        {
-            return bad(format!(
-                "mtu {} must be a multiple of 32 in 64..=capacity/8",
-                self.mtu
-            ));
+        if self.mtu % tickwire_wire::FRAME_ALIGNMENT != 0 || self.mtu < 64 || self.mtu > self.capacity / 8 {
+            return bad(format!("mtu {} must be a multiple of 32 in 64..=capacity/8", self.mtu));
         }
         if self.mtu > tickwire_wire::MAX_FRAME_LENGTH {
             return bad(format!("mtu {} exceeds the frame limit", self.mtu));
         }
-        if self.max_message == 0
-            || self.max_message > self.capacity / 2
-            || self.max_message > u32::MAX as usize
-        {
-            return bad(format!(
-                "max_message {} must be in 1..=capacity/2",
-                self.max_message
-            ));
+        if self.max_message == 0 || self.max_message > self.capacity / 2 || self.max_message > u32::MAX as usize {
+            return bad(format!("max_message {} must be in 1..=capacity/2", self.max_message));
         }
         if self.max_subscribers == 0 || self.max_subscribers > 1024 {
-            return bad(format!(
-                "max_subscribers {} must be in 1..=1024",
-                self.max_subscribers
-            ));
+            return bad(format!("max_subscribers {} must be in 1..=1024", self.max_subscribers));
         }
         Ok(())
     }

@@ -151,8 +151,7 @@ impl CountersFile {
     /// # Errors
     /// [`ShmError::Io`] if the anonymous mapping fails.
     pub fn private() -> Result<Arc<Self>, ShmError> {
-        let map = MappedFile::anonymous(file_len())
-            .map_err(|e| ShmError::io(Path::new("<anonymous>"), e))?;
+        let map = MappedFile::anonymous(file_len()).map_err(|e| ShmError::io(Path::new("<anonymous>"), e))?;
         Ok(Arc::new(Self::init(map, ProcessId::current())))
     }
 
@@ -164,10 +163,7 @@ impl CountersFile {
         head[16..24].copy_from_slice(&u64::from(me.pid).to_le_bytes());
         head[24..32].copy_from_slice(&me.start_time.to_le_bytes());
         map.write_bytes(0, &head);
-        Self {
-            map,
-            alloc: Mutex::new(()),
-        }
+        Self { map, alloc: Mutex::new(()) }
     }
 
     /// Registers a counter set for one side of a stream.
@@ -189,9 +185,7 @@ impl CountersFile {
                 continue;
             }
             for v in 0..VALUES {
-                self.map
-                    .atomic_u64(base + v * 8)
-                    .store(0, Ordering::Relaxed);
+                self.map.atomic_u64(base + v * 8).store(0, Ordering::Relaxed);
             }
             let mut meta = [0u8; SET_LEN - META - 4];
             meta[0..4].copy_from_slice(&(kind as u32).to_le_bytes());
@@ -202,14 +196,9 @@ impl CountersFile {
             meta[12..12 + n].copy_from_slice(&l[..n]);
             self.map.write_bytes(base + META + 4, &meta);
             state.store(1, Ordering::Release);
-            return Ok(CounterSet {
-                file: Arc::clone(self),
-                base,
-            });
+            return Ok(CounterSet { file: Arc::clone(self), base });
         }
-        Err(ShmError::Config(format!(
-            "all {MAX_SETS} counter sets are in use"
-        )))
+        Err(ShmError::Config(format!("all {MAX_SETS} counter sets are in use")))
     }
 
     /// The file's path, if it has one.
@@ -251,19 +240,13 @@ impl CounterSet {
     }
     /// Reads value `idx`.
     pub fn get(&self, idx: usize) -> u64 {
-        self.file
-            .map
-            .atomic_u64(self.base + (idx % VALUES) * 8)
-            .load(Ordering::Relaxed)
+        self.file.map.atomic_u64(self.base + (idx % VALUES) * 8).load(Ordering::Relaxed)
     }
 }
 
 impl Drop for CounterSet {
     fn drop(&mut self) {
-        self.file
-            .map
-            .atomic_u32(self.base + META)
-            .store(0, Ordering::Release);
+        self.file.map.atomic_u32(self.base + META).store(0, Ordering::Release);
     }
 }
 
@@ -303,20 +286,11 @@ impl CountersReader {
         }
         let version = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
         if version != LAYOUT_VERSION {
-            return Err(ShmError::VersionMismatch {
-                path: path.into(),
-                found: version,
-                expected: LAYOUT_VERSION,
-            });
+            return Err(ShmError::VersionMismatch { path: path.into(), found: version, expected: LAYOUT_VERSION });
         }
-        let len = std::fs::metadata(path)
-            .map_err(|e| ShmError::io(path, e))?
-            .len() as usize;
+        let len = std::fs::metadata(path).map_err(|e| ShmError::io(path, e))?.len() as usize;
         if len < file_len() {
-            return Err(ShmError::Corrupt {
-                path: path.into(),
-                reason: format!("{len} bytes, need {}", file_len()),
-            });
+            return Err(ShmError::Corrupt { path: path.into(), reason: format!("{len} bytes, need {}", file_len()) });
         }
         let map = MappedFile::open(path).map_err(|e| ShmError::io(path, e))?;
         let mut id = [0u8; 16];
@@ -338,16 +312,11 @@ impl CountersReader {
             }
             let mut meta = [0u8; SET_LEN - META - 4];
             self.map.read_bytes(base + META + 4, &mut meta);
-            let Some(kind) =
-                Kind::from_u32(u32::from_le_bytes([meta[0], meta[1], meta[2], meta[3]]))
-            else {
+            let Some(kind) = Kind::from_u32(u32::from_le_bytes([meta[0], meta[1], meta[2], meta[3]])) else {
                 continue;
             };
             let label_bytes = &meta[12..12 + LABEL_MAX];
-            let n = label_bytes
-                .iter()
-                .position(|&b| b == 0)
-                .unwrap_or(LABEL_MAX);
+            let n = label_bytes.iter().position(|&b| b == 0).unwrap_or(LABEL_MAX);
             let mut values = [0u64; VALUES];
             for (v, slot) in values.iter_mut().enumerate() {
                 *slot = self.map.atomic_u64(base + v * 8).load(Ordering::Relaxed);
@@ -392,10 +361,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("counters-1.twc");
         std::fs::write(&p, b"definitely not ours, but long enough to read a header").unwrap();
-        assert!(matches!(
-            CountersReader::open(&p),
-            Err(ShmError::Foreign { .. })
-        ));
+        assert!(matches!(CountersReader::open(&p), Err(ShmError::Foreign { .. })));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

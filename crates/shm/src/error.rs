@@ -135,9 +135,6 @@ pub enum ShmError {
 
 impl ShmError {
     pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> Self {
-        Self::Io {
-            path: path.to_owned(),
-            source,
-        }
+        Self::Io { path: path.to_owned(), source }
     }
 }

@@ -24,9 +24,7 @@ impl CacheLines {
     /// I/O errors.
     pub fn create(path: &Path) -> Result<Self, ShmError> {
         let _ = std::fs::remove_file(path);
-        Ok(Self {
-            map: MappedFile::create_new(path, 4096).map_err(|e| ShmError::io(path, e))?,
-        })
+        Ok(Self { map: MappedFile::create_new(path, 4096).map_err(|e| ShmError::io(path, e))? })
     }
     /// Opens a file made by [`CacheLines::create`].
     ///
@@ -35,10 +33,7 @@ impl CacheLines {
     pub fn open(path: &Path) -> Result<Self, ShmError> {
         let map = MappedFile::open(path).map_err(|e| ShmError::io(path, e))?;
         if map.len() < 4096 {
-            return Err(ShmError::Corrupt {
-                path: path.into(),
-                reason: "short floor file".into(),
-            });
+            return Err(ShmError::Corrupt { path: path.into(), reason: "short floor file".into() });
         }
         Ok(Self { map })
     }
@@ -75,23 +70,13 @@ impl RawRing {
     /// [`ShmError::Config`] for bad sizes, or I/O errors.
     pub fn create(path: &Path, slots: usize, slot_len: usize) -> Result<Self, ShmError> {
         if !slots.is_power_of_two() || slot_len % 64 != 0 || slot_len == 0 {
-            return Err(ShmError::Config(
-                "raw ring: slots must be a power of two, slot_len a multiple of 64".into(),
-            ));
+            return Err(ShmError::Config("raw ring: slots must be a power of two, slot_len a multiple of 64".into()));
         }
         let _ = std::fs::remove_file(path);
-        let map = MappedFile::create_new(path, RING_HDR + slots * slot_len)
-            .map_err(|e| ShmError::io(path, e))?;
+        let map = MappedFile::create_new(path, RING_HDR + slots * slot_len).map_err(|e| ShmError::io(path, e))?;
         map.atomic_u64(8).store(slots as u64, Ordering::Relaxed);
         map.atomic_u64(16).store(slot_len as u64, Ordering::Release);
-        Ok(Self {
-            map,
-            slots: slots as u64,
-            slot_len,
-            index: 0,
-            cached_other: 0,
-            published: 0,
-        })
+        Ok(Self { map, slots: slots as u64, slot_len, index: 0, cached_other: 0, published: 0 })
     }
 
     /// Opens a ring made by [`RawRing::create`].
@@ -100,10 +85,7 @@ impl RawRing {
     /// I/O errors, or [`ShmError::Corrupt`] if the sizes do not match the file.
     pub fn open(path: &Path) -> Result<Self, ShmError> {
         let map = MappedFile::open(path).map_err(|e| ShmError::io(path, e))?;
-        let corrupt = || ShmError::Corrupt {
-            path: path.into(),
-            reason: "raw ring sizes".into(),
-        };
+        let corrupt = || ShmError::Corrupt { path: path.into(), reason: "raw ring sizes".into() };
         if map.len() < RING_HDR {
             return Err(corrupt());
         }
@@ -116,14 +98,7 @@ impl RawRing {
         {
             return Err(corrupt());
         }
-        Ok(Self {
-            map,
-            slots,
-            slot_len,
-            index: 0,
-            cached_other: 0,
-            published: 0,
-        })
+        Ok(Self { map, slots, slot_len, index: 0, cached_other: 0, published: 0 })
     }
 
     /// Largest payload per slot.
@@ -150,9 +125,7 @@ impl RawRing {
         // released (head) and does not read until `tail` passes it.
         unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), self.map.base().add(s), n) }
         self.index += 1;
-        self.map
-            .atomic_u64(TAIL)
-            .store(self.index, Ordering::Release);
+        self.map.atomic_u64(TAIL).store(self.index, Ordering::Release);
         true
     }
 
@@ -164,9 +137,7 @@ impl RawRing {
             if self.index == self.cached_other {
                 if self.published != self.index {
                     self.published = self.index;
-                    self.map
-                        .atomic_u64(HEAD)
-                        .store(self.index, Ordering::Release);
+                    self.map.atomic_u64(HEAD).store(self.index, Ordering::Release);
                 }
                 return false;
             }
@@ -179,9 +150,7 @@ impl RawRing {
         self.index += 1;
         if self.index - self.published >= 32 {
             self.published = self.index;
-            self.map
-                .atomic_u64(HEAD)
-                .store(self.index, Ordering::Release);
+            self.map.atomic_u64(HEAD).store(self.index, Ordering::Release);
         }
         true
     }

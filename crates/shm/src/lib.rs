@@ -67,10 +67,7 @@ impl Context {
         let dir = dir.as_ref().to_owned();
         std::fs::create_dir_all(&dir).map_err(|e| ShmError::io(&dir, e))?;
         let _ = clean(&dir);
-        Ok(Self {
-            counters: CountersFile::create(&dir)?,
-            dir,
-        })
+        Ok(Self { counters: CountersFile::create(&dir)?, dir })
     }
 
     /// The directory.
@@ -86,12 +83,7 @@ impl Context {
     ///
     /// # Errors
     /// See [`Publisher::create`].
-    pub fn publisher(
-        &self,
-        channel: &str,
-        stream_id: u32,
-        cfg: &LogConfig,
-    ) -> Result<Publisher, ShmError> {
+    pub fn publisher(&self, channel: &str, stream_id: u32, cfg: &LogConfig) -> Result<Publisher, ShmError> {
         Publisher::create(&self.dir, channel, stream_id, cfg, &self.counters)
     }
 
@@ -99,12 +91,7 @@ impl Context {
     ///
     /// # Errors
     /// See [`Subscriber::open`].
-    pub fn subscriber(
-        &self,
-        channel: &str,
-        stream_id: u32,
-        opts: SubscriberOptions,
-    ) -> Result<Subscriber, ShmError> {
+    pub fn subscriber(&self, channel: &str, stream_id: u32, opts: SubscriberOptions) -> Result<Subscriber, ShmError> {
         Subscriber::open(&self.dir, channel, stream_id, opts, &self.counters)
     }
 }
@@ -144,22 +131,14 @@ pub fn clean(dir: &Path) -> Result<Vec<CleanReport>, ShmError> {
                 Err(e) => (false, e.to_string()),
             }
         } else if name.starts_with('.') && name.ends_with(".tmp") {
-            let pid = name
-                .rsplit('.')
-                .nth(1)
-                .and_then(|p| p.parse().ok())
-                .unwrap_or(0);
+            let pid = name.rsplit('.').nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
             let alive = sys::ProcessId { pid, start_time: 0 }.is_alive();
             (!alive, format!("temporary file of pid {pid}"))
         } else {
             continue;
         };
         let removed = stale && std::fs::remove_file(&path).is_ok();
-        out.push(CleanReport {
-            path,
-            removed,
-            reason,
-        });
+        out.push(CleanReport { path, removed, reason });
     }
     Ok(out)
 }

@@ -19,17 +19,9 @@ impl MappedFile {
     /// Creates `path` exclusively (fails if it exists), sizes it to `len`
     /// zero bytes and maps it.
     pub fn create_new(path: &Path, len: usize) -> io::Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(path)?;
+        let file = OpenOptions::new().read(true).write(true).create_new(true).mode(0o644).open(path)?;
         file.set_len(len as u64)?;
-        Ok(Self {
-            map: sys::map_file(&file, len)?,
-            path: Some(path.to_owned()),
-        })
+        Ok(Self { map: sys::map_file(&file, len)?, path: Some(path.to_owned()) })
     }
 
     /// Opens and maps an existing file whole. Returns the file length so the
@@ -40,10 +32,7 @@ impl MappedFile {
         if len == 0 {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "empty file"));
         }
-        Ok(Self {
-            map: sys::map_file(&file, len)?,
-            path: Some(path.to_owned()),
-        })
+        Ok(Self { map: sys::map_file(&file, len)?, path: Some(path.to_owned()) })
     }
 
     /// Reads up to `n` bytes from the start of `path` without mapping it.
@@ -56,10 +45,7 @@ impl MappedFile {
 
     /// A zeroed anonymous block of `len` bytes.
     pub fn anonymous(len: usize) -> io::Result<Self> {
-        Ok(Self {
-            map: sys::map_anonymous(len)?,
-            path: None,
-        })
+        Ok(Self { map: sys::map_anonymous(len)?, path: None })
     }
 
     /// Mapped length.
@@ -85,10 +71,7 @@ impl MappedFile {
     /// If `offset` is misaligned or out of bounds: offsets are layout
     /// constants, so this is a programming error, not bad input.
     pub fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
-        assert!(
-            offset % 8 == 0 && offset + 8 <= self.len(),
-            "bad atomic offset {offset}"
-        );
+        assert!(offset % 8 == 0 && offset + 8 <= self.len(), "bad atomic offset {offset}");
         // SAFETY: in bounds and 8-aligned (the base is page-aligned); the
         // memory lives as long as `self`, and AtomicU64 has the layout of u64.
         unsafe { &*self.base().add(offset).cast::<AtomicU64>() }
@@ -99,10 +82,7 @@ impl MappedFile {
     /// # Panics
     /// As [`MappedFile::atomic_u64`].
     pub fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
-        assert!(
-            offset % 4 == 0 && offset + 4 <= self.len(),
-            "bad atomic offset {offset}"
-        );
+        assert!(offset % 4 == 0 && offset + 4 <= self.len(), "bad atomic offset {offset}");
         // SAFETY: in bounds and 4-aligned; see `atomic_u64`.
         unsafe { &*self.base().add(offset).cast::<AtomicU32>() }
     }
@@ -113,9 +93,7 @@ impl MappedFile {
         // SAFETY: bounds checked above; the source may be written concurrently
         // only for fields this crate reads atomically elsewhere, and a racy
         // byte copy of immutable header fields cannot tear a value we trust.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.base().add(offset), out.as_mut_ptr(), out.len())
-        }
+        unsafe { std::ptr::copy_nonoverlapping(self.base().add(offset), out.as_mut_ptr(), out.len()) }
     }
 
     /// Copies bytes into the mapping (header set-up before publication).

@@ -12,12 +12,7 @@ fn dir(name: &str) -> PathBuf {
 }
 
 fn small() -> LogConfig {
-    LogConfig {
-        capacity: 64 << 10,
-        mtu: 1024,
-        max_message: 32 << 10,
-        ..LogConfig::default()
-    }
+    LogConfig { capacity: 64 << 10, mtu: 1024, max_message: 32 << 10, ..LogConfig::default() }
 }
 
 fn drain(s: &mut Subscriber) -> Vec<Result<Vec<u8>, (u64, u64)>> {
@@ -47,9 +42,7 @@ fn no_subscriber_means_not_connected() {
 fn messages_arrive_in_order_across_many_wraps_with_topics() {
     let ctx = Context::new(dir("order")).unwrap();
     let mut p = ctx.publisher("t", 1, &small()).unwrap();
-    let mut s = ctx
-        .subscriber("t", 1, SubscriberOptions::default())
-        .unwrap();
+    let mut s = ctx.subscriber("t", 1, SubscriberOptions::default()).unwrap();
     let mut next = 0u64;
     let mut sent = 0u64;
     while sent < 100_000 {
@@ -91,37 +84,23 @@ fn messages_arrive_in_order_across_many_wraps_with_topics() {
 fn tethered_subscriber_back_pressures_and_fragmented_messages_reassemble() {
     let ctx = Context::new(dir("bp")).unwrap();
     let mut p = ctx.publisher("t", 1, &small()).unwrap();
-    let mut s = ctx
-        .subscriber("t", 1, SubscriberOptions::default())
-        .unwrap();
+    let mut s = ctx.subscriber("t", 1, SubscriberOptions::default()).unwrap();
     let big: Vec<u8> = (0..20_000u32).map(|i| i as u8).collect();
     p.offer(&big).unwrap();
     p.offer(&big).unwrap();
     // 64 KiB ring: a fourth 20 KB message cannot fit before the subscriber reads.
-    assert_eq!(
-        p.offer(&big).and_then(|_| p.offer(&big)),
-        Err(OfferError::BackPressured)
-    );
+    assert_eq!(p.offer(&big).and_then(|_| p.offer(&big)), Err(OfferError::BackPressured));
     let got = drain(&mut s);
     assert!(got.len() >= 2 && got.iter().all(|m| m.as_deref() == Ok(&big[..])));
     assert!(p.offer(&big).is_ok());
-    assert_eq!(
-        p.offer(&vec![0; 40_000]),
-        Err(OfferError::MaxMessageExceeded {
-            len: 40_000,
-            max: 32 << 10
-        })
-    );
+    assert_eq!(p.offer(&vec![0; 40_000]), Err(OfferError::MaxMessageExceeded { len: 40_000, max: 32 << 10 }));
 }
 
 #[test]
 fn lossy_subscriber_gets_exact_lost_range_and_then_continues() {
     let ctx = Context::new(dir("lossy")).unwrap();
     let mut p = ctx.publisher("t", 1, &small()).unwrap();
-    let opts = SubscriberOptions {
-        mode: Mode::Lossy,
-        ..SubscriberOptions::default()
-    };
+    let opts = SubscriberOptions { mode: Mode::Lossy, ..SubscriberOptions::default() };
     let mut s = ctx.subscriber("t", 1, opts).unwrap();
     let msg = [7u8; 480]; // 512-byte frames
     for _ in 0..300 {
@@ -135,11 +114,7 @@ fn lossy_subscriber_gets_exact_lost_range_and_then_continues() {
     assert!(to > 0 && to % 512 == 0);
     let delivered = got.iter().filter(|e| e.is_ok()).count() as u64;
     let lost_bytes: u64 = lost.iter().map(|(f, t)| t - f).sum();
-    assert_eq!(
-        delivered * 512 + lost_bytes,
-        300 * 512,
-        "every byte is delivered or reported lost"
-    );
+    assert_eq!(delivered * 512 + lost_bytes, 300 * 512, "every byte is delivered or reported lost");
     p.offer(b"after").unwrap();
     assert_eq!(drain(&mut s), vec![Ok(b"after".to_vec())]);
 }
@@ -148,24 +123,16 @@ fn lossy_subscriber_gets_exact_lost_range_and_then_continues() {
 fn claim_then_commit_or_abort() {
     let ctx = Context::new(dir("claim")).unwrap();
     let mut p = ctx.publisher("t", 1, &small()).unwrap();
-    let mut s = ctx
-        .subscriber("t", 1, SubscriberOptions::default())
-        .unwrap();
+    let mut s = ctx.subscriber("t", 1, SubscriberOptions::default()).unwrap();
     let mut c = p.try_claim(5).unwrap();
     c.buffer().copy_from_slice(b"first");
     c.commit().unwrap();
     let mut c = p.try_claim(6).unwrap();
     c.buffer().copy_from_slice(b"abort!");
     drop(c);
-    assert!(matches!(
-        p.try_claim(5000),
-        Err(OfferError::MaxPayloadExceeded { .. })
-    ));
+    assert!(matches!(p.try_claim(5000), Err(OfferError::MaxPayloadExceeded { .. })));
     p.offer(b"third").unwrap();
-    assert_eq!(
-        drain(&mut s),
-        vec![Ok(b"first".to_vec()), Ok(b"third".to_vec())]
-    );
+    assert_eq!(drain(&mut s), vec![Ok(b"first".to_vec()), Ok(b"third".to_vec())]);
 }
 
 #[test]
@@ -173,9 +140,7 @@ fn corrupt_frame_is_a_typed_error_and_counted() {
     let d = dir("corrupt");
     let ctx = Context::new(&d).unwrap();
     let mut p = ctx.publisher("t", 1, &small()).unwrap();
-    let mut s = ctx
-        .subscriber("t", 1, SubscriberOptions::default())
-        .unwrap();
+    let mut s = ctx.subscriber("t", 1, SubscriberOptions::default()).unwrap();
     p.offer(b"ok").unwrap();
     // Scribble over the frame's position field through a second mapping.
     let path = log_path(&d, "t", 1).unwrap();
@@ -193,40 +158,23 @@ fn foreign_and_truncated_files_are_clear_errors() {
     let d = dir("foreign");
     let ctx = Context::new(&d).unwrap();
     std::fs::write(d.join("x-1.log"), b"hello, I am somebody else's file").unwrap();
-    assert!(matches!(
-        ctx.subscriber("x", 1, SubscriberOptions::default()),
-        Err(ShmError::Foreign { .. })
-    ));
-    assert!(matches!(
-        ctx.publisher("x", 1, &small()),
-        Err(ShmError::Foreign { .. })
-    ));
-    assert!(
-        d.join("x-1.log").exists(),
-        "foreign files are never removed"
-    );
+    assert!(matches!(ctx.subscriber("x", 1, SubscriberOptions::default()), Err(ShmError::Foreign { .. })));
+    assert!(matches!(ctx.publisher("x", 1, &small()), Err(ShmError::Foreign { .. })));
+    assert!(d.join("x-1.log").exists(), "foreign files are never removed");
     let p = ctx.publisher("y", 1, &small()).unwrap();
     let path = log_path(&d, "y", 1).unwrap();
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     f.set_len(8192).unwrap();
-    assert!(matches!(
-        ctx.subscriber("y", 1, SubscriberOptions::default()),
-        Err(ShmError::Corrupt { .. })
-    ));
+    assert!(matches!(ctx.subscriber("y", 1, SubscriberOptions::default()), Err(ShmError::Corrupt { .. })));
     drop(p);
-    assert!(matches!(
-        ctx.subscriber("z", 1, SubscriberOptions::default()),
-        Err(ShmError::NoPublisher { .. })
-    ));
+    assert!(matches!(ctx.subscriber("z", 1, SubscriberOptions::default()), Err(ShmError::NoPublisher { .. })));
 }
 
 #[test]
 fn park_wakes_on_commit_from_another_thread() {
     let ctx = Context::new(dir("park")).unwrap();
     let mut p = ctx.publisher("t", 1, &small()).unwrap();
-    let mut s = ctx
-        .subscriber("t", 1, SubscriberOptions::default())
-        .unwrap();
+    let mut s = ctx.subscriber("t", 1, SubscriberOptions::default()).unwrap();
     let t = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(50));
         p.offer(b"wake").unwrap();
@@ -234,10 +182,7 @@ fn park_wakes_on_commit_from_another_thread() {
     });
     let start = std::time::Instant::now();
     s.park(Duration::from_secs(10));
-    assert!(
-        start.elapsed() < Duration::from_secs(5),
-        "woken by the commit, not the timeout"
-    );
+    assert!(start.elapsed() < Duration::from_secs(5), "woken by the commit, not the timeout");
     assert_eq!(drain(&mut s), vec![Ok(b"wake".to_vec())]);
     t.join().unwrap();
 }

@@ -25,9 +25,7 @@ pub fn check(payload: &[u8]) -> Result<u64, String> {
     let mut want = Vec::with_capacity(payload.len());
     pattern(seq, payload.len(), &mut want);
     if want != payload {
-        return Err(format!(
-            "message {seq}: payload does not match its pattern (torn or corrupt)"
-        ));
+        return Err(format!("message {seq}: payload does not match its pattern (torn or corrupt)"));
     }
     Ok(seq)
 }

@@ -16,12 +16,7 @@ fn dir(name: &str) -> PathBuf {
 }
 
 fn spawn(args: &[&str]) -> Child {
-    Command::new(KIT)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap()
+    Command::new(KIT).args(args).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap()
 }
 
 fn json(child: Child) -> serde_json::Value {
@@ -45,10 +40,7 @@ fn ordering_across_processes_with_varying_sizes() {
     assert_eq!(s["received"], 200000, "{s}");
     assert_eq!(s["error_count"], 0, "{s}");
     assert_eq!(s["lost_notices"], 0);
-    assert!(
-        p["back_pressured"].as_u64().unwrap() > 0,
-        "a 64 KiB ring must have pushed back: {p}"
-    );
+    assert!(p["back_pressured"].as_u64().unwrap() > 0, "a 64 KiB ring must have pushed back: {p}");
 }
 
 #[test]
@@ -69,48 +61,23 @@ fn two_subscribers_at_different_speeds_both_get_everything() {
     let dd = dir("speeds");
     let fast = spawn(&["subscribe", d(&dd), "s", "1", "3000"]);
     let slow = spawn(&["subscribe", d(&dd), "s", "1", "3000", "tethered", "200"]);
-    let publ = spawn(&[
-        "publish",
-        d(&dd),
-        "s",
-        "1",
-        "3000",
-        "200",
-        "65536",
-        "5000",
-        "2",
-    ]);
+    let publ = spawn(&["publish", d(&dd), "s", "1", "3000", "200", "65536", "5000", "2"]);
     let p = json(publ);
     for s in [json(fast), json(slow)] {
         assert_eq!(s["received"], 3000, "{s}");
         assert_eq!(s["error_count"], 0, "{s}");
     }
-    assert!(
-        p["back_pressured"].as_u64().unwrap() > 0,
-        "the slow one held the publisher back: {p}"
-    );
+    assert!(p["back_pressured"].as_u64().unwrap() > 0, "the slow one held the publisher back: {p}");
 }
 
 #[test]
 fn lossy_subscriber_slow_between_polls_never_holds_the_publisher() {
     let dd = dir("lossy");
-    let sub = spawn(&[
-        "subscribe",
-        d(&dd),
-        "l",
-        "1",
-        "50000",
-        "lossy",
-        "2000",
-        "between",
-    ]);
+    let sub = spawn(&["subscribe", d(&dd), "l", "1", "50000", "lossy", "2000", "between"]);
     let publ = spawn(&["publish", d(&dd), "l", "1", "50000", "200", "65536"]);
     let p = json(publ);
     let s = json(sub);
-    assert_eq!(
-        s["error_count"], 0,
-        "pattern checks catch torn or reordered reads: {s}"
-    );
+    assert_eq!(s["error_count"], 0, "pattern checks catch torn or reordered reads: {s}");
     assert!(s["lost_notices"].as_u64().unwrap() > 0, "{s}");
     assert!(s["lost_bytes"].as_u64().unwrap() > 0);
     assert!(s["received"].as_u64().unwrap() < 50000);
@@ -124,16 +91,7 @@ fn lossy_subscriber_slow_inside_its_handler_is_never_torn() {
     // While a handler runs, the publisher may not overwrite what it reads,
     // so it waits (documented); between polls it moves the subscriber on.
     let dd = dir("lossy2");
-    let sub = spawn(&[
-        "subscribe",
-        d(&dd),
-        "l",
-        "1",
-        "20000",
-        "lossy",
-        "20",
-        "inside",
-    ]);
+    let sub = spawn(&["subscribe", d(&dd), "l", "1", "20000", "lossy", "20", "inside"]);
     let publ = spawn(&["publish", d(&dd), "l", "1", "20000", "200", "65536"]);
     let p = json(publ);
     let s = json(sub);
@@ -156,21 +114,12 @@ fn publisher_killed_mid_claim_does_not_wedge_subscribers() {
         }
     };
     let mut line = String::new();
-    BufReader::new(hang.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    BufReader::new(hang.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "claimed");
-    Command::new("kill")
-        .args(["-9", &hang.id().to_string()])
-        .status()
-        .unwrap();
+    Command::new("kill").args(["-9", &hang.id().to_string()]).status().unwrap();
     hang.wait().unwrap();
     let mut got = 0;
-    while !(got == 100
-        && s.counters()
-            .get(tickwire_shm::counters::subscriber::UNBLOCKED)
-            == 1)
-    {
+    while !(got == 100 && s.counters().get(tickwire_shm::counters::subscriber::UNBLOCKED) == 1) {
         s.poll(
             |e| {
                 if let Event::Message(_) = e {
@@ -180,20 +129,13 @@ fn publisher_killed_mid_claim_does_not_wedge_subscribers() {
             64,
         )
         .unwrap();
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "wedged: got {got}"
-        );
+        assert!(start.elapsed() < Duration::from_secs(20), "wedged: got {got}");
         std::hint::spin_loop();
     }
     assert!(!s.is_publisher_alive());
     // The stale file is replaced by a new publisher, and a subscriber follows it.
-    let mut p = ctx
-        .publisher("k", 1, &LogConfig::with_capacity(1 << 16))
-        .unwrap();
-    let mut s2 = ctx
-        .subscriber("k", 1, SubscriberOptions::default())
-        .unwrap();
+    let mut p = ctx.publisher("k", 1, &LogConfig::with_capacity(1 << 16)).unwrap();
+    let mut s2 = ctx.subscriber("k", 1, SubscriberOptions::default()).unwrap();
     p.offer(b"after restart").unwrap();
     let mut v = Vec::new();
     s2.poll(
@@ -212,22 +154,13 @@ fn publisher_killed_mid_claim_does_not_wedge_subscribers() {
 fn a_stalled_claim_is_padded_and_the_late_commit_fails_cleanly() {
     let dd = dir("stall");
     let ctx = Context::new(&dd).unwrap();
-    let cfg = LogConfig {
-        unblock_timeout: Duration::from_millis(50),
-        ..LogConfig::with_capacity(1 << 16)
-    };
+    let cfg = LogConfig { unblock_timeout: Duration::from_millis(50), ..LogConfig::with_capacity(1 << 16) };
     let mut p = ctx.publisher("st", 1, &cfg).unwrap();
-    let mut s = ctx
-        .subscriber("st", 1, SubscriberOptions::default())
-        .unwrap();
+    let mut s = ctx.subscriber("st", 1, SubscriberOptions::default()).unwrap();
     let mut c = p.try_claim(16).unwrap();
     c.buffer().fill(1);
     let start = Instant::now();
-    while s
-        .counters()
-        .get(tickwire_shm::counters::subscriber::UNBLOCKED)
-        == 0
-    {
+    while s.counters().get(tickwire_shm::counters::subscriber::UNBLOCKED) == 0 {
         s.poll(|_| panic!("nothing committed yet"), 8).unwrap();
         assert!(start.elapsed() < Duration::from_secs(5));
     }
@@ -253,14 +186,9 @@ fn stale_files_of_dead_processes_are_detected_and_cleaned() {
     let dd = dir("stale");
     let mut child = spawn(&["publisher-then-sleep", d(&dd), "z", "1"]);
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "ready");
-    Command::new("kill")
-        .args(["-9", &child.id().to_string()])
-        .status()
-        .unwrap();
+    Command::new("kill").args(["-9", &child.id().to_string()]).status().unwrap();
     child.wait().unwrap();
     let log = dd.join("z-1.log");
     let counters = dd.join(format!("counters-{}.twc", child.id()));
@@ -270,18 +198,9 @@ fn stale_files_of_dead_processes_are_detected_and_cleaned() {
         tickwire_shm::Subscriber::open(&dd, "z", 1, SubscriberOptions::default(), ctx.counters()),
         Err(ShmError::Stale { .. })
     ));
-    std::fs::write(
-        dd.join("foreign.log"),
-        b"some other program's file, not ours",
-    )
-    .unwrap();
+    std::fs::write(dd.join("foreign.log"), b"some other program's file, not ours").unwrap();
     let report = tickwire_shm::clean(&dd).unwrap();
     assert!(!log.exists() && !counters.exists(), "{report:?}");
-    assert!(
-        dd.join("foreign.log").exists(),
-        "foreign files are reported, never removed"
-    );
-    assert!(report
-        .iter()
-        .any(|r| !r.removed && r.reason.contains("not a tickwire file")));
+    assert!(dd.join("foreign.log").exists(), "foreign files are reported, never removed");
+    assert!(report.iter().any(|r| !r.removed && r.reason.contains("not a tickwire file")));
 }

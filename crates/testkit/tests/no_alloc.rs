@@ -28,12 +28,8 @@ static A: Counting = Counting;
 fn offer_claim_and_poll_allocate_nothing() {
     let d = std::env::temp_dir().join(format!("tw-noalloc-{}", std::process::id()));
     let ctx = Context::new(&d).unwrap();
-    let mut p = ctx
-        .publisher("a", 1, &LogConfig::with_capacity(1 << 16))
-        .unwrap();
-    let mut s = ctx
-        .subscriber("a", 1, SubscriberOptions::default())
-        .unwrap();
+    let mut p = ctx.publisher("a", 1, &LogConfig::with_capacity(1 << 16)).unwrap();
+    let mut s = ctx.subscriber("a", 1, SubscriberOptions::default()).unwrap();
     let msg = [5u8; 100];
     let mut got = 0u64;
     // Warm up (first-touch page faults are not allocations, but be fair).

@@ -45,22 +45,13 @@ impl<T: AsRef<[u8]>> DataFrame<T> {
     fn check_body(&self, len: usize) -> Result<(), WireError> {
         let topic_len = usize::from(u16_at(self.buf.as_ref(), TOPIC_LENGTH));
         if topic_len > MAX_TOPIC_LENGTH {
-            return Err(WireError::Malformed {
-                kind: FrameType::Data,
-                reason: "topic too long",
-            });
+            return Err(WireError::Malformed { kind: FrameType::Data, reason: "topic too long" });
         }
         if HEADER_LEN + topic_len > len {
-            return Err(WireError::Malformed {
-                kind: FrameType::Data,
-                reason: "topic runs past frame end",
-            });
+            return Err(WireError::Malformed { kind: FrameType::Data, reason: "topic runs past frame end" });
         }
         if std::str::from_utf8(self.topic_bytes()).is_err() {
-            return Err(WireError::Malformed {
-                kind: FrameType::Data,
-                reason: "topic is not UTF-8",
-            });
+            return Err(WireError::Malformed { kind: FrameType::Data, reason: "topic is not UTF-8" });
         }
         Ok(())
     }
@@ -129,20 +120,10 @@ impl<'a> DataRepr<'a> {
     /// [`WireError::Malformed`] for a topic over [`MAX_TOPIC_LENGTH`].
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         if self.topic.len() > MAX_TOPIC_LENGTH {
-            return Err(WireError::Malformed {
-                kind: FrameType::Data,
-                reason: "topic too long",
-            });
+            return Err(WireError::Malformed { kind: FrameType::Data, reason: "topic too long" });
         }
         let len = self.buffer_len();
-        header::emit(
-            buf,
-            FrameType::Data,
-            len,
-            self.flags,
-            self.session_id,
-            self.stream_id,
-        )?;
+        header::emit(buf, FrameType::Data, len, self.flags, self.session_id, self.stream_id)?;
         write_data_fields(buf, self.position, self.topic.len());
         buf[HEADER_LEN..HEADER_LEN + self.topic.len()].copy_from_slice(self.topic.as_bytes());
         buf[HEADER_LEN + self.topic.len()..len].copy_from_slice(self.payload);
@@ -216,19 +197,9 @@ impl PadRepr {
     /// under 32 is [`WireError::Malformed`].
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         if self.length < HEADER_LEN {
-            return Err(WireError::Malformed {
-                kind: FrameType::Pad,
-                reason: "pad shorter than header",
-            });
+            return Err(WireError::Malformed { kind: FrameType::Pad, reason: "pad shorter than header" });
         }
-        header::emit(
-            buf,
-            FrameType::Pad,
-            self.length,
-            0,
-            self.session_id,
-            self.stream_id,
-        )?;
+        header::emit(buf, FrameType::Pad, self.length, 0, self.session_id, self.stream_id)?;
         write_data_fields(buf, self.position, 0);
         Ok(self.length)
     }
@@ -269,10 +240,7 @@ mod tests {
         put_u16(&mut buf, TOPIC_LENGTH, 20);
         assert!(matches!(
             DataFrame::new_checked(&buf[..n]),
-            Err(WireError::Malformed {
-                reason: "topic runs past frame end",
-                ..
-            })
+            Err(WireError::Malformed { reason: "topic runs past frame end", .. })
         ));
     }
 
@@ -281,28 +249,19 @@ mod tests {
         let mut buf = [0u8; 64];
         let n = sample().emit(&mut buf).unwrap();
         buf[HEADER_LEN] = 0xff;
-        assert!(matches!(
-            DataFrame::new_checked(&buf[..n]),
-            Err(WireError::Malformed { .. })
-        ));
+        assert!(matches!(DataFrame::new_checked(&buf[..n]), Err(WireError::Malformed { .. })));
     }
 
     #[test]
     fn emit_into_short_buffer_fails() {
         let mut buf = [0u8; 16];
-        assert_eq!(
-            sample().emit(&mut buf),
-            Err(WireError::BufferTooSmall { need: 42, have: 16 })
-        );
+        assert_eq!(sample().emit(&mut buf), Err(WireError::BufferTooSmall { need: 42, have: 16 }));
     }
 
     #[test]
     fn wrong_type_is_reported() {
         let mut buf = [0u8; 64];
         let n = sample().emit(&mut buf).unwrap();
-        assert!(matches!(
-            PadFrame::new_checked(&buf[..n]),
-            Err(WireError::WrongType { .. })
-        ));
+        assert!(matches!(PadFrame::new_checked(&buf[..n]), Err(WireError::WrongType { .. })));
     }
 }

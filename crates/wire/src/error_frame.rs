@@ -34,16 +34,10 @@ impl<T: AsRef<[u8]>> ErrorFrame<T> {
     fn check_body(&self, len: usize) -> Result<(), WireError> {
         let mlen = u32_at(self.buf.as_ref(), MESSAGE_LENGTH) as usize;
         if HEADER_LEN.saturating_add(mlen) > len {
-            return Err(WireError::Malformed {
-                kind: FrameType::Error,
-                reason: "message runs past frame end",
-            });
+            return Err(WireError::Malformed { kind: FrameType::Error, reason: "message runs past frame end" });
         }
         if std::str::from_utf8(&self.buf.as_ref()[HEADER_LEN..HEADER_LEN + mlen]).is_err() {
-            return Err(WireError::Malformed {
-                kind: FrameType::Error,
-                reason: "message is not UTF-8",
-            });
+            return Err(WireError::Malformed { kind: FrameType::Error, reason: "message is not UTF-8" });
         }
         Ok(())
     }
@@ -93,14 +87,7 @@ impl<'a> ErrorRepr<'a> {
     /// [`WireError::BufferTooSmall`] or [`WireError::Oversized`].
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         let len = self.buffer_len();
-        header::emit(
-            buf,
-            FrameType::Error,
-            len,
-            0,
-            self.session_id,
-            self.stream_id,
-        )?;
+        header::emit(buf, FrameType::Error, len, 0, self.session_id, self.stream_id)?;
         put_u32(buf, ERROR_CODE, self.error_code);
         put_u32(buf, MESSAGE_LENGTH, self.message.len() as u32);
         buf[HEADER_LEN..len].copy_from_slice(self.message.as_bytes());

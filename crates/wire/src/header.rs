@@ -104,10 +104,7 @@ impl<T: AsRef<[u8]>> FrameHeader<T> {
     pub fn new_checked(buf: T) -> Result<Self, WireError> {
         let b = buf.as_ref();
         if b.len() < HEADER_LEN {
-            return Err(WireError::Truncated {
-                need: HEADER_LEN,
-                have: b.len(),
-            });
+            return Err(WireError::Truncated { need: HEADER_LEN, have: b.len() });
         }
         let version = b[VERSION_OFFSET];
         if version != VERSION {
@@ -116,22 +113,13 @@ impl<T: AsRef<[u8]>> FrameHeader<T> {
         let ty = FrameType::from_u16(u16_at(b, FRAME_TYPE))?;
         let len = u32_at(b, FRAME_LENGTH) as usize;
         if len > MAX_FRAME_LENGTH {
-            return Err(WireError::Oversized {
-                length: len,
-                max: MAX_FRAME_LENGTH,
-            });
+            return Err(WireError::Oversized { length: len, max: MAX_FRAME_LENGTH });
         }
         if len < ty.header_len() {
-            return Err(WireError::Malformed {
-                kind: ty,
-                reason: "frame_length shorter than header",
-            });
+            return Err(WireError::Malformed { kind: ty, reason: "frame_length shorter than header" });
         }
         if b.len() < len {
-            return Err(WireError::Truncated {
-                need: len,
-                have: b.len(),
-            });
+            return Err(WireError::Truncated { need: len, have: b.len() });
         }
         Ok(Self { buf })
     }
@@ -172,10 +160,7 @@ pub(crate) fn check(b: &[u8], ty: FrameType) -> Result<usize, WireError> {
     let h = FrameHeader::new_checked(b)?;
     let found = h.frame_type();
     if found != ty {
-        return Err(WireError::WrongType {
-            expected: ty,
-            found,
-        });
+        return Err(WireError::WrongType { expected: ty, found });
     }
     Ok(h.frame_length())
 }
@@ -190,16 +175,10 @@ pub(crate) fn emit(
     stream_id: u32,
 ) -> Result<(), WireError> {
     if frame_length > MAX_FRAME_LENGTH {
-        return Err(WireError::Oversized {
-            length: frame_length,
-            max: MAX_FRAME_LENGTH,
-        });
+        return Err(WireError::Oversized { length: frame_length, max: MAX_FRAME_LENGTH });
     }
     if b.len() < frame_length {
-        return Err(WireError::BufferTooSmall {
-            need: frame_length,
-            have: b.len(),
-        });
+        return Err(WireError::BufferTooSmall { need: frame_length, have: b.len() });
     }
     put_u32(b, FRAME_LENGTH, frame_length as u32);
     b[VERSION_OFFSET] = VERSION;
@@ -208,55 +187,6 @@ pub(crate) fn emit(
     put_u32(b, SESSION_ID, session_id);
     put_u32(b, STREAM_ID, stream_id);
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rejects_short_buffers() {
-        assert_eq!(
-            FrameHeader::new_checked(&[0u8; 3][..]).unwrap_err(),
-            WireError::Truncated {
-                need: HEADER_LEN,
-                have: 3
-            }
-        );
-    }
-
-    #[test]
-    fn rejects_unknown_version_before_type() {
-        let mut b = [0u8; 32];
-        b[VERSION_OFFSET] = 9;
-        put_u16(&mut b, FRAME_TYPE, 77);
-        assert_eq!(
-            FrameHeader::new_checked(&b[..]).unwrap_err(),
-            WireError::UnknownVersion(9)
-        );
-    }
-
-    #[test]
-    fn rejects_unknown_type_and_oversize() {
-        let mut b = [0u8; 32];
-        b[VERSION_OFFSET] = VERSION;
-        put_u16(&mut b, FRAME_TYPE, 77);
-        assert_eq!(
-            FrameHeader::new_checked(&b[..]).unwrap_err(),
-            WireError::UnknownType(77)
-        );
-        put_u16(&mut b, FRAME_TYPE, 1);
-        put_u32(&mut b, FRAME_LENGTH, u32::MAX);
-        assert!(matches!(
-            FrameHeader::new_checked(&b[..]),
-            Err(WireError::Oversized { .. })
-        ));
-        put_u32(&mut b, FRAME_LENGTH, 64);
-        assert_eq!(
-            FrameHeader::new_checked(&b[..]).unwrap_err(),
-            WireError::Truncated { need: 64, have: 32 }
-        );
-    }
 }
 
 /// Declares a typed, checked view `$name<T>` over a frame of type `$ty`,
@@ -314,3 +244,37 @@ macro_rules! frame_view {
     };
 }
 pub(crate) use frame_view;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_short_buffers() {
+        assert_eq!(
+            FrameHeader::new_checked(&[0u8; 3][..]).unwrap_err(),
+            WireError::Truncated { need: HEADER_LEN, have: 3 }
+        );
+    }
+
+    #[test]
+    fn rejects_unknown_version_before_type() {
+        let mut b = [0u8; 32];
+        b[VERSION_OFFSET] = 9;
+        put_u16(&mut b, FRAME_TYPE, 77);
+        assert_eq!(FrameHeader::new_checked(&b[..]).unwrap_err(), WireError::UnknownVersion(9));
+    }
+
+    #[test]
+    fn rejects_unknown_type_and_oversize() {
+        let mut b = [0u8; 32];
+        b[VERSION_OFFSET] = VERSION;
+        put_u16(&mut b, FRAME_TYPE, 77);
+        assert_eq!(FrameHeader::new_checked(&b[..]).unwrap_err(), WireError::UnknownType(77));
+        put_u16(&mut b, FRAME_TYPE, 1);
+        put_u32(&mut b, FRAME_LENGTH, u32::MAX);
+        assert!(matches!(FrameHeader::new_checked(&b[..]), Err(WireError::Oversized { .. })));
+        put_u32(&mut b, FRAME_LENGTH, 64);
+        assert_eq!(FrameHeader::new_checked(&b[..]).unwrap_err(), WireError::Truncated { need: 64, have: 32 });
+    }
+}

@@ -48,11 +48,7 @@ pub struct HeartbeatRepr {
 impl HeartbeatRepr {
     /// Parses a checked view.
     pub fn parse<T: AsRef<[u8]>>(f: &HeartbeatFrame<T>) -> Self {
-        Self {
-            session_id: f.session_id(),
-            stream_id: f.stream_id(),
-            position: f.position(),
-        }
+        Self { session_id: f.session_id(), stream_id: f.stream_id(), position: f.position() }
     }
     /// Bytes needed to emit.
     pub const fn buffer_len(&self) -> usize {
@@ -63,14 +59,7 @@ impl HeartbeatRepr {
     /// # Errors
     /// [`WireError::BufferTooSmall`].
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
-        header::emit(
-            buf,
-            FrameType::Heartbeat,
-            LEN,
-            0,
-            self.session_id,
-            self.stream_id,
-        )?;
+        header::emit(buf, FrameType::Heartbeat, LEN, 0, self.session_id, self.stream_id)?;
         put_u64(buf, POSITION, self.position);
         Ok(LEN)
     }

@@ -34,10 +34,7 @@ frame_view!(
 impl<T: AsRef<[u8]>> NakFrame<T> {
     fn check_body(&self, _len: usize) -> Result<(), WireError> {
         if self.length() == 0 {
-            return Err(WireError::Malformed {
-                kind: FrameType::Nak,
-                reason: "zero-length NAK",
-            });
+            return Err(WireError::Malformed { kind: FrameType::Nak, reason: "zero-length NAK" });
         }
         Ok(())
     }
@@ -91,10 +88,7 @@ impl NakRepr {
     /// [`WireError::BufferTooSmall`]; a zero length is [`WireError::Malformed`].
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         if self.length == 0 {
-            return Err(WireError::Malformed {
-                kind: FrameType::Nak,
-                reason: "zero-length NAK",
-            });
+            return Err(WireError::Malformed { kind: FrameType::Nak, reason: "zero-length NAK" });
         }
         header::emit(buf, FrameType::Nak, LEN, 0, self.session_id, self.stream_id)?;
         put_u64(buf, POSITION, self.position);

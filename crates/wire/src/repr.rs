@@ -43,9 +43,7 @@ impl<'a> FrameRepr<'a> {
             FrameType::Status => Self::Status(StatusRepr::parse(&StatusFrame::new_checked(buf)?)),
             FrameType::Error => Self::Error(ErrorRepr::parse(&ErrorFrame::new_checked(buf)?)),
             FrameType::Setup => Self::Setup(SetupRepr::parse(&SetupFrame::new_checked(buf)?)),
-            FrameType::Heartbeat => {
-                Self::Heartbeat(HeartbeatRepr::parse(&HeartbeatFrame::new_checked(buf)?))
-            }
+            FrameType::Heartbeat => Self::Heartbeat(HeartbeatRepr::parse(&HeartbeatFrame::new_checked(buf)?)),
         })
     }
 

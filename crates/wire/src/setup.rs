@@ -35,10 +35,7 @@ frame_view!(
 impl<T: AsRef<[u8]>> SetupFrame<T> {
     fn check_body(&self, _len: usize) -> Result<(), WireError> {
         if (self.mtu() as usize) < crate::data::HEADER_LEN {
-            return Err(WireError::Malformed {
-                kind: FrameType::Setup,
-                reason: "mtu below DATA header",
-            });
+            return Err(WireError::Malformed { kind: FrameType::Setup, reason: "mtu below DATA header" });
         }
         Ok(())
     }
@@ -93,19 +90,9 @@ impl SetupRepr {
     /// [`WireError::Malformed`].
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         if (self.mtu as usize) < crate::data::HEADER_LEN {
-            return Err(WireError::Malformed {
-                kind: FrameType::Setup,
-                reason: "mtu below DATA header",
-            });
+            return Err(WireError::Malformed { kind: FrameType::Setup, reason: "mtu below DATA header" });
         }
-        header::emit(
-            buf,
-            FrameType::Setup,
-            LEN,
-            0,
-            self.session_id,
-            self.stream_id,
-        )?;
+        header::emit(buf, FrameType::Setup, LEN, 0, self.session_id, self.stream_id)?;
         put_u64(buf, INITIAL_POSITION, self.initial_position);
         put_u32(buf, MTU, self.mtu);
         put_u32(buf, MAX_MESSAGE, self.max_message);

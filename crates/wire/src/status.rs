@@ -90,14 +90,7 @@ impl StatusRepr {
     /// # Errors
     /// [`WireError::BufferTooSmall`].
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
-        header::emit(
-            buf,
-            FrameType::Status,
-            LEN,
-            self.flags,
-            self.session_id,
-            self.stream_id,
-        )?;
+        header::emit(buf, FrameType::Status, LEN, self.flags, self.session_id, self.stream_id)?;
         put_u64(buf, CONSUMPTION_POSITION, self.consumption_position);
         put_u32(buf, RECEIVER_WINDOW, self.receiver_window);
         put_u32(buf, RECEIVER_ID, self.receiver_id);

@@ -8,10 +8,7 @@ use tickwire_wire::data::PadRepr;
 use tickwire_wire::*;
 
 fn fuzz_cases() -> u32 {
-    std::env::var("TICKWIRE_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000)
+    std::env::var("TICKWIRE_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000)
 }
 
 /// An owned frame description that proptest can generate; borrowed into a
@@ -30,27 +27,15 @@ enum Owned {
 impl Owned {
     fn repr(&self) -> FrameRepr<'_> {
         match self {
-            Owned::Pad(s, t, p, l) => FrameRepr::Pad(PadRepr {
-                session_id: *s,
-                stream_id: *t,
-                position: *p,
-                length: *l,
-            }),
-            Owned::Data(s, t, p, f, topic, payload) => FrameRepr::Data(DataRepr {
-                session_id: *s,
-                stream_id: *t,
-                position: *p,
-                flags: *f,
-                topic,
-                payload,
-            }),
-            Owned::Nak(s, t, p, l, r) => FrameRepr::Nak(NakRepr {
-                session_id: *s,
-                stream_id: *t,
-                position: *p,
-                length: *l,
-                receiver_id: *r,
-            }),
+            Owned::Pad(s, t, p, l) => {
+                FrameRepr::Pad(PadRepr { session_id: *s, stream_id: *t, position: *p, length: *l })
+            }
+            Owned::Data(s, t, p, f, topic, payload) => {
+                FrameRepr::Data(DataRepr { session_id: *s, stream_id: *t, position: *p, flags: *f, topic, payload })
+            }
+            Owned::Nak(s, t, p, l, r) => {
+                FrameRepr::Nak(NakRepr { session_id: *s, stream_id: *t, position: *p, length: *l, receiver_id: *r })
+            }
             Owned::Status(s, t, f, p, w, r) => FrameRepr::Status(StatusRepr {
                 session_id: *s,
                 stream_id: *t,
@@ -59,12 +44,9 @@ impl Owned {
                 receiver_window: *w,
                 receiver_id: *r,
             }),
-            Owned::Error(s, t, c, m) => FrameRepr::Error(ErrorRepr {
-                session_id: *s,
-                stream_id: *t,
-                error_code: *c,
-                message: m,
-            }),
+            Owned::Error(s, t, c, m) => {
+                FrameRepr::Error(ErrorRepr { session_id: *s, stream_id: *t, error_code: *c, message: m })
+            }
             Owned::Setup(s, t, p, m, x) => FrameRepr::Setup(SetupRepr {
                 session_id: *s,
                 stream_id: *t,
@@ -72,11 +54,9 @@ impl Owned {
                 mtu: *m,
                 max_message: *x,
             }),
-            Owned::Heartbeat(s, t, p) => FrameRepr::Heartbeat(HeartbeatRepr {
-                session_id: *s,
-                stream_id: *t,
-                position: *p,
-            }),
+            Owned::Heartbeat(s, t, p) => {
+                FrameRepr::Heartbeat(HeartbeatRepr { session_id: *s, stream_id: *t, position: *p })
+            }
         }
     }
 }
@@ -85,18 +65,10 @@ fn owned() -> impl Strategy<Value = Owned> {
     let id = any::<u32>();
     prop_oneof![
         (id, id, any::<u64>(), 32usize..2048).prop_map(|(s, t, p, l)| Owned::Pad(s, t, p, l)),
-        (
-            id,
-            id,
-            any::<u64>(),
-            any::<u8>(),
-            "[a-z0-9/*>]{0,64}",
-            prop::collection::vec(any::<u8>(), 0..2048)
-        )
+        (id, id, any::<u64>(), any::<u8>(), "[a-z0-9/*>]{0,64}", prop::collection::vec(any::<u8>(), 0..2048))
             .prop_map(|(s, t, p, f, topic, pl)| Owned::Data(s, t, p, f, topic, pl)),
         (id, id, any::<u64>(), 1u32.., id).prop_map(|(s, t, p, l, r)| Owned::Nak(s, t, p, l, r)),
-        (id, id, any::<u8>(), any::<u64>(), id, id)
-            .prop_map(|(s, t, f, p, w, r)| Owned::Status(s, t, f, p, w, r)),
+        (id, id, any::<u8>(), any::<u64>(), id, id).prop_map(|(s, t, f, p, w, r)| Owned::Status(s, t, f, p, w, r)),
         (id, id, id, "\\PC{0,80}").prop_map(|(s, t, c, m)| Owned::Error(s, t, c, m)),
         (id, id, any::<u64>(), 32u32.., id).prop_map(|(s, t, p, m, x)| Owned::Setup(s, t, p, m, x)),
         (id, id, any::<u64>()).prop_map(|(s, t, p)| Owned::Heartbeat(s, t, p)),
@@ -106,13 +78,8 @@ fn owned() -> impl Strategy<Value = Owned> {
 /// Bytes that look like a frame header (right version, plausible type and
 /// length) followed by garbage, to reach the type-specific checks.
 fn near_valid() -> impl Strategy<Value = Vec<u8>> {
-    (
-        0u16..9,
-        0u32..600,
-        any::<u8>(),
-        prop::collection::vec(any::<u8>(), 0..600),
-    )
-        .prop_map(|(ty, len, flags, mut body)| {
+    (0u16..9, 0u32..600, any::<u8>(), prop::collection::vec(any::<u8>(), 0..600)).prop_map(
+        |(ty, len, flags, mut body)| {
             let mut b = Vec::with_capacity(16 + body.len());
             b.extend_from_slice(&len.to_le_bytes());
             b.push(VERSION);
@@ -121,7 +88,8 @@ fn near_valid() -> impl Strategy<Value = Vec<u8>> {
             b.extend_from_slice(&[0u8; 8]);
             b.append(&mut body);
             b
-        })
+        },
+    )
 }
 
 /// Parsing must not panic, and whatever parses must emit back to the same

@@ -18,16 +18,12 @@ pub fn channel_name(channel: &str) -> Result<&str, ShmError> {
     let name = channel.strip_prefix("ipc:").unwrap_or(channel);
     let ok = !name.is_empty()
         && name.len() <= CHANNEL_MAX
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
         && !name.starts_with('.');
     if ok {
         Ok(name)
     } else {
-        Err(ShmError::Config(format!(
-            "channel {channel:?}: use 1-48 of [A-Za-z0-9_.-], optionally after ipc:"
-        )))
+        Err(ShmError::Config(format!("channel {channel:?}: use 1-48 of [A-Za-z0-9_.-], optionally after ipc:")))
     }
 }
 
@@ -79,44 +75,23 @@ fn u64_of(b: &[u8], at: usize) -> u64 {
 }
 
 /// Reads and validates the descriptor of a log file from its first bytes.
-pub(crate) fn read_descriptor(
-    path: &Path,
-    head: &[u8],
-    file_len: usize,
-) -> Result<Descriptor, ShmError> {
+pub(crate) fn read_descriptor(path: &Path, head: &[u8], file_len: usize) -> Result<Descriptor, ShmError> {
     if head.len() < 8 || head[..8] != MAGIC {
         if head.len() >= 5 && &head[..5] == b"TWLOG" {
-            return Err(ShmError::VersionMismatch {
-                path: path.into(),
-                found: 0,
-                expected: LAYOUT_VERSION,
-            });
+            return Err(ShmError::VersionMismatch { path: path.into(), found: 0, expected: LAYOUT_VERSION });
         }
         return Err(ShmError::Foreign { path: path.into() });
     }
-    let corrupt = |reason: String| ShmError::Corrupt {
-        path: path.into(),
-        reason,
-    };
+    let corrupt = |reason: String| ShmError::Corrupt { path: path.into(), reason };
     if head.len() < 128 {
-        return Err(corrupt(format!(
-            "file is {} bytes, shorter than the descriptor",
-            head.len()
-        )));
+        return Err(corrupt(format!("file is {} bytes, shorter than the descriptor", head.len())));
     }
     let version = u32_of(head, LAYOUT_VERSION_OFFSET);
     if version != LAYOUT_VERSION {
-        return Err(ShmError::VersionMismatch {
-            path: path.into(),
-            found: version,
-            expected: LAYOUT_VERSION,
-        });
+        return Err(ShmError::VersionMismatch { path: path.into(), found: version, expected: LAYOUT_VERSION });
     }
     let name_bytes = &head[CHANNEL_OFFSET..CHANNEL_OFFSET + CHANNEL_MAX];
-    let name_len = name_bytes
-        .iter()
-        .position(|&b| b == 0)
-        .unwrap_or(CHANNEL_MAX);
+    let name_len = name_bytes.iter().position(|&b| b == 0).unwrap_or(CHANNEL_MAX);
     let d = Descriptor {
         header_len: u32_of(head, HEADER_LEN_OFFSET) as usize,
         capacity: u64_of(head, CAPACITY_OFFSET) as usize,
@@ -139,19 +114,13 @@ pub(crate) fn read_descriptor(
         max_subscribers: d.max_subscribers,
         unblock_timeout: Duration::from_nanos(d.unblock_timeout_ns),
     };
-    cfg.validate()
-        .map_err(|e| corrupt(format!("descriptor: {e}")))?;
+    cfg.validate().map_err(|e| corrupt(format!("descriptor: {e}")))?;
     if d.header_len != header_len(d.max_subscribers) {
-        return Err(corrupt(format!(
-            "header_len {} does not match {} slots",
-            d.header_len, d.max_subscribers
-        )));
+        return Err(corrupt(format!("header_len {} does not match {} slots", d.header_len, d.max_subscribers)));
     }
     let need = d.header_len + d.capacity;
     if file_len < need {
-        return Err(corrupt(format!(
-            "file is {file_len} bytes, layout needs {need}"
-        )));
+        return Err(corrupt(format!("file is {file_len} bytes, layout needs {need}")));
     }
     Ok(d)
 }
@@ -160,12 +129,7 @@ impl LogFile {
     /// Creates the log for a new publisher. A stale file of a dead publisher
     /// is replaced; a live publisher's file is [`ShmError::InUse`]; a foreign
     /// file is never touched.
-    pub(crate) fn create(
-        dir: &Path,
-        channel: &str,
-        stream_id: u32,
-        cfg: &LogConfig,
-    ) -> Result<Self, ShmError> {
+    pub(crate) fn create(dir: &Path, channel: &str, stream_id: u32, cfg: &LogConfig) -> Result<Self, ShmError> {
         cfg.validate()?;
         let name = channel_name(channel)?;
         let path = log_path(dir, channel, stream_id)?;
@@ -174,8 +138,7 @@ impl LogFile {
         let hlen = header_len(cfg.max_subscribers);
         let tmp = dir.join(format!(".{name}-{stream_id}.{}.tmp", me.pid));
         let _ = std::fs::remove_file(&tmp);
-        let map =
-            MappedFile::create_new(&tmp, hlen + cfg.capacity).map_err(|e| ShmError::io(&tmp, e))?;
+        let map = MappedFile::create_new(&tmp, hlen + cfg.capacity).map_err(|e| ShmError::io(&tmp, e))?;
         let session_id = session_id(me, stream_id);
         let mut head = vec![0u8; 128];
         head[..8].copy_from_slice(&MAGIC);
@@ -186,8 +149,7 @@ impl LogFile {
         head[MAX_MESSAGE_OFFSET..][..4].copy_from_slice(&(cfg.max_message as u32).to_le_bytes());
         head[STREAM_ID_OFFSET..][..4].copy_from_slice(&stream_id.to_le_bytes());
         head[SESSION_ID_OFFSET..][..4].copy_from_slice(&session_id.to_le_bytes());
-        head[MAX_SUBSCRIBERS_OFFSET..][..4]
-            .copy_from_slice(&(cfg.max_subscribers as u32).to_le_bytes());
+        head[MAX_SUBSCRIBERS_OFFSET..][..4].copy_from_slice(&(cfg.max_subscribers as u32).to_le_bytes());
         head[PUBLISHER_PID_OFFSET..][..8].copy_from_slice(&u64::from(me.pid).to_le_bytes());
         head[PUBLISHER_START_OFFSET..][..8].copy_from_slice(&me.start_time.to_le_bytes());
         head[CREATED_NS_OFFSET..][..8].copy_from_slice(&sys::monotonic_ns().to_le_bytes());
@@ -195,8 +157,7 @@ impl LogFile {
         head[UNBLOCK_TIMEOUT_OFFSET..][..8].copy_from_slice(&unblock.to_le_bytes());
         head[CHANNEL_OFFSET..][..name.len()].copy_from_slice(name.as_bytes());
         map.write_bytes(0, &head);
-        map.atomic_u64(PUB_HEARTBEAT_OFFSET)
-            .store(sys::monotonic_ns(), Ordering::Release);
+        map.atomic_u64(PUB_HEARTBEAT_OFFSET).store(sys::monotonic_ns(), Ordering::Release);
 
         // Publish the finished file under its real name atomically: link(2)
         // fails if the name exists, so a live publisher's file is never
@@ -223,28 +184,18 @@ impl LogFile {
         let path = log_path(dir, channel, stream_id)?;
         let head = match MappedFile::peek(&path, 128) {
             Ok(h) => h,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(ShmError::NoPublisher { path })
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(ShmError::NoPublisher { path }),
             Err(e) => return Err(ShmError::io(&path, e)),
         };
-        let file_len = std::fs::metadata(&path)
-            .map_err(|e| ShmError::io(&path, e))?
-            .len() as usize;
+        let file_len = std::fs::metadata(&path).map_err(|e| ShmError::io(&path, e))?.len() as usize;
         let desc = read_descriptor(&path, &head, file_len)?;
         // Map only after the size check above, so no access can fault.
         let map = MappedFile::open(&path).map_err(|e| ShmError::io(&path, e))?;
         if map.len() < desc.header_len + desc.capacity {
-            return Err(ShmError::Corrupt {
-                path,
-                reason: "file shrank while opening".into(),
-            });
+            return Err(ShmError::Corrupt { path, reason: "file shrank while opening".into() });
         }
         if desc.stream_id != stream_id {
-            return Err(ShmError::Corrupt {
-                path,
-                reason: format!("holds stream {}", desc.stream_id),
-            });
+            return Err(ShmError::Corrupt { path, reason: format!("holds stream {}", desc.stream_id) });
         }
         Ok(Self { map, desc, path })
     }
@@ -280,28 +231,14 @@ impl LogFile {
             }
             let holder = lock.load(Ordering::Relaxed);
             if start.elapsed() > timeout {
-                let alive = ProcessId {
-                    pid: holder as u32,
-                    start_time: 0,
-                }
-                .is_alive();
+                let alive = ProcessId { pid: holder as u32, start_time: 0 }.is_alive();
                 if !alive
-                    && lock
-                        .compare_exchange(
-                            holder,
-                            u64::from(owner),
-                            Ordering::Acquire,
-                            Ordering::Relaxed,
-                        )
-                        .is_ok()
+                    && lock.compare_exchange(holder, u64::from(owner), Ordering::Acquire, Ordering::Relaxed).is_ok()
                 {
                     return Ok(LockGuard { lock });
                 }
                 if start.elapsed() > timeout * 4 {
-                    return Err(ShmError::LockTimeout {
-                        path: self.path.clone(),
-                        holder,
-                    });
+                    return Err(ShmError::LockTimeout { path: self.path.clone(), holder });
                 }
             }
             std::thread::yield_now();
@@ -350,14 +287,10 @@ pub fn inspect(path: &Path) -> FileStatus {
         Ok(h) => h,
         Err(e) => return FileStatus::Bad(ShmError::io(path, e)),
     };
-    let len = std::fs::metadata(path)
-        .map(|m| m.len() as usize)
-        .unwrap_or(0);
+    let len = std::fs::metadata(path).map(|m| m.len() as usize).unwrap_or(0);
     match read_descriptor(path, &head, len) {
         Ok(d) if d.publisher.is_alive() => FileStatus::Live(d),
-        Ok(d) => FileStatus::Stale {
-            pid: d.publisher.pid,
-        },
+        Ok(d) => FileStatus::Stale { pid: d.publisher.pid },
         Err(e) => FileStatus::Bad(e),
     }
 }
@@ -365,20 +298,13 @@ pub fn inspect(path: &Path) -> FileStatus {
 /// Removes `path` if it is a tickwire log whose publisher is dead.
 fn remove_if_stale(path: &Path) -> Result<(), ShmError> {
     match inspect(path) {
-        FileStatus::Live(d) => Err(ShmError::InUse {
-            path: path.into(),
-            pid: d.publisher.pid,
-        }),
+        FileStatus::Live(d) => Err(ShmError::InUse { path: path.into(), pid: d.publisher.pid }),
         FileStatus::Stale { .. } => match std::fs::remove_file(path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(ShmError::io(path, e)),
         },
-        FileStatus::Bad(ShmError::Io { source, .. })
-            if source.kind() == std::io::ErrorKind::NotFound =>
-        {
-            Ok(())
-        }
+        FileStatus::Bad(ShmError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(()),
         FileStatus::Bad(e) => Err(e),
     }
 }
@@ -406,9 +332,7 @@ pub struct LogStatus {
 /// As opening a log: [`ShmError::Foreign`], [`ShmError::Corrupt`], I/O.
 pub fn status(path: &Path) -> Result<LogStatus, ShmError> {
     let head = MappedFile::peek(path, 128).map_err(|e| ShmError::io(path, e))?;
-    let len = std::fs::metadata(path)
-        .map_err(|e| ShmError::io(path, e))?
-        .len() as usize;
+    let len = std::fs::metadata(path).map_err(|e| ShmError::io(path, e))?.len() as usize;
     let desc = read_descriptor(path, &head, len)?;
     let map = MappedFile::open(path).map_err(|e| ShmError::io(path, e))?;
     let mut subscribers = Vec::new();

@@ -94,18 +94,10 @@ pub const fn slot(i: usize) -> usize {
 /// The 64-bit commit word of a frame: `frame_length | version | flags | type`
 /// exactly as the first eight bytes of the wire header, little-endian.
 pub const fn commit_word(frame_length: u32, flags: u8, frame_type: u16) -> u64 {
-    frame_length as u64
-        | (tickwire_wire::VERSION as u64) << 32
-        | (flags as u64) << 40
-        | (frame_type as u64) << 48
+    frame_length as u64 | (tickwire_wire::VERSION as u64) << 32 | (flags as u64) << 40 | (frame_type as u64) << 48
 }
 
 /// Splits a commit word into (frame_length, version, flags, type).
 pub const fn split_commit(word: u64) -> (u32, u8, u8, u16) {
-    (
-        word as u32,
-        (word >> 32) as u8,
-        (word >> 40) as u8,
-        (word >> 48) as u16,
-    )
+    (word as u32, (word >> 32) as u8, (word >> 40) as u8, (word >> 48) as u16)
 }

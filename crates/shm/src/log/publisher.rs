@@ -9,9 +9,7 @@ use crate::sys::{self, ProcessId};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use tickwire_wire::{
-    align_frame, data, flags, header, FrameType, FRAME_ALIGNMENT, MAX_TOPIC_LENGTH,
-};
+use tickwire_wire::{align_frame, data, flags, header, FrameType, FRAME_ALIGNMENT, MAX_TOPIC_LENGTH};
 
 const DATA_HDR: usize = data::HEADER_LEN;
 /// How often a back-pressured publisher checks whether the subscriber holding
@@ -64,12 +62,7 @@ impl Publisher {
         counters: &Arc<CountersFile>,
     ) -> Result<Self, ShmError> {
         let log = LogFile::create(dir, channel, stream_id, cfg)?;
-        let counters = counters.allocate(
-            Kind::Publisher,
-            stream_id,
-            log.desc.session_id,
-            &log.desc.channel,
-        )?;
+        let counters = counters.allocate(Kind::Publisher, stream_id, log.desc.session_id, &log.desc.channel)?;
         let ring = log.ring();
         Ok(Self {
             ring,
@@ -138,9 +131,7 @@ impl Publisher {
     /// As [`Publisher::try_claim`], plus [`OfferError::TopicTooLong`].
     pub fn try_claim_topic(&mut self, topic: &str, len: usize) -> Result<Claim<'_>, OfferError> {
         if topic.len() > MAX_TOPIC_LENGTH {
-            return Err(OfferError::TopicTooLong {
-                max: MAX_TOPIC_LENGTH,
-            });
+            return Err(OfferError::TopicTooLong { max: MAX_TOPIC_LENGTH });
         }
         let max = self.max_payload - topic.len();
         if len > max {
@@ -149,13 +140,7 @@ impl Publisher {
         let frame_len = DATA_HDR + topic.len() + len;
         self.ensure_room(align_frame(frame_len) as u64)?;
         let off = self.begin_frame(frame_len, topic);
-        Ok(Claim {
-            publisher: self,
-            offset: off,
-            frame_len,
-            flags: flags::UNFRAGMENTED,
-            done: false,
-        })
+        Ok(Claim { publisher: self, offset: off, frame_len, flags: flags::UNFRAGMENTED, done: false })
     }
 
     /// Publishes `msg`, fragmenting it if it exceeds one frame. Either the
@@ -175,9 +160,7 @@ impl Publisher {
     /// As [`Publisher::offer`], plus [`OfferError::TopicTooLong`].
     pub fn offer_topic(&mut self, topic: &str, msg: &[u8]) -> Result<u64, OfferError> {
         if topic.len() > MAX_TOPIC_LENGTH {
-            return Err(OfferError::TopicTooLong {
-                max: MAX_TOPIC_LENGTH,
-            });
+            return Err(OfferError::TopicTooLong { max: MAX_TOPIC_LENGTH });
         }
         let first_max = self.max_payload - topic.len();
         if msg.len() <= first_max {
@@ -193,34 +176,21 @@ impl Publisher {
     }
 
     #[cold]
-    fn offer_fragmented(
-        &mut self,
-        topic: &str,
-        msg: &[u8],
-        first_max: usize,
-    ) -> Result<u64, OfferError> {
+    fn offer_fragmented(&mut self, topic: &str, msg: &[u8], first_max: usize) -> Result<u64, OfferError> {
         if msg.len() > self.max_message {
-            return Err(OfferError::MaxMessageExceeded {
-                len: msg.len(),
-                max: self.max_message,
-            });
+            return Err(OfferError::MaxMessageExceeded { len: msg.len(), max: self.max_message });
         }
         // Room for every fragment plus the worst-case end-of-ring pad, checked
         // up front so that a message is published whole or not at all.
         let rest = msg.len() - first_max;
         let n_rest = rest.div_ceil(self.max_payload);
-        let total = align_frame(DATA_HDR + topic.len() + first_max)
-            + n_rest * align_frame(self.log.desc.mtu);
+        let total = align_frame(DATA_HDR + topic.len() + first_max) + n_rest * align_frame(self.log.desc.mtu);
         self.ensure_room(total as u64 + self.log.desc.mtu as u64)?;
         let mut expired = false;
         let mut at = 0;
         let mut first = true;
         while at < msg.len() {
-            let (t, max) = if first {
-                (topic, first_max)
-            } else {
-                ("", self.max_payload)
-            };
+            let (t, max) = if first { (topic, first_max) } else { ("", self.max_payload) };
             let n = (msg.len() - at).min(max);
             let mut fl = 0;
             if first {
@@ -274,26 +244,18 @@ impl Publisher {
         let mut off = self.position & self.mask;
         if off + aligned > self.capacity {
             let pad = self.capacity - off;
-            self.log
-                .u64_at(TAIL_OFFSET)
-                .store(self.position + pad + aligned, Ordering::Release);
+            self.log.u64_at(TAIL_OFFSET).store(self.position + pad + aligned, Ordering::Release);
             self.commit_word(0).store(0, Ordering::Relaxed);
             self.write_header(off, FrameType::Pad, "");
             let word = commit_word(pad as u32, 0, FrameType::Pad as u16);
             // A subscriber may have padded this already after a stall: same bytes.
-            let _ = self.commit_word(off).compare_exchange(
-                0,
-                word,
-                Ordering::SeqCst,
-                Ordering::Relaxed,
-            );
+            let _ = self.commit_word(off).compare_exchange(0, word, Ordering::SeqCst, Ordering::Relaxed);
             self.counters.add(pc::FRAMES, 1);
             self.position += pad;
             off = 0;
         }
         let next = self.position + aligned;
-        self.commit_word(next & self.mask)
-            .store(0, Ordering::Relaxed);
+        self.commit_word(next & self.mask).store(0, Ordering::Relaxed);
         self.log.u64_at(TAIL_OFFSET).store(next, Ordering::Release);
         self.write_header(off, FrameType::Data, topic);
         self.position = next;
@@ -304,8 +266,7 @@ impl Publisher {
     fn write_header(&mut self, off: u64, ty: FrameType, topic: &str) {
         let position = self.position;
         let mut h = [0u8; DATA_HDR];
-        h[header::SESSION_ID..header::SESSION_ID + 4]
-            .copy_from_slice(&self.session_id.to_le_bytes());
+        h[header::SESSION_ID..header::SESSION_ID + 4].copy_from_slice(&self.session_id.to_le_bytes());
         h[header::STREAM_ID..header::STREAM_ID + 4].copy_from_slice(&self.stream_id.to_le_bytes());
         data::write_data_fields(&mut h, position, topic.len());
         let _ = ty;
@@ -324,11 +285,7 @@ impl Publisher {
         // SAFETY: the caller claimed a frame covering these bytes; see
         // `write_header`.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                self.ring.add(ring_offset as usize),
-                bytes.len(),
-            );
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ring.add(ring_offset as usize), bytes.len());
         }
     }
 
@@ -338,9 +295,7 @@ impl Publisher {
     fn commit(&mut self, off: u64, frame_len: usize, fl: u8) -> Result<u64, OfferError> {
         let word = commit_word(frame_len as u32, fl, FrameType::Data as u16);
         self.counters.add(pc::FRAMES, 1);
-        let res =
-            self.commit_word(off)
-                .compare_exchange(0, word, Ordering::SeqCst, Ordering::Relaxed);
+        let res = self.commit_word(off).compare_exchange(0, word, Ordering::SeqCst, Ordering::Relaxed);
         self.wake_if_parked(off);
         match res {
             Ok(_) => Ok(self.position),
@@ -373,9 +328,7 @@ impl Publisher {
             return Err(OfferError::BackPressured);
         };
         let now = sys::monotonic_ns();
-        self.log
-            .u64_at(PUB_HEARTBEAT_OFFSET)
-            .store(now, Ordering::Relaxed);
+        self.log.u64_at(PUB_HEARTBEAT_OFFSET).store(now, Ordering::Relaxed);
         let check_liveness = now.saturating_sub(self.last_liveness_check) > LIVENESS_CHECK_NS;
         if check_liveness {
             self.last_liveness_check = now;
@@ -396,10 +349,7 @@ impl Publisher {
             let lossy = self.log.u32_at(s + SLOT_MODE).load(Ordering::Relaxed) == 1;
             if blocking && lossy && word & READING == 0 {
                 // Move the subscriber to our position; it reports Lost.
-                if pos_word
-                    .compare_exchange(word, self.position, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
+                if pos_word.compare_exchange(word, self.position, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                     self.counters.add(pc::EVICTIONS, 1);
                     word = self.position;
                 } else {
@@ -410,16 +360,12 @@ impl Publisher {
         }
         if min == u64::MAX {
             self.limit = self.position;
-            self.log
-                .u64_at(PUB_LIMIT_OFFSET)
-                .store(self.limit, Ordering::Relaxed);
+            self.log.u64_at(PUB_LIMIT_OFFSET).store(self.limit, Ordering::Relaxed);
             self.counters.add(pc::NOT_CONNECTED, 1);
             return Err(OfferError::NotConnected);
         }
         self.limit = min + self.capacity;
-        self.log
-            .u64_at(PUB_LIMIT_OFFSET)
-            .store(self.limit, Ordering::Relaxed);
+        self.log.u64_at(PUB_LIMIT_OFFSET).store(self.limit, Ordering::Relaxed);
         if end > self.limit {
             self.counters.add(pc::BACK_PRESSURED, 1);
             return Err(OfferError::BackPressured);
@@ -436,13 +382,9 @@ impl Publisher {
 
     fn reap(&self, s: usize) {
         if self.log.u32_at(s + SLOT_PARKED).swap(0, Ordering::AcqRel) != 0 {
-            self.log
-                .u32_at(WAITERS_OFFSET)
-                .fetch_sub(1, Ordering::AcqRel);
+            self.log.u32_at(WAITERS_OFFSET).fetch_sub(1, Ordering::AcqRel);
         }
-        self.log
-            .u32_at(s + SLOT_STATE)
-            .store(SLOT_FREE, Ordering::Release);
+        self.log.u32_at(s + SLOT_STATE).store(SLOT_FREE, Ordering::Release);
         self.counters.add(pc::REAPED, 1);
     }
 
@@ -472,9 +414,7 @@ impl Publisher {
 impl Drop for Publisher {
     fn drop(&mut self) {
         // End of stream: subscribers drain what is committed, then see `closed`.
-        self.log
-            .u64_at(CLOSED_OFFSET)
-            .store(self.position | 1 << 63, Ordering::SeqCst);
+        self.log.u64_at(CLOSED_OFFSET).store(self.position | 1 << 63, Ordering::SeqCst);
         wake(self.futex_word(self.position & self.mask));
         let _ = std::fs::remove_file(&self.log.path);
     }
@@ -500,11 +440,7 @@ impl Claim<'_> {
     pub fn buffer(&mut self) -> &mut [u8] {
         let topic_len = {
             // SAFETY: the header was written by `begin_frame` in our own frame.
-            let b = unsafe {
-                self.publisher
-                    .ring
-                    .add(self.offset as usize + data::TOPIC_LENGTH)
-            };
+            let b = unsafe { self.publisher.ring.add(self.offset as usize + data::TOPIC_LENGTH) };
             // SAFETY: as above, two bytes inside the header.
             usize::from(u16::from_le_bytes(unsafe { [*b, *b.add(1)] }))
         };
@@ -526,8 +462,7 @@ impl Claim<'_> {
         self.done = true;
         let p = &mut *self.publisher;
         p.counters.add(pc::MESSAGES, 1);
-        p.counters
-            .add(pc::BYTES, (self.frame_len - DATA_HDR) as u64);
+        p.counters.add(pc::BYTES, (self.frame_len - DATA_HDR) as u64);
         p.commit(self.offset, self.frame_len, self.flags)
     }
 
@@ -541,12 +476,7 @@ impl Claim<'_> {
         let aligned = align_frame(self.frame_len) as u32;
         let word = commit_word(aligned, 0, FrameType::Pad as u16);
         let p = &mut *self.publisher;
-        let _ = p.commit_word(self.offset).compare_exchange(
-            0,
-            word,
-            Ordering::SeqCst,
-            Ordering::Relaxed,
-        );
+        let _ = p.commit_word(self.offset).compare_exchange(0, word, Ordering::SeqCst, Ordering::Relaxed);
         p.wake_if_parked(self.offset);
     }
 }

@@ -25,13 +25,7 @@ pub(crate) struct Reassembler {
 
 impl Reassembler {
     pub(crate) fn new(max: usize) -> Self {
-        Self {
-            buf: Vec::new(),
-            topic: String::new(),
-            start: 0,
-            active: false,
-            max,
-        }
+        Self { buf: Vec::new(), topic: String::new(), start: 0, active: false, max }
     }
 
     /// Forgets a partial message (after a loss). Returns whether one existed.

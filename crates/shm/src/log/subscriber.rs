@@ -38,10 +38,7 @@ pub struct SubscriberOptions {
 
 impl Default for SubscriberOptions {
     fn default() -> Self {
-        Self {
-            mode: Mode::Tethered,
-            join_timeout: Duration::from_secs(1),
-        }
+        Self { mode: Mode::Tethered, join_timeout: Duration::from_secs(1) }
     }
 }
 
@@ -114,15 +111,10 @@ impl Subscriber {
         let log = LogFile::open(dir, channel, stream_id)?;
         let publisher = log.desc.publisher;
         if !publisher.is_alive() {
-            return Err(ShmError::Stale {
-                path: log.path.clone(),
-                pid: publisher.pid,
-            });
+            return Err(ShmError::Stale { path: log.path.clone(), pid: publisher.pid });
         }
         if log.u64_at(CLOSED_OFFSET).load(Ordering::Acquire) != 0 {
-            return Err(ShmError::NoPublisher {
-                path: log.path.clone(),
-            });
+            return Err(ShmError::NoPublisher { path: log.path.clone() });
         }
         let me = ProcessId::current();
         let (slot, position) = {
@@ -130,38 +122,21 @@ impl Subscriber {
             let free = (0..log.desc.max_subscribers)
                 .map(slot)
                 .find(|&s| log.u32_at(s + SLOT_STATE).load(Ordering::Acquire) == SLOT_FREE)
-                .ok_or_else(|| ShmError::NoFreeSlot {
-                    path: log.path.clone(),
-                    max: log.desc.max_subscribers,
-                })?;
+                .ok_or_else(|| ShmError::NoFreeSlot { path: log.path.clone(), max: log.desc.max_subscribers })?;
             let tail = log.u64_at(TAIL_OFFSET).load(Ordering::Acquire);
             if tail % FRAME_ALIGNMENT as u64 != 0 {
-                return Err(ShmError::Corrupt {
-                    path: log.path.clone(),
-                    reason: format!("tail {tail} misaligned"),
-                });
+                return Err(ShmError::Corrupt { path: log.path.clone(), reason: format!("tail {tail} misaligned") });
             }
-            log.u64_at(free + SLOT_PID)
-                .store(u64::from(me.pid), Ordering::Relaxed);
-            log.u64_at(free + SLOT_START)
-                .store(me.start_time, Ordering::Relaxed);
-            log.u64_at(free + SLOT_HEARTBEAT)
-                .store(sys::monotonic_ns(), Ordering::Relaxed);
+            log.u64_at(free + SLOT_PID).store(u64::from(me.pid), Ordering::Relaxed);
+            log.u64_at(free + SLOT_START).store(me.start_time, Ordering::Relaxed);
+            log.u64_at(free + SLOT_HEARTBEAT).store(sys::monotonic_ns(), Ordering::Relaxed);
             log.u32_at(free + SLOT_PARKED).store(0, Ordering::Relaxed);
-            log.u32_at(free + SLOT_MODE)
-                .store(u32::from(opts.mode == Mode::Lossy), Ordering::Relaxed);
-            log.u64_at(free + SLOT_POSITION)
-                .store(tail, Ordering::Relaxed);
-            log.u32_at(free + SLOT_STATE)
-                .store(SLOT_ACTIVE, Ordering::Release);
+            log.u32_at(free + SLOT_MODE).store(u32::from(opts.mode == Mode::Lossy), Ordering::Relaxed);
+            log.u64_at(free + SLOT_POSITION).store(tail, Ordering::Relaxed);
+            log.u32_at(free + SLOT_STATE).store(SLOT_ACTIVE, Ordering::Release);
             (free, tail)
         };
-        let counters = counters.allocate(
-            Kind::Subscriber,
-            stream_id,
-            log.desc.session_id,
-            &log.desc.channel,
-        )?;
+        let counters = counters.allocate(Kind::Subscriber, stream_id, log.desc.session_id, &log.desc.channel)?;
         Ok(Self {
             ring: log.ring(),
             mask: log.desc.capacity as u64 - 1,
@@ -221,11 +196,7 @@ impl Subscriber {
     /// [`PollError::Corrupt`] if the log holds a frame that breaks the
     /// protocol; the subscriber stays stopped before it (and counts it).
     #[inline]
-    pub fn poll<F: FnMut(Event<'_>)>(
-        &mut self,
-        mut handler: F,
-        fragment_limit: usize,
-    ) -> Result<usize, PollError> {
+    pub fn poll<F: FnMut(Event<'_>)>(&mut self, mut handler: F, fragment_limit: usize) -> Result<usize, PollError> {
         if let Some(e) = self.corrupt {
             return Err(e);
         }
@@ -233,19 +204,12 @@ impl Subscriber {
         let mut pos = self.position;
         if self.lossy {
             loop {
-                match slot_pos.compare_exchange(
-                    pos,
-                    pos | READING,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
+                match slot_pos.compare_exchange(pos, pos | READING, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => break,
                     Err(cur) => {
                         let to = cur & !READING;
                         if to % FRAME_ALIGNMENT as u64 != 0 || to < pos {
-                            return Err(
-                                self.fail(pos, "subscriber position moved backwards or misaligned")
-                            );
+                            return Err(self.fail(pos, "subscriber position moved backwards or misaligned"));
                         }
                         handler(Event::Lost { from: pos, to });
                         self.counters.add(sc::LOST_NOTICES, 1);
@@ -262,11 +226,7 @@ impl Subscriber {
         let mut frames = 0;
         let (mut msgs, mut bytes, mut dropped) = (0u64, 0u64, 0u64);
         let mut err = None;
-        let (session_id, stream_id, mtu) = (
-            self.log.desc.session_id,
-            self.log.desc.stream_id,
-            self.log.desc.mtu,
-        );
+        let (session_id, stream_id, mtu) = (self.log.desc.session_id, self.log.desc.stream_id, self.log.desc.mtu);
         while frames < fragment_limit {
             let off = pos & self.mask;
             let word = self.commit_word(off).load(Ordering::Acquire);
@@ -290,11 +250,7 @@ impl Subscriber {
                 continue;
             }
             if ty != FrameType::Data as u16 || len > mtu {
-                err = Some(if len > mtu {
-                    "frame longer than mtu"
-                } else {
-                    "unexpected frame type in log"
-                });
+                err = Some(if len > mtu { "frame longer than mtu" } else { "unexpected frame type in log" });
                 break;
             }
             // SAFETY: [off, off+len) is inside the ring (checked above) and
@@ -338,13 +294,7 @@ impl Subscriber {
                         let (topic, payload, position) = self.reasm.message();
                         msgs += 1;
                         bytes += payload.len() as u64;
-                        handler(Event::Message(Message {
-                            payload,
-                            topic,
-                            position,
-                            session_id,
-                            stream_id,
-                        }));
+                        handler(Event::Message(Message { payload, topic, position, session_id, stream_id }));
                     }
                 }
             }
@@ -414,11 +364,7 @@ impl Subscriber {
             return;
         }
         let word = commit_word(len as u32, 0, FrameType::Pad as u16);
-        if self
-            .commit_word(off)
-            .compare_exchange(0, word, Ordering::SeqCst, Ordering::Relaxed)
-            .is_ok()
-        {
+        if self.commit_word(off).compare_exchange(0, word, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
             self.counters.add(sc::UNBLOCKED, 1);
             if self.log.u32_at(WAITERS_OFFSET).load(Ordering::SeqCst) != 0 {
                 sys::futex_wake(self.futex_word(off));
@@ -435,12 +381,7 @@ impl Subscriber {
         let parked = self.log.u32_at(self.slot + SLOT_PARKED);
         parked.store(1, Ordering::Relaxed);
         waiters.fetch_add(1, Ordering::SeqCst);
-        let evicted = self.lossy
-            && self
-                .log
-                .u64_at(self.slot + SLOT_POSITION)
-                .load(Ordering::SeqCst)
-                != self.position;
+        let evicted = self.lossy && self.log.u64_at(self.slot + SLOT_POSITION).load(Ordering::SeqCst) != self.position;
         if self.commit_word(off).load(Ordering::SeqCst) == 0
             && self.log.u64_at(CLOSED_OFFSET).load(Ordering::SeqCst) == 0
             && !evicted
@@ -459,8 +400,6 @@ impl Subscriber {
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
-        self.log
-            .u32_at(self.slot + SLOT_STATE)
-            .store(SLOT_FREE, Ordering::Release);
+        self.log.u32_at(self.slot + SLOT_STATE).store(SLOT_FREE, Ordering::Release);
     }
 }

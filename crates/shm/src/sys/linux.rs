@@ -54,22 +54,12 @@ pub fn map_file(file: &File, len: usize) -> io::Result<Mapping> {
     // SAFETY: a fresh mapping at an address of the kernel's choosing; the fd
     // is valid for the call and the mapping outlives it independently.
     let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        )
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, file.as_raw_fd(), 0)
     };
     if p == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
-    Ok(Mapping {
-        ptr: NonNull::new(p.cast()).ok_or_else(io::Error::last_os_error)?,
-        len,
-    })
+    Ok(Mapping { ptr: NonNull::new(p.cast()).ok_or_else(io::Error::last_os_error)?, len })
 }
 
 /// Maps `len` zeroed bytes shared with nobody (a private counters block).
@@ -88,10 +78,7 @@ pub fn map_anonymous(len: usize) -> io::Result<Mapping> {
     if p == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
-    Ok(Mapping {
-        ptr: NonNull::new(p.cast()).ok_or_else(io::Error::last_os_error)?,
-        len,
-    })
+    Ok(Mapping { ptr: NonNull::new(p.cast()).ok_or_else(io::Error::last_os_error)?, len })
 }
 
 /// Sleeps while `*word == expected`, at most `timeout`. Returns on a wake,
@@ -135,10 +122,7 @@ pub fn futex_wake(word: &AtomicU32) {
 
 /// Nanoseconds on CLOCK_MONOTONIC: comparable between processes of one boot.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
     unsafe {
         libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
@@ -160,10 +144,7 @@ impl ProcessId {
     /// This process.
     pub fn current() -> Self {
         let pid = std::process::id();
-        Self {
-            pid,
-            start_time: start_time(pid).unwrap_or(0),
-        }
+        Self { pid, start_time: start_time(pid).unwrap_or(0) }
     }
 
     /// Whether this exact process still runs (a pid reused by another process
@@ -203,16 +184,8 @@ mod tests {
         let me = ProcessId::current();
         assert!(me.start_time > 0);
         assert!(me.is_alive());
-        assert!(!ProcessId {
-            pid: me.pid,
-            start_time: me.start_time + 1
-        }
-        .is_alive());
-        assert!(!ProcessId {
-            pid: 0,
-            start_time: 0
-        }
-        .is_alive());
+        assert!(!ProcessId { pid: me.pid, start_time: me.start_time + 1 }.is_alive());
+        assert!(!ProcessId { pid: 0, start_time: 0 }.is_alive());
     }
 
     #[test]

@@ -9,9 +9,7 @@
 
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tickwire_shm::{
-    counters, Context, Event, LogConfig, Mode, OfferError, ShmError, SubscriberOptions,
-};
+use tickwire_shm::{counters, Context, Event, LogConfig, Mode, OfferError, ShmError, SubscriberOptions};
 use tickwire_testkit::{check, length, pattern};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -31,10 +29,7 @@ fn fail(msg: &str) -> ! {
 fn config(a: &[String], cap_at: usize, unblock_at: usize) -> LogConfig {
     let capacity: usize = arg(a, cap_at, Some(1 << 20));
     let ms: u64 = arg(a, unblock_at, Some(5000));
-    LogConfig {
-        unblock_timeout: Duration::from_millis(ms),
-        ..LogConfig::with_capacity(capacity)
-    }
+    LogConfig { unblock_timeout: Duration::from_millis(ms), ..LogConfig::with_capacity(capacity) }
 }
 
 fn main() {
@@ -49,18 +44,12 @@ fn main() {
             let count: u64 = arg(&a, 4, None);
             let size: usize = arg(&a, 5, None);
             let subs: usize = arg(&a, 8, Some(1));
-            let mut p = ctx
-                .publisher(&channel, stream, &config(&a, 6, 7))
-                .unwrap_or_else(|e| fail(&e.to_string()));
+            let mut p = ctx.publisher(&channel, stream, &config(&a, 6, 7)).unwrap_or_else(|e| fail(&e.to_string()));
             let start = Instant::now();
             // Wait for the expected subscribers by watching the slots via stat.
-            let path = tickwire_shm::log_path(Path::new(&dir), &channel, stream)
-                .unwrap_or_else(|e| fail(&e.to_string()));
-            while tickwire_shm::status(&path)
-                .map(|s| s.subscribers.len())
-                .unwrap_or(0)
-                < subs
-            {
+            let path =
+                tickwire_shm::log_path(Path::new(&dir), &channel, stream).unwrap_or_else(|e| fail(&e.to_string()));
+            while tickwire_shm::status(&path).map(|s| s.subscribers.len()).unwrap_or(0) < subs {
                 if start.elapsed() > LIMIT {
                     fail("subscribers never attached");
                 }
@@ -94,10 +83,8 @@ fn main() {
             // or between polls (outside poll: the publisher may move it on).
             let between = a.get(7).is_some_and(|s| s == "between");
             let handler_us = if between { 0 } else { slow_us };
-            let opts = SubscriberOptions {
-                mode: if lossy { Mode::Lossy } else { Mode::Tethered },
-                ..Default::default()
-            };
+            let opts =
+                SubscriberOptions { mode: if lossy { Mode::Lossy } else { Mode::Tethered }, ..Default::default() };
             let start = Instant::now();
             let mut s = loop {
                 match ctx.subscriber(&channel, stream, opts) {
@@ -108,8 +95,7 @@ fn main() {
                     Err(e) => fail(&e.to_string()),
                 }
             };
-            let (mut received, mut lost_notices, mut lost_bytes, mut next, mut bytes) =
-                (0u64, 0u64, 0u64, 0u64, 0u64);
+            let (mut received, mut lost_notices, mut lost_bytes, mut next, mut bytes) = (0u64, 0u64, 0u64, 0u64, 0u64);
             let mut errors: Vec<String> = Vec::new();
             let mut max_seen = 0u64;
             while received < count && !s.is_end_of_stream() {
@@ -163,9 +149,7 @@ fn main() {
         }
         "claim-and-hang" => {
             let before: u64 = arg(&a, 4, None);
-            let mut p = ctx
-                .publisher(&channel, stream, &config(&a, 99, 5))
-                .unwrap_or_else(|e| fail(&e.to_string()));
+            let mut p = ctx.publisher(&channel, stream, &config(&a, 99, 5)).unwrap_or_else(|e| fail(&e.to_string()));
             let start = Instant::now();
             while !p.is_connected() {
                 if start.elapsed() > LIMIT {

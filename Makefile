@@ -1,0 +1,28 @@
+# Two entry points, each installs what it needs (scripts/setup.sh):
+#   make demo   build release, run a publisher and a subscriber over IPC, print the latency table
+#   make test   fmt check, clippy -D warnings, every unit/property/integration/multi-process test
+SHELL := /bin/bash
+CARGO_ENV := if [ -f $$HOME/.cargo/env ]; then . $$HOME/.cargo/env; fi;
+
+.PHONY: setup build demo test bench clean
+
+setup:
+	@./scripts/setup.sh
+
+build: setup
+	@$(CARGO_ENV) cargo build --release --workspace
+
+demo: build
+	@$(CARGO_ENV) ./scripts/demo.sh
+
+test: setup
+	@$(CARGO_ENV) cargo fmt --all -- --check
+	@$(CARGO_ENV) cargo clippy --release --all-targets -- -D warnings
+	@$(CARGO_ENV) cargo test --release --workspace
+
+# The benchmark figures recorded in docs/PERFORMANCE.md.
+bench: build
+	@$(CARGO_ENV) ./scripts/bench.sh
+
+clean:
+	@$(CARGO_ENV) cargo clean

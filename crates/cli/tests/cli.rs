@@ -1,0 +1,187 @@
+//! The `tickwire` binary end to end: lab output parses and is consistent,
+//! pub/sub round trip, stat, bad input.
+
+use std::process::{Command, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
+
+fn dir(name: &str) -> String {
+    let d = std::env::temp_dir().join(format!("tw-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d.display().to_string()
+}
+
+fn run(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+fn rows(stdout: &str) -> Vec<serde_json::Value> {
+    stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
+}
+
+fn ordered(r: &serde_json::Value) {
+    let v = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("missing {k} in {r}"));
+    assert!(v("min_ns") <= v("p50_ns") && v("p50_ns") <= v("p90_ns") && v("p90_ns") <= v("p99_ns"), "{r}");
+    assert!(v("p99_ns") <= v("p999_ns") && v("p999_ns") <= v("p9999_ns") && v("p9999_ns") <= v("max_ns"), "{r}");
+    let mean = r["mean_ns"].as_f64().unwrap();
+    assert!(mean >= v("min_ns") as f64 && mean <= v("max_ns") as f64, "{r}");
+    assert!(r["std_ns"].as_f64().unwrap() >= 0.0);
+}
+
+#[test]
+fn lab_pingpong_json_is_self_consistent_and_has_a_floor_ratio() {
+    let d = dir("ping");
+    let (ok, out, err) = run(&[
+        "--dir",
+        &d,
+        "lab",
+        "pingpong",
+        "--transport",
+        "ipc",
+        "--size",
+        "64",
+        "--count",
+        "20000",
+        "--warmup",
+        "1000",
+        "--cpus",
+        "0,1",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let r = rows(&out);
+    assert_eq!(r.len(), 1);
+    let r = &r[0];
+    for k in [
+        "mode",
+        "transport",
+        "size",
+        "count",
+        "min_ns",
+        "p50_ns",
+        "mean_ns",
+        "p90_ns",
+        "p99_ns",
+        "p999_ns",
+        "p9999_ns",
+        "max_ns",
+        "std_ns",
+    ] {
+        assert!(!r[k].is_null(), "missing {k}");
+    }
+    assert_eq!(
+        (r["mode"].as_str(), r["transport"].as_str(), r["size"].as_u64(), r["count"].as_u64()),
+        (Some("pingpong"), Some("ipc"), Some(64), Some(20000))
+    );
+    ordered(r);
+    assert!(r["ratio_p50"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn lab_floor_reports_three_probes() {
+    let d = dir("floor");
+    let (ok, out, err) = run(&["--dir", &d, "lab", "floor", "--count", "20000", "--duration", "300ms", "--json"]);
+    assert!(ok, "{err}");
+    let r = rows(&out);
+    let probes: Vec<_> = r.iter().map(|x| x["probe"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(probes, ["cacheline", "raw_ring", "raw_ring_throughput"]);
+    ordered(&r[0]);
+    ordered(&r[1]);
+    assert!(r[2]["msgs_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(r[2]["lost"], 0);
+}
+
+#[test]
+fn lab_throughput_checks_every_message() {
+    let d = dir("tput");
+    let (ok, out, err) =
+        run(&["--dir", &d, "lab", "throughput", "--transport", "ipc", "--size", "32", "--duration", "500ms", "--json"]);
+    assert!(ok, "{err}");
+    let r = &rows(&out)[0];
+    assert_eq!(r["lost"], 0, "{r}");
+    let (n, rate, secs) =
+        (r["count"].as_f64().unwrap(), r["msgs_per_s"].as_f64().unwrap(), r["duration_s"].as_f64().unwrap());
+    assert!(n > 0.0 && (n / secs - rate).abs() / rate < 0.01, "{r}");
+    assert!((r["bytes_per_s"].as_f64().unwrap() - rate * 32.0).abs() < 64.0);
+    assert!(r["ratio"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn pub_and_sub_round_trip_lines_and_stat_sees_them() {
+    let d = dir("pubsub");
+    let sub = Command::new(BIN)
+        .args([
+            "--dir",
+            &d,
+            "sub",
+            "--channel",
+            "ipc:demo",
+            "--stream",
+            "7",
+            "--print",
+            "--count",
+            "3",
+            "--idle",
+            "park",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut publ = Command::new(BIN)
+        .args(["--dir", &d, "pub", "--channel", "ipc:demo", "--stream", "7", "--stdin", "--topic", "md/x"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = publ.stdin.take().unwrap();
+        // Wait until the subscriber is attached before writing (pub waits too).
+        writeln!(stdin, "one\ntwo\nthree").unwrap();
+    }
+    let s = sub.wait_with_output().unwrap();
+    assert!(publ.wait().unwrap().success());
+    assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+    assert_eq!(String::from_utf8_lossy(&s.stdout), "md/x one\nmd/x two\nmd/x three\n");
+    let (ok, out, _) = run(&["--dir", &d, "stat"]);
+    assert!(ok);
+    assert!(out.contains("no tickwire processes") || !out.contains("DEAD"), "{out}");
+}
+
+#[test]
+fn generated_messages_are_verified_end_to_end() {
+    let d = dir("gen");
+    let sub = Command::new(BIN)
+        .args(["--dir", &d, "sub", "--stream", "3", "--count", "100000", "--verify", "--idle", "spin"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (ok, _, err) = run(&["--dir", &d, "pub", "--stream", "3", "--count", "100000", "--size", "48"]);
+    assert!(ok, "{err}");
+    let s = sub.wait_with_output().unwrap();
+    let e = String::from_utf8_lossy(&s.stderr);
+    assert!(s.status.success(), "{e}");
+    assert!(e.contains("received 100000 messages") && e.contains("sequence gaps 0"), "{e}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error_not_a_panic() {
+    let (ok, _, err) = run(&["lab", "pingpong", "--size", "12q"]);
+    assert!(!ok && err.contains("bad size unit"), "{err}");
+    let (ok, _, err) = run(&["pub", "--duration", "5 parsecs"]);
+    assert!(!ok && err.contains("bad duration"), "{err}");
+    let (ok, _, err) = run(&["lab", "pingpong", "--transport", "carrier-pigeon", "--count", "10"]);
+    assert!(!ok && err.contains("not available"), "{err}");
+    let d = dir("badcfg");
+    std::fs::create_dir_all(&d).unwrap();
+    let cfg = format!("{d}/t.toml");
+    std::fs::write(&cfg, "[log]\ncapacity = \"3MiB\"\n").unwrap();
+    let (ok, _, err) = run(&["--config", &cfg, "stat"]);
+    assert!(!ok && err.contains("power of two"), "{err}");
+    std::fs::write(format!("{d}/junk-1.log"), b"not ours").unwrap();
+    let (ok, out, _) = run(&["--dir", &d, "stat"]);
+    assert!(ok && out.contains("not a tickwire file"), "{out}");
+    assert!(!err.contains("panicked"));
+}
