@@ -22,7 +22,7 @@ use crate::error::ShmError;
 use crate::mapped::MappedFile;
 use crate::sys::ProcessId;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// File magic.
@@ -76,8 +76,8 @@ pub mod publisher {
     pub const NOT_CONNECTED: usize = 3;
     /// Claims padded out by subscribers after the unblock timeout.
     pub const CLAIMS_EXPIRED: usize = 4;
-    /// Frames written (fragments and pads included).
-    pub const FRAMES: usize = 5;
+    /// PAD frames written (end-of-ring padding and aborted claims).
+    pub const PADS: usize = 5;
     /// Lossy subscribers moved forward (each gets a `Lost` notice).
     pub const EVICTIONS: usize = 6;
     /// Slots of dead subscribers reclaimed.
@@ -89,7 +89,7 @@ const PUB_NAMES: [&str; VALUES] = [
     "back_pressured",
     "not_connected",
     "claims_expired",
-    "frames",
+    "pads",
     "lossy_evictions",
     "dead_subscribers_reaped",
 ];
@@ -196,7 +196,8 @@ impl CountersFile {
             meta[12..12 + n].copy_from_slice(&l[..n]);
             self.map.write_bytes(base + META + 4, &meta);
             state.store(1, Ordering::Release);
-            return Ok(CounterSet { file: Arc::clone(self), base });
+            let values = std::ptr::NonNull::from(self.map.atomic_u64(base));
+            return Ok(CounterSet { file: Arc::clone(self), base, values });
         }
         Err(ShmError::Config(format!("all {MAX_SETS} counter sets are in use")))
     }
@@ -229,18 +230,30 @@ pub fn counters_path(dir: &Path, pid: u32) -> PathBuf {
 pub struct CounterSet {
     file: Arc<CountersFile>,
     base: usize,
+    values: std::ptr::NonNull<AtomicU64>,
 }
 
+// SAFETY: `values` points into the mapping kept alive by `file`; the values
+// are atomics, so moving the set to another thread is sound.
+unsafe impl Send for CounterSet {}
+
 impl CounterSet {
+    #[inline]
+    fn value(&self, idx: usize) -> &AtomicU64 {
+        // SAFETY: `values` is the first of VALUES consecutive AtomicU64s of
+        // this set inside the mapping, which `self.file` keeps mapped; the
+        // index is reduced modulo VALUES.
+        unsafe { &*self.values.as_ptr().add(idx % VALUES) }
+    }
     /// Adds `n` to value `idx` (single-writer: a load and a store, no RMW).
     #[inline]
     pub fn add(&self, idx: usize, n: u64) {
-        let a = self.file.map.atomic_u64(self.base + (idx % VALUES) * 8);
+        let a = self.value(idx);
         a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }
     /// Reads value `idx`.
     pub fn get(&self, idx: usize) -> u64 {
-        self.file.map.atomic_u64(self.base + (idx % VALUES) * 8).load(Ordering::Relaxed)
+        self.value(idx).load(Ordering::Relaxed)
     }
 }
 

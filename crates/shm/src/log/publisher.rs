@@ -38,12 +38,15 @@ pub struct Publisher {
     stream_id: u32,
     max_payload: usize,
     max_message: usize,
+    mtu: u64,
     me: ProcessId,
     last_liveness_check: u64,
     counters: CounterSet,
+    tail: std::ptr::NonNull<AtomicU64>,
+    waiters: std::ptr::NonNull<AtomicU32>,
 }
 
-// SAFETY: `ring` points into the mapping owned by `log`, which moves with the
+// SAFETY: `ring`, `tail` and `waiters` point into the mapping owned by `log`, which moves with the
 // publisher; the publisher is the single writer and is not Sync.
 unsafe impl Send for Publisher {}
 
@@ -64,7 +67,11 @@ impl Publisher {
         let log = LogFile::create(dir, channel, stream_id, cfg)?;
         let counters = counters.allocate(Kind::Publisher, stream_id, log.desc.session_id, &log.desc.channel)?;
         let ring = log.ring();
+        let tail = std::ptr::NonNull::from(log.u64_at(TAIL_OFFSET));
+        let waiters = std::ptr::NonNull::from(log.u32_at(WAITERS_OFFSET));
         Ok(Self {
+            tail,
+            waiters,
             ring,
             mask: log.desc.capacity as u64 - 1,
             capacity: log.desc.capacity as u64,
@@ -74,6 +81,7 @@ impl Publisher {
             stream_id,
             max_payload: log.desc.mtu - DATA_HDR,
             max_message: log.desc.max_message,
+            mtu: log.desc.mtu as u64,
             me: ProcessId::current(),
             last_liveness_check: 0,
             counters,
@@ -96,6 +104,18 @@ impl Publisher {
     /// This publisher's counters.
     pub fn counters(&self) -> &CounterSet {
         &self.counters
+    }
+
+    #[inline]
+    fn tail(&self) -> &AtomicU64 {
+        // SAFETY: points into the mapping owned by `self.log` (set at creation).
+        unsafe { self.tail.as_ref() }
+    }
+
+    #[inline]
+    fn waiters(&self) -> &AtomicU32 {
+        // SAFETY: as `tail`.
+        unsafe { self.waiters.as_ref() }
     }
 
     #[inline]
@@ -129,7 +149,7 @@ impl Publisher {
     ///
     /// # Errors
     /// As [`Publisher::try_claim`], plus [`OfferError::TopicTooLong`].
-    pub fn try_claim_topic(&mut self, topic: &str, len: usize) -> Result<Claim<'_>, OfferError> {
+    pub fn try_claim_topic<'a>(&'a mut self, topic: &'a str, len: usize) -> Result<Claim<'a>, OfferError> {
         if topic.len() > MAX_TOPIC_LENGTH {
             return Err(OfferError::TopicTooLong { max: MAX_TOPIC_LENGTH });
         }
@@ -139,8 +159,8 @@ impl Publisher {
         }
         let frame_len = DATA_HDR + topic.len() + len;
         self.ensure_room(align_frame(frame_len) as u64)?;
-        let off = self.begin_frame(frame_len, topic);
-        Ok(Claim { publisher: self, offset: off, frame_len, flags: flags::UNFRAGMENTED, done: false })
+        let (off, position) = self.begin_frame(frame_len);
+        Ok(Claim { publisher: self, offset: off, position, frame_len, topic, done: false })
     }
 
     /// Publishes `msg`, fragmenting it if it exceeds one frame. Either the
@@ -166,11 +186,11 @@ impl Publisher {
         if msg.len() <= first_max {
             let frame_len = DATA_HDR + topic.len() + msg.len();
             self.ensure_room(align_frame(frame_len) as u64)?;
-            let off = self.begin_frame(frame_len, topic);
-            self.write_payload(off + (DATA_HDR + topic.len()) as u64, msg);
+            let (off, position) = self.begin_frame(frame_len);
+            self.write_payload_last_line_first(off, off + (DATA_HDR + topic.len()) as u64, msg);
             self.counters.add(pc::MESSAGES, 1);
             self.counters.add(pc::BYTES, msg.len() as u64);
-            return self.commit(off, frame_len, flags::UNFRAGMENTED);
+            return self.commit(off, position, frame_len, flags::UNFRAGMENTED, topic);
         }
         self.offer_fragmented(topic, msg, first_max)
     }
@@ -200,9 +220,9 @@ impl Publisher {
                 fl |= flags::END;
             }
             let frame_len = DATA_HDR + t.len() + n;
-            let off = self.begin_frame(frame_len, t);
-            self.write_payload(off + (DATA_HDR + t.len()) as u64, &msg[at..at + n]);
-            expired |= self.commit(off, frame_len, fl).is_err();
+            let (off, position) = self.begin_frame(frame_len);
+            self.write_payload_last_line_first(off, off + (DATA_HDR + t.len()) as u64, &msg[at..at + n]);
+            expired |= self.commit(off, position, frame_len, fl, t).is_err();
             at += n;
             first = false;
         }
@@ -228,7 +248,7 @@ impl Publisher {
     #[inline]
     fn pad_needed(&self, aligned: u64) -> u64 {
         let off = self.position & self.mask;
-        if off + aligned.min(self.log.desc.mtu as u64) > self.capacity {
+        if off + aligned.min(self.mtu) > self.capacity {
             self.capacity - off
         } else {
             0
@@ -236,40 +256,39 @@ impl Publisher {
     }
 
     /// Starts a frame: pads to the ring end if needed, clears the next
-    /// frame's commit word, publishes `tail`, writes the header (but not the
-    /// commit word). Returns the frame's ring offset.
+    /// frame's commit word and publishes `tail`. The header is written at
+    /// commit, together with the commit word (see `commit`). Returns the
+    /// frame's ring offset and stream position.
     #[inline]
-    fn begin_frame(&mut self, frame_len: usize, topic: &str) -> u64 {
+    fn begin_frame(&mut self, frame_len: usize) -> (u64, u64) {
         let aligned = align_frame(frame_len) as u64;
         let mut off = self.position & self.mask;
         if off + aligned > self.capacity {
             let pad = self.capacity - off;
-            self.log.u64_at(TAIL_OFFSET).store(self.position + pad + aligned, Ordering::Release);
+            self.tail().store(self.position + pad + aligned, Ordering::Release);
             self.commit_word(0).store(0, Ordering::Relaxed);
-            self.write_header(off, FrameType::Pad, "");
+            self.write_header(off, self.position, "");
             let word = commit_word(pad as u32, 0, FrameType::Pad as u16);
             // A subscriber may have padded this already after a stall: same bytes.
             let _ = self.commit_word(off).compare_exchange(0, word, Ordering::SeqCst, Ordering::Relaxed);
-            self.counters.add(pc::FRAMES, 1);
+            self.counters.add(pc::PADS, 1);
             self.position += pad;
             off = 0;
         }
-        let next = self.position + aligned;
+        let position = self.position;
+        let next = position + aligned;
         self.commit_word(next & self.mask).store(0, Ordering::Relaxed);
-        self.log.u64_at(TAIL_OFFSET).store(next, Ordering::Release);
-        self.write_header(off, FrameType::Data, topic);
+        self.tail().store(next, Ordering::Release);
         self.position = next;
-        off
+        (off, position)
     }
 
     #[inline]
-    fn write_header(&mut self, off: u64, ty: FrameType, topic: &str) {
-        let position = self.position;
+    fn write_header(&mut self, off: u64, position: u64, topic: &str) {
         let mut h = [0u8; DATA_HDR];
         h[header::SESSION_ID..header::SESSION_ID + 4].copy_from_slice(&self.session_id.to_le_bytes());
         h[header::STREAM_ID..header::STREAM_ID + 4].copy_from_slice(&self.stream_id.to_le_bytes());
         data::write_data_fields(&mut h, position, topic.len());
-        let _ = ty;
         // SAFETY: bytes [off+8, off+32+topic) lie inside the frame just
         // claimed (frames are at least 32 bytes and do not cross the ring
         // end); no reader touches them before the commit word is released.
@@ -280,21 +299,31 @@ impl Publisher {
         }
     }
 
+    /// Copies the payload so that the cache line holding the frame's commit
+    /// word (the line caught-up subscribers spin on) is written last: bytes
+    /// in later lines first, then the bytes in that line. Otherwise a
+    /// spinning subscriber steals the line back while the publisher waits
+    /// for the payload's other lines, and the commit must fetch it again.
     #[inline]
-    fn write_payload(&mut self, ring_offset: u64, bytes: &[u8]) {
-        // SAFETY: the caller claimed a frame covering these bytes; see
-        // `write_header`.
+    fn write_payload_last_line_first(&mut self, frame_off: u64, ring_offset: u64, bytes: &[u8]) {
+        let line_end = (frame_off | 63) + 1;
+        let split = (line_end.saturating_sub(ring_offset) as usize).min(bytes.len());
+        // SAFETY: the caller claimed a frame covering
+        // [ring_offset, ring_offset + bytes.len()); see `write_header`.
         unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ring.add(ring_offset as usize), bytes.len());
+            let dst = self.ring.add(ring_offset as usize);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr().add(split), dst.add(split), bytes.len() - split);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, split);
         }
     }
 
-    /// Commits the frame at `off`: a CAS of its commit word from zero. The
-    /// CAS is a full barrier, which orders it before the waiter check.
+    /// Writes the header and commits the frame at `off`: a CAS of its commit
+    /// word from zero. The CAS is a full barrier, which orders it before the
+    /// waiter check.
     #[inline]
-    fn commit(&mut self, off: u64, frame_len: usize, fl: u8) -> Result<u64, OfferError> {
+    fn commit(&mut self, off: u64, position: u64, frame_len: usize, fl: u8, topic: &str) -> Result<u64, OfferError> {
+        self.write_header(off, position, topic);
         let word = commit_word(frame_len as u32, fl, FrameType::Data as u16);
-        self.counters.add(pc::FRAMES, 1);
         let res = self.commit_word(off).compare_exchange(0, word, Ordering::SeqCst, Ordering::Relaxed);
         self.wake_if_parked(off);
         match res {
@@ -308,7 +337,7 @@ impl Publisher {
 
     #[inline]
     fn wake_if_parked(&self, off: u64) {
-        if self.log.u32_at(WAITERS_OFFSET).load(Ordering::SeqCst) != 0 {
+        if self.waiters().load(Ordering::SeqCst) != 0 {
             wake(self.futex_word(off));
         }
     }
@@ -429,8 +458,9 @@ fn wake(word: &AtomicU32) {
 pub struct Claim<'a> {
     publisher: &'a mut Publisher,
     offset: u64,
+    position: u64,
     frame_len: usize,
-    flags: u8,
+    topic: &'a str,
     done: bool,
 }
 
@@ -438,12 +468,7 @@ impl Claim<'_> {
     /// The payload bytes to fill (exactly the claimed length).
     #[inline]
     pub fn buffer(&mut self) -> &mut [u8] {
-        let topic_len = {
-            // SAFETY: the header was written by `begin_frame` in our own frame.
-            let b = unsafe { self.publisher.ring.add(self.offset as usize + data::TOPIC_LENGTH) };
-            // SAFETY: as above, two bytes inside the header.
-            usize::from(u16::from_le_bytes(unsafe { [*b, *b.add(1)] }))
-        };
+        let topic_len = self.topic.len();
         let start = self.offset as usize + DATA_HDR + topic_len;
         let len = self.frame_len - DATA_HDR - topic_len;
         // SAFETY: [start, start+len) is inside the claimed frame, which only
@@ -462,8 +487,8 @@ impl Claim<'_> {
         self.done = true;
         let p = &mut *self.publisher;
         p.counters.add(pc::MESSAGES, 1);
-        p.counters.add(pc::BYTES, (self.frame_len - DATA_HDR) as u64);
-        p.commit(self.offset, self.frame_len, self.flags)
+        p.counters.add(pc::BYTES, (self.frame_len - DATA_HDR - self.topic.len()) as u64);
+        p.commit(self.offset, self.position, self.frame_len, flags::UNFRAGMENTED, self.topic)
     }
 
     /// Abandons the frame; subscribers skip it as padding.
@@ -476,7 +501,9 @@ impl Claim<'_> {
         let aligned = align_frame(self.frame_len) as u32;
         let word = commit_word(aligned, 0, FrameType::Pad as u16);
         let p = &mut *self.publisher;
+        p.write_header(self.offset, self.position, "");
         let _ = p.commit_word(self.offset).compare_exchange(0, word, Ordering::SeqCst, Ordering::Relaxed);
+        p.counters.add(pc::PADS, 1);
         p.wake_if_parked(self.offset);
     }
 }

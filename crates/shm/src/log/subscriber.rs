@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tickwire_wire::{align_frame, flags, DataFrame, FrameType, FRAME_ALIGNMENT, VERSION};
+use tickwire_wire::{align_frame, data, flags, DataFrame, FrameType, FRAME_ALIGNMENT, MAX_TOPIC_LENGTH, VERSION};
 
 /// How a subscriber relates to the publisher when it falls behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -258,17 +258,22 @@ impl Subscriber {
             // not write it again until this subscriber's position passes it
             // (tethered) or while READING is set (lossy).
             let bytes_in = unsafe { std::slice::from_raw_parts(self.ring.add(off as usize), len) };
-            let frame = match DataFrame::new_checked(bytes_in) {
-                Ok(f) if f.position() == pos => f,
-                Ok(_) => {
-                    err = Some("frame position does not match its place in the log");
-                    break;
-                }
-                Err(_) => {
-                    err = Some("malformed DATA frame");
-                    break;
-                }
-            };
+            // The commit word already gave version, type and length; check
+            // the rest of what the accessors rely on, once.
+            let frame = DataFrame::new_unchecked(bytes_in);
+            let topic_len = frame.topic_length();
+            if topic_len > MAX_TOPIC_LENGTH || data::HEADER_LEN + topic_len > len {
+                err = Some("topic runs past frame end");
+                break;
+            }
+            if frame.position() != pos {
+                err = Some("frame position does not match its place in the log");
+                break;
+            }
+            if topic_len > 0 && DataFrame::new_checked(bytes_in).is_err() {
+                err = Some("malformed DATA frame");
+                break;
+            }
             if fl == flags::UNFRAGMENTED {
                 if self.reasm.reset() {
                     dropped += 1;
