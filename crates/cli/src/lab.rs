@@ -75,6 +75,11 @@ pub struct PingArgs {
     /// Skip the same-run floor measurement (no ratio is reported).
     #[arg(long)]
     no_floor: bool,
+    /// Rounds that alternate a floor chunk and a transport chunk (count is
+    /// split between them), so both see the same machine even when the host
+    /// moves the vCPUs mid-run.
+    #[arg(long, default_value_t = 10)]
+    rounds: u64,
 }
 
 #[derive(Debug, Args)]
@@ -173,38 +178,48 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
         }
         LabCmd::Pingpong(a) => {
             need_ipc(&a.transport)?;
+            let rounds = a.rounds.clamp(1, a.count.max(1));
+            let chunk = a.count.div_ceil(rounds);
+            let dir = s.dir.clone();
             let o = IpcOptions {
-                count: a.count,
+                count: chunk,
                 warmup: a.warmup,
                 size: a.size,
                 duration: Duration::ZERO,
                 capacity: a.capacity,
                 cpus: a.common.cpus,
-                dir: s.dir.clone(),
+                dir: dir.clone(),
             };
-            let mut rows = Vec::new();
-            let floor_row = if a.no_floor {
-                None
-            } else {
-                let fo = FloorOptions {
-                    count: a.count,
-                    warmup: a.warmup,
-                    size: a.size,
-                    duration: Duration::ZERO,
-                    cpus: a.common.cpus,
-                    dir: s.dir.clone(),
-                };
-                Some(floor::raw_ring(&fo).map_err(err)?)
+            let fo = FloorOptions {
+                count: chunk,
+                warmup: a.warmup,
+                size: a.size,
+                duration: Duration::ZERO,
+                cpus: a.common.cpus,
+                dir,
             };
-            let row = ipc::pingpong(&o).map_err(err)?;
-            match floor_row {
-                Some(f) => {
-                    rows.push(row.with_floor(&f));
-                    if !a.common.json {
-                        rows.push(f);
-                    }
+            let mut ipc_h = tickwire_lab::report::histogram();
+            let mut floor_h = tickwire_lab::report::histogram();
+            for _ in 0..rounds {
+                if !a.no_floor {
+                    floor_h.add(floor::raw_ring_histogram(&fo).map_err(err)?).map_err(|e| e.to_string())?;
                 }
-                None => rows.push(row),
+                ipc_h.add(ipc::pingpong_histogram(&o).map_err(err)?).map_err(|e| e.to_string())?;
+            }
+            let cpus = format!("{},{}", a.common.cpus.local, a.common.cpus.remote);
+            let mut row = LatencyRow::from_histogram("pingpong", "ipc", a.size, &ipc_h);
+            row.cpus.clone_from(&cpus);
+            let mut rows = Vec::new();
+            if a.no_floor {
+                rows.push(row);
+            } else {
+                let mut f = LatencyRow::from_histogram("floor", "shm", a.size, &floor_h);
+                f.probe = Some("raw_ring".into());
+                f.cpus = cpus;
+                rows.push(row.with_floor(&f));
+                if !a.common.json {
+                    rows.push(f);
+                }
             }
             print_latency(&rows, a.common.json);
         }
@@ -219,20 +234,24 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                 cpus: a.common.cpus,
                 dir: s.dir.clone(),
             };
-            let floor_row = if a.no_floor {
-                None
-            } else {
-                let fo = FloorOptions {
-                    count: 0,
-                    warmup: 0,
-                    size: 64,
-                    duration: a.duration.min(Duration::from_secs(3)),
-                    cpus: a.common.cpus,
-                    dir: s.dir.clone(),
-                };
-                Some(floor::raw_ring_throughput(&fo).map_err(err)?)
+            let fo = FloorOptions {
+                count: 0,
+                warmup: 0,
+                size: 64,
+                duration: a.duration.min(Duration::from_secs(3)),
+                cpus: a.common.cpus,
+                dir: s.dir.clone(),
             };
+            // The floor before and after; the higher is kept (conservative ratio).
+            let before = if a.no_floor { None } else { Some(floor::raw_ring_throughput(&fo).map_err(err)?) };
             let mut row = ipc::throughput(&o).map_err(err)?;
+            let floor_row = match before {
+                None => None,
+                Some(b) => {
+                    let after = floor::raw_ring_throughput(&fo).map_err(err)?;
+                    Some(if after.msgs_per_s > b.msgs_per_s { after } else { b })
+                }
+            };
             if let Some(f) = &floor_row {
                 row.floor_msgs_per_s = Some(f.msgs_per_s);
                 row.ratio = Some((row.msgs_per_s / f.msgs_per_s * 1000.0).round() / 1000.0);

@@ -68,6 +68,19 @@ pub fn cacheline(o: &FloorOptions) -> Result<LatencyRow, LabError> {
 /// # Errors
 /// As [`cacheline`].
 pub fn raw_ring(o: &FloorOptions) -> Result<LatencyRow, LabError> {
+    let h = raw_ring_histogram(o)?;
+    let mut row = LatencyRow::from_histogram("floor", "shm", o.size, &h);
+    row.probe = Some("raw_ring".into());
+    row.cpus = cpus_label(o.cpus);
+    Ok(row)
+}
+
+/// [`raw_ring`], returning the histogram of half round trips (to pool
+/// rounds interleaved with another measurement).
+///
+/// # Errors
+/// As [`cacheline`].
+pub fn raw_ring_histogram(o: &FloorOptions) -> Result<hdrhistogram::Histogram<u64>, LabError> {
     std::fs::create_dir_all(&o.dir)?;
     let tag = crate::run_tag();
     let (pa, pb) = (o.dir.join(format!("{tag}.ping")), o.dir.join(format!("{tag}.pong")));
@@ -102,10 +115,7 @@ pub fn raw_ring(o: &FloorOptions) -> Result<LatencyRow, LabError> {
     spin_until(REPLY_TIMEOUT, "ring stop", || ping.try_push(&msg).then_some(()))?;
     worker.finish(REPLY_TIMEOUT)?;
     let _ = (std::fs::remove_file(&pa), std::fs::remove_file(&pb));
-    let mut row = LatencyRow::from_histogram("floor", "shm", o.size, &h);
-    row.probe = Some("raw_ring".into());
-    row.cpus = cpus_label(o.cpus);
-    Ok(row)
+    Ok(h)
 }
 
 /// Raw-ring streaming throughput with 64-byte slots. Each message is the

@@ -65,6 +65,17 @@ pub(crate) fn offer_spin(p: &mut tickwire_shm::Publisher, msg: &[u8]) -> Result<
 /// # Errors
 /// Set-up failures, or a peer that does not answer within 10 s.
 pub fn pingpong(o: &IpcOptions) -> Result<LatencyRow, LabError> {
+    let h = pingpong_histogram(o)?;
+    let mut row = LatencyRow::from_histogram("pingpong", "ipc", o.size, &h);
+    row.cpus = format!("{},{}", o.cpus.local, o.cpus.remote);
+    Ok(row)
+}
+
+/// [`pingpong`], returning the histogram of half round trips.
+///
+/// # Errors
+/// As [`pingpong`].
+pub fn pingpong_histogram(o: &IpcOptions) -> Result<hdrhistogram::Histogram<u64>, LabError> {
     if o.size < 8 {
         return Err(LabError::Usage("ping-pong needs --size of at least 8".into()));
     }
@@ -111,9 +122,7 @@ pub fn pingpong(o: &IpcOptions) -> Result<LatencyRow, LabError> {
     }
     offer_spin(&mut ping, b"x")?; // one byte: stop
     worker.finish(TIMEOUT)?;
-    let mut row = LatencyRow::from_histogram("pingpong", "ipc", o.size, &h);
-    row.cpus = format!("{},{}", o.cpus.local, o.cpus.remote);
-    Ok(row)
+    Ok(h)
 }
 
 /// One-way streaming: this process publishes `size`-byte messages carrying a

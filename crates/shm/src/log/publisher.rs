@@ -295,7 +295,9 @@ impl Publisher {
         unsafe {
             let dst = self.ring.add(off as usize);
             std::ptr::copy_nonoverlapping(h.as_ptr().add(8), dst.add(8), DATA_HDR - 8);
-            std::ptr::copy_nonoverlapping(topic.as_ptr(), dst.add(DATA_HDR), topic.len());
+            if !topic.is_empty() {
+                std::ptr::copy_nonoverlapping(topic.as_ptr(), dst.add(DATA_HDR), topic.len());
+            }
         }
     }
 
