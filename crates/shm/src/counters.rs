@@ -74,9 +74,9 @@ pub mod publisher {
     pub const BACK_PRESSURED: usize = 2;
     /// Offers refused with `NotConnected`.
     pub const NOT_CONNECTED: usize = 3;
-    /// Claims padded out by subscribers after the unblock timeout.
-    pub const CLAIMS_EXPIRED: usize = 4;
-    /// PAD frames written (end-of-ring padding and aborted claims).
+    /// Claims aborted (dropped without commit; they become padding).
+    pub const CLAIMS_ABORTED: usize = 4;
+    /// PAD frames written at the end of the ring.
     pub const PADS: usize = 5;
     /// Lossy subscribers moved forward (each gets a `Lost` notice).
     pub const EVICTIONS: usize = 6;
@@ -88,8 +88,8 @@ const PUB_NAMES: [&str; VALUES] = [
     "bytes",
     "back_pressured",
     "not_connected",
-    "claims_expired",
-    "pads",
+    "claims_aborted",
+    "end_of_ring_pads",
     "lossy_evictions",
     "dead_subscribers_reaped",
 ];
@@ -106,7 +106,7 @@ pub mod subscriber {
     pub const LOST_BYTES: usize = 3;
     /// Frames rejected as invalid (the subscriber stops on them).
     pub const INVALID_FRAMES: usize = 4;
-    /// Stuck claims this subscriber padded out.
+    /// Claims of a dead publisher this subscriber padded out.
     pub const UNBLOCKED: usize = 5;
     /// Partial messages dropped (missing fragments, over max size).
     pub const REASSEMBLY_DROPPED: usize = 6;

@@ -34,10 +34,6 @@ pub enum OfferError {
         /// Largest allowed.
         max: usize,
     },
-    /// The claim was held longer than the unblock timeout and subscribers
-    /// padded it out; the message was not delivered.
-    #[error("claim expired: held past the unblock timeout and padded out by subscribers")]
-    ClaimExpired,
 }
 
 /// Why a subscriber cannot go on reading.

@@ -42,7 +42,7 @@ fn offer_claim_and_poll_allocate_nothing() {
         } else {
             let mut c = p.try_claim(100).unwrap();
             c.buffer().copy_from_slice(&msg);
-            c.commit().unwrap();
+            c.commit();
         }
         s.poll(
             |e| {

@@ -55,6 +55,8 @@ pub struct Descriptor {
     pub unblock_timeout_ns: u64,
     /// Channel name.
     pub channel: String,
+    /// Descriptor flags ([`FLAG_ASYMMETRIC_FENCE`]).
+    pub flags: u32,
 }
 
 /// An open log file.
@@ -106,6 +108,7 @@ pub(crate) fn read_descriptor(path: &Path, head: &[u8], file_len: usize) -> Resu
         },
         unblock_timeout_ns: u64_of(head, UNBLOCK_TIMEOUT_OFFSET),
         channel: String::from_utf8_lossy(&name_bytes[..name_len]).into_owned(),
+        flags: u32_of(head, FLAGS_OFFSET),
     };
     let cfg = LogConfig {
         capacity: d.capacity,
@@ -129,7 +132,13 @@ impl LogFile {
     /// Creates the log for a new publisher. A stale file of a dead publisher
     /// is replaced; a live publisher's file is [`ShmError::InUse`]; a foreign
     /// file is never touched.
-    pub(crate) fn create(dir: &Path, channel: &str, stream_id: u32, cfg: &LogConfig) -> Result<Self, ShmError> {
+    pub(crate) fn create(
+        dir: &Path,
+        channel: &str,
+        stream_id: u32,
+        cfg: &LogConfig,
+        flags: u32,
+    ) -> Result<Self, ShmError> {
         cfg.validate()?;
         let name = channel_name(channel)?;
         let path = log_path(dir, channel, stream_id)?;
@@ -150,6 +159,7 @@ impl LogFile {
         head[STREAM_ID_OFFSET..][..4].copy_from_slice(&stream_id.to_le_bytes());
         head[SESSION_ID_OFFSET..][..4].copy_from_slice(&session_id.to_le_bytes());
         head[MAX_SUBSCRIBERS_OFFSET..][..4].copy_from_slice(&(cfg.max_subscribers as u32).to_le_bytes());
+        head[FLAGS_OFFSET..][..4].copy_from_slice(&flags.to_le_bytes());
         head[PUBLISHER_PID_OFFSET..][..8].copy_from_slice(&u64::from(me.pid).to_le_bytes());
         head[PUBLISHER_START_OFFSET..][..8].copy_from_slice(&me.start_time.to_le_bytes());
         head[CREATED_NS_OFFSET..][..8].copy_from_slice(&sys::monotonic_ns().to_le_bytes());

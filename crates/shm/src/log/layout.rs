@@ -6,6 +6,7 @@
 //!         | descriptor (read-only after creation)                        |
 //!         |  magic "TWLOG\0v1", layout version, header_len, capacity,     |
 //!         |  mtu, max_message, stream_id, session_id, max_subscribers,    |
+//!         |  flags (asymmetric fence),                                   |
 //!         |  publisher pid + start time, created_ns, unblock_timeout_ns,  |
 //!         |  channel name                                                |
 //!  128    +--------------------------------------------------------------+
@@ -40,6 +41,11 @@ pub const MAX_MESSAGE_OFFSET: usize = 28;
 pub const STREAM_ID_OFFSET: usize = 32;
 pub const SESSION_ID_OFFSET: usize = 36;
 pub const MAX_SUBSCRIBERS_OFFSET: usize = 40;
+/// Descriptor flags (u32); see [`FLAG_ASYMMETRIC_FENCE`].
+pub const FLAGS_OFFSET: usize = 44;
+/// The publisher is registered for membarrier and does not fence after a
+/// commit: a subscriber about to park must call `membarrier_global`.
+pub const FLAG_ASYMMETRIC_FENCE: u32 = 1;
 pub const PUBLISHER_PID_OFFSET: usize = 48;
 pub const PUBLISHER_START_OFFSET: usize = 56;
 pub const CREATED_NS_OFFSET: usize = 64;

@@ -44,6 +44,7 @@ pub struct Publisher {
     counters: CounterSet,
     tail: std::ptr::NonNull<AtomicU64>,
     waiters: std::ptr::NonNull<AtomicU32>,
+    asymmetric_fence: bool,
 }
 
 // SAFETY: `ring`, `tail` and `waiters` point into the mapping owned by `log`, which moves with the
@@ -64,7 +65,11 @@ impl Publisher {
         cfg: &LogConfig,
         counters: &Arc<CountersFile>,
     ) -> Result<Self, ShmError> {
-        let log = LogFile::create(dir, channel, stream_id, cfg)?;
+        // Asymmetric fence: with membarrier the commit needs no barrier of its
+        // own (a parking subscriber forces one on us); without, we fence.
+        let asymmetric = sys::membarrier_register();
+        let flags = if asymmetric { FLAG_ASYMMETRIC_FENCE } else { 0 };
+        let log = LogFile::create(dir, channel, stream_id, cfg, flags)?;
         let counters = counters.allocate(Kind::Publisher, stream_id, log.desc.session_id, &log.desc.channel)?;
         let ring = log.ring();
         let tail = std::ptr::NonNull::from(log.u64_at(TAIL_OFFSET));
@@ -72,6 +77,7 @@ impl Publisher {
         Ok(Self {
             tail,
             waiters,
+            asymmetric_fence: asymmetric,
             ring,
             mask: log.desc.capacity as u64 - 1,
             capacity: log.desc.capacity as u64,
@@ -168,7 +174,7 @@ impl Publisher {
     ///
     /// # Errors
     /// [`OfferError::NotConnected`], [`OfferError::BackPressured`],
-    /// [`OfferError::MaxMessageExceeded`], [`OfferError::ClaimExpired`].
+    /// [`OfferError::MaxMessageExceeded`].
     #[inline]
     pub fn offer(&mut self, msg: &[u8]) -> Result<u64, OfferError> {
         self.offer_topic("", msg)
@@ -190,7 +196,7 @@ impl Publisher {
             self.write_payload_last_line_first(off, off + (DATA_HDR + topic.len()) as u64, msg);
             self.counters.add(pc::MESSAGES, 1);
             self.counters.add(pc::BYTES, msg.len() as u64);
-            return self.commit(off, position, frame_len, flags::UNFRAGMENTED, topic);
+            return Ok(self.commit(off, position, frame_len, flags::UNFRAGMENTED, topic));
         }
         self.offer_fragmented(topic, msg, first_max)
     }
@@ -206,7 +212,6 @@ impl Publisher {
         let n_rest = rest.div_ceil(self.max_payload);
         let total = align_frame(DATA_HDR + topic.len() + first_max) + n_rest * align_frame(self.log.desc.mtu);
         self.ensure_room(total as u64 + self.log.desc.mtu as u64)?;
-        let mut expired = false;
         let mut at = 0;
         let mut first = true;
         while at < msg.len() {
@@ -222,15 +227,12 @@ impl Publisher {
             let frame_len = DATA_HDR + t.len() + n;
             let (off, position) = self.begin_frame(frame_len);
             self.write_payload_last_line_first(off, off + (DATA_HDR + t.len()) as u64, &msg[at..at + n]);
-            expired |= self.commit(off, position, frame_len, fl, t).is_err();
+            self.commit(off, position, frame_len, fl, t);
             at += n;
             first = false;
         }
         self.counters.add(pc::MESSAGES, 1);
         self.counters.add(pc::BYTES, msg.len() as u64);
-        if expired {
-            return Err(OfferError::ClaimExpired);
-        }
         Ok(self.position)
     }
 
@@ -269,8 +271,7 @@ impl Publisher {
             self.commit_word(0).store(0, Ordering::Relaxed);
             self.write_header(off, self.position, "");
             let word = commit_word(pad as u32, 0, FrameType::Pad as u16);
-            // A subscriber may have padded this already after a stall: same bytes.
-            let _ = self.commit_word(off).compare_exchange(0, word, Ordering::SeqCst, Ordering::Relaxed);
+            self.commit_word(off).store(word, Ordering::Release);
             self.counters.add(pc::PADS, 1);
             self.position += pad;
             off = 0;
@@ -314,32 +315,40 @@ impl Publisher {
         // [ring_offset, ring_offset + bytes.len()); see `write_header`.
         unsafe {
             let dst = self.ring.add(ring_offset as usize);
-            std::ptr::copy_nonoverlapping(bytes.as_ptr().add(split), dst.add(split), bytes.len() - split);
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, split);
-        }
-    }
-
-    /// Writes the header and commits the frame at `off`: a CAS of its commit
-    /// word from zero. The CAS is a full barrier, which orders it before the
-    /// waiter check.
-    #[inline]
-    fn commit(&mut self, off: u64, position: u64, frame_len: usize, fl: u8, topic: &str) -> Result<u64, OfferError> {
-        self.write_header(off, position, topic);
-        let word = commit_word(frame_len as u32, fl, FrameType::Data as u16);
-        let res = self.commit_word(off).compare_exchange(0, word, Ordering::SeqCst, Ordering::Relaxed);
-        self.wake_if_parked(off);
-        match res {
-            Ok(_) => Ok(self.position),
-            Err(_) => {
-                self.counters.add(pc::CLAIMS_EXPIRED, 1);
-                Err(OfferError::ClaimExpired)
+            if split < bytes.len() {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr().add(split), dst.add(split), bytes.len() - split);
+            }
+            if split > 0 {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, split);
             }
         }
     }
 
+    /// Writes the header and commits the frame at `off` with a release store
+    /// of its commit word, then wakes parked subscribers if there are any.
+    ///
+    /// The wake check is one side of a Dekker handshake with `park`
+    /// (store commit, load `waiters` / add `waiters`, load commit). The
+    /// StoreLoad barrier it needs is supplied by the parking subscriber
+    /// through `membarrier` when the publisher is registered for it, so the
+    /// hot path has no locked instruction; otherwise the publisher fences.
+    #[inline]
+    fn commit(&mut self, off: u64, position: u64, frame_len: usize, fl: u8, topic: &str) -> u64 {
+        self.write_header(off, position, topic);
+        let word = commit_word(frame_len as u32, fl, FrameType::Data as u16);
+        self.commit_word(off).store(word, Ordering::Release);
+        self.wake_if_parked(off);
+        self.position
+    }
+
     #[inline]
     fn wake_if_parked(&self, off: u64) {
-        if self.waiters().load(Ordering::SeqCst) != 0 {
+        if self.asymmetric_fence {
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        } else {
+            std::sync::atomic::fence(Ordering::SeqCst);
+        }
+        if self.waiters().load(Ordering::Relaxed) != 0 {
             wake(self.futex_word(off));
         }
     }
@@ -456,6 +465,10 @@ fn wake(word: &AtomicU32) {
 }
 
 /// A frame claimed for in-place writing. Commit it, or drop it to abort.
+///
+/// While a claim is open, caught-up subscribers wait at it. If the publisher
+/// process dies with a claim open, subscribers pad it out after the log's
+/// `unblock_timeout`; a live publisher's claim is never taken away.
 #[derive(Debug)]
 pub struct Claim<'a> {
     publisher: &'a mut Publisher,
@@ -480,12 +493,8 @@ impl Claim<'_> {
     }
 
     /// Publishes the frame. Returns the stream position after it.
-    ///
-    /// # Errors
-    /// [`OfferError::ClaimExpired`] if the claim was held past the unblock
-    /// timeout and subscribers padded it out.
     #[inline]
-    pub fn commit(mut self) -> Result<u64, OfferError> {
+    pub fn commit(mut self) -> u64 {
         self.done = true;
         let p = &mut *self.publisher;
         p.counters.add(pc::MESSAGES, 1);
@@ -504,8 +513,8 @@ impl Claim<'_> {
         let word = commit_word(aligned, 0, FrameType::Pad as u16);
         let p = &mut *self.publisher;
         p.write_header(self.offset, self.position, "");
-        let _ = p.commit_word(self.offset).compare_exchange(0, word, Ordering::SeqCst, Ordering::Relaxed);
-        p.counters.add(pc::PADS, 1);
+        p.commit_word(self.offset).store(word, Ordering::Release);
+        p.counters.add(pc::CLAIMS_ABORTED, 1);
         p.wake_if_parked(self.offset);
     }
 }

@@ -341,9 +341,11 @@ impl Subscriber {
         e
     }
 
-    /// Pads out a claim the publisher has not committed within the unblock
-    /// timeout (it died, or stalled mid-claim), so this subscriber and the
-    /// others can go on. Called from idle polls and `park`.
+    /// Pads out a claim that has stayed uncommitted for the unblock timeout
+    /// *and* whose publisher process is dead, so this subscriber and the
+    /// others can go on. (A dead process cannot commit, so padding cannot race
+    /// a late commit; a live publisher's claim is waited for.) Called from
+    /// idle polls and `park`.
     #[cold]
     fn check_stall(&mut self) {
         let tail = self.log.u64_at(TAIL_OFFSET).load(Ordering::Acquire);
@@ -358,7 +360,7 @@ impl Subscriber {
             self.stall_position = pos;
             return;
         }
-        if now - self.stall_since < self.log.desc.unblock_timeout_ns {
+        if now - self.stall_since < self.log.desc.unblock_timeout_ns || self.log.desc.publisher.is_alive() {
             return;
         }
         let off = pos & self.mask;
@@ -386,6 +388,12 @@ impl Subscriber {
         let parked = self.log.u32_at(self.slot + SLOT_PARKED);
         parked.store(1, Ordering::Relaxed);
         waiters.fetch_add(1, Ordering::SeqCst);
+        let mut timeout = timeout;
+        // The publisher does not fence after its commit store: force a
+        // barrier on it so that either it sees `waiters` or we see its commit.
+        if self.log.desc.flags & FLAG_ASYMMETRIC_FENCE != 0 && !sys::membarrier_global() {
+            timeout = timeout.min(Duration::from_millis(1)); // cannot happen if it registered; bound it anyway
+        }
         let evicted = self.lossy && self.log.u64_at(self.slot + SLOT_POSITION).load(Ordering::SeqCst) != self.position;
         if self.commit_word(off).load(Ordering::SeqCst) == 0
             && self.log.u64_at(CLOSED_OFFSET).load(Ordering::SeqCst) == 0

@@ -2,7 +2,8 @@
 //!
 //! A backend implements: shared file mappings ([`map_file`], [`map_anonymous`],
 //! [`Mapping`]), futex wait/wake on a 32-bit word in a shared mapping
-//! ([`futex_wait`], [`futex_wake`]), process identity and liveness
+//! ([`futex_wait`], [`futex_wake`]), an asymmetric barrier ([`membarrier_register`],
+//! [`membarrier_global`]), process identity and liveness
 //! ([`ProcessId`]), and a system-wide monotonic clock ([`monotonic_ns`]).
 //! Only Linux is implemented.
 
