@@ -155,6 +155,7 @@ impl Publisher {
     ///
     /// # Errors
     /// As [`Publisher::try_claim`], plus [`OfferError::TopicTooLong`].
+    #[inline]
     pub fn try_claim_topic<'a>(&'a mut self, topic: &'a str, len: usize) -> Result<Claim<'a>, OfferError> {
         if topic.len() > MAX_TOPIC_LENGTH {
             return Err(OfferError::TopicTooLong { max: MAX_TOPIC_LENGTH });
@@ -184,6 +185,7 @@ impl Publisher {
     ///
     /// # Errors
     /// As [`Publisher::offer`], plus [`OfferError::TopicTooLong`].
+    #[inline]
     pub fn offer_topic(&mut self, topic: &str, msg: &[u8]) -> Result<u64, OfferError> {
         if topic.len() > MAX_TOPIC_LENGTH {
             return Err(OfferError::TopicTooLong { max: MAX_TOPIC_LENGTH });
@@ -507,6 +509,7 @@ impl Claim<'_> {
         self.pad_out();
     }
 
+    #[cold]
     fn pad_out(&mut self) {
         self.done = true;
         let aligned = align_frame(self.frame_len) as u32;
@@ -520,6 +523,7 @@ impl Claim<'_> {
 }
 
 impl Drop for Claim<'_> {
+    #[inline]
     fn drop(&mut self) {
         if !self.done {
             self.pad_out();
