@@ -110,8 +110,8 @@ pub mod subscriber {
     pub const UNBLOCKED: usize = 5;
     /// Partial messages dropped (missing fragments, over max size).
     pub const REASSEMBLY_DROPPED: usize = 6;
-    /// Frames read.
-    pub const FRAMES: usize = 7;
+    /// PAD frames skipped (end of ring, aborted claims, dead publishers).
+    pub const PADS: usize = 7;
 }
 const SUB_NAMES: [&str; VALUES] = [
     "messages",
@@ -121,7 +121,7 @@ const SUB_NAMES: [&str; VALUES] = [
     "invalid_frames",
     "unblocked_claims",
     "reassembly_dropped",
-    "frames",
+    "pads_skipped",
 ];
 
 /// A process's counters file (or a private anonymous block).

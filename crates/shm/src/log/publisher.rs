@@ -196,9 +196,11 @@ impl Publisher {
             self.ensure_room(align_frame(frame_len) as u64)?;
             let (off, position) = self.begin_frame(frame_len);
             self.write_payload_last_line_first(off, off + (DATA_HDR + topic.len()) as u64, msg);
+            let end = self.commit(off, position, frame_len, flags::UNFRAGMENTED, topic);
+            // Counted after the commit: off the critical path to subscribers.
             self.counters.add(pc::MESSAGES, 1);
             self.counters.add(pc::BYTES, msg.len() as u64);
-            return Ok(self.commit(off, position, frame_len, flags::UNFRAGMENTED, topic));
+            return Ok(end);
         }
         self.offer_fragmented(topic, msg, first_max)
     }
@@ -499,9 +501,10 @@ impl Claim<'_> {
     pub fn commit(mut self) -> u64 {
         self.done = true;
         let p = &mut *self.publisher;
+        let end = p.commit(self.offset, self.position, self.frame_len, flags::UNFRAGMENTED, self.topic);
         p.counters.add(pc::MESSAGES, 1);
         p.counters.add(pc::BYTES, (self.frame_len - DATA_HDR - self.topic.len()) as u64);
-        p.commit(self.offset, self.position, self.frame_len, flags::UNFRAGMENTED, self.topic)
+        end
     }
 
     /// Abandons the frame; subscribers skip it as padding.

@@ -224,7 +224,7 @@ impl Subscriber {
             }
         }
         let mut frames = 0;
-        let (mut msgs, mut bytes, mut dropped) = (0u64, 0u64, 0u64);
+        let (mut msgs, mut bytes, mut dropped, mut pads) = (0u64, 0u64, 0u64, 0u64);
         let mut err = None;
         let (session_id, stream_id, mtu) = (self.log.desc.session_id, self.log.desc.stream_id, self.log.desc.mtu);
         while frames < fragment_limit {
@@ -247,6 +247,7 @@ impl Subscriber {
             if ty == FrameType::Pad as u16 {
                 pos += aligned;
                 frames += 1;
+                pads += 1;
                 continue;
             }
             if ty != FrameType::Data as u16 || len > mtu {
@@ -312,7 +313,9 @@ impl Subscriber {
             slot_pos.store(pos, Ordering::Release);
         }
         if frames > 0 {
-            self.counters.add(sc::FRAMES, frames as u64);
+            if pads > 0 {
+                self.counters.add(sc::PADS, pads);
+            }
             if msgs > 0 {
                 self.counters.add(sc::MESSAGES, msgs);
                 self.counters.add(sc::BYTES, bytes);
