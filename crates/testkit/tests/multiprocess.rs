@@ -70,6 +70,9 @@ fn two_subscribers_at_different_speeds_both_get_everything() {
     assert!(p["back_pressured"].as_u64().unwrap() > 0, "the slow one held the publisher back: {p}");
 }
 
+/// 200-byte payloads make 232-byte frames, 256 bytes of stream each.
+const FRAME_256: u64 = 256;
+
 #[test]
 fn lossy_subscriber_slow_between_polls_never_holds_the_publisher() {
     let dd = dir("lossy");
@@ -79,8 +82,8 @@ fn lossy_subscriber_slow_between_polls_never_holds_the_publisher() {
     let s = json(sub);
     assert_eq!(s["error_count"], 0, "pattern checks catch torn or reordered reads: {s}");
     assert!(s["lost_notices"].as_u64().unwrap() > 0, "{s}");
-    assert!(s["lost_bytes"].as_u64().unwrap() > 0);
-    assert!(s["received"].as_u64().unwrap() < 50000);
+    let (received, lost_bytes) = (s["received"].as_u64().unwrap(), s["lost_bytes"].as_u64().unwrap());
+    assert_eq!(received * FRAME_256 + lost_bytes, 50000 * FRAME_256, "every message delivered or reported lost: {s}");
     assert!(p["evictions"].as_u64().unwrap() > 0, "{p}");
     // Only a poll in progress (64 fast frames) can make the publisher wait.
     assert!(p["back_pressured"].as_u64().unwrap() < 50000, "{p}");
@@ -88,16 +91,18 @@ fn lossy_subscriber_slow_between_polls_never_holds_the_publisher() {
 
 #[test]
 fn lossy_subscriber_slow_inside_its_handler_is_never_torn() {
-    // While a handler runs, the publisher may not overwrite what it reads,
-    // so it waits (documented); between polls it moves the subscriber on.
+    // While a handler runs the publisher may not overwrite what it reads, so
+    // it waits (documented); it can only move the subscriber on between polls,
+    // which here is a narrow window. Whether loss happens is timing; what must
+    // hold is exact accounting and no torn data.
     let dd = dir("lossy2");
     let sub = spawn(&["subscribe", d(&dd), "l", "1", "20000", "lossy", "20", "inside"]);
     let publ = spawn(&["publish", d(&dd), "l", "1", "20000", "200", "65536"]);
-    let p = json(publ);
+    json(publ);
     let s = json(sub);
     assert_eq!(s["error_count"], 0, "{s}");
-    assert!(s["lost_notices"].as_u64().unwrap() > 0, "{s}");
-    assert!(p["evictions"].as_u64().unwrap() > 0, "{p}");
+    let (received, lost_bytes) = (s["received"].as_u64().unwrap(), s["lost_bytes"].as_u64().unwrap());
+    assert_eq!(received * FRAME_256 + lost_bytes, 20000 * FRAME_256, "every message delivered or reported lost: {s}");
 }
 
 #[test]
