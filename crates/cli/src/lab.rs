@@ -249,6 +249,14 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                 None => None,
                 Some(b) => {
                     let after = floor::raw_ring_throughput(&fo).map_err(err)?;
+                    let (lo, hi) = (b.msgs_per_s.min(after.msgs_per_s), b.msgs_per_s.max(after.msgs_per_s));
+                    if lo > 0.0 && hi / lo > 1.5 {
+                        eprintln!(
+                            "tickwire lab: warning: the floor moved from {:.0} to {:.0} msg/s during the run \
+                             (the host changed CPU placement); the ratio is not reliable, run again",
+                            b.msgs_per_s, after.msgs_per_s
+                        );
+                    }
                     Some(if after.msgs_per_s > b.msgs_per_s { after } else { b })
                 }
             };

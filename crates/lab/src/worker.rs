@@ -102,6 +102,7 @@ fn ring_sink(path: &Path, cpu: usize) -> Result<String, LabError> {
                 }
             }
         } else {
+            std::hint::spin_loop();
             idle = idle.wrapping_add(1);
             if idle == 1 {
                 idle_since = Instant::now();
@@ -193,6 +194,7 @@ fn ipc_sink(dir: &Path, channel: &str, cpu: usize) -> Result<String, LabError> {
                 first = Some(Instant::now());
             }
         } else {
+            std::hint::spin_loop(); // as Idle::BusySpin does: be gentle on the line being written
             idle = idle.wrapping_add(1);
             if idle % 256 == 0 {
                 if rx.is_end_of_stream() {
