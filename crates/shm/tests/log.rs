@@ -236,3 +236,17 @@ fn parked_subscriber_never_misses_a_wake() {
     assert!(start.elapsed() < Duration::from_secs(5), "a wake-up was missed: {:?}", start.elapsed());
     drop(t.join().unwrap());
 }
+
+#[test]
+fn a_topic_longer_than_a_small_frame_is_a_typed_error() {
+    let ctx = Context::new(dir("topic")).unwrap();
+    let cfg = LogConfig { mtu: 64, ..small() };
+    let mut p = ctx.publisher("t", 1, &cfg).unwrap();
+    let _s = ctx.subscriber("t", 1, SubscriberOptions::default()).unwrap();
+    let topic = "x".repeat(200);
+    assert_eq!(p.offer_topic(&topic, b"m"), Err(OfferError::TopicTooLong { max: 31 }));
+    assert!(matches!(p.try_claim_topic(&topic, 1), Err(OfferError::TopicTooLong { .. })));
+    assert!(p.offer_topic(&"y".repeat(31), b"").is_ok());
+    assert!(p.is_connected());
+    assert_eq!(p.counters().get(counters::publisher::NOT_CONNECTED), 0, "is_connected is not a refused offer");
+}

@@ -133,9 +133,13 @@ impl Publisher {
         unsafe { &*self.ring.add(ring_offset as usize).cast::<AtomicU64>() }
     }
 
-    /// Whether any subscriber was attached at the last limit rescan.
+    /// Whether any subscriber is attached (rescans the slots; not counted as
+    /// a refused offer).
     pub fn is_connected(&mut self) -> bool {
-        self.refresh_limit(self.position + 1).is_ok() || self.limit > self.position
+        match self.scan_limit(self.position + 1) {
+            Ok(()) | Err(OfferError::BackPressured) => true,
+            Err(_) => false,
+        }
     }
 
     /// Claims a frame for `len` payload bytes, to be written in place and
@@ -157,10 +161,7 @@ impl Publisher {
     /// As [`Publisher::try_claim`], plus [`OfferError::TopicTooLong`].
     #[inline]
     pub fn try_claim_topic<'a>(&'a mut self, topic: &'a str, len: usize) -> Result<Claim<'a>, OfferError> {
-        if topic.len() > MAX_TOPIC_LENGTH {
-            return Err(OfferError::TopicTooLong { max: MAX_TOPIC_LENGTH });
-        }
-        let max = self.max_payload - topic.len();
+        let max = self.room_after_topic(topic)?;
         if len > max {
             return Err(OfferError::MaxPayloadExceeded { len, max });
         }
@@ -187,10 +188,7 @@ impl Publisher {
     /// As [`Publisher::offer`], plus [`OfferError::TopicTooLong`].
     #[inline]
     pub fn offer_topic(&mut self, topic: &str, msg: &[u8]) -> Result<u64, OfferError> {
-        if topic.len() > MAX_TOPIC_LENGTH {
-            return Err(OfferError::TopicTooLong { max: MAX_TOPIC_LENGTH });
-        }
-        let first_max = self.max_payload - topic.len();
+        let first_max = self.room_after_topic(topic)?;
         if msg.len() <= first_max {
             let frame_len = DATA_HDR + topic.len() + msg.len();
             self.ensure_room(align_frame(frame_len) as u64)?;
@@ -238,6 +236,16 @@ impl Publisher {
         self.counters.add(pc::MESSAGES, 1);
         self.counters.add(pc::BYTES, msg.len() as u64);
         Ok(self.position)
+    }
+
+    /// Payload bytes left in a frame that carries `topic` (at least one).
+    #[inline]
+    fn room_after_topic(&self, topic: &str) -> Result<usize, OfferError> {
+        let max = MAX_TOPIC_LENGTH.min(self.max_payload - 1);
+        if topic.len() > max {
+            return Err(OfferError::TopicTooLong { max });
+        }
+        Ok(self.max_payload - topic.len())
     }
 
     /// Makes sure `need` bytes (plus a possible end-of-ring pad and the next
@@ -367,8 +375,18 @@ impl Publisher {
     /// dead ones.
     #[cold]
     fn refresh_limit(&mut self, end: u64) -> Result<(), OfferError> {
+        let res = self.scan_limit(end);
+        match res {
+            Err(OfferError::BackPressured) => self.counters.add(pc::BACK_PRESSURED, 1),
+            Err(OfferError::NotConnected) => self.counters.add(pc::NOT_CONNECTED, 1),
+            _ => {}
+        }
+        res
+    }
+
+    /// The rescan itself; `refresh_limit` counts its refusals.
+    fn scan_limit(&mut self, end: u64) -> Result<(), OfferError> {
         let Some(_guard) = self.log.try_lock(self.me.pid) else {
-            self.counters.add(pc::BACK_PRESSURED, 1);
             return Err(OfferError::BackPressured);
         };
         let now = sys::monotonic_ns();
@@ -405,13 +423,11 @@ impl Publisher {
         if min == u64::MAX {
             self.limit = self.position;
             self.log.u64_at(PUB_LIMIT_OFFSET).store(self.limit, Ordering::Relaxed);
-            self.counters.add(pc::NOT_CONNECTED, 1);
             return Err(OfferError::NotConnected);
         }
         self.limit = min + self.capacity;
         self.log.u64_at(PUB_LIMIT_OFFSET).store(self.limit, Ordering::Relaxed);
         if end > self.limit {
-            self.counters.add(pc::BACK_PRESSURED, 1);
             return Err(OfferError::BackPressured);
         }
         Ok(())
