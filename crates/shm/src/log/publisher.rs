@@ -269,31 +269,32 @@ impl Publisher {
         }
     }
 
-    /// Starts a frame: pads to the ring end if needed, clears the next
-    /// frame's commit word and publishes `tail`. The header is written at
-    /// commit, together with the commit word (see `commit`). Returns the
-    /// frame's ring offset and stream position.
+    /// Starts a frame: clears the commit words a reader may reach next (the
+    /// frame's own after an end-of-ring pad, and the one after the frame),
+    /// then publishes `tail` (joiners start there, so this order matters),
+    /// then commits the pad if one is needed. The frame's header is written
+    /// at commit, together with its commit word. Returns the frame's ring
+    /// offset and stream position.
     #[inline]
     fn begin_frame(&mut self, frame_len: usize) -> (u64, u64) {
         let aligned = align_frame(frame_len) as u64;
-        let mut off = self.position & self.mask;
-        if off + aligned > self.capacity {
-            let pad = self.capacity - off;
-            self.tail().store(self.position + pad + aligned, Ordering::Release);
+        let pad_at = self.position & self.mask;
+        let pad = if pad_at + aligned > self.capacity { self.capacity - pad_at } else { 0 };
+        let start = self.position + pad;
+        let next = start + aligned;
+        if pad > 0 {
             self.commit_word(0).store(0, Ordering::Relaxed);
-            self.write_header(off, self.position, "");
-            let word = commit_word(pad as u32, 0, FrameType::Pad as u16);
-            self.commit_word(off).store(word, Ordering::Release);
-            self.counters.add(pc::PADS, 1);
-            self.position += pad;
-            off = 0;
         }
-        let position = self.position;
-        let next = position + aligned;
         self.commit_word(next & self.mask).store(0, Ordering::Relaxed);
         self.tail().store(next, Ordering::Release);
+        if pad > 0 {
+            self.write_header(pad_at, self.position, "");
+            let word = commit_word(pad as u32, 0, FrameType::Pad as u16);
+            self.commit_word(pad_at).store(word, Ordering::Release);
+            self.counters.add(pc::PADS, 1);
+        }
         self.position = next;
-        (off, position)
+        (start & self.mask, start)
     }
 
     #[inline]
