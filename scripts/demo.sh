@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TW=./target/release/tickwire
 DIR=${TICKWIRE_DIR:-/dev/shm/tickwire-demo}
-"$TW" --dir "$DIR" clean >/dev/null || true
+"$TW" --dir "$DIR" clean >/dev/null
 
 echo "== 1. publish 1M msg/s of 64-byte messages for 3 s; subscriber checks every sequence number"
 "$TW" --dir "$DIR" sub --channel ipc:demo --stream 10 --verify --idle park --duration 5s &

@@ -141,7 +141,11 @@ pub fn publish(s: &Settings, a: &PubArgs) -> Result<(), String> {
         while sent < limit && begin.elapsed() < duration {
             if let Some(iv) = interval {
                 // Open loop: message n is due at begin + n * interval.
-                let due = begin + iv.mul_f64(sent as f64);
+                let offset = iv.mul_f64(sent as f64);
+                if offset >= duration {
+                    break;
+                }
+                let due = begin + offset;
                 while Instant::now() < due {
                     std::hint::spin_loop();
                 }

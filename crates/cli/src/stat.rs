@@ -108,6 +108,10 @@ fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
 }
 
 pub fn clean(s: &Settings) -> Result<(), String> {
+    if !s.dir.exists() {
+        println!("nothing to clean: {} does not exist", s.dir.display());
+        return Ok(());
+    }
     let reports = tickwire_shm::clean(&s.dir).map_err(|e| e.to_string())?;
     for r in &reports {
         println!("{} {}: {}", if r.removed { "removed" } else { "kept" }, r.path.display(), r.reason);
