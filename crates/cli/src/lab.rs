@@ -2,18 +2,23 @@
 
 use crate::config::Settings;
 use crate::units::{parse_duration, parse_size};
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
+use std::path::PathBuf;
 use std::time::Duration;
 use tickwire_lab::floor::{self, FloorOptions};
 use tickwire_lab::ipc::{self, IpcOptions};
+use tickwire_lab::machine::Machine;
+use tickwire_lab::output::{self, Measured};
+use tickwire_lab::pingpong::{self, PingPong, Transport};
 use tickwire_lab::report::{table, LatencyRow, ThroughputRow};
+use tickwire_lab::sockets::Wait;
 use tickwire_lab::Cpus;
 
 #[derive(Debug, Subcommand)]
 pub enum LabCmd {
     /// The machine's floor: cache-line and raw-ring ping-pong, raw-ring throughput.
     Floor(FloorArgs),
-    /// Half-round-trip latency by message size.
+    /// Half-round-trip latency by message size (ipc, udp, tcp).
     Pingpong(PingArgs),
     /// One-way streaming throughput with every message checked.
     Throughput(ThroughputArgs),
@@ -25,14 +30,45 @@ pub enum LabCmd {
     },
 }
 
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// The papers' table (Min, Median, Mean, 99th, 99.9th, Max, STD, plus 90th and 99.99th).
+    Table,
+    /// One JSON object per row.
+    Json,
+    /// CSV with a header line.
+    Csv,
+    /// sockperf's percentile block, one per row.
+    Sockperf,
+}
+
 #[derive(Debug, Args)]
 pub struct Common {
     /// CPUs for the local and remote sides.
     #[arg(long, default_value = "0,1", value_parser = parse_cpus)]
     cpus: Cpus,
-    /// Print JSON (one object per row).
+    /// Print JSON (one object per row); same as --format json.
     #[arg(long)]
     json: bool,
+    /// Print CSV; same as --format csv.
+    #[arg(long)]
+    csv: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+impl Common {
+    fn format(&self) -> Format {
+        if self.json {
+            Format::Json
+        } else if self.csv {
+            Format::Csv
+        } else {
+            self.format
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -57,29 +93,40 @@ pub struct FloorArgs {
 pub struct PingArgs {
     #[command(flatten)]
     common: Common,
-    /// Transport (ipc).
-    #[arg(long, default_value = "ipc")]
-    transport: String,
+    /// Transport: ipc (tickwire shared memory), udp or tcp (plain kernel sockets on loopback).
+    #[arg(long, default_value = "ipc", value_parser = Transport::parse)]
+    transport: Transport,
     /// Message size in bytes.
     #[arg(long, default_value = "64", value_parser = parse_size)]
     size: usize,
-    /// Round trips recorded.
+    /// Sweep: a row per size, e.g. 64,128,256,512,1024,1472.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    sizes: Vec<usize>,
+    /// Round trips recorded per size.
     #[arg(long, default_value_t = 1_000_000)]
     count: u64,
-    /// Round trips before recording.
+    /// Round trips before recording, per round.
     #[arg(long, default_value_t = 10_000)]
     warmup: u64,
-    /// Log capacity.
+    /// Busy-poll while waiting (the default).
+    #[arg(long, conflicts_with = "block")]
+    spin: bool,
+    /// Block in the kernel while waiting (sockets: blocking recv; ipc: futex park).
+    #[arg(long)]
+    block: bool,
+    /// Log capacity (ipc).
     #[arg(long, default_value = "1MiB", value_parser = parse_size)]
     capacity: usize,
     /// Skip the same-run floor measurement (no ratio is reported).
     #[arg(long)]
     no_floor: bool,
-    /// Rounds that alternate a floor chunk and a transport chunk (count is
-    /// split between them), so both see the same machine even when the host
-    /// moves the vCPUs mid-run.
+    /// Rounds alternating a floor chunk and a transport chunk, so both see
+    /// the same machine even when the host moves the vCPUs mid-run.
     #[arg(long, default_value_t = 10)]
     rounds: u64,
+    /// Also write the histograms as an HdrHistogram interval log.
+    #[arg(long)]
+    hlog: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -109,27 +156,31 @@ fn parse_cpus(s: &str) -> Result<Cpus, String> {
     Ok(Cpus { local: p(a)?, remote: p(b)? })
 }
 
-fn need_ipc(t: &str) -> Result<(), String> {
-    if t == "ipc" {
-        Ok(())
-    } else {
-        Err(format!("transport {t:?} is not available yet (ipc only; udp/tcp/rudp/xdp arrive with the lab and transport issues)"))
-    }
-}
-
-fn print_latency(rows: &[LatencyRow], json: bool) {
-    if json {
-        for r in rows {
-            println!("{}", serde_json::to_string(r).unwrap_or_default());
+fn print_latency(measured: &[Measured], format: Format, machine: &Machine) {
+    let rows: Vec<LatencyRow> = measured.iter().map(|m| m.row.clone()).collect();
+    match format {
+        Format::Json => {
+            for r in &rows {
+                println!("{}", serde_json::to_string(r).unwrap_or_default());
+            }
         }
-    } else {
-        print!("{}", table(rows));
+        Format::Csv => print!("{}", output::csv(&rows)),
+        Format::Sockperf => {
+            for m in measured {
+                println!("# {}", output::tag(&m.row));
+                print!("{}", output::sockperf(m));
+            }
+        }
+        Format::Table => {
+            println!("machine: {}", machine.summary());
+            print!("{}", table(&rows));
+        }
     }
 }
 
-fn print_throughput(rows: &[ThroughputRow], json: bool) {
+fn print_throughput(rows: &[ThroughputRow], format: Format) {
     for r in rows {
-        if json {
+        if format == Format::Json {
             println!("{}", serde_json::to_string(r).unwrap_or_default());
         } else {
             println!(
@@ -161,6 +212,7 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
             println!("{}", tickwire_lab::worker::run(&args).map_err(err)?);
         }
         LabCmd::Floor(a) => {
+            let machine = Machine::detect();
             let o = FloorOptions {
                 count: a.count,
                 warmup: a.warmup,
@@ -169,62 +221,60 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                 cpus: a.common.cpus,
                 dir: s.dir.clone(),
             };
-            let cl = floor::cacheline(&o).map_err(err)?;
-            let rr = floor::raw_ring(&o).map_err(err)?;
-            print_latency(&[cl, rr], a.common.json);
+            let mut cl = floor::cacheline(&o).map_err(err)?;
+            let mut rr = floor::raw_ring(&o).map_err(err)?;
+            cl.machine = machine.summary();
+            rr.machine = machine.summary();
+            let format = a.common.format();
+            let rows = [cl, rr];
+            match format {
+                Format::Json => rows.iter().for_each(|r| println!("{}", serde_json::to_string(r).unwrap_or_default())),
+                Format::Csv => print!("{}", output::csv(&rows)),
+                Format::Table | Format::Sockperf => {
+                    println!("machine: {}", machine.summary());
+                    print!("{}", table(&rows));
+                }
+            }
             let mut tp = floor::raw_ring_throughput(&o).map_err(err)?;
             tp.bytes_per_s = tp.msgs_per_s * 64.0;
-            print_throughput(&[tp], a.common.json);
+            if format != Format::Csv {
+                print_throughput(&[tp], format);
+            }
         }
         LabCmd::Pingpong(a) => {
-            need_ipc(&a.transport)?;
-            let rounds = a.rounds.clamp(1, a.count.max(1));
-            let chunk = a.count.div_ceil(rounds);
-            let dir = s.dir.clone();
-            let o = IpcOptions {
-                count: chunk,
-                warmup: a.warmup,
-                size: a.size,
-                duration: Duration::ZERO,
-                capacity: a.capacity,
-                cpus: a.common.cpus,
-                dir: dir.clone(),
-            };
-            let fo = FloorOptions {
-                count: chunk,
-                warmup: a.warmup,
-                size: a.size,
-                duration: Duration::ZERO,
-                cpus: a.common.cpus,
-                dir,
-            };
-            let mut ipc_h = tickwire_lab::report::histogram();
-            let mut floor_h = tickwire_lab::report::histogram();
-            for _ in 0..rounds {
-                if !a.no_floor {
-                    floor_h.add(floor::raw_ring_histogram(&fo).map_err(err)?).map_err(|e| e.to_string())?;
-                }
-                ipc_h.add(ipc::pingpong_histogram(&o).map_err(err)?).map_err(|e| e.to_string())?;
-            }
-            let cpus = format!("{},{}", a.common.cpus.local, a.common.cpus.remote);
-            let mut row = LatencyRow::from_histogram("pingpong", "ipc", a.size, &ipc_h);
-            row.cpus.clone_from(&cpus);
-            let mut rows = Vec::new();
-            if a.no_floor {
-                rows.push(row);
-            } else {
-                let mut f = LatencyRow::from_histogram("floor", "shm", a.size, &floor_h);
-                f.probe = Some("raw_ring".into());
-                f.cpus = cpus;
-                rows.push(row.with_floor(&f));
-                if !a.common.json {
-                    rows.push(f);
+            let machine = Machine::detect();
+            let sizes = if a.sizes.is_empty() { vec![a.size] } else { a.sizes.clone() };
+            let format = a.common.format();
+            let mut measured = Vec::new();
+            for size in sizes {
+                let p = PingPong {
+                    transport: a.transport,
+                    wait: if a.block { Wait::Block } else { Wait::Spin },
+                    size,
+                    count: a.count,
+                    warmup: a.warmup,
+                    rounds: a.rounds,
+                    floor: !a.no_floor,
+                    cpus: a.common.cpus,
+                    dir: s.dir.clone(),
+                    capacity: a.capacity,
+                };
+                let (row, floor_row) = pingpong::run(&p, &machine).map_err(err)?;
+                measured.push(row);
+                // The floor's own row is shown in tables; JSON/CSV rows carry its figures.
+                if let (Some(f), Format::Table | Format::Sockperf) = (floor_row, format) {
+                    measured.push(f);
                 }
             }
-            print_latency(&rows, a.common.json);
+            print_latency(&measured, format, &machine);
+            if let Some(path) = &a.hlog {
+                output::write_hlog(path, &measured)?;
+            }
         }
         LabCmd::Throughput(a) => {
-            need_ipc(&a.transport)?;
+            if a.transport != "ipc" {
+                return Err(format!("throughput over {:?} is not available yet (ipc only)", a.transport));
+            }
             let o = IpcOptions {
                 count: 0,
                 warmup: 0,
@@ -233,6 +283,7 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                 capacity: a.capacity,
                 cpus: a.common.cpus,
                 dir: s.dir.clone(),
+                wait: Wait::Spin,
             };
             let fo = FloorOptions {
                 count: 0,
@@ -264,12 +315,13 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                 row.floor_msgs_per_s = Some(f.msgs_per_s);
                 row.ratio = Some((row.msgs_per_s / f.msgs_per_s * 1000.0).round() / 1000.0);
             }
+            let format = a.common.format();
             let mut rows = vec![row];
-            if let (Some(mut f), false) = (floor_row, a.common.json) {
+            if let (Some(mut f), false) = (floor_row, format == Format::Json) {
                 f.bytes_per_s = f.msgs_per_s * 64.0;
                 rows.push(f);
             }
-            print_throughput(&rows, a.common.json);
+            print_throughput(&rows, format);
         }
     }
     Ok(())

@@ -185,3 +185,91 @@ fn bad_input_is_a_clear_error_not_a_panic() {
     assert!(ok && out.contains("not a tickwire file"), "{out}");
     assert!(!err.contains("panicked"));
 }
+
+#[test]
+fn kernel_udp_and_tcp_pingpong_spin_and_block() {
+    let d = dir("sockets");
+    for (transport, wait) in [("udp", "--spin"), ("udp", "--block"), ("tcp", "--spin"), ("tcp", "--block")] {
+        let (ok, out, err) = run(&[
+            "--dir",
+            &d,
+            "lab",
+            "pingpong",
+            "--transport",
+            transport,
+            wait,
+            "--size",
+            "64",
+            "--count",
+            "3000",
+            "--warmup",
+            "200",
+            "--rounds",
+            "2",
+            "--json",
+        ]);
+        assert!(ok, "{transport} {wait}: {err}");
+        let r = &rows(&out)[0];
+        assert_eq!((r["transport"].as_str(), r["wait"].as_str()), (Some(transport), Some(&wait[2..])));
+        assert_eq!(r["count"], 3000);
+        ordered(r);
+        // A kernel round trip is microseconds; the floor is nanoseconds.
+        assert!(r["p50_ns"].as_u64().unwrap() > r["floor_p50_ns"].as_u64().unwrap(), "{r}");
+        assert!(r["achieved_rate"].as_f64().unwrap() > 0.0);
+        assert_eq!(r["lost"], 0);
+        assert!(r["machine"].as_str().unwrap().contains("Linux"));
+    }
+}
+
+#[test]
+fn size_sweep_csv_sockperf_format_and_hlog() {
+    let d = dir("formats");
+    let (ok, out, err) = run(&[
+        "--dir",
+        &d,
+        "lab",
+        "pingpong",
+        "--transport",
+        "udp",
+        "--sizes",
+        "64,1472",
+        "--count",
+        "2000",
+        "--warmup",
+        "100",
+        "--rounds",
+        "1",
+        "--csv",
+    ]);
+    assert!(ok, "{err}");
+    let lines: Vec<_> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "header and one row per size: {out}");
+    assert!(lines[0].starts_with("mode,transport,probe,wait,size,count,min_ns,p50_ns"));
+    assert!(
+        lines[1].starts_with("pingpong,udp,,spin,64,2000,") && lines[2].starts_with("pingpong,udp,,spin,1472,2000,")
+    );
+
+    let hlog = format!("{d}/run.hlog");
+    let (ok, out, err) = run(&[
+        "--dir",
+        &d,
+        "lab",
+        "pingpong",
+        "--transport",
+        "ipc",
+        "--count",
+        "2000",
+        "--warmup",
+        "100",
+        "--rounds",
+        "1",
+        "--format",
+        "sockperf",
+        "--hlog",
+        &hlog,
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("# pingpong-ipc-spin-64") && out.contains("sockperf: ---> percentile 50.000 ="), "{out}");
+    let text = std::fs::read_to_string(&hlog).unwrap();
+    assert!(text.contains("#[StartTime: ") && text.contains("Tag=pingpong-ipc-spin-64,"), "{text}");
+}

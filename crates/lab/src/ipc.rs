@@ -25,6 +25,8 @@ pub struct IpcOptions {
     pub cpus: Cpus,
     /// Directory for the log files.
     pub dir: PathBuf,
+    /// Spin, or park on the futex when idle (ping-pong only).
+    pub wait: crate::sockets::Wait,
 }
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -88,8 +90,10 @@ pub fn pingpong_histogram(o: &IpcOptions) -> Result<hdrhistogram::Histogram<u64>
         channel.clone(),
         o.cpus.remote.to_string(),
         o.capacity.to_string(),
+        o.wait.name().into(),
     ])?;
     let mut pong = subscribe_when_ready(&ctx, &channel, PONG_STREAM)?;
+    let block = o.wait == crate::sockets::Wait::Block;
     pin_current_thread(o.cpus.local)?;
     let mut msg = vec![0u8; o.size];
     let mut h = histogram();
@@ -109,6 +113,10 @@ pub fn pingpong_histogram(o: &IpcOptions) -> Result<hdrhistogram::Histogram<u64>
             );
             match polled {
                 Err(e) => Some(Err(LabError::Worker(e.to_string()))),
+                Ok(0) if block => {
+                    pong.park(Duration::from_millis(100));
+                    None
+                }
                 Ok(_) => echoed.map(|_| Ok(())),
             }
         })??;

@@ -7,7 +7,12 @@
 //! * [`floor`]: the floor probes.
 //! * [`ipc`]: half-round-trip ping-pong and streaming throughput over the
 //!   tickwire shared-memory transport.
+//! * [`sockets`]: the same ping-pong over plain kernel UDP and TCP sockets
+//!   (spinning on non-blocking sockets, or blocking), the baseline the
+//!   network transports will be compared with.
 //! * [`report`]: statistics from an HdrHistogram, the papers' table, JSON.
+//! * [`output`]: CSV, HdrHistogram interval logs, sockperf's percentile block.
+//! * [`machine`]: what every report says about the machine and the clock.
 //! * [`worker`]: the far side of each measurement, run as a separate process
 //!   (`tickwire lab worker ...`) pinned to its own CPU.
 //!
@@ -17,7 +22,11 @@
 
 pub mod floor;
 pub mod ipc;
+pub mod machine;
+pub mod output;
+pub mod pingpong;
 pub mod report;
+pub mod sockets;
 pub mod worker;
 
 use std::process::{Child, Command, Stdio};
@@ -65,6 +74,7 @@ impl Default for Cpus {
 #[derive(Debug)]
 pub struct WorkerProcess {
     child: Child,
+    stdout: Option<std::io::BufReader<std::process::ChildStdout>>,
 }
 
 impl WorkerProcess {
@@ -75,14 +85,30 @@ impl WorkerProcess {
     pub fn spawn(args: &[String]) -> Result<Self, LabError> {
         let exe =
             std::env::var_os("TICKWIRE_EXE").map(std::path::PathBuf::from).map_or_else(std::env::current_exe, Ok)?;
-        let child = Command::new(exe)
+        let mut child = Command::new(exe)
             .arg("lab")
             .arg("worker")
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()?;
-        Ok(Self { child })
+        let stdout = child.stdout.take().map(std::io::BufReader::new);
+        Ok(Self { child, stdout })
+    }
+
+    /// Reads one line the worker printed (e.g. the port it bound), waiting
+    /// at most until the worker exits.
+    ///
+    /// # Errors
+    /// [`LabError::Worker`] if the worker exited without printing one.
+    pub fn read_line(&mut self) -> Result<String, LabError> {
+        use std::io::BufRead;
+        let mut line = String::new();
+        let n = self.stdout.as_mut().map_or(Ok(0), |s| s.read_line(&mut line))?;
+        if n == 0 {
+            return Err(LabError::Worker("exited before reporting".into()));
+        }
+        Ok(line.trim().to_owned())
     }
 
     /// Waits for the worker to exit (bounded by `timeout`) and returns the
@@ -95,7 +121,7 @@ impl WorkerProcess {
         loop {
             if let Some(status) = self.child.try_wait()? {
                 let mut out = String::new();
-                if let Some(mut s) = self.child.stdout.take() {
+                if let Some(mut s) = self.stdout.take() {
                     use std::io::Read;
                     s.read_to_string(&mut out)?;
                 }

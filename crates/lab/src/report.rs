@@ -41,10 +41,21 @@ pub struct LatencyRow {
     pub max_ns: u64,
     /// Standard deviation.
     pub std_ns: f64,
+    /// `spin` or `block` for kernel-socket transports.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait: Option<String>,
+    /// Messages per second the sender tried to send (open-loop modes).
+    pub offered_rate: Option<f64>,
+    /// Round trips (ping-pong) or messages (one-way) per second achieved.
+    pub achieved_rate: Option<f64>,
+    /// Messages lost.
+    pub lost: u64,
     /// How latency was taken.
     pub clock: String,
     /// CPUs used (local, remote).
     pub cpus: String,
+    /// The machine (see [`crate::machine::Machine::summary`]).
+    pub machine: String,
     /// The floor's median from the same run (raw ring), if measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub floor_p50_ns: Option<u64>,

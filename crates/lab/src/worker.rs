@@ -37,6 +37,19 @@ pub fn run(args: &[String]) -> Result<String, LabError> {
             arg(args, 2, "channel")?,
             num(args, 3, "cpu")?,
             num(args, 4, "capacity")?,
+            args.get(5).is_some_and(|w| w == "block"),
+        ),
+        "udp-pong" => crate::sockets::udp_pong(
+            arg(args, 1, "addr")?,
+            num(args, 2, "cpu")?,
+            arg(args, 3, "wait")?,
+            num(args, 4, "size")?,
+        ),
+        "tcp-pong" => crate::sockets::tcp_pong(
+            arg(args, 1, "addr")?,
+            num(args, 2, "cpu")?,
+            arg(args, 3, "wait")?,
+            num(args, 4, "size")?,
         ),
         "ipc-sink" => ipc_sink(Path::new(arg(args, 1, "dir")?), arg(args, 2, "channel")?, num(args, 3, "cpu")?),
         other => Err(LabError::Usage(format!("worker: unknown role {other}"))),
@@ -126,7 +139,7 @@ fn sink_row(count: u64, lost: u64, first: Option<Instant>) -> String {
     serde_json::to_string(&row).unwrap_or_default()
 }
 
-fn ipc_pong(dir: &Path, channel: &str, cpu: usize, capacity: usize) -> Result<String, LabError> {
+fn ipc_pong(dir: &Path, channel: &str, cpu: usize, capacity: usize, block: bool) -> Result<String, LabError> {
     let ctx = Context::new(dir)?;
     let mut rx = subscribe_when_ready(&ctx, channel, PING_STREAM)?;
     let mut tx = ctx.publisher(channel, PONG_STREAM, &log_config(capacity))?;
@@ -154,6 +167,9 @@ fn ipc_pong(dir: &Path, channel: &str, cpu: usize, capacity: usize) -> Result<St
         if n > 0 {
             spins = 0;
         } else {
+            if block {
+                rx.park(Duration::from_millis(100));
+            }
             spins = spins.wrapping_add(1);
             if spins == 1 {
                 idle_since = Instant::now();

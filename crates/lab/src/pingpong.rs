@@ -1,0 +1,142 @@
+//! Half-round-trip ping-pong over any transport, interleaved in rounds with
+//! the raw-ring floor so that both see the same machine.
+
+use crate::floor::{self, FloorOptions};
+use crate::ipc::{self, IpcOptions};
+use crate::machine::Machine;
+use crate::output::Measured;
+use crate::report::{histogram, LatencyRow};
+use crate::sockets::{self, Proto, SockOptions, Wait};
+use crate::{Cpus, LabError};
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+/// What carries the ping and the pong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// tickwire shared-memory IPC.
+    Ipc,
+    /// Kernel UDP sockets on loopback.
+    Udp,
+    /// Kernel TCP sockets (TCP_NODELAY) on loopback.
+    Tcp,
+}
+
+impl Transport {
+    /// Parses `ipc`, `udp` or `tcp`.
+    ///
+    /// # Errors
+    /// A message naming what is available.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "ipc" => Ok(Self::Ipc),
+            "udp" => Ok(Self::Udp),
+            "tcp" => Ok(Self::Tcp),
+            other => Err(format!(
+                "transport {other:?} is not available yet (ipc, udp, tcp; rudp and xdp arrive with their issues)"
+            )),
+        }
+    }
+    /// The name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ipc => "ipc",
+            Self::Udp => "udp",
+            Self::Tcp => "tcp",
+        }
+    }
+}
+
+/// A ping-pong run.
+#[derive(Debug, Clone)]
+pub struct PingPong {
+    /// Transport.
+    pub transport: Transport,
+    /// Spin or block while waiting.
+    pub wait: Wait,
+    /// Payload bytes.
+    pub size: usize,
+    /// Round trips recorded in all.
+    pub count: u64,
+    /// Round trips before recording, per round.
+    pub warmup: u64,
+    /// Rounds alternating floor and transport.
+    pub rounds: u64,
+    /// Measure the floor too.
+    pub floor: bool,
+    /// CPUs.
+    pub cpus: Cpus,
+    /// Directory for shared files.
+    pub dir: PathBuf,
+    /// IPC log capacity.
+    pub capacity: usize,
+}
+
+/// Runs the rounds; returns the transport's result (with floor ratios) and
+/// the floor's, if measured.
+///
+/// # Errors
+/// Any failure of either side.
+pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured>), LabError> {
+    let rounds = p.rounds.clamp(1, p.count.max(1));
+    let chunk = p.count.div_ceil(rounds);
+    let fo = FloorOptions {
+        count: chunk,
+        warmup: p.warmup,
+        size: p.size,
+        duration: Duration::ZERO,
+        cpus: p.cpus,
+        dir: p.dir.clone(),
+    };
+    let mut th = histogram();
+    let mut fh = histogram();
+    let start = SystemTime::now();
+    let (mut t_elapsed, mut f_elapsed) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..rounds {
+        if p.floor {
+            let t = Instant::now();
+            fh.add(floor::raw_ring_histogram(&fo)?).map_err(|e| LabError::Worker(e.to_string()))?;
+            f_elapsed += t.elapsed();
+        }
+        let t = Instant::now();
+        let h = match p.transport {
+            Transport::Ipc => ipc::pingpong_histogram(&IpcOptions {
+                count: chunk,
+                warmup: p.warmup,
+                size: p.size,
+                duration: Duration::ZERO,
+                capacity: p.capacity,
+                cpus: p.cpus,
+                dir: p.dir.clone(),
+                wait: p.wait,
+            })?,
+            Transport::Udp | Transport::Tcp => sockets::pingpong_histogram(&SockOptions {
+                proto: if p.transport == Transport::Udp { Proto::Udp } else { Proto::Tcp },
+                wait: p.wait,
+                count: chunk,
+                warmup: p.warmup,
+                size: p.size,
+                cpus: p.cpus,
+            })?,
+        };
+        t_elapsed += t.elapsed();
+        th.add(h).map_err(|e| LabError::Worker(e.to_string()))?;
+    }
+    let cpus = format!("{},{}", p.cpus.local, p.cpus.remote);
+    let mut row = LatencyRow::from_histogram("pingpong", p.transport.name(), p.size, &th);
+    row.wait = Some(p.wait.name().into());
+    row.cpus.clone_from(&cpus);
+    row.machine = machine.summary();
+    row.achieved_rate = Some((th.len() as f64 / t_elapsed.as_secs_f64().max(1e-9)).round());
+    let floor = if p.floor {
+        let mut f = LatencyRow::from_histogram("floor", "shm", p.size, &fh);
+        f.probe = Some("raw_ring".into());
+        f.cpus = cpus;
+        f.machine = machine.summary();
+        row = row.with_floor(&f);
+        Some(Measured { row: f, hist: fh, start, elapsed: f_elapsed })
+    } else {
+        None
+    };
+    Ok((Measured { row, hist: th, start, elapsed: t_elapsed }, floor))
+}

@@ -1,0 +1,247 @@
+//! Ping-pong over plain kernel sockets on loopback: UDP, and TCP with
+//! TCP_NODELAY. `Wait::Spin` polls non-blocking sockets (like sockperf
+//! `--nonblocked`); `Wait::Block` sleeps in `recv` (sockperf's default).
+//! The pong side is a worker process pinned to the remote CPU.
+
+use crate::report::histogram;
+use crate::{spin_until, Cpus, LabError, WorkerProcess};
+use hdrhistogram::Histogram;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+use tickwire_agent::pin_current_thread;
+
+/// How a side waits for the next message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Busy-poll a non-blocking socket.
+    Spin,
+    /// Block in the kernel.
+    Block,
+}
+
+impl Wait {
+    /// `spin` or `block`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Wait::Spin => "spin",
+            Wait::Block => "block",
+        }
+    }
+    fn parse(s: &str) -> Result<Self, LabError> {
+        match s {
+            "spin" => Ok(Wait::Spin),
+            "block" => Ok(Wait::Block),
+            other => Err(LabError::Usage(format!("wait mode {other:?}: spin or block"))),
+        }
+    }
+}
+
+/// Which kernel protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    /// Datagrams.
+    Udp,
+    /// A stream with TCP_NODELAY.
+    Tcp,
+}
+
+/// Parameters of a socket ping-pong.
+#[derive(Debug, Clone)]
+pub struct SockOptions {
+    /// Protocol.
+    pub proto: Proto,
+    /// Spin or block.
+    pub wait: Wait,
+    /// Round trips recorded.
+    pub count: u64,
+    /// Round trips before recording.
+    pub warmup: u64,
+    /// Payload bytes (8..=65507 for UDP).
+    pub size: usize,
+    /// CPUs.
+    pub cpus: Cpus,
+}
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+const IDLE_LIMIT: Duration = Duration::from_secs(30);
+
+fn io_err(what: &str, e: std::io::Error) -> LabError {
+    LabError::Worker(format!("{what}: {e}"))
+}
+
+/// Receives one datagram, spinning or blocking, bounded by `TIMEOUT`.
+fn udp_recv(sock: &UdpSocket, buf: &mut [u8], wait: Wait, limit: Duration) -> Result<usize, LabError> {
+    match wait {
+        Wait::Block => sock.recv_from(buf).map(|(n, _)| n).map_err(|e| io_err("udp recv", e)),
+        Wait::Spin => spin_until(limit, "udp reply", || match sock.recv_from(buf) {
+            Ok((n, _)) => Some(Ok(n)),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => None,
+            Err(e) => Some(Err(io_err("udp recv", e))),
+        })?,
+    }
+}
+
+/// Reads exactly `buf.len()` bytes from a TCP stream, spinning or blocking.
+fn tcp_read(s: &mut TcpStream, buf: &mut [u8], wait: Wait, limit: Duration) -> Result<bool, LabError> {
+    let mut got = 0;
+    let start = Instant::now();
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Ok(false), // EOF
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock && wait == Wait::Spin => {
+                if start.elapsed() > limit {
+                    return Err(LabError::Timeout("tcp read".into()));
+                }
+                std::hint::spin_loop();
+            }
+            Err(e) => return Err(io_err("tcp read", e)),
+        }
+    }
+    Ok(true)
+}
+
+fn tcp_write(s: &mut TcpStream, buf: &[u8]) -> Result<(), LabError> {
+    let mut sent = 0;
+    let start = Instant::now();
+    while sent < buf.len() {
+        match s.write(&buf[sent..]) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if start.elapsed() > TIMEOUT {
+                    return Err(LabError::Timeout("tcp write".into()));
+                }
+                std::hint::spin_loop();
+            }
+            Err(e) => return Err(io_err("tcp write", e)),
+        }
+    }
+    Ok(())
+}
+
+/// Runs the ping side; returns half-round-trip latencies.
+///
+/// # Errors
+/// Socket errors, or a pong that does not answer within 10 s.
+pub fn pingpong_histogram(o: &SockOptions) -> Result<Histogram<u64>, LabError> {
+    if o.size < 8 || (o.proto == Proto::Udp && o.size > 65_507) {
+        return Err(LabError::Usage(format!("size {} out of range (8..=65507 for UDP, >= 8 for TCP)", o.size)));
+    }
+    let role = if o.proto == Proto::Udp { "udp-pong" } else { "tcp-pong" };
+    let mut worker = WorkerProcess::spawn(&[
+        role.into(),
+        "127.0.0.1:0".into(),
+        o.cpus.remote.to_string(),
+        o.wait.name().into(),
+        o.size.to_string(),
+    ])?;
+    let line = worker.read_line()?;
+    let peer: SocketAddr = line
+        .strip_prefix("listening ")
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| LabError::Worker(format!("unexpected worker output {line:?}")))?;
+    pin_current_thread(o.cpus.local)?;
+    let mut msg = vec![0u8; o.size];
+    let mut reply = vec![0u8; o.size.max(1)];
+    let mut h = histogram();
+    match o.proto {
+        Proto::Udp => {
+            // Unconnected, sendto/recvfrom per message, like sockperf (a
+            // connected socket skips the per-send route lookup and measures
+            // 10-20% lower; see docs/PERFORMANCE.md).
+            let sock = UdpSocket::bind("127.0.0.1:0").map_err(|e| io_err("bind", e))?;
+            sock.set_nonblocking(o.wait == Wait::Spin).map_err(|e| io_err("nonblocking", e))?;
+            sock.set_read_timeout(Some(TIMEOUT)).map_err(|e| io_err("timeout", e))?;
+            for i in 0..o.warmup + o.count {
+                msg[..8].copy_from_slice(&i.to_le_bytes());
+                let t0 = Instant::now();
+                sock.send_to(&msg, peer).map_err(|e| io_err("udp send", e))?;
+                let n = udp_recv(&sock, &mut reply, o.wait, TIMEOUT)?;
+                let rtt = t0.elapsed().as_nanos() as u64;
+                if n != o.size || reply[..8] != i.to_le_bytes() {
+                    return Err(LabError::Worker(format!("udp pong echoed the wrong message ({n} bytes)")));
+                }
+                if i >= o.warmup {
+                    h.saturating_record(rtt / 2);
+                }
+            }
+            sock.send_to(&[0u8], peer).map_err(|e| io_err("udp stop", e))?;
+        }
+        Proto::Tcp => {
+            let mut s = TcpStream::connect_timeout(&peer, TIMEOUT).map_err(|e| io_err("connect", e))?;
+            s.set_nodelay(true).map_err(|e| io_err("nodelay", e))?;
+            s.set_nonblocking(o.wait == Wait::Spin).map_err(|e| io_err("nonblocking", e))?;
+            s.set_read_timeout(Some(TIMEOUT)).map_err(|e| io_err("timeout", e))?;
+            for i in 0..o.warmup + o.count {
+                msg[..8].copy_from_slice(&i.to_le_bytes());
+                let t0 = Instant::now();
+                tcp_write(&mut s, &msg)?;
+                if !tcp_read(&mut s, &mut reply, o.wait, TIMEOUT)? {
+                    return Err(LabError::Worker("tcp pong closed the connection".into()));
+                }
+                let rtt = t0.elapsed().as_nanos() as u64;
+                if reply[..8] != i.to_le_bytes() {
+                    return Err(LabError::Worker("tcp pong echoed the wrong message".into()));
+                }
+                if i >= o.warmup {
+                    h.saturating_record(rtt / 2);
+                }
+            }
+            drop(s); // EOF stops the pong
+        }
+    }
+    worker.finish(TIMEOUT)?;
+    Ok(h)
+}
+
+/// Worker side: `udp-pong ADDR CPU spin|block SIZE`. Prints `listening ADDR`,
+/// echoes datagrams (sendto the first sender, unconnected, as sockperf's
+/// server does) until a 1-byte one arrives.
+pub(crate) fn udp_pong(addr: &str, cpu: usize, wait: &str, size: usize) -> Result<String, LabError> {
+    let wait = Wait::parse(wait)?;
+    let sock = UdpSocket::bind(addr).map_err(|e| io_err("bind", e))?;
+    println!("listening {}", sock.local_addr().map_err(|e| io_err("addr", e))?);
+    pin_current_thread(cpu)?;
+    sock.set_read_timeout(Some(IDLE_LIMIT)).map_err(|e| io_err("timeout", e))?;
+    let mut buf = vec![0u8; size.max(1) + 1];
+    // The first datagram tells us who the ping side is.
+    let (n, from) = sock.recv_from(&mut buf).map_err(|e| io_err("udp recv", e))?;
+    sock.set_nonblocking(wait == Wait::Spin).map_err(|e| io_err("nonblocking", e))?;
+    let mut n = n;
+    loop {
+        if n == 1 {
+            return Ok("done".into());
+        }
+        sock.send_to(&buf[..n], from).map_err(|e| io_err("udp send", e))?;
+        n = udp_recv(&sock, &mut buf, wait, IDLE_LIMIT)?;
+    }
+}
+
+/// Worker side: `tcp-pong ADDR CPU spin|block SIZE`. Prints `listening
+/// ADDR`, accepts one connection and echoes SIZE-byte messages until EOF.
+pub(crate) fn tcp_pong(addr: &str, cpu: usize, wait: &str, size: usize) -> Result<String, LabError> {
+    let wait = Wait::parse(wait)?;
+    let listener = TcpListener::bind(addr).map_err(|e| io_err("bind", e))?;
+    println!("listening {}", listener.local_addr().map_err(|e| io_err("addr", e))?);
+    pin_current_thread(cpu)?;
+    listener.set_nonblocking(true).map_err(|e| io_err("nonblocking", e))?;
+    let start = Instant::now();
+    let mut s = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == ErrorKind::WouldBlock && start.elapsed() < IDLE_LIMIT => {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            Err(e) => return Err(io_err("accept", e)),
+        }
+    };
+    s.set_nodelay(true).map_err(|e| io_err("nodelay", e))?;
+    s.set_nonblocking(wait == Wait::Spin).map_err(|e| io_err("nonblocking", e))?;
+    s.set_read_timeout(Some(IDLE_LIMIT)).map_err(|e| io_err("timeout", e))?;
+    let mut buf = vec![0u8; size.max(1)];
+    while tcp_read(&mut s, &mut buf, wait, IDLE_LIMIT)? {
+        tcp_write(&mut s, &buf)?;
+    }
+    Ok("done".into())
+}
