@@ -22,6 +22,8 @@ pub enum LabCmd {
     Pingpong(PingArgs),
     /// One-way streaming throughput with every message checked.
     Throughput(ThroughputArgs),
+    /// One-way latency at a fixed offered rate, open loop (coordinated-omission free).
+    Oneway(OneWayArgs),
     /// Internal: the far side of a measurement.
     #[command(hide = true)]
     Worker {
@@ -150,6 +152,45 @@ pub struct ThroughputArgs {
     no_floor: bool,
 }
 
+#[derive(Debug, Args)]
+pub struct OneWayArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Transport (ipc).
+    #[arg(long, default_value = "ipc")]
+    transport: String,
+    /// Offered rate in messages per second, all publishers together (e.g. 100k, 1M).
+    #[arg(long, default_value = "100k", value_parser = crate::units::parse_rate)]
+    rate: u64,
+    /// Payload bytes (at least 16).
+    #[arg(long, default_value = "100", value_parser = parse_size)]
+    size: usize,
+    /// How long to publish.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Publisher streams.
+    #[arg(long, default_value_t = 1)]
+    publishers: usize,
+    /// Subscribers, each on every stream.
+    #[arg(long, default_value_t = 1)]
+    subscribers: usize,
+    /// Distinct 12-byte topics.
+    #[arg(long, default_value_t = 1)]
+    topics: usize,
+    /// Log capacity per stream.
+    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
+    capacity: usize,
+    /// Also write the histogram as an HdrHistogram interval log.
+    #[arg(long)]
+    hlog: Option<PathBuf>,
+    /// Test hook: the receiver sleeps --stall-for once every N messages.
+    #[arg(long, hide = true, default_value_t = 0)]
+    stall_every: u64,
+    /// Test hook: how long the receiver sleeps.
+    #[arg(long, hide = true, default_value = "0s", value_parser = parse_duration)]
+    stall_for: Duration,
+}
+
 fn parse_cpus(s: &str) -> Result<Cpus, String> {
     let (a, b) = s.split_once(',').ok_or("expected two CPUs, e.g. 0,1")?;
     let p = |x: &str| x.trim().parse::<usize>().map_err(|_| format!("bad CPU {x:?}"));
@@ -267,6 +308,42 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                 }
             }
             print_latency(&measured, format, &machine);
+            if let Some(path) = &a.hlog {
+                output::write_hlog(path, &measured)?;
+            }
+        }
+        LabCmd::Oneway(a) => {
+            if a.transport != "ipc" {
+                return Err(format!("oneway over {:?} is not available yet (ipc only)", a.transport));
+            }
+            let machine = Machine::detect();
+            let o = tickwire_lab::oneway::OneWay {
+                rate: a.rate,
+                size: a.size,
+                duration: a.duration,
+                publishers: a.publishers,
+                subscribers: a.subscribers,
+                topics: a.topics,
+                cpus: a.common.cpus,
+                dir: s.dir.clone(),
+                capacity: a.capacity,
+                stall: (a.stall_every > 0).then_some((a.stall_every, a.stall_for)),
+            };
+            let m = tickwire_lab::oneway::run(&o, &machine).map_err(err)?;
+            if a.common.format() == Format::Table {
+                let r = &m.row;
+                println!(
+                    "offered {:.0} msg/s, achieved {:.0} msg/s, lost {}; {} publisher(s), {} subscriber(s), {} topic(s); latency from the intended send time",
+                    r.offered_rate.unwrap_or(0.0),
+                    r.achieved_rate.unwrap_or(0.0),
+                    r.lost,
+                    a.publishers,
+                    a.subscribers,
+                    a.topics
+                );
+            }
+            let measured = [m];
+            print_latency(&measured, a.common.format(), &machine);
             if let Some(path) = &a.hlog {
                 output::write_hlog(path, &measured)?;
             }

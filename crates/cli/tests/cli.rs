@@ -273,3 +273,48 @@ fn size_sweep_csv_sockperf_format_and_hlog() {
     let text = std::fs::read_to_string(&hlog).unwrap();
     assert!(text.contains("#[StartTime: ") && text.contains("Tag=pingpong-ipc-spin-64,"), "{text}");
 }
+
+fn oneway(d: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["--dir", d, "lab", "oneway", "--json"];
+    args.extend_from_slice(extra);
+    let (ok, out, err) = run(&args);
+    assert!(ok, "{err}");
+    rows(&out).remove(0)
+}
+
+#[test]
+fn oneway_is_self_consistent_with_fan_out() {
+    let d = dir("oneway");
+    let r = oneway(
+        &d,
+        &["--rate", "50k", "--duration", "500ms", "--publishers", "2", "--subscribers", "3", "--topics", "4"],
+    );
+    ordered(&r);
+    let (offered, achieved) = (r["offered_rate"].as_f64().unwrap(), r["achieved_rate"].as_f64().unwrap());
+    assert_eq!(offered, 50_000.0);
+    assert!(achieved <= offered * 1.001 && achieved > offered * 0.9, "{r}");
+    assert_eq!(r["lost"], 0, "{r}");
+    // 25,000 messages, each delivered to 3 subscribers.
+    assert_eq!(r["count"], 75_000, "{r}");
+    assert!(r["clock"].as_str().unwrap().contains("intended"));
+}
+
+#[test]
+fn a_stalled_receiver_is_not_hidden_by_coordinated_omission() {
+    // At 50k msg/s, the receiver sleeps 20 ms once every 5,000 messages
+    // (10 times a second): about a fifth of all messages wait behind a
+    // stall. Measured from each message's intended send time they show it;
+    // a closed-loop or send-time measurement would report microseconds.
+    let d = dir("stall");
+    // A 64 KiB ring holds about 500 messages: each stall back-pressures the
+    // publisher, which is where coordinated omission would hide the delay.
+    let r = oneway(
+        &d,
+        &["--rate", "50k", "--duration", "1s", "--stall-every", "5000", "--stall-for", "20ms", "--capacity", "64k"],
+    );
+    let p90 = r["p90_ns"].as_u64().unwrap();
+    let p99 = r["p99_ns"].as_u64().unwrap();
+    assert!(p90 > 5_000_000, "p90 {p90} ns hides the stalls: {r}");
+    assert!(p99 > 15_000_000, "p99 {p99} ns hides the stalls: {r}");
+    assert_eq!(r["lost"], 0);
+}

@@ -7,6 +7,8 @@
 //! * [`floor`]: the floor probes.
 //! * [`ipc`]: half-round-trip ping-pong and streaming throughput over the
 //!   tickwire shared-memory transport.
+//! * [`oneway`]: one-way latency at a fixed offered rate, open loop, from
+//!   each message's intended send time (free of coordinated omission).
 //! * [`sockets`]: the same ping-pong over plain kernel UDP and TCP sockets
 //!   (spinning on non-blocking sockets, or blocking), the baseline the
 //!   network transports will be compared with.
@@ -23,6 +25,7 @@
 pub mod floor;
 pub mod ipc;
 pub mod machine;
+pub mod oneway;
 pub mod output;
 pub mod pingpong;
 pub mod report;

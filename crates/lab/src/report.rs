@@ -187,7 +187,11 @@ pub fn table(rows: &[LatencyRow]) -> String {
             r.std_ns
         ));
     }
-    s.push_str("(nanoseconds, half round trip)\n");
+    if rows.iter().all(|r| r.mode == "oneway") {
+        s.push_str("(nanoseconds, one way, from each message's intended send time)\n");
+    } else {
+        s.push_str("(nanoseconds, half round trip)\n");
+    }
     for r in rows {
         if let (Some(a), Some(b)) = (r.ratio_p50, r.ratio_p999) {
             s.push_str(&format!(

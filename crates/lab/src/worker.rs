@@ -51,6 +51,15 @@ pub fn run(args: &[String]) -> Result<String, LabError> {
             arg(args, 3, "wait")?,
             num(args, 4, "size")?,
         ),
+        "oneway-sink" => crate::oneway::sink(
+            Path::new(arg(args, 1, "dir")?),
+            arg(args, 2, "channel")?,
+            num(args, 3, "cpu")?,
+            num(args, 4, "publishers")?,
+            num(args, 5, "subscribers")?,
+            num(args, 6, "stall_every")?,
+            num(args, 7, "stall_us")?,
+        ),
         "ipc-sink" => ipc_sink(Path::new(arg(args, 1, "dir")?), arg(args, 2, "channel")?, num(args, 3, "cpu")?),
         other => Err(LabError::Usage(format!("worker: unknown role {other}"))),
     }

@@ -32,8 +32,8 @@ const HEADER: usize = 128;
 const SET_LEN: usize = 256;
 const META: usize = 128;
 const LABEL_MAX: usize = 112;
-/// Sets per file.
-pub const MAX_SETS: usize = 64;
+/// Sets per file (a process with many subscribers needs one per subscriber).
+pub const MAX_SETS: usize = 1024;
 /// Values per set.
 pub const VALUES: usize = 8;
 
