@@ -24,6 +24,8 @@ pub enum LabCmd {
     Throughput(ThroughputArgs),
     /// One-way latency at a fixed offered rate, open loop (coordinated-omission free).
     Oneway(OneWayArgs),
+    /// Inspect the machine for latency pitfalls; change nothing unless --apply.
+    Doctor(DoctorArgs),
     /// Internal: the far side of a measurement.
     #[command(hide = true)]
     Worker {
@@ -191,6 +193,28 @@ pub struct OneWayArgs {
     stall_for: Duration,
 }
 
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// CPUs to probe for hiccups.
+    #[arg(long, default_value = "0,1", value_parser = parse_cpus)]
+    cpus: Cpus,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Write the suggested settings (root only), saving the current ones first.
+    #[arg(long, conflicts_with = "restore")]
+    apply: bool,
+    /// Where --apply saves the current settings.
+    #[arg(long, default_value = "tickwire-doctor-restore.json")]
+    restore_file: PathBuf,
+    /// Put back the settings saved by --apply.
+    #[arg(long)]
+    restore: Option<PathBuf>,
+    /// How long to probe each CPU for hiccups (0s: skip).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    hiccup: Duration,
+}
+
 fn parse_cpus(s: &str) -> Result<Cpus, String> {
     let (a, b) = s.split_once(',').ok_or("expected two CPUs, e.g. 0,1")?;
     let p = |x: &str| x.trim().parse::<usize>().map_err(|_| format!("bad CPU {x:?}"));
@@ -244,6 +268,71 @@ fn print_throughput(rows: &[ThroughputRow], format: Format) {
             );
         }
     }
+}
+
+fn doctor(a: DoctorArgs) -> Result<(), String> {
+    use tickwire_lab::doctor::{hiccups, Doctor, Status};
+    let d = Doctor::default();
+    if let Some(file) = &a.restore {
+        for s in d.restore(file)? {
+            println!("restored {} = {}", s.path, s.old);
+        }
+        return Ok(());
+    }
+    let findings = d.inspect();
+    let mut probes = Vec::new();
+    if !a.hiccup.is_zero() {
+        for cpu in [a.cpus.local, a.cpus.remote] {
+            let (max, over_100us, over_1ms) = hiccups(cpu, a.hiccup).map_err(|e| e.to_string())?;
+            probes.push((cpu, max, over_100us, over_1ms));
+        }
+    }
+    if a.json {
+        let hic: Vec<_> = probes
+            .iter()
+            .map(|(c, m, a, b)| serde_json::json!({"cpu": c, "max_gap_ns": m.as_nanos() as u64, "gaps_over_100us": a, "gaps_over_1ms": b}))
+            .collect();
+        println!("{}", serde_json::json!({"findings": findings, "hiccups": hic}));
+    } else {
+        println!("machine: {}", Machine::detect().summary());
+        for f in &findings {
+            let mark = match f.status {
+                Status::Ok => "ok    ",
+                Status::Advice => "ADVICE",
+                Status::Info => "info  ",
+            };
+            println!("[{mark}] {}: {}", f.check, f.observed);
+            if f.status != Status::Ok {
+                println!("         {}", f.advice);
+                for fix in &f.fixes {
+                    println!("         --apply writes {} to /{}", fix.value, fix.path);
+                }
+            }
+        }
+        for (cpu, max, over_100us, over_1ms) in &probes {
+            println!(
+                "[{}] hiccups on cpu{cpu} over {:?}: largest pause {:.3} ms, {over_100us} pauses > 100 us, {over_1ms} > 1 ms",
+                if *over_1ms > 0 { "ADVICE" } else { "ok    " },
+                a.hiccup,
+                max.as_secs_f64() * 1e3
+            );
+        }
+        if probes.iter().any(|p| p.3 > 0) {
+            println!(
+                "         The CPU was taken away for milliseconds with nothing else running (host preemption, \
+                      interrupts): open-loop tails will show it; closed-loop ping-pong hides it."
+            );
+        }
+    }
+    if a.apply {
+        let saved = d.apply(&findings, &a.restore_file)?;
+        println!(
+            "applied {} settings; undo with: tickwire lab doctor --restore {}",
+            saved.len(),
+            a.restore_file.display()
+        );
+    }
+    Ok(())
 }
 
 pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
@@ -312,6 +401,7 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                 output::write_hlog(path, &measured)?;
             }
         }
+        LabCmd::Doctor(a) => doctor(a)?,
         LabCmd::Oneway(a) => {
             if a.transport != "ipc" {
                 return Err(format!("oneway over {:?} is not available yet (ipc only)", a.transport));

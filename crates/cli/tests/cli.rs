@@ -318,3 +318,26 @@ fn a_stalled_receiver_is_not_hidden_by_coordinated_omission() {
     assert!(p99 > 15_000_000, "p99 {p99} ns hides the stalls: {r}");
     assert_eq!(r["lost"], 0);
 }
+
+#[test]
+fn doctor_reports_without_changing_anything() {
+    let before = std::fs::read_to_string("/proc/sys/net/core/busy_poll").ok();
+    let (ok, out, err) = run(&["lab", "doctor", "--json", "--hiccup", "100ms", "--cpus", "0,1"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let checks: Vec<&str> = v["findings"].as_array().unwrap().iter().map(|f| f["check"].as_str().unwrap()).collect();
+    for c in [
+        "cpus",
+        "frequency governor",
+        "C-states",
+        "guest halt polling",
+        "socket busy polling",
+        "IRQ affinity",
+        "transparent huge pages",
+        "clocksource",
+    ] {
+        assert!(checks.contains(&c), "missing {c}: {checks:?}");
+    }
+    assert_eq!(v["hiccups"].as_array().unwrap().len(), 2);
+    assert_eq!(std::fs::read_to_string("/proc/sys/net/core/busy_poll").ok(), before, "doctor changed a setting");
+}

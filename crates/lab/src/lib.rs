@@ -5,6 +5,7 @@
 //! ping-pong and a raw shared-memory ring between the two pinned CPUs).
 //!
 //! * [`floor`]: the floor probes.
+//! * [`doctor`]: machine settings that cost latency, with `--apply` and a way back.
 //! * [`ipc`]: half-round-trip ping-pong and streaming throughput over the
 //!   tickwire shared-memory transport.
 //! * [`oneway`]: one-way latency at a fixed offered rate, open loop, from
@@ -22,6 +23,7 @@
 //! significant digits; half round trip = round trip / 2, as in the papers.
 #![forbid(unsafe_code)]
 
+pub mod doctor;
 pub mod floor;
 pub mod ipc;
 pub mod machine;
