@@ -335,8 +335,9 @@ pub fn hiccups(cpu: usize, duration: Duration) -> Result<(Duration, u64, u64), c
 mod tests {
     use super::*;
 
-    fn fake_root() -> PathBuf {
-        let r = std::env::temp_dir().join(format!("tw-doctor-{}", std::process::id()));
+    /// A fake /proc and /sys per test (tests run in parallel).
+    fn fake_root(name: &str) -> PathBuf {
+        let r = std::env::temp_dir().join(format!("tw-doctor-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&r);
         let w = |p: &str, v: &str| {
             let f = r.join(p);
@@ -359,7 +360,7 @@ mod tests {
 
     #[test]
     fn finds_the_pitfalls_and_apply_then_restore_round_trips() {
-        let root = fake_root();
+        let root = fake_root("roundtrip");
         let d = Doctor::with_root(&root);
         let f = d.inspect();
         let get = |c: &str| f.iter().find(|x| x.check == c).unwrap().clone();
@@ -389,7 +390,7 @@ mod tests {
 
     #[test]
     fn an_unwritable_restore_file_changes_nothing() {
-        let root = fake_root();
+        let root = fake_root("unwritable");
         let d = Doctor::with_root(&root);
         let f = d.inspect();
         assert!(d.apply(&f, Path::new("/nonexistent-dir/restore.json")).unwrap_err().contains("nothing changed"));
