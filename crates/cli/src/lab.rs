@@ -131,6 +131,10 @@ pub struct PingArgs {
     /// Also write the histograms as an HdrHistogram interval log.
     #[arg(long)]
     hlog: Option<PathBuf>,
+    /// udp/tcp: run across two network namespaces joined by a veth pair
+    /// (created and removed by the lab; needs root and iproute2).
+    #[arg(long)]
+    netns: bool,
 }
 
 #[derive(Debug, Args)]
@@ -388,7 +392,11 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                     cpus: a.common.cpus,
                     dir: s.dir.clone(),
                     capacity: a.capacity,
+                    netns: a.netns,
                 };
+                if a.netns && a.transport == Transport::Ipc {
+                    return Err("--netns applies to udp and tcp (ipc is shared memory on one host)".into());
+                }
                 let (row, floor_row) = pingpong::run(&p, &machine).map_err(err)?;
                 measured.push(row);
                 // The floor's own row is shown in tables; JSON/CSV rows carry its figures.

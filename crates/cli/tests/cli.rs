@@ -341,3 +341,47 @@ fn doctor_reports_without_changing_anything() {
     assert_eq!(v["hiccups"].as_array().unwrap().len(), 2);
     assert_eq!(std::fs::read_to_string("/proc/sys/net/core/busy_poll").ok(), before, "doctor changed a setting");
 }
+
+fn tw_namespaces() -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with("tw"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn udp_across_two_namespaces_then_nothing_is_left_behind() {
+    // System test: needs root and iproute2 (make test runs as root here).
+    let d = dir("netns");
+    let (ok, out, err) = run(&[
+        "--dir",
+        &d,
+        "lab",
+        "pingpong",
+        "--transport",
+        "udp",
+        "--netns",
+        "--count",
+        "2000",
+        "--warmup",
+        "100",
+        "--rounds",
+        "1",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let r = &rows(&out)[0];
+    assert_eq!(r["transport"], "udp-netns");
+    ordered(r);
+    let mine = format!("tw{}", std::process::id());
+    assert!(tw_namespaces().iter().all(|n| !n.starts_with(&mine)), "namespaces left behind");
+    // A namespace named for a process that cannot exist is stale: clean removes it.
+    let stale = "tw4194999a0";
+    assert!(Command::new("ip").args(["netns", "add", stale]).status().unwrap().success());
+    let (ok, out, _) = run(&["--dir", &d, "clean"]);
+    assert!(ok && out.contains(stale), "{out}");
+    assert!(!tw_namespaces().contains(&stale.to_owned()));
+}

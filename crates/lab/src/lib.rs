@@ -27,6 +27,7 @@ pub mod doctor;
 pub mod floor;
 pub mod ipc;
 pub mod machine;
+pub mod netns;
 pub mod oneway;
 pub mod output;
 pub mod pingpong;
@@ -88,15 +89,26 @@ impl WorkerProcess {
     /// # Errors
     /// If the executable cannot be spawned.
     pub fn spawn(args: &[String]) -> Result<Self, LabError> {
+        Self::spawn_in(None, args)
+    }
+
+    /// Starts the worker inside network namespace `netns` (`ip netns exec`).
+    ///
+    /// # Errors
+    /// If the executable cannot be spawned.
+    pub fn spawn_in(netns: Option<&str>, args: &[String]) -> Result<Self, LabError> {
         let exe =
             std::env::var_os("TICKWIRE_EXE").map(std::path::PathBuf::from).map_or_else(std::env::current_exe, Ok)?;
-        let mut child = Command::new(exe)
-            .arg("lab")
-            .arg("worker")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()?;
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let mut child =
+            cmd.arg("lab").arg("worker").args(args).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn()?;
         let stdout = child.stdout.take().map(std::io::BufReader::new);
         Ok(Self { child, stdout })
     }

@@ -146,7 +146,7 @@ pub(crate) fn encode_histogram(h: &Histogram<u64>) -> String {
     base64::engine::general_purpose::STANDARD.encode(buf)
 }
 
-fn decode_histogram(s: &str) -> Result<Histogram<u64>, LabError> {
+pub(crate) fn decode_histogram(s: &str) -> Result<Histogram<u64>, LabError> {
     let raw = base64::engine::general_purpose::STANDARD
         .decode(s)
         .map_err(|e| LabError::Worker(format!("histogram encoding: {e}")))?;

@@ -70,6 +70,8 @@ pub struct PingPong {
     pub dir: PathBuf,
     /// IPC log capacity.
     pub capacity: usize,
+    /// Kernel sockets across two network namespaces joined by veth.
+    pub netns: bool,
 }
 
 /// Runs the rounds; returns the transport's result (with floor ratios) and
@@ -117,6 +119,7 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
                 warmup: p.warmup,
                 size: p.size,
                 cpus: p.cpus,
+                netns: p.netns,
             })?,
         };
         t_elapsed += t.elapsed();
@@ -128,6 +131,9 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
     row.cpus.clone_from(&cpus);
     row.machine = machine.summary();
     row.achieved_rate = Some((th.len() as f64 / t_elapsed.as_secs_f64().max(1e-9)).round());
+    if p.netns {
+        row.transport = format!("{}-netns", p.transport.name());
+    }
     let floor = if p.floor {
         let mut f = LatencyRow::from_histogram("floor", "shm", p.size, &fh);
         f.probe = Some("raw_ring".into());

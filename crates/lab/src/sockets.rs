@@ -61,6 +61,8 @@ pub struct SockOptions {
     pub size: usize,
     /// CPUs.
     pub cpus: Cpus,
+    /// Across two network namespaces joined by veth instead of loopback.
+    pub netns: bool,
 }
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -120,49 +122,102 @@ fn tcp_write(s: &mut TcpStream, buf: &[u8]) -> Result<(), LabError> {
     Ok(())
 }
 
-/// Runs the ping side; returns half-round-trip latencies.
+/// Runs the ping side (on loopback, or across a veth pair between two
+/// namespaces the lab creates and removes); returns half-round-trip latencies.
 ///
 /// # Errors
-/// Socket errors, or a pong that does not answer within 10 s.
+/// Socket errors, namespace set-up errors, or a pong that does not answer
+/// within 10 s.
 pub fn pingpong_histogram(o: &SockOptions) -> Result<Histogram<u64>, LabError> {
     if o.size < 8 || (o.proto == Proto::Udp && o.size > 65_507) {
         return Err(LabError::Usage(format!("size {} out of range (8..=65507 for UDP, >= 8 for TCP)", o.size)));
     }
     let role = if o.proto == Proto::Udp { "udp-pong" } else { "tcp-pong" };
-    let mut worker = WorkerProcess::spawn(&[
-        role.into(),
-        "127.0.0.1:0".into(),
-        o.cpus.remote.to_string(),
-        o.wait.name().into(),
-        o.size.to_string(),
-    ])?;
-    let line = worker.read_line()?;
+    let pair = if o.netns { Some(crate::netns::NetnsPair::create()?) } else { None };
+    let bind = pair.as_ref().map_or("127.0.0.1:0".to_owned(), |p| format!("{}:0", p.b_addr));
+    let mut pong = WorkerProcess::spawn_in(
+        pair.as_ref().map(|p| p.b.as_str()),
+        &[role.into(), bind, o.cpus.remote.to_string(), o.wait.name().into(), o.size.to_string()],
+    )?;
+    let line = pong.read_line()?;
     let peer: SocketAddr = line
         .strip_prefix("listening ")
         .and_then(|a| a.parse().ok())
         .ok_or_else(|| LabError::Worker(format!("unexpected worker output {line:?}")))?;
-    pin_current_thread(o.cpus.local)?;
-    let mut msg = vec![0u8; o.size];
-    let mut reply = vec![0u8; o.size.max(1)];
+    let h = match &pair {
+        None => ping_loop(o.proto, peer, o.wait, o.size, o.count, o.warmup, o.cpus.local)?,
+        Some(p) => {
+            // The ping side must live in namespace a too: run it as a worker
+            // there and take its histogram back.
+            let ping = WorkerProcess::spawn_in(
+                Some(&p.a),
+                &[
+                    "sock-ping".into(),
+                    if o.proto == Proto::Udp { "udp" } else { "tcp" }.into(),
+                    peer.to_string(),
+                    o.cpus.local.to_string(),
+                    o.wait.name().into(),
+                    o.size.to_string(),
+                    o.count.to_string(),
+                    o.warmup.to_string(),
+                ],
+            )?;
+            let line = ping.finish(TIMEOUT + Duration::from_secs(600))?;
+            crate::oneway::decode_histogram(&line)?
+        }
+    };
+    pong.finish(TIMEOUT)?;
+    drop(pair);
+    Ok(h)
+}
+
+/// Worker side: `sock-ping udp|tcp PEER CPU WAIT SIZE COUNT WARMUP`; prints
+/// the histogram (HdrHistogram V2, base64).
+pub(crate) fn ping_worker(args: &[String]) -> Result<String, LabError> {
+    let get = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    let num = |i: usize| get(i).parse::<u64>().map_err(|_| LabError::Usage(format!("sock-ping: bad argument {i}")));
+    let proto = match get(1) {
+        "udp" => Proto::Udp,
+        "tcp" => Proto::Tcp,
+        other => return Err(LabError::Usage(format!("sock-ping: protocol {other:?}"))),
+    };
+    let peer: SocketAddr = get(2).parse().map_err(|_| LabError::Usage("sock-ping: bad peer".into()))?;
+    let h = ping_loop(proto, peer, Wait::parse(get(4))?, num(5)? as usize, num(6)?, num(7)?, num(3)? as usize)?;
+    Ok(crate::oneway::encode_histogram(&h))
+}
+
+fn ping_loop(
+    proto: Proto,
+    peer: SocketAddr,
+    wait: Wait,
+    size: usize,
+    count: u64,
+    warmup: u64,
+    cpu: usize,
+) -> Result<Histogram<u64>, LabError> {
+    pin_current_thread(cpu)?;
+    let mut msg = vec![0u8; size];
+    let mut reply = vec![0u8; size.max(1)];
     let mut h = histogram();
-    match o.proto {
+    match proto {
         Proto::Udp => {
             // Unconnected, sendto/recvfrom per message, like sockperf (a
             // connected socket skips the per-send route lookup and measures
             // 10-20% lower; see docs/PERFORMANCE.md).
-            let sock = UdpSocket::bind("127.0.0.1:0").map_err(|e| io_err("bind", e))?;
-            sock.set_nonblocking(o.wait == Wait::Spin).map_err(|e| io_err("nonblocking", e))?;
+            let local = if peer.ip().is_loopback() { "127.0.0.1:0" } else { "0.0.0.0:0" };
+            let sock = UdpSocket::bind(local).map_err(|e| io_err("bind", e))?;
+            sock.set_nonblocking(wait == Wait::Spin).map_err(|e| io_err("nonblocking", e))?;
             sock.set_read_timeout(Some(TIMEOUT)).map_err(|e| io_err("timeout", e))?;
-            for i in 0..o.warmup + o.count {
+            for i in 0..warmup + count {
                 msg[..8].copy_from_slice(&i.to_le_bytes());
                 let t0 = Instant::now();
                 sock.send_to(&msg, peer).map_err(|e| io_err("udp send", e))?;
-                let n = udp_recv(&sock, &mut reply, o.wait, TIMEOUT)?;
+                let n = udp_recv(&sock, &mut reply, wait, TIMEOUT)?;
                 let rtt = t0.elapsed().as_nanos() as u64;
-                if n != o.size || reply[..8] != i.to_le_bytes() {
+                if n != size || reply[..8] != i.to_le_bytes() {
                     return Err(LabError::Worker(format!("udp pong echoed the wrong message ({n} bytes)")));
                 }
-                if i >= o.warmup {
+                if i >= warmup {
                     h.saturating_record(rtt / 2);
                 }
             }
@@ -171,27 +226,26 @@ pub fn pingpong_histogram(o: &SockOptions) -> Result<Histogram<u64>, LabError> {
         Proto::Tcp => {
             let mut s = TcpStream::connect_timeout(&peer, TIMEOUT).map_err(|e| io_err("connect", e))?;
             s.set_nodelay(true).map_err(|e| io_err("nodelay", e))?;
-            s.set_nonblocking(o.wait == Wait::Spin).map_err(|e| io_err("nonblocking", e))?;
+            s.set_nonblocking(wait == Wait::Spin).map_err(|e| io_err("nonblocking", e))?;
             s.set_read_timeout(Some(TIMEOUT)).map_err(|e| io_err("timeout", e))?;
-            for i in 0..o.warmup + o.count {
+            for i in 0..warmup + count {
                 msg[..8].copy_from_slice(&i.to_le_bytes());
                 let t0 = Instant::now();
                 tcp_write(&mut s, &msg)?;
-                if !tcp_read(&mut s, &mut reply, o.wait, TIMEOUT)? {
+                if !tcp_read(&mut s, &mut reply, wait, TIMEOUT)? {
                     return Err(LabError::Worker("tcp pong closed the connection".into()));
                 }
                 let rtt = t0.elapsed().as_nanos() as u64;
                 if reply[..8] != i.to_le_bytes() {
                     return Err(LabError::Worker("tcp pong echoed the wrong message".into()));
                 }
-                if i >= o.warmup {
+                if i >= warmup {
                     h.saturating_record(rtt / 2);
                 }
             }
             drop(s); // EOF stops the pong
         }
     }
-    worker.finish(TIMEOUT)?;
     Ok(h)
 }
 

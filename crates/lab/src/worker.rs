@@ -51,6 +51,7 @@ pub fn run(args: &[String]) -> Result<String, LabError> {
             arg(args, 3, "wait")?,
             num(args, 4, "size")?,
         ),
+        "sock-ping" => crate::sockets::ping_worker(args),
         "oneway-sink" => crate::oneway::sink(
             Path::new(arg(args, 1, "dir")?),
             arg(args, 2, "channel")?,
