@@ -26,6 +26,8 @@ pub enum LabCmd {
     Oneway(OneWayArgs),
     /// Inspect the machine for latency pitfalls; change nothing unless --apply.
     Doctor(DoctorArgs),
+    /// Round-trip latency against message rate (Exhibit 4), up to the highest sustained rate.
+    SweepRate(SweepArgs),
     /// Internal: the far side of a measurement.
     #[command(hide = true)]
     Worker {
@@ -195,6 +197,34 @@ pub struct OneWayArgs {
     /// Test hook: how long the receiver sleeps.
     #[arg(long, hide = true, default_value = "0s", value_parser = parse_duration)]
     stall_for: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Transport (ipc).
+    #[arg(long, default_value = "ipc")]
+    transport: String,
+    /// Target rates, in order.
+    #[arg(long, value_delimiter = ',', value_parser = crate::units::parse_rate,
+          default_value = "10k,50k,100k,500k,1M,2M,5M,10M,20M,40M")]
+    rates: Vec<u64>,
+    /// Payload bytes (at least 16).
+    #[arg(long, default_value = "64", value_parser = parse_size)]
+    size: usize,
+    /// How long each rate is held.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    step: Duration,
+    /// The receiver reflects one message in this many.
+    #[arg(long, default_value_t = 100)]
+    reflect_every: u64,
+    /// Stop after the first rate achieved below this fraction of its target.
+    #[arg(long, default_value_t = 0.95)]
+    sustain: f64,
+    /// Log capacity.
+    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
+    capacity: usize,
 }
 
 #[derive(Debug, Args)]
@@ -410,6 +440,52 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
             }
         }
         LabCmd::Doctor(a) => doctor(a)?,
+        LabCmd::SweepRate(a) => {
+            if a.transport != "ipc" {
+                return Err(format!("sweep-rate over {:?} is not available yet (ipc only)", a.transport));
+            }
+            let machine = Machine::detect();
+            let sweep = tickwire_lab::sweep::Sweep {
+                rates: a.rates.clone(),
+                size: a.size,
+                step: a.step,
+                reflect_every: a.reflect_every,
+                sustain: a.sustain,
+                cpus: a.common.cpus,
+                dir: s.dir.clone(),
+                capacity: a.capacity,
+            };
+            let rows = tickwire_lab::sweep::run(&sweep, &machine).map_err(err)?;
+            match a.common.format() {
+                Format::Json => rows.iter().for_each(|r| println!("{}", serde_json::to_string(r).unwrap_or_default())),
+                Format::Csv => print!("{}", output::csv(&rows)),
+                Format::Table | Format::Sockperf => {
+                    println!("machine: {}", machine.summary());
+                    println!(
+                        "{:>12} {:>12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9}",
+                        "target/s", "achieved/s", "lost", "RTT p50", "p90", "p99", "p99.9", "max", "samples"
+                    );
+                    for r in &rows {
+                        println!(
+                            "{:>12.0} {:>12.0} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9}",
+                            r.offered_rate.unwrap_or(0.0),
+                            r.achieved_rate.unwrap_or(0.0),
+                            r.lost,
+                            r.p50_ns,
+                            r.p90_ns,
+                            r.p99_ns,
+                            r.p999_ns,
+                            r.max_ns,
+                            r.count
+                        );
+                    }
+                    println!(
+                        "(round-trip nanoseconds from the intended send time; 1 in {} reflected)",
+                        a.reflect_every
+                    );
+                }
+            }
+        }
         LabCmd::Oneway(a) => {
             if a.transport != "ipc" {
                 return Err(format!("oneway over {:?} is not available yet (ipc only)", a.transport));

@@ -385,3 +385,34 @@ fn udp_across_two_namespaces_then_nothing_is_left_behind() {
     assert!(ok && out.contains(stale), "{out}");
     assert!(!tw_namespaces().contains(&stale.to_owned()));
 }
+
+#[test]
+fn sweep_rate_reports_each_sustained_rate() {
+    let d = dir("sweep");
+    let (ok, out, err) = run(&[
+        "--dir",
+        &d,
+        "lab",
+        "sweep-rate",
+        "--rates",
+        "10k,20k",
+        "--step",
+        "300ms",
+        "--reflect-every",
+        "10",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let r = rows(&out);
+    assert_eq!(r.len(), 2, "{out}");
+    for (row, rate) in r.iter().zip([10_000.0, 20_000.0]) {
+        ordered(row);
+        assert_eq!(row["offered_rate"].as_f64().unwrap(), rate);
+        let achieved = row["achieved_rate"].as_f64().unwrap();
+        assert!(achieved > rate * 0.9 && achieved < rate * 1.01, "{row}");
+        assert_eq!(row["lost"], 0);
+        // 1 in 10 of rate * 0.3 s comes back (give or take the edges).
+        let samples = row["count"].as_f64().unwrap();
+        assert!((samples - rate * 0.3 / 10.0).abs() <= 2.0, "{row}");
+    }
+}

@@ -10,6 +10,8 @@
 //!   tickwire shared-memory transport.
 //! * [`oneway`]: one-way latency at a fixed offered rate, open loop, from
 //!   each message's intended send time (free of coordinated omission).
+//! * [`sweep`]: latency against message rate (Exhibit 4): open-loop stream,
+//!   one message in N reflected, up to the highest rate the path sustains.
 //! * [`sockets`]: the same ping-pong over plain kernel UDP and TCP sockets
 //!   (spinning on non-blocking sockets, or blocking), the baseline the
 //!   network transports will be compared with.
@@ -33,6 +35,7 @@ pub mod output;
 pub mod pingpong;
 pub mod report;
 pub mod sockets;
+pub mod sweep;
 pub mod worker;
 
 use std::process::{Child, Command, Stdio};

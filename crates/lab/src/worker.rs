@@ -52,6 +52,13 @@ pub fn run(args: &[String]) -> Result<String, LabError> {
             num(args, 4, "size")?,
         ),
         "sock-ping" => crate::sockets::ping_worker(args),
+        "reflect" => crate::sweep::reflect(
+            Path::new(arg(args, 1, "dir")?),
+            arg(args, 2, "channel")?,
+            num(args, 3, "cpu")?,
+            num(args, 4, "every")?,
+            num(args, 5, "capacity")?,
+        ),
         "oneway-sink" => crate::oneway::sink(
             Path::new(arg(args, 1, "dir")?),
             arg(args, 2, "channel")?,

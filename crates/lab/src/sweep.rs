@@ -1,0 +1,201 @@
+//! Latency against message rate (Exhibit 4 of papers 000 and 002): stream
+//! small messages at a target rate, open loop; the receiver reflects one
+//! message in N back; the sender records the round trip from each reflected
+//! message's intended send time. Repeated for increasing target rates until
+//! the path no longer sustains them.
+
+use crate::ipc::subscribe_when_ready;
+use crate::machine::Machine;
+use crate::report::{histogram, LatencyRow};
+use crate::{Cpus, LabError, WorkerProcess};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tickwire_agent::pin_current_thread;
+use tickwire_shm::sys::monotonic_ns;
+use tickwire_shm::{Context, Event, LogConfig, OfferError};
+
+/// A sweep.
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    /// Target rates in messages per second, in order.
+    pub rates: Vec<u64>,
+    /// Payload bytes (at least 16).
+    pub size: usize,
+    /// How long each rate is held.
+    pub step: Duration,
+    /// The receiver reflects one message in this many.
+    pub reflect_every: u64,
+    /// Stop after the first rate achieved at less than this fraction.
+    pub sustain: f64,
+    /// CPUs: sender, receiver.
+    pub cpus: Cpus,
+    /// Directory for the logs.
+    pub dir: PathBuf,
+    /// Log capacity.
+    pub capacity: usize,
+}
+
+const STREAM: u32 = 1;
+const REFLECT: u32 = 2;
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs every step; returns one row per target rate (round-trip latency).
+///
+/// # Errors
+/// Set-up failures or a receiver that stops answering.
+pub fn run(s: &Sweep, machine: &Machine) -> Result<Vec<LatencyRow>, LabError> {
+    if s.size < 16 || s.reflect_every == 0 || s.rates.is_empty() {
+        return Err(LabError::Usage("sweep-rate needs --size >= 16, --reflect-every >= 1 and rates".into()));
+    }
+    let mut rows = Vec::new();
+    for &rate in &s.rates {
+        let row = step(s, rate, machine)?;
+        let sustained = row.achieved_rate.unwrap_or(0.0) >= rate as f64 * s.sustain;
+        rows.push(row);
+        if !sustained {
+            break;
+        }
+    }
+    Ok(rows)
+}
+
+fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<LatencyRow, LabError> {
+    let ctx = Context::new(&s.dir)?;
+    let channel = crate::run_tag();
+    let mut tx = ctx.publisher(&channel, STREAM, &LogConfig::with_capacity(s.capacity))?;
+    let worker = WorkerProcess::spawn(&[
+        "reflect".into(),
+        s.dir.display().to_string(),
+        channel.clone(),
+        s.cpus.remote.to_string(),
+        s.reflect_every.to_string(),
+        s.capacity.to_string(),
+    ])?;
+    let mut rx = subscribe_when_ready(&ctx, &channel, REFLECT)?;
+    let start = Instant::now();
+    while !tx.is_connected() {
+        if start.elapsed() > TIMEOUT {
+            return Err(LabError::Timeout("receiver did not attach".into()));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    pin_current_thread(s.cpus.local)?;
+    let mut h = histogram();
+    let mut record = |e: Event<'_>| {
+        if let Event::Message(m) = e {
+            let intended = u64::from_le_bytes(m.payload[8..16].try_into().unwrap_or([0; 8]));
+            h.saturating_record(monotonic_ns().saturating_sub(intended).max(1));
+        }
+    };
+    let mut msg = vec![0u8; s.size];
+    let interval = 1e9 / rate as f64;
+    let t0 = monotonic_ns() + 1_000_000;
+    let end = t0 + s.step.as_nanos() as u64;
+    let mut sent = 0u64;
+    let poll_err = |e: tickwire_shm::PollError| LabError::Worker(e.to_string());
+    loop {
+        let intended = t0 + (sent as f64 * interval) as u64;
+        if intended >= end {
+            break;
+        }
+        while monotonic_ns() < intended {
+            rx.poll(&mut record, 16).map_err(poll_err)?;
+        }
+        msg[..8].copy_from_slice(&sent.to_le_bytes());
+        msg[8..16].copy_from_slice(&intended.to_le_bytes());
+        let stuck = Instant::now();
+        loop {
+            match tx.offer(&msg) {
+                Ok(_) => break,
+                Err(OfferError::BackPressured) => {
+                    rx.poll(&mut record, 16).map_err(poll_err)?;
+                    if stuck.elapsed() > TIMEOUT {
+                        return Err(LabError::Timeout("receiver stuck".into()));
+                    }
+                }
+                Err(e) => return Err(LabError::Worker(e.to_string())),
+            }
+        }
+        sent += 1;
+    }
+    let send_secs = monotonic_ns().saturating_sub(t0) as f64 / 1e9;
+    drop(tx); // end of stream: the receiver reports how many it got
+              // Collect the last reflections while the receiver drains.
+    let drain = Instant::now();
+    while !rx.is_end_of_stream() && drain.elapsed() < TIMEOUT {
+        rx.poll(&mut record, 64).map_err(poll_err)?;
+    }
+    while rx.poll(&mut record, 64).map_err(poll_err)? > 0 {}
+    let line = worker.finish(TIMEOUT)?;
+    let v: serde_json::Value =
+        serde_json::from_str(&line).map_err(|e| LabError::Worker(format!("bad receiver output {line:?}: {e}")))?;
+    let received = v["received"].as_u64().unwrap_or(0);
+    let recv_secs = v["seconds"].as_f64().unwrap_or(send_secs).max(1e-9);
+    let mut row = LatencyRow::from_histogram("sweep-rate", "ipc", s.size, &h);
+    row.clock = format!("CLOCK_MONOTONIC, round trip from the intended send time, 1 in {} reflected", s.reflect_every);
+    row.offered_rate = Some(rate as f64);
+    row.achieved_rate = Some((received as f64 / recv_secs.max(send_secs)).round());
+    row.lost = sent.saturating_sub(received);
+    row.cpus = format!("{},{}", s.cpus.local, s.cpus.remote);
+    row.machine = machine.summary();
+    Ok(row)
+}
+
+/// Worker side: `reflect DIR CHANNEL CPU N CAPACITY`: receives the stream,
+/// sends every Nth message back, and prints how many arrived and over how
+/// long (first to last).
+pub(crate) fn reflect(dir: &Path, channel: &str, cpu: usize, every: u64, capacity: usize) -> Result<String, LabError> {
+    let ctx = Context::new(dir)?;
+    let mut rx = subscribe_when_ready(&ctx, channel, STREAM)?;
+    let mut tx = ctx.publisher(channel, REFLECT, &LogConfig::with_capacity(capacity))?;
+    pin_current_thread(cpu)?;
+    let (mut received, mut first, mut last) = (0u64, None::<Instant>, Instant::now());
+    let mut err = None;
+    let mut idle = 0u32;
+    let mut idle_since = Instant::now();
+    loop {
+        let n = rx
+            .poll(
+                |e| {
+                    if let Event::Message(m) = e {
+                        received += 1;
+                        let seq = u64::from_le_bytes(m.payload[..8].try_into().unwrap_or([0; 8]));
+                        if seq % every == 0 {
+                            // Never block the stream on the reflection: drop it if full.
+                            match tx.offer(m.payload) {
+                                Ok(_) | Err(OfferError::BackPressured) => {}
+                                Err(e) => err = Some(e),
+                            }
+                        }
+                    }
+                },
+                64,
+            )
+            .map_err(|e| LabError::Worker(e.to_string()))?;
+        if let Some(e) = err {
+            return Err(LabError::Worker(e.to_string()));
+        }
+        if n > 0 {
+            let now = Instant::now();
+            first.get_or_insert(now);
+            last = now;
+            idle = 0;
+            continue;
+        }
+        std::hint::spin_loop();
+        idle = idle.wrapping_add(1);
+        if idle == 1 {
+            idle_since = Instant::now();
+        }
+        if idle % 256 == 0 {
+            if rx.is_end_of_stream() {
+                break;
+            }
+            if idle_since.elapsed() > Duration::from_secs(30) {
+                return Err(LabError::Timeout("no data for 30 s".into()));
+            }
+        }
+    }
+    let secs = first.map_or(0.0, |f| (last - f).as_secs_f64());
+    Ok(serde_json::json!({"received": received, "seconds": secs}).to_string())
+}
