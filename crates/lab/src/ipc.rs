@@ -51,6 +51,18 @@ pub(crate) fn subscribe_when_ready(ctx: &Context, channel: &str, stream: u32) ->
     }
 }
 
+/// Waits (bounded, without sending anything) until a subscriber is attached.
+pub(crate) fn wait_connected(p: &mut tickwire_shm::Publisher) -> Result<(), LabError> {
+    let start = Instant::now();
+    while !p.is_connected() {
+        if start.elapsed() > TIMEOUT {
+            return Err(LabError::Timeout("no subscriber attached".into()));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    Ok(())
+}
+
 /// Offers until accepted (spinning on back-pressure and not-connected),
 /// bounded by a timeout.
 #[inline]
@@ -154,7 +166,7 @@ pub fn throughput(o: &IpcOptions) -> Result<ThroughputRow, LabError> {
     ])?;
     pin_current_thread(o.cpus.local)?;
     // Wait until the subscriber is attached, without sending anything.
-    spin_until(TIMEOUT, "subscriber attached", || publisher.is_connected().then_some(()))?;
+    wait_connected(&mut publisher)?;
     let mut msg = vec![0u8; o.size];
     let mut seq = 0u64;
     let start = Instant::now();

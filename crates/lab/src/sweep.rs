@@ -72,13 +72,7 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<LatencyRow, LabError>
         s.capacity.to_string(),
     ])?;
     let mut rx = subscribe_when_ready(&ctx, &channel, REFLECT)?;
-    let start = Instant::now();
-    while !tx.is_connected() {
-        if start.elapsed() > TIMEOUT {
-            return Err(LabError::Timeout("receiver did not attach".into()));
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    crate::ipc::wait_connected(&mut tx)?;
     pin_current_thread(s.cpus.local)?;
     let mut h = histogram();
     let mut record = |e: Event<'_>| {
