@@ -371,6 +371,11 @@ fn doctor(a: DoctorArgs) -> Result<(), String> {
 
 pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
     let err = |e: tickwire_lab::LabError| e.to_string();
+    if matches!(cmd, LabCmd::Worker { .. }) {
+        tickwire_lab::ignore_ctrl_c();
+    } else {
+        tickwire_lab::install_ctrl_c();
+    }
     match cmd {
         LabCmd::Worker { args } => {
             println!("{}", tickwire_lab::worker::run(&args).map_err(err)?);
@@ -411,6 +416,9 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
             let format = a.common.format();
             let mut measured = Vec::new();
             for size in sizes {
+                if tickwire_lab::stop_requested() {
+                    break;
+                }
                 let p = PingPong {
                     transport: a.transport,
                     wait: if a.block { Wait::Block } else { Wait::Spin },

@@ -416,3 +416,45 @@ fn sweep_rate_reports_each_sustained_rate() {
         assert!((samples - rate * 0.3 / 10.0).abs() <= 2.0, "{row}");
     }
 }
+
+#[test]
+fn ctrl_c_stops_after_the_round_and_prints_what_was_measured() {
+    use std::os::unix::process::CommandExt;
+    let d = dir("ctrlc");
+    // 20 rounds of 10,000 blocking UDP round trips: about 10 s if left alone.
+    let child = Command::new(BIN)
+        .args([
+            "--dir",
+            &d,
+            "lab",
+            "pingpong",
+            "--transport",
+            "udp",
+            "--block",
+            "--count",
+            "200000",
+            "--rounds",
+            "20",
+            "--warmup",
+            "10",
+            "--no-floor",
+            "--json",
+        ])
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // As a terminal does: SIGINT to the whole process group (workers included).
+    let pgid = child.id();
+    assert!(Command::new("bash").args(["-c", &format!("kill -INT -- -{pgid}")]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("stopping after the current round"), "{stderr}");
+    let r = &rows(&String::from_utf8_lossy(&out.stdout))[0];
+    let n = r["count"].as_u64().unwrap();
+    assert!(n > 0 && n < 200_000 && n % 10_000 == 0, "whole rounds only: {r}");
+    ordered(r);
+}

@@ -197,3 +197,45 @@ pub fn spin_until<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Optio
 pub fn run_tag() -> String {
     format!("lab{}x{}", std::process::id(), tickwire_shm::sys::monotonic_ns() % 1_000_000)
 }
+
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether Ctrl-C asked the run to stop (checked between rounds and steps,
+/// so what was measured so far is still reported).
+pub fn stop_requested() -> bool {
+    STOP.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Installs the Ctrl-C handler of the measuring process: the first Ctrl-C
+/// asks for a graceful stop, the second exits at once.
+pub fn install_ctrl_c() {
+    let _ = ctrlc::set_handler(|| {
+        if STOP.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            std::process::exit(130);
+        }
+        eprintln!("\ntickwire lab: stopping after the current round (Ctrl-C again to quit now)");
+    });
+}
+
+/// Workers ignore Ctrl-C: the terminal sends it to the whole process group,
+/// and the measuring process decides when its workers stop.
+pub fn ignore_ctrl_c() {
+    tickwire_shm::sys::ignore_sigint();
+}
+
+/// A progress bar on stderr for `total` units, drawn only when stderr is a
+/// terminal (hidden otherwise, e.g. in tests and pipes).
+pub fn progress(total: u64, what: &str) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new(total);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} {elapsed_precise} (eta {eta})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_owned());
+    pb
+}

@@ -94,10 +94,16 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Measured, LabError> {
     let end = t0 + o.duration.as_nanos() as u64;
     let wall = SystemTime::now();
     let mut sent = 0u64;
+    let bar = crate::progress(o.duration.as_secs().max(1), "oneway (seconds)");
+    let mut next_tick = t0 + 1_000_000_000;
     loop {
         let intended = t0 + (sent as f64 * interval) as u64;
-        if intended >= end {
+        if intended >= end || (sent % 1024 == 0 && crate::stop_requested()) {
             break;
+        }
+        if intended >= next_tick {
+            bar.inc(1);
+            next_tick += 1_000_000_000;
         }
         while monotonic_ns() < intended {
             std::hint::spin_loop();
@@ -122,6 +128,7 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Measured, LabError> {
         }
         sent += 1;
     }
+    bar.finish_and_clear();
     let send_secs = (monotonic_ns().saturating_sub(t0)) as f64 / 1e9;
     drop(pubs); // end of stream
     let line = worker.finish(SETUP_TIMEOUT + o.duration)?;

@@ -94,7 +94,11 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
     let mut fh = histogram();
     let start = SystemTime::now();
     let (mut t_elapsed, mut f_elapsed) = (Duration::ZERO, Duration::ZERO);
+    let bar = crate::progress(rounds, &format!("pingpong {} {}B", p.transport.name(), p.size));
     for _ in 0..rounds {
+        if crate::stop_requested() {
+            break;
+        }
         if p.floor {
             let t = Instant::now();
             fh.add(floor::raw_ring_histogram(&fo)?).map_err(|e| LabError::Worker(e.to_string()))?;
@@ -124,6 +128,11 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
         };
         t_elapsed += t.elapsed();
         th.add(h).map_err(|e| LabError::Worker(e.to_string()))?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    if th.is_empty() {
+        return Err(LabError::Usage("stopped before anything was measured".into()));
     }
     let cpus = format!("{},{}", p.cpus.local, p.cpus.remote);
     let mut row = LatencyRow::from_histogram("pingpong", p.transport.name(), p.size, &th);

@@ -74,14 +74,14 @@ fn io_err(what: &str, e: std::io::Error) -> LabError {
 
 /// Receives one datagram, spinning or blocking, bounded by `TIMEOUT`.
 fn udp_recv(sock: &UdpSocket, buf: &mut [u8], wait: Wait, limit: Duration) -> Result<usize, LabError> {
-    match wait {
-        Wait::Block => sock.recv_from(buf).map(|(n, _)| n).map_err(|e| io_err("udp recv", e)),
-        Wait::Spin => spin_until(limit, "udp reply", || match sock.recv_from(buf) {
-            Ok((n, _)) => Some(Ok(n)),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => None,
-            Err(e) => Some(Err(io_err("udp recv", e))),
-        })?,
-    }
+    // A signal (Ctrl-C asking for a graceful stop) interrupts a blocking
+    // recv: retry, the round finishes.
+    spin_until(limit, "udp reply", || match sock.recv_from(buf) {
+        Ok((n, _)) => Some(Ok(n)),
+        Err(e) if e.kind() == ErrorKind::WouldBlock && wait == Wait::Spin => None,
+        Err(e) if e.kind() == ErrorKind::Interrupted => None,
+        Err(e) => Some(Err(io_err("udp recv", e))),
+    })?
 }
 
 /// Reads exactly `buf.len()` bytes from a TCP stream, spinning or blocking.
@@ -92,6 +92,7 @@ fn tcp_read(s: &mut TcpStream, buf: &mut [u8], wait: Wait, limit: Duration) -> R
         match s.read(&mut buf[got..]) {
             Ok(0) => return Ok(false), // EOF
             Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) if e.kind() == ErrorKind::WouldBlock && wait == Wait::Spin => {
                 if start.elapsed() > limit {
                     return Err(LabError::Timeout("tcp read".into()));
@@ -110,6 +111,7 @@ fn tcp_write(s: &mut TcpStream, buf: &[u8]) -> Result<(), LabError> {
     while sent < buf.len() {
         match s.write(&buf[sent..]) {
             Ok(n) => sent += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
                 if start.elapsed() > TIMEOUT {
                     return Err(LabError::Timeout("tcp write".into()));

@@ -48,14 +48,20 @@ pub fn run(s: &Sweep, machine: &Machine) -> Result<Vec<LatencyRow>, LabError> {
         return Err(LabError::Usage("sweep-rate needs --size >= 16, --reflect-every >= 1 and rates".into()));
     }
     let mut rows = Vec::new();
+    let bar = crate::progress(s.rates.len() as u64, "sweep-rate");
     for &rate in &s.rates {
+        if crate::stop_requested() {
+            break;
+        }
         let row = step(s, rate, machine)?;
+        bar.inc(1);
         let sustained = row.achieved_rate.unwrap_or(0.0) >= rate as f64 * s.sustain;
         rows.push(row);
         if !sustained {
             break;
         }
     }
+    bar.finish_and_clear();
     Ok(rows)
 }
 

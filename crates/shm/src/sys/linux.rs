@@ -148,6 +148,17 @@ pub fn membarrier_global() -> bool {
     unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0 }
 }
 
+/// Ignores SIGINT in this process (`SIG_IGN`, not a handler, so blocking
+/// system calls are not interrupted). For worker processes whose parent
+/// decides when they stop.
+pub fn ignore_sigint() {
+    // SAFETY: installing SIG_IGN has no handler code to run and touches no
+    // memory of ours.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+    }
+}
+
 /// Nanoseconds on CLOCK_MONOTONIC: comparable between processes of one boot.
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
