@@ -28,6 +28,8 @@ pub enum LabCmd {
     Doctor(DoctorArgs),
     /// Round-trip latency against message rate (Exhibit 4), up to the highest sustained rate.
     SweepRate(SweepArgs),
+    /// UDP tick in, TCP order out, timed with kernel timestamps (paper 004).
+    TickToTrade(TickArgs),
     /// Internal: the far side of a measurement.
     #[command(hide = true)]
     Worker {
@@ -197,6 +199,27 @@ pub struct OneWayArgs {
     /// Test hook: how long the receiver sleeps.
     #[arg(long, hide = true, default_value = "0s", value_parser = parse_duration)]
     stall_for: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct TickArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Ticks measured.
+    #[arg(long, default_value_t = 25_000)]
+    runs: u64,
+    /// Ticks before measuring.
+    #[arg(long, default_value_t = 1_000)]
+    warmup: u64,
+    /// Tick size (UDP payload).
+    #[arg(long, default_value = "64", value_parser = parse_size)]
+    tick_size: usize,
+    /// Order size (TCP payload).
+    #[arg(long, default_value = "400", value_parser = parse_size)]
+    order_size: usize,
+    /// Also write the histograms as an HdrHistogram interval log.
+    #[arg(long)]
+    hlog: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -448,6 +471,26 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
             }
         }
         LabCmd::Doctor(a) => doctor(a)?,
+        LabCmd::TickToTrade(a) => {
+            let machine = Machine::detect();
+            let t = tickwire_lab::tick_to_trade::TickToTrade {
+                runs: a.runs,
+                warmup: a.warmup,
+                tick_size: a.tick_size,
+                order_size: a.order_size,
+                cpus: a.common.cpus,
+            };
+            let (kernel, user) = tickwire_lab::tick_to_trade::run(&t, &machine).map_err(err)?;
+            let format = a.common.format();
+            if kernel.is_none() && format == Format::Table {
+                println!("(no kernel timestamps on this system: user-space clock only)");
+            }
+            let measured: Vec<Measured> = kernel.into_iter().chain(std::iter::once(user)).collect();
+            print_latency(&measured, format, &machine);
+            if let Some(path) = &a.hlog {
+                output::write_hlog(path, &measured)?;
+            }
+        }
         LabCmd::SweepRate(a) => {
             if a.transport != "ipc" {
                 return Err(format!("sweep-rate over {:?} is not available yet (ipc only)", a.transport));

@@ -458,3 +458,23 @@ fn ctrl_c_stops_after_the_round_and_prints_what_was_measured() {
     assert!(n > 0 && n < 200_000 && n % 10_000 == 0, "whole rounds only: {r}");
     ordered(r);
 }
+
+#[test]
+fn tick_to_trade_kernel_timestamps_sit_inside_the_user_space_interval() {
+    let d = dir("t2t");
+    let (ok, out, err) = run(&["--dir", &d, "lab", "tick-to-trade", "--runs", "2000", "--warmup", "100", "--json"]);
+    assert!(ok, "{err}");
+    let r = rows(&out);
+    assert_eq!(r.len(), 2, "kernel and user-space rows: {out}");
+    let (k, u) = (&r[0], &r[1]);
+    assert_eq!((k["probe"].as_str(), u["probe"].as_str()), (Some("kernel-sw-timestamps"), Some("user-space")));
+    assert_eq!(k["lost"], 0, "every run had both kernel timestamps: {k}");
+    assert_eq!((k["count"].as_u64(), u["count"].as_u64()), (Some(2000), Some(2000)));
+    ordered(k);
+    ordered(u);
+    // Each run's kernel interval lies inside its user-space one, so every
+    // order statistic does too.
+    for f in ["min_ns", "p50_ns", "p99_ns", "max_ns"] {
+        assert!(k[f].as_u64().unwrap() <= u[f].as_u64().unwrap(), "{f}: {k} vs {u}");
+    }
+}

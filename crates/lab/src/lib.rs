@@ -12,6 +12,8 @@
 //!   each message's intended send time (free of coordinated omission).
 //! * [`sweep`]: latency against message rate (Exhibit 4): open-loop stream,
 //!   one message in N reflected, up to the highest rate the path sustains.
+//! * [`tick_to_trade`]: UDP tick in, TCP order out, timed with kernel
+//!   software timestamps (the method of paper 004).
 //! * [`sockets`]: the same ping-pong over plain kernel UDP and TCP sockets
 //!   (spinning on non-blocking sockets, or blocking), the baseline the
 //!   network transports will be compared with.
@@ -36,6 +38,7 @@ pub mod pingpong;
 pub mod report;
 pub mod sockets;
 pub mod sweep;
+pub mod tick_to_trade;
 pub mod worker;
 
 use std::process::{Child, Command, Stdio};

@@ -152,7 +152,7 @@ pub fn ratio(a: u64, b: u64) -> f64 {
 /// and p99.99), in nanoseconds, one line per row.
 pub fn table(rows: &[LatencyRow]) -> String {
     let mut s = format!(
-        "{:<10} {:<9} {:<10} {:>6} {:>9} {:>8} {:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8}\n",
+        "{:<13} {:<9} {:<20} {:>6} {:>9} {:>8} {:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8}\n",
         "mode",
         "transport",
         "probe",
@@ -170,7 +170,7 @@ pub fn table(rows: &[LatencyRow]) -> String {
     );
     for r in rows {
         s.push_str(&format!(
-            "{:<10} {:<9} {:<10} {:>6} {:>9} {:>8} {:>8} {:>9.1} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8.1}\n",
+            "{:<13} {:<9} {:<20} {:>6} {:>9} {:>8} {:>8} {:>9.1} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8.1}\n",
             r.mode,
             r.transport,
             r.probe.as_deref().unwrap_or("-"),
@@ -187,7 +187,9 @@ pub fn table(rows: &[LatencyRow]) -> String {
             r.std_ns
         ));
     }
-    if rows.iter().all(|r| r.mode == "oneway") {
+    if rows.iter().all(|r| r.mode == "tick-to-trade") {
+        s.push_str("(nanoseconds, tick sent to order received, measured at the harness)\n");
+    } else if rows.iter().all(|r| r.mode == "oneway") {
         s.push_str("(nanoseconds, one way, from each message's intended send time)\n");
     } else {
         s.push_str("(nanoseconds, half round trip)\n");

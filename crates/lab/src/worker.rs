@@ -52,6 +52,12 @@ pub fn run(args: &[String]) -> Result<String, LabError> {
             num(args, 4, "size")?,
         ),
         "sock-ping" => crate::sockets::ping_worker(args),
+        "t2t-sut" => crate::tick_to_trade::sut(
+            arg(args, 1, "gateway")?,
+            num(args, 2, "cpu")?,
+            num(args, 3, "tick size")?,
+            num(args, 4, "order size")?,
+        ),
         "reflect" => crate::sweep::reflect(
             Path::new(arg(args, 1, "dir")?),
             arg(args, 2, "channel")?,
