@@ -30,6 +30,8 @@ pub enum LabCmd {
     SweepRate(SweepArgs),
     /// UDP tick in, TCP order out, timed with kernel timestamps (paper 004).
     TickToTrade(TickArgs),
+    /// Every measurement of the papers, into DIR/report.md with plots.
+    Reproduce(ReproduceArgs),
     /// Internal: the far side of a measurement.
     #[command(hide = true)]
     Worker {
@@ -199,6 +201,19 @@ pub struct OneWayArgs {
     /// Test hook: how long the receiver sleeps.
     #[arg(long, hide = true, default_value = "0s", value_parser = parse_duration)]
     stall_for: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct ReproduceArgs {
+    /// Output directory for report.md and the plots.
+    #[arg(long)]
+    out: PathBuf,
+    /// CPUs for the measuring and far sides.
+    #[arg(long, default_value = "0,1", value_parser = parse_cpus)]
+    cpus: Cpus,
+    /// Seconds instead of about a minute (a smoke test; figures are not meaningful).
+    #[arg(long)]
+    quick: bool,
 }
 
 #[derive(Debug, Args)]
@@ -471,6 +486,17 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
             }
         }
         LabCmd::Doctor(a) => doctor(a)?,
+        LabCmd::Reproduce(a) => {
+            let machine = Machine::detect();
+            let r = tickwire_lab::reproduce::Reproduce {
+                out: a.out.clone(),
+                quick: a.quick,
+                cpus: a.cpus,
+                dir: s.dir.clone(),
+            };
+            let path = tickwire_lab::reproduce::run(&r, &machine).map_err(err)?;
+            println!("wrote {} (plots beside it)", path.display());
+        }
         LabCmd::TickToTrade(a) => {
             let machine = Machine::detect();
             let t = tickwire_lab::tick_to_trade::TickToTrade {

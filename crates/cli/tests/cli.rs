@@ -478,3 +478,32 @@ fn tick_to_trade_kernel_timestamps_sit_inside_the_user_space_interval() {
         assert!(k[f].as_u64().unwrap() <= u[f].as_u64().unwrap(), "{f}: {k} vs {u}");
     }
 }
+
+#[test]
+fn reproduce_writes_a_report_with_every_exhibit_and_plots() {
+    let d = dir("reproduce");
+    let out = format!("{d}/report");
+    let (ok, stdout, err) = run(&["--dir", &d, "lab", "reproduce", "--out", &out, "--quick"]);
+    assert!(ok, "{err}");
+    assert!(stdout.contains("report.md"));
+    let md = std::fs::read_to_string(format!("{out}/report.md")).unwrap();
+    for section in [
+        "## The floor",
+        "## Exhibit 1",
+        "## Exhibit 2",
+        "## Tables 1 and 2",
+        "## Exhibit 3",
+        "## Exhibit 4",
+        "## Paper 001",
+        "## Paper 004",
+        "Quick mode",
+    ] {
+        assert!(md.contains(section), "missing {section}");
+    }
+    assert!(md.contains("OpenOnload, back to back (published) | 2997 | 3103"), "published figures are quoted");
+    assert!(md.contains("(this machine)") && md.contains("x |"), "our rows carry a floor ratio");
+    for svg in ["latency-vs-size.svg", "latency-vs-rate.svg", "percentiles.svg"] {
+        let text = std::fs::read_to_string(format!("{out}/{svg}")).unwrap();
+        assert!(text.starts_with("<svg") && md.contains(svg), "{svg}");
+    }
+}

@@ -17,6 +17,8 @@
 //! * [`sockets`]: the same ping-pong over plain kernel UDP and TCP sockets
 //!   (spinning on non-blocking sockets, or blocking), the baseline the
 //!   network transports will be compared with.
+//! * [`reproduce`]: all of the above with the papers' parameters, into a
+//!   report with the published figures beside ours and SVG plots.
 //! * [`report`]: statistics from an HdrHistogram, the papers' table, JSON.
 //! * [`output`]: CSV, HdrHistogram interval logs, sockperf's percentile block.
 //! * [`machine`]: what every report says about the machine and the clock.
@@ -35,7 +37,9 @@ pub mod netns;
 pub mod oneway;
 pub mod output;
 pub mod pingpong;
+pub mod plots;
 pub mod report;
+pub mod reproduce;
 pub mod sockets;
 pub mod sweep;
 pub mod tick_to_trade;
