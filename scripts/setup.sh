@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing tickwire needs on a fresh Debian/Ubuntu
-# machine: a C toolchain (linker), iproute2 (network-namespace system tests)
-# and Rust (stable, with clippy and rustfmt).
+# machine: a C toolchain (linker), iproute2 (network-namespace system tests),
+# sockperf (the lab's kernel-UDP ping-pong is checked against it) and Rust
+# (stable, with clippy and rustfmt).
 # Idempotent: does nothing that is already done.
 set -euo pipefail
 
@@ -9,6 +10,8 @@ need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl ca-certificates)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)   # network-namespace system tests
+command -v sockperf >/dev/null 2>&1 || need_apt+=(sockperf)   # the lab is validated against it
+command -v taskset >/dev/null 2>&1 || need_apt+=(util-linux)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
