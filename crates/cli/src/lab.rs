@@ -115,6 +115,9 @@ pub struct PingArgs {
     /// Round trips recorded per size.
     #[arg(long, default_value_t = 1_000_000)]
     count: u64,
+    /// Run each size for this long instead of --count round trips (e.g. 10s).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
     /// Round trips before recording, per round.
     #[arg(long, default_value_t = 10_000)]
     warmup: u64,
@@ -141,6 +144,9 @@ pub struct PingArgs {
     /// (created and removed by the lab; needs root and iproute2).
     #[arg(long)]
     netns: bool,
+    /// Write an SVG plot: latency against size for --sizes, else the percentile distribution.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -195,6 +201,9 @@ pub struct OneWayArgs {
     /// Also write the histogram as an HdrHistogram interval log.
     #[arg(long)]
     hlog: Option<PathBuf>,
+    /// Write an SVG plot of the percentile distribution.
+    #[arg(long)]
+    plot: Option<PathBuf>,
     /// Test hook: the receiver sleeps --stall-for once every N messages.
     #[arg(long, hide = true, default_value_t = 0)]
     stall_every: u64,
@@ -232,6 +241,9 @@ pub struct TickArgs {
     /// Order size (TCP payload).
     #[arg(long, default_value = "400", value_parser = parse_size)]
     order_size: usize,
+    /// Write an SVG plot of the percentile distributions.
+    #[arg(long)]
+    plot: Option<PathBuf>,
     /// Also write the histograms as an HdrHistogram interval log.
     #[arg(long)]
     hlog: Option<PathBuf>,
@@ -260,6 +272,10 @@ pub struct SweepArgs {
     /// Stop after the first rate achieved below this fraction of its target.
     #[arg(long, default_value_t = 0.95)]
     sustain: f64,
+    /// Write SVG plots: RTT percentiles against target rate here, and achieved
+    /// against target beside it (`<name>-achieved.svg`).
+    #[arg(long)]
+    plot: Option<PathBuf>,
     /// Log capacity.
     #[arg(long, default_value = "4MiB", value_parser = parse_size)]
     capacity: usize,
@@ -313,6 +329,20 @@ fn print_latency(measured: &[Measured], format: Format, machine: &Machine) {
             print!("{}", table(&rows));
         }
     }
+}
+
+/// A short raw-ring floor (100,000 round trips, milliseconds) measured just
+/// before a run, so that every report carries its floor ratio.
+fn quick_floor(cpus: Cpus, dir: &std::path::Path) -> Result<LatencyRow, String> {
+    let fo =
+        FloorOptions { count: 100_000, warmup: 5_000, size: 64, duration: Duration::ZERO, cpus, dir: dir.to_owned() };
+    floor::raw_ring(&fo).map_err(|e| e.to_string())
+}
+
+fn plot_distribution(path: &std::path::Path, title: &str, measured: &[Measured]) -> Result<(), String> {
+    let hists: Vec<(String, &hdrhistogram::Histogram<u64>)> =
+        measured.iter().map(|m| (output::tag(&m.row), &m.hist)).collect();
+    tickwire_lab::plots::percentiles(path, title, &hists)
 }
 
 fn print_throughput(rows: &[ThroughputRow], format: Format) {
@@ -469,6 +499,7 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                     dir: s.dir.clone(),
                     capacity: a.capacity,
                     netns: a.netns,
+                    duration: a.duration,
                 };
                 if a.netns && a.transport == Transport::Ipc {
                     return Err("--netns applies to udp and tcp (ipc is shared memory on one host)".into());
@@ -483,6 +514,24 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
             print_latency(&measured, format, &machine);
             if let Some(path) = &a.hlog {
                 output::write_hlog(path, &measured)?;
+            }
+            if let Some(path) = &a.plot {
+                let mine: Vec<&Measured> = measured.iter().filter(|m| m.row.mode == "pingpong").collect();
+                if mine.len() > 1 {
+                    let line = |f: fn(&LatencyRow) -> u64| -> Vec<(f64, f64)> {
+                        mine.iter().map(|m| (m.row.size as f64, f(&m.row) as f64 / 1000.0)).collect()
+                    };
+                    let name = a.transport.name();
+                    tickwire_lab::plots::lines(
+                        path,
+                        &format!("Half-round-trip latency against message size ({name})"),
+                        "message size (bytes)",
+                        &[(format!("{name} p50"), line(|r| r.p50_ns)), (format!("{name} p99"), line(|r| r.p99_ns))],
+                        false,
+                    )?;
+                } else {
+                    plot_distribution(path, "Half-round-trip latency by percentile", &measured)?;
+                }
             }
         }
         LabCmd::Doctor(a) => doctor(a)?,
@@ -506,7 +555,12 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                 order_size: a.order_size,
                 cpus: a.common.cpus,
             };
-            let (kernel, user) = tickwire_lab::tick_to_trade::run(&t, &machine).map_err(err)?;
+            let f = quick_floor(a.common.cpus, &s.dir)?;
+            let (mut kernel, mut user) = tickwire_lab::tick_to_trade::run(&t, &machine).map_err(err)?;
+            user.row = user.row.clone().with_floor(&f);
+            if let Some(k) = kernel.as_mut() {
+                k.row = k.row.clone().with_floor(&f);
+            }
             let format = a.common.format();
             if kernel.is_none() && format == Format::Table {
                 println!("(no kernel timestamps on this system: user-space clock only)");
@@ -515,6 +569,9 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
             print_latency(&measured, format, &machine);
             if let Some(path) = &a.hlog {
                 output::write_hlog(path, &measured)?;
+            }
+            if let Some(path) = &a.plot {
+                plot_distribution(path, "Tick-to-trade by percentile", &measured)?;
             }
         }
         LabCmd::SweepRate(a) => {
@@ -532,19 +589,62 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                 dir: s.dir.clone(),
                 capacity: a.capacity,
             };
-            let rows = tickwire_lab::sweep::run(&sweep, &machine).map_err(err)?;
+            let f = quick_floor(a.common.cpus, &s.dir)?;
+            let rows: Vec<LatencyRow> = tickwire_lab::sweep::run(&sweep, &machine)
+                .map_err(err)?
+                .into_iter()
+                .map(|r| r.with_floor(&f))
+                .collect();
+            if let Some(path) = &a.plot {
+                let pick = |f: fn(&LatencyRow) -> f64| -> Vec<(f64, f64)> {
+                    rows.iter().map(|r| (r.offered_rate.unwrap_or(1.0), f(r))).collect()
+                };
+                tickwire_lab::plots::lines(
+                    path,
+                    "Round-trip latency against target message rate",
+                    "target rate (messages per second)",
+                    &[
+                        ("RTT p50".into(), pick(|r| r.p50_ns as f64 / 1000.0)),
+                        ("RTT p99".into(), pick(|r| r.p99_ns as f64 / 1000.0)),
+                        ("RTT p99.9".into(), pick(|r| r.p999_ns as f64 / 1000.0)),
+                    ],
+                    true,
+                )?;
+                let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "sweep".into());
+                let achieved = path.with_file_name(format!("{stem}-achieved.svg"));
+                tickwire_lab::plots::lines_with(
+                    &achieved,
+                    "Achieved against target message rate",
+                    "target rate (messages per second)",
+                    "messages per second",
+                    &[
+                        ("achieved".into(), pick(|r| r.achieved_rate.unwrap_or(0.0).max(1.0))),
+                        ("target".into(), pick(|r| r.offered_rate.unwrap_or(1.0))),
+                    ],
+                    true,
+                )?;
+            }
             match a.common.format() {
                 Format::Json => rows.iter().for_each(|r| println!("{}", serde_json::to_string(r).unwrap_or_default())),
                 Format::Csv => print!("{}", output::csv(&rows)),
                 Format::Table | Format::Sockperf => {
                     println!("machine: {}", machine.summary());
                     println!(
-                        "{:>12} {:>12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9}",
-                        "target/s", "achieved/s", "lost", "RTT p50", "p90", "p99", "p99.9", "max", "samples"
+                        "{:>12} {:>12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>10}",
+                        "target/s",
+                        "achieved/s",
+                        "lost",
+                        "RTT p50",
+                        "p90",
+                        "p99",
+                        "p99.9",
+                        "max",
+                        "samples",
+                        "p50/floor"
                     );
                     for r in &rows {
                         println!(
-                            "{:>12.0} {:>12.0} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9}",
+                            "{:>12.0} {:>12.0} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9.1}x",
                             r.offered_rate.unwrap_or(0.0),
                             r.achieved_rate.unwrap_or(0.0),
                             r.lost,
@@ -553,7 +653,8 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                             r.p99_ns,
                             r.p999_ns,
                             r.max_ns,
-                            r.count
+                            r.count,
+                            r.ratio_p50.unwrap_or(0.0)
                         );
                     }
                     println!(
@@ -580,7 +681,9 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                 capacity: a.capacity,
                 stall: (a.stall_every > 0).then_some((a.stall_every, a.stall_for)),
             };
-            let m = tickwire_lab::oneway::run(&o, &machine).map_err(err)?;
+            let f = quick_floor(a.common.cpus, &s.dir)?;
+            let mut m = tickwire_lab::oneway::run(&o, &machine).map_err(err)?;
+            m.row = m.row.with_floor(&f);
             if a.common.format() == Format::Table {
                 let r = &m.row;
                 println!(
@@ -597,6 +700,9 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
             print_latency(&measured, a.common.format(), &machine);
             if let Some(path) = &a.hlog {
                 output::write_hlog(path, &measured)?;
+            }
+            if let Some(path) = &a.plot {
+                plot_distribution(path, "One-way latency by percentile (from the intended send time)", &measured)?;
             }
         }
         LabCmd::Throughput(a) => {

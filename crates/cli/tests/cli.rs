@@ -507,3 +507,94 @@ fn reproduce_writes_a_report_with_every_exhibit_and_plots() {
         assert!(text.starts_with("<svg") && md.contains(svg), "{svg}");
     }
 }
+
+#[test]
+fn every_mode_reports_its_floor_ratio_and_plots_on_request() {
+    let d = dir("plots");
+    let svg = |name: &str| format!("{d}/{name}");
+    let is_svg = |p: &str| std::fs::read_to_string(p).is_ok_and(|t| t.starts_with("<svg"));
+    let check = |args: &[&str]| {
+        let (ok, out, err) = run(args);
+        assert!(ok, "{args:?}: {err}");
+        for r in rows(&out) {
+            assert!(r["ratio_p50"].as_f64().is_some_and(|x| x > 0.0), "no floor ratio in {r}");
+        }
+    };
+    std::fs::create_dir_all(&d).unwrap();
+    check(&[
+        "--dir",
+        &d,
+        "lab",
+        "pingpong",
+        "--transport",
+        "udp",
+        "--sizes",
+        "64,512",
+        "--count",
+        "1000",
+        "--warmup",
+        "100",
+        "--rounds",
+        "1",
+        "--json",
+        "--plot",
+        &svg("size.svg"),
+    ]);
+    check(&["--dir", &d, "lab", "oneway", "--rate", "20k", "--duration", "200ms", "--json", "--plot", &svg("ow.svg")]);
+    check(&[
+        "--dir",
+        &d,
+        "lab",
+        "sweep-rate",
+        "--rates",
+        "10k",
+        "--step",
+        "200ms",
+        "--json",
+        "--plot",
+        &svg("rate.svg"),
+    ]);
+    check(&[
+        "--dir",
+        &d,
+        "lab",
+        "tick-to-trade",
+        "--runs",
+        "500",
+        "--warmup",
+        "50",
+        "--json",
+        "--plot",
+        &svg("t2t.svg"),
+    ]);
+    for f in ["size.svg", "ow.svg", "rate.svg", "rate-achieved.svg", "t2t.svg"] {
+        assert!(is_svg(&svg(f)), "{f} missing or not SVG");
+    }
+}
+
+#[test]
+fn pingpong_duration_bounds_the_run_in_time() {
+    let d = dir("duration");
+    let start = std::time::Instant::now();
+    let (ok, out, err) = run(&[
+        "--dir",
+        &d,
+        "lab",
+        "pingpong",
+        "--transport",
+        "udp",
+        "--duration",
+        "400ms",
+        "--rounds",
+        "2",
+        "--warmup",
+        "100",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let r = &rows(&out)[0];
+    let n = r["count"].as_u64().unwrap();
+    assert!(n > 1_000 && n < 1_000_000, "count comes from the time limit: {r}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(10));
+    ordered(r);
+}

@@ -109,7 +109,12 @@ pub fn pingpong_histogram(o: &IpcOptions) -> Result<hdrhistogram::Histogram<u64>
     pin_current_thread(o.cpus.local)?;
     let mut msg = vec![0u8; o.size];
     let mut h = histogram();
-    for i in 0..o.warmup + o.count {
+    // For ping-pong, a non-zero `duration` bounds the run in time as well.
+    let mut budget = crate::Budget::new(o.warmup, o.count, (!o.duration.is_zero()).then_some(o.duration));
+    let mut i = 0u64;
+    while budget.keep_going(i) {
+        i += 1;
+        let i = i - 1;
         msg[..8].copy_from_slice(&i.to_le_bytes());
         let t0 = Instant::now();
         offer_spin(&mut ping, &msg)?;

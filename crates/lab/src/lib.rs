@@ -200,6 +200,39 @@ pub fn spin_until<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Optio
     }
 }
 
+/// Bounds a measuring loop by `warmup + count` iterations and, optionally,
+/// by a time limit that starts when recording starts (warm-up is not
+/// counted). The clock is read only every 256 recorded iterations.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    warmup: u64,
+    count: u64,
+    limit: Option<Duration>,
+    deadline: Option<Instant>,
+}
+
+impl Budget {
+    /// `warmup + count` iterations, and at most `limit` of recording.
+    pub fn new(warmup: u64, count: u64, limit: Option<Duration>) -> Self {
+        Self { warmup, count, limit, deadline: None }
+    }
+
+    /// Whether iteration `i` should run.
+    #[inline]
+    pub fn keep_going(&mut self, i: u64) -> bool {
+        if i >= self.warmup.saturating_add(self.count) {
+            return false;
+        }
+        let Some(limit) = self.limit else { return true };
+        if i < self.warmup || (i - self.warmup) % 256 != 0 {
+            return true;
+        }
+        let now = Instant::now();
+        let deadline = *self.deadline.get_or_insert(now + limit);
+        now < deadline
+    }
+}
+
 /// A unique scratch name for one run's files.
 pub fn run_tag() -> String {
     format!("lab{}x{}", std::process::id(), tickwire_shm::sys::monotonic_ns() % 1_000_000)
@@ -245,4 +278,25 @@ pub fn progress(total: u64, what: &str) -> indicatif::ProgressBar {
     );
     pb.set_message(what.to_owned());
     pb
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_bounds_by_count_and_by_time_after_warmup() {
+        let mut b = Budget::new(3, 5, None);
+        assert_eq!((0..100).take_while(|&i| b.keep_going(i)).count(), 8);
+
+        // A slow warm-up does not eat the time limit: it starts at the first recorded iteration.
+        let mut b = Budget::new(2, u64::MAX / 2, Some(Duration::from_millis(30)));
+        assert!(b.keep_going(0));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(b.keep_going(1));
+        assert!(b.keep_going(2), "recording starts now");
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(b.keep_going(3), "the clock is read only every 256 iterations");
+        assert!(!b.keep_going(2 + 256), "past the limit");
+    }
 }

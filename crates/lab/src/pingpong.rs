@@ -72,6 +72,8 @@ pub struct PingPong {
     pub capacity: usize,
     /// Kernel sockets across two network namespaces joined by veth.
     pub netns: bool,
+    /// Run for this long in all instead of `count` round trips.
+    pub duration: Option<Duration>,
 }
 
 /// Runs the rounds; returns the transport's result (with floor ratios) and
@@ -81,8 +83,9 @@ pub struct PingPong {
 /// Any failure of either side.
 pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured>), LabError> {
     let rounds = p.rounds.clamp(1, p.count.max(1));
-    let chunk = p.count.div_ceil(rounds);
-    let fo = FloorOptions {
+    let chunk = if p.duration.is_some() { u64::MAX / 2 } else { p.count.div_ceil(rounds) };
+    let per_round = p.duration.map(|d| d / rounds as u32);
+    let mut fo = FloorOptions {
         count: chunk,
         warmup: p.warmup,
         size: p.size,
@@ -99,18 +102,13 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
         if crate::stop_requested() {
             break;
         }
-        if p.floor {
-            let t = Instant::now();
-            fh.add(floor::raw_ring_histogram(&fo)?).map_err(|e| LabError::Worker(e.to_string()))?;
-            f_elapsed += t.elapsed();
-        }
         let t = Instant::now();
         let h = match p.transport {
             Transport::Ipc => ipc::pingpong_histogram(&IpcOptions {
                 count: chunk,
                 warmup: p.warmup,
                 size: p.size,
-                duration: Duration::ZERO,
+                duration: per_round.unwrap_or(Duration::ZERO),
                 capacity: p.capacity,
                 cpus: p.cpus,
                 dir: p.dir.clone(),
@@ -124,9 +122,18 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
                 size: p.size,
                 cpus: p.cpus,
                 netns: p.netns,
+                time_limit: per_round,
             })?,
         };
         t_elapsed += t.elapsed();
+        if p.floor {
+            // As many floor round trips as the transport made this round, so
+            // both carry the same weight even when the run is timed.
+            fo.count = h.len().max(1);
+            let t = Instant::now();
+            fh.add(floor::raw_ring_histogram(&fo)?).map_err(|e| LabError::Worker(e.to_string()))?;
+            f_elapsed += t.elapsed();
+        }
         th.add(h).map_err(|e| LabError::Worker(e.to_string()))?;
         bar.inc(1);
     }

@@ -35,36 +35,57 @@ fn bounds(series: &[Series]) -> ((f64, f64), (f64, f64)) {
 /// # Errors
 /// Drawing or I/O errors, as text.
 pub fn lines(path: &Path, title: &str, x_desc: &str, series: &[Series], log_x: bool) -> Result<(), String> {
+    lines_with(path, title, x_desc, "latency (us)", series, log_x)
+}
+
+/// [`lines`] with another y-axis label. The y axis is logarithmic when the
+/// values span more than 20x, linear from zero otherwise (a narrow log axis
+/// shows almost no tick labels).
+///
+/// # Errors
+/// Drawing or I/O errors, as text.
+pub fn lines_with(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[Series],
+    log_x: bool,
+) -> Result<(), String> {
     let root = SVGBackend::new(path, (960, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let ((x0, x1), (y0, y1)) = bounds(series);
+    let log_y = y1 / y0 > 20.0;
     let mut builder = ChartBuilder::on(&root);
     builder.caption(title, ("sans-serif", 22)).margin(12).x_label_area_size(48).y_label_area_size(70);
-    let y = (y0 * 0.8..y1 * 1.25).log_scale();
-    if log_x {
-        let mut chart = builder.build_cartesian_2d((x0 * 0.8..x1 * 1.25).log_scale(), y).map_err(err)?;
-        chart.configure_mesh().x_desc(x_desc).y_desc("latency (us)").draw().map_err(err)?;
-        for (i, (name, pts)) in series.iter().enumerate() {
-            let c = COLORS[i % COLORS.len()];
+    // One body for the four axis combinations (their coordinate types differ).
+    macro_rules! draw {
+        ($x:expr, $y:expr) => {{
+            let mut chart = builder.build_cartesian_2d($x, $y).map_err(err)?;
+            chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(err)?;
+            for (i, (name, pts)) in series.iter().enumerate() {
+                let c = COLORS[i % COLORS.len()];
+                chart
+                    .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)).point_size(3))
+                    .map_err(err)?
+                    .label(name.as_str())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+            }
             chart
-                .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)).point_size(3))
-                .map_err(err)?
-                .label(name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-        }
-        chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).draw().map_err(err)?;
-    } else {
-        let mut chart = builder.build_cartesian_2d(x0..x1, y).map_err(err)?;
-        chart.configure_mesh().x_desc(x_desc).y_desc("latency (us)").draw().map_err(err)?;
-        for (i, (name, pts)) in series.iter().enumerate() {
-            let c = COLORS[i % COLORS.len()];
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)).point_size(3))
-                .map_err(err)?
-                .label(name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-        }
-        chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).draw().map_err(err)?;
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(err)?;
+        }};
+    }
+    let (lx, ly) = ((x0 * 0.8..x1 * 1.25).log_scale(), (y0 * 0.8..y1 * 1.25).log_scale());
+    let (x, y) = (x0..x1, 0.0..y1 * 1.15);
+    match (log_x, log_y) {
+        (true, true) => draw!(lx, ly),
+        (true, false) => draw!(lx, y),
+        (false, true) => draw!(x, ly),
+        (false, false) => draw!(x, y),
     }
     root.present().map_err(err)
 }

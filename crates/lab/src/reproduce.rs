@@ -179,6 +179,7 @@ pub fn run(r: &Reproduce, machine: &Machine) -> Result<PathBuf, LabError> {
             dir: r.dir.clone(),
             capacity: 1 << 20,
             netns: false,
+            duration: None,
         };
         Ok(pingpong::run(&p, machine)?.0)
     };

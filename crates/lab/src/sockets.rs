@@ -63,6 +63,8 @@ pub struct SockOptions {
     pub cpus: Cpus,
     /// Across two network namespaces joined by veth instead of loopback.
     pub netns: bool,
+    /// Also stop after this long (then `count` is only an upper bound).
+    pub time_limit: Option<Duration>,
 }
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -147,7 +149,7 @@ pub fn pingpong_histogram(o: &SockOptions) -> Result<Histogram<u64>, LabError> {
         .and_then(|a| a.parse().ok())
         .ok_or_else(|| LabError::Worker(format!("unexpected worker output {line:?}")))?;
     let h = match &pair {
-        None => ping_loop(o.proto, peer, o.wait, o.size, o.count, o.warmup, o.cpus.local)?,
+        None => ping_loop(o.proto, peer, o.wait, o.size, o.count, o.warmup, o.cpus.local, o.time_limit)?,
         Some(p) => {
             // The ping side must live in namespace a too: run it as a worker
             // there and take its histogram back.
@@ -162,6 +164,7 @@ pub fn pingpong_histogram(o: &SockOptions) -> Result<Histogram<u64>, LabError> {
                     o.size.to_string(),
                     o.count.to_string(),
                     o.warmup.to_string(),
+                    o.time_limit.map_or(0, |d| d.as_micros() as u64).to_string(),
                 ],
             )?;
             let line = ping.finish(TIMEOUT + Duration::from_secs(600))?;
@@ -184,10 +187,12 @@ pub(crate) fn ping_worker(args: &[String]) -> Result<String, LabError> {
         other => return Err(LabError::Usage(format!("sock-ping: protocol {other:?}"))),
     };
     let peer: SocketAddr = get(2).parse().map_err(|_| LabError::Usage("sock-ping: bad peer".into()))?;
-    let h = ping_loop(proto, peer, Wait::parse(get(4))?, num(5)? as usize, num(6)?, num(7)?, num(3)? as usize)?;
+    let limit = num(8).ok().filter(|&us| us > 0).map(Duration::from_micros);
+    let h = ping_loop(proto, peer, Wait::parse(get(4))?, num(5)? as usize, num(6)?, num(7)?, num(3)? as usize, limit)?;
     Ok(crate::oneway::encode_histogram(&h))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn ping_loop(
     proto: Proto,
     peer: SocketAddr,
@@ -196,8 +201,10 @@ fn ping_loop(
     count: u64,
     warmup: u64,
     cpu: usize,
+    time_limit: Option<Duration>,
 ) -> Result<Histogram<u64>, LabError> {
     pin_current_thread(cpu)?;
+    let mut budget = crate::Budget::new(warmup, count, time_limit);
     let mut msg = vec![0u8; size];
     let mut reply = vec![0u8; size.max(1)];
     let mut h = histogram();
@@ -210,7 +217,10 @@ fn ping_loop(
             let sock = UdpSocket::bind(local).map_err(|e| io_err("bind", e))?;
             sock.set_nonblocking(wait == Wait::Spin).map_err(|e| io_err("nonblocking", e))?;
             sock.set_read_timeout(Some(TIMEOUT)).map_err(|e| io_err("timeout", e))?;
-            for i in 0..warmup + count {
+            let mut i = 0u64;
+            while budget.keep_going(i) {
+                i += 1;
+                let i = i - 1;
                 msg[..8].copy_from_slice(&i.to_le_bytes());
                 let t0 = Instant::now();
                 sock.send_to(&msg, peer).map_err(|e| io_err("udp send", e))?;
@@ -230,7 +240,10 @@ fn ping_loop(
             s.set_nodelay(true).map_err(|e| io_err("nodelay", e))?;
             s.set_nonblocking(wait == Wait::Spin).map_err(|e| io_err("nonblocking", e))?;
             s.set_read_timeout(Some(TIMEOUT)).map_err(|e| io_err("timeout", e))?;
-            for i in 0..warmup + count {
+            let mut i = 0u64;
+            while budget.keep_going(i) {
+                i += 1;
+                let i = i - 1;
                 msg[..8].copy_from_slice(&i.to_le_bytes());
                 let t0 = Instant::now();
                 tcp_write(&mut s, &msg)?;

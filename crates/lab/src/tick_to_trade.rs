@@ -48,8 +48,19 @@ fn ns(t: &TimeSpec) -> i128 {
     i128::from(t.tv_sec()) * 1_000_000_000 + i128::from(t.tv_nsec())
 }
 
-/// The TX software timestamp of the last datagram sent, from the error queue.
-fn tx_timestamp(sock: &UdpSocket) -> Result<Option<i128>, LabError> {
+/// A timestamp from SO_TIMESTAMPING: the NIC's (raw hardware) if it gave
+/// one, else the kernel's software one. Returns (ns, was_hardware).
+fn pick(ts: &nix::sys::socket::Timestamps) -> (i128, bool) {
+    let hw = ns(&ts.hw_raw);
+    if hw != 0 {
+        (hw, true)
+    } else {
+        (ns(&ts.system), false)
+    }
+}
+
+/// The TX timestamp of the last datagram sent, from the error queue.
+fn tx_timestamp(sock: &UdpSocket) -> Result<Option<(i128, bool)>, LabError> {
     let start = Instant::now();
     loop {
         let mut data = [0u8; 256];
@@ -59,7 +70,7 @@ fn tx_timestamp(sock: &UdpSocket) -> Result<Option<i128>, LabError> {
             Ok(msg) => {
                 for c in msg.cmsgs().map_err(|e| io("cmsgs", e))? {
                     if let ControlMessageOwned::ScmTimestampsns(ts) = c {
-                        return Ok(Some(ns(&ts.system)));
+                        return Ok(Some(pick(&ts)));
                     }
                 }
                 return Ok(None);
@@ -72,9 +83,9 @@ fn tx_timestamp(sock: &UdpSocket) -> Result<Option<i128>, LabError> {
     }
 }
 
-/// Reads one whole order; returns the RX software timestamp of the segment
-/// that completed it, if the kernel gave one.
-fn read_order(s: &TcpStream, buf: &mut [u8]) -> Result<Option<i128>, LabError> {
+/// Reads one whole order; returns the RX timestamp of the segment that
+/// completed it, if the kernel gave one.
+fn read_order(s: &TcpStream, buf: &mut [u8]) -> Result<Option<(i128, bool)>, LabError> {
     let mut got = 0;
     let mut ts = None;
     let start = Instant::now();
@@ -89,7 +100,7 @@ fn read_order(s: &TcpStream, buf: &mut [u8]) -> Result<Option<i128>, LabError> {
                 got += msg.bytes;
                 for c in msg.cmsgs().map_err(|e| io("cmsgs", e))? {
                     if let ControlMessageOwned::ScmTimestampsns(t) = c {
-                        ts = Some(ns(&t.system));
+                        ts = Some(pick(&t));
                     }
                 }
             }
@@ -141,12 +152,20 @@ pub fn run(o: &TickToTrade, machine: &Machine) -> Result<(Option<Measured>, Meas
     };
     orders.set_nodelay(true).map_err(|e| io("nodelay", e))?;
     let ticks = UdpSocket::bind("127.0.0.1:0").map_err(|e| io("bind", e))?;
+    // Ask for hardware timestamps too: used when the NIC gives them (never
+    // on loopback), software ones otherwise.
+    let hw = TimestampingFlag::SOF_TIMESTAMPING_RAW_HARDWARE;
     let tx = TimestampingFlag::SOF_TIMESTAMPING_TX_SOFTWARE
         | TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE
         | TimestampingFlag::SOF_TIMESTAMPING_OPT_TSONLY;
     let rx = TimestampingFlag::SOF_TIMESTAMPING_RX_SOFTWARE | TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE;
-    let kernel_ts = setsockopt(&ticks, sockopt::Timestamping, &tx).is_ok()
-        && setsockopt(&orders, sockopt::Timestamping, &rx).is_ok();
+    let set = |sock: &dyn std::os::fd::AsFd, flags: TimestampingFlag, hw_flags: TimestampingFlag| {
+        setsockopt(&sock.as_fd(), sockopt::Timestamping, &(flags | hw | hw_flags)).is_ok()
+            || setsockopt(&sock.as_fd(), sockopt::Timestamping, &flags).is_ok()
+    };
+    let kernel_ts = set(&ticks, tx, TimestampingFlag::SOF_TIMESTAMPING_TX_HARDWARE)
+        && set(&orders, rx, TimestampingFlag::SOF_TIMESTAMPING_RX_HARDWARE);
+    let mut hardware_used = false;
     pin_current_thread(o.cpus.local)?;
     let (mut hk, mut hu) = (histogram(), histogram());
     let mut tick = vec![0u8; o.tick_size];
@@ -169,7 +188,11 @@ pub fn run(o: &TickToTrade, machine: &Machine) -> Result<(Option<Measured>, Meas
         }
         hu.saturating_record(user);
         match (tx_ts, rx_ts) {
-            (Some(a), Some(b)) if b > a => hk.saturating_record((b - a) as u64),
+            // Both from the same source: two hardware or two software stamps.
+            (Some((a, ha)), Some((b, hb))) if b > a && ha == hb => {
+                hardware_used |= ha;
+                hk.saturating_record((b - a) as u64);
+            }
             _ => kernel_missing += 1,
         }
     }
@@ -192,11 +215,15 @@ pub fn run(o: &TickToTrade, machine: &Machine) -> Result<(Option<Measured>, Meas
         elapsed,
     };
     let kernel = (kernel_ts && !hk.is_empty()).then(|| {
-        let mut r = row(
-            &hk,
-            "kernel-sw-timestamps",
-            "SO_TIMESTAMPING software: tick TX (error queue) to order RX (control message), CLOCK_REALTIME",
-        );
+        let mut r = if hardware_used {
+            row(&hk, "nic-hw-timestamps", "SO_TIMESTAMPING raw hardware (NIC clock): tick TX to order RX")
+        } else {
+            row(
+                &hk,
+                "kernel-sw-timestamps",
+                "SO_TIMESTAMPING software: tick TX (error queue) to order RX (control message), CLOCK_REALTIME",
+            )
+        };
         r.lost = kernel_missing;
         Measured { row: r, hist: hk, start: wall, elapsed }
     });
