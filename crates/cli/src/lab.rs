@@ -97,6 +97,9 @@ pub struct FloorArgs {
     /// Duration of the throughput probe.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     duration: Duration,
+    /// Also write the latency histograms to an HdrHistogram interval log.
+    #[arg(long)]
+    hlog: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -276,6 +279,9 @@ pub struct SweepArgs {
     /// against target beside it (`<name>-achieved.svg`).
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Also write each step's histogram to an HdrHistogram interval log.
+    #[arg(long)]
+    hlog: Option<PathBuf>,
     /// Log capacity.
     #[arg(long, default_value = "4MiB", value_parser = parse_size)]
     capacity: usize,
@@ -458,10 +464,26 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                 cpus: a.common.cpus,
                 dir: s.dir.clone(),
             };
-            let mut cl = floor::cacheline(&o).map_err(err)?;
-            let mut rr = floor::raw_ring(&o).map_err(err)?;
-            cl.machine = machine.summary();
-            rr.machine = machine.summary();
+            let wall = std::time::SystemTime::now();
+            let t = std::time::Instant::now();
+            let clh = floor::cacheline_histogram(&o).map_err(err)?;
+            let rrh = floor::raw_ring_histogram(&o).map_err(err)?;
+            let elapsed = t.elapsed();
+            let mk = |h: &hdrhistogram::Histogram<u64>, probe: &str, size: usize| {
+                let mut r = LatencyRow::from_histogram("floor", "shm", size, h);
+                r.probe = Some(probe.into());
+                r.cpus = format!("{},{}", a.common.cpus.local, a.common.cpus.remote);
+                r.machine = machine.summary();
+                r
+            };
+            let (cl, rr) = (mk(&clh, "cacheline", 8), mk(&rrh, "raw_ring", a.size));
+            if let Some(path) = &a.hlog {
+                let m = [
+                    Measured { row: cl.clone(), hist: clh.clone(), start: wall, elapsed },
+                    Measured { row: rr.clone(), hist: rrh.clone(), start: wall, elapsed },
+                ];
+                output::write_hlog(path, &m)?;
+            }
             let format = a.common.format();
             let rows = [cl, rr];
             match format {
@@ -590,11 +612,18 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                 capacity: a.capacity,
             };
             let f = quick_floor(a.common.cpus, &s.dir)?;
-            let rows: Vec<LatencyRow> = tickwire_lab::sweep::run(&sweep, &machine)
+            let measured: Vec<Measured> = tickwire_lab::sweep::run_measured(&sweep, &machine)
                 .map_err(err)?
                 .into_iter()
-                .map(|r| r.with_floor(&f))
+                .map(|mut m| {
+                    m.row = m.row.clone().with_floor(&f);
+                    m
+                })
                 .collect();
+            if let Some(path) = &a.hlog {
+                output::write_hlog(path, &measured)?;
+            }
+            let rows: Vec<LatencyRow> = measured.iter().map(|m| m.row.clone()).collect();
             if let Some(path) = &a.plot {
                 let pick = |f: fn(&LatencyRow) -> f64| -> Vec<(f64, f64)> {
                     rows.iter().map(|r| (r.offered_rate.unwrap_or(1.0), f(r))).collect()
@@ -630,29 +659,37 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                 Format::Table | Format::Sockperf => {
                     println!("machine: {}", machine.summary());
                     println!(
-                        "{:>12} {:>12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>10}",
+                        "{:>10} {:>10} {:>5} {:>7} {:>8} {:>9} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8}",
                         "target/s",
                         "achieved/s",
                         "lost",
-                        "RTT p50",
-                        "p90",
-                        "p99",
-                        "p99.9",
-                        "max",
+                        "Min",
+                        "Median",
+                        "Mean",
+                        "90th",
+                        "99th",
+                        "99.9th",
+                        "99.99th",
+                        "Max",
+                        "STD",
                         "samples",
-                        "p50/floor"
+                        "p50/flr"
                     );
                     for r in &rows {
                         println!(
-                            "{:>12.0} {:>12.0} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9.1}x",
+                            "{:>10.0} {:>10.0} {:>5} {:>7} {:>8} {:>9.1} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10.1} {:>8} {:>7.1}x",
                             r.offered_rate.unwrap_or(0.0),
                             r.achieved_rate.unwrap_or(0.0),
                             r.lost,
+                            r.min_ns,
                             r.p50_ns,
+                            r.mean_ns,
                             r.p90_ns,
                             r.p99_ns,
                             r.p999_ns,
+                            r.p9999_ns,
                             r.max_ns,
+                            r.std_ns,
                             r.count,
                             r.ratio_p50.unwrap_or(0.0)
                         );

@@ -598,3 +598,16 @@ fn pingpong_duration_bounds_the_run_in_time() {
     assert!(start.elapsed() < std::time::Duration::from_secs(10));
     ordered(r);
 }
+
+#[test]
+fn a_closed_stdout_ends_quietly_instead_of_panicking() {
+    // Like `tickwire lab floor | head -1`.
+    let d = dir("pipe");
+    let out = Command::new("bash")
+        .args(["-c", &format!("{BIN} --dir {d} lab floor --count 20000 --duration 200ms | head -1")])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+}

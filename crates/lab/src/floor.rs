@@ -38,6 +38,18 @@ fn cpus_label(c: Cpus) -> String {
 /// # Errors
 /// Set-up failures, or a worker that does not answer within 10 s.
 pub fn cacheline(o: &FloorOptions) -> Result<LatencyRow, LabError> {
+    let h = cacheline_histogram(o)?;
+    let mut row = LatencyRow::from_histogram("floor", "shm", 8, &h);
+    row.probe = Some("cacheline".into());
+    row.cpus = cpus_label(o.cpus);
+    Ok(row)
+}
+
+/// [`cacheline`], returning the histogram of half round trips.
+///
+/// # Errors
+/// As [`cacheline`].
+pub fn cacheline_histogram(o: &FloorOptions) -> Result<hdrhistogram::Histogram<u64>, LabError> {
     std::fs::create_dir_all(&o.dir)?;
     let path = o.dir.join(format!("{}.cl", crate::run_tag()));
     let lines = CacheLines::create(&path)?;
@@ -57,10 +69,7 @@ pub fn cacheline(o: &FloorOptions) -> Result<LatencyRow, LabError> {
     ping.store(STOP, Ordering::Release);
     worker.finish(REPLY_TIMEOUT)?;
     let _ = std::fs::remove_file(&path);
-    let mut row = LatencyRow::from_histogram("floor", "shm", 8, &h);
-    row.probe = Some("cacheline".into());
-    row.cpus = cpus_label(o.cpus);
-    Ok(row)
+    Ok(h)
 }
 
 /// Raw SPSC-ring ping-pong of `size`-byte messages.

@@ -6,6 +6,7 @@
 
 use crate::ipc::subscribe_when_ready;
 use crate::machine::Machine;
+use crate::output::Measured;
 use crate::report::{histogram, LatencyRow};
 use crate::{Cpus, LabError, WorkerProcess};
 use std::path::{Path, PathBuf};
@@ -44,6 +45,14 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// # Errors
 /// Set-up failures or a receiver that stops answering.
 pub fn run(s: &Sweep, machine: &Machine) -> Result<Vec<LatencyRow>, LabError> {
+    Ok(run_measured(s, machine)?.into_iter().map(|m| m.row).collect())
+}
+
+/// [`run`], with each step's histogram (for interval logs and plots).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_measured(s: &Sweep, machine: &Machine) -> Result<Vec<Measured>, LabError> {
     if s.size < 16 || s.reflect_every == 0 || s.rates.is_empty() {
         return Err(LabError::Usage("sweep-rate needs --size >= 16, --reflect-every >= 1 and rates".into()));
     }
@@ -53,10 +62,10 @@ pub fn run(s: &Sweep, machine: &Machine) -> Result<Vec<LatencyRow>, LabError> {
         if crate::stop_requested() {
             break;
         }
-        let row = step(s, rate, machine)?;
+        let m = step(s, rate, machine)?;
         bar.inc(1);
-        let sustained = row.achieved_rate.unwrap_or(0.0) >= rate as f64 * s.sustain;
-        rows.push(row);
+        let sustained = m.row.achieved_rate.unwrap_or(0.0) >= rate as f64 * s.sustain;
+        rows.push(m);
         if !sustained {
             break;
         }
@@ -65,7 +74,8 @@ pub fn run(s: &Sweep, machine: &Machine) -> Result<Vec<LatencyRow>, LabError> {
     Ok(rows)
 }
 
-fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<LatencyRow, LabError> {
+fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<Measured, LabError> {
+    let wall = std::time::SystemTime::now();
     let ctx = Context::new(&s.dir)?;
     let channel = crate::run_tag();
     let mut tx = ctx.publisher(&channel, STREAM, &LogConfig::with_capacity(s.capacity))?;
@@ -138,7 +148,7 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<LatencyRow, LabError>
     row.lost = sent.saturating_sub(received);
     row.cpus = format!("{},{}", s.cpus.local, s.cpus.remote);
     row.machine = machine.summary();
-    Ok(row)
+    Ok(Measured { row, hist: h, start: wall, elapsed: Duration::from_secs_f64(send_secs) })
 }
 
 /// Worker side: `reflect DIR CHANNEL CPU N CAPACITY`: receives the stream,

@@ -159,6 +159,17 @@ pub fn ignore_sigint() {
     }
 }
 
+/// Restores the default SIGPIPE action (terminate quietly), as command-line
+/// tools expect: `tickwire stat | head` must end, not panic. The Rust
+/// runtime ignores SIGPIPE, which turns a closed stdout into a panic in
+/// `println!`.
+pub fn default_sigpipe() {
+    // SAFETY: installing SIG_DFL has no handler code and touches no memory of ours.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// Nanoseconds on CLOCK_MONOTONIC: comparable between processes of one boot.
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
