@@ -332,6 +332,12 @@ fn print_latency(measured: &[Measured], format: Format, machine: &Machine) {
         }
         Format::Table => {
             println!("machine: {}", machine.summary());
+            if let Some(r) = rows.first() {
+                println!(
+                    "pinning: CPUs {} (measuring side, far side), each side busy-spinning unless marked block",
+                    r.cpus
+                );
+            }
             print!("{}", table(&rows));
         }
     }
