@@ -351,6 +351,26 @@ fn quick_floor(cpus: Cpus, dir: &std::path::Path) -> Result<LatencyRow, String> 
     floor::raw_ring(&fo).map_err(|e| e.to_string())
 }
 
+/// Prints the rows, then writes the interval log and the distribution plot
+/// if asked.
+fn finish(
+    measured: &[Measured],
+    format: Format,
+    machine: &Machine,
+    hlog: Option<&PathBuf>,
+    plot: Option<&PathBuf>,
+    title: &str,
+) -> Result<(), String> {
+    print_latency(measured, format, machine);
+    if let Some(path) = hlog {
+        output::write_hlog(path, measured)?;
+    }
+    if let Some(path) = plot {
+        plot_distribution(path, title, measured)?;
+    }
+    Ok(())
+}
+
 fn plot_distribution(path: &std::path::Path, title: &str, measured: &[Measured]) -> Result<(), String> {
     let hists: Vec<(String, &hdrhistogram::Histogram<u64>)> =
         measured.iter().map(|m| (output::tag(&m.row), &m.hist)).collect();
@@ -594,13 +614,7 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                 println!("(no kernel timestamps on this system: user-space clock only)");
             }
             let measured: Vec<Measured> = kernel.into_iter().chain(std::iter::once(user)).collect();
-            print_latency(&measured, format, &machine);
-            if let Some(path) = &a.hlog {
-                output::write_hlog(path, &measured)?;
-            }
-            if let Some(path) = &a.plot {
-                plot_distribution(path, "Tick-to-trade by percentile", &measured)?;
-            }
+            finish(&measured, format, &machine, a.hlog.as_ref(), a.plot.as_ref(), "Tick-to-trade by percentile")?;
         }
         LabCmd::SweepRate(a) => {
             if a.transport != "ipc" {
@@ -739,14 +753,14 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                     a.topics
                 );
             }
-            let measured = [m];
-            print_latency(&measured, a.common.format(), &machine);
-            if let Some(path) = &a.hlog {
-                output::write_hlog(path, &measured)?;
-            }
-            if let Some(path) = &a.plot {
-                plot_distribution(path, "One-way latency by percentile (from the intended send time)", &measured)?;
-            }
+            finish(
+                &[m],
+                a.common.format(),
+                &machine,
+                a.hlog.as_ref(),
+                a.plot.as_ref(),
+                "One-way latency by percentile (from the intended send time)",
+            )?;
         }
         LabCmd::Throughput(a) => {
             if a.transport != "ipc" {

@@ -1,7 +1,7 @@
 //! The floor: cache-line ping-pong, raw-ring ping-pong and raw-ring streaming
 //! between two processes pinned to two CPUs.
 
-use crate::report::{histogram, LatencyRow, ThroughputRow};
+use crate::report::{LatencyRow, ThroughputRow};
 use crate::{spin_until, Cpus, LabError, WorkerProcess};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -55,17 +55,13 @@ pub fn cacheline_histogram(o: &FloorOptions) -> Result<hdrhistogram::Histogram<u
     let lines = CacheLines::create(&path)?;
     let worker = WorkerProcess::spawn(&["cacheline".into(), path.display().to_string(), o.cpus.remote.to_string()])?;
     pin_current_thread(o.cpus.local)?;
-    let mut h = histogram();
     let (ping, pong) = (lines.line(0), lines.line(1));
-    for i in 1..=o.warmup + o.count {
-        let t0 = Instant::now();
-        ping.store(i, Ordering::Release);
-        spin_until(REPLY_TIMEOUT, "cache-line pong", || (pong.load(Ordering::Acquire) == i).then_some(()))?;
-        let rtt = t0.elapsed().as_nanos() as u64;
-        if i > o.warmup {
-            h.saturating_record(rtt / 2);
-        }
-    }
+    let h = crate::round_trips(o.warmup, o.count, None, |i| {
+        // 0 is the lines' initial value: exchange i + 1.
+        let v = i + 1;
+        ping.store(v, Ordering::Release);
+        spin_until(REPLY_TIMEOUT, "cache-line pong", || (pong.load(Ordering::Acquire) == v).then_some(()))
+    })?;
     ping.store(STOP, Ordering::Release);
     worker.finish(REPLY_TIMEOUT)?;
     let _ = std::fs::remove_file(&path);
@@ -105,21 +101,17 @@ pub fn raw_ring_histogram(o: &FloorOptions) -> Result<hdrhistogram::Histogram<u6
     ])?;
     pin_current_thread(o.cpus.local)?;
     let mut msg = vec![0u8; o.size.max(8)];
-    let mut h = histogram();
-    for i in 0..o.warmup + o.count {
+    let h = crate::round_trips(o.warmup, o.count, None, |i| {
         msg[..8].copy_from_slice(&i.to_le_bytes());
-        let t0 = Instant::now();
         spin_until(REPLY_TIMEOUT, "ring push", || ping.try_push(&msg).then_some(()))?;
         let mut ok = false;
         spin_until(REPLY_TIMEOUT, "ring pong", || pong.try_pop(|b| ok = b[..8] == i.to_le_bytes()).then_some(()))?;
-        let rtt = t0.elapsed().as_nanos() as u64;
-        if !ok {
-            return Err(LabError::Worker("raw ring echoed the wrong message".into()));
+        if ok {
+            Ok(())
+        } else {
+            Err(LabError::Worker("raw ring echoed the wrong message".into()))
         }
-        if i >= o.warmup {
-            h.saturating_record(rtt / 2);
-        }
-    }
+    })?;
     msg[..8].copy_from_slice(&STOP.to_le_bytes());
     spin_until(REPLY_TIMEOUT, "ring stop", || ping.try_push(&msg).then_some(()))?;
     worker.finish(REPLY_TIMEOUT)?;

@@ -1,7 +1,7 @@
 //! tickwire IPC: half-round-trip ping-pong and one-way streaming throughput,
 //! the far side in a separate process.
 
-use crate::report::{histogram, LatencyRow, ThroughputRow};
+use crate::report::{LatencyRow, ThroughputRow};
 use crate::{spin_until, Cpus, LabError, WorkerProcess};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -108,15 +108,10 @@ pub fn pingpong_histogram(o: &IpcOptions) -> Result<hdrhistogram::Histogram<u64>
     let block = o.wait == crate::sockets::Wait::Block;
     pin_current_thread(o.cpus.local)?;
     let mut msg = vec![0u8; o.size];
-    let mut h = histogram();
     // For ping-pong, a non-zero `duration` bounds the run in time as well.
-    let mut budget = crate::Budget::new(o.warmup, o.count, (!o.duration.is_zero()).then_some(o.duration));
-    let mut i = 0u64;
-    while budget.keep_going(i) {
-        i += 1;
-        let i = i - 1;
+    let limit = (!o.duration.is_zero()).then_some(o.duration);
+    let h = crate::round_trips(o.warmup, o.count, limit, |i| {
         msg[..8].copy_from_slice(&i.to_le_bytes());
-        let t0 = Instant::now();
         offer_spin(&mut ping, &msg)?;
         // A poll may return only a PAD frame (end of ring): wait for a message.
         let mut echoed: Option<bool> = None;
@@ -137,14 +132,12 @@ pub fn pingpong_histogram(o: &IpcOptions) -> Result<hdrhistogram::Histogram<u64>
                 Ok(_) => echoed.map(|_| Ok(())),
             }
         })??;
-        let rtt = t0.elapsed().as_nanos() as u64;
-        if echoed != Some(true) {
-            return Err(LabError::Worker("pong echoed the wrong message".into()));
+        if echoed == Some(true) {
+            Ok(())
+        } else {
+            Err(LabError::Worker("pong echoed the wrong message".into()))
         }
-        if i >= o.warmup {
-            h.saturating_record(rtt / 2);
-        }
-    }
+    })?;
     offer_spin(&mut ping, b"x")?; // one byte: stop
     worker.finish(TIMEOUT)?;
     Ok(h)

@@ -233,6 +233,33 @@ impl Budget {
     }
 }
 
+/// Times `exchange(i)` (one round trip: send message `i`, wait for its echo)
+/// for `warmup + count` iterations or until `limit` of recording has passed,
+/// and records half of each round trip after the warm-up.
+///
+/// # Errors
+/// The first error `exchange` returns.
+pub fn round_trips(
+    warmup: u64,
+    count: u64,
+    limit: Option<Duration>,
+    mut exchange: impl FnMut(u64) -> Result<(), LabError>,
+) -> Result<hdrhistogram::Histogram<u64>, LabError> {
+    let mut h = report::histogram();
+    let mut budget = Budget::new(warmup, count, limit);
+    let mut i = 0;
+    while budget.keep_going(i) {
+        let t0 = Instant::now();
+        exchange(i)?;
+        let rtt = t0.elapsed().as_nanos() as u64;
+        if i >= warmup {
+            h.saturating_record(rtt / 2);
+        }
+        i += 1;
+    }
+    Ok(h)
+}
+
 /// A unique scratch name for one run's files.
 pub fn run_tag() -> String {
     format!("lab{}x{}", std::process::id(), tickwire_shm::sys::monotonic_ns() % 1_000_000)

@@ -3,7 +3,6 @@
 //! `--nonblocked`); `Wait::Block` sleeps in `recv` (sockperf's default).
 //! The pong side is a worker process pinned to the remote CPU.
 
-use crate::report::histogram;
 use crate::{spin_until, Cpus, LabError, WorkerProcess};
 use hdrhistogram::Histogram;
 use std::io::{ErrorKind, Read, Write};
@@ -204,10 +203,9 @@ fn ping_loop(
     time_limit: Option<Duration>,
 ) -> Result<Histogram<u64>, LabError> {
     pin_current_thread(cpu)?;
-    let mut budget = crate::Budget::new(warmup, count, time_limit);
     let mut msg = vec![0u8; size];
     let mut reply = vec![0u8; size.max(1)];
-    let mut h = histogram();
+    let h;
     match proto {
         Proto::Udp => {
             // Unconnected, sendto/recvfrom per message, like sockperf (a
@@ -217,22 +215,15 @@ fn ping_loop(
             let sock = UdpSocket::bind(local).map_err(|e| io_err("bind", e))?;
             sock.set_nonblocking(wait == Wait::Spin).map_err(|e| io_err("nonblocking", e))?;
             sock.set_read_timeout(Some(TIMEOUT)).map_err(|e| io_err("timeout", e))?;
-            let mut i = 0u64;
-            while budget.keep_going(i) {
-                i += 1;
-                let i = i - 1;
+            h = crate::round_trips(warmup, count, time_limit, |i| {
                 msg[..8].copy_from_slice(&i.to_le_bytes());
-                let t0 = Instant::now();
                 sock.send_to(&msg, peer).map_err(|e| io_err("udp send", e))?;
                 let n = udp_recv(&sock, &mut reply, wait, TIMEOUT)?;
-                let rtt = t0.elapsed().as_nanos() as u64;
                 if n != size || reply[..8] != i.to_le_bytes() {
                     return Err(LabError::Worker(format!("udp pong echoed the wrong message ({n} bytes)")));
                 }
-                if i >= warmup {
-                    h.saturating_record(rtt / 2);
-                }
-            }
+                Ok(())
+            })?;
             sock.send_to(&[0u8], peer).map_err(|e| io_err("udp stop", e))?;
         }
         Proto::Tcp => {
@@ -240,24 +231,17 @@ fn ping_loop(
             s.set_nodelay(true).map_err(|e| io_err("nodelay", e))?;
             s.set_nonblocking(wait == Wait::Spin).map_err(|e| io_err("nonblocking", e))?;
             s.set_read_timeout(Some(TIMEOUT)).map_err(|e| io_err("timeout", e))?;
-            let mut i = 0u64;
-            while budget.keep_going(i) {
-                i += 1;
-                let i = i - 1;
+            h = crate::round_trips(warmup, count, time_limit, |i| {
                 msg[..8].copy_from_slice(&i.to_le_bytes());
-                let t0 = Instant::now();
                 tcp_write(&mut s, &msg)?;
                 if !tcp_read(&mut s, &mut reply, wait, TIMEOUT)? {
                     return Err(LabError::Worker("tcp pong closed the connection".into()));
                 }
-                let rtt = t0.elapsed().as_nanos() as u64;
                 if reply[..8] != i.to_le_bytes() {
                     return Err(LabError::Worker("tcp pong echoed the wrong message".into()));
                 }
-                if i >= warmup {
-                    h.saturating_record(rtt / 2);
-                }
-            }
+                Ok(())
+            })?;
             drop(s); // EOF stops the pong
         }
     }
