@@ -16,6 +16,11 @@ fn run(args: &[&str]) -> (bool, String, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 
+/// `run` with the arguments written as one command line (no quoting).
+fn run_line(line: &str) -> (bool, String, String) {
+    run(&line.split_whitespace().collect::<Vec<_>>())
+}
+
 fn rows(stdout: &str) -> Vec<serde_json::Value> {
     stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
 }
@@ -32,23 +37,9 @@ fn ordered(r: &serde_json::Value) {
 #[test]
 fn lab_pingpong_json_is_self_consistent_and_has_a_floor_ratio() {
     let d = dir("ping");
-    let (ok, out, err) = run(&[
-        "--dir",
-        &d,
-        "lab",
-        "pingpong",
-        "--transport",
-        "ipc",
-        "--size",
-        "64",
-        "--count",
-        "20000",
-        "--warmup",
-        "1000",
-        "--cpus",
-        "0,1",
-        "--json",
-    ]);
+    let (ok, out, err) = run_line(&format!(
+        "--dir {d} lab pingpong --transport ipc --size 64 --count 20000 --warmup 1000 --cpus 0,1 --json"
+    ));
     assert!(ok, "{err}");
     let r = rows(&out);
     assert_eq!(r.len(), 1);
@@ -81,7 +72,7 @@ fn lab_pingpong_json_is_self_consistent_and_has_a_floor_ratio() {
 #[test]
 fn lab_floor_reports_three_probes() {
     let d = dir("floor");
-    let (ok, out, err) = run(&["--dir", &d, "lab", "floor", "--count", "20000", "--duration", "300ms", "--json"]);
+    let (ok, out, err) = run_line(&format!("--dir {d} lab floor --count 20000 --duration 300ms --json"));
     assert!(ok, "{err}");
     let r = rows(&out);
     let probes: Vec<_> = r.iter().map(|x| x["probe"].as_str().unwrap().to_owned()).collect();
@@ -96,7 +87,7 @@ fn lab_floor_reports_three_probes() {
 fn lab_throughput_checks_every_message() {
     let d = dir("tput");
     let (ok, out, err) =
-        run(&["--dir", &d, "lab", "throughput", "--transport", "ipc", "--size", "32", "--duration", "500ms", "--json"]);
+        run_line(&format!("--dir {d} lab throughput --transport ipc --size 32 --duration 500ms --json"));
     assert!(ok, "{err}");
     let r = &rows(&out)[0];
     assert_eq!(r["lost"], 0, "{r}");
@@ -158,7 +149,7 @@ fn generated_messages_are_verified_end_to_end() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let (ok, _, err) = run(&["--dir", &d, "pub", "--stream", "3", "--count", "100000", "--size", "48"]);
+    let (ok, _, err) = run_line(&format!("--dir {d} pub --stream 3 --count 100000 --size 48"));
     assert!(ok, "{err}");
     let s = sub.wait_with_output().unwrap();
     let e = String::from_utf8_lossy(&s.stderr);
@@ -224,23 +215,9 @@ fn kernel_udp_and_tcp_pingpong_spin_and_block() {
 #[test]
 fn size_sweep_csv_sockperf_format_and_hlog() {
     let d = dir("formats");
-    let (ok, out, err) = run(&[
-        "--dir",
-        &d,
-        "lab",
-        "pingpong",
-        "--transport",
-        "udp",
-        "--sizes",
-        "64,1472",
-        "--count",
-        "2000",
-        "--warmup",
-        "100",
-        "--rounds",
-        "1",
-        "--csv",
-    ]);
+    let (ok, out, err) = run_line(&format!(
+        "--dir {d} lab pingpong --transport udp --sizes 64,1472 --count 2000 --warmup 100 --rounds 1 --csv"
+    ));
     assert!(ok, "{err}");
     let lines: Vec<_> = out.lines().collect();
     assert_eq!(lines.len(), 3, "header and one row per size: {out}");
@@ -356,22 +333,9 @@ fn tw_namespaces() -> Vec<String> {
 fn udp_across_two_namespaces_then_nothing_is_left_behind() {
     // System test: needs root and iproute2 (make test runs as root here).
     let d = dir("netns");
-    let (ok, out, err) = run(&[
-        "--dir",
-        &d,
-        "lab",
-        "pingpong",
-        "--transport",
-        "udp",
-        "--netns",
-        "--count",
-        "2000",
-        "--warmup",
-        "100",
-        "--rounds",
-        "1",
-        "--json",
-    ]);
+    let (ok, out, err) = run_line(&format!(
+        "--dir {d} lab pingpong --transport udp --netns --count 2000 --warmup 100 --rounds 1 --json"
+    ));
     assert!(ok, "{err}");
     let r = &rows(&out)[0];
     assert_eq!(r["transport"], "udp-netns");
@@ -389,19 +353,8 @@ fn udp_across_two_namespaces_then_nothing_is_left_behind() {
 #[test]
 fn sweep_rate_reports_each_sustained_rate() {
     let d = dir("sweep");
-    let (ok, out, err) = run(&[
-        "--dir",
-        &d,
-        "lab",
-        "sweep-rate",
-        "--rates",
-        "10k,20k",
-        "--step",
-        "300ms",
-        "--reflect-every",
-        "10",
-        "--json",
-    ]);
+    let (ok, out, err) =
+        run_line(&format!("--dir {d} lab sweep-rate --rates 10k,20k --step 300ms --reflect-every 10 --json"));
     assert!(ok, "{err}");
     let r = rows(&out);
     assert_eq!(r.len(), 2, "{out}");
@@ -462,7 +415,7 @@ fn ctrl_c_stops_after_the_round_and_prints_what_was_measured() {
 #[test]
 fn tick_to_trade_kernel_timestamps_sit_inside_the_user_space_interval() {
     let d = dir("t2t");
-    let (ok, out, err) = run(&["--dir", &d, "lab", "tick-to-trade", "--runs", "2000", "--warmup", "100", "--json"]);
+    let (ok, out, err) = run_line(&format!("--dir {d} lab tick-to-trade --runs 2000 --warmup 100 --json"));
     assert!(ok, "{err}");
     let r = rows(&out);
     assert_eq!(r.len(), 2, "kernel and user-space rows: {out}");
@@ -576,21 +529,8 @@ fn every_mode_reports_its_floor_ratio_and_plots_on_request() {
 fn pingpong_duration_bounds_the_run_in_time() {
     let d = dir("duration");
     let start = std::time::Instant::now();
-    let (ok, out, err) = run(&[
-        "--dir",
-        &d,
-        "lab",
-        "pingpong",
-        "--transport",
-        "udp",
-        "--duration",
-        "400ms",
-        "--rounds",
-        "2",
-        "--warmup",
-        "100",
-        "--json",
-    ]);
+    let (ok, out, err) =
+        run_line(&format!("--dir {d} lab pingpong --transport udp --duration 400ms --rounds 2 --warmup 100 --json"));
     assert!(ok, "{err}");
     let r = &rows(&out)[0];
     let n = r["count"].as_u64().unwrap();
