@@ -33,10 +33,6 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const PING_STREAM: u32 = 1;
 pub(crate) const PONG_STREAM: u32 = 2;
 
-pub(crate) fn log_config(capacity: usize) -> LogConfig {
-    LogConfig::with_capacity(capacity)
-}
-
 /// Attaches to a stream, waiting (bounded) for its publisher to appear.
 pub(crate) fn subscribe_when_ready(ctx: &Context, channel: &str, stream: u32) -> Result<Subscriber, LabError> {
     let start = Instant::now();
@@ -95,7 +91,7 @@ pub fn pingpong_histogram(o: &IpcOptions) -> Result<hdrhistogram::Histogram<u64>
     }
     let ctx = Context::new(&o.dir)?;
     let channel = crate::run_tag();
-    let mut ping = ctx.publisher(&channel, PING_STREAM, &log_config(o.capacity))?;
+    let mut ping = ctx.publisher(&channel, PING_STREAM, &LogConfig::with_capacity(o.capacity))?;
     let worker = WorkerProcess::spawn(&[
         "ipc-pong".into(),
         o.dir.display().to_string(),
@@ -155,7 +151,7 @@ pub fn throughput(o: &IpcOptions) -> Result<ThroughputRow, LabError> {
     }
     let ctx = Context::new(&o.dir)?;
     let channel = crate::run_tag();
-    let mut publisher = ctx.publisher(&channel, PING_STREAM, &log_config(o.capacity))?;
+    let mut publisher = ctx.publisher(&channel, PING_STREAM, &LogConfig::with_capacity(o.capacity))?;
     let worker = WorkerProcess::spawn(&[
         "ipc-sink".into(),
         o.dir.display().to_string(),

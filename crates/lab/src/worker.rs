@@ -1,7 +1,7 @@
 //! The far side of each measurement, run as `tickwire lab worker ROLE ...`.
 //! Each role pins itself, does its part, and prints one result line.
 
-use crate::ipc::{log_config, offer_spin, subscribe_when_ready, PING_STREAM, PONG_STREAM};
+use crate::ipc::{offer_spin, subscribe_when_ready, PING_STREAM, PONG_STREAM};
 use crate::report::ThroughputRow;
 use crate::{spin_until, LabError};
 use std::path::Path;
@@ -165,7 +165,7 @@ fn sink_row(count: u64, lost: u64, first: Option<Instant>) -> String {
 fn ipc_pong(dir: &Path, channel: &str, cpu: usize, capacity: usize, block: bool) -> Result<String, LabError> {
     let ctx = Context::new(dir)?;
     let mut rx = subscribe_when_ready(&ctx, channel, PING_STREAM)?;
-    let mut tx = ctx.publisher(channel, PONG_STREAM, &log_config(capacity))?;
+    let mut tx = ctx.publisher(channel, PONG_STREAM, &tickwire_shm::LogConfig::with_capacity(capacity))?;
     pin_current_thread(cpu)?;
     let mut stop = false;
     let mut err = None;
