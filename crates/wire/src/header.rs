@@ -75,8 +75,8 @@ impl FrameType {
     /// The fixed header length of this frame type; the frame may be longer.
     pub const fn header_len(self) -> usize {
         match self {
-            Self::Pad | Self::Data | Self::Nak | Self::Status | Self::Setup => 32,
-            Self::Error | Self::Heartbeat => 24,
+            Self::Pad | Self::Data | Self::Nak | Self::Status | Self::Setup | Self::Heartbeat => 32,
+            Self::Error => 24,
         }
     }
 }

@@ -79,6 +79,8 @@ pub mod flags {
     pub const UNFRAGMENTED: u8 = BEGIN | END;
     /// STATUS: the receiver asks the sender to send a SETUP frame.
     pub const SEND_SETUP: u8 = 0x80;
+    /// HEARTBEAT: the session ends at the heartbeat's position.
+    pub const END_OF_STREAM: u8 = 0x80;
 }
 
 /// Why a buffer is not a valid frame.
