@@ -35,6 +35,7 @@ pub mod data;
 pub mod error_frame;
 pub mod heartbeat;
 pub mod nak;
+pub mod reassembly;
 pub mod setup;
 pub mod status;
 
@@ -45,6 +46,7 @@ pub use error_frame::{ErrorFrame, ErrorRepr};
 pub use header::{FrameHeader, FrameType};
 pub use heartbeat::{HeartbeatFrame, HeartbeatRepr};
 pub use nak::{NakFrame, NakRepr};
+pub use reassembly::{Reassembler, Step};
 pub use repr::FrameRepr;
 pub use setup::{SetupFrame, SetupRepr};
 pub use status::{StatusFrame, StatusRepr};

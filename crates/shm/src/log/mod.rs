@@ -31,7 +31,6 @@
 pub mod file;
 pub mod layout;
 mod publisher;
-mod reassembly;
 mod subscriber;
 
 pub use publisher::{Claim, Publisher};

@@ -1,9 +1,10 @@
-//! Reassembly of fragmented messages on the subscriber side.
+//! Reassembly of fragmented messages: shared by the shared-memory subscriber
+//! and the network receiver.
 
-use tickwire_wire::flags;
+use crate::flags;
 
 /// What a fragment did to the message being reassembled.
-pub(crate) enum Step {
+pub enum Step {
     /// More fragments are needed.
     Pending,
     /// The message is complete in `buf()`.
@@ -15,7 +16,7 @@ pub(crate) enum Step {
 
 /// Collects BEGIN .. END fragments into one buffer, bounded by `max` bytes.
 #[derive(Debug)]
-pub(crate) struct Reassembler {
+pub struct Reassembler {
     buf: Vec<u8>,
     topic: String,
     start: u64,
@@ -24,16 +25,18 @@ pub(crate) struct Reassembler {
 }
 
 impl Reassembler {
-    pub(crate) fn new(max: usize) -> Self {
+    /// A reassembler for messages of at most `max` bytes (memory grows to `max`, never beyond).
+    pub fn new(max: usize) -> Self {
         Self { buf: Vec::new(), topic: String::new(), start: 0, active: false, max }
     }
 
     /// Forgets a partial message (after a loss). Returns whether one existed.
-    pub(crate) fn reset(&mut self) -> bool {
+    pub fn reset(&mut self) -> bool {
         std::mem::replace(&mut self.active, false)
     }
 
-    pub(crate) fn push(&mut self, fl: u8, topic: &str, payload: &[u8], position: u64) -> Step {
+    /// Adds one fragment with its DATA flags; see [`Step`].
+    pub fn push(&mut self, fl: u8, topic: &str, payload: &[u8], position: u64) -> Step {
         if fl & flags::BEGIN != 0 {
             // The caller resets (and counts) any open message first.
             self.buf.clear();
@@ -63,7 +66,8 @@ impl Reassembler {
         true
     }
 
-    pub(crate) fn message(&self) -> (&str, &[u8], u64) {
+    /// The completed message: topic, payload, position of its first fragment.
+    pub fn message(&self) -> (&str, &[u8], u64) {
         (&self.topic, &self.buf, self.start)
     }
 }
@@ -71,7 +75,7 @@ impl Reassembler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tickwire_wire::flags::{BEGIN, END};
+    use crate::flags::{BEGIN, END};
 
     #[test]
     fn joins_fragments_and_drops_orphans_and_oversize() {
