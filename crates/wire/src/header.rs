@@ -240,6 +240,10 @@ macro_rules! frame_view {
             pub fn into_inner(self) -> T {
                 self.buf
             }
+            /// The frame's bytes (the checked buffer).
+            pub fn as_bytes(&self) -> &[u8] {
+                self.buf.as_ref()
+            }
         }
     };
 }

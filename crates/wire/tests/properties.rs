@@ -54,9 +54,13 @@ impl Owned {
                 mtu: *m,
                 max_message: *x,
             }),
-            Owned::Heartbeat(s, t, f, p, r) => {
-                FrameRepr::Heartbeat(HeartbeatRepr { session_id: *s, stream_id: *t, flags: *f, position: *p, retained_from: *r })
-            }
+            Owned::Heartbeat(s, t, f, p, r) => FrameRepr::Heartbeat(HeartbeatRepr {
+                session_id: *s,
+                stream_id: *t,
+                flags: *f,
+                position: *p,
+                retained_from: *r,
+            }),
         }
     }
 }
@@ -71,7 +75,13 @@ fn owned() -> impl Strategy<Value = Owned> {
         (id, id, any::<u8>(), any::<u64>(), id, id).prop_map(|(s, t, f, p, w, r)| Owned::Status(s, t, f, p, w, r)),
         (id, id, id, "\\PC{0,80}").prop_map(|(s, t, c, m)| Owned::Error(s, t, c, m)),
         (id, id, any::<u64>(), 32u32.., id).prop_map(|(s, t, p, m, x)| Owned::Setup(s, t, p, m, x)),
-        (id, id, any::<u8>(), any::<u64>(), any::<u64>()).prop_map(|(s, t, f, p, r)| Owned::Heartbeat(s, t, f, p, r.min(p))),
+        (id, id, any::<u8>(), any::<u64>(), any::<u64>()).prop_map(|(s, t, f, p, r)| Owned::Heartbeat(
+            s,
+            t,
+            f,
+            p,
+            r.min(p)
+        )),
     ]
 }
 

@@ -10,7 +10,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tickwire_wire::{align_frame, Reassembler, Step, data, flags, DataFrame, FrameType, FRAME_ALIGNMENT, MAX_TOPIC_LENGTH, VERSION};
+use tickwire_wire::{
+    align_frame, data, flags, DataFrame, FrameType, Reassembler, Step, FRAME_ALIGNMENT, MAX_TOPIC_LENGTH, VERSION,
+};
 
 /// How a subscriber relates to the publisher when it falls behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

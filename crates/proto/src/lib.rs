@@ -1,0 +1,139 @@
+//! # tickwire-proto: the reliable UDP protocol, without I/O
+//!
+//! A sans-IO core in the manner of quinn-proto: no sockets, no threads, no
+//! clock. Time (`now`, nanoseconds on any monotonic clock) is passed in;
+//! datagrams go in through `handle_*` and come out of `poll_*`;
+//! `poll_timeout` says when to call again. The driver crate runs it over real
+//! sockets; the tests here run it over a simulated network in virtual time.
+//!
+//! ```text
+//!  offer ─► Sender ── DATA / HEARTBEAT / SETUP ──► Receiver ─► poll_messages
+//!             ▲  (retention ring, send window,        │  (reorder window,
+//!             │   retransmit + linger, heartbeats)     │   gap scan, NAK timers,
+//!             └──────────── STATUS / NAK ◄─────────────┘   Lost events)
+//! ```
+//!
+//! * [`Sender`]: keeps the last `retention` bytes of the stream for
+//!   retransmission, sends no further than the flow-control limit that the
+//!   receivers' STATUS frames grant ([`FlowControl`] min or max for
+//!   multicast), retransmits a NAKed range once and then *lingers*, ignoring
+//!   repeats of it, heartbeats when idle so that a lost tail is noticed, and
+//!   announces the session with SETUP.
+//! * [`Receiver`]: places frames by stream position in a reorder window,
+//!   delivers in order exactly once, NAKs each gap after a delay
+//!   ([`NakDelay`]: static for unicast, randomised for multicast so that one
+//!   receiver's NAK, seen by the others, suppresses theirs), retries if the
+//!   repair is lost, and raises [`Event::Lost`] with the exact range when the
+//!   sender no longer retains a gap.
+//! * [`impair`]: seeded loss, fixed-range loss, reorder and duplication, the
+//!   built-in replacement for netem.
+//!
+//! Stream positions count bytes of 32-byte-aligned frames, as in the
+//! shared-memory log, so a gap is a range of positions and `Lost { from, to }`
+//! is exact.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod bitmap;
+pub mod impair;
+mod receiver;
+pub mod rng;
+mod sender;
+
+pub use receiver::{Event, Message, Receiver, ReceiverConfig, ReceiverStats};
+pub use sender::{OfferError, Sender, SenderConfig, SenderStats};
+
+use tickwire_wire::{align_frame, FrameHeader, FrameType, WireError};
+
+/// Nanoseconds on the caller's monotonic clock.
+pub type Nanos = u64;
+
+/// Largest datagram payload a session may use: the largest multiple of 32
+/// that fits a UDP datagram.
+pub const MAX_MTU: usize = 65_504;
+
+/// How a multicast sender combines its receivers' windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlowControl {
+    /// Never send beyond the slowest receiver's window: no receiver falls
+    /// behind the retention, and the slowest one sets the pace for all.
+    #[default]
+    Min,
+    /// Follow the fastest receiver: a slow receiver can fall beyond the
+    /// sender's retention and then gets [`Event::Lost`] for what it missed.
+    Max,
+}
+
+/// How long a receiver waits after detecting a gap before it NAKs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NakDelay {
+    /// Always this long (unicast: one receiver, nothing to suppress).
+    Static(Nanos),
+    /// A random delay in `[0, max]` drawn from a truncated exponential
+    /// distribution (Nonnenmacher and Biersack's optimal multicast feedback
+    /// timer): most receivers wait long, a few answer early, and their NAK
+    /// suppresses the others'. `group_size` is the expected receiver count.
+    Optimal {
+        /// Longest delay.
+        max: Nanos,
+        /// Expected number of receivers.
+        group_size: u32,
+    },
+}
+
+impl NakDelay {
+    pub(crate) fn sample(self, rng: &mut rng::Rng) -> Nanos {
+        match self {
+            NakDelay::Static(d) => d,
+            NakDelay::Optimal { max, group_size } => {
+                let lambda = (f64::from(group_size.max(1))).ln() + 1.0;
+                let u = rng.next_f64();
+                let x = (u * (lambda.exp() - 1.0) + 1.0).ln() / lambda;
+                (x * max as f64) as Nanos
+            }
+        }
+    }
+}
+
+/// The frames of a datagram: each item is a checked header's type and the
+/// frame's bytes (`frame_length` long); frames are 32-byte aligned. Stops at
+/// the first invalid frame, which is yielded as an error.
+pub fn frames(datagram: &[u8]) -> impl Iterator<Item = Result<(FrameType, &[u8]), WireError>> {
+    let mut rest = datagram;
+    let mut failed = false;
+    std::iter::from_fn(move || {
+        if failed || rest.is_empty() {
+            return None;
+        }
+        match FrameHeader::new_checked(rest) {
+            Ok(h) => {
+                let len = h.frame_length();
+                let ty = h.frame_type();
+                let frame = &rest[..len];
+                rest = rest.get(align_frame(len)..).unwrap_or(&[]);
+                Some(Ok((ty, frame)))
+            }
+            Err(e) => {
+                failed = true;
+                Some(Err(e))
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn optimal_delay_stays_in_range_and_favours_late() {
+        let mut rng = rng::Rng::new(1);
+        let d = NakDelay::Optimal { max: 1_000_000, group_size: 10 };
+        let samples: Vec<_> = (0..10_000).map(|_| d.sample(&mut rng)).collect();
+        assert!(samples.iter().all(|&s| s <= 1_000_000));
+        let early = samples.iter().filter(|&&s| s < 100_000).count();
+        let late = samples.iter().filter(|&&s| s > 900_000).count();
+        assert!(early < late, "early {early} late {late}");
+        assert!(early > 0);
+    }
+}

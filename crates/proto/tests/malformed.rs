@@ -1,0 +1,153 @@
+//! Bad datagrams against a live sender and receiver: arbitrary bytes and
+//! mutated valid datagrams never panic (1,000,000 cases each by default,
+//! `TICKWIRE_FUZZ_CASES` to change), and truncated, foreign-session,
+//! wrong-version and huge-length datagrams interleaved with a real stream are
+//! counted and dropped without touching the stream.
+
+use proptest::prelude::*;
+use std::cell::RefCell;
+use tickwire_proto::*;
+
+fn fuzz_cases() -> u32 {
+    std::env::var("TICKWIRE_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000)
+}
+
+const NOW: Nanos = 1_000;
+
+/// A connected sender and a receiver that has joined its session, plus a
+/// few valid datagrams of each kind to mutate.
+fn pair() -> (Sender, Receiver, Vec<Vec<u8>>) {
+    let mut s =
+        Sender::new(SenderConfig { retention: 64 << 10, max_message: 4096, ..Default::default() }, NOW).unwrap();
+    let mut r = Receiver::new(ReceiverConfig { window: 64 << 10, max_message: 4096, ..Default::default() }).unwrap();
+    let mut buf = vec![0u8; 2048];
+    let mut samples = Vec::new();
+    let mut pump = |s: &mut Sender, r: &mut Receiver, samples: &mut Vec<Vec<u8>>| {
+        while let Some(n) = s.poll_transmit(NOW, &mut buf) {
+            samples.push(buf[..n].to_vec());
+            r.handle_datagram(NOW, &buf[..n]);
+        }
+        r.poll_messages(|_| {}, usize::MAX);
+        while let Some(n) = r.poll_transmit(NOW, &mut buf) {
+            samples.push(buf[..n].to_vec());
+            s.handle_datagram(NOW, &buf[..n]);
+        }
+    };
+    pump(&mut s, &mut r, &mut samples);
+    for i in 0..20u32 {
+        s.offer("t/x", &vec![i as u8; (i as usize * 97) % 3000]).unwrap();
+    }
+    s.close();
+    pump(&mut s, &mut r, &mut samples);
+    (s, r, samples)
+}
+
+struct Live {
+    s: Sender,
+    r: Receiver,
+    samples: Vec<Vec<u8>>,
+    buf: Vec<u8>,
+}
+
+impl Live {
+    fn feed(&mut self, d: &[u8]) {
+        self.r.handle_datagram(NOW, d);
+        self.s.handle_datagram(NOW, d);
+        self.r.poll_messages(|_| {}, 64);
+        let _ = self.r.poll_transmit(NOW, &mut self.buf);
+        let _ = self.s.poll_transmit(NOW, &mut self.buf);
+    }
+}
+
+thread_local! {
+    static LIVE: RefCell<Live> = RefCell::new({
+        let (s, r, samples) = pair();
+        Live { s, r, samples, buf: vec![0; 2048] }
+    });
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: fuzz_cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_datagrams_never_panic(d in proptest::collection::vec(any::<u8>(), 0..256)) {
+        LIVE.with(|l| l.borrow_mut().feed(&d));
+    }
+
+    #[test]
+    fn mutated_datagrams_never_panic(pick in any::<usize>(), edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6), cut in any::<usize>()) {
+        LIVE.with(|l| {
+            let mut l = l.borrow_mut();
+            let mut d = l.samples[pick % l.samples.len()].clone();
+            for (at, v) in edits {
+                let n = d.len();
+                d[at % n] = v;
+            }
+            if cut % 4 == 0 {
+                d.truncate(cut % (d.len() + 1));
+            }
+            l.feed(&d);
+        });
+    }
+}
+
+#[test]
+fn bad_datagrams_are_counted_and_the_stream_is_untouched() {
+    let mut s = Sender::new(SenderConfig::default(), NOW).unwrap();
+    let mut r = Receiver::new(ReceiverConfig::default()).unwrap();
+    let mut buf = vec![0u8; 2048];
+    let mut got: Vec<Vec<u8>> = Vec::new();
+    let mut invalid_sent = 0;
+    let mut foreign_sent = 0;
+    let total = 2_000u32;
+    let mut offered = 0;
+    for round in 0..100_000u64 {
+        while offered < total && s.offer("", &offered.to_le_bytes().repeat(1 + offered as usize % 40)).is_ok() {
+            offered += 1;
+        }
+        if offered == total {
+            s.close();
+        }
+        while let Some(n) = s.poll_transmit(NOW + round, &mut buf) {
+            let good = buf[..n].to_vec();
+            // Each real datagram is preceded by a bad one of four kinds.
+            let mut bad = good.clone();
+            match round % 4 {
+                0 => bad.truncate(good.len() / 2 + 1),
+                1 => bad[8] ^= 0x55, // another session
+                2 => bad[4] = 9,     // unknown version
+                _ => bad[..4].copy_from_slice(&u32::MAX.to_le_bytes()),
+            }
+            if round % 4 == 1 && bad.len() >= 16 {
+                foreign_sent += 1;
+            } else {
+                invalid_sent += 1;
+            }
+            r.handle_datagram(NOW + round, &bad);
+            r.handle_datagram(NOW + round, &good);
+        }
+        r.poll_messages(
+            |ev| {
+                if let Event::Message(m) = ev {
+                    got.push(m.payload.to_vec())
+                }
+            },
+            usize::MAX,
+        );
+        while let Some(n) = r.poll_transmit(NOW + round, &mut buf) {
+            s.handle_datagram(NOW + round, &buf[..n]);
+        }
+        if r.is_ended() {
+            break;
+        }
+    }
+    assert!(r.is_ended());
+    assert_eq!(got.len(), total as usize);
+    for (i, m) in got.iter().enumerate() {
+        assert_eq!(m, &(i as u32).to_le_bytes().repeat(1 + i % 40));
+    }
+    let st = r.stats();
+    assert_eq!(st.lost_events, 0);
+    assert!(st.invalid >= invalid_sent - 1, "{st:?} vs {invalid_sent}");
+    assert!(st.other_session > 0 && foreign_sent > 0, "{st:?}");
+}
