@@ -28,10 +28,13 @@ struct Got {
     bad: Vec<String>,
 }
 
+/// (arrival time, sequence, destination (`SENDER` or a receiver index), bytes)
+type InFlight = (Nanos, u64, usize, Vec<u8>);
+
 struct Sim {
     now: Nanos,
     seq: u64,
-    queue: BinaryHeap<Reverse<(Nanos, u64, usize, Vec<u8>)>>, // dest usize::MAX = sender
+    queue: BinaryHeap<Reverse<InFlight>>,
     sender: Sender,
     receivers: Vec<Receiver>,
     got: Vec<Got>,
@@ -318,7 +321,7 @@ fn a_late_joiner_starts_at_a_message_boundary_and_stays_exact() {
     assert_eq!(late.joined.len(), 1);
     assert!(late.joined[0].1 > 0);
     let first = late.first_index.unwrap();
-    assert!(first >= 5_000 && first < 20_000, "{first}");
+    assert!((5_000..20_000).contains(&first), "{first}");
     assert_eq!(late.next, 20_000);
     assert!(late.lost.is_empty());
 }
