@@ -76,7 +76,12 @@ fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
                     let alive = r.owner.is_alive();
                     out.push_str(&format!("process {} ({})\n", r.owner.pid, if alive { "alive" } else { "DEAD" }));
                     for set in r.sets() {
-                        let side = if set.kind == Kind::Publisher { "pub" } else { "sub" };
+                        let side = match set.kind {
+                            Kind::Publisher => "pub",
+                            Kind::Subscriber => "sub",
+                            Kind::UdpSender => "udp-send",
+                            Kind::UdpReceiver => "udp-recv",
+                        };
                         let vals: Vec<String> =
                             set.kind.names().iter().zip(set.values).map(|(n, v)| format!("{n}={v}")).collect();
                         out.push_str(&format!(

@@ -45,6 +45,10 @@ pub enum Kind {
     Publisher = 1,
     /// A subscriber.
     Subscriber = 2,
+    /// A reliable-UDP sender (publication on `udp://`).
+    UdpSender = 3,
+    /// A reliable-UDP receiver (subscription on `udp://`).
+    UdpReceiver = 4,
 }
 
 impl Kind {
@@ -53,12 +57,16 @@ impl Kind {
         match self {
             Kind::Publisher => &PUB_NAMES,
             Kind::Subscriber => &SUB_NAMES,
+            Kind::UdpSender => &UDP_SENDER_NAMES,
+            Kind::UdpReceiver => &UDP_RECEIVER_NAMES,
         }
     }
     fn from_u32(v: u32) -> Option<Self> {
         match v {
             1 => Some(Kind::Publisher),
             2 => Some(Kind::Subscriber),
+            3 => Some(Kind::UdpSender),
+            4 => Some(Kind::UdpReceiver),
             _ => None,
         }
     }
@@ -122,6 +130,30 @@ const SUB_NAMES: [&str; VALUES] = [
     "unblocked_claims",
     "reassembly_dropped",
     "pads_skipped",
+];
+
+/// Reliable-UDP sender value names, in index order.
+pub const UDP_SENDER_NAMES: [&str; VALUES] = [
+    "messages",
+    "bytes",
+    "naks_received",
+    "retransmits",
+    "heartbeats",
+    "back_pressured",
+    "invalid_datagrams",
+    "naks_unrecoverable",
+];
+
+/// Reliable-UDP receiver value names, in index order.
+pub const UDP_RECEIVER_NAMES: [&str; VALUES] = [
+    "messages",
+    "bytes",
+    "naks_sent",
+    "gaps_detected",
+    "lost_events",
+    "lost_bytes",
+    "invalid_datagrams",
+    "duplicates",
 ];
 
 /// A process's counters file (or a private anonymous block).
@@ -250,6 +282,12 @@ impl CounterSet {
     pub fn add(&self, idx: usize, n: u64) {
         let a = self.value(idx);
         a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+    /// Sets value `idx` (single writer), for owners that keep their own
+    /// running totals and publish them.
+    #[inline]
+    pub fn set(&self, idx: usize, v: u64) {
+        self.value(idx).store(v, Ordering::Relaxed);
     }
     /// Reads value `idx`.
     pub fn get(&self, idx: usize) -> u64 {
