@@ -463,8 +463,9 @@ impl Sender {
                     Ok(_) => self.stats.other_session += 1,
                     Err(_) => self.stats.invalid += 1,
                 },
-                // Data-side frames looped back on a shared group are not for us.
-                _ => self.stats.other_session += 1,
+                // Our own data looped back on a multicast group, or another
+                // sender's: nothing for a sender to do.
+                _ => {}
             }
         }
     }

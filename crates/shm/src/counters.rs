@@ -145,16 +145,8 @@ pub const UDP_SENDER_NAMES: [&str; VALUES] = [
 ];
 
 /// Reliable-UDP receiver value names, in index order.
-pub const UDP_RECEIVER_NAMES: [&str; VALUES] = [
-    "messages",
-    "bytes",
-    "naks_sent",
-    "gaps_detected",
-    "lost_events",
-    "lost_bytes",
-    "invalid_datagrams",
-    "duplicates",
-];
+pub const UDP_RECEIVER_NAMES: [&str; VALUES] =
+    ["messages", "bytes", "naks_sent", "gaps_detected", "lost_events", "lost_bytes", "invalid_datagrams", "duplicates"];
 
 /// A process's counters file (or a private anonymous block).
 #[derive(Debug)]

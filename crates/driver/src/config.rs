@@ -1,0 +1,195 @@
+//! From a [`ChannelUri`] to protocol and transport settings.
+//!
+//! | key | default (unicast / multicast) | meaning |
+//! |---|---|---|
+//! | `interface` | 0.0.0.0 | local address to join and send multicast on |
+//! | `mtu` | 1408 | largest datagram; small messages are batched up to it |
+//! | `window` | 1MiB | receiver window (reorder buffer and flow-control grant) |
+//! | `retention` | 16MiB | sender bytes kept for retransmission |
+//! | `max-message` | 1MiB | largest message |
+//! | `fc` | max / min | flow control across receivers |
+//! | `nak-delay` | 20us / - | static NAK delay (unicast) |
+//! | `nak-delay-max`, `group-size` | - / 500us, 10 | randomised NAK delay (multicast) |
+//! | `nak-retry` | 500us / 2ms | NAK again if the repair does not come |
+//! | `linger` | 200us / 1ms | ignore repeated NAKs of a range just retransmitted |
+//! | `heartbeat` | 1ms | heartbeat after this long idle |
+//! | `status-interval` | 1ms | STATUS at least this often |
+//! | `session-timeout` | 1s | a silent session may be replaced |
+//! | `receiver-timeout` | 1s | a silent receiver stops counting for flow control |
+//! | `control-poll` | 20us | how often a publication reads NAK/STATUS |
+//! | `buffer` | 4MiB | socket buffers (forced past rmem_max when root) |
+//! | `receiver-id`, `seed` | random | identity and NAK back-off seed |
+//! | `loss`, `reorder`, `duplicate` | 0 | impair what this end sends |
+//! | `{send,recv}-{data,control}-{loss,reorder,duplicate}` | 0 | one path and class |
+//! | `{send,recv}-data-drop` | - | drop `FROM-TO` once (not the retransmission) |
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+use tickwire_proto::impair::ImpairConfig;
+use tickwire_proto::{FlowControl, NakDelay, ReceiverConfig, SenderConfig};
+use tickwire_transport::{ChannelUri, ImpairSettings, TransportError, UdpConfig, UriError};
+
+/// Why a publication or subscription could not be opened or run.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// The channel URI is unusable.
+    #[error(transparent)]
+    Uri(#[from] UriError),
+    /// A setting is out of range.
+    #[error("channel setting: {0}")]
+    Config(&'static str),
+    /// The socket failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The counters file failed.
+    #[error(transparent)]
+    Counters(#[from] tickwire_shm::ShmError),
+}
+
+/// Everything a channel URI decides.
+#[derive(Debug, Clone)]
+pub struct ChannelConfig {
+    /// The URI.
+    pub uri: ChannelUri,
+    /// Sender settings (session and stream filled in at open).
+    pub sender: SenderConfig,
+    /// Receiver settings (stream filled in at open).
+    pub receiver: ReceiverConfig,
+    /// Impairments for a publication (what it sends: data).
+    pub publication_impair: ImpairSettings,
+    /// Impairments for a subscription (what it sends: control).
+    pub subscription_impair: ImpairSettings,
+    /// How often a publication reads control datagrams.
+    pub control_poll: Duration,
+    /// Socket buffer size.
+    pub buffer_bytes: usize,
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos().min(u128::from(u64::MAX)) as u64
+}
+
+/// A number that differs between processes and runs.
+pub(crate) fn random_u32() -> u32 {
+    let t = tickwire_shm::sys::monotonic_ns();
+    let x = t ^ (u64::from(std::process::id()) << 32) ^ (std::ptr::addr_of!(t) as u64);
+    let mut r = tickwire_proto::rng::Rng::new(x);
+    (r.next_u64() >> 32) as u32 | 1
+}
+
+impl ChannelConfig {
+    /// Reads every setting from the URI.
+    ///
+    /// # Errors
+    /// [`DriverError::Uri`] naming the bad key, or [`DriverError::Config`].
+    pub fn from_uri(uri: &ChannelUri) -> Result<Self, DriverError> {
+        let mc = uri.is_multicast();
+        let ms = Duration::from_millis;
+        let us = Duration::from_micros;
+        let fc = match uri.get("fc") {
+            None if mc => FlowControl::Min,
+            None => FlowControl::Max,
+            Some("min") => FlowControl::Min,
+            Some("max") => FlowControl::Max,
+            Some(_) => {
+                return Err(UriError::Value {
+                    key: "fc".into(),
+                    value: uri.get("fc").unwrap_or("").into(),
+                    why: "min or max",
+                }
+                .into())
+            }
+        };
+        let seed = uri.number("seed", u64::from(random_u32()))?;
+        let nak_delay = if uri.get("nak-delay").is_some() || !mc {
+            NakDelay::Static(ns(uri.duration("nak-delay", us(20))?))
+        } else {
+            NakDelay::Optimal {
+                max: ns(uri.duration("nak-delay-max", us(500))?),
+                group_size: uri.number("group-size", 10)?.min(u64::from(u32::MAX)) as u32,
+            }
+        };
+        let max_message = uri.size("max-message", 1 << 20)?;
+        let sender = SenderConfig {
+            session_id: 0,
+            stream_id: 0,
+            mtu: uri.size("mtu", 1408)?,
+            retention: uri.size("retention", 16 << 20)?,
+            max_message,
+            heartbeat_interval: ns(uri.duration("heartbeat", ms(1))?),
+            setup_interval: ns(ms(10)),
+            linger: ns(uri.duration("linger", if mc { ms(1) } else { us(200) })?),
+            flow_control: fc,
+            receiver_timeout: ns(uri.duration("receiver-timeout", ms(1000))?),
+        };
+        let receiver = ReceiverConfig {
+            stream_id: 0,
+            receiver_id: uri.number("receiver-id", u64::from(random_u32()))? as u32,
+            window: uri.size("window", 1 << 20)?,
+            nak_delay,
+            nak_retry: ns(uri.duration("nak-retry", if mc { ms(2) } else { us(500) })?),
+            status_interval: ns(uri.duration("status-interval", ms(1))?),
+            session_timeout: ns(uri.duration("session-timeout", ms(1000))?),
+            setup_request_interval: ns(ms(1)),
+            max_message,
+            seed,
+        };
+        let imp = |prefix: &str, own: bool, s: u64| -> Result<ImpairConfig, DriverError> {
+            let key = |k: &str| format!("{prefix}-{k}");
+            let pick = |k: &str| -> Result<f64, UriError> {
+                let specific = uri.probability(&key(k))?;
+                Ok(if own && specific == 0.0 { uri.probability(k)? } else { specific })
+            };
+            Ok(ImpairConfig {
+                loss: pick("loss")?,
+                reorder: pick("reorder")?,
+                duplicate: pick("duplicate")?,
+                drop_range: if prefix.ends_with("data") { uri.range(&key("drop"))? } else { None },
+                seed: seed.wrapping_add(s),
+            })
+        };
+        let publication_impair = ImpairSettings {
+            send_data: imp("send-data", true, 1)?,
+            send_control: imp("send-control", false, 2)?,
+            recv_data: imp("recv-data", false, 3)?,
+            recv_control: imp("recv-control", false, 4)?,
+        };
+        let subscription_impair = ImpairSettings {
+            send_data: imp("send-data", false, 5)?,
+            send_control: imp("send-control", true, 6)?,
+            recv_data: imp("recv-data", false, 7)?,
+            recv_control: imp("recv-control", false, 8)?,
+        };
+        Ok(Self {
+            uri: uri.clone(),
+            sender,
+            receiver,
+            publication_impair,
+            subscription_impair,
+            control_poll: uri.duration("control-poll", us(20))?,
+            buffer_bytes: uri.size("buffer", 4 << 20)?,
+        })
+    }
+
+    /// The socket of a publication: an ephemeral port for unicast, the
+    /// group's port for multicast (to hear NAK and STATUS).
+    pub(crate) fn publication_socket(&self) -> Result<UdpConfig, DriverError> {
+        let ep = self.uri.endpoint;
+        Ok(if self.uri.is_multicast() {
+            UdpConfig { bind: ep, multicast: Some((*ep.ip(), self.uri.interface()?)), buffer_bytes: self.buffer_bytes }
+        } else {
+            let bind = SocketAddrV4::new(self.uri.interface()?, 0);
+            UdpConfig { bind, multicast: None, buffer_bytes: self.buffer_bytes }
+        })
+    }
+
+    /// The socket of a subscription: the endpoint itself.
+    pub(crate) fn subscription_socket(&self) -> Result<UdpConfig, DriverError> {
+        let ep = self.uri.endpoint;
+        let multicast = if self.uri.is_multicast() { Some((*ep.ip(), self.uri.interface()?)) } else { None };
+        Ok(UdpConfig { bind: ep, multicast, buffer_bytes: self.buffer_bytes })
+    }
+}
+
+/// The unspecified address, for "not known yet".
+pub(crate) const NOWHERE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);

@@ -1,0 +1,150 @@
+//! # tickwire-transport: datagrams in and out, behind one trait
+//!
+//! ```text
+//!   driver (Publication / Subscription)
+//!        │ send_batch / recv_batch          ▲
+//!        ▼                                  │
+//!   [ Impaired<T> ]  seeded loss, fixed-range loss, reorder, duplication,
+//!        │           per direction and per frame class (data / control)
+//!        ▼
+//!   [ UdpTransport ] non-blocking socket, sendmmsg / recvmmsg batches,
+//!                    unicast or multicast (IP_ADD_MEMBERSHIP on an interface)
+//!   (AF_XDP implements the same trait later)
+//! ```
+//!
+//! * [`Transport`]: what every transport provides: batched send to an
+//!   address, batched non-blocking receive with source addresses, and a
+//!   wait for readability (for idle strategies that park).
+//! * [`UdpTransport`]: the kernel UDP implementation. All `unsafe` (the
+//!   `*mmsg` system calls) is in [`sys`], each block with a `// SAFETY:` note.
+//! * [`Impaired`]: wraps any transport with [`tickwire_proto::impair`].
+//! * [`ChannelUri`]: `udp://host:port?key=value&...` parsing.
+
+mod impaired;
+pub mod sys;
+mod udp;
+mod uri;
+
+pub use impaired::{ImpairSettings, Impaired};
+pub use udp::{UdpConfig, UdpTransport};
+pub use uri::{ChannelUri, UriError};
+
+use std::net::SocketAddrV4;
+use std::time::Duration;
+
+/// Why a transport operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// A system call failed.
+    #[error("{op}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+impl TransportError {
+    pub(crate) fn io(op: &'static str, source: std::io::Error) -> Self {
+        Self::Io { op, source }
+    }
+}
+
+/// A set of receive buffers filled by one `recv_batch` call.
+#[derive(Debug)]
+pub struct RecvBatch {
+    data: Vec<u8>,
+    slot: usize,
+    lens: Vec<usize>,
+    addrs: Vec<SocketAddrV4>,
+    count: usize,
+}
+
+impl RecvBatch {
+    /// `n` buffers of `slot` bytes each (slot at least the largest datagram
+    /// expected; longer ones are truncated by the kernel and then rejected by
+    /// the frame checks).
+    pub fn new(n: usize, slot: usize) -> Self {
+        Self {
+            data: vec![0; n * slot],
+            slot,
+            lens: vec![0; n],
+            addrs: vec![SocketAddrV4::new(0.into(), 0); n],
+            count: 0,
+        }
+    }
+    /// How many buffers.
+    pub fn capacity(&self) -> usize {
+        self.lens.len()
+    }
+    /// Datagrams received by the last call.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+    /// No datagram was received.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+    /// Datagram `i` and its source.
+    pub fn get(&self, i: usize) -> (&[u8], SocketAddrV4) {
+        (&self.data[i * self.slot..i * self.slot + self.lens[i]], self.addrs[i])
+    }
+    pub(crate) fn clear(&mut self) {
+        self.count = 0;
+    }
+    /// Appends a datagram copy (used by wrappers); false if full.
+    pub fn push(&mut self, d: &[u8], from: SocketAddrV4) -> bool {
+        if self.count == self.lens.len() {
+            return false;
+        }
+        let i = self.count;
+        let n = d.len().min(self.slot);
+        self.data[i * self.slot..i * self.slot + n].copy_from_slice(&d[..n]);
+        self.lens[i] = n;
+        self.addrs[i] = from;
+        self.count += 1;
+        true
+    }
+}
+
+/// What every transport provides. Sending and receiving never block.
+pub trait Transport: Send {
+    /// Sends each datagram to `to`, in order; returns how many were sent
+    /// before the socket would block (the caller retries the rest).
+    ///
+    /// # Errors
+    /// [`TransportError`] for anything but would-block.
+    fn send_batch(&mut self, to: SocketAddrV4, datagrams: &[&[u8]]) -> Result<usize, TransportError>;
+
+    /// Receives what is waiting, up to the batch's capacity, replacing the
+    /// batch's contents; returns how many.
+    ///
+    /// # Errors
+    /// [`TransportError`] for anything but would-block.
+    fn recv_batch(&mut self, batch: &mut RecvBatch) -> Result<usize, TransportError>;
+
+    /// Blocks until a datagram may be waiting or `timeout` passes.
+    ///
+    /// # Errors
+    /// [`TransportError`] if the wait itself fails.
+    fn wait(&mut self, timeout: Duration) -> Result<(), TransportError>;
+
+    /// The local address.
+    fn local_addr(&self) -> SocketAddrV4;
+}
+
+impl<T: Transport + ?Sized> Transport for Box<T> {
+    fn send_batch(&mut self, to: SocketAddrV4, datagrams: &[&[u8]]) -> Result<usize, TransportError> {
+        (**self).send_batch(to, datagrams)
+    }
+    fn recv_batch(&mut self, batch: &mut RecvBatch) -> Result<usize, TransportError> {
+        (**self).recv_batch(batch)
+    }
+    fn wait(&mut self, timeout: Duration) -> Result<(), TransportError> {
+        (**self).wait(timeout)
+    }
+    fn local_addr(&self) -> SocketAddrV4 {
+        (**self).local_addr()
+    }
+}

@@ -1,0 +1,134 @@
+//! The system calls the UDP transport needs beyond what `socket2` wraps:
+//! `sendmmsg`, `recvmmsg`, `poll`, and `SO_RCVBUFFORCE`/`SO_SNDBUFFORCE`.
+//! This is the only `unsafe` in the crate.
+
+use crate::RecvBatch;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+/// Datagrams per `sendmmsg`/`recvmmsg` call.
+pub const MAX_BATCH: usize = 64;
+
+fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: a.port().to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(*a.ip()).to_be() },
+        sin_zero: [0; 8],
+    }
+}
+
+/// Sends up to [`MAX_BATCH`] datagrams to `to` in one call; returns how many
+/// were sent (0 if the socket would block).
+pub fn sendmmsg(fd: RawFd, to: SocketAddrV4, datagrams: &[&[u8]]) -> io::Result<usize> {
+    let n = datagrams.len().min(MAX_BATCH);
+    if n == 0 {
+        return Ok(0);
+    }
+    let mut addr = sockaddr(to);
+    // SAFETY: iovec and mmsghdr are plain C structs for which all-zero bytes
+    // are a valid (empty) value.
+    let mut iov: [libc::iovec; MAX_BATCH] = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut msgs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
+    for i in 0..n {
+        iov[i] = libc::iovec { iov_base: datagrams[i].as_ptr() as *mut libc::c_void, iov_len: datagrams[i].len() };
+        msgs[i].msg_hdr.msg_name = std::ptr::addr_of_mut!(addr).cast();
+        msgs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        msgs[i].msg_hdr.msg_iov = std::ptr::addr_of_mut!(iov[i]);
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: `msgs[..n]` point at `iov` entries and `addr`, all alive for
+    // the call; each iovec covers a live borrowed slice that the kernel only
+    // reads.
+    let r = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), n as libc::c_uint, 0) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::WouldBlock { Ok(0) } else { Err(e) };
+    }
+    Ok(r as usize)
+}
+
+/// Receives up to the batch's capacity (at most [`MAX_BATCH`]) without
+/// blocking; returns how many (0 if none is waiting).
+pub fn recvmmsg(fd: RawFd, batch: &mut RecvBatch) -> io::Result<usize> {
+    batch.clear();
+    let n = batch.capacity().min(MAX_BATCH);
+    // SAFETY: all-zero bytes are valid values of these C structs.
+    let mut iov: [libc::iovec; MAX_BATCH] = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut msgs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut names: [libc::sockaddr_in; MAX_BATCH] = unsafe { std::mem::zeroed() };
+    let slot = batch.slot;
+    let base = batch.data.as_mut_ptr();
+    for i in 0..n {
+        // SAFETY: `i * slot + slot <= data.len()` because `data` holds
+        // `capacity()` slots of `slot` bytes and `i < capacity()`.
+        let p = unsafe { base.add(i * slot) };
+        iov[i] = libc::iovec { iov_base: p.cast(), iov_len: slot };
+        msgs[i].msg_hdr.msg_name = std::ptr::addr_of_mut!(names[i]).cast();
+        msgs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        msgs[i].msg_hdr.msg_iov = std::ptr::addr_of_mut!(iov[i]);
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: each iovec covers a distinct slot of `batch.data`, which is
+    // exclusively borrowed for the call; names and headers live on this stack
+    // frame. MSG_DONTWAIT: never blocks.
+    let r =
+        unsafe { libc::recvmmsg(fd, msgs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+            _ => Err(e),
+        };
+    }
+    let r = r as usize;
+    for i in 0..r {
+        batch.lens[i] = msgs[i].msg_len as usize;
+        let a = names[i];
+        batch.addrs[i] = SocketAddrV4::new(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)), u16::from_be(a.sin_port));
+    }
+    batch.count = r;
+    Ok(r)
+}
+
+/// Waits until `fd` is readable or `timeout` passes.
+pub fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd on the stack.
+    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };
+    }
+    Ok(r > 0)
+}
+
+/// Sets SO_RCVBUF and SO_SNDBUF, past `rmem_max`/`wmem_max` if privileged
+/// (the `*FORCE` options); best effort.
+pub fn force_buffers(fd: RawFd, bytes: usize) {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    for (force, plain) in [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)] {
+        for opt in [force, plain] {
+            // SAFETY: `v` is a c_int that outlives the call, and its size is
+            // passed.
+            let r = unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    opt,
+                    std::ptr::addr_of!(v).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if r == 0 {
+                break;
+            }
+        }
+    }
+}
