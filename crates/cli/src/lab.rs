@@ -32,6 +32,8 @@ pub enum LabCmd {
     TickToTrade(TickArgs),
     /// Every measurement of the papers, into DIR/report.md with plots.
     Reproduce(ReproduceArgs),
+    /// Send a generated stream over reliable UDP under chosen loss, and check it arrived intact.
+    Transfer(TransferArgs),
     /// Internal: the far side of a measurement.
     #[command(hide = true)]
     Worker {
@@ -250,6 +252,46 @@ pub struct TickArgs {
     /// Also write the histograms as an HdrHistogram interval log.
     #[arg(long)]
     hlog: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct TransferArgs {
+    /// Transport (rudp).
+    #[arg(long, default_value = "rudp")]
+    transport: String,
+    /// Payload bytes to send.
+    #[arg(long, default_value = "10MiB", value_parser = parse_size)]
+    bytes: usize,
+    /// Largest message; sizes are uniform from 16 bytes up to it.
+    #[arg(long, default_value = "4k", value_parser = parse_size)]
+    max_size: usize,
+    /// Drop this fraction of the datagrams each end sends (data and control).
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Reorder this fraction, likewise.
+    #[arg(long, default_value_t = 0.0)]
+    reorder: f64,
+    /// Duplicate this fraction, likewise.
+    #[arg(long, default_value_t = 0.0)]
+    duplicate: f64,
+    /// Seed of the impairments and the generated content.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Receivers; more than one is multicast and needs --netns.
+    #[arg(long, default_value_t = 1)]
+    receivers: usize,
+    /// Run across network namespaces (veth pair; a bridge for several receivers).
+    #[arg(long)]
+    netns: bool,
+    /// Any channel parameter, KEY=VALUE (repeatable), e.g. send-data-drop=65536-65537, nak-delay=50us.
+    #[arg(long = "param")]
+    params: Vec<String>,
+    /// Give up after this long.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -593,6 +635,45 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
             };
             let path = tickwire_lab::reproduce::run(&r, &machine).map_err(err)?;
             println!("wrote {} (plots beside it)", path.display());
+        }
+        LabCmd::Transfer(a) => {
+            if a.transport != "rudp" {
+                return Err(format!("transfer runs over rudp, not {:?}", a.transport));
+            }
+            for p in [a.loss, a.reorder, a.duplicate] {
+                if !(0.0..=1.0).contains(&p) {
+                    return Err(format!("probabilities must be within [0, 1], got {p}"));
+                }
+            }
+            let t = tickwire_lab::transfer::Transfer {
+                bytes: a.bytes as u64,
+                max_size: a.max_size.clamp(16, 1 << 20),
+                loss: a.loss,
+                reorder: a.reorder,
+                duplicate: a.duplicate,
+                seed: a.seed,
+                receivers: a.receivers,
+                netns: a.netns,
+                params: a.params.clone(),
+                timeout: a.timeout,
+            };
+            let r = tickwire_lab::transfer::run(&t).map_err(err)?;
+            if a.json {
+                println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+            } else {
+                println!("channel {}", r.channel);
+                println!(
+                    "sent {} B in {:.3} s; received {} B; identical {}; in order {}",
+                    r.bytes_sent, r.duration_s, r.bytes_received, r.identical, r.in_order
+                );
+                println!(
+                    "NAKs sent {}, retransmissions {}, data datagrams dropped {}, lost events {}",
+                    r.naks_sent, r.retransmits, r.datagrams_dropped, r.lost_events
+                );
+            }
+            if !r.identical && r.lost_events == 0 {
+                return Err("the received stream differs from the sent one, and no loss was reported".into());
+            }
         }
         LabCmd::TickToTrade(a) => {
             let machine = Machine::detect();

@@ -10,8 +10,9 @@
 //! | `fc` | max / min | flow control across receivers |
 //! | `nak-delay` | 20us / - | static NAK delay (unicast) |
 //! | `nak-delay-max`, `group-size` | - / 500us, 10 | randomised NAK delay (multicast) |
-//! | `nak-retry` | 500us / 2ms | NAK again if the repair does not come |
-//! | `linger` | 200us / 1ms | ignore repeated NAKs of a range just retransmitted |
+//! | `nak-retry` | 500us / 10ms | least wait before NAKing again (stretched to 2x the measured repair time, doubled per retry) |
+//! | `nak-retry-initial` | 10ms | retry wait before any repair time was measured |
+//! | `linger` | 200us / 5ms | ignore repeated NAKs of a range just retransmitted |
 //! | `heartbeat` | 1ms | heartbeat after this long idle |
 //! | `status-interval` | 1ms | STATUS at least this often |
 //! | `session-timeout` | 1s | a silent session may be replaced |
@@ -118,7 +119,7 @@ impl ChannelConfig {
             max_message,
             heartbeat_interval: ns(uri.duration("heartbeat", ms(1))?),
             setup_interval: ns(ms(10)),
-            linger: ns(uri.duration("linger", if mc { ms(1) } else { us(200) })?),
+            linger: ns(uri.duration("linger", if mc { ms(5) } else { us(200) })?),
             flow_control: fc,
             receiver_timeout: ns(uri.duration("receiver-timeout", ms(1000))?),
         };
@@ -127,7 +128,8 @@ impl ChannelConfig {
             receiver_id: uri.number("receiver-id", u64::from(random_u32()))? as u32,
             window: uri.size("window", 1 << 20)?,
             nak_delay,
-            nak_retry: ns(uri.duration("nak-retry", if mc { ms(2) } else { us(500) })?),
+            nak_retry: ns(uri.duration("nak-retry", if mc { ms(10) } else { us(500) })?),
+            nak_retry_initial: ns(uri.duration("nak-retry-initial", ms(10))?),
             status_interval: ns(uri.duration("status-interval", ms(1))?),
             session_timeout: ns(uri.duration("session-timeout", ms(1000))?),
             setup_request_interval: ns(ms(1)),

@@ -111,6 +111,11 @@ impl Publication {
     pub fn max_message(&self) -> usize {
         self.sender.config().max_message
     }
+    /// What the built-in impairment did (send data, send control, receive
+    /// data, receive control), if the URI asked for any.
+    pub fn impairment(&self) -> Option<[tickwire_proto::impair::ImpairStats; 4]> {
+        self.transport.impairment()
+    }
     /// Protocol counters.
     pub fn stats(&self) -> &SenderStats {
         self.sender.stats()

@@ -89,6 +89,11 @@ impl Subscription {
         })
     }
 
+    /// What the built-in impairment did (send data, send control, receive
+    /// data, receive control), if the URI asked for any.
+    pub fn impairment(&self) -> Option<[tickwire_proto::impair::ImpairStats; 4]> {
+        self.transport.impairment()
+    }
     /// Protocol counters.
     pub fn stats(&self) -> &ReceiverStats {
         self.receiver.stats()

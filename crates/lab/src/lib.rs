@@ -43,6 +43,7 @@ pub mod reproduce;
 pub mod sockets;
 pub mod sweep;
 pub mod tick_to_trade;
+pub mod transfer;
 pub mod worker;
 
 use std::process::{Child, Command, Stdio};

@@ -70,6 +70,67 @@ impl NetnsPair {
     }
 }
 
+/// A hub namespace with a bridge and `n` leaf namespaces, each joined to the
+/// bridge by a veth pair: one multicast segment, like a switch. The hub is
+/// 10.78.S.1 (on the bridge); leaf `i` is 10.78.S.(i+2). Multicast snooping
+/// is off, so the bridge floods group traffic to every port.
+#[derive(Debug)]
+pub struct NetnsStar {
+    /// The hub namespace (the sender's side).
+    pub hub: String,
+    /// The hub's address (on the bridge).
+    pub hub_addr: String,
+    /// Leaf namespaces and their addresses.
+    pub leaves: Vec<(String, String)>,
+}
+
+impl NetnsStar {
+    /// Creates the hub, the bridge and `n` leaves.
+    ///
+    /// # Errors
+    /// [`LabError::Usage`] naming the `ip` command that failed; whatever
+    /// was created is removed.
+    pub fn create(n: usize) -> Result<Self, LabError> {
+        let pid = std::process::id();
+        let h = NEXT.fetch_add(1, Ordering::Relaxed);
+        let subnet = (pid.wrapping_mul(17).wrapping_add(h)) % 250 + 1;
+        let mut star =
+            Self { hub: format!("tw{pid}a{h}"), hub_addr: format!("10.78.{subnet}.1"), leaves: Vec::with_capacity(n) };
+        ip(&["netns", "add", &star.hub])?;
+        let br = "twbr0";
+        ip(&["-n", &star.hub, "link", "add", br, "type", "bridge", "mcast_snooping", "0"])?;
+        ip(&["-n", &star.hub, "addr", "add", &format!("{}/24", star.hub_addr), "dev", br])?;
+        ip(&["-n", &star.hub, "link", "set", "lo", "up"])?;
+        ip(&["-n", &star.hub, "link", "set", br, "up"])?;
+        for i in 0..n {
+            let m = NEXT.fetch_add(1, Ordering::Relaxed);
+            let leaf = format!("tw{pid}b{m}");
+            let addr = format!("10.78.{subnet}.{}", i + 2);
+            ip(&["netns", "add", &leaf])?;
+            star.leaves.push((leaf.clone(), addr.clone()));
+            let (vh, vl) = (format!("tw{pid}v{m}h"), format!("tw{pid}v{m}l"));
+            ip(&["link", "add", &vh, "type", "veth", "peer", "name", &vl])?;
+            ip(&["link", "set", &vh, "netns", &star.hub])?;
+            ip(&["link", "set", &vl, "netns", &leaf])?;
+            ip(&["-n", &star.hub, "link", "set", &vh, "master", br])?;
+            ip(&["-n", &star.hub, "link", "set", &vh, "up"])?;
+            ip(&["-n", &leaf, "addr", "add", &format!("{addr}/24"), "dev", &vl])?;
+            ip(&["-n", &leaf, "link", "set", "lo", "up"])?;
+            ip(&["-n", &leaf, "link", "set", &vl, "up"])?;
+        }
+        Ok(star)
+    }
+}
+
+impl Drop for NetnsStar {
+    fn drop(&mut self) {
+        for (leaf, _) in &self.leaves {
+            let _ = ip(&["netns", "del", leaf]);
+        }
+        let _ = ip(&["netns", "del", &self.hub]);
+    }
+}
+
 impl Drop for NetnsPair {
     fn drop(&mut self) {
         // Deleting a namespace deletes its end of the veth, and with it the pair.

@@ -52,6 +52,8 @@ pub fn run(args: &[String]) -> Result<String, LabError> {
             num(args, 4, "size")?,
         ),
         "sock-ping" => crate::sockets::ping_worker(args),
+        "rudp-send" => crate::transfer::sender(args),
+        "rudp-recv" => crate::transfer::receiver(args),
         "t2t-sut" => crate::tick_to_trade::sut(
             arg(args, 1, "gateway")?,
             num(args, 2, "cpu")?,

@@ -25,8 +25,14 @@ pub struct ReceiverConfig {
     pub window: usize,
     /// Delay before the first NAK of a gap.
     pub nak_delay: NakDelay,
-    /// Delay before NAKing a gap again (the repair was lost).
+    /// Least delay before NAKing a gap again (the repair was lost). The
+    /// receiver stretches it to twice the measured NAK-to-repair time (a
+    /// bulk transfer queues repairs behind data) and doubles it per retry.
     pub nak_retry: Nanos,
+    /// The retry delay before any repair time has been measured: a bulk
+    /// stream can queue a repair behind a full window of data, so the first
+    /// guess is conservative, as TCP's initial RTO is.
+    pub nak_retry_initial: Nanos,
     /// STATUS is sent at least this often (and whenever a quarter of the
     /// window has been consumed since the last one).
     pub status_interval: Nanos,
@@ -48,6 +54,7 @@ impl Default for ReceiverConfig {
             window: 1 << 20,
             nak_delay: NakDelay::Static(20_000),
             nak_retry: 500_000,
+            nak_retry_initial: 10_000_000,
             status_interval: 1_000_000,
             session_timeout: 1_000_000_000,
             setup_request_interval: 1_000_000,
@@ -146,6 +153,7 @@ struct GapTimer {
     to: u64,
     deadline: Nanos,
     sent: u32,
+    nak_at: Nanos,
 }
 
 #[derive(Debug)]
@@ -172,6 +180,8 @@ struct Image {
     status_pos: u64,
     status_now: bool,
     reasm: Reassembler,
+    /// Smoothed NAK-to-repair time (0 until measured).
+    srtt: Nanos,
 }
 
 impl Image {
@@ -286,10 +296,21 @@ impl Image {
             let to = self.covered.find(self.slot(from), rest, true).map_or(end, |j| from + j as u64 * A);
             let timer = match self.timers.iter().find(|t| t.from < to && from < t.to) {
                 Some(t) => GapTimer { from, to, ..*t },
-                None => GapTimer { from, to, deadline: now + delay(), sent: 0 },
+                None => GapTimer { from, to, deadline: now + delay(), sent: 0, nak_at: 0 },
             };
             self.scratch.push(timer);
             pos = to;
+        }
+        // A NAKed gap that is gone was repaired: a sample of the repair time
+        // (NAK to retransmission, including any queue in front of it).
+        for t in &self.timers {
+            let repaired = t.sent > 0
+                && t.from >= self.retained_from
+                && !self.scratch.iter().any(|g| g.from < t.to && t.from < g.to);
+            if repaired {
+                let sample = now.saturating_sub(t.nak_at);
+                self.srtt = if self.srtt == 0 { sample } else { (self.srtt * 7 + sample) / 8 };
+            }
         }
         std::mem::swap(&mut self.timers, &mut self.scratch);
     }
@@ -522,6 +543,7 @@ impl Receiver {
             status_pos: pos,
             status_now: true,
             reasm: Reassembler::new(self.cfg.max_message),
+            srtt: 0,
         });
         self.setup_for = None;
     }
@@ -602,7 +624,15 @@ impl Receiver {
                 };
                 n += nak.emit(&mut buf[n..]).unwrap_or(0);
                 t.sent += 1;
-                t.deadline = now + cfg.nak_retry;
+                t.nak_at = now;
+                // Retry after the configured time or twice the measured repair
+                // time, whichever is longer, doubling with each retry (capped).
+                let rto = if im.srtt == 0 {
+                    cfg.nak_retry.max(cfg.nak_retry_initial)
+                } else {
+                    cfg.nak_retry.max(im.srtt.saturating_mul(2))
+                };
+                t.deadline = now + (rto << (t.sent - 1).min(4));
                 stats.naks_sent += 1;
                 if t.sent > 1 {
                     stats.nak_retries += 1;

@@ -150,4 +150,8 @@ impl<T: Transport> Transport for Impaired<T> {
     fn local_addr(&self) -> SocketAddrV4 {
         self.inner.local_addr()
     }
+
+    fn impairment(&self) -> Option<[ImpairStats; 4]> {
+        Some(self.stats())
+    }
 }

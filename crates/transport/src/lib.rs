@@ -132,6 +132,12 @@ pub trait Transport: Send {
 
     /// The local address.
     fn local_addr(&self) -> SocketAddrV4;
+
+    /// What a built-in impairment did (send data, send control, receive
+    /// data, receive control), if this transport impairs.
+    fn impairment(&self) -> Option<[tickwire_proto::impair::ImpairStats; 4]> {
+        None
+    }
 }
 
 impl<T: Transport + ?Sized> Transport for Box<T> {
@@ -146,5 +152,8 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn local_addr(&self) -> SocketAddrV4 {
         (**self).local_addr()
+    }
+    fn impairment(&self) -> Option<[tickwire_proto::impair::ImpairStats; 4]> {
+        (**self).impairment()
     }
 }

@@ -99,9 +99,12 @@ pub fn recvmmsg(fd: RawFd, batch: &mut RecvBatch) -> io::Result<usize> {
 /// Waits until `fd` is readable or `timeout` passes.
 pub fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
     let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: one valid pollfd on the stack.
-    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: one valid pollfd and a timespec on the stack; no signal mask.
+    let r = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
     if r < 0 {
         let e = io::Error::last_os_error();
         return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };

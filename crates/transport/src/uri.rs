@@ -19,6 +19,7 @@ pub const KEYS: &[&str] = &[
     "nak-delay-max",
     "group-size",
     "nak-retry",
+    "nak-retry-initial",
     "linger",
     "heartbeat",
     "status-interval",
