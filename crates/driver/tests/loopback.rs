@@ -74,3 +74,139 @@ fn loss_reorder_and_duplicates_on_both_paths_are_repaired() {
     assert_eq!(got, (0..20_000).collect::<Vec<_>>());
     assert!(p.stats().retransmits > 0 && s.stats().naks_sent > 0 && s.stats().duplicates > 0);
 }
+
+/// Drives everything once; collects events per subscription.
+fn pump(p: &mut [&mut Publication], subs: &mut [(&mut Subscription, &mut Vec<String>)]) {
+    for p in p.iter_mut() {
+        p.do_work();
+    }
+    for (s, log) in subs.iter_mut() {
+        s.poll(
+            |ev| {
+                log.push(match ev {
+                    Event::Message(m) => format!("m{}", u64::from_le_bytes(m.payload[..8].try_into().unwrap())),
+                    Event::Joined { session_id, .. } => format!("joined {session_id}"),
+                    Event::Ended { session_id, .. } => format!("ended {session_id}"),
+                    Event::Lost { from, to, .. } => format!("lost {from}-{to}"),
+                })
+            },
+            256,
+        )
+        .unwrap();
+    }
+}
+
+fn offer_all(p: &mut Publication, range: std::ops::Range<u64>, subs: &mut [(&mut Subscription, &mut Vec<String>)]) {
+    // One message per duty cycle, so that joins happen mid-stream.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for i in range {
+        while p.offer(&i.to_le_bytes()).is_err() {
+            assert!(Instant::now() < deadline, "offer {i} never accepted");
+            pump(&mut [&mut *p], subs);
+        }
+        pump(&mut [&mut *p], subs);
+    }
+}
+
+fn settle(p: &mut [&mut Publication], subs: &mut [(&mut Subscription, &mut Vec<String>)], ms: u64) {
+    let until = Instant::now() + Duration::from_millis(ms);
+    while Instant::now() < until {
+        pump(p, subs);
+    }
+}
+
+fn messages(log: &[String]) -> Vec<u64> {
+    log.iter().filter_map(|l| l.strip_prefix('m')).map(|n| n.parse().unwrap()).collect()
+}
+
+#[test]
+fn a_restarted_receiver_joins_at_the_current_position_and_continues_in_order() {
+    let uri: ChannelUri = format!("udp://127.0.0.1:{}", port()).parse().unwrap();
+    let mut p = Publication::open(&uri, 3, None).unwrap();
+    let (mut log1, mut log2) = (Vec::new(), Vec::new());
+    {
+        let mut s1 = Subscription::open(&uri, 3, None).unwrap();
+        offer_all(&mut p, 0..1000, &mut [(&mut s1, &mut log1)]);
+        settle(&mut [&mut p], &mut [(&mut s1, &mut log1)], 50);
+    }
+    assert_eq!(messages(&log1), (0..1000).collect::<Vec<_>>());
+    let mut s2 = Subscription::open(&uri, 3, None).unwrap();
+    offer_all(&mut p, 1000..3000, &mut [(&mut s2, &mut log2)]);
+    settle(&mut [&mut p], &mut [(&mut s2, &mut log2)], 100);
+    assert!(log2.first().is_some_and(|l| l.starts_with("joined")), "{log2:?} {:?} {:?}", s2.stats(), p.stats());
+    let got = messages(&log2);
+    let first = got[0];
+    assert!((1000..3000).contains(&first), "{first}");
+    assert_eq!(got, (first..3000).collect::<Vec<_>>());
+    assert!(!log2.iter().any(|l| l.starts_with("lost")));
+}
+
+#[test]
+fn a_sender_restarting_with_a_new_session_is_followed_after_the_old_one_falls_silent() {
+    let uri: ChannelUri = format!("udp://127.0.0.1:{}?session-timeout=50ms", port()).parse().unwrap();
+    let mut s = Subscription::open(&uri, 4, None).unwrap();
+    let mut log = Vec::new();
+    let first_session;
+    {
+        let mut p1 = Publication::open(&uri, 4, None).unwrap();
+        first_session = p1.session_id();
+        offer_all(&mut p1, 0..500, &mut [(&mut s, &mut log)]);
+        settle(&mut [&mut p1], &mut [(&mut s, &mut log)], 20);
+        // Dropped without close: like a crash, no END_OF_STREAM.
+    }
+    let mut p2 = Publication::open(&uri, 4, None).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !p2.is_connected() {
+        assert!(Instant::now() < deadline, "new session never connected");
+        pump(&mut [&mut p2], &mut [(&mut s, &mut log)]);
+    }
+    offer_all(&mut p2, 0..500, &mut [(&mut s, &mut log)]);
+    assert!(p2.close(Duration::from_secs(5)));
+    settle(&mut [&mut p2], &mut [(&mut s, &mut log)], 20);
+    let expected: Vec<String> = std::iter::once(format!("joined {first_session}"))
+        .chain((0..500).map(|i| format!("m{i}")))
+        .chain([format!("ended {first_session}"), format!("joined {}", p2.session_id())])
+        .chain((0..500).map(|i| format!("m{i}")))
+        .chain([format!("ended {}", p2.session_id())])
+        .collect();
+    assert_eq!(log, expected);
+}
+
+#[test]
+fn a_late_joiner_on_a_multicast_group_starts_at_a_message_boundary() {
+    let group = format!("udp://239.255.91.{}:{}?interface=127.0.0.1", 1 + port() % 200, port());
+    let uri: ChannelUri = group.parse().unwrap();
+    let mut p = Publication::open(&uri, 5, None).unwrap();
+    let mut a = Subscription::open(&uri, 5, None).unwrap();
+    let (mut la, mut lb) = (Vec::new(), Vec::new());
+    offer_all(&mut p, 0..1000, &mut [(&mut a, &mut la)]);
+    settle(&mut [&mut p], &mut [(&mut a, &mut la)], 20);
+    let mut b = Subscription::open(&uri, 5, None).unwrap();
+    offer_all(&mut p, 1000..3000, &mut [(&mut a, &mut la), (&mut b, &mut lb)]);
+    assert!(p.close(Duration::from_secs(5)));
+    settle(&mut [&mut p], &mut [(&mut a, &mut la), (&mut b, &mut lb)], 20);
+    assert_eq!(messages(&la), (0..3000).collect::<Vec<_>>());
+    let got = messages(&lb);
+    assert!(!got.is_empty() && got[0] >= 1000, "{:?}", &lb[..lb.len().min(3)]);
+    assert_eq!(got, (got[0]..3000).collect::<Vec<_>>());
+    assert!(lb[0].starts_with("joined") && lb.last().unwrap().starts_with("ended"));
+}
+
+#[test]
+fn a_receiver_joins_an_idle_sender_from_its_heartbeats() {
+    let uri: ChannelUri = format!("udp://127.0.0.1:{}", port()).parse().unwrap();
+    let mut p = Publication::open(&uri, 6, None).unwrap();
+    let mut log1 = Vec::new();
+    {
+        let mut s1 = Subscription::open(&uri, 6, None).unwrap();
+        offer_all(&mut p, 0..100, &mut [(&mut s1, &mut log1)]);
+        settle(&mut [&mut p], &mut [(&mut s1, &mut log1)], 20);
+    }
+    let mut s2 = Subscription::open(&uri, 6, None).unwrap();
+    let mut log2 = Vec::new();
+    settle(&mut [&mut p], &mut [(&mut s2, &mut log2)], 50);
+    assert_eq!(log2.len(), 1, "{log2:?} {:?} {:?}", s2.stats(), p.stats());
+    offer_all(&mut p, 100..200, &mut [(&mut s2, &mut log2)]);
+    settle(&mut [&mut p], &mut [(&mut s2, &mut log2)], 20);
+    assert_eq!(messages(&log2), (100..200).collect::<Vec<_>>());
+}
