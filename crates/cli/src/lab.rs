@@ -209,6 +209,12 @@ pub struct OneWayArgs {
     /// Write an SVG plot of the percentile distribution.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// rudp: drop this fraction of the datagrams each end sends (repaired by NAK).
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// rudp: any channel parameter, KEY=VALUE (repeatable), e.g. nak-delay=50us.
+    #[arg(long = "param")]
+    params: Vec<String>,
     /// Test hook: the receiver sleeps --stall-for once every N messages.
     #[arg(long, hide = true, default_value_t = 0)]
     stall_every: u64,
@@ -802,6 +808,48 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
                 }
             }
         }
+        LabCmd::Oneway(a) if a.transport == "rudp" => {
+            if !(0.0..=1.0).contains(&a.loss) {
+                return Err(format!("--loss must be within [0, 1], got {}", a.loss));
+            }
+            let machine = Machine::detect();
+            let mut params = a.params.clone();
+            if a.loss > 0.0 {
+                params.push(format!("loss={}&seed=7", a.loss));
+            }
+            let nak_delay =
+                params.iter().find_map(|p| p.strip_prefix("nak-delay=")).unwrap_or("20us (unicast default)").to_owned();
+            let (h, rep) = tickwire_lab::rudp::oneway_histogram(
+                a.size.max(16),
+                a.rate as f64,
+                a.duration,
+                a.common.cpus,
+                &params.join("&"),
+            )
+            .map_err(err)?;
+            let mut row = LatencyRow::from_histogram("oneway", "rudp", a.size.max(16), &h);
+            row.offered_rate = Some(a.rate as f64);
+            row.achieved_rate = Some(rep.msgs_per_s);
+            row.lost = rep.missing;
+            row.cpus = format!("{},{}", a.common.cpus.local, a.common.cpus.remote);
+            row.machine = machine.summary();
+            if a.common.format() == Format::Table {
+                println!(
+                    "offered {} msg/s, achieved {:.0} msg/s, loss injected {} per datagram each way, NAK delay {nak_delay}; \
+                     {} NAKs sent, {} messages never delivered, {} lost events; latency from the intended send time",
+                    a.rate, rep.msgs_per_s, a.loss, rep.naks_sent, rep.missing, rep.lost_events
+                );
+            }
+            let m = Measured { row, hist: h, start: std::time::SystemTime::now(), elapsed: a.duration };
+            finish(
+                &[m],
+                a.common.format(),
+                &machine,
+                a.hlog.as_ref(),
+                a.plot.as_ref(),
+                "One-way latency by percentile (rudp)",
+            )?;
+        }
         LabCmd::Oneway(a) => {
             if a.transport != "ipc" {
                 return Err(format!("oneway over {:?} is not available yet (ipc only)", a.transport));
@@ -844,8 +892,25 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
             )?;
         }
         LabCmd::Throughput(a) => {
+            if a.transport == "rudp" {
+                let r = tickwire_lab::rudp::throughput(a.size, a.duration, a.common.cpus, "").map_err(err)?;
+                if a.common.format() == Format::Json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"mode": "throughput", "transport": "rudp", "size": a.size, "count": r.count,
+                        "missing": r.missing, "lost_events": r.lost_events, "duration_s": r.duration_s, "msgs_per_s": r.msgs_per_s,
+                        "datagrams": r.datagrams, "naks_sent": r.naks_sent, "cpus": format!("{},{}", a.common.cpus.local, a.common.cpus.remote)})
+                    );
+                } else {
+                    println!(
+                        "rudp {} B: {} messages in {:.3} s = {:.0} msg/s ({:.1} messages per datagram), missing {}, lost events {}",
+                        a.size, r.count, r.duration_s, r.msgs_per_s, r.count as f64 / r.datagrams.max(1) as f64, r.missing, r.lost_events
+                    );
+                }
+                return Ok(());
+            }
             if a.transport != "ipc" {
-                return Err(format!("throughput over {:?} is not available yet (ipc only)", a.transport));
+                return Err(format!("throughput over {:?} is not available yet (ipc, rudp)", a.transport));
             }
             let o = IpcOptions {
                 count: 0,

@@ -102,3 +102,28 @@ fn several_receivers_without_namespaces_is_a_clear_error() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--netns"));
 }
+
+fn json_lines(line: &str) -> Vec<serde_json::Value> {
+    let out = Command::new(BIN).args(line.split_whitespace()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{line}\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+#[test]
+fn lab_measures_rudp_pingpong_against_kernel_udp_throughput_and_oneway_under_loss() {
+    let rows = json_lines("lab pingpong --transport rudp --count 3000 --warmup 200 --rounds 2 --json");
+    let r = rows.iter().find(|r| r["mode"] == "pingpong").unwrap();
+    assert_eq!(r["transport"], "rudp");
+    assert!(
+        r["p50_ns"].as_u64().unwrap() > 0 && r["ratio_p50"].as_f64().is_some() && r["ratio_p99"].as_f64().is_some(),
+        "{r}"
+    );
+    let t = &json_lines("lab throughput --transport rudp --size 64 --duration 1s --json")[0];
+    assert!(t["count"].as_u64().unwrap() > 10_000, "{t}");
+    assert_eq!(t["missing"], 0, "{t}");
+    let o = &json_lines("lab oneway --transport rudp --rate 20k --duration 1s --loss 0.01 --json")[0];
+    assert_eq!(o["transport"], "rudp");
+    assert_eq!(o["lost"], 0, "every message arrives despite the loss: {o}");
+    assert!(o["count"].as_u64().unwrap() >= 19_000, "{o}");
+}

@@ -14,10 +14,10 @@
 //! | `nak-retry-initial` | 10ms | retry wait before any repair time was measured |
 //! | `linger` | 200us / 5ms | ignore repeated NAKs of a range just retransmitted |
 //! | `heartbeat` | 1ms | heartbeat after this long idle |
-//! | `status-interval` | 1ms | STATUS at least this often |
+//! | `status-interval` | 100ms | STATUS at least this often (and after each quarter window consumed) |
 //! | `session-timeout` | 1s | a silent session may be replaced |
 //! | `receiver-timeout` | 1s | a silent receiver stops counting for flow control |
-//! | `control-poll` | 20us | how often a publication reads NAK/STATUS |
+//! | `control-poll` | 100us | how often a publication reads NAK/STATUS |
 //! | `buffer` | 4MiB | socket buffers (forced past rmem_max when root) |
 //! | `receiver-id`, `seed` | random | identity and NAK back-off seed |
 //! | `loss`, `reorder`, `duplicate` | 0 | impair what this end sends |
@@ -130,7 +130,7 @@ impl ChannelConfig {
             nak_delay,
             nak_retry: ns(uri.duration("nak-retry", if mc { ms(10) } else { us(500) })?),
             nak_retry_initial: ns(uri.duration("nak-retry-initial", ms(10))?),
-            status_interval: ns(uri.duration("status-interval", ms(1))?),
+            status_interval: ns(uri.duration("status-interval", ms(100))?),
             session_timeout: ns(uri.duration("session-timeout", ms(1000))?),
             setup_request_interval: ns(ms(1)),
             max_message,
@@ -168,7 +168,7 @@ impl ChannelConfig {
             receiver,
             publication_impair,
             subscription_impair,
-            control_poll: uri.duration("control-poll", us(20))?,
+            control_poll: uri.duration("control-poll", us(100))?,
             buffer_bytes: uri.size("buffer", 4 << 20)?,
         })
     }

@@ -40,6 +40,7 @@ pub mod pingpong;
 pub mod plots;
 pub mod report;
 pub mod reproduce;
+pub mod rudp;
 pub mod sockets;
 pub mod sweep;
 pub mod tick_to_trade;

@@ -20,6 +20,9 @@ pub enum Transport {
     Udp,
     /// Kernel TCP sockets (TCP_NODELAY) on loopback.
     Tcp,
+    /// Reliable UDP (tickwire's protocol over kernel UDP); its baseline is
+    /// kernel UDP ping-pong instead of the raw ring.
+    Rudp,
 }
 
 impl Transport {
@@ -32,8 +35,9 @@ impl Transport {
             "ipc" => Ok(Self::Ipc),
             "udp" => Ok(Self::Udp),
             "tcp" => Ok(Self::Tcp),
+            "rudp" => Ok(Self::Rudp),
             other => Err(format!(
-                "transport {other:?} is not available yet (ipc, udp, tcp; rudp and xdp arrive with their issues)"
+                "transport {other:?} is not available yet (ipc, udp, tcp, rudp; xdp arrives with its issue)"
             )),
         }
     }
@@ -43,6 +47,7 @@ impl Transport {
             Self::Ipc => "ipc",
             Self::Udp => "udp",
             Self::Tcp => "tcp",
+            Self::Rudp => "rudp",
         }
     }
 }
@@ -114,6 +119,7 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
                 dir: p.dir.clone(),
                 wait: p.wait,
             })?,
+            Transport::Rudp => crate::rudp::pingpong_histogram(p.size, chunk, p.warmup, p.cpus, per_round)?,
             Transport::Udp | Transport::Tcp => sockets::pingpong_histogram(&SockOptions {
                 proto: if p.transport == Transport::Udp { Proto::Udp } else { Proto::Tcp },
                 wait: p.wait,
@@ -126,7 +132,22 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
             })?,
         };
         t_elapsed += t.elapsed();
-        if p.floor {
+        if p.floor && p.transport == Transport::Rudp {
+            // The baseline of reliable UDP is plain kernel UDP, same count.
+            let t = Instant::now();
+            let base = sockets::pingpong_histogram(&SockOptions {
+                proto: Proto::Udp,
+                wait: Wait::Spin,
+                count: h.len().max(1),
+                warmup: p.warmup,
+                size: p.size,
+                cpus: p.cpus,
+                netns: false,
+                time_limit: None,
+            })?;
+            fh.add(base).map_err(|e| LabError::Worker(e.to_string()))?;
+            f_elapsed += t.elapsed();
+        } else if p.floor {
             // As many floor round trips as the transport made this round, so
             // both carry the same weight even when the run is timed.
             fo.count = h.len().max(1);
@@ -151,8 +172,9 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
         row.transport = format!("{}-netns", p.transport.name());
     }
     let floor = if p.floor {
-        let mut f = LatencyRow::from_histogram("floor", "shm", p.size, &fh);
-        f.probe = Some("raw_ring".into());
+        let rudp = p.transport == Transport::Rudp;
+        let mut f = LatencyRow::from_histogram("floor", if rudp { "udp" } else { "shm" }, p.size, &fh);
+        f.probe = Some(if rudp { "kernel_udp_spin" } else { "raw_ring" }.into());
         f.cpus = cpus;
         f.machine = machine.summary();
         row = row.with_floor(&f);

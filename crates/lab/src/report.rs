@@ -65,6 +65,9 @@ pub struct LatencyRow {
     /// p50 / floor p50.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_p50: Option<f64>,
+    /// p99 / floor p99.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_p99: Option<f64>,
     /// p99.9 / floor p99.9.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_p999: Option<f64>,
@@ -97,6 +100,7 @@ impl LatencyRow {
         self.floor_p50_ns = Some(floor.p50_ns);
         self.floor_p999_ns = Some(floor.p999_ns);
         self.ratio_p50 = Some(ratio(self.p50_ns, floor.p50_ns));
+        self.ratio_p99 = Some(ratio(self.p99_ns, floor.p99_ns));
         self.ratio_p999 = Some(ratio(self.p999_ns, floor.p999_ns));
         self
     }

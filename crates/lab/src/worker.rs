@@ -53,6 +53,9 @@ pub fn run(args: &[String]) -> Result<String, LabError> {
         ),
         "sock-ping" => crate::sockets::ping_worker(args),
         "rudp-send" => crate::transfer::sender(args),
+        "rudp-pong" => crate::rudp::pong(args),
+        "rudp-blast" => crate::rudp::blast(args),
+        "rudp-rate" => crate::rudp::rate_sender(args),
         "rudp-recv" => crate::transfer::receiver(args),
         "t2t-sut" => crate::tick_to_trade::sut(
             arg(args, 1, "gateway")?,

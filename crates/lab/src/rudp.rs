@@ -1,0 +1,344 @@
+//! Reliable UDP in the lab: ping-pong (against kernel UDP in the same run),
+//! one-way throughput, and one-way latency at a fixed rate under loss.
+//!
+//! Both ends use the embedded driver (`Publication::do_work` and
+//! `Subscription::poll` in the measuring thread), pinned, spinning.
+
+use crate::report::histogram;
+use crate::{spin_until, LabError, WorkerProcess};
+use hdrhistogram::Histogram;
+use std::time::{Duration, Instant};
+use tickwire_agent::pin_current_thread;
+use tickwire_driver::{ChannelUri, Event, OfferError, Publication, Subscription};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+const STREAM: u32 = 1201;
+
+fn werr(e: impl std::fmt::Display) -> LabError {
+    LabError::Worker(e.to_string())
+}
+
+fn uri(port: u16, params: &str) -> Result<ChannelUri, LabError> {
+    let q = if params.is_empty() { String::new() } else { format!("?{params}") };
+    format!("udp://127.0.0.1:{port}{q}").parse().map_err(werr)
+}
+
+/// Offers, driving the publication while back-pressured (bounded by 10 s).
+fn offer(p: &mut Publication, msg: &[u8]) -> Result<(), LabError> {
+    let start = Instant::now();
+    loop {
+        match p.offer(msg) {
+            Ok(_) => return Ok(()),
+            Err(OfferError::BackPressured | OfferError::NotConnected) if start.elapsed() < TIMEOUT => {
+                p.do_work();
+            }
+            Err(e) => return Err(werr(e)),
+        }
+    }
+}
+
+/// Drives both until the publication is connected and the subscription has
+/// joined the far side's session.
+fn connect(p: &mut Publication, s: &mut Subscription) -> Result<(), LabError> {
+    spin_until(TIMEOUT, "rudp connection", || {
+        p.do_work();
+        let _ = s.poll(|_| {}, 16);
+        (p.is_connected() && s.session().is_some()).then_some(())
+    })
+}
+
+/// The ping side: a subscription for the pongs, a publication to the pong
+/// worker. Returns half-round-trip latencies.
+///
+/// # Errors
+/// Socket or worker failures, or a pong that does not answer in 10 s.
+pub fn pingpong_histogram(
+    size: usize,
+    count: u64,
+    warmup: u64,
+    cpus: crate::Cpus,
+    limit: Option<Duration>,
+) -> Result<Histogram<u64>, LabError> {
+    if size < 8 {
+        return Err(LabError::Usage("rudp ping-pong needs at least 8 bytes".into()));
+    }
+    let mut sub = Subscription::open(&uri(0, "")?, STREAM, None).map_err(werr)?;
+    let back = sub.local_addr().port();
+    let mut pong = WorkerProcess::spawn(&["rudp-pong".into(), back.to_string(), cpus.remote.to_string()])?;
+    let line = pong.read_line()?;
+    let port: u16 = line
+        .strip_prefix("listening ")
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| LabError::Worker(format!("unexpected worker output {line:?}")))?;
+    let mut publication = Publication::open(&uri(port, "")?, STREAM, None).map_err(werr)?;
+    pin_current_thread(cpus.local)?;
+    connect(&mut publication, &mut sub)?;
+    let mut msg = vec![0u8; size];
+    let h = crate::round_trips(warmup, count, limit, |i| {
+        msg[..8].copy_from_slice(&i.to_le_bytes());
+        offer(&mut publication, &msg)?;
+        publication.do_work();
+        let mut ok = None;
+        spin_until(TIMEOUT, "rudp pong", || {
+            sub.poll(
+                |ev| {
+                    if let Event::Message(m) = ev {
+                        ok = Some(m.payload.len() == size && m.payload[..8] == i.to_le_bytes());
+                    }
+                },
+                1,
+            )
+            .ok()?;
+            if ok.is_none() {
+                publication.do_work();
+            }
+            ok
+        })?
+        .then_some(())
+        .ok_or_else(|| LabError::Worker("rudp pong echoed the wrong message".into()))
+    })?;
+    offer(&mut publication, &[0])?;
+    publication.close(Duration::from_secs(2));
+    pong.finish(TIMEOUT)?;
+    Ok(h)
+}
+
+/// Worker `rudp-pong BACK_PORT CPU`: echoes until a 1-byte message.
+pub(crate) fn pong(args: &[String]) -> Result<String, LabError> {
+    let num = |i: usize| {
+        args.get(i).and_then(|a| a.parse::<u64>().ok()).ok_or_else(|| LabError::Usage("rudp-pong: bad args".into()))
+    };
+    let (back, cpu) = (num(1)? as u16, num(2)? as usize);
+    let mut sub = Subscription::open(&uri(0, "")?, STREAM, None).map_err(werr)?;
+    println!("listening {}", sub.local_addr().port());
+    let mut publication = Publication::open(&uri(back, "")?, STREAM, None).map_err(werr)?;
+    pin_current_thread(cpu)?;
+    // No separate connect phase: a ping arriving early must not be dropped;
+    // `offer` waits for the echo's publication to connect.
+    let mut buf = Vec::new();
+    let mut last = Instant::now();
+    loop {
+        buf.clear();
+        let n = sub
+            .poll(
+                |ev| {
+                    if let Event::Message(m) = ev {
+                        buf.extend_from_slice(m.payload);
+                    }
+                },
+                1,
+            )
+            .map_err(werr)?;
+        if n > 0 && !buf.is_empty() {
+            if buf.len() == 1 {
+                publication.close(Duration::from_secs(1));
+                return Ok("done".into());
+            }
+            offer(&mut publication, &buf)?;
+            last = Instant::now();
+        } else if last.elapsed() > Duration::from_secs(30) {
+            return Err(LabError::Timeout("no ping for 30 s".into()));
+        }
+        publication.do_work();
+    }
+}
+
+/// What the throughput sink measured.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct SinkReport {
+    /// Messages received.
+    pub count: u64,
+    /// Sequence gaps (messages never delivered).
+    pub missing: u64,
+    /// `Lost` events.
+    pub lost_events: u64,
+    /// First to last message.
+    pub duration_s: f64,
+    /// Messages per second.
+    pub msgs_per_s: f64,
+    /// Datagrams the sink's socket delivered.
+    pub datagrams: u64,
+    /// NAKs the sink sent.
+    pub naks_sent: u64,
+}
+
+/// One-way throughput: a worker publishes `size`-byte messages as fast as
+/// flow control allows for `duration`; this process receives and counts.
+///
+/// # Errors
+/// Socket or worker failures.
+pub fn throughput(size: usize, duration: Duration, cpus: crate::Cpus, params: &str) -> Result<SinkReport, LabError> {
+    let mut sub = Subscription::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
+    let port = sub.local_addr().port();
+    let blaster = WorkerProcess::spawn(&[
+        "rudp-blast".into(),
+        port.to_string(),
+        cpus.remote.to_string(),
+        size.to_string(),
+        duration.as_micros().to_string(),
+        params.to_string(),
+    ])?;
+    pin_current_thread(cpus.local)?;
+    let mut rep = SinkReport::default();
+    let mut expect = 0u64;
+    let mut first = None;
+    let mut last = Instant::now();
+    let deadline = Instant::now() + duration + TIMEOUT * 3;
+    while !sub.is_ended() && Instant::now() < deadline {
+        let n = sub
+            .poll(
+                |ev| match ev {
+                    Event::Message(m) => {
+                        let seq = m.payload.get(..8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes);
+                        rep.missing += seq.saturating_sub(expect);
+                        expect = seq + 1;
+                        rep.count += 1;
+                    }
+                    Event::Lost { .. } => rep.lost_events += 1,
+                    _ => {}
+                },
+                4096,
+            )
+            .map_err(werr)?;
+        if n > 0 {
+            last = Instant::now();
+            first.get_or_insert(last);
+        }
+    }
+    let secs = first.map_or(0.0, |f: Instant| last.duration_since(f).as_secs_f64());
+    rep.duration_s = secs;
+    rep.msgs_per_s = if secs > 0.0 { (rep.count as f64 / secs).round() } else { 0.0 };
+    rep.datagrams = sub.stats().datagrams;
+    rep.naks_sent = sub.stats().naks_sent;
+    blaster.finish(TIMEOUT)?;
+    Ok(rep)
+}
+
+/// Worker `rudp-blast PORT CPU SIZE DURATION_US PARAMS`.
+pub(crate) fn blast(args: &[String]) -> Result<String, LabError> {
+    let num = |i: usize| {
+        args.get(i).and_then(|a| a.parse::<u64>().ok()).ok_or_else(|| LabError::Usage("rudp-blast: bad args".into()))
+    };
+    let (port, cpu, size, us) = (num(1)? as u16, num(2)? as usize, num(3)? as usize, num(4)?);
+    let params = args.get(5).map_or("", String::as_str);
+    let mut p = Publication::open(&uri(port, params)?, STREAM, None).map_err(werr)?;
+    pin_current_thread(cpu)?;
+    spin_until(TIMEOUT, "rudp sink", || {
+        p.do_work();
+        p.is_connected().then_some(())
+    })?;
+    let mut msg = vec![0u8; size.max(8)];
+    let end = Instant::now() + Duration::from_micros(us);
+    let mut seq = 0u64;
+    'outer: loop {
+        // Offer a batch, then send it: the batching that makes this fast.
+        for _ in 0..256 {
+            msg[..8].copy_from_slice(&seq.to_le_bytes());
+            match p.offer(&msg) {
+                Ok(_) => seq += 1,
+                Err(OfferError::BackPressured) => break,
+                Err(e) => return Err(werr(e)),
+            }
+        }
+        p.do_work();
+        if seq % 4096 < 256 && Instant::now() >= end {
+            break 'outer;
+        }
+    }
+    p.close(TIMEOUT);
+    Ok(format!("sent {seq}"))
+}
+
+/// One-way latency at a fixed rate (open loop: measured from each message's
+/// intended send time, so a stalled sender cannot hide the delay).
+///
+/// # Errors
+/// Socket or worker failures.
+pub fn oneway_histogram(
+    size: usize,
+    rate: f64,
+    duration: Duration,
+    cpus: crate::Cpus,
+    params: &str,
+) -> Result<(Histogram<u64>, SinkReport), LabError> {
+    let mut sub = Subscription::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
+    let port = sub.local_addr().port();
+    let sender = WorkerProcess::spawn(&[
+        "rudp-rate".into(),
+        port.to_string(),
+        cpus.remote.to_string(),
+        size.to_string(),
+        rate.to_string(),
+        duration.as_micros().to_string(),
+        params.to_string(),
+    ])?;
+    pin_current_thread(cpus.local)?;
+    let mut h = histogram();
+    let mut rep = SinkReport::default();
+    let mut expect = 0u64;
+    let deadline = Instant::now() + duration + TIMEOUT * 3;
+    let mut first = None;
+    let mut last = Instant::now();
+    while !sub.is_ended() && Instant::now() < deadline {
+        let n = sub
+            .poll(
+                |ev| match ev {
+                    Event::Message(m) => {
+                        let now = tickwire_shm::sys::monotonic_ns();
+                        let seq = u64::from_le_bytes(m.payload[..8].try_into().unwrap_or([0; 8]));
+                        let intended = u64::from_le_bytes(m.payload[8..16].try_into().unwrap_or([0; 8]));
+                        rep.missing += seq.saturating_sub(expect);
+                        expect = seq + 1;
+                        rep.count += 1;
+                        h.saturating_record(now.saturating_sub(intended));
+                    }
+                    Event::Lost { .. } => rep.lost_events += 1,
+                    _ => {}
+                },
+                256,
+            )
+            .map_err(werr)?;
+        if n > 0 {
+            last = Instant::now();
+            first.get_or_insert(last);
+        }
+    }
+    let secs = first.map_or(0.0, |f: Instant| last.duration_since(f).as_secs_f64());
+    rep.duration_s = secs;
+    rep.msgs_per_s = if secs > 0.0 { (rep.count as f64 / secs).round() } else { 0.0 };
+    rep.naks_sent = sub.stats().naks_sent;
+    rep.datagrams = sub.stats().datagrams;
+    sender.finish(TIMEOUT)?;
+    Ok((h, rep))
+}
+
+/// Worker `rudp-rate PORT CPU SIZE RATE DURATION_US PARAMS`: offers message
+/// `i` at `start + i / rate` and stamps that intended time in it.
+pub(crate) fn rate_sender(args: &[String]) -> Result<String, LabError> {
+    let get = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    let num = |i: usize| get(i).parse::<f64>().map_err(|_| LabError::Usage("rudp-rate: bad args".into()));
+    let (port, cpu, size, rate, us) = (num(1)? as u16, num(2)? as usize, num(3)? as usize, num(4)?, num(5)? as u64);
+    let mut p = Publication::open(&uri(port, get(6))?, STREAM, None).map_err(werr)?;
+    pin_current_thread(cpu)?;
+    spin_until(TIMEOUT, "rudp receiver", || {
+        p.do_work();
+        p.is_connected().then_some(())
+    })?;
+    let mut msg = vec![0u8; size.max(16)];
+    let total = (rate * us as f64 / 1e6) as u64;
+    let start = tickwire_shm::sys::monotonic_ns() + 1_000_000;
+    let interval = 1e9 / rate;
+    for i in 0..total {
+        let intended = start + (i as f64 * interval) as u64;
+        while tickwire_shm::sys::monotonic_ns() < intended {
+            p.do_work();
+        }
+        msg[..8].copy_from_slice(&i.to_le_bytes());
+        msg[8..16].copy_from_slice(&intended.to_le_bytes());
+        offer(&mut p, &msg)?;
+        p.do_work();
+    }
+    let s = *p.stats();
+    p.close(TIMEOUT);
+    Ok(format!("sent {total} retransmits {} naks {}", s.retransmits, s.naks_received))
+}
