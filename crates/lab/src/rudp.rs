@@ -162,28 +162,13 @@ pub struct SinkReport {
     pub naks_sent: u64,
 }
 
-/// One-way throughput: a worker publishes `size`-byte messages as fast as
-/// flow control allows for `duration`; this process receives and counts.
-///
-/// # Errors
-/// Socket or worker failures.
-pub fn throughput(size: usize, duration: Duration, cpus: crate::Cpus, params: &str) -> Result<SinkReport, LabError> {
-    let mut sub = Subscription::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
-    let port = sub.local_addr().port();
-    let blaster = WorkerProcess::spawn(&[
-        "rudp-blast".into(),
-        port.to_string(),
-        cpus.remote.to_string(),
-        size.to_string(),
-        duration.as_micros().to_string(),
-        params.to_string(),
-    ])?;
-    pin_current_thread(cpus.local)?;
+/// Receives until the stream ends (or the deadline), calling `on_message`
+/// with each payload; counts messages, sequence gaps and `Lost` events.
+fn sink(sub: &mut Subscription, deadline: Instant, mut on_message: impl FnMut(&[u8])) -> Result<SinkReport, LabError> {
     let mut rep = SinkReport::default();
     let mut expect = 0u64;
     let mut first = None;
     let mut last = Instant::now();
-    let deadline = Instant::now() + duration + TIMEOUT * 3;
     while !sub.is_ended() && Instant::now() < deadline {
         let n = sub
             .poll(
@@ -193,6 +178,7 @@ pub fn throughput(size: usize, duration: Duration, cpus: crate::Cpus, params: &s
                         rep.missing += seq.saturating_sub(expect);
                         expect = seq + 1;
                         rep.count += 1;
+                        on_message(m.payload);
                     }
                     Event::Lost { .. } => rep.lost_events += 1,
                     _ => {}
@@ -210,6 +196,27 @@ pub fn throughput(size: usize, duration: Duration, cpus: crate::Cpus, params: &s
     rep.msgs_per_s = if secs > 0.0 { (rep.count as f64 / secs).round() } else { 0.0 };
     rep.datagrams = sub.stats().datagrams;
     rep.naks_sent = sub.stats().naks_sent;
+    Ok(rep)
+}
+
+/// One-way throughput: a worker publishes `size`-byte messages as fast as
+/// flow control allows for `duration`; this process receives and counts.
+///
+/// # Errors
+/// Socket or worker failures.
+pub fn throughput(size: usize, duration: Duration, cpus: crate::Cpus, params: &str) -> Result<SinkReport, LabError> {
+    let mut sub = Subscription::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
+    let port = sub.local_addr().port();
+    let blaster = WorkerProcess::spawn(&[
+        "rudp-blast".into(),
+        port.to_string(),
+        cpus.remote.to_string(),
+        size.to_string(),
+        duration.as_micros().to_string(),
+        params.to_string(),
+    ])?;
+    pin_current_thread(cpus.local)?;
+    let rep = sink(&mut sub, Instant::now() + duration + TIMEOUT * 3, |_| {})?;
     blaster.finish(TIMEOUT)?;
     Ok(rep)
 }
@@ -274,40 +281,11 @@ pub fn oneway_histogram(
     ])?;
     pin_current_thread(cpus.local)?;
     let mut h = histogram();
-    let mut rep = SinkReport::default();
-    let mut expect = 0u64;
-    let deadline = Instant::now() + duration + TIMEOUT * 3;
-    let mut first = None;
-    let mut last = Instant::now();
-    while !sub.is_ended() && Instant::now() < deadline {
-        let n = sub
-            .poll(
-                |ev| match ev {
-                    Event::Message(m) => {
-                        let now = tickwire_shm::sys::monotonic_ns();
-                        let seq = u64::from_le_bytes(m.payload[..8].try_into().unwrap_or([0; 8]));
-                        let intended = u64::from_le_bytes(m.payload[8..16].try_into().unwrap_or([0; 8]));
-                        rep.missing += seq.saturating_sub(expect);
-                        expect = seq + 1;
-                        rep.count += 1;
-                        h.saturating_record(now.saturating_sub(intended));
-                    }
-                    Event::Lost { .. } => rep.lost_events += 1,
-                    _ => {}
-                },
-                256,
-            )
-            .map_err(werr)?;
-        if n > 0 {
-            last = Instant::now();
-            first.get_or_insert(last);
-        }
-    }
-    let secs = first.map_or(0.0, |f: Instant| last.duration_since(f).as_secs_f64());
-    rep.duration_s = secs;
-    rep.msgs_per_s = if secs > 0.0 { (rep.count as f64 / secs).round() } else { 0.0 };
-    rep.naks_sent = sub.stats().naks_sent;
-    rep.datagrams = sub.stats().datagrams;
+    let rep = sink(&mut sub, Instant::now() + duration + TIMEOUT * 3, |payload| {
+        let now = tickwire_shm::sys::monotonic_ns();
+        let intended = payload.get(8..16).and_then(|b| b.try_into().ok()).map_or(now, u64::from_le_bytes);
+        h.saturating_record(now.saturating_sub(intended));
+    })?;
     sender.finish(TIMEOUT)?;
     Ok((h, rep))
 }

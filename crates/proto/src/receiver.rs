@@ -64,20 +64,7 @@ impl Default for ReceiverConfig {
     }
 }
 
-/// A whole message, borrowed from the receiver.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Message<'a> {
-    /// The payload.
-    pub payload: &'a [u8],
-    /// The topic, `""` if none.
-    pub topic: &'a str,
-    /// Stream position of the message's first frame.
-    pub position: u64,
-    /// Sender session.
-    pub session_id: u32,
-    /// Stream.
-    pub stream_id: u32,
-}
+pub use tickwire_wire::Message;
 
 /// What `poll_messages` hands to the handler, in stream order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -85,6 +85,23 @@ pub mod flags {
     pub const END_OF_STREAM: u8 = 0x80;
 }
 
+/// A whole message as delivered to a handler, borrowed from a log, a
+/// receive window or a reassembly buffer. Shared by the shared-memory
+/// subscriber and the network receiver, so handlers look the same for both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Message<'a> {
+    /// The payload.
+    pub payload: &'a [u8],
+    /// The topic, `""` if none.
+    pub topic: &'a str,
+    /// Stream position of the message's first frame.
+    pub position: u64,
+    /// Publisher session.
+    pub session_id: u32,
+    /// Stream.
+    pub stream_id: u32,
+}
+
 /// Why a buffer is not a valid frame.
 ///
 /// Returned by every `new_checked`, `parse` and `emit`; never a panic.

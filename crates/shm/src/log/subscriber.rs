@@ -43,20 +43,7 @@ impl Default for SubscriberOptions {
     }
 }
 
-/// A message, borrowed from the log (or from the reassembly buffer).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Message<'a> {
-    /// The payload.
-    pub payload: &'a [u8],
-    /// The topic, `""` if none.
-    pub topic: &'a str,
-    /// Stream position of the message's first frame.
-    pub position: u64,
-    /// Publisher session.
-    pub session_id: u32,
-    /// Stream.
-    pub stream_id: u32,
-}
+pub use tickwire_wire::Message;
 
 /// What `poll` hands to the handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
