@@ -210,3 +210,28 @@ fn a_receiver_joins_an_idle_sender_from_its_heartbeats() {
     settle(&mut [&mut p], &mut [(&mut s2, &mut log2)], 20);
     assert_eq!(messages(&log2), (100..200).collect::<Vec<_>>());
 }
+
+#[test]
+fn counters_are_published_for_tickwire_stat() {
+    use tickwire_shm::counters::Kind;
+    let dir = std::env::temp_dir().join(format!("tw-rudp-counters-{}", std::process::id()));
+    let file = tickwire_shm::CountersFile::create(&dir).unwrap();
+    let uri: ChannelUri = format!("udp://127.0.0.1:{}?send-data-loss=0.1&seed=3", port()).parse().unwrap();
+    let mut s = Subscription::open(&uri, 8, Some(&file)).unwrap();
+    let mut p = Publication::open(&uri, 8, Some(&file)).unwrap();
+    let mut log = Vec::new();
+    offer_all(&mut p, 0..2000, &mut [(&mut s, &mut log)]);
+    assert!(p.close(Duration::from_secs(5)));
+    // Counters are published every millisecond while the ends are driven.
+    settle(&mut [&mut p], &mut [(&mut s, &mut log)], 5);
+    let sets = tickwire_shm::CountersReader::open(file.path().unwrap()).unwrap().sets();
+    let get = |kind: Kind, name: &str| {
+        let set = sets.iter().find(|x| x.kind == kind).unwrap();
+        set.values[kind.names().iter().position(|n| *n == name).unwrap()]
+    };
+    assert_eq!(get(Kind::UdpSender, "messages"), 2000);
+    assert!(get(Kind::UdpSender, "retransmits") > 0);
+    assert!(get(Kind::UdpReceiver, "naks_sent") > 0);
+    assert_eq!(get(Kind::UdpReceiver, "messages"), 2000);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -172,7 +172,9 @@ pub fn sender(args: &[String]) -> Result<String, LabError> {
         get(i)?.parse().map_err(|_| LabError::Usage("rudp-send: bad number".into()))
     };
     let (bytes, max, seed, receivers, timeout) = (num(2)?, num(3)? as usize, num(4)?, num(5)? as usize, num(6)?);
-    let mut p = Publication::open(&uri, STREAM, None).map_err(|e| LabError::Worker(e.to_string()))?;
+    // Counters in the default directory, so `tickwire stat` shows the run live.
+    let counters = tickwire_shm::CountersFile::create(std::path::Path::new(tickwire_shm::DEFAULT_DIR)).ok();
+    let mut p = Publication::open(&uri, STREAM, counters.as_ref()).map_err(|e| LabError::Worker(e.to_string()))?;
     let deadline = Instant::now() + Duration::from_secs(timeout);
     while p.receivers() < receivers {
         if Instant::now() > deadline {
@@ -238,7 +240,8 @@ pub fn receiver(args: &[String]) -> Result<String, LabError> {
         .ok_or_else(|| LabError::Usage("rudp-recv: missing URI".into()))?
         .parse()
         .map_err(|e| LabError::Usage(format!("{e}")))?;
-    let mut sub = Subscription::open(&uri, STREAM, None).map_err(|e| LabError::Worker(e.to_string()))?;
+    let counters = tickwire_shm::CountersFile::create(std::path::Path::new(tickwire_shm::DEFAULT_DIR)).ok();
+    let mut sub = Subscription::open(&uri, STREAM, counters.as_ref()).map_err(|e| LabError::Worker(e.to_string()))?;
     println!("ready {}", sub.local_addr().port());
     let mut rep = ReceiverReport { checksum: FNV0, in_order: true, ..ReceiverReport::default() };
     let mut next = 0u64;
