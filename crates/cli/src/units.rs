@@ -3,24 +3,18 @@
 //! `5s`, `2m`, via humantime).
 
 use std::time::Duration;
+use tickwire_transport::SizeError;
 
 /// Parses a byte size. `k`, `K`, `KB`, `KiB` all mean 1024.
 ///
 /// # Errors
 /// A message naming the bad input.
 pub fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: usize = num.parse().map_err(|_| format!("bad size {s:?}: expected e.g. 64, 64k, 16MiB"))?;
-    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return Err(format!("bad size unit in {s:?}: use k, M, G (KiB, MiB, GiB)")),
-    };
-    n.checked_mul(mult).ok_or_else(|| format!("size {s:?} overflows"))
+    tickwire_transport::parse_size(s).map_err(|e| match e {
+        SizeError::Number => format!("bad size {s:?}: expected e.g. 64, 64k, 16MiB"),
+        SizeError::Unit => format!("bad size unit in {s:?}: use k, M, G (KiB, MiB, GiB)"),
+        SizeError::Overflow => format!("size {s:?} overflows"),
+    })
 }
 
 /// Parses a rate in messages per second: `100k` = 100,000; `1M` = 1,000,000.

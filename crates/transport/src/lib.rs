@@ -27,7 +27,7 @@ mod uri;
 
 pub use impaired::{ImpairSettings, Impaired};
 pub use udp::{UdpConfig, UdpTransport};
-pub use uri::{ChannelUri, UriError};
+pub use uri::{parse_size, ChannelUri, SizeError, UriError};
 
 use std::net::SocketAddrV4;
 use std::time::Duration;

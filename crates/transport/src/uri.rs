@@ -156,7 +156,7 @@ impl ChannelUri {
     /// [`UriError::Value`].
     pub fn size(&self, key: &str, default: usize) -> Result<usize, UriError> {
         let Some(v) = self.get(key) else { return Ok(default) };
-        parse_size(v).ok_or_else(|| self.bad(key, "a size such as 1408, 64k or 16MiB"))
+        parse_size(v).map_err(|_| self.bad(key, "a size such as 1408, 64k or 16MiB"))
     }
 
     /// A duration such as `20us`, `1ms`, `2s`, `500ns`.
@@ -203,20 +203,35 @@ impl ChannelUri {
     }
 }
 
-/// Parses `1408`, `64k`, `64KiB`, `16M`, `1G` (binary multiples).
-pub fn parse_size(v: &str) -> Option<usize> {
+/// Why a size does not parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeError {
+    /// No number, or not a whole number.
+    Number,
+    /// A suffix other than k, M, G (KiB, MiB, GiB, KB, MB, GB, B).
+    Unit,
+    /// Larger than `usize`.
+    Overflow,
+}
+
+/// Parses `1408`, `64k`, `64KiB`, `16M`, `1G` (binary multiples). The one
+/// size parser of the project: channel URIs and the command line share it.
+///
+/// # Errors
+/// [`SizeError`] saying which part is wrong.
+pub fn parse_size(v: &str) -> Result<usize, SizeError> {
     let v = v.trim();
     let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
     let (num, unit) = v.split_at(split);
-    let n: usize = num.parse().ok()?;
-    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+    let n: usize = num.parse().map_err(|_| SizeError::Number)?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
-        _ => return None,
+        _ => return Err(SizeError::Unit),
     };
-    n.checked_mul(mult)
+    n.checked_mul(mult).ok_or(SizeError::Overflow)
 }
 
 /// Parses `500ns`, `20us`, `1ms`, `2s`.
