@@ -195,9 +195,11 @@ pub fn sender(args: &[String]) -> Result<String, LabError> {
         }
         let mut work = 0;
         loop {
-            match p.offer(&msg[..msg.len().min((bytes - rep.bytes_sent) as usize).max(8)]) {
+            // The last message is cut to the bytes still owed (never below
+            // the 8-byte index).
+            let sent = &msg[..msg.len().min((bytes - rep.bytes_sent) as usize).max(8)];
+            match p.offer(sent) {
                 Ok(_) => {
-                    let sent = &msg[..msg.len().min((bytes - rep.bytes_sent) as usize).max(8)];
                     rep.checksum = fnv(rep.checksum, sent);
                     rep.bytes_sent += sent.len() as u64;
                     rep.messages += 1;
