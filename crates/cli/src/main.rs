@@ -47,7 +47,7 @@ struct LabArgs {
 }
 
 fn main() -> ExitCode {
-    tickwire_shm::sys::default_sigpipe();
+    tickwire_shm::os::default_sigpipe();
     let cli = Cli::parse();
     let settings = match config::load(cli.config.as_deref()) {
         Ok(mut s) => {

@@ -3,14 +3,14 @@
 //! `5s`, `2m`, via humantime).
 
 use std::time::Duration;
-use tickwire_transport::SizeError;
+use tickwire_driver::units::SizeError;
 
 /// Parses a byte size. `k`, `K`, `KB`, `KiB` all mean 1024.
 ///
 /// # Errors
 /// A message naming the bad input.
 pub fn parse_size(s: &str) -> Result<usize, String> {
-    tickwire_transport::parse_size(s).map_err(|e| match e {
+    tickwire_driver::units::parse_size(s).map_err(|e| match e {
         SizeError::Number => format!("bad size {s:?}: expected e.g. 64, 64k, 16MiB"),
         SizeError::Unit => format!("bad size unit in {s:?}: use k, M, G (KiB, MiB, GiB)"),
         SizeError::Overflow => format!("size {s:?} overflows"),
@@ -45,7 +45,7 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
 /// # Errors
 /// A message naming the bad input.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim()).map_err(|e| format!("bad duration {s:?}: {e} (e.g. 100us, 5s)"))
+    tickwire_driver::units::parse_duration(s).map_err(|e| format!("bad duration {s:?}: {e} (e.g. 100us, 5s)"))
 }
 
 #[cfg(test)]

@@ -24,11 +24,12 @@
 //! | `{send,recv}-{data,control}-{loss,reorder,duplicate}` | 0 | one path and class |
 //! | `{send,recv}-data-drop` | - | drop `FROM-TO` once (not the retransmission) |
 
+use crate::uri::{ChannelUri, UriError};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
-use tickwire_proto::impair::ImpairConfig;
+use tickwire_impair::ImpairConfig;
 use tickwire_proto::{FlowControl, NakDelay, ReceiverConfig, SenderConfig};
-use tickwire_transport::{ChannelUri, ImpairSettings, TransportError, UdpConfig, UriError};
+use tickwire_transport::{ImpairSettings, TransportError, UdpConfig};
 
 /// Why a publication or subscription could not be opened or run.
 #[derive(Debug, thiserror::Error)]
@@ -72,9 +73,9 @@ fn ns(d: Duration) -> u64 {
 
 /// A number that differs between processes and runs.
 pub(crate) fn random_u32() -> u32 {
-    let t = tickwire_shm::sys::monotonic_ns();
+    let t = tickwire_shm::os::monotonic_ns();
     let x = t ^ (u64::from(std::process::id()) << 32) ^ (std::ptr::addr_of!(t) as u64);
-    let mut r = tickwire_proto::rng::Rng::new(x);
+    let mut r = tickwire_impair::Rng::new(x);
     (r.next_u64() >> 32) as u32 | 1
 }
 

@@ -20,17 +20,22 @@
 //! so receivers see each other's NAKs and suppress their own). Every setting
 //! is a URI parameter; see [`config`] and `docs/configuration.md`.
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
 pub mod config;
 mod publication;
 mod subscription;
+pub mod units;
+pub mod uri;
 
 pub use config::{ChannelConfig, DriverError};
 pub use publication::Publication;
 pub use subscription::Subscription;
 pub use tickwire_proto::{Event, Message, OfferError, ReceiverStats, SenderStats};
-pub use tickwire_transport::ChannelUri;
+pub use uri::{ChannelUri, UriError};
 
 /// Nanoseconds on CLOCK_MONOTONIC.
 pub(crate) fn now_ns() -> u64 {
-    tickwire_shm::sys::monotonic_ns()
+    tickwire_shm::os::monotonic_ns()
 }

@@ -2,13 +2,13 @@
 
 use crate::config::{random_u32, ChannelConfig, DriverError};
 use crate::now_ns;
+use crate::ChannelUri;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tickwire_proto::{OfferError, Sender, SenderStats};
 use tickwire_shm::counters::Kind;
 use tickwire_shm::{CounterSet, CountersFile};
-use tickwire_transport::sys::MAX_BATCH;
-use tickwire_transport::{ChannelUri, Impaired, RecvBatch, Transport, UdpTransport};
+use tickwire_transport::{Impaired, RecvBatch, Transport, UdpTransport, MAX_BATCH};
 
 /// Publishes messages on a channel, reliably: lost datagrams are repaired on
 /// NAK, and receivers that fall beyond the retention are told what they lost.
@@ -113,7 +113,7 @@ impl Publication {
     }
     /// What the built-in impairment did (send data, send control, receive
     /// data, receive control), if the URI asked for any.
-    pub fn impairment(&self) -> Option<[tickwire_proto::impair::ImpairStats; 4]> {
+    pub fn impairment(&self) -> Option<[tickwire_impair::ImpairStats; 4]> {
         self.transport.impairment()
     }
     /// Protocol counters.

@@ -2,13 +2,14 @@
 
 use crate::config::{ChannelConfig, DriverError, NOWHERE};
 use crate::now_ns;
+use crate::ChannelUri;
 use std::net::SocketAddrV4;
 use std::sync::Arc;
 use std::time::Duration;
 use tickwire_proto::{Event, Receiver, ReceiverStats};
 use tickwire_shm::counters::Kind;
 use tickwire_shm::{CounterSet, CountersFile};
-use tickwire_transport::{ChannelUri, Impaired, RecvBatch, Transport, UdpTransport};
+use tickwire_transport::{Impaired, RecvBatch, Transport, UdpTransport};
 
 /// Receives a channel's stream in order, exactly once, or says what was
 /// lost ([`Event::Lost`]); never silently.
@@ -91,7 +92,7 @@ impl Subscription {
 
     /// What the built-in impairment did (send data, send control, receive
     /// data, receive control), if the URI asked for any.
-    pub fn impairment(&self) -> Option<[tickwire_proto::impair::ImpairStats; 4]> {
+    pub fn impairment(&self) -> Option<[tickwire_impair::ImpairStats; 4]> {
         self.transport.impairment()
     }
     /// Protocol counters.

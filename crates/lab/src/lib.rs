@@ -264,7 +264,7 @@ pub fn round_trips(
 
 /// A unique scratch name for one run's files.
 pub fn run_tag() -> String {
-    format!("lab{}x{}", std::process::id(), tickwire_shm::sys::monotonic_ns() % 1_000_000)
+    format!("lab{}x{}", std::process::id(), tickwire_shm::os::monotonic_ns() % 1_000_000)
 }
 
 static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -289,7 +289,7 @@ pub fn install_ctrl_c() {
 /// Workers ignore Ctrl-C: the terminal sends it to the whole process group,
 /// and the measuring process decides when its workers stop.
 pub fn ignore_ctrl_c() {
-    tickwire_shm::sys::ignore_sigint();
+    tickwire_shm::os::ignore_sigint();
 }
 
 /// A progress bar on stderr for `total` units, drawn only when stderr is a

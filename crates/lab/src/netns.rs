@@ -164,7 +164,7 @@ pub fn clean_stale() -> Vec<String> {
     let mut removed = Vec::new();
     for name in list() {
         if let Some(pid) = owner(&name) {
-            let alive = tickwire_shm::sys::ProcessId { pid, start_time: 0 }.is_alive();
+            let alive = tickwire_shm::os::ProcessId { pid, start_time: 0 }.is_alive();
             if !alive && ip(&["netns", "del", &name]).is_ok() {
                 removed.push(name);
             }

@@ -16,7 +16,7 @@ use hdrhistogram::Histogram;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 use tickwire_agent::pin_current_thread;
-use tickwire_shm::sys::monotonic_ns;
+use tickwire_shm::os::monotonic_ns;
 use tickwire_shm::{Context, Event, LogConfig, OfferError, Publisher, ShmError, SubscriberOptions};
 
 /// A one-way run.

@@ -282,7 +282,7 @@ pub fn oneway_histogram(
     pin_current_thread(cpus.local)?;
     let mut h = histogram();
     let rep = sink(&mut sub, Instant::now() + duration + TIMEOUT * 3, |payload| {
-        let now = tickwire_shm::sys::monotonic_ns();
+        let now = tickwire_shm::os::monotonic_ns();
         let intended = payload.get(8..16).and_then(|b| b.try_into().ok()).map_or(now, u64::from_le_bytes);
         h.saturating_record(now.saturating_sub(intended));
     })?;
@@ -304,11 +304,11 @@ pub(crate) fn rate_sender(args: &[String]) -> Result<String, LabError> {
     })?;
     let mut msg = vec![0u8; size.max(16)];
     let total = (rate * us as f64 / 1e6) as u64;
-    let start = tickwire_shm::sys::monotonic_ns() + 1_000_000;
+    let start = tickwire_shm::os::monotonic_ns() + 1_000_000;
     let interval = 1e9 / rate;
     for i in 0..total {
         let intended = start + (i as f64 * interval) as u64;
-        while tickwire_shm::sys::monotonic_ns() < intended {
+        while tickwire_shm::os::monotonic_ns() < intended {
             p.do_work();
         }
         msg[..8].copy_from_slice(&i.to_le_bytes());

@@ -12,7 +12,7 @@ use crate::{Cpus, LabError, WorkerProcess};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
-use tickwire_shm::sys::monotonic_ns;
+use tickwire_shm::os::monotonic_ns;
 use tickwire_shm::{Context, Event, LogConfig, OfferError};
 
 /// A sweep.

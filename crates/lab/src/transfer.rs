@@ -12,7 +12,7 @@ use crate::{LabError, WorkerProcess};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 use tickwire_driver::{ChannelUri, Event, OfferError, Publication, Subscription};
-use tickwire_proto::rng::Rng;
+use tickwire_impair::Rng;
 
 const STREAM: u32 = 1101;
 const IDLE_LIMIT: Duration = Duration::from_secs(30);

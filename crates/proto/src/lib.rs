@@ -25,8 +25,6 @@
 //!   receiver's NAK, seen by the others, suppresses theirs), retries if the
 //!   repair is lost, and raises [`Event::Lost`] with the exact range when the
 //!   sender no longer retains a gap.
-//! * [`impair`]: seeded loss, fixed-range loss, reorder and duplication, the
-//!   built-in replacement for netem.
 //!
 //! Stream positions count bytes of 32-byte-aligned frames, as in the
 //! shared-memory log, so a gap is a range of positions and `Lost { from, to }`
@@ -35,14 +33,13 @@
 #![warn(missing_docs)]
 
 mod bitmap;
-pub mod impair;
 mod receiver;
-pub mod rng;
 mod sender;
 
 pub use receiver::{Event, Message, Receiver, ReceiverConfig, ReceiverStats};
 pub use sender::{OfferError, Sender, SenderConfig, SenderStats};
 
+use tickwire_impair::Rng;
 use tickwire_wire::{align_frame, FrameHeader, FrameType, WireError};
 
 /// Nanoseconds on the caller's monotonic clock.
@@ -82,7 +79,7 @@ pub enum NakDelay {
 }
 
 impl NakDelay {
-    pub(crate) fn sample(self, rng: &mut rng::Rng) -> Nanos {
+    pub(crate) fn sample(self, rng: &mut Rng) -> Nanos {
         match self {
             NakDelay::Static(d) => d,
             NakDelay::Optimal { max, group_size } => {
@@ -127,7 +124,7 @@ mod tests {
 
     #[test]
     fn optimal_delay_stays_in_range_and_favours_late() {
-        let mut rng = rng::Rng::new(1);
+        let mut rng = Rng::new(1);
         let d = NakDelay::Optimal { max: 1_000_000, group_size: 10 };
         let samples: Vec<_> = (0..10_000).map(|_| d.sample(&mut rng)).collect();
         assert!(samples.iter().all(|&s| s <= 1_000_000));

@@ -1,8 +1,8 @@
 //! The receiving side: reorder window, gap scan, NAK timers, loss reports.
 
 use crate::bitmap::Bitmap;
-use crate::rng::Rng;
 use crate::{frames, NakDelay, Nanos, MAX_MTU};
+use tickwire_impair::Rng;
 use tickwire_wire::{
     align_frame, flags, DataFrame, FrameType, HeartbeatFrame, NakFrame, NakRepr, Reassembler, SetupFrame, StatusRepr,
     Step, FRAME_ALIGNMENT,

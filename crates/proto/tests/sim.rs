@@ -3,8 +3,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use tickwire_proto::impair::{ImpairConfig, Impairment};
-use tickwire_proto::rng::Rng;
+use tickwire_impair::{ImpairConfig, Impairment, Rng};
 use tickwire_proto::*;
 
 const LATENCY: Nanos = 20_000;

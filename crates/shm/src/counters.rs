@@ -186,7 +186,9 @@ impl CountersFile {
         head[12..16].copy_from_slice(&(MAX_SETS as u32).to_le_bytes());
         head[16..24].copy_from_slice(&u64::from(me.pid).to_le_bytes());
         head[24..32].copy_from_slice(&me.start_time.to_le_bytes());
-        map.write_bytes(0, &head);
+        // SAFETY: the file was just created by this process (create_new) and is
+        // read by others only after this header is complete.
+        unsafe { map.write_bytes(0, &head) };
         Self { map, alloc: Mutex::new(()) }
     }
 
@@ -218,7 +220,10 @@ impl CountersFile {
             let l = label.as_bytes();
             let n = l.len().min(LABEL_MAX - 1);
             meta[12..12 + n].copy_from_slice(&l[..n]);
-            self.map.write_bytes(base + META + 4, &meta);
+            // SAFETY: the set is free (state 0) and we hold the allocation lock,
+            // so this process is its only writer; readers skip it until the
+            // release store of its state below.
+            unsafe { self.map.write_bytes(base + META + 4, &meta) };
             state.store(1, Ordering::Release);
             let values = std::ptr::NonNull::from(self.map.atomic_u64(base));
             return Ok(CounterSet { file: Arc::clone(self), base, values });
@@ -337,7 +342,9 @@ impl CountersReader {
         }
         let map = MappedFile::open(path).map_err(|e| ShmError::io(path, e))?;
         let mut id = [0u8; 16];
-        map.read_bytes(16, &mut id);
+        // SAFETY: the owner pid and start time are written once, before the
+        // file is visible under its name, and never again.
+        unsafe { map.read_bytes(16, &mut id) };
         let owner = ProcessId {
             pid: u64::from_le_bytes(id[..8].try_into().unwrap_or([0; 8])) as u32,
             start_time: u64::from_le_bytes(id[8..].try_into().unwrap_or([0; 8])),
@@ -354,7 +361,11 @@ impl CountersReader {
                 continue;
             }
             let mut meta = [0u8; SET_LEN - META - 4];
-            self.map.read_bytes(base + META + 4, &mut meta);
+            // SAFETY: a registered set's metadata is written before its state
+            // (acquired above) and not again while it stays registered; a set
+            // freed and re-registered mid-copy gives a stale label, which the
+            // kind check and `stat` treat as display-only data.
+            unsafe { self.map.read_bytes(base + META + 4, &mut meta) };
             let Some(kind) = Kind::from_u32(u32::from_le_bytes([meta[0], meta[1], meta[2], meta[3]])) else {
                 continue;
             };

@@ -14,7 +14,8 @@
 //!   eviction with `Lost` notices, stuck-claim pad-out, futex parking).
 //! * [`counters`]: per-stream counters in a shared file read by `tickwire stat`.
 //! * [`floor`]: the raw cache-line and ring probes the lab measures against.
-//! * [`sys`]: everything OS-specific (mmap, futex, /proc, clock).
+//! * `sys` (private): everything OS-specific (mmap, futex, membarrier,
+//!   /proc, clock); [`os`] re-exports the safe parts other crates need.
 //!
 //! This crate is one of the few allowed `unsafe` code; every block carries a
 //! `// SAFETY:` comment (enforced by `clippy::undocumented_unsafe_blocks`).
@@ -37,14 +38,20 @@ mod error;
 pub mod floor;
 pub mod log;
 mod mapped;
-pub mod sys;
+mod sys;
+
+/// The operating-system services other crates need, as safe functions:
+/// the system-wide monotonic clock, process identity and liveness, and the
+/// signal dispositions the command line and lab workers set.
+pub mod os {
+    pub use crate::sys::{default_sigpipe, ignore_sigint, monotonic_ns, ProcessId};
+}
 
 pub use config::{LogConfig, DEFAULT_DIR};
 pub use counters::{CounterSet, CountersFile, CountersReader};
 pub use error::{OfferError, PollError, ShmError};
 pub use log::file::{inspect, log_path, status, Descriptor, FileStatus, LogStatus};
 pub use log::{Claim, Event, Message, Mode, Publisher, Subscriber, SubscriberOptions};
-pub use mapped::MappedFile;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

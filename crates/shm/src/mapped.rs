@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// A shared mapping of a whole file (or an anonymous block), with safe
 /// accessors for atomics at fixed offsets.
 #[derive(Debug)]
-pub struct MappedFile {
+pub(crate) struct MappedFile {
     map: Mapping,
     path: Option<PathBuf>,
 }
@@ -52,10 +52,6 @@ impl MappedFile {
     pub fn len(&self) -> usize {
         self.map.len()
     }
-    /// Whether the mapping is empty (never).
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
     /// The file's path (None for anonymous blocks).
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
@@ -88,19 +84,28 @@ impl MappedFile {
     }
 
     /// Copies bytes out of the mapping (for headers read once, not hot paths).
-    pub fn read_bytes(&self, offset: usize, out: &mut [u8]) {
+    ///
+    /// # Safety
+    /// No process may write `[offset, offset + out.len())` while it is
+    /// copied (the bytes are immutable after creation, or this process is
+    /// their only writer); otherwise the copy is a data race. Bounds are
+    /// checked here (a violation panics).
+    pub unsafe fn read_bytes(&self, offset: usize, out: &mut [u8]) {
         assert!(offset + out.len() <= self.len());
-        // SAFETY: bounds checked above; the source may be written concurrently
-        // only for fields this crate reads atomically elsewhere, and a racy
-        // byte copy of immutable header fields cannot tear a value we trust.
+        // SAFETY: bounds checked above; the caller guarantees no concurrent writer.
         unsafe { std::ptr::copy_nonoverlapping(self.base().add(offset), out.as_mut_ptr(), out.len()) }
     }
 
-    /// Copies bytes into the mapping (header set-up before publication).
-    pub fn write_bytes(&self, offset: usize, data: &[u8]) {
+    /// Copies bytes into the mapping.
+    ///
+    /// # Safety
+    /// This process must be the only writer of `[offset, offset + data.len())`
+    /// and no other process may read it until the write is published by a
+    /// release store (file creation before the rename, a counter set before
+    /// its state word). Bounds are checked here (a violation panics).
+    pub unsafe fn write_bytes(&self, offset: usize, data: &[u8]) {
         assert!(offset + data.len() <= self.len());
-        // SAFETY: bounds checked; called only while this process is the sole
-        // writer of the region (file creation, counter registration).
+        // SAFETY: bounds checked; the caller guarantees exclusive access.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base().add(offset), data.len()) }
     }
 }

@@ -4,7 +4,7 @@ use crate::{RecvBatch, Transport, TransportError};
 use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
-use tickwire_proto::impair::{ImpairConfig, ImpairStats, Impairment};
+use tickwire_impair::{ImpairConfig, ImpairStats, Impairment};
 use tickwire_wire::{FrameHeader, FrameType};
 
 /// Impairments for each path and frame class. Data = DATA, HEARTBEAT, SETUP

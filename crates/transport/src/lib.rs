@@ -16,18 +16,16 @@
 //!   address, batched non-blocking receive with source addresses, and a
 //!   wait for readability (for idle strategies that park).
 //! * [`UdpTransport`]: the kernel UDP implementation. All `unsafe` (the
-//!   `*mmsg` system calls) is in [`sys`], each block with a `// SAFETY:` note.
-//! * [`Impaired`]: wraps any transport with [`tickwire_proto::impair`].
-//! * [`ChannelUri`]: `udp://host:port?key=value&...` parsing.
+//!   `*mmsg` system calls) is in one private module, `sys`, each block with a `// SAFETY:` note.
+//! * [`Impaired`]: wraps any transport with [`tickwire_impair`].
 
 mod impaired;
-pub mod sys;
+mod sys;
 mod udp;
-mod uri;
 
 pub use impaired::{ImpairSettings, Impaired};
+pub use sys::MAX_BATCH;
 pub use udp::{UdpConfig, UdpTransport};
-pub use uri::{parse_size, ChannelUri, SizeError, UriError};
 
 use std::net::SocketAddrV4;
 use std::time::Duration;
@@ -135,7 +133,7 @@ pub trait Transport: Send {
 
     /// What a built-in impairment did (send data, send control, receive
     /// data, receive control), if this transport impairs.
-    fn impairment(&self) -> Option<[tickwire_proto::impair::ImpairStats; 4]> {
+    fn impairment(&self) -> Option<[tickwire_impair::ImpairStats; 4]> {
         None
     }
 }
@@ -153,7 +151,7 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     fn local_addr(&self) -> SocketAddrV4 {
         (**self).local_addr()
     }
-    fn impairment(&self) -> Option<[tickwire_proto::impair::ImpairStats; 4]> {
+    fn impairment(&self) -> Option<[tickwire_impair::ImpairStats; 4]> {
         (**self).impairment()
     }
 }

@@ -166,7 +166,9 @@ impl LogFile {
         let unblock = cfg.unblock_timeout.as_nanos().min(u128::from(u64::MAX)) as u64;
         head[UNBLOCK_TIMEOUT_OFFSET..][..8].copy_from_slice(&unblock.to_le_bytes());
         head[CHANNEL_OFFSET..][..name.len()].copy_from_slice(name.as_bytes());
-        map.write_bytes(0, &head);
+        // SAFETY: the file is new, under a temporary name only this process
+        // knows; nobody else maps it until it is linked into place below.
+        unsafe { map.write_bytes(0, &head) };
         map.atomic_u64(PUB_HEARTBEAT_OFFSET).store(sys::monotonic_ns(), Ordering::Release);
 
         // Publish the finished file under its real name atomically: link(2)

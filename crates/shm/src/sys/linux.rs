@@ -31,10 +31,6 @@ impl Mapping {
     pub fn len(&self) -> usize {
         self.len
     }
-    /// Whether the mapping is empty (never: mappings have at least one page).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 impl Drop for Mapping {

@@ -1,11 +1,37 @@
-//! Built-in network impairment (this kernel has no netem): seeded random
-//! loss, fixed-range loss, reorder and duplication, applied to datagrams on
-//! a send or receive path. Modelled on Aeron's loss generators; the driver
-//! keeps one [`Impairment`] per direction and per frame class (data or
-//! control), so each can be set separately.
+//! # tickwire-impair: built-in network impairment
+//!
+//! This kernel has no netem, so loss, reorder and duplication are built in
+//! and seeded: the same seed and the same traffic give the same decisions.
+//! The transport crate wraps any transport with it (`Impaired<T>`), and the
+//! protocol's own tests drive it over a simulated network. Modelled on
+//! Aeron's loss generators; the driver keeps one [`Impairment`] per
+//! direction and per frame class (data or control), so each can be set
+//! separately. [`Rng`] is the seeded generator behind it (and behind the
+//! protocol's randomised NAK delay).
+//!
+//! Pure: no I/O, no clock (`now` is passed in), no `unsafe`.
+//!
+//! # Examples
+//!
+//! ```
+//! use tickwire_impair::{ImpairConfig, Impairment};
+//! let mut path = Impairment::new(ImpairConfig { loss: 0.5, seed: 7, ..Default::default() });
+//! let mut passed = 0;
+//! for _ in 0..1000 {
+//!     path.process(0, b"datagram", &mut |_| passed += 1);
+//! }
+//! assert!(passed > 400 && passed < 600, "{passed}");
+//! assert_eq!(path.stats().dropped, 1000 - passed);
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
-use crate::rng::Rng;
-use crate::Nanos;
+pub mod rng;
+
+/// Nanoseconds on the caller's monotonic clock.
+pub type Nanos = u64;
+
+pub use rng::Rng;
 use std::collections::VecDeque;
 use tickwire_wire::{data, FrameHeader, FrameType};
 

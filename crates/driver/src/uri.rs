@@ -4,6 +4,7 @@
 //! names the local address to join and send on. Every key is listed in
 //! [`KEYS`]; an unknown key or a bad value is an error that names it.
 
+use crate::units::{parse_duration, parse_size};
 use std::net::{Ipv4Addr, SocketAddrV4, ToSocketAddrs};
 use std::time::Duration;
 
@@ -165,7 +166,7 @@ impl ChannelUri {
     /// [`UriError::Value`].
     pub fn duration(&self, key: &str, default: Duration) -> Result<Duration, UriError> {
         let Some(v) = self.get(key) else { return Ok(default) };
-        parse_duration(v).ok_or_else(|| self.bad(key, "a duration such as 20us, 1ms or 2s"))
+        parse_duration(v).map_err(|_| self.bad(key, "a duration such as 20us, 1ms or 2s"))
     }
 
     /// A probability in `[0, 1]`.
@@ -201,52 +202,6 @@ impl ChannelUri {
             _ => Err(self.bad(key, "a position range FROM-TO with FROM < TO")),
         }
     }
-}
-
-/// Why a size does not parse.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SizeError {
-    /// No number, or not a whole number.
-    Number,
-    /// A suffix other than k, M, G (KiB, MiB, GiB, KB, MB, GB, B).
-    Unit,
-    /// Larger than `usize`.
-    Overflow,
-}
-
-/// Parses `1408`, `64k`, `64KiB`, `16M`, `1G` (binary multiples). The one
-/// size parser of the project: channel URIs and the command line share it.
-///
-/// # Errors
-/// [`SizeError`] saying which part is wrong.
-pub fn parse_size(v: &str) -> Result<usize, SizeError> {
-    let v = v.trim();
-    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-    let (num, unit) = v.split_at(split);
-    let n: usize = num.parse().map_err(|_| SizeError::Number)?;
-    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return Err(SizeError::Unit),
-    };
-    n.checked_mul(mult).ok_or(SizeError::Overflow)
-}
-
-/// Parses `500ns`, `20us`, `1ms`, `2s`.
-pub fn parse_duration(v: &str) -> Option<Duration> {
-    let v = v.trim();
-    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-    let (num, unit) = v.split_at(split);
-    let n: u64 = num.parse().ok()?;
-    Some(match unit {
-        "ns" => Duration::from_nanos(n),
-        "us" | "µs" => Duration::from_micros(n),
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        _ => return None,
-    })
 }
 
 #[cfg(test)]
