@@ -5,6 +5,8 @@
 //! it did nothing — spin, yield, back off, or park. How agents map to threads
 //! (and CPUs) is configuration, via [`AgentRunner`].
 //!
+//! # Examples
+//!
 //! ```
 //! use tickwire_agent::{Agent, AgentRunner, Idle};
 //! struct Count(u32);

@@ -6,7 +6,8 @@ use clap::Args;
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 use tickwire_agent::{Idle, Parker};
-use tickwire_shm::{Context, Event, Mode, OfferError, ShmError, Subscriber, SubscriberOptions};
+use tickwire_shm::{Context, Event, LogReader, Mode, OfferError, ReaderOptions, ShmError};
+use tickwire_wire::stamp;
 
 /// Options of `tickwire pub`.
 #[derive(Debug, Args)]
@@ -90,7 +91,7 @@ pub fn publish(s: &Settings, a: &PubArgs) -> Result<(), String> {
         cfg.mtu = m;
     }
     let ctx = Context::new(&s.dir).map_err(|e| e.to_string())?;
-    let mut p = ctx.publisher(&a.channel, a.stream, &cfg).map_err(|e| e.to_string())?;
+    let mut p = ctx.appender(&a.channel, a.stream, &cfg).map_err(|e| e.to_string())?;
     eprintln!(
         "publishing on {} stream {} (session {:#x}) in {}",
         a.channel,
@@ -106,7 +107,7 @@ pub fn publish(s: &Settings, a: &PubArgs) -> Result<(), String> {
         p.do_work();
         std::thread::sleep(Duration::from_millis(1));
     }
-    let offer = |p: &mut tickwire_shm::Publisher, msg: &[u8]| -> Result<(), String> {
+    let offer = |p: &mut tickwire_shm::LogAppender, msg: &[u8]| -> Result<(), String> {
         let t = Instant::now();
         loop {
             match p.offer_topic(&a.topic, msg) {
@@ -163,18 +164,18 @@ pub fn publish(s: &Settings, a: &PubArgs) -> Result<(), String> {
     Ok(())
 }
 
-struct SubParker<'a>(&'a mut Subscriber);
+struct SubParker<'a>(&'a mut LogReader);
 impl Parker for SubParker<'_> {
     fn park(&mut self, timeout: Duration) {
         self.0.park(timeout);
     }
 }
 
-fn attach(ctx: &Context, a: &SubArgs) -> Result<Subscriber, String> {
-    let opts = SubscriberOptions { mode: if a.lossy { Mode::Lossy } else { Mode::Tethered }, ..Default::default() };
+fn attach(ctx: &Context, a: &SubArgs) -> Result<LogReader, String> {
+    let opts = ReaderOptions { mode: if a.lossy { Mode::Lossy } else { Mode::Tethered }, ..Default::default() };
     let start = Instant::now();
     loop {
-        match ctx.subscriber(&a.channel, a.stream, opts) {
+        match ctx.reader(&a.channel, a.stream, opts) {
             Ok(s) => return Ok(s),
             Err(ShmError::NoPublisher { .. } | ShmError::Stale { .. }) if start.elapsed() < a.wait => {
                 std::thread::sleep(Duration::from_millis(2));
@@ -206,7 +207,7 @@ pub fn subscribe(s: &Settings, a: &SubArgs) -> Result<(), String> {
                         msgs += 1;
                         bytes += m.payload.len() as u64;
                         if a.verify && m.payload.len() >= 8 {
-                            let seq = u64::from_le_bytes(m.payload[..8].try_into().unwrap_or([0; 8]));
+                            let seq = stamp::seq(m.payload).unwrap_or(0);
                             if let Some(x) = expect {
                                 gaps += seq.saturating_sub(x);
                             }
@@ -223,10 +224,16 @@ pub fn subscribe(s: &Settings, a: &SubArgs) -> Result<(), String> {
                             );
                         }
                     }
-                    Event::Lost { from, to } => {
+                    Event::Lost { from, to, .. } => {
                         lost_notices += 1;
                         lost_bytes += to - from;
                         eprintln!("LOST stream bytes [{from}, {to})");
+                    }
+                    Event::Joined { session_id, position } => {
+                        eprintln!("joined session {session_id} at stream position {position}")
+                    }
+                    Event::Ended { session_id, position } => {
+                        eprintln!("session {session_id} ended at stream position {position}")
                     }
                 },
                 256,

@@ -43,9 +43,12 @@ pub enum DriverError {
     /// The socket failed.
     #[error(transparent)]
     Transport(#[from] TransportError),
-    /// The counters file failed.
+    /// A shared-memory log or the counters file failed.
     #[error(transparent)]
-    Counters(#[from] tickwire_shm::ShmError),
+    Shm(#[from] tickwire_shm::ShmError),
+    /// A shared-memory log broke the protocol while being read.
+    #[error(transparent)]
+    Poll(#[from] tickwire_shm::PollError),
 }
 
 /// Everything a channel URI decides.

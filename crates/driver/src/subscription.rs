@@ -1,184 +1,101 @@
-//! A subscription on a `udp://` channel: the receiver core over a transport.
+//! [`Subscription`]: what an application reads through, on any channel.
 
-use crate::config::{ChannelConfig, DriverError, NOWHERE};
-use crate::now_ns;
-use crate::ChannelUri;
-use std::net::SocketAddrV4;
-use std::sync::Arc;
+use crate::udp::UdpReceiver;
+use crate::{Channel, DriverError};
 use std::time::Duration;
-use tickwire_proto::{Event, Receiver, ReceiverStats};
-use tickwire_shm::counters::Kind;
-use tickwire_shm::{CounterSet, CountersFile};
-use tickwire_transport::{Impaired, RecvBatch, Transport, UdpTransport};
+use tickwire_shm::{Context, LogReader, ReaderOptions};
+use tickwire_wire::Event;
 
-/// Receives a channel's stream in order, exactly once, or says what was
-/// lost ([`Event::Lost`]); never silently.
+/// Reads a channel's stream: every message in order and exactly once, or an
+/// [`Event::Lost`] naming the exact stream bytes that will never come.
 ///
-/// Runs in the caller's thread: `poll` reads datagrams, delivers messages to
-/// the handler, and sends NAK/STATUS.
+/// Over `ipc:` the subscription is a reader of the shared-memory log (the
+/// handler borrows each message in place). Over `udp://` it is a reliable
+/// UDP receiver run in the caller's thread: `poll` reads datagrams, delivers
+/// and sends NAK/STATUS.
+///
+/// # Examples
 ///
 /// ```no_run
-/// use tickwire_driver::{ChannelUri, Event, Subscription};
-/// let uri: ChannelUri = "udp://127.0.0.1:40123".parse()?;
-/// let mut sub = Subscription::open(&uri, 10, None)?;
-/// sub.poll(|ev| if let Event::Message(m) = ev { println!("{:?}", m.payload) }, 10)?;
+/// use tickwire_driver::{Channel, Event, Subscription};
+/// let ctx = tickwire_shm::Context::new("/dev/shm/tickwire")?;
+/// let mut sub = Subscription::open(&ctx, &"ipc:md".parse::<Channel>()?, 10)?;
+/// sub.poll(|event| match event {
+///     Event::Message(m) => println!("{} {:?}", m.topic, m.payload),
+///     Event::Lost { from, to, .. } => eprintln!("lost stream bytes [{from}, {to})"),
+///     _ => {}
+/// }, 64)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct Subscription {
-    receiver: Receiver,
-    transport: Box<dyn Transport>,
-    multicast: bool,
-    control_to: SocketAddrV4,
-    rx: RecvBatch,
-    ctrl: Vec<u8>,
-    next_counters: u64,
-    counters: Option<CounterSet>,
-    send_errors: u64,
+#[derive(Debug)]
+#[must_use = "a subscription delivers nothing unless polled"]
+pub struct Subscription(Inner);
+
+// The shared-memory handle stays inline (no pointer to chase on the IPC hot
+// path); the much larger network endpoint is boxed.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+enum Inner {
+    Ipc(LogReader),
+    Udp(Box<UdpReceiver>),
 }
 
-impl std::fmt::Debug for Subscription {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Subscription")
-            .field("control_to", &self.control_to)
-            .field("stats", self.receiver.stats())
-            .finish()
+impl From<LogReader> for Subscription {
+    fn from(r: LogReader) -> Self {
+        Self(Inner::Ipc(r))
+    }
+}
+
+impl From<UdpReceiver> for Subscription {
+    fn from(r: UdpReceiver) -> Self {
+        Self(Inner::Udp(Box::new(r)))
     }
 }
 
 impl Subscription {
-    /// Opens a subscription on `uri`/`stream_id`: binds the endpoint (and
-    /// joins the group for multicast).
+    /// Opens a subscription on `channel`/`stream_id` with default settings
+    /// (a tethered reader for `ipc:`; the URI's keys for `udp://`).
     ///
     /// # Errors
-    /// [`DriverError`] for a bad URI or setting, or a socket that cannot be
-    /// opened (for example the port is taken).
-    pub fn open(uri: &ChannelUri, stream_id: u32, counters: Option<&Arc<CountersFile>>) -> Result<Self, DriverError> {
-        Self::with_config(&ChannelConfig::from_uri(uri)?, stream_id, counters)
-    }
-
-    /// Opens with settings already read from a URI.
-    ///
-    /// # Errors
-    /// As [`Subscription::open`].
-    pub fn with_config(
-        cfg: &ChannelConfig,
-        stream_id: u32,
-        counters: Option<&Arc<CountersFile>>,
-    ) -> Result<Self, DriverError> {
-        let rcfg = tickwire_proto::ReceiverConfig { stream_id, ..cfg.receiver.clone() };
-        let receiver_id = rcfg.receiver_id;
-        let receiver = Receiver::new(rcfg).map_err(DriverError::Config)?;
-        let udp = UdpTransport::open(&cfg.subscription_socket()?)?;
-        let transport: Box<dyn Transport> = if cfg.subscription_impair.is_none() {
-            Box::new(udp)
-        } else {
-            Box::new(Impaired::new(udp, cfg.subscription_impair))
-        };
-        let label = cfg.uri.to_string();
-        let counters = counters.map(|c| c.allocate(Kind::UdpReceiver, stream_id, receiver_id, &label)).transpose()?;
-        let multicast = cfg.uri.is_multicast();
-        Ok(Self {
-            receiver,
-            transport,
-            multicast,
-            control_to: if multicast { cfg.uri.endpoint } else { NOWHERE },
-            rx: RecvBatch::new(32, 65_536),
-            ctrl: vec![0; 1408],
-            next_counters: 0,
-            counters,
-            send_errors: 0,
+    /// [`DriverError::Shm`] if the log does not exist yet or is unusable
+    /// (`ShmError::NoPublisher`, `Stale`, `Foreign`, ...), or the errors of
+    /// [`UdpReceiver::open`] (for example the port is taken).
+    pub fn open(ctx: &Context, channel: &Channel, stream_id: u32) -> Result<Self, DriverError> {
+        Ok(match channel {
+            Channel::Ipc(name) => ctx.reader(name, stream_id, ReaderOptions::default())?.into(),
+            Channel::Udp(uri) => UdpReceiver::open(uri, stream_id, Some(ctx.counters()))?.into(),
         })
     }
 
-    /// What the built-in impairment did (send data, send control, receive
-    /// data, receive control), if the URI asked for any.
-    pub fn impairment(&self) -> Option<[tickwire_impair::ImpairStats; 4]> {
-        self.transport.impairment()
-    }
-    /// Protocol counters.
-    pub fn stats(&self) -> &ReceiverStats {
-        self.receiver.stats()
-    }
-    /// The session being received and the next position.
-    pub fn session(&self) -> Option<(u32, u64)> {
-        self.receiver.session()
-    }
-    /// The session closed and everything was delivered.
-    pub fn is_ended(&self) -> bool {
-        self.receiver.is_ended()
-    }
-    /// This receiver's identity in STATUS and NAK.
-    pub fn receiver_id(&self) -> u32 {
-        self.receiver.config().receiver_id
-    }
-    /// The bound address.
-    pub fn local_addr(&self) -> SocketAddrV4 {
-        self.transport.local_addr()
-    }
-
-    /// One duty cycle: reads waiting datagrams (one `recvmmsg`), delivers
-    /// up to `limit` events in order, then sends due NAK and STATUS.
-    /// Returns the events delivered.
+    /// Delivers up to `limit` fragments' (shared memory) or events' (network)
+    /// worth to `handler`, in stream order. Returns how many (0: nothing new).
     ///
     /// # Errors
-    /// [`DriverError::Transport`] if the socket fails (not for would-block).
+    /// [`DriverError::Poll`] if a shared-memory log breaks the protocol,
+    /// [`DriverError::Transport`] if the socket fails.
+    #[inline]
     pub fn poll<F: FnMut(Event<'_>)>(&mut self, handler: F, limit: usize) -> Result<usize, DriverError> {
-        let now = now_ns();
-        let n = self.transport.recv_batch(&mut self.rx)?;
-        for i in 0..n {
-            let (d, from) = self.rx.get(i);
-            if !self.multicast {
-                self.control_to = from;
-            }
-            self.receiver.handle_datagram(now, d);
-        }
-        let delivered = self.receiver.poll_messages(handler, limit);
-        while let Some(len) = self.receiver.poll_transmit(now, &mut self.ctrl) {
-            if self.control_to == NOWHERE {
-                break;
-            }
-            if self.transport.send_batch(self.control_to, &[&self.ctrl[..len]]).is_err() {
-                self.send_errors += 1;
-            }
-        }
-        if now >= self.next_counters {
-            self.publish_counters();
-            self.next_counters = now + 1_000_000;
-        }
-        Ok(delivered)
-    }
-
-    fn publish_counters(&self) {
-        if let Some(c) = &self.counters {
-            let s = self.receiver.stats();
-            for (i, v) in [
-                s.messages,
-                s.bytes,
-                s.naks_sent,
-                s.gaps_detected,
-                s.lost_events,
-                s.lost_bytes,
-                s.invalid,
-                s.duplicates,
-            ]
-            .into_iter()
-            .enumerate()
-            {
-                c.set(i, v);
-            }
+        match &mut self.0 {
+            Inner::Ipc(r) => Ok(r.poll(handler, limit)?),
+            Inner::Udp(r) => r.poll(handler, limit),
         }
     }
 
-    /// Waits up to `max` for a datagram or the next timer (for parking idle
-    /// strategies).
+    /// Sleeps until data may have arrived or `max` passes (for idle
+    /// strategies that park; costs no CPU while asleep).
     pub fn park(&mut self, max: Duration) {
-        let until = self.receiver.poll_timeout().saturating_sub(now_ns());
-        let _ = self.transport.wait(max.min(Duration::from_nanos(until)));
+        match &mut self.0 {
+            Inner::Ipc(r) => r.park(max),
+            Inner::Udp(r) => r.park(max),
+        }
     }
-}
 
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        self.publish_counters();
+    /// The publication closed the stream and everything it sent was
+    /// delivered.
+    pub fn is_ended(&self) -> bool {
+        match &self.0 {
+            Inner::Ipc(r) => r.is_end_of_stream(),
+            Inner::Udp(r) => r.is_ended(),
+        }
     }
 }

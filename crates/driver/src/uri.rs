@@ -58,6 +58,11 @@ pub enum UriError {
     /// The host does not resolve to an IPv4 address.
     #[error("cannot resolve {0:?} to an IPv4 address")]
     Resolve(String),
+    /// Neither `ipc:` nor `udp://`.
+    #[error(
+        "unknown channel {0:?}: expected ipc:NAME, udp://HOST:PORT[?key=value&...] or udp://GROUP:PORT?interface=ADDR"
+    )]
+    Scheme(String),
     /// A key not in [`KEYS`].
     #[error("unknown channel parameter {0:?}")]
     UnknownKey(String),

@@ -1,7 +1,8 @@
-//! Publication and subscription over real UDP sockets on loopback, in one
+//! UdpSender and subscription over real UDP sockets on loopback, in one
 //! thread (embedded mode, both ends driven by the test loop).
 
 use std::time::{Duration, Instant};
+use tickwire_driver::udp::{UdpReceiver, UdpSender};
 use tickwire_driver::*;
 
 fn port() -> u16 {
@@ -10,10 +11,10 @@ fn port() -> u16 {
 }
 
 /// Sends `n` numbered messages of varied sizes; returns what arrived.
-fn transfer(params: &str, n: u64) -> (Vec<u64>, Vec<(u64, u64)>, Publication, Subscription) {
+fn transfer(params: &str, n: u64) -> (Vec<u64>, Vec<(u64, u64)>, UdpSender, UdpReceiver) {
     let uri: ChannelUri = format!("udp://127.0.0.1:{}?{params}", port()).parse().unwrap();
-    let mut sub = Subscription::open(&uri, 7, None).unwrap();
-    let mut publication = Publication::open(&uri, 7, None).unwrap();
+    let mut sub = UdpReceiver::open(&uri, 7, None).unwrap();
+    let mut publication = UdpSender::open(&uri, 7, None).unwrap();
     let mut got = Vec::new();
     let mut lost = Vec::new();
     let mut next = 0u64;
@@ -76,7 +77,7 @@ fn loss_reorder_and_duplicates_on_both_paths_are_repaired() {
 }
 
 /// Drives everything once; collects events per subscription.
-fn pump(p: &mut [&mut Publication], subs: &mut [(&mut Subscription, &mut Vec<String>)]) {
+fn pump(p: &mut [&mut UdpSender], subs: &mut [(&mut UdpReceiver, &mut Vec<String>)]) {
     for p in p.iter_mut() {
         p.do_work();
     }
@@ -96,7 +97,7 @@ fn pump(p: &mut [&mut Publication], subs: &mut [(&mut Subscription, &mut Vec<Str
     }
 }
 
-fn offer_all(p: &mut Publication, range: std::ops::Range<u64>, subs: &mut [(&mut Subscription, &mut Vec<String>)]) {
+fn offer_all(p: &mut UdpSender, range: std::ops::Range<u64>, subs: &mut [(&mut UdpReceiver, &mut Vec<String>)]) {
     // One message per duty cycle, so that joins happen mid-stream.
     let deadline = Instant::now() + Duration::from_secs(20);
     for i in range {
@@ -108,7 +109,7 @@ fn offer_all(p: &mut Publication, range: std::ops::Range<u64>, subs: &mut [(&mut
     }
 }
 
-fn settle(p: &mut [&mut Publication], subs: &mut [(&mut Subscription, &mut Vec<String>)], ms: u64) {
+fn settle(p: &mut [&mut UdpSender], subs: &mut [(&mut UdpReceiver, &mut Vec<String>)], ms: u64) {
     let until = Instant::now() + Duration::from_millis(ms);
     while Instant::now() < until {
         pump(p, subs);
@@ -122,15 +123,15 @@ fn messages(log: &[String]) -> Vec<u64> {
 #[test]
 fn a_restarted_receiver_joins_at_the_current_position_and_continues_in_order() {
     let uri: ChannelUri = format!("udp://127.0.0.1:{}", port()).parse().unwrap();
-    let mut p = Publication::open(&uri, 3, None).unwrap();
+    let mut p = UdpSender::open(&uri, 3, None).unwrap();
     let (mut log1, mut log2) = (Vec::new(), Vec::new());
     {
-        let mut s1 = Subscription::open(&uri, 3, None).unwrap();
+        let mut s1 = UdpReceiver::open(&uri, 3, None).unwrap();
         offer_all(&mut p, 0..1000, &mut [(&mut s1, &mut log1)]);
         settle(&mut [&mut p], &mut [(&mut s1, &mut log1)], 50);
     }
     assert_eq!(messages(&log1), (0..1000).collect::<Vec<_>>());
-    let mut s2 = Subscription::open(&uri, 3, None).unwrap();
+    let mut s2 = UdpReceiver::open(&uri, 3, None).unwrap();
     offer_all(&mut p, 1000..3000, &mut [(&mut s2, &mut log2)]);
     settle(&mut [&mut p], &mut [(&mut s2, &mut log2)], 100);
     assert!(log2.first().is_some_and(|l| l.starts_with("joined")), "{log2:?} {:?} {:?}", s2.stats(), p.stats());
@@ -144,17 +145,17 @@ fn a_restarted_receiver_joins_at_the_current_position_and_continues_in_order() {
 #[test]
 fn a_sender_restarting_with_a_new_session_is_followed_after_the_old_one_falls_silent() {
     let uri: ChannelUri = format!("udp://127.0.0.1:{}?session-timeout=50ms", port()).parse().unwrap();
-    let mut s = Subscription::open(&uri, 4, None).unwrap();
+    let mut s = UdpReceiver::open(&uri, 4, None).unwrap();
     let mut log = Vec::new();
     let first_session;
     {
-        let mut p1 = Publication::open(&uri, 4, None).unwrap();
+        let mut p1 = UdpSender::open(&uri, 4, None).unwrap();
         first_session = p1.session_id();
         offer_all(&mut p1, 0..500, &mut [(&mut s, &mut log)]);
         settle(&mut [&mut p1], &mut [(&mut s, &mut log)], 20);
         // Dropped without close: like a crash, no END_OF_STREAM.
     }
-    let mut p2 = Publication::open(&uri, 4, None).unwrap();
+    let mut p2 = UdpSender::open(&uri, 4, None).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !p2.is_connected() {
         assert!(Instant::now() < deadline, "new session never connected");
@@ -176,12 +177,12 @@ fn a_sender_restarting_with_a_new_session_is_followed_after_the_old_one_falls_si
 fn a_late_joiner_on_a_multicast_group_starts_at_a_message_boundary() {
     let group = format!("udp://239.255.91.{}:{}?interface=127.0.0.1", 1 + port() % 200, port());
     let uri: ChannelUri = group.parse().unwrap();
-    let mut p = Publication::open(&uri, 5, None).unwrap();
-    let mut a = Subscription::open(&uri, 5, None).unwrap();
+    let mut p = UdpSender::open(&uri, 5, None).unwrap();
+    let mut a = UdpReceiver::open(&uri, 5, None).unwrap();
     let (mut la, mut lb) = (Vec::new(), Vec::new());
     offer_all(&mut p, 0..1000, &mut [(&mut a, &mut la)]);
     settle(&mut [&mut p], &mut [(&mut a, &mut la)], 20);
-    let mut b = Subscription::open(&uri, 5, None).unwrap();
+    let mut b = UdpReceiver::open(&uri, 5, None).unwrap();
     offer_all(&mut p, 1000..3000, &mut [(&mut a, &mut la), (&mut b, &mut lb)]);
     assert!(p.close(Duration::from_secs(5)));
     settle(&mut [&mut p], &mut [(&mut a, &mut la), (&mut b, &mut lb)], 20);
@@ -195,14 +196,14 @@ fn a_late_joiner_on_a_multicast_group_starts_at_a_message_boundary() {
 #[test]
 fn a_receiver_joins_an_idle_sender_from_its_heartbeats() {
     let uri: ChannelUri = format!("udp://127.0.0.1:{}", port()).parse().unwrap();
-    let mut p = Publication::open(&uri, 6, None).unwrap();
+    let mut p = UdpSender::open(&uri, 6, None).unwrap();
     let mut log1 = Vec::new();
     {
-        let mut s1 = Subscription::open(&uri, 6, None).unwrap();
+        let mut s1 = UdpReceiver::open(&uri, 6, None).unwrap();
         offer_all(&mut p, 0..100, &mut [(&mut s1, &mut log1)]);
         settle(&mut [&mut p], &mut [(&mut s1, &mut log1)], 20);
     }
-    let mut s2 = Subscription::open(&uri, 6, None).unwrap();
+    let mut s2 = UdpReceiver::open(&uri, 6, None).unwrap();
     let mut log2 = Vec::new();
     settle(&mut [&mut p], &mut [(&mut s2, &mut log2)], 50);
     assert_eq!(log2.len(), 1, "{log2:?} {:?} {:?}", s2.stats(), p.stats());
@@ -217,8 +218,8 @@ fn counters_are_published_for_tickwire_stat() {
     let dir = std::env::temp_dir().join(format!("tw-rudp-counters-{}", std::process::id()));
     let file = tickwire_shm::CountersFile::create(&dir).unwrap();
     let uri: ChannelUri = format!("udp://127.0.0.1:{}?send-data-loss=0.1&seed=3", port()).parse().unwrap();
-    let mut s = Subscription::open(&uri, 8, Some(&file)).unwrap();
-    let mut p = Publication::open(&uri, 8, Some(&file)).unwrap();
+    let mut s = UdpReceiver::open(&uri, 8, Some(&file)).unwrap();
+    let mut p = UdpSender::open(&uri, 8, Some(&file)).unwrap();
     let mut log = Vec::new();
     offer_all(&mut p, 0..2000, &mut [(&mut s, &mut log)]);
     assert!(p.close(Duration::from_secs(5)));

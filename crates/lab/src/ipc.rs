@@ -6,7 +6,8 @@ use crate::{spin_until, Cpus, LabError, WorkerProcess};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
-use tickwire_shm::{Context, Event, LogConfig, OfferError, ShmError, Subscriber, SubscriberOptions};
+use tickwire_shm::{Context, Event, LogConfig, LogReader, OfferError, ReaderOptions, ShmError};
+use tickwire_wire::stamp;
 
 /// Parameters for IPC runs.
 #[derive(Debug, Clone)]
@@ -34,10 +35,10 @@ pub(crate) const PING_STREAM: u32 = 1;
 pub(crate) const PONG_STREAM: u32 = 2;
 
 /// Attaches to a stream, waiting (bounded) for its publisher to appear.
-pub(crate) fn subscribe_when_ready(ctx: &Context, channel: &str, stream: u32) -> Result<Subscriber, LabError> {
+pub(crate) fn subscribe_when_ready(ctx: &Context, channel: &str, stream: u32) -> Result<LogReader, LabError> {
     let start = Instant::now();
     loop {
-        match ctx.subscriber(channel, stream, SubscriberOptions::default()) {
+        match ctx.reader(channel, stream, ReaderOptions::default()) {
             Ok(s) => return Ok(s),
             Err(ShmError::NoPublisher { .. }) if start.elapsed() < TIMEOUT => {
                 std::thread::sleep(Duration::from_micros(200));
@@ -48,7 +49,7 @@ pub(crate) fn subscribe_when_ready(ctx: &Context, channel: &str, stream: u32) ->
 }
 
 /// Waits (bounded, without sending anything) until a subscriber is attached.
-pub(crate) fn wait_connected(p: &mut tickwire_shm::Publisher) -> Result<(), LabError> {
+pub(crate) fn wait_connected(p: &mut tickwire_shm::LogAppender) -> Result<(), LabError> {
     let start = Instant::now();
     while !p.is_connected() {
         if start.elapsed() > TIMEOUT {
@@ -62,7 +63,7 @@ pub(crate) fn wait_connected(p: &mut tickwire_shm::Publisher) -> Result<(), LabE
 /// Offers until accepted (spinning on back-pressure and not-connected),
 /// bounded by a timeout.
 #[inline]
-pub(crate) fn offer_spin(p: &mut tickwire_shm::Publisher, msg: &[u8]) -> Result<(), LabError> {
+pub(crate) fn offer_spin(p: &mut tickwire_shm::LogAppender, msg: &[u8]) -> Result<(), LabError> {
     spin_until(TIMEOUT, "offer accepted", || match p.offer(msg) {
         Ok(_) => Some(Ok(())),
         Err(OfferError::BackPressured | OfferError::NotConnected) => None,
@@ -91,7 +92,7 @@ pub fn pingpong_histogram(o: &IpcOptions) -> Result<hdrhistogram::Histogram<u64>
     }
     let ctx = Context::new(&o.dir)?;
     let channel = crate::run_tag();
-    let mut ping = ctx.publisher(&channel, PING_STREAM, &LogConfig::with_capacity(o.capacity))?;
+    let mut ping = ctx.appender(&channel, PING_STREAM, &LogConfig::with_capacity(o.capacity))?;
     let worker = WorkerProcess::spawn(&[
         "ipc-pong".into(),
         o.dir.display().to_string(),
@@ -114,8 +115,8 @@ pub fn pingpong_histogram(o: &IpcOptions) -> Result<hdrhistogram::Histogram<u64>
         spin_until(TIMEOUT, "ipc pong", || {
             let polled = pong.poll(
                 |e| match e {
-                    Event::Message(m) => echoed = Some(m.payload[..8] == i.to_le_bytes()),
-                    Event::Lost { .. } => echoed = Some(false),
+                    Event::Message(m) => echoed = Some(stamp::seq(m.payload) == Some(i)),
+                    _ => echoed = Some(false),
                 },
                 1,
             );
@@ -151,7 +152,7 @@ pub fn throughput(o: &IpcOptions) -> Result<ThroughputRow, LabError> {
     }
     let ctx = Context::new(&o.dir)?;
     let channel = crate::run_tag();
-    let mut publisher = ctx.publisher(&channel, PING_STREAM, &LogConfig::with_capacity(o.capacity))?;
+    let mut publisher = ctx.appender(&channel, PING_STREAM, &LogConfig::with_capacity(o.capacity))?;
     let worker = WorkerProcess::spawn(&[
         "ipc-sink".into(),
         o.dir.display().to_string(),

@@ -27,6 +27,21 @@
 //!
 //! Latency is recorded in nanoseconds into an HdrHistogram with three
 //! significant digits; half round trip = round trip / 2, as in the papers.
+//!
+//! # Examples
+//!
+//! Every mode ends in [`report::LatencyRow`]s computed from a histogram; the
+//! same rows feed the table, JSON, CSV and plots:
+//!
+//! ```
+//! let mut h = tickwire_lab::report::histogram();
+//! for ns in [900u64, 1_000, 1_100, 50_000] {
+//!     h.record(ns).unwrap();
+//! }
+//! let row = tickwire_lab::report::LatencyRow::from_histogram("pingpong", "ipc", 64, &h);
+//! assert!(row.p50_ns >= 1_000 && row.max_ns >= 49_000);
+//! println!("{}", tickwire_lab::report::table(&[row]));
+//! ```
 #![forbid(unsafe_code)]
 
 pub mod doctor;

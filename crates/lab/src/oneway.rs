@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 use tickwire_agent::pin_current_thread;
 use tickwire_shm::os::monotonic_ns;
-use tickwire_shm::{Context, Event, LogConfig, OfferError, Publisher, ShmError, SubscriberOptions};
+use tickwire_shm::{Context, Event, LogAppender, LogConfig, OfferError, ReaderOptions, ShmError};
+use tickwire_wire::stamp;
 
 /// A one-way run.
 #[derive(Debug, Clone)]
@@ -62,8 +63,8 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Measured, LabError> {
     let ctx = Context::new(&o.dir)?;
     let channel = crate::run_tag();
     let cfg = LogConfig::with_capacity(o.capacity);
-    let mut pubs: Vec<Publisher> =
-        (0..o.publishers).map(|i| ctx.publisher(&channel, i as u32 + 1, &cfg)).collect::<Result<_, _>>()?;
+    let mut pubs: Vec<LogAppender> =
+        (0..o.publishers).map(|i| ctx.appender(&channel, i as u32 + 1, &cfg)).collect::<Result<_, _>>()?;
     let (every, stall_us) = o.stall.map_or((0, 0), |(n, d)| (n, d.as_micros() as u64));
     let worker = WorkerProcess::spawn(&[
         "oneway-sink".into(),
@@ -108,8 +109,7 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Measured, LabError> {
         while monotonic_ns() < intended {
             std::hint::spin_loop();
         }
-        msg[..8].copy_from_slice(&sent.to_le_bytes());
-        msg[8..16].copy_from_slice(&intended.to_le_bytes());
+        stamp::write(&mut msg, sent, intended);
         let p = &mut pubs[(sent % o.publishers as u64) as usize];
         let t = &topics[(sent % o.topics as u64) as usize];
         let stuck = Instant::now();
@@ -176,7 +176,7 @@ pub(crate) fn sink(
     for _ in 0..subscribers {
         for p in 0..publishers {
             let s = loop {
-                match ctx.subscriber(channel, p as u32 + 1, SubscriberOptions::default()) {
+                match ctx.reader(channel, p as u32 + 1, ReaderOptions::default()) {
                     Ok(s) => break s,
                     Err(ShmError::NoPublisher { .. }) if start.elapsed() < SETUP_TIMEOUT => {
                         std::thread::sleep(Duration::from_micros(200));
@@ -200,7 +200,7 @@ pub(crate) fn sink(
                     |e| {
                         if let Event::Message(m) = e {
                             let now = monotonic_ns();
-                            let intended = u64::from_le_bytes(m.payload[8..16].try_into().unwrap_or([0; 8]));
+                            let intended = stamp::intended_ns(m.payload).unwrap_or(0);
                             h.saturating_record(now.saturating_sub(intended).max(1));
                             received += 1;
                             if stall_every > 0 && received % stall_every == 0 {

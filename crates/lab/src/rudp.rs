@@ -1,15 +1,17 @@
 //! Reliable UDP in the lab: ping-pong (against kernel UDP in the same run),
 //! one-way throughput, and one-way latency at a fixed rate under loss.
 //!
-//! Both ends use the embedded driver (`Publication::do_work` and
-//! `Subscription::poll` in the measuring thread), pinned, spinning.
+//! Both ends use the embedded driver (`UdpSender::do_work` and
+//! `UdpReceiver::poll` in the measuring thread), pinned, spinning.
 
 use crate::report::histogram;
 use crate::{spin_until, LabError, WorkerProcess};
 use hdrhistogram::Histogram;
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
-use tickwire_driver::{ChannelUri, Event, OfferError, Publication, Subscription};
+use tickwire_driver::udp::{UdpReceiver, UdpSender};
+use tickwire_driver::{ChannelUri, Event, OfferError};
+use tickwire_wire::stamp;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 const STREAM: u32 = 1201;
@@ -24,7 +26,7 @@ fn uri(port: u16, params: &str) -> Result<ChannelUri, LabError> {
 }
 
 /// Offers, driving the publication while back-pressured (bounded by 10 s).
-fn offer(p: &mut Publication, msg: &[u8]) -> Result<(), LabError> {
+fn offer(p: &mut UdpSender, msg: &[u8]) -> Result<(), LabError> {
     let start = Instant::now();
     loop {
         match p.offer(msg) {
@@ -39,7 +41,7 @@ fn offer(p: &mut Publication, msg: &[u8]) -> Result<(), LabError> {
 
 /// Drives both until the publication is connected and the subscription has
 /// joined the far side's session.
-fn connect(p: &mut Publication, s: &mut Subscription) -> Result<(), LabError> {
+fn connect(p: &mut UdpSender, s: &mut UdpReceiver) -> Result<(), LabError> {
     spin_until(TIMEOUT, "rudp connection", || {
         p.do_work();
         let _ = s.poll(|_| {}, 16);
@@ -62,7 +64,7 @@ pub fn pingpong_histogram(
     if size < 8 {
         return Err(LabError::Usage("rudp ping-pong needs at least 8 bytes".into()));
     }
-    let mut sub = Subscription::open(&uri(0, "")?, STREAM, None).map_err(werr)?;
+    let mut sub = UdpReceiver::open(&uri(0, "")?, STREAM, None).map_err(werr)?;
     let back = sub.local_addr().port();
     let mut pong = WorkerProcess::spawn(&["rudp-pong".into(), back.to_string(), cpus.remote.to_string()])?;
     let line = pong.read_line()?;
@@ -70,7 +72,7 @@ pub fn pingpong_histogram(
         .strip_prefix("listening ")
         .and_then(|p| p.parse().ok())
         .ok_or_else(|| LabError::Worker(format!("unexpected worker output {line:?}")))?;
-    let mut publication = Publication::open(&uri(port, "")?, STREAM, None).map_err(werr)?;
+    let mut publication = UdpSender::open(&uri(port, "")?, STREAM, None).map_err(werr)?;
     pin_current_thread(cpus.local)?;
     connect(&mut publication, &mut sub)?;
     let mut msg = vec![0u8; size];
@@ -109,9 +111,9 @@ pub(crate) fn pong(args: &[String]) -> Result<String, LabError> {
         args.get(i).and_then(|a| a.parse::<u64>().ok()).ok_or_else(|| LabError::Usage("rudp-pong: bad args".into()))
     };
     let (back, cpu) = (num(1)? as u16, num(2)? as usize);
-    let mut sub = Subscription::open(&uri(0, "")?, STREAM, None).map_err(werr)?;
+    let mut sub = UdpReceiver::open(&uri(0, "")?, STREAM, None).map_err(werr)?;
     println!("listening {}", sub.local_addr().port());
-    let mut publication = Publication::open(&uri(back, "")?, STREAM, None).map_err(werr)?;
+    let mut publication = UdpSender::open(&uri(back, "")?, STREAM, None).map_err(werr)?;
     pin_current_thread(cpu)?;
     // No separate connect phase: a ping arriving early must not be dropped;
     // `offer` waits for the echo's publication to connect.
@@ -164,7 +166,7 @@ pub struct SinkReport {
 
 /// Receives until the stream ends (or the deadline), calling `on_message`
 /// with each payload; counts messages, sequence gaps and `Lost` events.
-fn sink(sub: &mut Subscription, deadline: Instant, mut on_message: impl FnMut(&[u8])) -> Result<SinkReport, LabError> {
+fn sink(sub: &mut UdpReceiver, deadline: Instant, mut on_message: impl FnMut(&[u8])) -> Result<SinkReport, LabError> {
     let mut rep = SinkReport::default();
     let mut expect = 0u64;
     let mut first = None;
@@ -174,7 +176,7 @@ fn sink(sub: &mut Subscription, deadline: Instant, mut on_message: impl FnMut(&[
             .poll(
                 |ev| match ev {
                     Event::Message(m) => {
-                        let seq = m.payload.get(..8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes);
+                        let seq = stamp::seq(m.payload).unwrap_or(0);
                         rep.missing += seq.saturating_sub(expect);
                         expect = seq + 1;
                         rep.count += 1;
@@ -205,7 +207,7 @@ fn sink(sub: &mut Subscription, deadline: Instant, mut on_message: impl FnMut(&[
 /// # Errors
 /// Socket or worker failures.
 pub fn throughput(size: usize, duration: Duration, cpus: crate::Cpus, params: &str) -> Result<SinkReport, LabError> {
-    let mut sub = Subscription::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
+    let mut sub = UdpReceiver::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
     let port = sub.local_addr().port();
     let blaster = WorkerProcess::spawn(&[
         "rudp-blast".into(),
@@ -228,7 +230,7 @@ pub(crate) fn blast(args: &[String]) -> Result<String, LabError> {
     };
     let (port, cpu, size, us) = (num(1)? as u16, num(2)? as usize, num(3)? as usize, num(4)?);
     let params = args.get(5).map_or("", String::as_str);
-    let mut p = Publication::open(&uri(port, params)?, STREAM, None).map_err(werr)?;
+    let mut p = UdpSender::open(&uri(port, params)?, STREAM, None).map_err(werr)?;
     pin_current_thread(cpu)?;
     spin_until(TIMEOUT, "rudp sink", || {
         p.do_work();
@@ -268,7 +270,7 @@ pub fn oneway_histogram(
     cpus: crate::Cpus,
     params: &str,
 ) -> Result<(Histogram<u64>, SinkReport), LabError> {
-    let mut sub = Subscription::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
+    let mut sub = UdpReceiver::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
     let port = sub.local_addr().port();
     let sender = WorkerProcess::spawn(&[
         "rudp-rate".into(),
@@ -283,7 +285,7 @@ pub fn oneway_histogram(
     let mut h = histogram();
     let rep = sink(&mut sub, Instant::now() + duration + TIMEOUT * 3, |payload| {
         let now = tickwire_shm::os::monotonic_ns();
-        let intended = payload.get(8..16).and_then(|b| b.try_into().ok()).map_or(now, u64::from_le_bytes);
+        let intended = stamp::intended_ns(payload).unwrap_or(now);
         h.saturating_record(now.saturating_sub(intended));
     })?;
     sender.finish(TIMEOUT)?;
@@ -296,7 +298,7 @@ pub(crate) fn rate_sender(args: &[String]) -> Result<String, LabError> {
     let get = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
     let num = |i: usize| get(i).parse::<f64>().map_err(|_| LabError::Usage("rudp-rate: bad args".into()));
     let (port, cpu, size, rate, us) = (num(1)? as u16, num(2)? as usize, num(3)? as usize, num(4)?, num(5)? as u64);
-    let mut p = Publication::open(&uri(port, get(6))?, STREAM, None).map_err(werr)?;
+    let mut p = UdpSender::open(&uri(port, get(6))?, STREAM, None).map_err(werr)?;
     pin_current_thread(cpu)?;
     spin_until(TIMEOUT, "rudp receiver", || {
         p.do_work();
@@ -311,8 +313,7 @@ pub(crate) fn rate_sender(args: &[String]) -> Result<String, LabError> {
         while tickwire_shm::os::monotonic_ns() < intended {
             p.do_work();
         }
-        msg[..8].copy_from_slice(&i.to_le_bytes());
-        msg[8..16].copy_from_slice(&intended.to_le_bytes());
+        stamp::write(&mut msg, i, intended);
         offer(&mut p, &msg)?;
         p.do_work();
     }

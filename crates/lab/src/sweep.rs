@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
 use tickwire_shm::os::monotonic_ns;
 use tickwire_shm::{Context, Event, LogConfig, OfferError};
+use tickwire_wire::stamp;
 
 /// A sweep.
 #[derive(Debug, Clone)]
@@ -78,7 +79,7 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<Measured, LabError> {
     let wall = std::time::SystemTime::now();
     let ctx = Context::new(&s.dir)?;
     let channel = crate::run_tag();
-    let mut tx = ctx.publisher(&channel, STREAM, &LogConfig::with_capacity(s.capacity))?;
+    let mut tx = ctx.appender(&channel, STREAM, &LogConfig::with_capacity(s.capacity))?;
     let worker = WorkerProcess::spawn(&[
         "reflect".into(),
         s.dir.display().to_string(),
@@ -93,7 +94,7 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<Measured, LabError> {
     let mut h = histogram();
     let mut record = |e: Event<'_>| {
         if let Event::Message(m) = e {
-            let intended = u64::from_le_bytes(m.payload[8..16].try_into().unwrap_or([0; 8]));
+            let intended = stamp::intended_ns(m.payload).unwrap_or(0);
             h.saturating_record(monotonic_ns().saturating_sub(intended).max(1));
         }
     };
@@ -111,8 +112,7 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<Measured, LabError> {
         while monotonic_ns() < intended {
             rx.poll(&mut record, 16).map_err(poll_err)?;
         }
-        msg[..8].copy_from_slice(&sent.to_le_bytes());
-        msg[8..16].copy_from_slice(&intended.to_le_bytes());
+        stamp::write(&mut msg, sent, intended);
         let stuck = Instant::now();
         loop {
             match tx.offer(&msg) {
@@ -157,7 +157,7 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<Measured, LabError> {
 pub(crate) fn reflect(dir: &Path, channel: &str, cpu: usize, every: u64, capacity: usize) -> Result<String, LabError> {
     let ctx = Context::new(dir)?;
     let mut rx = subscribe_when_ready(&ctx, channel, STREAM)?;
-    let mut tx = ctx.publisher(channel, REFLECT, &LogConfig::with_capacity(capacity))?;
+    let mut tx = ctx.appender(channel, REFLECT, &LogConfig::with_capacity(capacity))?;
     pin_current_thread(cpu)?;
     let (mut received, mut first, mut last) = (0u64, None::<Instant>, Instant::now());
     let mut err = None;
@@ -169,7 +169,7 @@ pub(crate) fn reflect(dir: &Path, channel: &str, cpu: usize, every: u64, capacit
                 |e| {
                     if let Event::Message(m) = e {
                         received += 1;
-                        let seq = u64::from_le_bytes(m.payload[..8].try_into().unwrap_or([0; 8]));
+                        let seq = stamp::seq(m.payload).unwrap_or(0);
                         if seq % every == 0 {
                             // Never block the stream on the reflection: drop it if full.
                             match tx.offer(m.payload) {

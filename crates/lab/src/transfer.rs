@@ -11,8 +11,10 @@ use crate::netns::{NetnsPair, NetnsStar};
 use crate::{LabError, WorkerProcess};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
-use tickwire_driver::{ChannelUri, Event, OfferError, Publication, Subscription};
+use tickwire_driver::udp::{UdpReceiver, UdpSender};
+use tickwire_driver::{ChannelUri, Event, OfferError};
 use tickwire_impair::Rng;
+use tickwire_wire::stamp;
 
 const STREAM: u32 = 1101;
 const IDLE_LIMIT: Duration = Duration::from_secs(30);
@@ -174,7 +176,7 @@ pub fn sender(args: &[String]) -> Result<String, LabError> {
     let (bytes, max, seed, receivers, timeout) = (num(2)?, num(3)? as usize, num(4)?, num(5)? as usize, num(6)?);
     // Counters in the default directory, so `tickwire stat` shows the run live.
     let counters = tickwire_shm::CountersFile::create(std::path::Path::new(tickwire_shm::DEFAULT_DIR)).ok();
-    let mut p = Publication::open(&uri, STREAM, counters.as_ref()).map_err(|e| LabError::Worker(e.to_string()))?;
+    let mut p = UdpSender::open(&uri, STREAM, counters.as_ref()).map_err(|e| LabError::Worker(e.to_string()))?;
     let deadline = Instant::now() + Duration::from_secs(timeout);
     while p.receivers() < receivers {
         if Instant::now() > deadline {
@@ -243,7 +245,7 @@ pub fn receiver(args: &[String]) -> Result<String, LabError> {
         .parse()
         .map_err(|e| LabError::Usage(format!("{e}")))?;
     let counters = tickwire_shm::CountersFile::create(std::path::Path::new(tickwire_shm::DEFAULT_DIR)).ok();
-    let mut sub = Subscription::open(&uri, STREAM, counters.as_ref()).map_err(|e| LabError::Worker(e.to_string()))?;
+    let mut sub = UdpReceiver::open(&uri, STREAM, counters.as_ref()).map_err(|e| LabError::Worker(e.to_string()))?;
     println!("ready {}", sub.local_addr().port());
     let mut rep = ReceiverReport { checksum: FNV0, in_order: true, ..ReceiverReport::default() };
     let mut next = 0u64;
@@ -254,8 +256,7 @@ pub fn receiver(args: &[String]) -> Result<String, LabError> {
             .poll(
                 |ev| match ev {
                     Event::Message(m) => {
-                        let idx =
-                            m.payload.get(..8).and_then(|b| b.try_into().ok()).map_or(u64::MAX, u64::from_le_bytes);
+                        let idx = stamp::seq(m.payload).unwrap_or(u64::MAX);
                         rep.in_order &= idx == next;
                         next = idx.wrapping_add(1);
                         rep.checksum = fnv(rep.checksum, m.payload);

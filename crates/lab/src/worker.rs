@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
 use tickwire_shm::floor::{CacheLines, RawRing};
 use tickwire_shm::{Context, Event};
+use tickwire_wire::stamp;
 
 const IDLE_LIMIT: Duration = Duration::from_secs(30);
 
@@ -126,7 +127,7 @@ fn ring_sink(path: &Path, cpu: usize) -> Result<String, LabError> {
     let mut idle_since = Instant::now();
     while !done {
         let got = rx.try_pop(|b| {
-            let seq = u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
+            let seq = stamp::seq(b).unwrap_or(0);
             if seq == u64::MAX {
                 done = true;
                 return;
@@ -170,7 +171,7 @@ fn sink_row(count: u64, lost: u64, first: Option<Instant>) -> String {
 fn ipc_pong(dir: &Path, channel: &str, cpu: usize, capacity: usize, block: bool) -> Result<String, LabError> {
     let ctx = Context::new(dir)?;
     let mut rx = subscribe_when_ready(&ctx, channel, PING_STREAM)?;
-    let mut tx = ctx.publisher(channel, PONG_STREAM, &tickwire_shm::LogConfig::with_capacity(capacity))?;
+    let mut tx = ctx.appender(channel, PONG_STREAM, &tickwire_shm::LogConfig::with_capacity(capacity))?;
     pin_current_thread(cpu)?;
     let mut stop = false;
     let mut err = None;
@@ -220,14 +221,13 @@ fn ipc_sink(dir: &Path, channel: &str, cpu: usize) -> Result<String, LabError> {
     loop {
         let n = rx
             .poll(
-                |e| match e {
-                    Event::Message(m) => {
-                        let seq = u64::from_le_bytes(m.payload[..8].try_into().unwrap_or([0; 8]));
+                |e| {
+                    if let Event::Message(m) = e {
+                        let seq = stamp::seq(m.payload).unwrap_or(0);
                         lost += seq.saturating_sub(expect);
                         expect = seq + 1;
                         count += 1;
                     }
-                    Event::Lost { .. } => {}
                 },
                 256,
             )

@@ -26,9 +26,40 @@
 //!   repair is lost, and raises [`Event::Lost`] with the exact range when the
 //!   sender no longer retains a gap.
 //!
+//! Fragmentation and reassembly are the message layer of `tickwire-wire`,
+//! the same code the shared-memory log runs.
+//!
 //! Stream positions count bytes of 32-byte-aligned frames, as in the
 //! shared-memory log, so a gap is a range of positions and `Lost { from, to }`
 //! is exact.
+//!
+//! # Examples
+//!
+//! A sender and a receiver joined by a vector of datagrams, in virtual time:
+//!
+//! ```
+//! use tickwire_proto::{Event, Receiver, ReceiverConfig, Sender, SenderConfig};
+//! let mut now = 0;
+//! let mut sender = Sender::new(SenderConfig::default(), now).unwrap();
+//! let mut receiver = Receiver::new(ReceiverConfig::default()).unwrap();
+//! let mut buf = vec![0u8; 2048];
+//! let mut got = Vec::new();
+//! for round in 0..4 {
+//!     if round == 2 {
+//!         sender.offer("md/eu/VOD", b"bid 101.25").unwrap(); // connected by now
+//!     }
+//!     while let Some(n) = sender.poll_transmit(now, &mut buf) {
+//!         receiver.handle_datagram(now, &buf[..n]); // SETUP, then DATA
+//!     }
+//!     receiver.poll_messages(|e| if let Event::Message(m) = e { got.push(m.payload.to_vec()) }, 10);
+//!     receiver.handle_timeout(now);
+//!     while let Some(n) = receiver.poll_transmit(now, &mut buf) {
+//!         sender.handle_datagram(now, &buf[..n]); // STATUS opens the window
+//!     }
+//!     now += 1_000;
+//! }
+//! assert_eq!(got, [b"bid 101.25"]);
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -36,8 +67,9 @@ mod bitmap;
 mod receiver;
 mod sender;
 
-pub use receiver::{Event, Message, Receiver, ReceiverConfig, ReceiverStats};
-pub use sender::{OfferError, Sender, SenderConfig, SenderStats};
+pub use receiver::{Receiver, ReceiverConfig, ReceiverStats};
+pub use sender::{Sender, SenderConfig, SenderStats};
+pub use tickwire_wire::{Event, Message, OfferError};
 
 use tickwire_impair::Rng;
 use tickwire_wire::{align_frame, FrameHeader, FrameType, WireError};

@@ -4,8 +4,8 @@ use crate::bitmap::Bitmap;
 use crate::{frames, NakDelay, Nanos, MAX_MTU};
 use tickwire_impair::Rng;
 use tickwire_wire::{
-    align_frame, flags, DataFrame, FrameType, HeartbeatFrame, NakFrame, NakRepr, Reassembler, SetupFrame, StatusRepr,
-    Step, FRAME_ALIGNMENT,
+    align_frame, flags, DataFrame, DeliveryStats, Event, FrameType, HeartbeatFrame, NakFrame, NakRepr, Reassembler,
+    SetupFrame, StatusRepr, FRAME_ALIGNMENT,
 };
 
 /// Gaps tracked (and NAKed) at once; later ones wait for these to close.
@@ -62,39 +62,6 @@ impl Default for ReceiverConfig {
             seed: 0,
         }
     }
-}
-
-pub use tickwire_wire::Message;
-
-/// What `poll_messages` hands to the handler, in stream order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event<'a> {
-    /// A session was joined at `position`; its messages follow.
-    Joined {
-        /// The session.
-        session_id: u32,
-        /// Where this receiver starts.
-        position: u64,
-    },
-    /// A message.
-    Message(Message<'a>),
-    /// Stream bytes `[from, to)` of `session_id` will never be delivered.
-    Lost {
-        /// The session.
-        session_id: u32,
-        /// First lost position.
-        from: u64,
-        /// First position after the loss.
-        to: u64,
-    },
-    /// The session ended at `position` (closed by the sender, or replaced
-    /// after it fell silent).
-    Ended {
-        /// The session.
-        session_id: u32,
-        /// Its final position.
-        position: u64,
-    },
 }
 
 /// What a receiver has seen and done, for counters.
@@ -184,6 +151,7 @@ impl Image {
 
     /// Delivers in order up to `limit` events; returns how many.
     fn deliver<F: FnMut(Event<'_>)>(&mut self, handler: &mut F, limit: usize, stats: &mut ReceiverStats) -> usize {
+        let mut d = DeliveryStats::default();
         let mut n = 0;
         while n < limit {
             let slot = self.slot(self.rcv_pos);
@@ -193,43 +161,8 @@ impl Image {
                 let flen = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
                 let alen = align_frame(flen);
                 let frame = DataFrame::new_unchecked(&self.ring[off..off + flen]);
-                let fl = frame.flags();
-                let pos = self.rcv_pos;
-                if fl & flags::UNFRAGMENTED == flags::UNFRAGMENTED {
-                    if self.reasm.reset() {
-                        stats.reassembly_dropped += 1;
-                    }
-                    stats.messages += 1;
-                    stats.bytes += frame.payload().len() as u64;
-                    handler(Event::Message(Message {
-                        payload: frame.payload(),
-                        topic: frame.topic(),
-                        position: pos,
-                        session_id: self.session_id,
-                        stream_id: self.stream_id,
-                    }));
+                if self.reasm.on_frame(&frame, self.rcv_pos, &mut d, handler) {
                     n += 1;
-                } else {
-                    if fl & flags::BEGIN != 0 && self.reasm.reset() {
-                        stats.reassembly_dropped += 1;
-                    }
-                    match self.reasm.push(fl, frame.topic(), frame.payload(), pos) {
-                        Step::Pending => {}
-                        Step::Dropped => stats.reassembly_dropped += 1,
-                        Step::Complete => {
-                            let (topic, payload, position) = self.reasm.message();
-                            stats.messages += 1;
-                            stats.bytes += payload.len() as u64;
-                            handler(Event::Message(Message {
-                                payload,
-                                topic,
-                                position,
-                                session_id: self.session_id,
-                                stream_id: self.stream_id,
-                            }));
-                            n += 1;
-                        }
-                    }
                 }
                 self.covered.set_range(slot, alen / FRAME_ALIGNMENT, false);
                 self.starts.set(slot, false);
@@ -242,13 +175,7 @@ impl Image {
                 if !self.abandoned {
                     to = to.min(self.retained_from);
                 }
-                let from = self.rcv_pos;
-                if self.reasm.reset() {
-                    stats.reassembly_dropped += 1;
-                }
-                stats.lost_events += 1;
-                stats.lost_bytes += to - from;
-                handler(Event::Lost { session_id: self.session_id, from, to });
+                self.reasm.on_lost(self.rcv_pos, to, &mut d, handler);
                 self.rcv_pos = to;
                 self.gaps_dirty = true;
                 n += 1;
@@ -262,6 +189,11 @@ impl Image {
                 break;
             }
         }
+        stats.messages += d.messages;
+        stats.bytes += d.bytes;
+        stats.reassembly_dropped += d.reassembly_dropped;
+        stats.lost_events += d.lost_events;
+        stats.lost_bytes += d.lost_bytes;
         n
     }
 
@@ -529,7 +461,7 @@ impl Receiver {
             status_due: now,
             status_pos: pos,
             status_now: true,
-            reasm: Reassembler::new(self.cfg.max_message),
+            reasm: Reassembler::new(session, f.stream_id(), self.cfg.max_message),
             srtt: 0,
         });
         self.setup_for = None;
@@ -594,10 +526,8 @@ impl Receiver {
                 n += s.emit(&mut buf[n..]).ok()?;
             }
         }
-        let Self { image, rng, cfg, stats, .. } = self;
+        let Self { image, cfg, stats, .. } = self;
         if let Some(im) = image {
-            let nak_delay = cfg.nak_delay;
-            im.update_gaps(now, &mut || nak_delay.sample(rng));
             for t in im.timers.iter_mut() {
                 if t.deadline > now || buf.len() - n < tickwire_wire::nak::LEN {
                     continue;
@@ -646,15 +576,29 @@ impl Receiver {
         (n > 0).then_some(n)
     }
 
-    /// The earliest time `poll_transmit` may have something to send.
-    pub fn poll_timeout(&self) -> Nanos {
+    /// Advances the receiver's timers to `now`: rebuilds the gap list after
+    /// new data or a loss, starting a (randomised, for multicast) NAK timer
+    /// for each new gap and measuring repair times for closed ones. Call it
+    /// when [`Receiver::poll_timeout`] is due, before `poll_transmit`.
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        let Self { image, rng, cfg, .. } = self;
+        if let Some(im) = image {
+            let nak_delay = cfg.nak_delay;
+            im.update_gaps(now, &mut || nak_delay.sample(rng));
+        }
+    }
+
+    /// The earliest time `handle_timeout` or `poll_transmit` may have
+    /// something to do: `Some(0)` if something is pending now, `None` if
+    /// nothing will be until a datagram arrives.
+    pub fn poll_timeout(&self) -> Option<Nanos> {
         let mut t = Nanos::MAX;
         if self.setup_for.is_some() {
             t = t.min(self.setup_due);
         }
         if let Some(im) = &self.image {
             if im.gaps_dirty || im.status_now {
-                return 0;
+                return Some(0);
             }
             if !im.ended {
                 t = t.min(im.status_due);
@@ -663,6 +607,6 @@ impl Receiver {
                 t = t.min(g.deadline);
             }
         }
-        t
+        (t != Nanos::MAX).then_some(t)
     }
 }

@@ -3,8 +3,8 @@
 use crate::bitmap::Bitmap;
 use crate::{frames, FlowControl, Nanos, MAX_MTU};
 use tickwire_wire::{
-    align_frame, data, flags, DataRepr, FrameType, HeartbeatRepr, NakFrame, SetupRepr, StatusFrame, FRAME_ALIGNMENT,
-    MAX_TOPIC_LENGTH,
+    align_frame, flags, DataRepr, Fragment, Fragmenter, FrameType, HeartbeatRepr, NakFrame, OfferError, SetupRepr,
+    StatusFrame, FRAME_ALIGNMENT,
 };
 
 /// Receivers tracked for flow control; STATUS from more are counted and ignored.
@@ -54,23 +54,6 @@ impl Default for SenderConfig {
             receiver_timeout: 1_000_000_000,
         }
     }
-}
-
-/// Why `offer` refused a message. Nothing was sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum OfferError {
-    /// No receiver has sent STATUS yet (or all timed out).
-    #[error("no receiver is connected")]
-    NotConnected,
-    /// The message would pass the flow-control limit; retry later.
-    #[error("back-pressured by flow control")]
-    BackPressured,
-    /// Larger than `max_message`, or a topic over 250 bytes.
-    #[error("message or topic too large")]
-    TooLarge,
-    /// `close` was called.
-    #[error("publication closed")]
-    Closed,
 }
 
 /// What a sender has done, for counters.
@@ -128,6 +111,7 @@ struct Retransmit {
 #[derive(Debug)]
 pub struct Sender {
     cfg: SenderConfig,
+    fragmenter: Fragmenter,
     ring: Vec<u8>,
     mask: u64,
     starts: Bitmap,
@@ -167,6 +151,7 @@ impl Sender {
     pub fn new(cfg: SenderConfig, now: Nanos) -> Result<Self, &'static str> {
         check_sender(&cfg)?;
         Ok(Self {
+            fragmenter: Fragmenter::new(cfg.mtu),
             ring: vec![0; cfg.retention + cfg.mtu],
             mask: cfg.retention as u64 - 1,
             starts: Bitmap::new(cfg.retention / FRAME_ALIGNMENT),
@@ -230,24 +215,40 @@ impl Sender {
     /// position after it. The bytes go out on the next `poll_transmit`.
     ///
     /// # Errors
-    /// [`OfferError`]; nothing is appended.
+    /// As [`Sender::check_offer`]; nothing is appended.
     pub fn offer(&mut self, topic: &str, payload: &[u8]) -> Result<u64, OfferError> {
+        let first_room = self.check_offer(topic, payload.len())?;
+        for frag in self.fragmenter.fragments(topic, first_room, payload) {
+            self.append(frag);
+        }
+        self.stats.messages += 1;
+        self.stats.bytes += payload.len() as u64;
+        Ok(self.pub_pos)
+    }
+
+    /// Whether a message of `len` bytes with `topic` would be accepted now,
+    /// making room for it in the retention if so. Nothing is appended; the
+    /// answer holds until the next `handle_*` or `poll_transmit` call.
+    /// Returns the payload room of the message's first frame.
+    ///
+    /// # Errors
+    /// [`OfferError::Closed`], [`OfferError::MaxMessageExceeded`],
+    /// [`OfferError::TopicTooLong`], [`OfferError::NotConnected`] before a
+    /// receiver answers, [`OfferError::BackPressured`] at the flow-control
+    /// limit.
+    pub fn check_offer(&mut self, topic: &str, len: usize) -> Result<usize, OfferError> {
         if self.closed {
             return Err(OfferError::Closed);
         }
-        if payload.len() > self.cfg.max_message || topic.len() > MAX_TOPIC_LENGTH {
-            return Err(OfferError::TooLarge);
+        if len > self.cfg.max_message {
+            return Err(OfferError::MaxMessageExceeded { len, max: self.cfg.max_message });
         }
+        let first_room = self.fragmenter.first_room(topic)?;
         if self.peers.is_empty() {
             self.stats.not_connected += 1;
             return Err(OfferError::NotConnected);
         }
-        let chunk = self.cfg.mtu - data::HEADER_LEN;
-        let first = payload.len().min(chunk - topic.len());
-        let rest = payload.len() - first;
-        let total = align_frame(data::HEADER_LEN + topic.len() + first) as u64
-            + (rest / chunk * self.cfg.mtu) as u64
-            + if rest % chunk == 0 { 0 } else { align_frame(data::HEADER_LEN + rest % chunk) as u64 };
+        let total = self.fragmenter.stream_len(topic.len(), first_room, len);
         // Never beyond the flow-control limit, and never evicting bytes that
         // have not been sent once.
         if self.pub_pos + total > self.limit.min(self.sent_pos + self.cfg.retention as u64) {
@@ -255,34 +256,17 @@ impl Sender {
             return Err(OfferError::BackPressured);
         }
         self.evict(self.pub_pos + total);
-        let mut off = 0;
-        let mut fl = flags::BEGIN;
-        loop {
-            let t = if off == 0 { topic } else { "" };
-            let n = (payload.len() - off).min(chunk - t.len());
-            if off + n == payload.len() {
-                fl |= flags::END;
-            }
-            self.append(fl, t, &payload[off..off + n]);
-            off += n;
-            fl = 0;
-            if off == payload.len() {
-                break;
-            }
-        }
-        self.stats.messages += 1;
-        self.stats.bytes += payload.len() as u64;
-        Ok(self.pub_pos)
+        Ok(first_room)
     }
 
-    fn append(&mut self, fl: u8, topic: &str, payload: &[u8]) {
+    fn append(&mut self, frag: Fragment<'_>) {
         let repr = DataRepr {
             session_id: self.cfg.session_id,
             stream_id: self.cfg.stream_id,
             position: self.pub_pos,
-            flags: fl,
-            topic,
-            payload,
+            flags: frag.flags,
+            topic: frag.topic,
+            payload: frag.payload,
         };
         let off = (self.pub_pos & self.mask) as usize;
         let alen = align_frame(repr.buffer_len());
@@ -405,10 +389,11 @@ impl Sender {
     }
 
     /// The earliest time at which `poll_transmit` or `handle_timeout` may have
-    /// something to do (if nothing is pending right now).
-    pub fn poll_timeout(&self) -> Nanos {
+    /// something to do: `Some(0)` if something is pending right now, `None`
+    /// if nothing will be until new input arrives.
+    pub fn poll_timeout(&self) -> Option<Nanos> {
         if self.setup_now || self.heartbeat_now || self.sent_pos < self.pub_pos {
-            return 0;
+            return Some(0);
         }
         let mut t = Nanos::MAX;
         if self.closed || !self.peers.is_empty() {
@@ -425,7 +410,7 @@ impl Sender {
         for p in &self.peers {
             t = t.min(p.last_seen + self.cfg.receiver_timeout);
         }
-        t
+        (t != Nanos::MAX).then_some(t)
     }
 
     /// Expires lingering retransmissions and silent receivers.

@@ -28,6 +28,7 @@ fn pair() -> (Sender, Receiver, Vec<Vec<u8>>) {
             r.handle_datagram(NOW, &buf[..n]);
         }
         r.poll_messages(|_| {}, usize::MAX);
+        r.handle_timeout(NOW);
         while let Some(n) = r.poll_transmit(NOW, &mut buf) {
             samples.push(buf[..n].to_vec());
             s.handle_datagram(NOW, &buf[..n]);
@@ -54,6 +55,7 @@ impl Live {
         self.r.handle_datagram(NOW, d);
         self.s.handle_datagram(NOW, d);
         self.r.poll_messages(|_| {}, 64);
+        self.r.handle_timeout(NOW);
         let _ = self.r.poll_transmit(NOW, &mut self.buf);
         let _ = self.s.poll_transmit(NOW, &mut self.buf);
     }
@@ -134,6 +136,7 @@ fn bad_datagrams_are_counted_and_the_stream_is_untouched() {
             },
             usize::MAX,
         );
+        r.handle_timeout(NOW + round);
         while let Some(n) = r.poll_transmit(NOW + round, &mut buf) {
             s.handle_datagram(NOW + round, &buf[..n]);
         }

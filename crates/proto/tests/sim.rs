@@ -124,6 +124,7 @@ impl Sim {
                 },
                 usize::MAX,
             );
+            self.receivers[r].handle_timeout(now);
             while let Some(n) = self.receivers[r].poll_transmit(now, &mut self.buf) {
                 let d = self.buf[..n].to_vec();
                 let mut out = Vec::new();
@@ -141,9 +142,9 @@ impl Sim {
             }
         }
         // Advance to the next event.
-        let mut next = self.sender.poll_timeout().max(now + 1);
+        let mut next = self.sender.poll_timeout().unwrap_or(u64::MAX).max(now + 1);
         for r in &self.receivers {
-            next = next.min(r.poll_timeout().max(now + 1));
+            next = next.min(r.poll_timeout().unwrap_or(u64::MAX).max(now + 1));
         }
         if let Some(Reverse((t, ..))) = self.queue.peek() {
             next = next.min(*t);

@@ -6,7 +6,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 use tickwire_shm::floor::RawRing;
-use tickwire_shm::{Context, Event, LogConfig, SubscriberOptions};
+use tickwire_shm::{Context, Event, LogConfig, ReaderOptions};
 
 const N: u64 = 20_000_000;
 
@@ -31,8 +31,8 @@ fn main() {
     report("raw ring push+pop 64B", t);
 
     let ctx = Context::new(&dir).unwrap();
-    let mut p = ctx.publisher("bench", 1, &LogConfig::with_capacity(1 << 20)).unwrap();
-    let mut s = ctx.subscriber("bench", 1, SubscriberOptions::default()).unwrap();
+    let mut p = ctx.appender("bench", 1, &LogConfig::with_capacity(1 << 20)).unwrap();
+    let mut s = ctx.reader("bench", 1, ReaderOptions::default()).unwrap();
     let t = Instant::now();
     for _ in 0..N {
         p.offer(black_box(&msg)).unwrap();

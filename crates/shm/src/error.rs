@@ -3,39 +3,6 @@
 
 use std::path::PathBuf;
 
-/// Why `offer` or `try_claim` did not publish. Nothing was written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum OfferError {
-    /// No subscriber is attached; the message would go nowhere.
-    #[error("not connected: no subscriber is attached")]
-    NotConnected,
-    /// The slowest tethered subscriber has not made room yet; try again.
-    #[error("back-pressured by the slowest subscriber")]
-    BackPressured,
-    /// A claim cannot be fragmented: `len` exceeds the largest frame payload.
-    #[error("claim of {len} bytes exceeds the largest frame payload {max}")]
-    MaxPayloadExceeded {
-        /// Requested length.
-        len: usize,
-        /// Largest allowed.
-        max: usize,
-    },
-    /// The message exceeds `max_message`.
-    #[error("message of {len} bytes exceeds max_message {max}")]
-    MaxMessageExceeded {
-        /// Requested length.
-        len: usize,
-        /// Largest allowed.
-        max: usize,
-    },
-    /// The topic exceeds the wire limit.
-    #[error("topic longer than {max} bytes")]
-    TopicTooLong {
-        /// Largest allowed.
-        max: usize,
-    },
-}
-
 /// Why a subscriber cannot go on reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PollError {

@@ -3,7 +3,7 @@
 //! The data path on one host:
 //!
 //! ```text
-//!  Publisher::offer / try_claim+commit          Subscriber::poll(handler)
+//!  LogAppender::offer / try_claim+commit        LogReader::poll(handler)
 //!        |                                              ^
 //!        v                                              |
 //!  [ log file in /dev/shm/tickwire: descriptor | publisher line |
@@ -20,16 +20,26 @@
 //! This crate is one of the few allowed `unsafe` code; every block carries a
 //! `// SAFETY:` comment (enforced by `clippy::undocumented_unsafe_blocks`).
 //! The frames themselves are `tickwire-wire` frames, so a network sender can
-//! transmit straight from a log.
+//! transmit straight from a log. Applications normally go through
+//! `tickwire_driver::{Publication, Subscription}`, which wrap a log's
+//! [`LogAppender`] and [`LogReader`] for `ipc:` channels.
 //!
-//! ```no_run
-//! use tickwire_shm::{Context, Event, LogConfig, SubscriberOptions};
-//! let ctx = Context::new("/dev/shm/tickwire")?;
-//! let mut publisher = ctx.publisher("ipc:md", 10, &LogConfig::default())?;
-//! let mut subscriber = ctx.subscriber("ipc:md", 10, SubscriberOptions::default())?;
-//! publisher.offer(b"hello").unwrap();
-//! subscriber.poll(|ev| if let Event::Message(m) = ev { assert_eq!(m.payload, b"hello") }, 10).unwrap();
-//! # Ok::<(), tickwire_shm::ShmError>(())
+//! # Examples
+//!
+//! ```
+//! use tickwire_shm::{Context, Event, LogConfig, ReaderOptions};
+//! let dir = std::env::temp_dir().join(format!("tw-shm-doc-{}", std::process::id()));
+//! let ctx = Context::new(&dir)?;
+//! let mut appender = ctx.appender("ipc:md", 10, &LogConfig::default())?;
+//! let mut reader = ctx.reader("ipc:md", 10, ReaderOptions::default())?;
+//! let mut claim = appender.try_claim(5).unwrap();
+//! claim.buffer().copy_from_slice(b"hello");
+//! claim.commit();
+//! let mut got = Vec::new();
+//! reader.poll(|ev| if let Event::Message(m) = ev { got.push(m.payload.to_vec()) }, 10)?;
+//! assert_eq!(got, [b"hello"]);
+//! # drop((appender, reader, ctx)); std::fs::remove_dir_all(&dir).unwrap();
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 pub mod config;
@@ -49,9 +59,10 @@ pub mod os {
 
 pub use config::{LogConfig, DEFAULT_DIR};
 pub use counters::{CounterSet, CountersFile, CountersReader};
-pub use error::{OfferError, PollError, ShmError};
+pub use error::{PollError, ShmError};
 pub use log::file::{inspect, log_path, status, Descriptor, FileStatus, LogStatus};
-pub use log::{Claim, Event, Message, Mode, Publisher, Subscriber, SubscriberOptions};
+pub use log::{Claim, LogAppender, LogReader, Mode, ReaderOptions};
+pub use tickwire_wire::{Event, Message, OfferError};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -86,20 +97,20 @@ impl Context {
         &self.counters
     }
 
-    /// Creates a publisher on `channel`/`stream_id`.
+    /// Creates the log of `channel`/`stream_id` and its appender.
     ///
     /// # Errors
-    /// See [`Publisher::create`].
-    pub fn publisher(&self, channel: &str, stream_id: u32, cfg: &LogConfig) -> Result<Publisher, ShmError> {
-        Publisher::create(&self.dir, channel, stream_id, cfg, &self.counters)
+    /// See [`LogAppender::create`].
+    pub fn appender(&self, channel: &str, stream_id: u32, cfg: &LogConfig) -> Result<LogAppender, ShmError> {
+        LogAppender::create(&self.dir, channel, stream_id, cfg, &self.counters)
     }
 
-    /// Attaches a subscriber to `channel`/`stream_id`.
+    /// Attaches a reader to the log of `channel`/`stream_id`.
     ///
     /// # Errors
-    /// See [`Subscriber::open`].
-    pub fn subscriber(&self, channel: &str, stream_id: u32, opts: SubscriberOptions) -> Result<Subscriber, ShmError> {
-        Subscriber::open(&self.dir, channel, stream_id, opts, &self.counters)
+    /// See [`LogReader::open`].
+    pub fn reader(&self, channel: &str, stream_id: u32, opts: ReaderOptions) -> Result<LogReader, ShmError> {
+        LogReader::open(&self.dir, channel, stream_id, opts, &self.counters)
     }
 }
 

@@ -15,13 +15,14 @@ fn small() -> LogConfig {
     LogConfig { capacity: 64 << 10, mtu: 1024, max_message: 32 << 10, ..LogConfig::default() }
 }
 
-fn drain(s: &mut Subscriber) -> Vec<Result<Vec<u8>, (u64, u64)>> {
+fn drain(s: &mut LogReader) -> Vec<Result<Vec<u8>, (u64, u64)>> {
     let mut out = Vec::new();
     while s
         .poll(
             |e| match e {
                 Event::Message(m) => out.push(Ok(m.payload.to_vec())),
-                Event::Lost { from, to } => out.push(Err((from, to))),
+                Event::Lost { from, to, .. } => out.push(Err((from, to))),
+                other => panic!("a log reader saw {other:?}"),
             },
             64,
         )
@@ -34,15 +35,15 @@ fn drain(s: &mut Subscriber) -> Vec<Result<Vec<u8>, (u64, u64)>> {
 #[test]
 fn no_subscriber_means_not_connected() {
     let ctx = Context::new(dir("nc")).unwrap();
-    let mut p = ctx.publisher("t", 1, &small()).unwrap();
+    let mut p = ctx.appender("t", 1, &small()).unwrap();
     assert_eq!(p.offer(b"x"), Err(OfferError::NotConnected));
 }
 
 #[test]
 fn messages_arrive_in_order_across_many_wraps_with_topics() {
     let ctx = Context::new(dir("order")).unwrap();
-    let mut p = ctx.publisher("t", 1, &small()).unwrap();
-    let mut s = ctx.subscriber("t", 1, SubscriberOptions::default()).unwrap();
+    let mut p = ctx.appender("t", 1, &small()).unwrap();
+    let mut s = ctx.reader("t", 1, ReaderOptions::default()).unwrap();
     let mut next = 0u64;
     let mut sent = 0u64;
     while sent < 100_000 {
@@ -83,8 +84,8 @@ fn messages_arrive_in_order_across_many_wraps_with_topics() {
 #[test]
 fn tethered_subscriber_back_pressures_and_fragmented_messages_reassemble() {
     let ctx = Context::new(dir("bp")).unwrap();
-    let mut p = ctx.publisher("t", 1, &small()).unwrap();
-    let mut s = ctx.subscriber("t", 1, SubscriberOptions::default()).unwrap();
+    let mut p = ctx.appender("t", 1, &small()).unwrap();
+    let mut s = ctx.reader("t", 1, ReaderOptions::default()).unwrap();
     let big: Vec<u8> = (0..20_000u32).map(|i| i as u8).collect();
     p.offer(&big).unwrap();
     p.offer(&big).unwrap();
@@ -99,9 +100,9 @@ fn tethered_subscriber_back_pressures_and_fragmented_messages_reassemble() {
 #[test]
 fn lossy_subscriber_gets_exact_lost_range_and_then_continues() {
     let ctx = Context::new(dir("lossy")).unwrap();
-    let mut p = ctx.publisher("t", 1, &small()).unwrap();
-    let opts = SubscriberOptions { mode: Mode::Lossy, ..SubscriberOptions::default() };
-    let mut s = ctx.subscriber("t", 1, opts).unwrap();
+    let mut p = ctx.appender("t", 1, &small()).unwrap();
+    let opts = ReaderOptions { mode: Mode::Lossy, ..ReaderOptions::default() };
+    let mut s = ctx.reader("t", 1, opts).unwrap();
     let msg = [7u8; 480]; // 512-byte frames
     for _ in 0..300 {
         p.offer(&msg).unwrap(); // never back-pressured by a lossy subscriber
@@ -122,8 +123,8 @@ fn lossy_subscriber_gets_exact_lost_range_and_then_continues() {
 #[test]
 fn claim_then_commit_or_abort() {
     let ctx = Context::new(dir("claim")).unwrap();
-    let mut p = ctx.publisher("t", 1, &small()).unwrap();
-    let mut s = ctx.subscriber("t", 1, SubscriberOptions::default()).unwrap();
+    let mut p = ctx.appender("t", 1, &small()).unwrap();
+    let mut s = ctx.reader("t", 1, ReaderOptions::default()).unwrap();
     let mut c = p.try_claim(5).unwrap();
     c.buffer().copy_from_slice(b"first");
     c.commit();
@@ -139,8 +140,8 @@ fn claim_then_commit_or_abort() {
 fn corrupt_frame_is_a_typed_error_and_counted() {
     let d = dir("corrupt");
     let ctx = Context::new(&d).unwrap();
-    let mut p = ctx.publisher("t", 1, &small()).unwrap();
-    let mut s = ctx.subscriber("t", 1, SubscriberOptions::default()).unwrap();
+    let mut p = ctx.appender("t", 1, &small()).unwrap();
+    let mut s = ctx.reader("t", 1, ReaderOptions::default()).unwrap();
     p.offer(b"ok").unwrap();
     // Another process scribbles over the frame's position field (the file's
     // pages are the ones mapped, so a plain write shows through).
@@ -159,23 +160,23 @@ fn foreign_and_truncated_files_are_clear_errors() {
     let d = dir("foreign");
     let ctx = Context::new(&d).unwrap();
     std::fs::write(d.join("x-1.log"), b"hello, I am somebody else's file").unwrap();
-    assert!(matches!(ctx.subscriber("x", 1, SubscriberOptions::default()), Err(ShmError::Foreign { .. })));
-    assert!(matches!(ctx.publisher("x", 1, &small()), Err(ShmError::Foreign { .. })));
+    assert!(matches!(ctx.reader("x", 1, ReaderOptions::default()), Err(ShmError::Foreign { .. })));
+    assert!(matches!(ctx.appender("x", 1, &small()), Err(ShmError::Foreign { .. })));
     assert!(d.join("x-1.log").exists(), "foreign files are never removed");
-    let p = ctx.publisher("y", 1, &small()).unwrap();
+    let p = ctx.appender("y", 1, &small()).unwrap();
     let path = log_path(&d, "y", 1).unwrap();
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     f.set_len(8192).unwrap();
-    assert!(matches!(ctx.subscriber("y", 1, SubscriberOptions::default()), Err(ShmError::Corrupt { .. })));
+    assert!(matches!(ctx.reader("y", 1, ReaderOptions::default()), Err(ShmError::Corrupt { .. })));
     drop(p);
-    assert!(matches!(ctx.subscriber("z", 1, SubscriberOptions::default()), Err(ShmError::NoPublisher { .. })));
+    assert!(matches!(ctx.reader("z", 1, ReaderOptions::default()), Err(ShmError::NoPublisher { .. })));
 }
 
 #[test]
 fn park_wakes_on_commit_from_another_thread() {
     let ctx = Context::new(dir("park")).unwrap();
-    let mut p = ctx.publisher("t", 1, &small()).unwrap();
-    let mut s = ctx.subscriber("t", 1, SubscriberOptions::default()).unwrap();
+    let mut p = ctx.appender("t", 1, &small()).unwrap();
+    let mut s = ctx.reader("t", 1, ReaderOptions::default()).unwrap();
     let t = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(50));
         p.offer(b"wake").unwrap();
@@ -198,8 +199,8 @@ fn parked_subscriber_never_misses_a_wake() {
     // (removing the membarrier call still passes); the argument for that part
     // is in `Publisher::commit` and `Subscriber::park`.
     let ctx = Context::new(dir("wake")).unwrap();
-    let mut p = ctx.publisher("t", 1, &small()).unwrap();
-    let mut s = ctx.subscriber("t", 1, SubscriberOptions::default()).unwrap();
+    let mut p = ctx.appender("t", 1, &small()).unwrap();
+    let mut s = ctx.reader("t", 1, ReaderOptions::default()).unwrap();
     const N: u64 = 3000;
     let t = std::thread::spawn(move || {
         let mut x = 0x2545_f491_4f6c_dd1du64;
@@ -242,8 +243,8 @@ fn parked_subscriber_never_misses_a_wake() {
 fn a_topic_longer_than_a_small_frame_is_a_typed_error() {
     let ctx = Context::new(dir("topic")).unwrap();
     let cfg = LogConfig { mtu: 64, ..small() };
-    let mut p = ctx.publisher("t", 1, &cfg).unwrap();
-    let _s = ctx.subscriber("t", 1, SubscriberOptions::default()).unwrap();
+    let mut p = ctx.appender("t", 1, &cfg).unwrap();
+    let _s = ctx.reader("t", 1, ReaderOptions::default()).unwrap();
     let topic = "x".repeat(200);
     assert_eq!(p.offer_topic(&topic, b"m"), Err(OfferError::TopicTooLong { max: 31 }));
     assert!(matches!(p.try_claim_topic(&topic, 1), Err(OfferError::TopicTooLong { .. })));

@@ -1,5 +1,15 @@
 //! Test support: message patterns shared by the `tw-testkit` helper binary
 //! (the far side of multi-process tests) and the tests themselves.
+//!
+//! # Examples
+//!
+//! ```
+//! let mut payload = Vec::new();
+//! tickwire_testkit::pattern(42, 64, &mut payload);
+//! assert_eq!(tickwire_testkit::check(&payload), Ok(42));
+//! payload[40] ^= 1; // a torn byte
+//! assert!(tickwire_testkit::check(&payload).is_err());
+//! ```
 #![forbid(unsafe_code)]
 
 /// The payload of message `seq` with `len` bytes: the sequence number, then a
@@ -18,10 +28,9 @@ pub fn pattern(seq: u64, len: usize, out: &mut Vec<u8>) {
 
 /// Checks a payload against [`pattern`]; returns its sequence number.
 pub fn check(payload: &[u8]) -> Result<u64, String> {
-    if payload.len() < 8 {
+    let Some(seq) = tickwire_wire::stamp::seq(payload) else {
         return Err(format!("payload of {} bytes is too short", payload.len()));
-    }
-    let seq = u64::from_le_bytes(payload[..8].try_into().map_err(|_| "short")?);
+    };
     let mut want = Vec::with_capacity(payload.len());
     pattern(seq, payload.len(), &mut want);
     if want != payload {

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tickwire_shm::{Context, Event, LogConfig, OfferError, SubscriberOptions};
+use tickwire_shm::{Context, Event, LogConfig, OfferError, ReaderOptions};
 use tickwire_testkit::{check, length, pattern};
 
 #[test]
@@ -15,10 +15,10 @@ fn late_joiners_see_only_whole_valid_messages() {
     let d = std::env::temp_dir().join(format!("tw-joins-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     let ctx = Context::new(&d).unwrap();
-    let mut p = ctx.publisher("j", 1, &LogConfig::with_capacity(1 << 16)).unwrap();
+    let mut p = ctx.appender("j", 1, &LogConfig::with_capacity(1 << 16)).unwrap();
     // One lossy subscriber keeps the publisher connected without holding it.
     let mut anchor =
-        ctx.subscriber("j", 1, SubscriberOptions { mode: tickwire_shm::Mode::Lossy, ..Default::default() }).unwrap();
+        ctx.reader("j", 1, ReaderOptions { mode: tickwire_shm::Mode::Lossy, ..Default::default() }).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
     let publisher = std::thread::spawn(move || {
@@ -41,7 +41,7 @@ fn late_joiners_see_only_whole_valid_messages() {
     let start = Instant::now();
     let mut joins = 0;
     while joins < 500 && start.elapsed() < Duration::from_secs(20) {
-        let mut s = ctx.subscriber("j", 1, SubscriberOptions::default()).unwrap();
+        let mut s = ctx.reader("j", 1, ReaderOptions::default()).unwrap();
         let mut got = 0;
         let t = Instant::now();
         while got < 3 && t.elapsed() < Duration::from_secs(2) {
@@ -51,7 +51,7 @@ fn late_joiners_see_only_whole_valid_messages() {
                         check(m.payload).unwrap_or_else(|e| panic!("join {joins}: {e}"));
                         got += 1;
                     }
-                    Event::Lost { .. } => panic!("a tethered joiner was told of loss"),
+                    other => panic!("a tethered joiner was told {other:?}"),
                 },
                 8,
             )

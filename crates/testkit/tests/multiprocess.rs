@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use tickwire_shm::{Context, Event, LogConfig, ShmError, SubscriberOptions};
+use tickwire_shm::{Context, Event, LogConfig, ReaderOptions, ShmError};
 
 const KIT: &str = env!("CARGO_BIN_EXE_tw-testkit");
 
@@ -112,7 +112,7 @@ fn publisher_killed_mid_claim_does_not_wedge_subscribers() {
     let mut hang = spawn(&["claim-and-hang", d(&dd), "k", "1", "100", "200"]);
     let start = Instant::now();
     let mut s = loop {
-        match ctx.subscriber("k", 1, SubscriberOptions::default()) {
+        match ctx.reader("k", 1, ReaderOptions::default()) {
             Ok(s) => break s,
             Err(ShmError::NoPublisher { .. }) => std::thread::sleep(Duration::from_millis(1)),
             Err(e) => panic!("{e}"),
@@ -139,8 +139,8 @@ fn publisher_killed_mid_claim_does_not_wedge_subscribers() {
     }
     assert!(!s.is_publisher_alive());
     // The stale file is replaced by a new publisher, and a subscriber follows it.
-    let mut p = ctx.publisher("k", 1, &LogConfig::with_capacity(1 << 16)).unwrap();
-    let mut s2 = ctx.subscriber("k", 1, SubscriberOptions::default()).unwrap();
+    let mut p = ctx.appender("k", 1, &LogConfig::with_capacity(1 << 16)).unwrap();
+    let mut s2 = ctx.reader("k", 1, ReaderOptions::default()).unwrap();
     p.offer(b"after restart").unwrap();
     let mut v = Vec::new();
     s2.poll(
@@ -160,8 +160,8 @@ fn a_live_publisher_stalled_mid_claim_is_waited_for_not_padded() {
     let dd = dir("stall");
     let ctx = Context::new(&dd).unwrap();
     let cfg = LogConfig { unblock_timeout: Duration::from_millis(50), ..LogConfig::with_capacity(1 << 16) };
-    let mut p = ctx.publisher("st", 1, &cfg).unwrap();
-    let mut s = ctx.subscriber("st", 1, SubscriberOptions::default()).unwrap();
+    let mut p = ctx.appender("st", 1, &cfg).unwrap();
+    let mut s = ctx.reader("st", 1, ReaderOptions::default()).unwrap();
     let mut c = p.try_claim(16).unwrap();
     c.buffer().fill(1);
     let start = Instant::now();
@@ -201,7 +201,7 @@ fn stale_files_of_dead_processes_are_detected_and_cleaned() {
     assert!(log.exists() && counters.exists());
     let ctx = Context::new(dd.join("elsewhere")).unwrap(); // a context in another dir cleans nothing here
     assert!(matches!(
-        tickwire_shm::Subscriber::open(&dd, "z", 1, SubscriberOptions::default(), ctx.counters()),
+        tickwire_shm::LogReader::open(&dd, "z", 1, ReaderOptions::default(), ctx.counters()),
         Err(ShmError::Stale { .. })
     ));
     std::fs::write(dd.join("foreign.log"), b"some other program's file, not ours").unwrap();

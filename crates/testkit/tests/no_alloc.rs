@@ -2,7 +2,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use tickwire_shm::{Context, Event, LogConfig, SubscriberOptions};
+use tickwire_shm::{Context, Event, LogConfig, ReaderOptions};
 
 struct Counting;
 static ALLOCS: AtomicUsize = AtomicUsize::new(0);
@@ -28,8 +28,8 @@ static A: Counting = Counting;
 fn offer_claim_and_poll_allocate_nothing() {
     let d = std::env::temp_dir().join(format!("tw-noalloc-{}", std::process::id()));
     let ctx = Context::new(&d).unwrap();
-    let mut p = ctx.publisher("a", 1, &LogConfig::with_capacity(1 << 16)).unwrap();
-    let mut s = ctx.subscriber("a", 1, SubscriberOptions::default()).unwrap();
+    let mut p = ctx.appender("a", 1, &LogConfig::with_capacity(1 << 16)).unwrap();
+    let mut s = ctx.reader("a", 1, ReaderOptions::default()).unwrap();
     let msg = [5u8; 100];
     let mut got = 0u64;
     // Warm up (first-touch page faults are not allocations, but be fair).

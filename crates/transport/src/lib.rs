@@ -19,6 +19,28 @@
 //!   `*mmsg` system calls) is in one private module, `sys`, each block with a `// SAFETY:` note.
 //! * [`Impaired`]: wraps any transport with [`tickwire_impair`].
 
+//!
+//! # Examples
+//!
+//! ```
+//! use std::net::{Ipv4Addr, SocketAddrV4};
+//! use tickwire_transport::{RecvBatch, Transport, UdpConfig, UdpTransport};
+//! let any = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
+//! let cfg = UdpConfig { bind: any, multicast: None, buffer_bytes: 1 << 20 };
+//! let (mut a, mut b) = (UdpTransport::open(&cfg)?, UdpTransport::open(&cfg)?);
+//! assert_eq!(a.send_batch(b.local_addr(), &[b"one", b"two"])?, 2);
+//! let mut batch = RecvBatch::new(8, 2048);
+//! let mut got = Vec::new();
+//! while got.len() < 2 {
+//!     b.wait(std::time::Duration::from_millis(100))?;
+//!     for i in 0..b.recv_batch(&mut batch)? {
+//!         got.push(batch.get(i).0.to_vec());
+//!     }
+//! }
+//! assert_eq!(got, [b"one", b"two"]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
 mod impaired;
 mod sys;
 mod udp;

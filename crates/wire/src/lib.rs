@@ -1,4 +1,4 @@
-//! # tickwire-wire: the tickwire frame format
+//! # tickwire-wire: the tickwire frame format and message layer
 //!
 //! Every byte that tickwire puts in a log buffer or on a network is a *frame*
 //! described here. The same frames are stored in shared-memory log buffers and
@@ -16,6 +16,19 @@
 //!
 //! [`FrameRepr`] parses or emits any frame type. The byte layout is specified
 //! in `docs/protocol.md`; every frame starts with the common [`header`].
+//!
+//! Above the frames, the message layer that every transport shares (sans-IO,
+//! so the shared-memory log and the network sender/receiver call the same
+//! code):
+//!
+//! * [`Fragmenter`]: how a message splits into DATA frames.
+//! * [`Reassembler`]: how frames become whole messages and [`Event`]s for a
+//!   handler, with [`DeliveryStats`] counted on the way.
+//! * [`message`]: [`Message`], [`Event`] and [`OfferError`], the one
+//!   vocabulary of every publication and subscription.
+//! * [`stamp`]: the sequence/send-time stamp generated load carries.
+//!
+//! # Examples
 //!
 //! ```
 //! use tickwire_wire::{DataRepr, FrameRepr, flags};
@@ -35,18 +48,24 @@ pub mod data;
 pub mod error_frame;
 pub mod heartbeat;
 pub mod nak;
-pub mod reassembly;
 pub mod setup;
 pub mod status;
+
+pub mod fragment;
+pub mod message;
+pub mod reassembly;
+pub mod stamp;
 
 mod repr;
 
 pub use data::{DataFrame, DataRepr, PadFrame, PadRepr};
 pub use error_frame::{ErrorFrame, ErrorRepr};
+pub use fragment::{Fragment, Fragmenter};
 pub use header::{FrameHeader, FrameType};
 pub use heartbeat::{HeartbeatFrame, HeartbeatRepr};
+pub use message::{DeliveryStats, Event, Message, OfferError};
 pub use nak::{NakFrame, NakRepr};
-pub use reassembly::{Reassembler, Step};
+pub use reassembly::Reassembler;
 pub use repr::FrameRepr;
 pub use setup::{SetupFrame, SetupRepr};
 pub use status::{StatusFrame, StatusRepr};
@@ -83,23 +102,6 @@ pub mod flags {
     pub const SEND_SETUP: u8 = 0x80;
     /// HEARTBEAT: the session ends at the heartbeat's position.
     pub const END_OF_STREAM: u8 = 0x80;
-}
-
-/// A whole message as delivered to a handler, borrowed from a log, a
-/// receive window or a reassembly buffer. Shared by the shared-memory
-/// subscriber and the network receiver, so handlers look the same for both.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Message<'a> {
-    /// The payload.
-    pub payload: &'a [u8],
-    /// The topic, `""` if none.
-    pub topic: &'a str,
-    /// Stream position of the message's first frame.
-    pub position: u64,
-    /// Publisher session.
-    pub session_id: u32,
-    /// Stream.
-    pub stream_id: u32,
 }
 
 /// Why a buffer is not a valid frame.

@@ -28,10 +28,10 @@
 //!   the publisher wakes only when `waiters != 0`. Without membarrier the
 //!   publisher fences after each commit instead.
 
+mod appender;
 pub mod file;
 pub mod layout;
-mod publisher;
-mod subscriber;
+mod reader;
 
-pub use publisher::{Claim, Publisher};
-pub use subscriber::{Event, Message, Mode, Subscriber, SubscriberOptions};
+pub use appender::{Claim, LogAppender};
+pub use reader::{LogReader, Mode, ReaderOptions};

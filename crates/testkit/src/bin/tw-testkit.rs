@@ -9,7 +9,7 @@
 
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tickwire_shm::{counters, Context, Event, LogConfig, Mode, OfferError, ShmError, SubscriberOptions};
+use tickwire_shm::{counters, Context, Event, LogConfig, Mode, OfferError, ReaderOptions, ShmError};
 use tickwire_testkit::{check, length, pattern};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -44,7 +44,7 @@ fn main() {
             let count: u64 = arg(&a, 4, None);
             let size: usize = arg(&a, 5, None);
             let subs: usize = arg(&a, 8, Some(1));
-            let mut p = ctx.publisher(&channel, stream, &config(&a, 6, 7)).unwrap_or_else(|e| fail(&e.to_string()));
+            let mut p = ctx.appender(&channel, stream, &config(&a, 6, 7)).unwrap_or_else(|e| fail(&e.to_string()));
             let start = Instant::now();
             // Wait for the expected subscribers by watching the slots via stat.
             let path =
@@ -83,11 +83,10 @@ fn main() {
             // or between polls (outside poll: the publisher may move it on).
             let between = a.get(7).is_some_and(|s| s == "between");
             let handler_us = if between { 0 } else { slow_us };
-            let opts =
-                SubscriberOptions { mode: if lossy { Mode::Lossy } else { Mode::Tethered }, ..Default::default() };
+            let opts = ReaderOptions { mode: if lossy { Mode::Lossy } else { Mode::Tethered }, ..Default::default() };
             let start = Instant::now();
             let mut s = loop {
-                match ctx.subscriber(&channel, stream, opts) {
+                match ctx.reader(&channel, stream, opts) {
                     Ok(s) => break s,
                     Err(ShmError::NoPublisher { .. }) if start.elapsed() < LIMIT => {
                         std::thread::sleep(Duration::from_millis(1))
@@ -120,9 +119,12 @@ fn main() {
                                 }
                                 Err(e) => errors.push(e),
                             },
-                            Event::Lost { from, to } => {
+                            Event::Lost { from, to, .. } => {
                                 lost_notices += 1;
                                 lost_bytes += to - from;
+                            }
+                            Event::Joined { .. } | Event::Ended { .. } => {
+                                errors.push(format!("a log reader saw a network session event: {e:?}"))
                             }
                         },
                         64,
@@ -149,7 +151,7 @@ fn main() {
         }
         "claim-and-hang" => {
             let before: u64 = arg(&a, 4, None);
-            let mut p = ctx.publisher(&channel, stream, &config(&a, 99, 5)).unwrap_or_else(|e| fail(&e.to_string()));
+            let mut p = ctx.appender(&channel, stream, &config(&a, 99, 5)).unwrap_or_else(|e| fail(&e.to_string()));
             let start = Instant::now();
             while !p.is_connected() {
                 if start.elapsed() > LIMIT {
@@ -170,7 +172,7 @@ fn main() {
         }
         "publisher-then-sleep" => {
             let _p = ctx
-                .publisher(&channel, stream, &LogConfig::with_capacity(1 << 16))
+                .appender(&channel, stream, &LogConfig::with_capacity(1 << 16))
                 .unwrap_or_else(|e| fail(&e.to_string()));
             println!("ready");
             std::thread::sleep(LIMIT); // killed here, leaving a stale file

@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tickwire_wire::{
-    align_frame, data, flags, DataFrame, FrameType, Reassembler, Step, FRAME_ALIGNMENT, MAX_TOPIC_LENGTH, VERSION,
+    align_frame, data, DataFrame, DeliveryStats, Event, FrameType, Reassembler, FRAME_ALIGNMENT, MAX_TOPIC_LENGTH,
+    VERSION,
 };
 
 /// How a subscriber relates to the publisher when it falls behind.
@@ -30,38 +31,22 @@ pub enum Mode {
 
 /// Options for attaching a subscriber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SubscriberOptions {
+pub struct ReaderOptions {
     /// Tethered or lossy.
     pub mode: Mode,
     /// How long to wait for the log's coordination lock when joining.
     pub join_timeout: Duration,
 }
 
-impl Default for SubscriberOptions {
+impl Default for ReaderOptions {
     fn default() -> Self {
         Self { mode: Mode::Tethered, join_timeout: Duration::from_secs(1) }
     }
 }
 
-pub use tickwire_wire::Message;
-
-/// What `poll` hands to the handler.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event<'a> {
-    /// A whole message.
-    Message(Message<'a>),
-    /// Stream bytes `[from, to)` will never be delivered to this subscriber.
-    Lost {
-        /// First lost position.
-        from: u64,
-        /// First position delivered again.
-        to: u64,
-    },
-}
-
 /// A reader of a stream's log. Each subscriber has its own position.
 #[derive(Debug)]
-pub struct Subscriber {
+pub struct LogReader {
     log: LogFile,
     ring: *mut u8,
     mask: u64,
@@ -79,9 +64,9 @@ pub struct Subscriber {
 
 // SAFETY: `ring` points into the mapping owned by `log`, which moves with the
 // subscriber; the subscriber is used from one thread at a time (not Sync).
-unsafe impl Send for Subscriber {}
+unsafe impl Send for LogReader {}
 
-impl Subscriber {
+impl LogReader {
     /// Attaches to a stream, starting at the publisher's current position.
     ///
     /// # Errors
@@ -93,7 +78,7 @@ impl Subscriber {
         dir: &Path,
         channel: &str,
         stream_id: u32,
-        opts: SubscriberOptions,
+        opts: ReaderOptions,
         counters: &Arc<CountersFile>,
     ) -> Result<Self, ShmError> {
         let log = LogFile::open(dir, channel, stream_id)?;
@@ -132,7 +117,7 @@ impl Subscriber {
             slot,
             position,
             lossy: opts.mode == Mode::Lossy,
-            reasm: Reassembler::new(log.desc.max_message),
+            reasm: Reassembler::new(log.desc.session_id, stream_id, log.desc.max_message),
             counters,
             stall_since: 0,
             stall_position: 0,
@@ -200,129 +185,64 @@ impl Subscriber {
         if let Some(e) = self.corrupt {
             return Err(e);
         }
-        let slot_pos = self.log.u64_at(self.slot + SLOT_POSITION);
+        let mut stats = DeliveryStats::default();
         let mut pos = self.position;
         if self.lossy {
-            loop {
-                match slot_pos.compare_exchange(pos, pos | READING, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => break,
-                    Err(cur) => {
-                        let to = cur & !READING;
-                        if to % FRAME_ALIGNMENT as u64 != 0 || to < pos {
-                            return Err(self.fail(pos, "subscriber position moved backwards or misaligned"));
-                        }
-                        handler(Event::Lost { from: pos, to });
-                        self.counters.add(sc::LOST_NOTICES, 1);
-                        self.counters.add(sc::LOST_BYTES, to - pos);
-                        if self.reasm.reset() {
-                            self.counters.add(sc::REASSEMBLY_DROPPED, 1);
-                        }
-                        pos = to;
-                        self.position = to;
-                    }
+            pos = match self.enter_lossy(&mut stats, &mut handler) {
+                Ok(p) => p,
+                Err(reason) => {
+                    self.add_counters(0, &stats);
+                    return Err(self.fail(pos, reason));
                 }
-            }
+            };
         }
         let mut frames = 0;
-        let (mut msgs, mut bytes, mut dropped, mut pads) = (0u64, 0u64, 0u64, 0u64);
+        let mut pads = 0u64;
         let mut err = None;
-        let (session_id, stream_id, mtu) = (self.log.desc.session_id, self.log.desc.stream_id, self.log.desc.mtu);
         while frames < fragment_limit {
             let off = pos & self.mask;
             let word = self.commit_word(off).load(Ordering::Acquire);
             if word == 0 {
                 break;
             }
-            let (len, version, fl, ty) = split_commit(word);
-            let len = len as usize;
+            let (len, ty) = match self.check_commit(off, word) {
+                Ok(v) => v,
+                Err(reason) => {
+                    err = Some(reason);
+                    break;
+                }
+            };
             let aligned = align_frame(len) as u64;
-            if version != VERSION {
-                err = Some("unknown frame version");
-                break;
-            }
-            if len < FrameType::Data.header_len() || off + aligned > self.capacity {
-                err = Some("frame length out of bounds");
-                break;
-            }
-            if ty == FrameType::Pad as u16 {
+            if ty == FrameType::Pad {
                 pos += aligned;
                 frames += 1;
                 pads += 1;
                 continue;
             }
-            if ty != FrameType::Data as u16 || len > mtu {
-                err = Some(if len > mtu { "frame longer than mtu" } else { "unexpected frame type in log" });
-                break;
-            }
-            // SAFETY: [off, off+len) is inside the ring (checked above) and
-            // committed (acquire load of its commit word); the publisher does
-            // not write it again until this subscriber's position passes it
-            // (tethered) or while READING is set (lossy).
+            // SAFETY: [off, off+len) is inside the ring (checked by
+            // `check_commit`) and committed (acquire load of its commit
+            // word); the publisher does not write it again until this
+            // reader's position passes it (tethered) or while READING is set
+            // (lossy).
             let bytes_in = unsafe { std::slice::from_raw_parts(self.ring.add(off as usize), len) };
-            // The commit word already gave version, type and length; check
-            // the rest of what the accessors rely on, once.
-            let frame = DataFrame::new_unchecked(bytes_in);
-            let topic_len = frame.topic_length();
-            if topic_len > MAX_TOPIC_LENGTH || data::HEADER_LEN + topic_len > len {
-                err = Some("topic runs past frame end");
-                break;
-            }
-            if frame.position() != pos {
-                err = Some("frame position does not match its place in the log");
-                break;
-            }
-            if topic_len > 0 && DataFrame::new_checked(bytes_in).is_err() {
-                err = Some("malformed DATA frame");
-                break;
-            }
-            if fl == flags::UNFRAGMENTED {
-                if self.reasm.reset() {
-                    dropped += 1;
+            let frame = match check_data(bytes_in, pos) {
+                Ok(f) => f,
+                Err(reason) => {
+                    err = Some(reason);
+                    break;
                 }
-                let payload = frame.payload();
-                msgs += 1;
-                bytes += payload.len() as u64;
-                handler(Event::Message(Message {
-                    payload,
-                    topic: frame.topic(),
-                    position: pos,
-                    session_id,
-                    stream_id,
-                }));
-            } else {
-                if fl & flags::BEGIN != 0 && self.reasm.reset() {
-                    dropped += 1;
-                }
-                match self.reasm.push(fl, frame.topic(), frame.payload(), pos) {
-                    Step::Pending => {}
-                    Step::Dropped => dropped += 1,
-                    Step::Complete => {
-                        let (topic, payload, position) = self.reasm.message();
-                        msgs += 1;
-                        bytes += payload.len() as u64;
-                        handler(Event::Message(Message { payload, topic, position, session_id, stream_id }));
-                    }
-                }
-            }
+            };
+            self.reasm.on_frame(&frame, pos, &mut stats, &mut handler);
             pos += aligned;
             frames += 1;
         }
         self.position = pos;
         if frames > 0 || self.lossy {
-            // Also clears READING for a lossy subscriber.
-            slot_pos.store(pos, Ordering::Release);
+            // Also clears READING for a lossy reader.
+            self.log.u64_at(self.slot + SLOT_POSITION).store(pos, Ordering::Release);
         }
-        if frames > 0 {
-            if pads > 0 {
-                self.counters.add(sc::PADS, pads);
-            }
-            if msgs > 0 {
-                self.counters.add(sc::MESSAGES, msgs);
-                self.counters.add(sc::BYTES, bytes);
-            }
-            if dropped > 0 {
-                self.counters.add(sc::REASSEMBLY_DROPPED, dropped);
-            }
+        if frames > 0 || stats.lost_events > 0 {
+            self.add_counters(pads, &stats);
         }
         if let Some(reason) = err {
             return Err(self.fail(pos, reason));
@@ -334,6 +254,74 @@ impl Subscriber {
             }
         }
         Ok(frames)
+    }
+
+    /// Marks a lossy reader as READING so the appender cannot move it, first
+    /// reporting any range the appender moved it over. Returns the position
+    /// to read from.
+    #[inline]
+    fn enter_lossy<F: FnMut(Event<'_>)>(
+        &mut self,
+        stats: &mut DeliveryStats,
+        handler: &mut F,
+    ) -> Result<u64, &'static str> {
+        let mut pos = self.position;
+        loop {
+            let slot_pos = self.log.u64_at(self.slot + SLOT_POSITION);
+            match slot_pos.compare_exchange(pos, pos | READING, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(pos),
+                Err(cur) => {
+                    let to = cur & !READING;
+                    if to % FRAME_ALIGNMENT as u64 != 0 || to < pos {
+                        return Err("subscriber position moved backwards or misaligned");
+                    }
+                    self.reasm.on_lost(pos, to, stats, handler);
+                    pos = to;
+                    self.position = to;
+                }
+            }
+        }
+    }
+
+    /// Checks a commit word read at ring offset `off`: returns the frame's
+    /// length and type, or why the log is corrupt.
+    #[inline]
+    fn check_commit(&self, off: u64, word: u64) -> Result<(usize, FrameType), &'static str> {
+        let (len, version, _flags, ty) = split_commit(word);
+        let len = len as usize;
+        if version != VERSION {
+            return Err("unknown frame version");
+        }
+        if len < FrameType::Data.header_len() || off + align_frame(len) as u64 > self.capacity {
+            return Err("frame length out of bounds");
+        }
+        if ty == FrameType::Pad as u16 {
+            return Ok((len, FrameType::Pad));
+        }
+        if len > self.log.desc.mtu {
+            return Err("frame longer than mtu");
+        }
+        if ty != FrameType::Data as u16 {
+            return Err("unexpected frame type in log");
+        }
+        Ok((len, FrameType::Data))
+    }
+
+    fn add_counters(&self, pads: u64, stats: &DeliveryStats) {
+        if pads > 0 {
+            self.counters.add(sc::PADS, pads);
+        }
+        if stats.messages > 0 {
+            self.counters.add(sc::MESSAGES, stats.messages);
+            self.counters.add(sc::BYTES, stats.bytes);
+        }
+        if stats.reassembly_dropped > 0 {
+            self.counters.add(sc::REASSEMBLY_DROPPED, stats.reassembly_dropped);
+        }
+        if stats.lost_events > 0 {
+            self.counters.add(sc::LOST_NOTICES, stats.lost_events);
+            self.counters.add(sc::LOST_BYTES, stats.lost_bytes);
+        }
     }
 
     #[cold]
@@ -414,7 +402,25 @@ impl Subscriber {
     }
 }
 
-impl Drop for Subscriber {
+/// Checks what the DATA accessors rely on beyond the commit word (which
+/// already gave version, type and length), once.
+#[inline]
+fn check_data(bytes: &[u8], pos: u64) -> Result<DataFrame<&[u8]>, &'static str> {
+    let frame = DataFrame::new_unchecked(bytes);
+    let topic_len = frame.topic_length();
+    if topic_len > MAX_TOPIC_LENGTH || data::HEADER_LEN + topic_len > bytes.len() {
+        return Err("topic runs past frame end");
+    }
+    if frame.position() != pos {
+        return Err("frame position does not match its place in the log");
+    }
+    if topic_len > 0 && DataFrame::new_checked(bytes).is_err() {
+        return Err("malformed DATA frame");
+    }
+    Ok(frame)
+}
+
+impl Drop for LogReader {
     fn drop(&mut self) {
         self.log.u32_at(self.slot + SLOT_STATE).store(SLOT_FREE, Ordering::Release);
     }

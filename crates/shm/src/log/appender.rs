@@ -4,12 +4,12 @@ use super::file::{Descriptor, LogFile};
 use super::layout::*;
 use crate::config::LogConfig;
 use crate::counters::{publisher as pc, CounterSet, CountersFile, Kind};
-use crate::error::{OfferError, ShmError};
+use crate::error::ShmError;
 use crate::sys::{self, ProcessId};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use tickwire_wire::{align_frame, data, flags, header, FrameType, FRAME_ALIGNMENT, MAX_TOPIC_LENGTH};
+use tickwire_wire::{align_frame, data, flags, header, Fragmenter, FrameType, OfferError, FRAME_ALIGNMENT};
 
 const DATA_HDR: usize = data::HEADER_LEN;
 /// How often a back-pressured publisher checks whether the subscriber holding
@@ -27,7 +27,7 @@ const LIVENESS_CHECK_NS: u64 = 10_000_000;
 /// parked, and a rescan of subscriber positions (no syscall) when the cached
 /// limit is reached.
 #[derive(Debug)]
-pub struct Publisher {
+pub struct LogAppender {
     log: LogFile,
     ring: *mut u8,
     mask: u64,
@@ -36,7 +36,7 @@ pub struct Publisher {
     limit: u64,
     session_id: u32,
     stream_id: u32,
-    max_payload: usize,
+    fragmenter: Fragmenter,
     max_message: usize,
     mtu: u64,
     me: ProcessId,
@@ -49,9 +49,9 @@ pub struct Publisher {
 
 // SAFETY: `ring`, `tail` and `waiters` point into the mapping owned by `log`, which moves with the
 // publisher; the publisher is the single writer and is not Sync.
-unsafe impl Send for Publisher {}
+unsafe impl Send for LogAppender {}
 
-impl Publisher {
+impl LogAppender {
     /// Creates the stream's log in `dir` and starts publishing on it.
     ///
     /// # Errors
@@ -85,7 +85,7 @@ impl Publisher {
             limit: 0,
             session_id: log.desc.session_id,
             stream_id,
-            max_payload: log.desc.mtu - DATA_HDR,
+            fragmenter: Fragmenter::new(log.desc.mtu),
             max_message: log.desc.max_message,
             mtu: log.desc.mtu as u64,
             me: ProcessId::current(),
@@ -105,7 +105,7 @@ impl Publisher {
     }
     /// Largest payload a single claim can hold (without topic).
     pub fn max_payload(&self) -> usize {
-        self.max_payload
+        self.fragmenter.max_payload()
     }
     /// This publisher's counters.
     pub fn counters(&self) -> &CounterSet {
@@ -161,7 +161,7 @@ impl Publisher {
     /// As [`Publisher::try_claim`], plus [`OfferError::TopicTooLong`].
     #[inline]
     pub fn try_claim_topic<'a>(&'a mut self, topic: &'a str, len: usize) -> Result<Claim<'a>, OfferError> {
-        let max = self.room_after_topic(topic)?;
+        let max = self.fragmenter.first_room(topic)?;
         if len > max {
             return Err(OfferError::MaxPayloadExceeded { len, max });
         }
@@ -188,7 +188,7 @@ impl Publisher {
     /// As [`Publisher::offer`], plus [`OfferError::TopicTooLong`].
     #[inline]
     pub fn offer_topic(&mut self, topic: &str, msg: &[u8]) -> Result<u64, OfferError> {
-        let first_max = self.room_after_topic(topic)?;
+        let first_max = self.fragmenter.first_room(topic)?;
         if msg.len() <= first_max {
             let frame_len = DATA_HDR + topic.len() + msg.len();
             self.ensure_room(align_frame(frame_len) as u64)?;
@@ -210,42 +210,18 @@ impl Publisher {
         }
         // Room for every fragment plus the worst-case end-of-ring pad, checked
         // up front so that a message is published whole or not at all.
-        let rest = msg.len() - first_max;
-        let n_rest = rest.div_ceil(self.max_payload);
-        let total = align_frame(DATA_HDR + topic.len() + first_max) + n_rest * align_frame(self.log.desc.mtu);
-        self.ensure_room(total as u64 + self.log.desc.mtu as u64)?;
-        let mut at = 0;
-        let mut first = true;
-        while at < msg.len() {
-            let (t, max) = if first { (topic, first_max) } else { ("", self.max_payload) };
-            let n = (msg.len() - at).min(max);
-            let mut fl = 0;
-            if first {
-                fl |= flags::BEGIN;
-            }
-            if at + n == msg.len() {
-                fl |= flags::END;
-            }
-            let frame_len = DATA_HDR + t.len() + n;
+        let total = self.fragmenter.stream_len(topic.len(), first_max, msg.len());
+        self.ensure_room(total + self.log.desc.mtu as u64)?;
+        for frag in self.fragmenter.fragments(topic, first_max, msg) {
+            let frame_len = frag.frame_len();
             let (off, position) = self.begin_frame(frame_len);
-            self.write_payload_last_line_first(off, off + (DATA_HDR + t.len()) as u64, &msg[at..at + n]);
-            self.commit(off, position, frame_len, fl, t);
-            at += n;
-            first = false;
+            let payload_at = off + (DATA_HDR + frag.topic.len()) as u64;
+            self.write_payload_last_line_first(off, payload_at, frag.payload);
+            self.commit(off, position, frame_len, frag.flags, frag.topic);
         }
         self.counters.add(pc::MESSAGES, 1);
         self.counters.add(pc::BYTES, msg.len() as u64);
         Ok(self.position)
-    }
-
-    /// Payload bytes left in a frame that carries `topic` (at least one).
-    #[inline]
-    fn room_after_topic(&self, topic: &str) -> Result<usize, OfferError> {
-        let max = MAX_TOPIC_LENGTH.min(self.max_payload - 1);
-        if topic.len() > max {
-            return Err(OfferError::TopicTooLong { max });
-        }
-        Ok(self.max_payload - topic.len())
     }
 
     /// Makes sure `need` bytes (plus a possible end-of-ring pad and the next
@@ -472,7 +448,7 @@ impl Publisher {
     }
 }
 
-impl Drop for Publisher {
+impl Drop for LogAppender {
     fn drop(&mut self) {
         // End of stream: subscribers drain what is committed, then see `closed`.
         self.log.u64_at(CLOSED_OFFSET).store(self.position | 1 << 63, Ordering::SeqCst);
@@ -492,7 +468,7 @@ fn wake(word: &AtomicU32) {
 /// `unblock_timeout`; a live publisher's claim is never taken away.
 #[derive(Debug)]
 pub struct Claim<'a> {
-    publisher: &'a mut Publisher,
+    publisher: &'a mut LogAppender,
     offset: u64,
     position: u64,
     frame_len: usize,

@@ -1,0 +1,15 @@
+//! The network endpoints behind a `udp://` [`Publication`](crate::Publication)
+//! and [`Subscription`](crate::Subscription): the sans-IO protocol core
+//! (`tickwire-proto`) driven over a [`Transport`](tickwire_transport::Transport),
+//! in the caller's thread.
+//!
+//! * [`UdpSender`]: `proto::Sender` over a socket: batches datagrams into
+//!   `sendmmsg`, reads NAK/STATUS every `control-poll`, runs the timers.
+//! * [`UdpReceiver`]: `proto::Receiver` over a socket: one `recvmmsg` per
+//!   poll, delivery to the handler, NAK/STATUS back to the sender.
+
+mod receiver;
+mod sender;
+
+pub use receiver::UdpReceiver;
+pub use sender::UdpSender;

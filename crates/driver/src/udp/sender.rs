@@ -1,0 +1,275 @@
+//! A publication on a `udp://` channel: the sender core over a transport.
+
+use crate::config::{random_u32, ChannelConfig, DriverError};
+use crate::now_ns;
+use crate::ChannelUri;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tickwire_proto::{OfferError, Sender, SenderStats};
+use tickwire_shm::counters::Kind;
+use tickwire_shm::{CounterSet, CountersFile};
+use tickwire_transport::{Impaired, RecvBatch, Transport, UdpTransport, MAX_BATCH};
+
+/// Publishes messages on a channel, reliably: lost datagrams are repaired on
+/// NAK, and receivers that fall beyond the retention are told what they lost.
+///
+/// Runs in the caller's thread: `offer` appends, `do_work` sends, reads
+/// NAK/STATUS and heartbeats. Call `do_work` after offers and whenever idle.
+///
+/// ```no_run
+/// use tickwire_driver::{udp::UdpSender, ChannelUri};
+/// let uri: ChannelUri = "udp://127.0.0.1:40123".parse()?;
+/// let mut publication = UdpSender::open(&uri, 10, None)?;
+/// while !publication.is_connected() { publication.do_work(); }
+/// publication.offer(b"hello")?;
+/// publication.do_work();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct UdpSender {
+    sender: Sender,
+    transport: Box<dyn Transport>,
+    dest: std::net::SocketAddrV4,
+    out: Vec<u8>,
+    lens: [usize; MAX_BATCH],
+    queued: usize,
+    flushed: usize,
+    rx: RecvBatch,
+    control_poll: u64,
+    next_control_poll: u64,
+    next_timeout: u64,
+    next_counters: u64,
+    counters: Option<CounterSet>,
+    send_errors: u64,
+}
+
+impl std::fmt::Debug for UdpSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpSender").field("dest", &self.dest).field("stats", self.sender.stats()).finish()
+    }
+}
+
+impl UdpSender {
+    /// Opens a publication on `uri`/`stream_id` with a new random session.
+    /// Counters go to `counters` if given (see `tickwire stat`).
+    ///
+    /// # Errors
+    /// [`DriverError`] for a bad URI or setting, or a socket that cannot be
+    /// opened.
+    pub fn open(uri: &ChannelUri, stream_id: u32, counters: Option<&Arc<CountersFile>>) -> Result<Self, DriverError> {
+        let cfg = ChannelConfig::from_uri(uri)?;
+        Self::with_config(&cfg, stream_id, counters)
+    }
+
+    /// Opens with settings already read from a URI.
+    ///
+    /// # Errors
+    /// As [`UdpSender::open`].
+    pub fn with_config(
+        cfg: &ChannelConfig,
+        stream_id: u32,
+        counters: Option<&Arc<CountersFile>>,
+    ) -> Result<Self, DriverError> {
+        let session_id = random_u32();
+        let scfg = tickwire_proto::SenderConfig { session_id, stream_id, ..cfg.sender.clone() };
+        let mtu = scfg.mtu;
+        let sender = Sender::new(scfg, now_ns()).map_err(DriverError::Config)?;
+        let udp = UdpTransport::open(&cfg.publication_socket()?)?;
+        let transport: Box<dyn Transport> = if cfg.publication_impair.is_none() {
+            Box::new(udp)
+        } else {
+            Box::new(Impaired::new(udp, cfg.publication_impair))
+        };
+        let label = cfg.uri.to_string();
+        let counters = counters.map(|c| c.allocate(Kind::UdpSender, stream_id, session_id, &label)).transpose()?;
+        Ok(Self {
+            sender,
+            transport,
+            dest: cfg.uri.endpoint,
+            out: vec![0; MAX_BATCH * mtu],
+            lens: [0; MAX_BATCH],
+            queued: 0,
+            flushed: 0,
+            rx: RecvBatch::new(16, 2048),
+            control_poll: cfg.control_poll.as_nanos() as u64,
+            next_control_poll: 0,
+            next_timeout: 0,
+            next_counters: 0,
+            counters,
+            send_errors: 0,
+        })
+    }
+
+    /// The session this publication sends as.
+    pub fn session_id(&self) -> u32 {
+        self.sender.config().session_id
+    }
+    /// Stream position after the last accepted message.
+    pub fn position(&self) -> u64 {
+        self.sender.position()
+    }
+    /// Largest message accepted.
+    pub fn max_message(&self) -> usize {
+        self.sender.config().max_message
+    }
+    /// What the built-in impairment did (send data, send control, receive
+    /// data, receive control), if the URI asked for any.
+    pub fn impairment(&self) -> Option<[tickwire_impair::ImpairStats; 4]> {
+        self.transport.impairment()
+    }
+    /// Protocol counters.
+    pub fn stats(&self) -> &SenderStats {
+        self.sender.stats()
+    }
+    /// Send errors other than would-block (the datagrams are repaired by NAK).
+    pub fn send_errors(&self) -> u64 {
+        self.send_errors
+    }
+    /// At least one receiver has answered (offers are accepted).
+    pub fn is_connected(&self) -> bool {
+        self.sender.is_connected()
+    }
+    /// Receivers counted for flow control.
+    pub fn receivers(&self) -> usize {
+        self.sender.receivers()
+    }
+
+    /// Appends a message; it is sent by the next `do_work`.
+    ///
+    /// # Errors
+    /// [`OfferError::NotConnected`] before a receiver answers,
+    /// [`OfferError::BackPressured`] at the flow-control limit (call
+    /// `do_work` and retry), [`OfferError::MaxMessageExceeded`],
+    /// [`OfferError::TopicTooLong`], [`OfferError::Closed`].
+    #[inline]
+    pub fn offer(&mut self, msg: &[u8]) -> Result<u64, OfferError> {
+        self.sender.offer("", msg)
+    }
+
+    /// Appends a message with a topic.
+    ///
+    /// # Errors
+    /// As [`UdpSender::offer`].
+    pub fn offer_topic(&mut self, topic: &str, msg: &[u8]) -> Result<u64, OfferError> {
+        self.sender.offer(topic, msg)
+    }
+
+    /// One duty cycle: reads control datagrams (at most every
+    /// `control-poll`), expires timers, and sends everything due in batches
+    /// of up to 64 datagrams per system call. Returns the work done.
+    pub fn do_work(&mut self) -> usize {
+        let now = now_ns();
+        let mut work = 0;
+        if now >= self.next_control_poll {
+            let n = self.transport.recv_batch(&mut self.rx).unwrap_or(0);
+            for i in 0..n {
+                self.sender.handle_datagram(now, self.rx.get(i).0);
+            }
+            work += n;
+            self.next_control_poll = if n > 0 { now } else { now + self.control_poll };
+        }
+        if now >= self.next_timeout {
+            self.sender.handle_timeout(now);
+            self.next_timeout = now + 100_000;
+        }
+        work += self.transmit(now);
+        if now >= self.next_counters {
+            self.publish_counters();
+            self.next_counters = now + 1_000_000;
+        }
+        work
+    }
+
+    fn transmit(&mut self, now: u64) -> usize {
+        let mut sent = 0;
+        loop {
+            if self.flushed == self.queued {
+                self.flushed = 0;
+                self.queued = 0;
+                let mtu = self.sender.config().mtu;
+                while self.queued < MAX_BATCH {
+                    let slot = &mut self.out[self.queued * mtu..(self.queued + 1) * mtu];
+                    let Some(n) = self.sender.poll_transmit(now, slot) else { break };
+                    self.lens[self.queued] = n;
+                    self.queued += 1;
+                }
+                if self.queued == 0 {
+                    return sent;
+                }
+            }
+            let mtu = self.sender.config().mtu;
+            let mut refs: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
+            for (i, r) in refs.iter_mut().enumerate().take(self.queued).skip(self.flushed) {
+                *r = &self.out[i * mtu..i * mtu + self.lens[i]];
+            }
+            match self.transport.send_batch(self.dest, &refs[self.flushed..self.queued]) {
+                Ok(0) => return sent,
+                Ok(n) => {
+                    self.flushed += n;
+                    sent += n;
+                }
+                Err(_) => {
+                    // Dropped here, repaired by NAK like any other loss.
+                    self.send_errors += 1;
+                    self.flushed = self.queued;
+                }
+            }
+        }
+    }
+
+    fn publish_counters(&self) {
+        if let Some(c) = &self.counters {
+            let s = self.sender.stats();
+            for (i, v) in [
+                s.messages,
+                s.bytes,
+                s.naks_received,
+                s.retransmits,
+                s.heartbeats,
+                s.back_pressured,
+                s.invalid,
+                s.naks_unrecoverable,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                c.set(i, v);
+            }
+        }
+    }
+
+    /// Closes the stream: sends what is left, then END_OF_STREAM heartbeats,
+    /// and serves NAKs until every receiver has consumed everything or
+    /// `timeout` passes. Returns whether all receivers finished.
+    pub fn close(&mut self, timeout: Duration) -> bool {
+        self.sender.close();
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            self.do_work();
+            if self.sender.is_sent() && self.sender.is_drained() && self.queued == self.flushed {
+                // One more END_OF_STREAM heartbeat goes with the final state.
+                self.do_work();
+                self.publish_counters();
+                return true;
+            }
+            let _ = self.transport.wait(Duration::from_micros(100));
+        }
+        self.publish_counters();
+        false
+    }
+
+    /// Waits up to `max` for a control datagram or the next timer.
+    pub fn park(&mut self, max: Duration) {
+        let now = now_ns();
+        let until = self.sender.poll_timeout().map_or(u64::MAX, |t| t.saturating_sub(now));
+        let _ = self.transport.wait(max.min(Duration::from_nanos(until)));
+    }
+}
+
+impl tickwire_agent::Agent for UdpSender {
+    fn do_work(&mut self) -> usize {
+        UdpSender::do_work(self)
+    }
+    fn role(&self) -> &str {
+        "udp-sender"
+    }
+}
