@@ -13,3 +13,12 @@ mod sender;
 
 pub use receiver::UdpReceiver;
 pub use sender::UdpSender;
+
+use crate::DriverError;
+use tickwire_transport::{ImpairSettings, Impaired, Transport, UdpConfig, UdpTransport};
+
+/// The socket, wrapped in the URI's impairment if it asks for any.
+fn open_transport(socket: &UdpConfig, impair: ImpairSettings) -> Result<Box<dyn Transport>, DriverError> {
+    let udp = UdpTransport::open(socket)?;
+    Ok(if impair.is_none() { Box::new(udp) } else { Box::new(Impaired::new(udp, impair)) })
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tickwire_proto::{Event, Receiver, ReceiverStats};
 use tickwire_shm::counters::Kind;
 use tickwire_shm::{CounterSet, CountersFile};
-use tickwire_transport::{Impaired, RecvBatch, Transport, UdpTransport};
+use tickwire_transport::{RecvBatch, Transport};
 
 /// Receives a channel's stream in order, exactly once, or says what was
 /// lost ([`Event::Lost`]); never silently.
@@ -68,12 +68,7 @@ impl UdpReceiver {
         let rcfg = tickwire_proto::ReceiverConfig { stream_id, ..cfg.receiver.clone() };
         let receiver_id = rcfg.receiver_id;
         let receiver = Receiver::new(rcfg).map_err(DriverError::Config)?;
-        let udp = UdpTransport::open(&cfg.subscription_socket()?)?;
-        let transport: Box<dyn Transport> = if cfg.subscription_impair.is_none() {
-            Box::new(udp)
-        } else {
-            Box::new(Impaired::new(udp, cfg.subscription_impair))
-        };
+        let transport = super::open_transport(&cfg.subscription_socket()?, cfg.subscription_impair)?;
         let label = cfg.uri.to_string();
         let counters = counters.map(|c| c.allocate(Kind::UdpReceiver, stream_id, receiver_id, &label)).transpose()?;
         let multicast = cfg.uri.is_multicast();

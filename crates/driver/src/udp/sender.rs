@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tickwire_proto::{OfferError, Sender, SenderStats};
 use tickwire_shm::counters::Kind;
 use tickwire_shm::{CounterSet, CountersFile};
-use tickwire_transport::{Impaired, RecvBatch, Transport, UdpTransport, MAX_BATCH};
+use tickwire_transport::{RecvBatch, Transport, MAX_BATCH};
 
 /// Publishes messages on a channel, reliably: lost datagrams are repaired on
 /// NAK, and receivers that fall beyond the retention are told what they lost.
@@ -73,12 +73,7 @@ impl UdpSender {
         let scfg = tickwire_proto::SenderConfig { session_id, stream_id, ..cfg.sender.clone() };
         let mtu = scfg.mtu;
         let sender = Sender::new(scfg, now_ns()).map_err(DriverError::Config)?;
-        let udp = UdpTransport::open(&cfg.publication_socket()?)?;
-        let transport: Box<dyn Transport> = if cfg.publication_impair.is_none() {
-            Box::new(udp)
-        } else {
-            Box::new(Impaired::new(udp, cfg.publication_impair))
-        };
+        let transport = super::open_transport(&cfg.publication_socket()?, cfg.publication_impair)?;
         let label = cfg.uri.to_string();
         let counters = counters.map(|c| c.allocate(Kind::UdpSender, stream_id, session_id, &label)).transpose()?;
         Ok(Self {

@@ -155,10 +155,10 @@ impl LogAppender {
         self.try_claim_topic("", len)
     }
 
-    /// [`Publisher::try_claim`] with a topic carried in the frame.
+    /// [`LogAppender::try_claim`] with a topic carried in the frame.
     ///
     /// # Errors
-    /// As [`Publisher::try_claim`], plus [`OfferError::TopicTooLong`].
+    /// As [`LogAppender::try_claim`], plus [`OfferError::TopicTooLong`].
     #[inline]
     pub fn try_claim_topic<'a>(&'a mut self, topic: &'a str, len: usize) -> Result<Claim<'a>, OfferError> {
         let max = self.fragmenter.first_room(topic)?;
@@ -182,10 +182,10 @@ impl LogAppender {
         self.offer_topic("", msg)
     }
 
-    /// [`Publisher::offer`] with a topic (carried in the first fragment).
+    /// [`LogAppender::offer`] with a topic (carried in the first fragment).
     ///
     /// # Errors
-    /// As [`Publisher::offer`], plus [`OfferError::TopicTooLong`].
+    /// As [`LogAppender::offer`], plus [`OfferError::TopicTooLong`].
     #[inline]
     pub fn offer_topic(&mut self, topic: &str, msg: &[u8]) -> Result<u64, OfferError> {
         let first_max = self.fragmenter.first_room(topic)?;
@@ -484,7 +484,7 @@ impl Claim<'_> {
         let start = self.offset as usize + DATA_HDR + topic_len;
         let len = self.frame_len - DATA_HDR - topic_len;
         // SAFETY: [start, start+len) is inside the claimed frame, which only
-        // this claim (holding &mut Publisher) may write until it commits; no
+        // this claim (holding &mut LogAppender) may write until it commits; no
         // subscriber reads it before the commit word is released.
         unsafe { std::slice::from_raw_parts_mut(self.publisher.ring.add(start), len) }
     }
