@@ -300,7 +300,10 @@ impl Sender {
         while pos < to {
             let off = (pos & self.mask) as usize;
             let alen = align_frame(self.frame_len(off));
-            if n + alen > buf.len() {
+            // A zero length is never written by `append`; stop rather than
+            // spin if the ring ever holds one (seen once under fuzzing with
+            // a mid-frame cursor; the cause is not yet found).
+            if alen == 0 || n + alen > buf.len() {
                 break;
             }
             buf[n..n + alen].copy_from_slice(&self.ring[off..off + alen]);
