@@ -215,9 +215,12 @@ impl Sender {
     /// position after it. The bytes go out on the next `poll_transmit`.
     ///
     /// # Errors
-    /// As [`Sender::check_offer`]; nothing is appended.
+    /// [`OfferError::Closed`], [`OfferError::MaxMessageExceeded`],
+    /// [`OfferError::TopicTooLong`], [`OfferError::NotConnected`] before a
+    /// receiver answers, [`OfferError::BackPressured`] at the flow-control
+    /// limit; nothing is appended.
     pub fn offer(&mut self, topic: &str, payload: &[u8]) -> Result<u64, OfferError> {
-        let first_room = self.check_offer(topic, payload.len())?;
+        let first_room = self.reserve(topic, payload.len())?;
         for frag in self.fragmenter.fragments(topic, first_room, payload) {
             self.append(frag);
         }
@@ -226,17 +229,10 @@ impl Sender {
         Ok(self.pub_pos)
     }
 
-    /// Whether a message of `len` bytes with `topic` would be accepted now,
-    /// making room for it in the retention if so. Nothing is appended; the
-    /// answer holds until the next `handle_*` or `poll_transmit` call.
-    /// Returns the payload room of the message's first frame.
-    ///
-    /// # Errors
-    /// [`OfferError::Closed`], [`OfferError::MaxMessageExceeded`],
-    /// [`OfferError::TopicTooLong`], [`OfferError::NotConnected`] before a
-    /// receiver answers, [`OfferError::BackPressured`] at the flow-control
-    /// limit.
-    pub fn check_offer(&mut self, topic: &str, len: usize) -> Result<usize, OfferError> {
+    /// Checks that a message of `len` bytes with `topic` may be appended now
+    /// and evicts what the retention must give up for it. Returns the
+    /// payload room of the message's first frame.
+    fn reserve(&mut self, topic: &str, len: usize) -> Result<usize, OfferError> {
         if self.closed {
             return Err(OfferError::Closed);
         }
