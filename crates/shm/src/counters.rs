@@ -286,6 +286,12 @@ impl CounterSet {
     pub fn set(&self, idx: usize, v: u64) {
         self.value(idx).store(v, Ordering::Relaxed);
     }
+    /// Sets values `0..values.len()` (a snapshot of stats kept elsewhere).
+    pub fn set_all(&self, values: &[u64]) {
+        for (i, &v) in values.iter().enumerate() {
+            self.set(i, v);
+        }
+    }
     /// Reads value `idx`.
     pub fn get(&self, idx: usize) -> u64 {
         self.value(idx).load(Ordering::Relaxed)

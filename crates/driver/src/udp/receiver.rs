@@ -149,7 +149,7 @@ impl UdpReceiver {
     fn publish_counters(&self) {
         if let Some(c) = &self.counters {
             let s = self.receiver.stats();
-            for (i, v) in [
+            c.set_all(&[
                 s.messages,
                 s.bytes,
                 s.naks_sent,
@@ -158,12 +158,7 @@ impl UdpReceiver {
                 s.lost_bytes,
                 s.invalid,
                 s.duplicates,
-            ]
-            .into_iter()
-            .enumerate()
-            {
-                c.set(i, v);
-            }
+            ]);
         }
     }
 

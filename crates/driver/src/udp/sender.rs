@@ -214,7 +214,7 @@ impl UdpSender {
     fn publish_counters(&self) {
         if let Some(c) = &self.counters {
             let s = self.sender.stats();
-            for (i, v) in [
+            c.set_all(&[
                 s.messages,
                 s.bytes,
                 s.naks_received,
@@ -223,12 +223,7 @@ impl UdpSender {
                 s.back_pressured,
                 s.invalid,
                 s.naks_unrecoverable,
-            ]
-            .into_iter()
-            .enumerate()
-            {
-                c.set(i, v);
-            }
+            ]);
         }
     }
 
