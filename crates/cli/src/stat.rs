@@ -113,7 +113,7 @@ fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
 }
 
 pub fn clean(s: &Settings) -> Result<(), String> {
-    for ns in tickwire_lab::netns::clean_stale() {
+    for ns in tickwire_lab::host::netns::clean_stale() {
         println!("removed network namespace {ns} (its lab process is gone)");
     }
     if !s.dir.exists() {

@@ -4,26 +4,20 @@
 //! baseline measured in the same run: the machine's *floor* (a cache-line
 //! ping-pong and a raw shared-memory ring between the two pinned CPUs).
 //!
-//! * [`floor`]: the floor probes.
-//! * [`doctor`]: machine settings that cost latency, with `--apply` and a way back.
-//! * [`ipc`]: half-round-trip ping-pong and streaming throughput over the
-//!   tickwire shared-memory transport.
-//! * [`oneway`]: one-way latency at a fixed offered rate, open loop, from
-//!   each message's intended send time (free of coordinated omission).
-//! * [`sweep`]: latency against message rate (Exhibit 4): open-loop stream,
-//!   one message in N reflected, up to the highest rate the path sustains.
-//! * [`tick_to_trade`]: UDP tick in, TCP order out, timed with kernel
-//!   software timestamps (the method of paper 004).
-//! * [`sockets`]: the same ping-pong over plain kernel UDP and TCP sockets
-//!   (spinning on non-blocking sockets, or blocking), the baseline the
-//!   network transports will be compared with.
-//! * [`reproduce`]: all of the above with the papers' parameters, into a
-//!   report with the published figures beside ours and SVG plots.
-//! * [`report`]: statistics from an HdrHistogram, the papers' table, JSON.
-//! * [`output`]: CSV, HdrHistogram interval logs, sockperf's percentile block.
-//! * [`machine`]: what every report says about the machine and the clock.
-//! * [`worker`]: the far side of each measurement, run as a separate process
-//!   (`tickwire lab worker ...`) pinned to its own CPU.
+//! The crate is grouped by concern:
+//!
+//! * [`request`]: the typed request a command hands over ([`request::Request`])
+//!   and [`request::run`], which measures and prints it.
+//! * [`transports`]: what the lab can drive: the floor probes, tickwire IPC,
+//!   plain kernel sockets, reliable UDP.
+//! * [`modes`]: the measurements: ping-pong, one-way, rate sweep,
+//!   tick-to-trade, transfer, and `reproduce`, which runs them all.
+//! * [`output`]: rows and tables, JSON, CSV, HdrHistogram logs, sockperf's
+//!   block, SVG plots.
+//! * [`host`]: the machine: doctor, machine facts, network namespaces.
+//! * [`worker`]: the far side of each measurement, a separate process
+//!   (`tickwire lab worker ROLE`) pinned to its own CPU, started with a
+//!   typed [`worker::Role`].
 //!
 //! Latency is recorded in nanoseconds into an HdrHistogram with three
 //! significant digits; half round trip = round trip / 2, as in the papers.
@@ -34,35 +28,25 @@
 //! same rows feed the table, JSON, CSV and plots:
 //!
 //! ```
-//! let mut h = tickwire_lab::report::histogram();
+//! let mut h = tickwire_lab::output::report::histogram();
 //! for ns in [900u64, 1_000, 1_100, 50_000] {
 //!     h.record(ns).unwrap();
 //! }
-//! let row = tickwire_lab::report::LatencyRow::from_histogram("pingpong", "ipc", 64, &h);
+//! let row = tickwire_lab::output::report::LatencyRow::from_histogram("pingpong", "ipc", 64, &h);
 //! assert!(row.p50_ns >= 1_000 && row.max_ns >= 49_000);
-//! println!("{}", tickwire_lab::report::table(&[row]));
+//! println!("{}", tickwire_lab::output::report::table(&[row]));
 //! ```
 #![forbid(unsafe_code)]
 
-pub mod doctor;
-pub mod floor;
-pub mod ipc;
-pub mod machine;
-pub mod netns;
-pub mod oneway;
+pub mod host;
+pub mod modes;
 pub mod output;
-pub mod pingpong;
-pub mod plots;
-pub mod report;
-pub mod reproduce;
-pub mod rudp;
-pub mod sockets;
-pub mod sweep;
-pub mod tick_to_trade;
-pub mod transfer;
+pub mod request;
+pub mod transports;
 pub mod worker;
 
-use std::process::{Child, Command, Stdio};
+pub use worker::{Role, WorkerProcess};
+
 use std::time::{Duration, Instant};
 
 /// Errors from lab runs.
@@ -86,6 +70,12 @@ pub enum LabError {
     /// Bad arguments.
     #[error("{0}")]
     Usage(String),
+    /// A result file (interval log, plot, report) could not be written.
+    #[error("{0}")]
+    Output(String),
+    /// The run completed but its check failed (e.g. a transfer arrived altered).
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// Where the two sides of a measurement run.
@@ -100,94 +90,6 @@ pub struct Cpus {
 impl Default for Cpus {
     fn default() -> Self {
         Self { local: 0, remote: 1 }
-    }
-}
-
-/// A worker process killed on drop unless it exited.
-#[derive(Debug)]
-pub struct WorkerProcess {
-    child: Child,
-    stdout: Option<std::io::BufReader<std::process::ChildStdout>>,
-}
-
-impl WorkerProcess {
-    /// Starts `tickwire lab worker <args>` from the current executable.
-    ///
-    /// # Errors
-    /// If the executable cannot be spawned.
-    pub fn spawn(args: &[String]) -> Result<Self, LabError> {
-        Self::spawn_in(None, args)
-    }
-
-    /// Starts the worker inside network namespace `netns` (`ip netns exec`).
-    ///
-    /// # Errors
-    /// If the executable cannot be spawned.
-    pub fn spawn_in(netns: Option<&str>, args: &[String]) -> Result<Self, LabError> {
-        let exe =
-            std::env::var_os("TICKWIRE_EXE").map(std::path::PathBuf::from).map_or_else(std::env::current_exe, Ok)?;
-        let mut cmd = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(exe);
-                c
-            }
-            None => Command::new(exe),
-        };
-        let mut child =
-            cmd.arg("lab").arg("worker").args(args).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn()?;
-        let stdout = child.stdout.take().map(std::io::BufReader::new);
-        Ok(Self { child, stdout })
-    }
-
-    /// Reads one line the worker printed (e.g. the port it bound), waiting
-    /// at most until the worker exits.
-    ///
-    /// # Errors
-    /// [`LabError::Worker`] if the worker exited without printing one.
-    pub fn read_line(&mut self) -> Result<String, LabError> {
-        use std::io::BufRead;
-        let mut line = String::new();
-        let n = self.stdout.as_mut().map_or(Ok(0), |s| s.read_line(&mut line))?;
-        if n == 0 {
-            return Err(LabError::Worker("exited before reporting".into()));
-        }
-        Ok(line.trim().to_owned())
-    }
-
-    /// Waits for the worker to exit (bounded by `timeout`) and returns the
-    /// last line it printed.
-    ///
-    /// # Errors
-    /// [`LabError::Timeout`] or [`LabError::Worker`] if it failed.
-    pub fn finish(mut self, timeout: Duration) -> Result<String, LabError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                let mut out = String::new();
-                if let Some(mut s) = self.stdout.take() {
-                    use std::io::Read;
-                    s.read_to_string(&mut out)?;
-                }
-                if !status.success() {
-                    return Err(LabError::Worker(format!("exited with {status}")));
-                }
-                return Ok(out.lines().last().unwrap_or("").to_owned());
-            }
-            if Instant::now() > deadline {
-                return Err(LabError::Timeout("worker did not exit".into()));
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
-impl Drop for WorkerProcess {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 
@@ -262,7 +164,7 @@ pub fn round_trips(
     limit: Option<Duration>,
     mut exchange: impl FnMut(u64) -> Result<(), LabError>,
 ) -> Result<hdrhistogram::Histogram<u64>, LabError> {
-    let mut h = report::histogram();
+    let mut h = output::report::histogram();
     let mut budget = Budget::new(warmup, count, limit);
     let mut i = 0;
     while budget.keep_going(i) {

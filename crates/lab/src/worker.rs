@@ -1,256 +1,251 @@
-//! The far side of each measurement, run as `tickwire lab worker ROLE ...`.
-//! Each role pins itself, does its part, and prints one result line.
+//! The far side of each measurement: a separate process started as
+//! `tickwire lab worker ROLE`, where ROLE is a [`Role`] serialized as one
+//! JSON argument. Each role pins itself, does its part, may print lines the
+//! measuring side reads while it runs (`listening ADDR`), and prints one
+//! result line last.
 
-use crate::ipc::{offer_spin, subscribe_when_ready, PING_STREAM, PONG_STREAM};
-use crate::report::ThroughputRow;
-use crate::{spin_until, LabError};
-use std::path::Path;
-use std::sync::atomic::Ordering;
+use crate::transports::sockets::{Proto, Wait};
+use crate::LabError;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use tickwire_agent::pin_current_thread;
-use tickwire_shm::floor::{CacheLines, RawRing};
-use tickwire_shm::{Context, Event};
-use tickwire_wire::stamp;
 
-const IDLE_LIMIT: Duration = Duration::from_secs(30);
+/// How long a worker waits for a silent peer before giving up.
+pub(crate) const IDLE_LIMIT: Duration = Duration::from_secs(30);
 
-fn arg<'a>(args: &'a [String], i: usize, what: &str) -> Result<&'a str, LabError> {
-    args.get(i).map(String::as_str).ok_or_else(|| LabError::Usage(format!("worker: missing {what}")))
+/// What a worker process does, with everything it needs to do it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Role {
+    /// Answers each cache-line ping (floor).
+    Cacheline { path: PathBuf, cpu: usize },
+    /// Echoes raw-ring messages from `ping` to `pong` (floor).
+    RingPong { ping: PathBuf, pong: PathBuf, cpu: usize },
+    /// Counts a raw-ring stream (floor throughput).
+    RingSink { path: PathBuf, cpu: usize },
+    /// Echoes IPC pings on the channel's pong stream.
+    IpcPong { dir: PathBuf, channel: String, cpu: usize, capacity: usize, wait: Wait },
+    /// Counts an IPC stream (throughput).
+    IpcSink { dir: PathBuf, channel: String, cpu: usize },
+    /// Receives an IPC stream and reflects one message in `every` (rate sweep).
+    Reflect { dir: PathBuf, channel: String, cpu: usize, every: u64, capacity: usize },
+    /// Subscribes `subscribers` times to each of `publishers` streams and
+    /// records one-way latency; the stall is a test hook.
+    OnewaySink {
+        dir: PathBuf,
+        channel: String,
+        cpu: usize,
+        publishers: usize,
+        subscribers: usize,
+        stall_every: u64,
+        stall_for: Duration,
+    },
+    /// Echoes over a kernel UDP or TCP socket bound to `addr`.
+    SockPong { proto: Proto, addr: String, cpu: usize, wait: Wait, size: usize },
+    /// The ping side over a kernel socket (inside a namespace); prints its histogram.
+    SockPing {
+        proto: Proto,
+        peer: SocketAddr,
+        cpu: usize,
+        wait: Wait,
+        size: usize,
+        count: u64,
+        warmup: u64,
+        limit: Option<Duration>,
+    },
+    /// Echoes reliable-UDP pings back to `back_port` on loopback.
+    RudpPong { back_port: u16, cpu: usize },
+    /// Sends reliable UDP as fast as flow control allows for `duration`.
+    RudpBlast { port: u16, cpu: usize, size: usize, duration: Duration, params: String },
+    /// Sends reliable UDP at `rate`, stamping each message's intended time.
+    RudpRate { port: u16, cpu: usize, size: usize, rate: f64, duration: Duration, params: String },
+    /// The sending end of `lab transfer`.
+    RudpSend { uri: String, bytes: u64, max_size: usize, seed: u64, receivers: usize, timeout: Duration },
+    /// A receiving end of `lab transfer`.
+    RudpRecv { uri: String },
+    /// The system under test of tick-to-trade: a UDP tick in, a TCP order out to `gateway`.
+    TickToTradeSut { gateway: SocketAddr, cpu: usize, tick_size: usize, order_size: usize },
 }
 
-fn num<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> Result<T, LabError> {
-    arg(args, i, what)?.parse().map_err(|_| LabError::Usage(format!("worker: bad {what}")))
-}
-
-/// Runs a worker role; returns the line to print.
-///
-/// # Errors
-/// Bad arguments, set-up failures, or a peer silent for 30 s.
-pub fn run(args: &[String]) -> Result<String, LabError> {
-    match arg(args, 0, "role")? {
-        "cacheline" => cacheline(Path::new(arg(args, 1, "path")?), num(args, 2, "cpu")?),
-        "ring-pong" => {
-            ring_pong(Path::new(arg(args, 1, "ping")?), Path::new(arg(args, 2, "pong")?), num(args, 3, "cpu")?)
-        }
-        "ring-sink" => ring_sink(Path::new(arg(args, 1, "path")?), num(args, 2, "cpu")?),
-        "ipc-pong" => ipc_pong(
-            Path::new(arg(args, 1, "dir")?),
-            arg(args, 2, "channel")?,
-            num(args, 3, "cpu")?,
-            num(args, 4, "capacity")?,
-            args.get(5).is_some_and(|w| w == "block"),
-        ),
-        "udp-pong" => crate::sockets::udp_pong(
-            arg(args, 1, "addr")?,
-            num(args, 2, "cpu")?,
-            arg(args, 3, "wait")?,
-            num(args, 4, "size")?,
-        ),
-        "tcp-pong" => crate::sockets::tcp_pong(
-            arg(args, 1, "addr")?,
-            num(args, 2, "cpu")?,
-            arg(args, 3, "wait")?,
-            num(args, 4, "size")?,
-        ),
-        "sock-ping" => crate::sockets::ping_worker(args),
-        "rudp-send" => crate::transfer::sender(args),
-        "rudp-pong" => crate::rudp::pong(args),
-        "rudp-blast" => crate::rudp::blast(args),
-        "rudp-rate" => crate::rudp::rate_sender(args),
-        "rudp-recv" => crate::transfer::receiver(args),
-        "t2t-sut" => crate::tick_to_trade::sut(
-            arg(args, 1, "gateway")?,
-            num(args, 2, "cpu")?,
-            num(args, 3, "tick size")?,
-            num(args, 4, "order size")?,
-        ),
-        "reflect" => crate::sweep::reflect(
-            Path::new(arg(args, 1, "dir")?),
-            arg(args, 2, "channel")?,
-            num(args, 3, "cpu")?,
-            num(args, 4, "every")?,
-            num(args, 5, "capacity")?,
-        ),
-        "oneway-sink" => crate::oneway::sink(
-            Path::new(arg(args, 1, "dir")?),
-            arg(args, 2, "channel")?,
-            num(args, 3, "cpu")?,
-            num(args, 4, "publishers")?,
-            num(args, 5, "subscribers")?,
-            num(args, 6, "stall_every")?,
-            num(args, 7, "stall_us")?,
-        ),
-        "ipc-sink" => ipc_sink(Path::new(arg(args, 1, "dir")?), arg(args, 2, "channel")?, num(args, 3, "cpu")?),
-        other => Err(LabError::Usage(format!("worker: unknown role {other}"))),
+impl Role {
+    /// Parses the worker's one argument.
+    ///
+    /// # Errors
+    /// [`LabError::Usage`] naming what was wrong with it.
+    pub fn from_arg(arg: &str) -> Result<Self, LabError> {
+        serde_json::from_str(arg).map_err(|e| LabError::Usage(format!("worker: bad role {arg:?}: {e}")))
     }
-}
 
-fn cacheline(path: &Path, cpu: usize) -> Result<String, LabError> {
-    let lines = CacheLines::open(path)?;
-    pin_current_thread(cpu)?;
-    let (ping, pong) = (lines.line(0), lines.line(1));
-    let mut last = 0;
-    loop {
-        let v = spin_until(IDLE_LIMIT, "ping", || {
-            let v = ping.load(Ordering::Acquire);
-            (v != last).then_some(v)
-        })?;
-        if v == u64::MAX {
-            return Ok("done".into());
-        }
-        pong.store(v, Ordering::Release);
-        last = v;
+    /// The one argument that carries this role.
+    pub fn to_arg(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
     }
-}
 
-fn ring_pong(ping: &Path, pong: &Path, cpu: usize) -> Result<String, LabError> {
-    let mut rx = RawRing::open(ping)?;
-    let mut tx = RawRing::open(pong)?;
-    pin_current_thread(cpu)?;
-    let mut buf = vec![0u8; rx.max_payload()];
-    loop {
-        spin_until(IDLE_LIMIT, "ring ping", || rx.try_pop(|b| buf.copy_from_slice(b)).then_some(()))?;
-        if buf[..8] == u64::MAX.to_le_bytes() {
-            return Ok("done".into());
-        }
-        spin_until(IDLE_LIMIT, "ring pong push", || tx.try_push(&buf).then_some(()))?;
-    }
-}
-
-fn ring_sink(path: &Path, cpu: usize) -> Result<String, LabError> {
-    let mut rx = RawRing::open(path)?;
-    pin_current_thread(cpu)?;
-    let (mut count, mut lost, mut expect) = (0u64, 0u64, 0u64);
-    let mut first: Option<Instant> = None;
-    let mut done = false;
-    let mut idle = 0u32;
-    let mut idle_since = Instant::now();
-    while !done {
-        let got = rx.try_pop(|b| {
-            let seq = stamp::seq(b).unwrap_or(0);
-            if seq == u64::MAX {
-                done = true;
-                return;
+    /// Runs the role; returns the result line to print.
+    ///
+    /// # Errors
+    /// Set-up failures, or a peer silent for 30 s.
+    pub fn run(self) -> Result<String, LabError> {
+        use crate::modes::{oneway, sweep, tick_to_trade, transfer};
+        use crate::transports::{floor, ipc, rudp, sockets};
+        match self {
+            Role::Cacheline { path, cpu } => floor::cacheline_worker(&path, cpu),
+            Role::RingPong { ping, pong, cpu } => floor::ring_pong(&ping, &pong, cpu),
+            Role::RingSink { path, cpu } => floor::ring_sink(&path, cpu),
+            Role::IpcPong { dir, channel, cpu, capacity, wait } => ipc::ipc_pong(&dir, &channel, cpu, capacity, wait),
+            Role::IpcSink { dir, channel, cpu } => ipc::ipc_sink(&dir, &channel, cpu),
+            Role::Reflect { dir, channel, cpu, every, capacity } => {
+                sweep::reflect(&dir, &channel, cpu, every.max(1), capacity)
             }
-            lost += seq.saturating_sub(expect);
-            expect = seq + 1;
-            count += 1;
-        });
-        if got {
-            if idle != 0 {
-                idle = 0;
-                if first.is_none() {
-                    first = Some(Instant::now());
+            Role::OnewaySink { dir, channel, cpu, publishers, subscribers, stall_every, stall_for } => oneway::sink(
+                &dir,
+                &channel,
+                cpu,
+                publishers,
+                subscribers,
+                (stall_every > 0).then_some((stall_every, stall_for)),
+            ),
+            Role::SockPong { proto, addr, cpu, wait, size } => sockets::pong(proto, &addr, cpu, wait, size),
+            Role::SockPing { proto, peer, cpu, wait, size, count, warmup, limit } => {
+                let h = sockets::ping_loop(proto, peer, wait, size, count, warmup, cpu, limit)?;
+                Ok(crate::output::encode_histogram(&h))
+            }
+            Role::RudpPong { back_port, cpu } => rudp::pong(back_port, cpu),
+            Role::RudpBlast { port, cpu, size, duration, params } => rudp::blast(port, cpu, size, duration, &params),
+            Role::RudpRate { port, cpu, size, rate, duration, params } => {
+                rudp::rate_sender(port, cpu, size, rate, duration, &params)
+            }
+            Role::RudpSend { uri, bytes, max_size, seed, receivers, timeout } => {
+                transfer::sender(&uri, bytes, max_size, seed, receivers, timeout)
+            }
+            Role::RudpRecv { uri } => transfer::receiver(&uri),
+            Role::TickToTradeSut { gateway, cpu, tick_size, order_size } => {
+                tick_to_trade::sut(gateway, cpu, tick_size, order_size)
+            }
+        }
+    }
+}
+
+/// A worker process killed on drop unless it exited.
+#[derive(Debug)]
+pub struct WorkerProcess {
+    child: Child,
+    stdout: Option<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl WorkerProcess {
+    /// Starts `tickwire lab worker ROLE` from the current executable (or
+    /// `$TICKWIRE_EXE`).
+    ///
+    /// # Errors
+    /// If the executable cannot be spawned.
+    pub fn spawn(role: &Role) -> Result<Self, LabError> {
+        Self::spawn_in(None, role)
+    }
+
+    /// Starts the worker inside network namespace `netns` (`ip netns exec`).
+    ///
+    /// # Errors
+    /// If the executable cannot be spawned.
+    pub fn spawn_in(netns: Option<&str>, role: &Role) -> Result<Self, LabError> {
+        let exe =
+            std::env::var_os("TICKWIRE_EXE").map(std::path::PathBuf::from).map_or_else(std::env::current_exe, Ok)?;
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let mut child =
+            cmd.arg("lab").arg("worker").arg(role.to_arg()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn()?;
+        let stdout = child.stdout.take().map(std::io::BufReader::new);
+        Ok(Self { child, stdout })
+    }
+
+    /// Reads one line the worker printed (e.g. the port it bound), waiting
+    /// at most until the worker exits.
+    ///
+    /// # Errors
+    /// [`LabError::Worker`] if the worker exited without printing one.
+    pub fn read_line(&mut self) -> Result<String, LabError> {
+        use std::io::BufRead;
+        let mut line = String::new();
+        let n = self.stdout.as_mut().map_or(Ok(0), |s| s.read_line(&mut line))?;
+        if n == 0 {
+            return Err(LabError::Worker("exited before reporting".into()));
+        }
+        Ok(line.trim().to_owned())
+    }
+
+    /// Reads the worker's `listening ADDR` line and parses ADDR.
+    ///
+    /// # Errors
+    /// [`LabError::Worker`] if the line is missing or malformed.
+    pub fn read_listening<T: std::str::FromStr>(&mut self) -> Result<T, LabError> {
+        let line = self.read_line()?;
+        line.strip_prefix("listening ")
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| LabError::Worker(format!("unexpected worker output {line:?}")))
+    }
+
+    /// Waits for the worker to exit (bounded by `timeout`) and returns the
+    /// last line it printed.
+    ///
+    /// # Errors
+    /// [`LabError::Timeout`] or [`LabError::Worker`] if it failed.
+    pub fn finish(mut self, timeout: Duration) -> Result<String, LabError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                let mut out = String::new();
+                if let Some(mut s) = self.stdout.take() {
+                    use std::io::Read;
+                    s.read_to_string(&mut out)?;
                 }
-            }
-        } else {
-            std::hint::spin_loop();
-            idle = idle.wrapping_add(1);
-            if idle == 1 {
-                idle_since = Instant::now();
-            } else if idle % 4096 == 0 && idle_since.elapsed() > IDLE_LIMIT {
-                return Err(LabError::Timeout("no ring data for 30 s".into()));
-            }
-        }
-    }
-    Ok(sink_row(count, lost, first))
-}
-
-fn sink_row(count: u64, lost: u64, first: Option<Instant>) -> String {
-    let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
-    let row = ThroughputRow {
-        count,
-        lost,
-        duration_s: (secs * 1e6).round() / 1e6,
-        msgs_per_s: if secs > 0.0 { (count as f64 / secs).round() } else { 0.0 },
-        ..ThroughputRow::default()
-    };
-    serde_json::to_string(&row).unwrap_or_default()
-}
-
-fn ipc_pong(dir: &Path, channel: &str, cpu: usize, capacity: usize, block: bool) -> Result<String, LabError> {
-    let ctx = Context::new(dir)?;
-    let mut rx = subscribe_when_ready(&ctx, channel, PING_STREAM)?;
-    let mut tx = ctx.appender(channel, PONG_STREAM, &tickwire_shm::LogConfig::with_capacity(capacity))?;
-    pin_current_thread(cpu)?;
-    let mut stop = false;
-    let mut err = None;
-    let mut idle_since = Instant::now();
-    let mut spins = 0u32;
-    while !stop {
-        let n = rx
-            .poll(
-                |e| {
-                    if let Event::Message(m) = e {
-                        if m.payload.len() == 1 {
-                            stop = true;
-                        } else if let Err(e) = offer_spin(&mut tx, m.payload) {
-                            err = Some(e);
-                            stop = true;
-                        }
-                    }
-                },
-                1,
-            )
-            .map_err(|e| LabError::Worker(e.to_string()))?;
-        if n > 0 {
-            spins = 0;
-        } else {
-            if block {
-                rx.park(Duration::from_millis(100));
-            }
-            spins = spins.wrapping_add(1);
-            if spins == 1 {
-                idle_since = Instant::now();
-            } else if spins % 4096 == 0 && idle_since.elapsed() > IDLE_LIMIT {
-                return Err(LabError::Timeout("no ping for 30 s".into()));
-            }
-        }
-    }
-    err.map_or(Ok("done".into()), Err)
-}
-
-fn ipc_sink(dir: &Path, channel: &str, cpu: usize) -> Result<String, LabError> {
-    let ctx = Context::new(dir)?;
-    let mut rx = subscribe_when_ready(&ctx, channel, PING_STREAM)?;
-    pin_current_thread(cpu)?;
-    let (mut count, mut lost, mut expect) = (0u64, 0u64, 0u64);
-    let mut first: Option<Instant> = None;
-    let mut last = Instant::now();
-    let mut idle = 0u32;
-    loop {
-        let n = rx
-            .poll(
-                |e| {
-                    if let Event::Message(m) = e {
-                        let seq = stamp::seq(m.payload).unwrap_or(0);
-                        lost += seq.saturating_sub(expect);
-                        expect = seq + 1;
-                        count += 1;
-                    }
-                },
-                256,
-            )
-            .map_err(|e| LabError::Worker(e.to_string()))?;
-        if n > 0 {
-            idle = 0;
-            if first.is_none() {
-                first = Some(Instant::now());
-            }
-        } else {
-            std::hint::spin_loop(); // as Idle::BusySpin does: be gentle on the line being written
-            idle = idle.wrapping_add(1);
-            if idle % 256 == 0 {
-                if rx.is_end_of_stream() {
-                    break;
+                if !status.success() {
+                    return Err(LabError::Worker(format!("exited with {status}")));
                 }
-                if idle == 256 {
-                    last = Instant::now();
-                } else if last.elapsed() > IDLE_LIMIT {
-                    return Err(LabError::Timeout("no data for 30 s".into()));
-                }
+                return Ok(out.lines().last().unwrap_or("").to_owned());
             }
+            if Instant::now() > deadline {
+                return Err(LabError::Timeout("worker did not exit".into()));
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
-    Ok(sink_row(count, lost, first))
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_role_round_trips_through_its_argument_and_bad_ones_are_named() {
+        let r = Role::RudpRate {
+            port: 9,
+            cpu: 1,
+            size: 64,
+            rate: 1e5,
+            duration: Duration::from_millis(250),
+            params: "loss=0.1".into(),
+        };
+        assert_eq!(Role::from_arg(&r.to_arg()).unwrap(), r);
+        let e = Role::from_arg(r#"{"role":"ring-sink","path":"/x"}"#).unwrap_err().to_string();
+        assert!(e.contains("cpu"), "{e}");
+        let e = Role::from_arg(r#"{"role":"nope"}"#).unwrap_err().to_string();
+        assert!(e.contains("nope"), "{e}");
+    }
 }

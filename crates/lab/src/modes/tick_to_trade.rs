@@ -8,10 +8,10 @@
 //! clock reads around its own send and receive. No NIC here offers hardware
 //! timestamps; if one did, the same control messages carry them.
 
-use crate::machine::Machine;
+use crate::host::machine::Machine;
+use crate::output::report::{histogram, LatencyRow};
 use crate::output::Measured;
-use crate::report::{histogram, LatencyRow};
-use crate::{Cpus, LabError, WorkerProcess};
+use crate::{Cpus, LabError, Role, WorkerProcess};
 use hdrhistogram::Histogram;
 use nix::sys::socket::{
     recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrStorage, TimestampingFlag,
@@ -127,18 +127,13 @@ pub fn run(o: &TickToTrade, machine: &Machine) -> Result<(Option<Measured>, Meas
     }
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| io("bind", e))?;
     let gateway = listener.local_addr().map_err(|e| io("addr", e))?;
-    let mut sut = WorkerProcess::spawn(&[
-        "t2t-sut".into(),
-        gateway.to_string(),
-        o.cpus.remote.to_string(),
-        o.tick_size.to_string(),
-        o.order_size.to_string(),
-    ])?;
-    let line = sut.read_line()?;
-    let feed: SocketAddr = line
-        .strip_prefix("listening ")
-        .and_then(|a| a.parse().ok())
-        .ok_or_else(|| LabError::Worker(format!("unexpected output {line:?}")))?;
+    let mut sut = WorkerProcess::spawn(&Role::TickToTradeSut {
+        gateway,
+        cpu: o.cpus.remote,
+        tick_size: o.tick_size,
+        order_size: o.order_size,
+    })?;
+    let feed: SocketAddr = sut.read_listening()?;
     listener.set_nonblocking(true).map_err(|e| io("nonblocking", e))?;
     let start = Instant::now();
     let orders = loop {
@@ -230,13 +225,12 @@ pub fn run(o: &TickToTrade, machine: &Machine) -> Result<(Option<Measured>, Meas
     Ok((kernel, user))
 }
 
-/// Worker side: `t2t-sut GATEWAY CPU TICK_SIZE ORDER_SIZE`. Binds the feed
+/// Worker role [`Role::TickToTradeSut`]. Binds the feed
 /// (prints `listening ADDR`), connects to the order gateway, and answers each
 /// tick with an order until a 1-byte tick arrives.
-pub(crate) fn sut(gateway: &str, cpu: usize, tick_size: usize, order_size: usize) -> Result<String, LabError> {
+pub(crate) fn sut(gateway: SocketAddr, cpu: usize, tick_size: usize, order_size: usize) -> Result<String, LabError> {
     let feed = UdpSocket::bind("127.0.0.1:0").map_err(|e| io("bind", e))?;
     println!("listening {}", feed.local_addr().map_err(|e| io("addr", e))?);
-    let gateway: SocketAddr = gateway.parse().map_err(|_| LabError::Usage("t2t-sut: bad gateway".into()))?;
     let mut orders = TcpStream::connect_timeout(&gateway, TIMEOUT).map_err(|e| io("connect", e))?;
     orders.set_nodelay(true).map_err(|e| io("nodelay", e))?;
     feed.set_nonblocking(true).map_err(|e| io("nonblocking", e))?;

@@ -3,7 +3,7 @@
 //! `--nonblocked`); `Wait::Block` sleeps in `recv` (sockperf's default).
 //! The pong side is a worker process pinned to the remote CPU.
 
-use crate::{spin_until, Cpus, LabError, WorkerProcess};
+use crate::{spin_until, Cpus, LabError, Role, WorkerProcess};
 use hdrhistogram::Histogram;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
 
 /// How a side waits for the next message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Wait {
     /// Busy-poll a non-blocking socket.
     Spin,
@@ -27,17 +28,11 @@ impl Wait {
             Wait::Block => "block",
         }
     }
-    fn parse(s: &str) -> Result<Self, LabError> {
-        match s {
-            "spin" => Ok(Wait::Spin),
-            "block" => Ok(Wait::Block),
-            other => Err(LabError::Usage(format!("wait mode {other:?}: spin or block"))),
-        }
-    }
 }
 
 /// Which kernel protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Proto {
     /// Datagrams.
     Udp,
@@ -135,18 +130,13 @@ pub fn pingpong_histogram(o: &SockOptions) -> Result<Histogram<u64>, LabError> {
     if o.size < 8 || (o.proto == Proto::Udp && o.size > 65_507) {
         return Err(LabError::Usage(format!("size {} out of range (8..=65507 for UDP, >= 8 for TCP)", o.size)));
     }
-    let role = if o.proto == Proto::Udp { "udp-pong" } else { "tcp-pong" };
-    let pair = if o.netns { Some(crate::netns::NetnsPair::create()?) } else { None };
-    let bind = pair.as_ref().map_or("127.0.0.1:0".to_owned(), |p| format!("{}:0", p.b_addr));
+    let pair = if o.netns { Some(crate::host::netns::NetnsPair::create()?) } else { None };
+    let addr = pair.as_ref().map_or("127.0.0.1:0".to_owned(), |p| format!("{}:0", p.b_addr));
     let mut pong = WorkerProcess::spawn_in(
         pair.as_ref().map(|p| p.b.as_str()),
-        &[role.into(), bind, o.cpus.remote.to_string(), o.wait.name().into(), o.size.to_string()],
+        &Role::SockPong { proto: o.proto, addr, cpu: o.cpus.remote, wait: o.wait, size: o.size },
     )?;
-    let line = pong.read_line()?;
-    let peer: SocketAddr = line
-        .strip_prefix("listening ")
-        .and_then(|a| a.parse().ok())
-        .ok_or_else(|| LabError::Worker(format!("unexpected worker output {line:?}")))?;
+    let peer: SocketAddr = pong.read_listening()?;
     let h = match &pair {
         None => ping_loop(o.proto, peer, o.wait, o.size, o.count, o.warmup, o.cpus.local, o.time_limit)?,
         Some(p) => {
@@ -154,20 +144,19 @@ pub fn pingpong_histogram(o: &SockOptions) -> Result<Histogram<u64>, LabError> {
             // there and take its histogram back.
             let ping = WorkerProcess::spawn_in(
                 Some(&p.a),
-                &[
-                    "sock-ping".into(),
-                    if o.proto == Proto::Udp { "udp" } else { "tcp" }.into(),
-                    peer.to_string(),
-                    o.cpus.local.to_string(),
-                    o.wait.name().into(),
-                    o.size.to_string(),
-                    o.count.to_string(),
-                    o.warmup.to_string(),
-                    o.time_limit.map_or(0, |d| d.as_micros() as u64).to_string(),
-                ],
+                &Role::SockPing {
+                    proto: o.proto,
+                    peer,
+                    cpu: o.cpus.local,
+                    wait: o.wait,
+                    size: o.size,
+                    count: o.count,
+                    warmup: o.warmup,
+                    limit: o.time_limit,
+                },
             )?;
             let line = ping.finish(TIMEOUT + Duration::from_secs(600))?;
-            crate::oneway::decode_histogram(&line)?
+            crate::output::decode_histogram(&line)?
         }
     };
     pong.finish(TIMEOUT)?;
@@ -175,24 +164,9 @@ pub fn pingpong_histogram(o: &SockOptions) -> Result<Histogram<u64>, LabError> {
     Ok(h)
 }
 
-/// Worker side: `sock-ping udp|tcp PEER CPU WAIT SIZE COUNT WARMUP`; prints
-/// the histogram (HdrHistogram V2, base64).
-pub(crate) fn ping_worker(args: &[String]) -> Result<String, LabError> {
-    let get = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
-    let num = |i: usize| get(i).parse::<u64>().map_err(|_| LabError::Usage(format!("sock-ping: bad argument {i}")));
-    let proto = match get(1) {
-        "udp" => Proto::Udp,
-        "tcp" => Proto::Tcp,
-        other => return Err(LabError::Usage(format!("sock-ping: protocol {other:?}"))),
-    };
-    let peer: SocketAddr = get(2).parse().map_err(|_| LabError::Usage("sock-ping: bad peer".into()))?;
-    let limit = num(8).ok().filter(|&us| us > 0).map(Duration::from_micros);
-    let h = ping_loop(proto, peer, Wait::parse(get(4))?, num(5)? as usize, num(6)?, num(7)?, num(3)? as usize, limit)?;
-    Ok(crate::oneway::encode_histogram(&h))
-}
-
+/// The ping side's loop: `count` timed round trips after `warmup`.
 #[allow(clippy::too_many_arguments)]
-fn ping_loop(
+pub(crate) fn ping_loop(
     proto: Proto,
     peer: SocketAddr,
     wait: Wait,
@@ -248,11 +222,18 @@ fn ping_loop(
     Ok(h)
 }
 
-/// Worker side: `udp-pong ADDR CPU spin|block SIZE`. Prints `listening ADDR`,
+/// Worker role [`Role::SockPong`]: the echo side over a kernel socket.
+pub(crate) fn pong(proto: Proto, addr: &str, cpu: usize, wait: Wait, size: usize) -> Result<String, LabError> {
+    match proto {
+        Proto::Udp => udp_pong(addr, cpu, wait, size),
+        Proto::Tcp => tcp_pong(addr, cpu, wait, size),
+    }
+}
+
+/// Worker role [`Role::SockPong`] over UDP. Prints `listening ADDR`,
 /// echoes datagrams (sendto the first sender, unconnected, as sockperf's
 /// server does) until a 1-byte one arrives.
-pub(crate) fn udp_pong(addr: &str, cpu: usize, wait: &str, size: usize) -> Result<String, LabError> {
-    let wait = Wait::parse(wait)?;
+fn udp_pong(addr: &str, cpu: usize, wait: Wait, size: usize) -> Result<String, LabError> {
     let sock = UdpSocket::bind(addr).map_err(|e| io_err("bind", e))?;
     println!("listening {}", sock.local_addr().map_err(|e| io_err("addr", e))?);
     pin_current_thread(cpu)?;
@@ -271,10 +252,9 @@ pub(crate) fn udp_pong(addr: &str, cpu: usize, wait: &str, size: usize) -> Resul
     }
 }
 
-/// Worker side: `tcp-pong ADDR CPU spin|block SIZE`. Prints `listening
+/// Worker role [`Role::SockPong`] over TCP. Prints `listening
 /// ADDR`, accepts one connection and echoes SIZE-byte messages until EOF.
-pub(crate) fn tcp_pong(addr: &str, cpu: usize, wait: &str, size: usize) -> Result<String, LabError> {
-    let wait = Wait::parse(wait)?;
+fn tcp_pong(addr: &str, cpu: usize, wait: Wait, size: usize) -> Result<String, LabError> {
     let listener = TcpListener::bind(addr).map_err(|e| io_err("bind", e))?;
     println!("listening {}", listener.local_addr().map_err(|e| io_err("addr", e))?);
     pin_current_thread(cpu)?;

@@ -1,56 +1,16 @@
 //! Half-round-trip ping-pong over any transport, interleaved in rounds with
 //! the raw-ring floor so that both see the same machine.
 
-use crate::floor::{self, FloorOptions};
-use crate::ipc::{self, IpcOptions};
-use crate::machine::Machine;
+use crate::host::machine::Machine;
+use crate::output::report::{histogram, LatencyRow};
 use crate::output::Measured;
-use crate::report::{histogram, LatencyRow};
-use crate::sockets::{self, Proto, SockOptions, Wait};
+use crate::transports::floor::{self, FloorOptions};
+use crate::transports::ipc::{self, IpcOptions};
+use crate::transports::sockets::{self, Proto, SockOptions, Wait};
+pub use crate::transports::Transport;
 use crate::{Cpus, LabError};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
-
-/// What carries the ping and the pong.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
-    /// tickwire shared-memory IPC.
-    Ipc,
-    /// Kernel UDP sockets on loopback.
-    Udp,
-    /// Kernel TCP sockets (TCP_NODELAY) on loopback.
-    Tcp,
-    /// Reliable UDP (tickwire's protocol over kernel UDP); its baseline is
-    /// kernel UDP ping-pong instead of the raw ring.
-    Rudp,
-}
-
-impl Transport {
-    /// Parses `ipc`, `udp` or `tcp`.
-    ///
-    /// # Errors
-    /// A message naming what is available.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "ipc" => Ok(Self::Ipc),
-            "udp" => Ok(Self::Udp),
-            "tcp" => Ok(Self::Tcp),
-            "rudp" => Ok(Self::Rudp),
-            other => Err(format!(
-                "transport {other:?} is not available yet (ipc, udp, tcp, rudp; xdp arrives with its issue)"
-            )),
-        }
-    }
-    /// The name used in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Ipc => "ipc",
-            Self::Udp => "udp",
-            Self::Tcp => "tcp",
-            Self::Rudp => "rudp",
-        }
-    }
-}
 
 /// A ping-pong run.
 #[derive(Debug, Clone)]
@@ -119,7 +79,7 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
                 dir: p.dir.clone(),
                 wait: p.wait,
             })?,
-            Transport::Rudp => crate::rudp::pingpong_histogram(p.size, chunk, p.warmup, p.cpus, per_round)?,
+            Transport::Rudp => crate::transports::rudp::pingpong_histogram(p.size, chunk, p.warmup, p.cpus, per_round)?,
             Transport::Udp | Transport::Tcp => sockets::pingpong_histogram(&SockOptions {
                 proto: if p.transport == Transport::Udp { Proto::Udp } else { Proto::Tcp },
                 wait: p.wait,

@@ -54,7 +54,7 @@ pub struct LatencyRow {
     pub clock: String,
     /// CPUs used (local, remote).
     pub cpus: String,
-    /// The machine (see [`crate::machine::Machine::summary`]).
+    /// The machine (see [`crate::host::machine::Machine::summary`]).
     pub machine: String,
     /// The floor's median from the same run (raw ring), if measured.
     #[serde(skip_serializing_if = "Option::is_none")]

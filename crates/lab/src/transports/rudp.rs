@@ -4,8 +4,8 @@
 //! Both ends use the embedded driver (`UdpSender::do_work` and
 //! `UdpReceiver::poll` in the measuring thread), pinned, spinning.
 
-use crate::report::histogram;
-use crate::{spin_until, LabError, WorkerProcess};
+use crate::output::report::histogram;
+use crate::{spin_until, LabError, Role, WorkerProcess};
 use hdrhistogram::Histogram;
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
@@ -66,12 +66,8 @@ pub fn pingpong_histogram(
     }
     let mut sub = UdpReceiver::open(&uri(0, "")?, STREAM, None).map_err(werr)?;
     let back = sub.local_addr().port();
-    let mut pong = WorkerProcess::spawn(&["rudp-pong".into(), back.to_string(), cpus.remote.to_string()])?;
-    let line = pong.read_line()?;
-    let port: u16 = line
-        .strip_prefix("listening ")
-        .and_then(|p| p.parse().ok())
-        .ok_or_else(|| LabError::Worker(format!("unexpected worker output {line:?}")))?;
+    let mut pong = WorkerProcess::spawn(&Role::RudpPong { back_port: back, cpu: cpus.remote })?;
+    let port: u16 = pong.read_listening()?;
     let mut publication = UdpSender::open(&uri(port, "")?, STREAM, None).map_err(werr)?;
     pin_current_thread(cpus.local)?;
     connect(&mut publication, &mut sub)?;
@@ -105,12 +101,8 @@ pub fn pingpong_histogram(
     Ok(h)
 }
 
-/// Worker `rudp-pong BACK_PORT CPU`: echoes until a 1-byte message.
-pub(crate) fn pong(args: &[String]) -> Result<String, LabError> {
-    let num = |i: usize| {
-        args.get(i).and_then(|a| a.parse::<u64>().ok()).ok_or_else(|| LabError::Usage("rudp-pong: bad args".into()))
-    };
-    let (back, cpu) = (num(1)? as u16, num(2)? as usize);
+/// Worker role [`Role::RudpPong`]: echoes until a 1-byte message.
+pub(crate) fn pong(back: u16, cpu: usize) -> Result<String, LabError> {
     let mut sub = UdpReceiver::open(&uri(0, "")?, STREAM, None).map_err(werr)?;
     println!("listening {}", sub.local_addr().port());
     let mut publication = UdpSender::open(&uri(back, "")?, STREAM, None).map_err(werr)?;
@@ -209,27 +201,16 @@ fn sink(sub: &mut UdpReceiver, deadline: Instant, mut on_message: impl FnMut(&[u
 pub fn throughput(size: usize, duration: Duration, cpus: crate::Cpus, params: &str) -> Result<SinkReport, LabError> {
     let mut sub = UdpReceiver::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
     let port = sub.local_addr().port();
-    let blaster = WorkerProcess::spawn(&[
-        "rudp-blast".into(),
-        port.to_string(),
-        cpus.remote.to_string(),
-        size.to_string(),
-        duration.as_micros().to_string(),
-        params.to_string(),
-    ])?;
+    let blaster =
+        WorkerProcess::spawn(&Role::RudpBlast { port, cpu: cpus.remote, size, duration, params: params.to_owned() })?;
     pin_current_thread(cpus.local)?;
     let rep = sink(&mut sub, Instant::now() + duration + TIMEOUT * 3, |_| {})?;
     blaster.finish(TIMEOUT)?;
     Ok(rep)
 }
 
-/// Worker `rudp-blast PORT CPU SIZE DURATION_US PARAMS`.
-pub(crate) fn blast(args: &[String]) -> Result<String, LabError> {
-    let num = |i: usize| {
-        args.get(i).and_then(|a| a.parse::<u64>().ok()).ok_or_else(|| LabError::Usage("rudp-blast: bad args".into()))
-    };
-    let (port, cpu, size, us) = (num(1)? as u16, num(2)? as usize, num(3)? as usize, num(4)?);
-    let params = args.get(5).map_or("", String::as_str);
+/// Worker role [`Role::RudpBlast`].
+pub(crate) fn blast(port: u16, cpu: usize, size: usize, duration: Duration, params: &str) -> Result<String, LabError> {
     let mut p = UdpSender::open(&uri(port, params)?, STREAM, None).map_err(werr)?;
     pin_current_thread(cpu)?;
     spin_until(TIMEOUT, "rudp sink", || {
@@ -237,7 +218,7 @@ pub(crate) fn blast(args: &[String]) -> Result<String, LabError> {
         p.is_connected().then_some(())
     })?;
     let mut msg = vec![0u8; size.max(8)];
-    let end = Instant::now() + Duration::from_micros(us);
+    let end = Instant::now() + duration;
     let mut seq = 0u64;
     'outer: loop {
         // Offer a batch, then send it: the batching that makes this fast.
@@ -272,15 +253,14 @@ pub fn oneway_histogram(
 ) -> Result<(Histogram<u64>, SinkReport), LabError> {
     let mut sub = UdpReceiver::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
     let port = sub.local_addr().port();
-    let sender = WorkerProcess::spawn(&[
-        "rudp-rate".into(),
-        port.to_string(),
-        cpus.remote.to_string(),
-        size.to_string(),
-        rate.to_string(),
-        duration.as_micros().to_string(),
-        params.to_string(),
-    ])?;
+    let sender = WorkerProcess::spawn(&Role::RudpRate {
+        port,
+        cpu: cpus.remote,
+        size,
+        rate,
+        duration,
+        params: params.to_owned(),
+    })?;
     pin_current_thread(cpus.local)?;
     let mut h = histogram();
     let rep = sink(&mut sub, Instant::now() + duration + TIMEOUT * 3, |payload| {
@@ -292,20 +272,24 @@ pub fn oneway_histogram(
     Ok((h, rep))
 }
 
-/// Worker `rudp-rate PORT CPU SIZE RATE DURATION_US PARAMS`: offers message
-/// `i` at `start + i / rate` and stamps that intended time in it.
-pub(crate) fn rate_sender(args: &[String]) -> Result<String, LabError> {
-    let get = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
-    let num = |i: usize| get(i).parse::<f64>().map_err(|_| LabError::Usage("rudp-rate: bad args".into()));
-    let (port, cpu, size, rate, us) = (num(1)? as u16, num(2)? as usize, num(3)? as usize, num(4)?, num(5)? as u64);
-    let mut p = UdpSender::open(&uri(port, get(6))?, STREAM, None).map_err(werr)?;
+/// Worker role [`Role::RudpRate`]: offers message `i` at `start + i / rate`
+/// and stamps that intended time in it.
+pub(crate) fn rate_sender(
+    port: u16,
+    cpu: usize,
+    size: usize,
+    rate: f64,
+    duration: Duration,
+    params: &str,
+) -> Result<String, LabError> {
+    let mut p = UdpSender::open(&uri(port, params)?, STREAM, None).map_err(werr)?;
     pin_current_thread(cpu)?;
     spin_until(TIMEOUT, "rudp receiver", || {
         p.do_work();
         p.is_connected().then_some(())
     })?;
     let mut msg = vec![0u8; size.max(16)];
-    let total = (rate * us as f64 / 1e6) as u64;
+    let total = (rate * duration.as_secs_f64()) as u64;
     let start = tickwire_shm::os::monotonic_ns() + 1_000_000;
     let interval = 1e9 / rate;
     for i in 0..total {

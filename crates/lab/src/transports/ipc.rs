@@ -1,9 +1,11 @@
 //! tickwire IPC: half-round-trip ping-pong and one-way streaming throughput,
 //! the far side in a separate process.
 
-use crate::report::{LatencyRow, ThroughputRow};
-use crate::{spin_until, Cpus, LabError, WorkerProcess};
-use std::path::PathBuf;
+use crate::output::report::{LatencyRow, ThroughputRow};
+use crate::transports::sockets::Wait;
+use crate::worker::IDLE_LIMIT;
+use crate::{spin_until, Cpus, LabError, Role, WorkerProcess};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
 use tickwire_shm::{Context, Event, LogConfig, LogReader, OfferError, ReaderOptions, ShmError};
@@ -27,7 +29,7 @@ pub struct IpcOptions {
     /// Directory for the log files.
     pub dir: PathBuf,
     /// Spin, or park on the futex when idle (ping-pong only).
-    pub wait: crate::sockets::Wait,
+    pub wait: Wait,
 }
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -93,16 +95,15 @@ pub fn pingpong_histogram(o: &IpcOptions) -> Result<hdrhistogram::Histogram<u64>
     let ctx = Context::new(&o.dir)?;
     let channel = crate::run_tag();
     let mut ping = ctx.appender(&channel, PING_STREAM, &LogConfig::with_capacity(o.capacity))?;
-    let worker = WorkerProcess::spawn(&[
-        "ipc-pong".into(),
-        o.dir.display().to_string(),
-        channel.clone(),
-        o.cpus.remote.to_string(),
-        o.capacity.to_string(),
-        o.wait.name().into(),
-    ])?;
+    let worker = WorkerProcess::spawn(&Role::IpcPong {
+        dir: o.dir.clone(),
+        channel: channel.clone(),
+        cpu: o.cpus.remote,
+        capacity: o.capacity,
+        wait: o.wait,
+    })?;
     let mut pong = subscribe_when_ready(&ctx, &channel, PONG_STREAM)?;
-    let block = o.wait == crate::sockets::Wait::Block;
+    let block = o.wait == crate::transports::sockets::Wait::Block;
     pin_current_thread(o.cpus.local)?;
     let mut msg = vec![0u8; o.size];
     // For ping-pong, a non-zero `duration` bounds the run in time as well.
@@ -153,12 +154,8 @@ pub fn throughput(o: &IpcOptions) -> Result<ThroughputRow, LabError> {
     let ctx = Context::new(&o.dir)?;
     let channel = crate::run_tag();
     let mut publisher = ctx.appender(&channel, PING_STREAM, &LogConfig::with_capacity(o.capacity))?;
-    let worker = WorkerProcess::spawn(&[
-        "ipc-sink".into(),
-        o.dir.display().to_string(),
-        channel.clone(),
-        o.cpus.remote.to_string(),
-    ])?;
+    let worker =
+        WorkerProcess::spawn(&Role::IpcSink { dir: o.dir.clone(), channel: channel.clone(), cpu: o.cpus.remote })?;
     pin_current_thread(o.cpus.local)?;
     // Wait until the subscriber is attached, without sending anything.
     wait_connected(&mut publisher)?;
@@ -192,4 +189,94 @@ pub fn throughput(o: &IpcOptions) -> Result<ThroughputRow, LabError> {
     row.cpus = format!("{},{}", o.cpus.local, o.cpus.remote);
     row.lost += seq.saturating_sub(row.count + row.lost);
     Ok(row)
+}
+
+/// Worker role [`Role::IpcPong`](crate::Role::IpcPong): echoes pings until a 1-byte message.
+pub(crate) fn ipc_pong(dir: &Path, channel: &str, cpu: usize, capacity: usize, wait: Wait) -> Result<String, LabError> {
+    let block = wait == Wait::Block;
+    let ctx = Context::new(dir)?;
+    let mut rx = subscribe_when_ready(&ctx, channel, PING_STREAM)?;
+    let mut tx = ctx.appender(channel, PONG_STREAM, &tickwire_shm::LogConfig::with_capacity(capacity))?;
+    pin_current_thread(cpu)?;
+    let mut stop = false;
+    let mut err = None;
+    let mut idle_since = Instant::now();
+    let mut spins = 0u32;
+    while !stop {
+        let n = rx
+            .poll(
+                |e| {
+                    if let Event::Message(m) = e {
+                        if m.payload.len() == 1 {
+                            stop = true;
+                        } else if let Err(e) = offer_spin(&mut tx, m.payload) {
+                            err = Some(e);
+                            stop = true;
+                        }
+                    }
+                },
+                1,
+            )
+            .map_err(|e| LabError::Worker(e.to_string()))?;
+        if n > 0 {
+            spins = 0;
+        } else {
+            if block {
+                rx.park(Duration::from_millis(100));
+            }
+            spins = spins.wrapping_add(1);
+            if spins == 1 {
+                idle_since = Instant::now();
+            } else if spins % 4096 == 0 && idle_since.elapsed() > IDLE_LIMIT {
+                return Err(LabError::Timeout("no ping for 30 s".into()));
+            }
+        }
+    }
+    err.map_or(Ok("done".into()), Err)
+}
+
+/// Worker role [`Role::IpcSink`](crate::Role::IpcSink): counts the stream until it ends.
+pub(crate) fn ipc_sink(dir: &Path, channel: &str, cpu: usize) -> Result<String, LabError> {
+    let ctx = Context::new(dir)?;
+    let mut rx = subscribe_when_ready(&ctx, channel, PING_STREAM)?;
+    pin_current_thread(cpu)?;
+    let (mut count, mut lost, mut expect) = (0u64, 0u64, 0u64);
+    let mut first: Option<Instant> = None;
+    let mut last = Instant::now();
+    let mut idle = 0u32;
+    loop {
+        let n = rx
+            .poll(
+                |e| {
+                    if let Event::Message(m) = e {
+                        let seq = stamp::seq(m.payload).unwrap_or(0);
+                        lost += seq.saturating_sub(expect);
+                        expect = seq + 1;
+                        count += 1;
+                    }
+                },
+                256,
+            )
+            .map_err(|e| LabError::Worker(e.to_string()))?;
+        if n > 0 {
+            idle = 0;
+            if first.is_none() {
+                first = Some(Instant::now());
+            }
+        } else {
+            std::hint::spin_loop(); // as Idle::BusySpin does: be gentle on the line being written
+            idle = idle.wrapping_add(1);
+            if idle % 256 == 0 {
+                if rx.is_end_of_stream() {
+                    break;
+                }
+                if idle == 256 {
+                    last = Instant::now();
+                } else if last.elapsed() > IDLE_LIMIT {
+                    return Err(LabError::Timeout("no data for 30 s".into()));
+                }
+            }
+        }
+    }
+    Ok(super::sink_report(count, lost, first))
 }

@@ -94,10 +94,24 @@ impl Doctor {
 
     /// Runs every check.
     pub fn inspect(&self) -> Vec<Finding> {
-        let mut out = Vec::new();
         let cpus = self.cpu_dirs();
+        let driver = self.read("sys/devices/system/cpu/cpuidle/current_driver").unwrap_or_else(|| "none".into());
+        vec![
+            self.check_cpus(&cpus),
+            self.check_governor(&cpus),
+            self.check_c_states(&cpus, &driver),
+            self.check_halt_polling(&driver),
+            self.check_busy_polling(),
+            self.check_irq_affinity(),
+            self.check_thp(),
+            self.check_clocksource(),
+        ]
+    }
+
+    /// CPUs and their isolation.
+    fn check_cpus(&self, cpus: &[String]) -> Finding {
         let isolated = self.read("sys/devices/system/cpu/isolated").unwrap_or_default();
-        out.push(Finding {
+        Finding {
             check: "cpus".into(),
             status: if cpus.len() >= 2 && !isolated.is_empty() { Status::Ok } else { Status::Info },
             observed: format!(
@@ -109,8 +123,11 @@ impl Doctor {
                      isolate those CPUs from the scheduler and timer tick (boot: isolcpus=, nohz_full=, rcu_nocbs=)."
                 .into(),
             fixes: vec![],
-        });
+        }
+    }
 
+    /// The frequency governor of each CPU.
+    fn check_governor(&self, cpus: &[String]) -> Finding {
         let governors: Vec<(String, String)> = cpus
             .iter()
             .filter_map(|c| {
@@ -118,7 +135,7 @@ impl Doctor {
                 self.read(&p).map(|g| (p, g))
             })
             .collect();
-        out.push(if governors.is_empty() {
+        if governors.is_empty() {
             Finding {
                 check: "frequency governor".into(),
                 status: Status::Info,
@@ -138,11 +155,13 @@ impl Doctor {
                     .into(),
                 fixes: slow.iter().map(|(p, _)| Fix { path: p.clone(), value: "performance".into() }).collect(),
             }
-        });
+        }
+    }
 
-        let driver = self.read("sys/devices/system/cpu/cpuidle/current_driver").unwrap_or_else(|| "none".into());
+    /// Idle states with a long exit latency.
+    fn check_c_states(&self, cpus: &[String], driver: &str) -> Finding {
         let mut deep = Vec::new();
-        for c in &cpus {
+        for c in cpus {
             for s in 1..10 {
                 let base = format!("sys/devices/system/cpu/{c}/cpuidle/state{s}");
                 let Some(lat) = self.read(&format!("{base}/latency")) else { break };
@@ -153,7 +172,7 @@ impl Doctor {
                 }
             }
         }
-        out.push(Finding {
+        Finding {
             check: "C-states".into(),
             status: if deep.is_empty() { Status::Ok } else { Status::Advice },
             observed: format!("cpuidle driver {driver}; {} enabled states with exit latency over 10 us", deep.len()),
@@ -161,12 +180,15 @@ impl Doctor {
                      the CPUs that carry latency-critical work (or boot with processor.max_cstate=1)."
                 .into(),
             fixes: deep,
-        });
+        }
+    }
 
+    /// Guest halt polling (VMs).
+    fn check_halt_polling(&self, driver: &str) -> Finding {
         match self.read("sys/module/haltpoll/parameters/guest_halt_poll_ns") {
             Some(v) => {
                 let ns: u64 = v.parse().unwrap_or(0);
-                out.push(Finding {
+                Finding {
                     check: "guest halt polling".into(),
                     status: if ns >= 200_000 { Status::Ok } else { Status::Advice },
                     observed: format!("guest_halt_poll_ns = {ns} (cpuidle driver {driver})"),
@@ -183,9 +205,9 @@ impl Doctor {
                             value: "200000".into(),
                         }]
                     },
-                });
+                }
             }
-            None => out.push(Finding {
+            None => Finding {
                 check: "guest halt polling".into(),
                 status: Status::Info,
                 observed: "haltpoll not loaded".into(),
@@ -193,9 +215,12 @@ impl Doctor {
                          before halting; on bare metal this does not apply."
                     .into(),
                 fixes: vec![],
-            }),
+            },
         }
+    }
 
+    /// Kernel busy polling of sockets.
+    fn check_busy_polling(&self) -> Finding {
         let mut busy = Vec::new();
         let mut seen = Vec::new();
         for knob in ["busy_poll", "busy_read"] {
@@ -207,7 +232,7 @@ impl Doctor {
                 }
             }
         }
-        out.push(Finding {
+        Finding {
             check: "socket busy polling".into(),
             status: if busy.is_empty() { Status::Ok } else { Status::Advice },
             observed: if seen.is_empty() { "not available".into() } else { seen.join(", ") },
@@ -216,11 +241,14 @@ impl Doctor {
                      not need it)."
                 .into(),
             fixes: busy,
-        });
+        }
+    }
 
+    /// Where device interrupts go.
+    fn check_irq_affinity(&self) -> Finding {
         let default_aff = self.read("proc/irq/default_smp_affinity").unwrap_or_else(|| "unknown".into());
         let irq_lines = self.read("proc/interrupts").map(|s| s.lines().count().saturating_sub(1)).unwrap_or(0);
-        out.push(Finding {
+        Finding {
             check: "IRQ affinity".into(),
             status: Status::Info,
             observed: format!("default_smp_affinity {default_aff}, {irq_lines} interrupt lines"),
@@ -228,11 +256,14 @@ impl Doctor {
                      excluding them to /proc/irq/*/smp_affinity. With two CPUs there is nowhere to steer them."
                 .into(),
             fixes: vec![],
-        });
+        }
+    }
 
+    /// Transparent huge pages.
+    fn check_thp(&self) -> Finding {
         let thp = self.read("sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_else(|| "unknown".into());
         let always = thp.contains("[always]");
-        out.push(Finding {
+        Finding {
             check: "transparent huge pages".into(),
             status: if always { Status::Advice } else { Status::Ok },
             observed: thp.clone(),
@@ -244,12 +275,15 @@ impl Doctor {
             } else {
                 vec![]
             },
-        });
+        }
+    }
 
+    /// The clock source behind `clock_gettime`.
+    fn check_clocksource(&self) -> Finding {
         let cs = self
             .read("sys/devices/system/clocksource/clocksource0/current_clocksource")
             .unwrap_or_else(|| "unknown".into());
-        out.push(Finding {
+        Finding {
             check: "clocksource".into(),
             status: if cs == "tsc" { Status::Ok } else { Status::Advice },
             observed: cs.clone(),
@@ -257,8 +291,7 @@ impl Doctor {
                      trap to the kernel and distort every timestamp."
                 .into(),
             fixes: vec![],
-        });
-        out
+        }
     }
 
     /// Applies every fix after saving the current values to `restore_file`.

@@ -1,10 +1,21 @@
-//! Output formats besides the table and JSON: CSV, HdrHistogram interval
-//! logs (readable by HdrHistogram's tools and the `hdrhistogram` Python
-//! package), and sockperf's percentile block (so existing scripts work).
+//! What a run prints and writes.
+//!
+//! * [`report`]: statistics from an HdrHistogram, the papers' table, JSON rows.
+//! * [`print`]: the command's output in the chosen [`print::Format`].
+//! * [`plots`]: SVG plots (latency against size or rate, percentiles).
+//! * this module: the formats besides the table and JSON: CSV, HdrHistogram
+//!   interval logs (readable by HdrHistogram's tools and the `hdrhistogram`
+//!   Python package), and sockperf's percentile block (so existing scripts work).
 
-use crate::report::LatencyRow;
+pub mod plots;
+pub mod print;
+pub mod report;
+
+use crate::output::report::LatencyRow;
+use crate::LabError;
+use base64::Engine;
 use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
-use hdrhistogram::serialization::V2DeflateSerializer;
+use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer, V2Serializer};
 use hdrhistogram::Histogram;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -138,10 +149,28 @@ pub fn sockperf(m: &Measured) -> String {
     s
 }
 
+/// Serializes a histogram for the trip from the worker (V2, base64).
+pub fn encode_histogram(h: &Histogram<u64>) -> String {
+    let mut buf = Vec::new();
+    let _ = V2Serializer::new().serialize(h, &mut buf);
+    base64::engine::general_purpose::STANDARD.encode(buf)
+}
+
+/// Reads what [`encode_histogram`] wrote.
+///
+/// # Errors
+/// [`LabError::Worker`] if it is not a histogram.
+pub fn decode_histogram(s: &str) -> Result<Histogram<u64>, LabError> {
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .map_err(|e| LabError::Worker(format!("histogram encoding: {e}")))?;
+    Deserializer::new().deserialize(&mut raw.as_slice()).map_err(|e| LabError::Worker(format!("histogram: {e:?}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::histogram;
+    use crate::output::report::histogram;
 
     fn sample() -> Measured {
         let mut h = histogram();

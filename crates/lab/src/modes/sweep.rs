@@ -4,11 +4,11 @@
 //! message's intended send time. Repeated for increasing target rates until
 //! the path no longer sustains them.
 
-use crate::ipc::subscribe_when_ready;
-use crate::machine::Machine;
+use crate::host::machine::Machine;
+use crate::output::report::{histogram, LatencyRow};
 use crate::output::Measured;
-use crate::report::{histogram, LatencyRow};
-use crate::{Cpus, LabError, WorkerProcess};
+use crate::transports::ipc::subscribe_when_ready;
+use crate::{Cpus, LabError, Role, WorkerProcess};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
@@ -80,16 +80,15 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<Measured, LabError> {
     let ctx = Context::new(&s.dir)?;
     let channel = crate::run_tag();
     let mut tx = ctx.appender(&channel, STREAM, &LogConfig::with_capacity(s.capacity))?;
-    let worker = WorkerProcess::spawn(&[
-        "reflect".into(),
-        s.dir.display().to_string(),
-        channel.clone(),
-        s.cpus.remote.to_string(),
-        s.reflect_every.to_string(),
-        s.capacity.to_string(),
-    ])?;
+    let worker = WorkerProcess::spawn(&Role::Reflect {
+        dir: s.dir.clone(),
+        channel: channel.clone(),
+        cpu: s.cpus.remote,
+        every: s.reflect_every,
+        capacity: s.capacity,
+    })?;
     let mut rx = subscribe_when_ready(&ctx, &channel, REFLECT)?;
-    crate::ipc::wait_connected(&mut tx)?;
+    crate::transports::ipc::wait_connected(&mut tx)?;
     pin_current_thread(s.cpus.local)?;
     let mut h = histogram();
     let mut record = |e: Event<'_>| {
@@ -151,7 +150,7 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<Measured, LabError> {
     Ok(Measured { row, hist: h, start: wall, elapsed: Duration::from_secs_f64(send_secs) })
 }
 
-/// Worker side: `reflect DIR CHANNEL CPU N CAPACITY`: receives the stream,
+/// Worker role [`Role::Reflect`]: receives the stream,
 /// sends every Nth message back, and prints how many arrived and over how
 /// long (first to last).
 pub(crate) fn reflect(dir: &Path, channel: &str, cpu: usize, every: u64, capacity: usize) -> Result<String, LabError> {

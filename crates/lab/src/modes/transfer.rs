@@ -7,8 +7,8 @@
 //! namespaces. The report says what was sent, what arrived, whether it is
 //! identical and in order, and what the protocol did to get there.
 
-use crate::netns::{NetnsPair, NetnsStar};
-use crate::{LabError, WorkerProcess};
+use crate::host::netns::{NetnsPair, NetnsStar};
+use crate::{LabError, Role, WorkerProcess};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 use tickwire_driver::udp::{UdpReceiver, UdpSender};
@@ -162,22 +162,23 @@ fn idle(work: usize, idle_runs: &mut u32) -> bool {
     *idle_runs > 64
 }
 
-/// Worker role `rudp-send URI BYTES MAX SEED RECEIVERS TIMEOUT_S`.
+/// Worker role [`Role::RudpSend`].
 ///
 /// # Errors
-/// Bad arguments, socket errors, or no receiver in time.
-pub fn sender(args: &[String]) -> Result<String, LabError> {
-    let get =
-        |i: usize| args.get(i).map(String::as_str).ok_or_else(|| LabError::Usage("rudp-send: missing argument".into()));
-    let uri: ChannelUri = get(1)?.parse().map_err(|e| LabError::Usage(format!("{e}")))?;
-    let num = |i: usize| -> Result<u64, LabError> {
-        get(i)?.parse().map_err(|_| LabError::Usage("rudp-send: bad number".into()))
-    };
-    let (bytes, max, seed, receivers, timeout) = (num(2)?, num(3)? as usize, num(4)?, num(5)? as usize, num(6)?);
+/// A bad URI, socket errors, or no receiver in time.
+pub(crate) fn sender(
+    uri: &str,
+    bytes: u64,
+    max: usize,
+    seed: u64,
+    receivers: usize,
+    timeout: Duration,
+) -> Result<String, LabError> {
+    let uri: ChannelUri = uri.parse().map_err(|e| LabError::Usage(format!("{e}")))?;
     // Counters in the default directory, so `tickwire stat` shows the run live.
     let counters = tickwire_shm::CountersFile::create(std::path::Path::new(tickwire_shm::DEFAULT_DIR)).ok();
     let mut p = UdpSender::open(&uri, STREAM, counters.as_ref()).map_err(|e| LabError::Worker(e.to_string()))?;
-    let deadline = Instant::now() + Duration::from_secs(timeout);
+    let deadline = Instant::now() + timeout;
     while p.receivers() < receivers {
         if Instant::now() > deadline {
             return Err(LabError::Timeout(format!("{} of {receivers} receivers connected", p.receivers())));
@@ -234,19 +235,15 @@ pub fn sender(args: &[String]) -> Result<String, LabError> {
     serde_json::to_string(&rep).map_err(|e| LabError::Worker(e.to_string()))
 }
 
-/// Worker role `rudp-recv URI`: prints `ready PORT`, then its report.
+/// Worker role [`Role::RudpRecv`]: prints `listening PORT`, then its report.
 ///
 /// # Errors
-/// Bad arguments, socket errors, or silence for 30 s.
-pub fn receiver(args: &[String]) -> Result<String, LabError> {
-    let uri: ChannelUri = args
-        .get(1)
-        .ok_or_else(|| LabError::Usage("rudp-recv: missing URI".into()))?
-        .parse()
-        .map_err(|e| LabError::Usage(format!("{e}")))?;
+/// A bad URI, socket errors, or silence for 30 s.
+pub(crate) fn receiver(uri: &str) -> Result<String, LabError> {
+    let uri: ChannelUri = uri.parse().map_err(|e| LabError::Usage(format!("{e}")))?;
     let counters = tickwire_shm::CountersFile::create(std::path::Path::new(tickwire_shm::DEFAULT_DIR)).ok();
     let mut sub = UdpReceiver::open(&uri, STREAM, counters.as_ref()).map_err(|e| LabError::Worker(e.to_string()))?;
-    println!("ready {}", sub.local_addr().port());
+    println!("listening {}", sub.local_addr().port());
     let mut rep = ReceiverReport { checksum: FNV0, in_order: true, ..ReceiverReport::default() };
     let mut next = 0u64;
     let mut last = Instant::now();
@@ -325,19 +322,15 @@ pub fn run(t: &Transfer) -> Result<TransferReport, LabError> {
     if t.receivers > 1 && !t.netns {
         return Err(LabError::Usage("several receivers are multicast: add --netns for a bridged segment".into()));
     }
-    let timeout = t.timeout.as_secs().max(1);
-    let sender_args = |uri: &str| {
-        vec![
-            "rudp-send".to_string(),
-            uri.to_string(),
-            t.bytes.to_string(),
-            t.max_size.to_string(),
-            t.seed.to_string(),
-            t.receivers.to_string(),
-            timeout.to_string(),
-        ]
+    let sender_role = |uri: &str| Role::RudpSend {
+        uri: uri.to_owned(),
+        bytes: t.bytes,
+        max_size: t.max_size,
+        seed: t.seed,
+        receivers: t.receivers,
+        timeout: t.timeout.max(Duration::from_secs(1)),
     };
-    let recv_args = |uri: &str| vec!["rudp-recv".to_string(), uri.to_string()];
+    let recv_role = |uri: String| Role::RudpRecv { uri };
     let mut _pair = None;
     let mut _star = None;
     let mut receivers = Vec::new();
@@ -355,25 +348,24 @@ pub fn run(t: &Transfer) -> Result<TransferReport, LabError> {
         let seed = format!("seed={}", t.seed.wrapping_add(1000));
         let mut w = WorkerProcess::spawn_in(
             recv_ns.as_deref(),
-            &recv_args(&with_params(format!("udp://{host}:0"), t, &[seed])),
+            &recv_role(with_params(format!("udp://{host}:0"), t, &[seed])),
         )?;
-        let ready = w.read_line()?;
-        let bound = ready.strip_prefix("ready ").ok_or_else(|| LabError::Worker(ready.clone()))?;
+        let bound: u16 = w.read_listening()?;
         receivers.push(w);
         send_uri = with_params(format!("udp://{host}:{bound}"), t, &[format!("seed={}", t.seed)]);
-        let s = WorkerProcess::spawn_in(sender_ns.as_deref(), &sender_args(&send_uri))?;
+        let s = WorkerProcess::spawn_in(sender_ns.as_deref(), &sender_role(&send_uri))?;
         return finish(t, send_uri, s, receivers);
     }
     let star = NetnsStar::create(t.receivers)?;
     let group = format!("udp://239.255.77.1:{port}");
     for (i, (ns, addr)) in star.leaves.iter().enumerate() {
         let extra = [format!("interface={addr}"), format!("seed={}", t.seed.wrapping_add(1000 + i as u64))];
-        let mut w = WorkerProcess::spawn_in(Some(ns), &recv_args(&with_params(group.clone(), t, &extra)))?;
+        let mut w = WorkerProcess::spawn_in(Some(ns), &recv_role(with_params(group.clone(), t, &extra)))?;
         w.read_line()?;
         receivers.push(w);
     }
     send_uri = with_params(group, t, &[format!("interface={}", star.hub_addr), format!("seed={}", t.seed)]);
-    let s = WorkerProcess::spawn_in(Some(&star.hub), &sender_args(&send_uri))?;
+    let s = WorkerProcess::spawn_in(Some(&star.hub), &sender_role(&send_uri))?;
     _star = Some(star);
     finish(t, send_uri, s, receivers)
 }

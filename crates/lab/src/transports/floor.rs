@@ -1,13 +1,15 @@
 //! The floor: cache-line ping-pong, raw-ring ping-pong and raw-ring streaming
 //! between two processes pinned to two CPUs.
 
-use crate::report::{LatencyRow, ThroughputRow};
-use crate::{spin_until, Cpus, LabError, WorkerProcess};
-use std::path::PathBuf;
+use crate::output::report::{LatencyRow, ThroughputRow};
+use crate::worker::IDLE_LIMIT;
+use crate::{spin_until, Cpus, LabError, Role, WorkerProcess};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
 use tickwire_shm::floor::{CacheLines, RawRing};
+use tickwire_wire::stamp;
 
 /// Parameters shared by the probes.
 #[derive(Debug, Clone)]
@@ -53,7 +55,7 @@ pub fn cacheline_histogram(o: &FloorOptions) -> Result<hdrhistogram::Histogram<u
     std::fs::create_dir_all(&o.dir)?;
     let path = o.dir.join(format!("{}.cl", crate::run_tag()));
     let lines = CacheLines::create(&path)?;
-    let worker = WorkerProcess::spawn(&["cacheline".into(), path.display().to_string(), o.cpus.remote.to_string()])?;
+    let worker = WorkerProcess::spawn(&Role::Cacheline { path: path.clone(), cpu: o.cpus.remote })?;
     pin_current_thread(o.cpus.local)?;
     let (ping, pong) = (lines.line(0), lines.line(1));
     let h = crate::round_trips(o.warmup, o.count, None, |i| {
@@ -93,12 +95,7 @@ pub fn raw_ring_histogram(o: &FloorOptions) -> Result<hdrhistogram::Histogram<u6
     let mut ping = RawRing::create(&pa, 1024, slot)?;
     let _pong_file = RawRing::create(&pb, 1024, slot)?;
     let mut pong = RawRing::open(&pb)?;
-    let worker = WorkerProcess::spawn(&[
-        "ring-pong".into(),
-        pa.display().to_string(),
-        pb.display().to_string(),
-        o.cpus.remote.to_string(),
-    ])?;
+    let worker = WorkerProcess::spawn(&Role::RingPong { ping: pa.clone(), pong: pb.clone(), cpu: o.cpus.remote })?;
     pin_current_thread(o.cpus.local)?;
     let mut msg = vec![0u8; o.size.max(8)];
     let h = crate::round_trips(o.warmup, o.count, None, |i| {
@@ -130,7 +127,7 @@ pub fn raw_ring_throughput(o: &FloorOptions) -> Result<ThroughputRow, LabError> 
     std::fs::create_dir_all(&o.dir)?;
     let path = o.dir.join(format!("{}.stream", crate::run_tag()));
     let mut ring = RawRing::create(&path, 4096, 64)?;
-    let worker = WorkerProcess::spawn(&["ring-sink".into(), path.display().to_string(), o.cpus.remote.to_string()])?;
+    let worker = WorkerProcess::spawn(&Role::RingSink { path: path.clone(), cpu: o.cpus.remote })?;
     pin_current_thread(o.cpus.local)?;
     let start = Instant::now();
     let mut seq = 0u64;
@@ -164,4 +161,78 @@ pub fn raw_ring_throughput(o: &FloorOptions) -> Result<ThroughputRow, LabError> 
         row.lost = seq.saturating_sub(row.count);
     }
     Ok(row)
+}
+
+/// Worker role [`Role::Cacheline`](crate::Role::Cacheline): answers each ping on the shared line.
+pub(crate) fn cacheline_worker(path: &Path, cpu: usize) -> Result<String, LabError> {
+    let lines = CacheLines::open(path)?;
+    pin_current_thread(cpu)?;
+    let (ping, pong) = (lines.line(0), lines.line(1));
+    let mut last = 0;
+    loop {
+        let v = spin_until(IDLE_LIMIT, "ping", || {
+            let v = ping.load(Ordering::Acquire);
+            (v != last).then_some(v)
+        })?;
+        if v == u64::MAX {
+            return Ok("done".into());
+        }
+        pong.store(v, Ordering::Release);
+        last = v;
+    }
+}
+
+/// Worker role [`Role::RingPong`](crate::Role::RingPong): echoes ring messages until the stop message.
+pub(crate) fn ring_pong(ping: &Path, pong: &Path, cpu: usize) -> Result<String, LabError> {
+    let mut rx = RawRing::open(ping)?;
+    let mut tx = RawRing::open(pong)?;
+    pin_current_thread(cpu)?;
+    let mut buf = vec![0u8; rx.max_payload()];
+    loop {
+        spin_until(IDLE_LIMIT, "ring ping", || rx.try_pop(|b| buf.copy_from_slice(b)).then_some(()))?;
+        if buf[..8] == u64::MAX.to_le_bytes() {
+            return Ok("done".into());
+        }
+        spin_until(IDLE_LIMIT, "ring pong push", || tx.try_push(&buf).then_some(()))?;
+    }
+}
+
+/// Worker role [`Role::RingSink`](crate::Role::RingSink): counts a ring stream until the stop message.
+pub(crate) fn ring_sink(path: &Path, cpu: usize) -> Result<String, LabError> {
+    let mut rx = RawRing::open(path)?;
+    pin_current_thread(cpu)?;
+    let (mut count, mut lost, mut expect) = (0u64, 0u64, 0u64);
+    let mut first: Option<Instant> = None;
+    let mut done = false;
+    let mut idle = 0u32;
+    let mut idle_since = Instant::now();
+    while !done {
+        let got = rx.try_pop(|b| {
+            let seq = stamp::seq(b).unwrap_or(0);
+            if seq == u64::MAX {
+                done = true;
+                return;
+            }
+            lost += seq.saturating_sub(expect);
+            expect = seq + 1;
+            count += 1;
+        });
+        if got {
+            if idle != 0 {
+                idle = 0;
+                if first.is_none() {
+                    first = Some(Instant::now());
+                }
+            }
+        } else {
+            std::hint::spin_loop();
+            idle = idle.wrapping_add(1);
+            if idle == 1 {
+                idle_since = Instant::now();
+            } else if idle % 4096 == 0 && idle_since.elapsed() > IDLE_LIMIT {
+                return Err(LabError::Timeout("no ring data for 30 s".into()));
+            }
+        }
+    }
+    Ok(super::sink_report(count, lost, first))
 }

@@ -6,13 +6,10 @@
 //! intended time, so the stall shows in the percentiles instead of being
 //! hidden (coordinated omission).
 
-use crate::machine::Machine;
+use crate::host::machine::Machine;
+use crate::output::report::{histogram, LatencyRow};
 use crate::output::Measured;
-use crate::report::{histogram, LatencyRow};
-use crate::{Cpus, LabError, WorkerProcess};
-use base64::Engine;
-use hdrhistogram::serialization::{Deserializer, Serializer, V2Serializer};
-use hdrhistogram::Histogram;
+use crate::{Cpus, LabError, Role, WorkerProcess};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 use tickwire_agent::pin_current_thread;
@@ -65,17 +62,16 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Measured, LabError> {
     let cfg = LogConfig::with_capacity(o.capacity);
     let mut pubs: Vec<LogAppender> =
         (0..o.publishers).map(|i| ctx.appender(&channel, i as u32 + 1, &cfg)).collect::<Result<_, _>>()?;
-    let (every, stall_us) = o.stall.map_or((0, 0), |(n, d)| (n, d.as_micros() as u64));
-    let worker = WorkerProcess::spawn(&[
-        "oneway-sink".into(),
-        o.dir.display().to_string(),
-        channel.clone(),
-        o.cpus.remote.to_string(),
-        o.publishers.to_string(),
-        o.subscribers.to_string(),
-        every.to_string(),
-        stall_us.to_string(),
-    ])?;
+    let (stall_every, stall_for) = o.stall.filter(|s| s.0 > 0).unwrap_or_default();
+    let worker = WorkerProcess::spawn(&Role::OnewaySink {
+        dir: o.dir.clone(),
+        channel: channel.clone(),
+        cpu: o.cpus.remote,
+        publishers: o.publishers,
+        subscribers: o.subscribers,
+        stall_every,
+        stall_for,
+    })?;
     // Wait until every subscriber is attached to every stream.
     let start = Instant::now();
     for i in 0..o.publishers {
@@ -135,7 +131,7 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Measured, LabError> {
     let v: serde_json::Value =
         serde_json::from_str(&line).map_err(|e| LabError::Worker(format!("bad sink output {line:?}: {e}")))?;
     let received = v["received"].as_u64().unwrap_or(0);
-    let h = decode_histogram(v["histogram"].as_str().unwrap_or(""))?;
+    let h = crate::output::decode_histogram(v["histogram"].as_str().unwrap_or(""))?;
     let mut row = LatencyRow::from_histogram("oneway", "ipc", o.size, &h);
     row.clock = "CLOCK_MONOTONIC in both processes, from the intended send time".into();
     row.offered_rate = Some(o.rate as f64);
@@ -146,29 +142,15 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Measured, LabError> {
     Ok(Measured { row, hist: h, start: wall, elapsed: Duration::from_secs_f64(send_secs) })
 }
 
-/// Serializes a histogram for the trip from the worker (V2, base64).
-pub(crate) fn encode_histogram(h: &Histogram<u64>) -> String {
-    let mut buf = Vec::new();
-    let _ = V2Serializer::new().serialize(h, &mut buf);
-    base64::engine::general_purpose::STANDARD.encode(buf)
-}
-
-pub(crate) fn decode_histogram(s: &str) -> Result<Histogram<u64>, LabError> {
-    let raw = base64::engine::general_purpose::STANDARD
-        .decode(s)
-        .map_err(|e| LabError::Worker(format!("histogram encoding: {e}")))?;
-    Deserializer::new().deserialize(&mut raw.as_slice()).map_err(|e| LabError::Worker(format!("histogram: {e:?}")))
-}
-
-/// Worker side: `oneway-sink DIR CHANNEL CPU PUBLISHERS SUBSCRIBERS STALL_EVERY STALL_US`.
+/// Worker role [`Role::OnewaySink`]; `stall` (every N messages, sleep
+/// this long) is a test hook for a slow subscriber.
 pub(crate) fn sink(
     dir: &Path,
     channel: &str,
     cpu: usize,
     publishers: usize,
     subscribers: usize,
-    stall_every: u64,
-    stall_us: u64,
+    stall: Option<(u64, Duration)>,
 ) -> Result<String, LabError> {
     let ctx = Context::new(dir)?;
     let start = Instant::now();
@@ -203,8 +185,8 @@ pub(crate) fn sink(
                             let intended = stamp::intended_ns(m.payload).unwrap_or(0);
                             h.saturating_record(now.saturating_sub(intended).max(1));
                             received += 1;
-                            if stall_every > 0 && received % stall_every == 0 {
-                                std::thread::sleep(Duration::from_micros(stall_us));
+                            if let Some((_, pause)) = stall.filter(|&(every, _)| received % every == 0) {
+                                std::thread::sleep(pause);
                             }
                         }
                     },
@@ -228,5 +210,5 @@ pub(crate) fn sink(
             }
         }
     }
-    Ok(serde_json::json!({"received": received, "histogram": encode_histogram(&h)}).to_string())
+    Ok(serde_json::json!({"received": received, "histogram": crate::output::encode_histogram(&h)}).to_string())
 }

@@ -1,0 +1,21 @@
+//! Measurement modes: each takes a typed request, drives one or more
+//! [`transports`](crate::transports) and returns rows and histograms.
+//!
+//! * [`pingpong`]: half round trip by size, interleaved with its floor.
+//! * [`oneway`]: one-way latency at a fixed offered rate, open loop, from
+//!   each message's intended send time (free of coordinated omission).
+//! * [`sweep`]: latency against message rate (Exhibit 4): open-loop stream,
+//!   one message in N reflected, up to the highest rate the path sustains.
+//! * [`tick_to_trade`]: UDP tick in, TCP order out, timed with kernel
+//!   software timestamps (the method of paper 004).
+//! * [`transfer`]: a generated stream over reliable UDP under chosen loss,
+//!   checked byte for byte.
+//! * [`reproduce`]: all of the above with the papers' parameters, into a
+//!   report with the published figures beside ours and SVG plots.
+
+pub mod oneway;
+pub mod pingpong;
+pub mod reproduce;
+pub mod sweep;
+pub mod tick_to_trade;
+pub mod transfer;

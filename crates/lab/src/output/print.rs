@@ -1,0 +1,258 @@
+//! What each command prints on stdout, in the chosen [`Format`], and the
+//! files it writes beside (interval log, plots) as its [`Output`] asks.
+
+use super::report::{table, LatencyRow, ThroughputRow};
+use super::{csv, sockperf, tag, write_hlog, Measured};
+use crate::host::doctor::{Finding, Status};
+use crate::host::machine::Machine;
+use crate::modes::transfer::TransferReport;
+use crate::LabError;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// The papers' table (Min, Median, Mean, 99th, 99.9th, Max, STD, plus 90th and 99.99th).
+    #[default]
+    Table,
+    /// One JSON object per row.
+    Json,
+    /// CSV with a header line.
+    Csv,
+    /// sockperf's percentile block, one per row.
+    Sockperf,
+}
+
+/// Where a run's results go: stdout in `format`, and optionally an
+/// HdrHistogram interval log and an SVG plot.
+#[derive(Debug, Clone, Default)]
+pub struct Output {
+    /// The stdout format.
+    pub format: Format,
+    /// Also write the histograms to this interval log.
+    pub hlog: Option<PathBuf>,
+    /// Also write an SVG plot here.
+    pub plot: Option<PathBuf>,
+}
+
+impl Output {
+    /// A table on stdout and no files.
+    pub fn table() -> Self {
+        Self::default()
+    }
+}
+
+fn json_lines<T: serde::Serialize>(rows: &[T]) {
+    for r in rows {
+        println!("{}", serde_json::to_string(r).unwrap_or_default());
+    }
+}
+
+/// Prints latency rows: the table with the machine and pinning above it,
+/// JSON, CSV, or sockperf's blocks.
+pub fn latency(measured: &[Measured], format: Format, machine: &Machine) {
+    let rows: Vec<LatencyRow> = measured.iter().map(|m| m.row.clone()).collect();
+    match format {
+        Format::Json => json_lines(&rows),
+        Format::Csv => print!("{}", csv(&rows)),
+        Format::Sockperf => {
+            for m in measured {
+                println!("# {}", tag(&m.row));
+                print!("{}", sockperf(m));
+            }
+        }
+        Format::Table => {
+            println!("machine: {}", machine.summary());
+            if let Some(r) = rows.first() {
+                println!(
+                    "pinning: CPUs {} (measuring side, far side), each side busy-spinning unless marked block",
+                    r.cpus
+                );
+            }
+            print!("{}", table(&rows));
+        }
+    }
+}
+
+/// Prints the rows, then writes the interval log and the percentile plot
+/// if `out` asks for them.
+///
+/// # Errors
+/// [`LabError::Output`] if a file cannot be written.
+pub fn latency_and_files(measured: &[Measured], out: &Output, machine: &Machine, title: &str) -> Result<(), LabError> {
+    latency(measured, out.format, machine);
+    hlog(out, measured)?;
+    if let Some(path) = &out.plot {
+        distribution(path, title, measured)?;
+    }
+    Ok(())
+}
+
+/// Writes the interval log if `out` asks for one.
+///
+/// # Errors
+/// [`LabError::Output`] if it cannot be written.
+pub fn hlog(out: &Output, measured: &[Measured]) -> Result<(), LabError> {
+    match &out.hlog {
+        Some(path) => write_hlog(path, measured).map_err(LabError::Output),
+        None => Ok(()),
+    }
+}
+
+/// Plots the percentile distribution of each row.
+///
+/// # Errors
+/// [`LabError::Output`] if the plot cannot be written.
+pub fn distribution(path: &std::path::Path, title: &str, measured: &[Measured]) -> Result<(), LabError> {
+    let hists: Vec<(String, &hdrhistogram::Histogram<u64>)> = measured.iter().map(|m| (tag(&m.row), &m.hist)).collect();
+    super::plots::percentiles(path, title, &hists).map_err(LabError::Output)
+}
+
+/// Prints throughput rows, one line each (or JSON).
+pub fn throughput(rows: &[ThroughputRow], format: Format) {
+    if format == Format::Json {
+        return json_lines(rows);
+    }
+    for r in rows {
+        println!(
+            "{:<10} {:<4} {:<20} size {:>4}: {:>12.0} msg/s {:>8.1} MB/s, {} messages in {:.2} s, lost {}{}",
+            r.mode,
+            r.transport,
+            r.probe.as_deref().unwrap_or("-"),
+            r.size,
+            r.msgs_per_s,
+            r.bytes_per_s / 1e6,
+            r.count,
+            r.duration_s,
+            r.lost,
+            r.ratio
+                .map(|x| format!(", {x:.2}x the raw ring ({:.0} msg/s, same run)", r.floor_msgs_per_s.unwrap_or(0.0)))
+                .unwrap_or_default()
+        );
+    }
+}
+
+/// Prints the rate sweep: one line per target rate.
+pub fn sweep(rows: &[LatencyRow], format: Format, machine: &Machine, reflect_every: u64) {
+    match format {
+        Format::Json => json_lines(rows),
+        Format::Csv => print!("{}", csv(rows)),
+        Format::Table | Format::Sockperf => {
+            println!("machine: {}", machine.summary());
+            println!(
+                "{:>10} {:>10} {:>5} {:>7} {:>8} {:>9} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8}",
+                "target/s",
+                "achieved/s",
+                "lost",
+                "Min",
+                "Median",
+                "Mean",
+                "90th",
+                "99th",
+                "99.9th",
+                "99.99th",
+                "Max",
+                "STD",
+                "samples",
+                "p50/flr"
+            );
+            for r in rows {
+                println!(
+                    "{:>10.0} {:>10.0} {:>5} {:>7} {:>8} {:>9.1} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10.1} {:>8} {:>7.1}x",
+                    r.offered_rate.unwrap_or(0.0),
+                    r.achieved_rate.unwrap_or(0.0),
+                    r.lost,
+                    r.min_ns,
+                    r.p50_ns,
+                    r.mean_ns,
+                    r.p90_ns,
+                    r.p99_ns,
+                    r.p999_ns,
+                    r.p9999_ns,
+                    r.max_ns,
+                    r.std_ns,
+                    r.count,
+                    r.ratio_p50.unwrap_or(0.0)
+                );
+            }
+            println!("(round-trip nanoseconds from the intended send time; 1 in {reflect_every} reflected)");
+        }
+    }
+}
+
+/// Prints a transfer's outcome (or its JSON report).
+pub fn transfer(r: &TransferReport, json: bool) {
+    if json {
+        return json_lines(std::slice::from_ref(r));
+    }
+    println!("channel {}", r.channel);
+    println!(
+        "sent {} B in {:.3} s; received {} B; identical {}; in order {}",
+        r.bytes_sent, r.duration_s, r.bytes_received, r.identical, r.in_order
+    );
+    println!(
+        "NAKs sent {}, retransmissions {}, data datagrams dropped {}, lost events {}",
+        r.naks_sent, r.retransmits, r.datagrams_dropped, r.lost_events
+    );
+}
+
+/// One hiccup probe: the largest pause seen on a CPU and how many pauses
+/// passed 100 µs and 1 ms.
+#[derive(Debug, Clone, Copy)]
+pub struct Hiccups {
+    /// The CPU probed.
+    pub cpu: usize,
+    /// How long it was probed.
+    pub over: Duration,
+    /// The largest pause.
+    pub max: Duration,
+    /// Pauses over 100 µs.
+    pub over_100us: u64,
+    /// Pauses over 1 ms.
+    pub over_1ms: u64,
+}
+
+/// Prints the doctor's findings and hiccup probes.
+pub fn doctor(findings: &[Finding], probes: &[Hiccups], json: bool) {
+    if json {
+        let hic: Vec<_> = probes
+            .iter()
+            .map(|p| serde_json::json!({"cpu": p.cpu, "max_gap_ns": p.max.as_nanos() as u64, "gaps_over_100us": p.over_100us, "gaps_over_1ms": p.over_1ms}))
+            .collect();
+        println!("{}", serde_json::json!({"findings": findings, "hiccups": hic}));
+        return;
+    }
+    println!("machine: {}", Machine::detect().summary());
+    for f in findings {
+        let mark = match f.status {
+            Status::Ok => "ok    ",
+            Status::Advice => "ADVICE",
+            Status::Info => "info  ",
+        };
+        println!("[{mark}] {}: {}", f.check, f.observed);
+        if f.status != Status::Ok {
+            println!("         {}", f.advice);
+            for fix in &f.fixes {
+                println!("         --apply writes {} to /{}", fix.value, fix.path);
+            }
+        }
+    }
+    for p in probes {
+        println!(
+            "[{}] hiccups on cpu{} over {:?}: largest pause {:.3} ms, {} pauses > 100 us, {} > 1 ms",
+            if p.over_1ms > 0 { "ADVICE" } else { "ok    " },
+            p.cpu,
+            p.over,
+            p.max.as_secs_f64() * 1e3,
+            p.over_100us,
+            p.over_1ms
+        );
+    }
+    if probes.iter().any(|p| p.over_1ms > 0) {
+        println!(
+            "         The CPU was taken away for milliseconds with nothing else running (host preemption, \
+                  interrupts): open-loop tails will show it; closed-loop ping-pong hides it."
+        );
+    }
+}

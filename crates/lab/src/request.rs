@@ -1,0 +1,463 @@
+//! The typed request a command hands to the lab, and [`run`], which
+//! measures it and prints the results. The CLI parses arguments into a
+//! [`Request`] and does nothing else; every decision about what to measure,
+//! which floor to measure beside it and what to print is made here.
+
+use crate::host::doctor::{hiccups, Doctor};
+use crate::host::machine::Machine;
+use crate::modes::oneway::OneWay;
+use crate::modes::pingpong::PingPong;
+use crate::modes::reproduce::Reproduce;
+use crate::modes::sweep::Sweep;
+use crate::modes::tick_to_trade::TickToTrade;
+use crate::modes::transfer::Transfer;
+use crate::output::print::{self, Format, Hiccups, Output};
+use crate::output::report::{LatencyRow, ThroughputRow};
+use crate::output::{plots, Measured};
+use crate::transports::floor::{self, FloorOptions};
+use crate::transports::ipc::{self, IpcOptions};
+use crate::transports::sockets::Wait;
+use crate::transports::{rudp, Transport};
+use crate::{Cpus, LabError, Role};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// One lab command, fully parsed.
+#[derive(Debug, Clone)]
+pub enum Request {
+    /// The machine's floor: cache-line and raw-ring ping-pong, raw-ring throughput.
+    Floor { options: FloorOptions, output: Output },
+    /// Ping-pong, at `run.size` or at each of `sizes`.
+    PingPong { run: PingPong, sizes: Vec<usize>, output: Output },
+    /// Streaming throughput.
+    Throughput(ThroughputRequest),
+    /// One-way latency at a fixed rate, open loop.
+    OneWay(OneWayRequest),
+    /// Round-trip latency against rate.
+    SweepRate { sweep: Sweep, output: Output },
+    /// Tick-to-trade (paper 004); the floor's files go in `dir`.
+    TickToTrade { run: TickToTrade, dir: PathBuf, output: Output },
+    /// Every measurement of the papers into a report.
+    Reproduce(Reproduce),
+    /// A checked transfer over reliable UDP.
+    Transfer { run: Transfer, json: bool },
+    /// Inspect (and optionally tune) the machine.
+    Doctor(DoctorRequest),
+    /// The far side of a measurement.
+    Worker(Role),
+}
+
+/// `lab throughput`.
+#[derive(Debug, Clone)]
+pub struct ThroughputRequest {
+    /// `ipc` or `rudp`.
+    pub transport: Transport,
+    /// Message size (at least 8).
+    pub size: usize,
+    /// How long to stream.
+    pub duration: Duration,
+    /// IPC log capacity.
+    pub capacity: usize,
+    /// Measure the raw-ring throughput before and after (IPC).
+    pub floor: bool,
+    /// CPUs.
+    pub cpus: Cpus,
+    /// Directory for shared files.
+    pub dir: PathBuf,
+    /// Output format.
+    pub format: Format,
+}
+
+/// `lab oneway`: IPC (any number of publishers and subscribers) or reliable
+/// UDP (one each, with optional loss and channel parameters).
+#[derive(Debug, Clone)]
+pub struct OneWayRequest {
+    /// `ipc` or `rudp`.
+    pub transport: Transport,
+    /// The run (rate, size, duration, fan-out, CPUs, directory).
+    pub run: OneWay,
+    /// rudp: fraction of datagrams dropped each way.
+    pub loss: f64,
+    /// rudp: channel parameters, `key=value`.
+    pub params: Vec<String>,
+    /// Where results go.
+    pub output: Output,
+}
+
+/// `lab doctor`.
+#[derive(Debug, Clone)]
+pub struct DoctorRequest {
+    /// CPUs probed for hiccups.
+    pub cpus: Cpus,
+    /// Print JSON.
+    pub json: bool,
+    /// Write the suggested settings, saving the current ones to this file.
+    pub apply: Option<PathBuf>,
+    /// Put back the settings saved in this file (and do nothing else).
+    pub restore: Option<PathBuf>,
+    /// How long to probe each CPU (zero: skip).
+    pub hiccup: Duration,
+}
+
+/// Runs the request: measures, prints on stdout, writes the files asked for.
+/// Ctrl-C stops a measuring run after its current round with the partial
+/// results printed; workers ignore it (their parent decides).
+///
+/// # Errors
+/// Bad combinations ([`LabError::Usage`]), set-up and worker failures, and
+/// files that cannot be written.
+pub fn run(request: Request) -> Result<(), LabError> {
+    if matches!(request, Request::Worker(_)) {
+        crate::ignore_ctrl_c();
+    } else {
+        crate::install_ctrl_c();
+    }
+    match request {
+        Request::Worker(role) => {
+            println!("{}", role.run()?);
+            Ok(())
+        }
+        Request::Floor { options, output } => run_floor(&options, &output),
+        Request::PingPong { run, sizes, output } => run_pingpong(&run, &sizes, &output),
+        Request::Throughput(t) => run_throughput(&t),
+        Request::OneWay(o) if o.transport == Transport::Rudp => run_oneway_rudp(&o),
+        Request::OneWay(o) => run_oneway_ipc(&o),
+        Request::SweepRate { sweep, output } => run_sweep(&sweep, &output),
+        Request::TickToTrade { run, dir, output } => run_tick_to_trade(&run, &dir, &output),
+        Request::Reproduce(r) => {
+            let path = crate::modes::reproduce::run(&r, &Machine::detect())?;
+            println!("wrote {} (plots beside it)", path.display());
+            Ok(())
+        }
+        Request::Transfer { run, json } => run_transfer(&run, json),
+        Request::Doctor(d) => run_doctor(&d),
+    }
+}
+
+fn cpus_label(c: Cpus) -> String {
+    format!("{},{}", c.local, c.remote)
+}
+
+/// A short raw-ring floor (100,000 round trips, milliseconds) measured just
+/// before a run, so that every report carries its floor ratio.
+fn quick_floor(cpus: Cpus, dir: &Path) -> Result<LatencyRow, LabError> {
+    let fo =
+        FloorOptions { count: 100_000, warmup: 5_000, size: 64, duration: Duration::ZERO, cpus, dir: dir.to_owned() };
+    floor::raw_ring(&fo)
+}
+
+fn run_floor(o: &FloorOptions, out: &Output) -> Result<(), LabError> {
+    let machine = Machine::detect();
+    let start = SystemTime::now();
+    let t = std::time::Instant::now();
+    let clh = floor::cacheline_histogram(o)?;
+    let rrh = floor::raw_ring_histogram(o)?;
+    let elapsed = t.elapsed();
+    let measured = |h: hdrhistogram::Histogram<u64>, probe: &str, size: usize| {
+        let mut row = LatencyRow::from_histogram("floor", "shm", size, &h);
+        row.probe = Some(probe.into());
+        row.cpus = cpus_label(o.cpus);
+        row.machine = machine.summary();
+        Measured { row, hist: h, start, elapsed }
+    };
+    let m = [measured(clh, "cacheline", 8), measured(rrh, "raw_ring", o.size)];
+    print::hlog(out, &m)?;
+    // The floor has no percentile plot and no sockperf block: its table is the point.
+    let format = if out.format == Format::Sockperf { Format::Table } else { out.format };
+    if format == Format::Table {
+        println!("machine: {}", machine.summary());
+        print!("{}", crate::output::report::table(&[m[0].row.clone(), m[1].row.clone()]));
+    } else {
+        print::latency(&m, format, &machine);
+    }
+    let mut tp = floor::raw_ring_throughput(o)?;
+    tp.bytes_per_s = tp.msgs_per_s * 64.0;
+    if format != Format::Csv {
+        print::throughput(&[tp], format);
+    }
+    Ok(())
+}
+
+fn run_pingpong(base: &PingPong, sizes: &[usize], out: &Output) -> Result<(), LabError> {
+    if base.netns && base.transport == Transport::Ipc {
+        return Err(LabError::Usage("--netns applies to udp and tcp (ipc is shared memory on one host)".into()));
+    }
+    let machine = Machine::detect();
+    let sizes = if sizes.is_empty() { vec![base.size] } else { sizes.to_vec() };
+    let mut measured = Vec::new();
+    for size in sizes {
+        if crate::stop_requested() {
+            break;
+        }
+        let (row, floor_row) = crate::modes::pingpong::run(&PingPong { size, ..base.clone() }, &machine)?;
+        measured.push(row);
+        // The floor's own row is shown in tables; JSON/CSV rows carry its figures.
+        if let (Some(f), Format::Table | Format::Sockperf) = (floor_row, out.format) {
+            measured.push(f);
+        }
+    }
+    print::latency(&measured, out.format, &machine);
+    print::hlog(out, &measured)?;
+    let Some(path) = &out.plot else { return Ok(()) };
+    let mine: Vec<&Measured> = measured.iter().filter(|m| m.row.mode == "pingpong").collect();
+    if mine.len() < 2 {
+        return print::distribution(path, "Half-round-trip latency by percentile", &measured);
+    }
+    let line = |f: fn(&LatencyRow) -> u64| -> Vec<(f64, f64)> {
+        mine.iter().map(|m| (m.row.size as f64, f(&m.row) as f64 / 1000.0)).collect()
+    };
+    let name = base.transport.name();
+    plots::lines(
+        path,
+        &format!("Half-round-trip latency against message size ({name})"),
+        "message size (bytes)",
+        &[(format!("{name} p50"), line(|r| r.p50_ns)), (format!("{name} p99"), line(|r| r.p99_ns))],
+        false,
+    )
+    .map_err(LabError::Output)
+}
+
+fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
+    match t.transport {
+        Transport::Rudp => throughput_rudp(t),
+        Transport::Ipc => throughput_ipc(t),
+        other => Err(LabError::Usage(format!("throughput over {:?} is not available yet (ipc, rudp)", other.name()))),
+    }
+}
+
+fn throughput_rudp(t: &ThroughputRequest) -> Result<(), LabError> {
+    let r = rudp::throughput(t.size, t.duration, t.cpus, "")?;
+    if t.format == Format::Json {
+        println!(
+            "{}",
+            serde_json::json!({"mode": "throughput", "transport": "rudp", "size": t.size, "count": r.count,
+            "missing": r.missing, "lost_events": r.lost_events, "duration_s": r.duration_s, "msgs_per_s": r.msgs_per_s,
+            "datagrams": r.datagrams, "naks_sent": r.naks_sent, "cpus": cpus_label(t.cpus)})
+        );
+    } else {
+        println!(
+            "rudp {} B: {} messages in {:.3} s = {:.0} msg/s ({:.1} messages per datagram), missing {}, lost events {}",
+            t.size,
+            r.count,
+            r.duration_s,
+            r.msgs_per_s,
+            r.count as f64 / r.datagrams.max(1) as f64,
+            r.missing,
+            r.lost_events
+        );
+    }
+    Ok(())
+}
+
+/// The raw ring's throughput before and after the run; the higher is kept
+/// (a conservative ratio), with a warning when the two differ by half.
+fn throughput_floor(fo: &FloorOptions, before: ThroughputRow) -> Result<ThroughputRow, LabError> {
+    let after = floor::raw_ring_throughput(fo)?;
+    let (lo, hi) = (before.msgs_per_s.min(after.msgs_per_s), before.msgs_per_s.max(after.msgs_per_s));
+    if lo > 0.0 && hi / lo > 1.5 {
+        eprintln!(
+            "tickwire lab: warning: the floor moved from {:.0} to {:.0} msg/s during the run \
+             (the host changed CPU placement); the ratio is not reliable, run again",
+            before.msgs_per_s, after.msgs_per_s
+        );
+    }
+    Ok(if after.msgs_per_s > before.msgs_per_s { after } else { before })
+}
+
+fn throughput_ipc(t: &ThroughputRequest) -> Result<(), LabError> {
+    let o = IpcOptions {
+        count: 0,
+        warmup: 0,
+        size: t.size,
+        duration: t.duration,
+        capacity: t.capacity,
+        cpus: t.cpus,
+        dir: t.dir.clone(),
+        wait: Wait::Spin,
+    };
+    let fo = FloorOptions {
+        count: 0,
+        warmup: 0,
+        size: 64,
+        duration: t.duration.min(Duration::from_secs(3)),
+        cpus: t.cpus,
+        dir: t.dir.clone(),
+    };
+    let before = if t.floor { Some(floor::raw_ring_throughput(&fo)?) } else { None };
+    let mut row = ipc::throughput(&o)?;
+    let floor_row = before.map(|b| throughput_floor(&fo, b)).transpose()?;
+    if let Some(f) = &floor_row {
+        row.floor_msgs_per_s = Some(f.msgs_per_s);
+        row.ratio = Some((row.msgs_per_s / f.msgs_per_s * 1000.0).round() / 1000.0);
+    }
+    let mut rows = vec![row];
+    if let (Some(mut f), false) = (floor_row, t.format == Format::Json) {
+        f.bytes_per_s = f.msgs_per_s * 64.0;
+        rows.push(f);
+    }
+    print::throughput(&rows, t.format);
+    Ok(())
+}
+
+fn check_probability(what: &str, p: f64) -> Result<(), LabError> {
+    if (0.0..=1.0).contains(&p) {
+        Ok(())
+    } else {
+        Err(LabError::Usage(format!("{what} must be within [0, 1], got {p}")))
+    }
+}
+
+fn run_oneway_rudp(o: &OneWayRequest) -> Result<(), LabError> {
+    check_probability("--loss", o.loss)?;
+    let machine = Machine::detect();
+    let mut params = o.params.clone();
+    if o.loss > 0.0 {
+        params.push(format!("loss={}&seed=7", o.loss));
+    }
+    let nak_delay =
+        params.iter().find_map(|p| p.strip_prefix("nak-delay=")).unwrap_or("20us (unicast default)").to_owned();
+    let (r, size) = (&o.run, o.run.size.max(16));
+    let (h, rep) = rudp::oneway_histogram(size, r.rate as f64, r.duration, r.cpus, &params.join("&"))?;
+    let mut row = LatencyRow::from_histogram("oneway", "rudp", size, &h);
+    row.offered_rate = Some(r.rate as f64);
+    row.achieved_rate = Some(rep.msgs_per_s);
+    row.lost = rep.missing;
+    row.cpus = cpus_label(r.cpus);
+    row.machine = machine.summary();
+    if o.output.format == Format::Table {
+        println!(
+            "offered {} msg/s, achieved {:.0} msg/s, loss injected {} per datagram each way, NAK delay {nak_delay}; \
+             {} NAKs sent, {} messages never delivered, {} lost events; latency from the intended send time",
+            r.rate, rep.msgs_per_s, o.loss, rep.naks_sent, rep.missing, rep.lost_events
+        );
+    }
+    let m = Measured { row, hist: h, start: SystemTime::now(), elapsed: r.duration };
+    print::latency_and_files(&[m], &o.output, &machine, "One-way latency by percentile (rudp)")
+}
+
+fn run_oneway_ipc(o: &OneWayRequest) -> Result<(), LabError> {
+    if o.transport != Transport::Ipc {
+        return Err(LabError::Usage(format!("oneway over {:?} is not available yet (ipc, rudp)", o.transport.name())));
+    }
+    let machine = Machine::detect();
+    let f = quick_floor(o.run.cpus, &o.run.dir)?;
+    let mut m = crate::modes::oneway::run(&o.run, &machine)?;
+    m.row = m.row.with_floor(&f);
+    if o.output.format == Format::Table {
+        let r = &m.row;
+        println!(
+            "offered {:.0} msg/s, achieved {:.0} msg/s, lost {}; {} publisher(s), {} subscriber(s), {} topic(s); latency from the intended send time",
+            r.offered_rate.unwrap_or(0.0),
+            r.achieved_rate.unwrap_or(0.0),
+            r.lost,
+            o.run.publishers,
+            o.run.subscribers,
+            o.run.topics
+        );
+    }
+    print::latency_and_files(&[m], &o.output, &machine, "One-way latency by percentile (from the intended send time)")
+}
+
+fn run_sweep(sweep: &Sweep, out: &Output) -> Result<(), LabError> {
+    let machine = Machine::detect();
+    let f = quick_floor(sweep.cpus, &sweep.dir)?;
+    let mut measured = crate::modes::sweep::run_measured(sweep, &machine)?;
+    for m in &mut measured {
+        m.row = m.row.clone().with_floor(&f);
+    }
+    print::hlog(out, &measured)?;
+    let rows: Vec<LatencyRow> = measured.into_iter().map(|m| m.row).collect();
+    if let Some(path) = &out.plot {
+        sweep_plots(path, &rows)?;
+    }
+    print::sweep(&rows, out.format, &machine, sweep.reflect_every);
+    Ok(())
+}
+
+/// RTT percentiles against target rate at `path`, and achieved against
+/// target beside it (`<name>-achieved.svg`).
+fn sweep_plots(path: &Path, rows: &[LatencyRow]) -> Result<(), LabError> {
+    let pick = |f: fn(&LatencyRow) -> f64| -> Vec<(f64, f64)> {
+        rows.iter().map(|r| (r.offered_rate.unwrap_or(1.0), f(r))).collect()
+    };
+    plots::lines(
+        path,
+        "Round-trip latency against target message rate",
+        "target rate (messages per second)",
+        &[
+            ("RTT p50".into(), pick(|r| r.p50_ns as f64 / 1000.0)),
+            ("RTT p99".into(), pick(|r| r.p99_ns as f64 / 1000.0)),
+            ("RTT p99.9".into(), pick(|r| r.p999_ns as f64 / 1000.0)),
+        ],
+        true,
+    )
+    .map_err(LabError::Output)?;
+    let stem = path.file_stem().map_or_else(|| "sweep".into(), |s| s.to_string_lossy().into_owned());
+    plots::lines_with(
+        &path.with_file_name(format!("{stem}-achieved.svg")),
+        "Achieved against target message rate",
+        "target rate (messages per second)",
+        "messages per second",
+        &[
+            ("achieved".into(), pick(|r| r.achieved_rate.unwrap_or(0.0).max(1.0))),
+            ("target".into(), pick(|r| r.offered_rate.unwrap_or(1.0))),
+        ],
+        true,
+    )
+    .map_err(LabError::Output)
+}
+
+fn run_tick_to_trade(t: &TickToTrade, dir: &Path, out: &Output) -> Result<(), LabError> {
+    let machine = Machine::detect();
+    let f = quick_floor(t.cpus, dir)?;
+    let (mut kernel, mut user) = crate::modes::tick_to_trade::run(t, &machine)?;
+    user.row = user.row.clone().with_floor(&f);
+    if let Some(k) = kernel.as_mut() {
+        k.row = k.row.clone().with_floor(&f);
+    }
+    if kernel.is_none() && out.format == Format::Table {
+        println!("(no kernel timestamps on this system: user-space clock only)");
+    }
+    let measured: Vec<Measured> = kernel.into_iter().chain(std::iter::once(user)).collect();
+    print::latency_and_files(&measured, out, &machine, "Tick-to-trade by percentile")
+}
+
+fn run_transfer(t: &Transfer, json: bool) -> Result<(), LabError> {
+    check_probability("--loss", t.loss)?;
+    check_probability("--reorder", t.reorder)?;
+    check_probability("--duplicate", t.duplicate)?;
+    let r = crate::modes::transfer::run(t)?;
+    print::transfer(&r, json);
+    if !r.identical && r.lost_events == 0 {
+        return Err(LabError::Failed("the received stream differs from the sent one, and no loss was reported".into()));
+    }
+    Ok(())
+}
+
+fn run_doctor(d: &DoctorRequest) -> Result<(), LabError> {
+    let doctor = Doctor::default();
+    if let Some(file) = &d.restore {
+        for s in doctor.restore(file).map_err(LabError::Usage)? {
+            println!("restored {} = {}", s.path, s.old);
+        }
+        return Ok(());
+    }
+    let findings = doctor.inspect();
+    let mut probes = Vec::new();
+    if !d.hiccup.is_zero() {
+        for cpu in [d.cpus.local, d.cpus.remote] {
+            let (max, over_100us, over_1ms) = hiccups(cpu, d.hiccup)?;
+            probes.push(Hiccups { cpu, over: d.hiccup, max, over_100us, over_1ms });
+        }
+    }
+    print::doctor(&findings, &probes, d.json);
+    if let Some(restore_file) = &d.apply {
+        let saved = doctor.apply(&findings, restore_file).map_err(LabError::Usage)?;
+        println!(
+            "applied {} settings; undo with: tickwire lab doctor --restore {}",
+            saved.len(),
+            restore_file.display()
+        );
+    }
+    Ok(())
+}

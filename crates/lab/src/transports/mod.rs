@@ -1,0 +1,71 @@
+//! What the lab can drive: each module opens one kind of path between the
+//! two pinned CPUs and times it, with the far side run as a worker process.
+//!
+//! * [`floor`]: the machine's floor, a cache line and a raw shared-memory
+//!   ring (no tickwire code on the path).
+//! * [`ipc`]: tickwire's shared-memory log (ping-pong and streaming).
+//! * [`sockets`]: plain kernel UDP and TCP sockets, spinning on non-blocking
+//!   sockets or blocking; the baseline of every network transport.
+//! * [`rudp`]: tickwire's reliable UDP.
+
+pub mod floor;
+pub mod ipc;
+pub mod rudp;
+pub mod sockets;
+
+/// What carries the lab's messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// tickwire shared-memory IPC.
+    Ipc,
+    /// Kernel UDP sockets on loopback.
+    Udp,
+    /// Kernel TCP sockets (TCP_NODELAY) on loopback.
+    Tcp,
+    /// Reliable UDP (tickwire's protocol over kernel UDP); its baseline is
+    /// kernel UDP ping-pong instead of the raw ring.
+    Rudp,
+}
+
+impl Transport {
+    /// Parses `ipc`, `udp`, `tcp` or `rudp`.
+    ///
+    /// # Errors
+    /// A message naming what is available.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "ipc" => Ok(Self::Ipc),
+            "udp" => Ok(Self::Udp),
+            "tcp" => Ok(Self::Tcp),
+            "rudp" => Ok(Self::Rudp),
+            other => Err(format!(
+                "transport {other:?} is not available yet (ipc, udp, tcp, rudp; xdp arrives with its issue)"
+            )),
+        }
+    }
+    /// The name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ipc => "ipc",
+            Self::Udp => "udp",
+            Self::Tcp => "tcp",
+            Self::Rudp => "rudp",
+        }
+    }
+}
+
+use crate::output::report::ThroughputRow;
+use std::time::Instant;
+
+/// A sink worker's result line: what it counted, as a JSON [`ThroughputRow`].
+pub(crate) fn sink_report(count: u64, lost: u64, first: Option<Instant>) -> String {
+    let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
+    let row = ThroughputRow {
+        count,
+        lost,
+        duration_s: (secs * 1e6).round() / 1e6,
+        msgs_per_s: if secs > 0.0 { (count as f64 / secs).round() } else { 0.0 },
+        ..ThroughputRow::default()
+    };
+    serde_json::to_string(&row).unwrap_or_default()
+}
