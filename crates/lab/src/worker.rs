@@ -130,6 +130,7 @@ impl Role {
 
 /// A worker process killed on drop unless it exited.
 #[derive(Debug)]
+#[must_use = "the worker is killed when this is dropped"]
 pub struct WorkerProcess {
     child: Child,
     stdout: Option<std::io::BufReader<std::process::ChildStdout>>,

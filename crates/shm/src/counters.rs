@@ -150,6 +150,7 @@ pub const UDP_RECEIVER_NAMES: [&str; VALUES] =
 
 /// A process's counters file (or a private anonymous block).
 #[derive(Debug)]
+#[must_use = "the counters file is removed when this is dropped"]
 pub struct CountersFile {
     map: MappedFile,
     alloc: Mutex<()>,

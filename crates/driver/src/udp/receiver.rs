@@ -24,6 +24,7 @@ use tickwire_transport::{RecvBatch, Transport};
 /// sub.poll(|ev| if let Event::Message(m) = ev { println!("{:?}", m.payload) }, 10)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[must_use = "a receiver delivers nothing unless polled"]
 pub struct UdpReceiver {
     receiver: Receiver,
     transport: Box<dyn Transport>,

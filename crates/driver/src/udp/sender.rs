@@ -25,6 +25,7 @@ use tickwire_transport::{RecvBatch, Transport, MAX_BATCH};
 /// publication.do_work();
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[must_use = "a sender sends nothing unless offered to and driven by do_work"]
 pub struct UdpSender {
     sender: Sender,
     transport: Box<dyn Transport>,

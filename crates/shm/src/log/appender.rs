@@ -27,6 +27,7 @@ const LIVENESS_CHECK_NS: u64 = 10_000_000;
 /// parked, and a rescan of subscriber positions (no syscall) when the cached
 /// limit is reached.
 #[derive(Debug)]
+#[must_use = "an appender publishes nothing unless offered to, and closes its log when dropped"]
 pub struct LogAppender {
     log: LogFile,
     ring: *mut u8,
@@ -467,6 +468,7 @@ fn wake(word: &AtomicU32) {
 /// process dies with a claim open, subscribers pad it out after the log's
 /// `unblock_timeout`; a live publisher's claim is never taken away.
 #[derive(Debug)]
+#[must_use = "a claim is aborted (becomes padding) unless committed"]
 pub struct Claim<'a> {
     publisher: &'a mut LogAppender,
     offset: u64,

@@ -46,6 +46,7 @@ impl Default for ReaderOptions {
 
 /// A reader of a stream's log. Each subscriber has its own position.
 #[derive(Debug)]
+#[must_use = "a reader delivers nothing unless polled, and frees its slot when dropped"]
 pub struct LogReader {
     log: LogFile,
     ring: *mut u8,
