@@ -1,20 +1,28 @@
-//! `tickwire pub` and `tickwire sub`.
+//! `tickwire pub` and `tickwire sub`, over every channel the library takes
+//! (`ipc:NAME`, `udp://HOST:PORT`, `udp://GROUP:PORT?interface=ADDR`).
+//!
+//! Both wait for the other side as long as the user wants (until Ctrl-C,
+//! or `--wait`), saying once what they wait for. A subscriber stays when a
+//! publisher ends and picks up the next one on the channel, as Aeron's
+//! images come and go; it stops at `--count`, `--duration` or Ctrl-C.
 
 use crate::config::Settings;
 use crate::units::{parse_duration, parse_rate, parse_size};
 use clap::Args;
-use std::io::BufRead;
+use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tickwire_agent::{Idle, Parker};
-use tickwire_shm::{Context, Event, LogReader, Mode, OfferError, ReaderOptions, ShmError};
+use tickwire_driver::{Channel, DriverError, Publication, Subscription};
+use tickwire_shm::{Context, Event, Mode, OfferError, ReaderOptions, ShmError};
 use tickwire_wire::stamp;
 
 /// Options of `tickwire pub`.
 #[derive(Debug, Args)]
 pub struct PubArgs {
-    /// Channel (`ipc:NAME`).
-    #[arg(long, default_value = "ipc:default")]
-    channel: String,
+    /// Channel: ipc:NAME, udp://HOST:PORT, or udp://GROUP:PORT?interface=ADDR.
+    #[arg(long, default_value = "ipc:default", value_parser = parse_channel)]
+    channel: Channel,
     /// Stream id.
     #[arg(long, default_value_t = 10)]
     stream: u32,
@@ -30,33 +38,36 @@ pub struct PubArgs {
     /// How long to publish (generated mode) [default: 5s if no --count].
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
-    /// Target rate, open loop (e.g. 100k, 1M) [default: as fast as allowed].
+    /// Target rate, open loop (e.g. 100k, 1M, 1.5k) [default: as fast as allowed].
     #[arg(long, value_parser = parse_rate)]
     rate: Option<u64>,
     /// Topic carried in each message.
     #[arg(long, default_value = "")]
     topic: String,
-    /// Wait this long for a subscriber before publishing.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    wait: Duration,
-    /// Log capacity (power of two), e.g. 16MiB.
+    /// Give up if no subscriber comes within this long [default: wait until Ctrl-C].
+    #[arg(long, value_parser = parse_duration)]
+    wait: Option<Duration>,
+    /// ipc: log capacity (power of two), e.g. 16MiB.
     #[arg(long, value_parser = parse_size)]
     capacity: Option<usize>,
-    /// Largest frame, e.g. 64k.
+    /// ipc: largest frame, e.g. 64k.
     #[arg(long, value_parser = parse_size)]
     mtu: Option<usize>,
+    /// udp: at the end, how long to serve retransmissions until every receiver has everything.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    linger: Duration,
 }
 
 /// Options of `tickwire sub`.
 #[derive(Debug, Args)]
 pub struct SubArgs {
-    /// Channel (`ipc:NAME`).
-    #[arg(long, default_value = "ipc:default")]
-    channel: String,
+    /// Channel: ipc:NAME, udp://HOST:PORT, or udp://GROUP:PORT?interface=ADDR.
+    #[arg(long, default_value = "ipc:default", value_parser = parse_channel)]
+    channel: Channel,
     /// Stream id.
     #[arg(long, default_value_t = 10)]
     stream: u32,
-    /// Print each message (topic and payload as text).
+    /// Print each message as it arrives (topic and payload as text), one line each.
     #[arg(long)]
     print: bool,
     /// Stop after this many messages.
@@ -65,7 +76,7 @@ pub struct SubArgs {
     /// Stop after this long.
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
-    /// Lossy: never hold the publisher back; report losses instead.
+    /// ipc: lossy: never hold the publisher back; report losses instead.
     #[arg(long)]
     lossy: bool,
     /// Check the leading sequence numbers of generated messages.
@@ -74,196 +85,330 @@ pub struct SubArgs {
     /// Idle strategy: spin, yield, backoff, park.
     #[arg(long, default_value = "park", value_parser = Idle::parse)]
     idle: Idle,
-    /// Wait this long for the publisher to appear.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    wait: Duration,
+    /// Give up if no publisher comes within this long [default: wait until Ctrl-C].
+    #[arg(long, value_parser = parse_duration)]
+    wait: Option<Duration>,
 }
 
-pub fn publish(s: &Settings, a: &PubArgs) -> Result<(), String> {
-    let mut cfg = s.log.clone();
-    if let Some(c) = a.capacity {
-        cfg = tickwire_shm::LogConfig {
-            unblock_timeout: cfg.unblock_timeout,
-            ..tickwire_shm::LogConfig::with_capacity(c)
-        };
+fn parse_channel(s: &str) -> Result<Channel, String> {
+    s.parse().map_err(|e: tickwire_driver::UriError| e.to_string())
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// First Ctrl-C: stop and print what was done; second: exit at once.
+fn install_ctrl_c() {
+    let _ = ctrlc::set_handler(|| {
+        if STOP.swap(true, Ordering::Relaxed) {
+            std::process::exit(130);
+        }
+    });
+}
+
+fn stopped() -> bool {
+    STOP.load(Ordering::Relaxed)
+}
+
+/// How long `wait` allows from `start`, as an error once it has passed.
+fn check_wait(start: Instant, wait: Option<Duration>, what: &str) -> Result<(), String> {
+    match wait {
+        Some(w) if start.elapsed() > w => Err(format!("no {what} within {w:?} (--wait)")),
+        _ => Ok(()),
     }
-    if let Some(m) = a.mtu {
-        cfg.mtu = m;
+}
+
+fn open_publication(ctx: &Context, s: &Settings, a: &PubArgs) -> Result<Publication, String> {
+    match &a.channel {
+        Channel::Ipc(name) => {
+            let mut cfg = s.log.clone();
+            if let Some(c) = a.capacity {
+                cfg = tickwire_shm::LogConfig {
+                    unblock_timeout: cfg.unblock_timeout,
+                    ..tickwire_shm::LogConfig::with_capacity(c)
+                };
+            }
+            if let Some(m) = a.mtu {
+                cfg.mtu = m;
+            }
+            Ok(ctx.appender(name, a.stream, &cfg).map_err(|e| e.to_string())?.into())
+        }
+        Channel::Udp(_) => Publication::open(ctx, &a.channel, a.stream).map_err(|e| e.to_string()),
     }
-    let ctx = Context::new(&s.dir).map_err(|e| e.to_string())?;
-    let mut p = ctx.appender(&a.channel, a.stream, &cfg).map_err(|e| e.to_string())?;
-    eprintln!(
-        "publishing on {} stream {} (session {:#x}) in {}",
-        a.channel,
-        a.stream,
-        p.descriptor().session_id,
-        s.dir.display()
-    );
+}
+
+/// Waits for a subscriber; `Ok(false)` if Ctrl-C came first.
+fn wait_for_subscriber(p: &mut Publication, a: &PubArgs) -> Result<bool, String> {
     let start = Instant::now();
+    let mut said = false;
     while !p.is_connected() {
-        if start.elapsed() > a.wait {
-            return Err(format!("no subscriber attached within {:?}", a.wait));
+        if stopped() {
+            return Ok(false);
+        }
+        check_wait(start, a.wait, "subscriber")?;
+        if !said && start.elapsed() > Duration::from_millis(100) {
+            eprintln!("waiting for a subscriber on {} stream {} (Ctrl-C to stop)", a.channel, a.stream);
+            said = true;
         }
         p.do_work();
         std::thread::sleep(Duration::from_millis(1));
     }
-    let offer = |p: &mut tickwire_shm::LogAppender, msg: &[u8]| -> Result<(), String> {
-        let t = Instant::now();
-        loop {
-            match p.offer_topic(&a.topic, msg) {
-                Ok(_) => return Ok(()),
-                Err(OfferError::BackPressured) => {
-                    if t.elapsed() > Duration::from_secs(30) {
-                        return Err("back-pressured for 30 s: subscriber stuck".into());
-                    }
-                    std::hint::spin_loop();
-                }
-                Err(OfferError::NotConnected) => return Err("all subscribers left".into()),
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-    };
-    let mut sent = 0u64;
-    if a.stdin {
-        for line in std::io::stdin().lock().lines() {
-            let line = line.map_err(|e| e.to_string())?;
-            offer(&mut p, line.as_bytes())?;
-            sent += 1;
-        }
-    } else {
-        if a.size < 8 {
-            return Err("--size must be at least 8 (a sequence number leads each message)".into());
-        }
-        let limit = a.count.unwrap_or(u64::MAX);
-        let duration = a.duration.unwrap_or(if a.count.is_some() { Duration::MAX } else { Duration::from_secs(5) });
-        let interval = a.rate.map(|r| Duration::from_secs_f64(1.0 / r as f64));
-        let mut msg = vec![0u8; a.size];
-        let begin = Instant::now();
-        while sent < limit && begin.elapsed() < duration {
-            if let Some(iv) = interval {
-                // Open loop: message n is due at begin + n * interval.
-                let offset = iv.mul_f64(sent as f64);
-                if offset >= duration {
-                    break;
-                }
-                let due = begin + offset;
-                while Instant::now() < due {
-                    std::hint::spin_loop();
-                }
-            }
-            msg[..8].copy_from_slice(&sent.to_le_bytes());
-            offer(&mut p, &msg)?;
-            sent += 1;
-            if sent % 65536 == 0 {
+    Ok(true)
+}
+
+/// Offers until accepted, driving the publication while back-pressured
+/// (bounded: 30 s without progress is a stuck subscriber).
+fn offer(p: &mut Publication, topic: &str, msg: &[u8]) -> Result<(), String> {
+    let t = Instant::now();
+    loop {
+        match p.offer_topic(topic, msg) {
+            Ok(_) => return Ok(()),
+            Err(OfferError::BackPressured | OfferError::NotConnected) if t.elapsed() < Duration::from_secs(30) => {
                 p.do_work();
+                std::hint::spin_loop();
+            }
+            Err(OfferError::BackPressured) => return Err("back-pressured for 30 s: subscriber stuck".into()),
+            Err(OfferError::NotConnected) => return Err("no subscriber for 30 s: all subscribers left".into()),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+fn publish_stdin(p: &mut Publication, a: &PubArgs) -> Result<u64, String> {
+    let mut sent = 0;
+    for line in std::io::stdin().lock().lines() {
+        let line = line.map_err(|e| format!("reading stdin: {e}"))?;
+        offer(p, &a.topic, line.as_bytes())?;
+        p.do_work();
+        sent += 1;
+        if stopped() {
+            break;
+        }
+    }
+    Ok(sent)
+}
+
+fn publish_generated(p: &mut Publication, a: &PubArgs) -> Result<u64, String> {
+    if a.size < 8 {
+        return Err("--size must be at least 8 (a sequence number leads each message)".into());
+    }
+    let limit = a.count.unwrap_or(u64::MAX);
+    let duration = a.duration.unwrap_or(if a.count.is_some() { Duration::MAX } else { Duration::from_secs(5) });
+    let interval = a.rate.map(|r| Duration::from_secs_f64(1.0 / r as f64));
+    let mut msg = vec![0u8; a.size];
+    let begin = Instant::now();
+    let mut sent = 0u64;
+    while sent < limit && begin.elapsed() < duration {
+        if let Some(iv) = interval {
+            // Open loop: message n is due at begin + n * interval.
+            let offset = iv.mul_f64(sent as f64);
+            if offset >= duration {
+                break;
+            }
+            let due = begin + offset;
+            while Instant::now() < due {
+                p.do_work();
+                std::hint::spin_loop();
+            }
+        }
+        msg[..8].copy_from_slice(&sent.to_le_bytes());
+        offer(p, &a.topic, &msg)?;
+        sent += 1;
+        if sent % 64 == 0 {
+            p.do_work();
+            if stopped() {
+                break;
             }
         }
     }
-    let secs = start.elapsed().as_secs_f64();
-    eprintln!("published {sent} messages in {secs:.3} s ({:.0} msg/s)", sent as f64 / secs);
+    Ok(sent)
+}
+
+pub fn publish(s: &Settings, a: &PubArgs) -> Result<(), String> {
+    install_ctrl_c();
+    let ctx = Context::new(&s.dir).map_err(|e| e.to_string())?;
+    let mut p = open_publication(&ctx, s, a)?;
+    eprintln!("publishing on {} stream {} ({})", a.channel, a.stream, s.dir.display());
+    if !wait_for_subscriber(&mut p, a)? {
+        eprintln!("stopped before a subscriber came");
+        return Ok(());
+    }
+    let start = Instant::now();
+    let sent = if a.stdin { publish_stdin(&mut p, a)? } else { publish_generated(&mut p, a)? };
+    let secs = start.elapsed().as_secs_f64().max(1e-9);
+    let drained = p.close(a.linger);
+    eprintln!(
+        "published {sent} messages in {secs:.3} s ({:.0} msg/s){}",
+        sent as f64 / secs,
+        if drained { "" } else { "; some receivers did not get everything before --linger passed" }
+    );
     Ok(())
 }
 
-struct SubParker<'a>(&'a mut LogReader);
+struct SubParker<'a>(&'a mut Subscription);
 impl Parker for SubParker<'_> {
     fn park(&mut self, timeout: Duration) {
         self.0.park(timeout);
     }
 }
 
-fn attach(ctx: &Context, a: &SubArgs) -> Result<LogReader, String> {
+/// What a subscriber has seen, over every publisher it read.
+#[derive(Debug, Default)]
+struct Tally {
+    msgs: u64,
+    bytes: u64,
+    lost_notices: u64,
+    lost_bytes: u64,
+    gaps: u64,
+    expect: Option<u64>,
+    first: Option<Instant>,
+}
+
+/// Why reading one publisher's stream stopped.
+enum Stop {
+    /// `--count`, `--duration` or Ctrl-C: the subscriber is done.
+    Done,
+    /// The publisher closed its stream (everything delivered).
+    Ended,
+    /// The publisher's process died.
+    Gone,
+}
+
+/// Attaches, waiting for a publisher as long as allowed; `None` when the
+/// subscriber should stop instead (Ctrl-C, `--duration`).
+fn attach(
+    ctx: &Context,
+    a: &SubArgs,
+    deadline: Option<Instant>,
+    mut said: bool,
+) -> Result<Option<Subscription>, String> {
+    let Channel::Ipc(name) = &a.channel else {
+        // A network subscription binds at once and hears the publisher's SETUP.
+        return Subscription::open(ctx, &a.channel, a.stream).map(Some).map_err(|e| e.to_string());
+    };
     let opts = ReaderOptions { mode: if a.lossy { Mode::Lossy } else { Mode::Tethered }, ..Default::default() };
     let start = Instant::now();
     loop {
-        match ctx.reader(&a.channel, a.stream, opts) {
-            Ok(s) => return Ok(s),
-            Err(ShmError::NoPublisher { .. } | ShmError::Stale { .. }) if start.elapsed() < a.wait => {
-                std::thread::sleep(Duration::from_millis(2));
+        match ctx.reader(name, a.stream, opts) {
+            Ok(r) => return Ok(Some(r.into())),
+            Err(ShmError::NoPublisher { .. } | ShmError::Stale { .. }) => {
+                if stopped() || deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok(None);
+                }
+                check_wait(start, a.wait, "publisher")?;
+                if !said && start.elapsed() > Duration::from_millis(100) {
+                    eprintln!("waiting for a publisher on {} stream {} (Ctrl-C to stop)", a.channel, a.stream);
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(5));
             }
             Err(e) => return Err(e.to_string()),
         }
     }
 }
 
-pub fn subscribe(s: &Settings, a: &SubArgs) -> Result<(), String> {
-    let ctx = Context::new(&s.dir).map_err(|e| e.to_string())?;
-    let mut sub = attach(&ctx, a)?;
-    eprintln!("subscribed to {} stream {} at position {}", a.channel, a.stream, sub.position());
-    let (mut msgs, mut bytes, mut lost_notices, mut lost_bytes, mut gaps, mut expect) =
-        (0u64, 0u64, 0u64, 0u64, 0u64, None::<u64>);
+fn on_event(e: Event<'_>, a: &SubArgs, t: &mut Tally, out: &mut impl Write) {
+    match e {
+        Event::Message(m) => {
+            t.msgs += 1;
+            t.bytes += m.payload.len() as u64;
+            if a.verify {
+                if let Some(seq) = stamp::seq(m.payload) {
+                    if let Some(x) = t.expect {
+                        t.gaps += seq.saturating_sub(x);
+                    }
+                    t.expect = Some(seq + 1);
+                }
+            }
+            if a.print {
+                let sep = if m.topic.is_empty() { "" } else { " " };
+                let _ = writeln!(out, "{}{sep}{}", m.topic, String::from_utf8_lossy(m.payload));
+            }
+        }
+        Event::Lost { from, to, .. } => {
+            t.lost_notices += 1;
+            t.lost_bytes += to - from;
+            eprintln!("LOST stream bytes [{from}, {to})");
+        }
+        Event::Joined { session_id, position } => {
+            t.expect = None;
+            eprintln!("joined session {session_id:#x} at stream position {position}");
+        }
+        Event::Ended { session_id, position } => {
+            eprintln!("session {session_id:#x} ended at stream position {position}")
+        }
+    }
+}
+
+/// Reads one publisher's stream until it ends, its process dies, or the
+/// subscriber is done.
+fn read(sub: &mut Subscription, a: &SubArgs, t: &mut Tally, deadline: Option<Instant>) -> Result<Stop, String> {
     let limit = a.count.unwrap_or(u64::MAX);
-    let deadline = a.duration.map(|d| Instant::now() + d);
     let mut idle = a.idle;
-    let start = Instant::now();
-    let mut first: Option<Instant> = None;
+    // stdout is line-buffered: with --print each message is written as it arrives.
     let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut out = stdout.lock();
     let mut polls = 0u32;
-    while msgs < limit {
-        let n = sub
-            .poll(
-                |e| match e {
-                    Event::Message(m) => {
-                        msgs += 1;
-                        bytes += m.payload.len() as u64;
-                        if a.verify && m.payload.len() >= 8 {
-                            let seq = stamp::seq(m.payload).unwrap_or(0);
-                            if let Some(x) = expect {
-                                gaps += seq.saturating_sub(x);
-                            }
-                            expect = Some(seq + 1);
-                        }
-                        if a.print {
-                            use std::io::Write;
-                            let _ = writeln!(
-                                out,
-                                "{}{}{}",
-                                m.topic,
-                                if m.topic.is_empty() { "" } else { " " },
-                                String::from_utf8_lossy(m.payload)
-                            );
-                        }
-                    }
-                    Event::Lost { from, to, .. } => {
-                        lost_notices += 1;
-                        lost_bytes += to - from;
-                        eprintln!("LOST stream bytes [{from}, {to})");
-                    }
-                    Event::Joined { session_id, position } => {
-                        eprintln!("joined session {session_id} at stream position {position}")
-                    }
-                    Event::Ended { session_id, position } => {
-                        eprintln!("session {session_id} ended at stream position {position}")
-                    }
-                },
-                256,
-            )
-            .map_err(|e| e.to_string())?;
-        if n > 0 && first.is_none() {
-            first = Some(Instant::now());
+    while t.msgs < limit {
+        let n = sub.poll(|e| on_event(e, a, t, &mut out), 256).map_err(|e: DriverError| e.to_string())?;
+        if n > 0 && t.first.is_none() {
+            t.first = Some(Instant::now());
         }
         polls = polls.wrapping_add(1);
+        if n == 0 && (stopped() || deadline.is_some_and(|d| Instant::now() >= d)) {
+            return Ok(Stop::Done);
+        }
         if n == 0 && polls % 64 == 0 {
-            if sub.is_end_of_stream() {
-                eprintln!("end of stream");
-                break;
+            if sub.is_ended() {
+                return Ok(Stop::Ended);
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                break;
+            if sub.log_reader().is_some_and(|r| !r.is_publisher_alive()) {
+                return Ok(Stop::Gone);
             }
         }
-        idle.idle_with(n, &mut SubParker(&mut sub));
+        idle.idle_with(n, &mut SubParker(sub));
     }
-    drop(out);
-    let secs = first.map_or(0.0, |f| f.elapsed().as_secs_f64()).max(1e-9);
+    Ok(Stop::Done)
+}
+
+pub fn subscribe(s: &Settings, a: &SubArgs) -> Result<(), String> {
+    install_ctrl_c();
+    let ctx = Context::new(&s.dir).map_err(|e| e.to_string())?;
+    let deadline = a.duration.map(|d| Instant::now() + d);
+    let start = Instant::now();
+    let mut t = Tally::default();
+    let mut waited = false;
+    while let Some(mut sub) = attach(&ctx, a, deadline, waited)? {
+        match &a.channel {
+            Channel::Ipc(_) => {
+                let pos = sub.log_reader().map_or(0, |r| r.position());
+                eprintln!("subscribed to {} stream {} at position {pos}", a.channel, a.stream);
+            }
+            Channel::Udp(_) if waited => {}
+            Channel::Udp(_) => {
+                eprintln!("waiting for a publisher on {} stream {} (Ctrl-C to stop)", a.channel, a.stream)
+            }
+        }
+        waited = true;
+        t.expect = None;
+        match read(&mut sub, a, &mut t, deadline)? {
+            Stop::Done => break,
+            Stop::Ended => eprintln!("the publisher ended its stream; waiting for the next one"),
+            Stop::Gone => eprintln!("the publisher's process is gone; waiting for the next one"),
+        }
+    }
+    let secs = t.first.map_or(0.0, |f| f.elapsed().as_secs_f64()).max(1e-9);
     eprintln!(
-        "received {msgs} messages, {bytes} bytes in {:.3} s ({:.0} msg/s); lost notices {lost_notices} ({lost_bytes} bytes){}",
+        "received {} messages, {} bytes in {:.3} s ({:.0} msg/s); lost notices {} ({} bytes){}",
+        t.msgs,
+        t.bytes,
         start.elapsed().as_secs_f64(),
-        msgs as f64 / secs,
-        if a.verify { format!("; sequence gaps {gaps}") } else { String::new() }
+        t.msgs as f64 / secs,
+        t.lost_notices,
+        t.lost_bytes,
+        if a.verify { format!("; sequence gaps {}", t.gaps) } else { String::new() }
     );
-    if gaps > 0 && !a.lossy {
-        return Err(format!("{gaps} messages missing on a tethered subscriber"));
+    if t.gaps > 0 && !a.lossy {
+        return Err(format!("{} messages missing on a tethered subscriber", t.gaps));
     }
     Ok(())
 }

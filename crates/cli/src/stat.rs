@@ -32,6 +32,14 @@ pub fn run(s: &Settings, a: &StatArgs) -> Result<(), String> {
 }
 
 fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
+    if !s.dir.exists() {
+        // Nothing has run here yet: an answer, not an error.
+        return Ok(if json {
+            "[]\n".into()
+        } else {
+            format!("no tickwire processes ({} does not exist)\n", s.dir.display())
+        });
+    }
     let mut entries: Vec<_> = std::fs::read_dir(&s.dir)
         .map_err(|e| format!("{}: {e}", s.dir.display()))?
         .flatten()

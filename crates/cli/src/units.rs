@@ -67,6 +67,9 @@ mod tests {
         assert_eq!(parse_rate("1M"), Ok(1_000_000));
         assert_eq!(parse_rate("2.5M"), Ok(2_500_000));
         assert_eq!(parse_rate("500"), Ok(500));
+        assert_eq!(parse_rate("1.5k"), Ok(1_500), "decimal with a suffix");
+        assert_eq!(parse_rate("1.5k/s"), Ok(1_500));
+        assert!(parse_rate("1.5x").unwrap_err().contains("use k, M, G"));
         assert!(parse_rate("0").is_err());
         assert!(parse_rate("fast").is_err());
     }

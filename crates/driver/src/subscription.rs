@@ -90,6 +90,15 @@ impl Subscription {
         }
     }
 
+    /// The shared-memory log's reader (for its position, lossy state and
+    /// publisher liveness); `None` on a network channel.
+    pub fn log_reader(&mut self) -> Option<&mut LogReader> {
+        match &mut self.0 {
+            Inner::Ipc(r) => Some(r),
+            Inner::Udp(_) => None,
+        }
+    }
+
     /// The publication closed the stream and everything it sent was
     /// delivered.
     pub fn is_ended(&self) -> bool {

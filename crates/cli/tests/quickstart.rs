@@ -1,0 +1,138 @@
+//! The README's quick start as a person runs it, in two "terminals": a
+//! subscriber that waits for publishers as long as it is asked to, prints
+//! each message as it arrives, and stays for the next publisher; `pub` and
+//! `sub` over every channel form; `stat` before anything ran.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
+
+fn dir(name: &str) -> String {
+    let d = std::env::temp_dir().join(format!("tw-qs-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d.display().to_string()
+}
+
+/// Spawns `tickwire ARGS` with stdout and stderr read line by line on
+/// threads, so a test sees each line when it is written, not at exit.
+struct Live {
+    child: Child,
+    stdout: mpsc::Receiver<String>,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Live {
+    fn spawn(args: &[&str]) -> Self {
+        let mut child = Command::new(BIN).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let lines = |r: Box<dyn std::io::Read + Send>| {
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                for l in BufReader::new(r).lines().map_while(Result::ok) {
+                    let _ = tx.send(l);
+                }
+            });
+            rx
+        };
+        let stdout = lines(Box::new(child.stdout.take().unwrap()));
+        let stderr = lines(Box::new(child.stderr.take().unwrap()));
+        Self { child, stdout, stderr }
+    }
+
+    /// The next stdout line, within 10 s.
+    fn line(&self) -> String {
+        self.stdout.recv_timeout(Duration::from_secs(10)).expect("a line on stdout within 10 s")
+    }
+
+    /// Waits (10 s at most) for a stderr line containing `text`.
+    fn says(&self, text: &str) -> String {
+        let mut seen = Vec::new();
+        while let Ok(l) = self.stderr.recv_timeout(Duration::from_secs(10)) {
+            if l.contains(text) {
+                return l;
+            }
+            seen.push(l);
+        }
+        panic!("no stderr line containing {text:?}; saw {seen:?}");
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn publish_lines(d: &str, channel: &str, lines: &str) {
+    let mut p = Command::new(BIN)
+        .args(["--dir", d, "pub", "--channel", channel, "--stdin", "--wait", "10s"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    p.stdin.take().unwrap().write_all(lines.as_bytes()).unwrap();
+    let out = p.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Two publishers one after the other; the subscriber says what it waits
+/// for, prints each line while still running (no buffering until exit),
+/// and picks up the second publisher after the first ends.
+fn subscriber_stays_for_the_next_publisher(channel: &str) {
+    let d = dir(&channel.replace([':', '/', '.'], "_"));
+    let sub = Live::spawn(&["--dir", &d, "sub", "--channel", channel, "--print", "--count", "3"]);
+    let waiting = sub.says("waiting for a publisher");
+    assert!(waiting.contains(channel) && waiting.contains("stream 10"), "{waiting}");
+    publish_lines(&d, channel, "one\n");
+    assert_eq!(sub.line(), "one", "printed as it arrived, while the subscriber still runs");
+    sub.says("the publisher ended its stream; waiting for the next one");
+    publish_lines(&d, channel, "two\nthree\n");
+    assert_eq!(sub.line(), "two");
+    assert_eq!(sub.line(), "three");
+    let summary = sub.says("received 3 messages");
+    assert!(summary.contains("lost notices 0"), "{summary}");
+}
+
+#[test]
+fn ipc_subscriber_waits_prints_live_and_stays_for_the_next_publisher() {
+    subscriber_stays_for_the_next_publisher("ipc:qs");
+}
+
+#[test]
+fn udp_subscriber_waits_prints_live_and_stays_for_the_next_publisher() {
+    let port = 30_000 + (std::process::id() % 20_000) as u16;
+    subscriber_stays_for_the_next_publisher(&format!("udp://127.0.0.1:{port}"));
+}
+
+#[test]
+fn ctrl_c_stops_a_waiting_subscriber_with_its_summary_and_exit_0() {
+    let d = dir("ctrlc");
+    let mut sub = Live::spawn(&["--dir", &d, "sub", "--channel", "ipc:nobody"]);
+    sub.says("waiting for a publisher on ipc:nobody stream 10");
+    let pid = sub.child.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    sub.says("received 0 messages");
+    assert!(sub.child.wait().unwrap().success());
+}
+
+#[test]
+fn an_unknown_channel_form_is_an_error_listing_the_accepted_ones() {
+    for cmd in ["pub", "sub"] {
+        let out = Command::new(BIN).args([cmd, "--channel", "tcp://127.0.0.1:9"]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(err.contains("ipc:NAME") && err.contains("udp://HOST:PORT"), "{cmd}: {err}");
+    }
+}
+
+#[test]
+fn stat_before_anything_ran_is_an_answer_not_an_error() {
+    let d = dir("never");
+    let out = Command::new(BIN).args(["--dir", &d, "stat"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no tickwire processes") && text.contains("does not exist"), "{text}");
+}
