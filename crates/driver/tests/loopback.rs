@@ -116,6 +116,24 @@ fn settle(p: &mut [&mut UdpSender], subs: &mut [(&mut UdpReceiver, &mut Vec<Stri
     }
 }
 
+/// Closes `p` while another thread drives the receivers, as their own
+/// processes would: a closing sender waits for every receiver to say it
+/// delivered the end. Returns what `close` returned.
+fn close_driven(p: &mut UdpSender, subs: &mut [(&mut UdpReceiver, &mut Vec<String>)]) -> bool {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let done = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                pump(&mut [], subs);
+            }
+        });
+        let drained = p.close(Duration::from_secs(5));
+        done.store(true, Ordering::Relaxed);
+        drained
+    })
+}
+
 fn messages(log: &[String]) -> Vec<u64> {
     log.iter().filter_map(|l| l.strip_prefix('m')).map(|n| n.parse().unwrap()).collect()
 }
@@ -184,7 +202,7 @@ fn a_late_joiner_on_a_multicast_group_starts_at_a_message_boundary() {
     settle(&mut [&mut p], &mut [(&mut a, &mut la)], 20);
     let mut b = UdpReceiver::open(&uri, 5, None).unwrap();
     offer_all(&mut p, 1000..3000, &mut [(&mut a, &mut la), (&mut b, &mut lb)]);
-    assert!(p.close(Duration::from_secs(5)));
+    assert!(close_driven(&mut p, &mut [(&mut a, &mut la), (&mut b, &mut lb)]));
     settle(&mut [&mut p], &mut [(&mut a, &mut la), (&mut b, &mut lb)], 20);
     assert_eq!(messages(&la), (0..3000).collect::<Vec<_>>());
     let got = messages(&lb);
@@ -222,7 +240,7 @@ fn counters_are_published_for_tickwire_stat() {
     let mut p = UdpSender::open(&uri, 8, Some(&file)).unwrap();
     let mut log = Vec::new();
     offer_all(&mut p, 0..2000, &mut [(&mut s, &mut log)]);
-    assert!(p.close(Duration::from_secs(5)));
+    assert!(close_driven(&mut p, &mut [(&mut s, &mut log)]));
     // Counters are published every millisecond while the ends are driven.
     settle(&mut [&mut p], &mut [(&mut s, &mut log)], 5);
     let sets = tickwire_shm::CountersReader::open(file.path().unwrap()).unwrap().sets();

@@ -407,6 +407,9 @@ impl Receiver {
         }
         if f.flags() & flags::END_OF_STREAM != 0 {
             im.eos = Some(pos);
+            // Still hearing the end after delivering it: our STATUS saying
+            // so was lost; answer again.
+            im.status_now |= im.ended;
         }
     }
 
@@ -561,7 +564,7 @@ impl Receiver {
                 let s = StatusRepr {
                     session_id: im.session_id,
                     stream_id: im.stream_id,
-                    flags: 0,
+                    flags: if im.ended { flags::END_DELIVERED } else { 0 },
                     consumption_position: im.rcv_pos,
                     receiver_window: im.capacity().min(u64::from(u32::MAX)) as u32,
                     receiver_id: id,

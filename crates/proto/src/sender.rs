@@ -97,6 +97,8 @@ struct Peer {
     limit: u64,
     consumption: u64,
     last_seen: Nanos,
+    /// It said it delivered the end of the stream.
+    end_delivered: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -195,9 +197,10 @@ impl Sender {
     pub fn is_connected(&self) -> bool {
         !self.peers.is_empty()
     }
-    /// Every known receiver has consumed everything offered (or none is left).
+    /// Every known receiver has consumed everything offered (or none is
+    /// left); once closed, every receiver has also said it delivered the end.
     pub fn is_drained(&self) -> bool {
-        self.peers.iter().all(|p| p.consumption >= self.pub_pos)
+        self.peers.iter().all(|p| p.consumption >= self.pub_pos && (!self.closed || p.end_delivered))
     }
     /// Receivers currently counted for flow control.
     pub fn receivers(&self) -> usize {
@@ -473,8 +476,10 @@ impl Sender {
             p.limit = p.limit.max(limit);
             p.consumption = p.consumption.max(consumption);
             p.last_seen = now;
+            p.end_delivered |= fl & flags::END_DELIVERED != 0;
         } else if self.peers.len() < MAX_RECEIVERS {
-            self.peers.push(Peer { id, limit, consumption, last_seen: now });
+            let end_delivered = fl & flags::END_DELIVERED != 0;
+            self.peers.push(Peer { id, limit, consumption, last_seen: now, end_delivered });
         } else {
             self.stats.invalid += 1;
             return;

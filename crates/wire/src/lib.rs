@@ -100,6 +100,11 @@ pub mod flags {
     pub const UNFRAGMENTED: u8 = BEGIN | END;
     /// STATUS: the receiver asks the sender to send a SETUP frame.
     pub const SEND_SETUP: u8 = 0x80;
+    /// STATUS: the receiver has delivered the end of the stream (it heard
+    /// END_OF_STREAM and has everything before it); a closing sender waits
+    /// for this from every receiver, so a lost END_OF_STREAM heartbeat is
+    /// sent again instead of leaving a receiver waiting.
+    pub const END_DELIVERED: u8 = 0x40;
     /// HEARTBEAT: the session ends at the heartbeat's position.
     pub const END_OF_STREAM: u8 = 0x80;
 }
