@@ -11,8 +11,8 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Low-latency messaging: shared-memory IPC today; reliable UDP, TCP and
-/// AF_XDP behind the same API later.
+/// Low-latency messaging over shared memory (`ipc:NAME`) and reliable UDP
+/// (`udp://HOST:PORT`, multicast `udp://GROUP:PORT?interface=ADDR`).
 #[derive(Debug, Parser)]
 #[command(name = "tickwire", version, about)]
 struct Cli {
@@ -28,9 +28,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Publish generated messages or stdin lines on a stream.
+    /// Publish generated messages or stdin lines on a channel (ipc: or udp://) and stream.
     Pub(pubsub::PubArgs),
-    /// Subscribe to a stream; print or count what arrives.
+    /// Subscribe to a channel (ipc: or udp://) and stream; print or count what arrives.
     Sub(pubsub::SubArgs),
     /// Show live counters and streams of every tickwire process (like AeronStat).
     Stat(stat::StatArgs),

@@ -170,8 +170,7 @@ fn run_floor(o: &FloorOptions, out: &Output) -> Result<(), LabError> {
     } else {
         print::latency(&m, format, &machine);
     }
-    let mut tp = floor::raw_ring_throughput(o)?;
-    tp.bytes_per_s = tp.msgs_per_s * 64.0;
+    let tp = floor::raw_ring_throughput(o)?;
     if format != Format::Csv {
         print::throughput(&[tp], format);
     }
@@ -278,7 +277,7 @@ fn throughput_ipc(t: &ThroughputRequest) -> Result<(), LabError> {
     let fo = FloorOptions {
         count: 0,
         warmup: 0,
-        size: 64,
+        size: t.size,
         duration: t.duration.min(Duration::from_secs(3)),
         cpus: t.cpus,
         dir: t.dir.clone(),
@@ -291,8 +290,7 @@ fn throughput_ipc(t: &ThroughputRequest) -> Result<(), LabError> {
         row.ratio = Some((row.msgs_per_s / f.msgs_per_s * 1000.0).round() / 1000.0);
     }
     let mut rows = vec![row];
-    if let (Some(mut f), false) = (floor_row, t.format == Format::Json) {
-        f.bytes_per_s = f.msgs_per_s * 64.0;
+    if let (Some(f), false) = (floor_row, t.format == Format::Json) {
         rows.push(f);
     }
     print::throughput(&rows, t.format);
@@ -340,19 +338,28 @@ fn run_oneway_ipc(o: &OneWayRequest) -> Result<(), LabError> {
         return Err(LabError::Usage(format!("oneway over {:?} is not available yet (ipc, rudp)", o.transport.name())));
     }
     let machine = Machine::detect();
-    let f = quick_floor(o.run.cpus, &o.run.dir)?;
+    // The floor is one publisher to one subscriber; a fan-out is another
+    // shape, and a ratio to it would mean nothing.
+    let one_to_one = o.run.publishers == 1 && o.run.subscribers == 1;
+    let f = if one_to_one { Some(quick_floor(o.run.cpus, &o.run.dir)?) } else { None };
     let mut m = crate::modes::oneway::run(&o.run, &machine)?;
-    m.row = m.row.with_floor(&f);
+    if let Some(f) = &f {
+        m.row = m.row.clone().with_floor(f);
+    }
     if o.output.format == Format::Table {
         let r = &m.row;
         println!(
-            "offered {:.0} msg/s, achieved {:.0} msg/s, lost {}; {} publisher(s), {} subscriber(s), {} topic(s); latency from the intended send time",
+            "offered {:.0} msg/s, achieved {:.0} msg/s, lost {}; {} publisher(s) on one thread (CPU {}), {} subscriber(s) \
+             on one thread (CPU {}), {} topic(s); latency from the intended send time{}",
             r.offered_rate.unwrap_or(0.0),
             r.achieved_rate.unwrap_or(0.0),
             r.lost,
             o.run.publishers,
+            o.run.cpus.local,
             o.run.subscribers,
-            o.run.topics
+            o.run.cpus.remote,
+            o.run.topics,
+            if one_to_one { "" } else { "; no floor ratio (the floor is one to one, this run is not)" }
         );
     }
     print::latency_and_files(&[m], &o.output, &machine, "One-way latency by percentile (from the intended send time)")
@@ -371,6 +378,20 @@ fn run_sweep(sweep: &Sweep, out: &Output) -> Result<(), LabError> {
         sweep_plots(path, &rows)?;
     }
     print::sweep(&rows, out.format, &machine, sweep.reflect_every);
+    if out.format == Format::Table {
+        let ok = |r: &&LatencyRow| {
+            r.lost == 0 && r.achieved_rate.unwrap_or(0.0) >= r.offered_rate.unwrap_or(f64::MAX) * sweep.sustain
+        };
+        match rows.iter().filter(ok).last() {
+            Some(r) => println!(
+                "highest rate sustained: {:.0} msg/s (achieved {:.0}, at least {:.0}% of target, none lost)",
+                r.offered_rate.unwrap_or(0.0),
+                r.achieved_rate.unwrap_or(0.0),
+                sweep.sustain * 100.0
+            ),
+            None => println!("no rate was sustained (achieved below {:.0}% of target)", sweep.sustain * 100.0),
+        }
+    }
     Ok(())
 }
 

@@ -56,7 +56,13 @@ pub struct LatencyRow {
     pub cpus: String,
     /// The machine (see [`crate::host::machine::Machine::summary`]).
     pub machine: String,
-    /// The floor's median from the same run (raw ring), if measured.
+    /// Which floor the ratios are to (`raw_ring`, `kernel_udp_spin`), and its message size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor_probe: Option<String>,
+    /// The floor's message size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor_size: Option<usize>,
+    /// The floor's median from the same run, if measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub floor_p50_ns: Option<u64>,
     /// The floor's p99.9 from the same run, if measured.
@@ -97,6 +103,8 @@ impl LatencyRow {
 
     /// Records the floor (same run) and the ratios to it.
     pub fn with_floor(mut self, floor: &LatencyRow) -> Self {
+        self.floor_probe = Some(floor.probe.clone().unwrap_or_else(|| floor.transport.clone()));
+        self.floor_size = Some(floor.size);
         self.floor_p50_ns = Some(floor.p50_ns);
         self.floor_p999_ns = Some(floor.p999_ns);
         self.ratio_p50 = Some(ratio(self.p50_ns, floor.p50_ns));
@@ -200,11 +208,18 @@ pub fn table(rows: &[LatencyRow]) -> String {
     }
     for r in rows {
         if let (Some(a), Some(b)) = (r.ratio_p50, r.ratio_p999) {
+            let floor = match r.floor_probe.as_deref() {
+                Some("raw_ring") | None => "raw-ring".to_owned(),
+                Some("kernel_udp_spin") => "kernel-UDP".to_owned(),
+                Some(other) => other.replace('_', "-"),
+            };
             s.push_str(&format!(
-                "{} {}: median {:.2}x the raw-ring floor ({} ns), p99.9 {:.2}x ({} ns), same run\n",
+                "{} {} {} B: median {:.2}x the {floor} floor at {} B ({} ns), p99.9 {:.2}x ({} ns), same run\n",
                 r.mode,
                 r.transport,
+                r.size,
                 a,
+                r.floor_size.unwrap_or(r.size),
                 r.floor_p50_ns.unwrap_or(0),
                 b,
                 r.floor_p999_ns.unwrap_or(0)

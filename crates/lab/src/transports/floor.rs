@@ -126,15 +126,19 @@ pub fn raw_ring_histogram(o: &FloorOptions) -> Result<hdrhistogram::Histogram<u6
 pub fn raw_ring_throughput(o: &FloorOptions) -> Result<ThroughputRow, LabError> {
     std::fs::create_dir_all(&o.dir)?;
     let path = o.dir.join(format!("{}.stream", crate::run_tag()));
-    let mut ring = RawRing::create(&path, 4096, 64)?;
+    // Messages of the measurement's size, so a ratio compares like with like.
+    let size = o.size.max(8);
+    let mut ring = RawRing::create(&path, 4096, size.div_ceil(64) * 64)?;
     let worker = WorkerProcess::spawn(&Role::RingSink { path: path.clone(), cpu: o.cpus.remote })?;
     pin_current_thread(o.cpus.local)?;
     let start = Instant::now();
     let mut seq = 0u64;
+    let mut msg = vec![0u8; size];
     'outer: loop {
         for _ in 0..4096 {
             let mut spins = 0u64;
-            while !ring.try_push(&seq.to_le_bytes()) {
+            msg[..8].copy_from_slice(&seq.to_le_bytes());
+            while !ring.try_push(&msg) {
                 spins += 1;
                 if spins > 1 << 32 {
                     return Err(LabError::Timeout("raw ring consumer stalled".into()));
@@ -155,7 +159,8 @@ pub fn raw_ring_throughput(o: &FloorOptions) -> Result<ThroughputRow, LabError> 
     row.mode = "floor".into();
     row.transport = "shm".into();
     row.probe = Some("raw_ring_throughput".into());
-    row.size = 64;
+    row.size = size;
+    row.bytes_per_s = row.msgs_per_s * size as f64;
     row.cpus = cpus_label(o.cpus);
     if row.count != seq {
         row.lost = seq.saturating_sub(row.count);
