@@ -382,7 +382,7 @@ fn run_sweep(sweep: &Sweep, out: &Output) -> Result<(), LabError> {
         let ok = |r: &&LatencyRow| {
             r.lost == 0 && r.achieved_rate.unwrap_or(0.0) >= r.offered_rate.unwrap_or(f64::MAX) * sweep.sustain
         };
-        match rows.iter().filter(ok).last() {
+        match rows.iter().rfind(ok) {
             Some(r) => println!(
                 "highest rate sustained: {:.0} msg/s (achieved {:.0}, at least {:.0}% of target, none lost)",
                 r.offered_rate.unwrap_or(0.0),
