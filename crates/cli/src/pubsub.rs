@@ -162,6 +162,9 @@ fn offer(p: &mut Publication, topic: &str, msg: &[u8]) -> Result<(), String> {
     loop {
         match p.offer_topic(topic, msg) {
             Ok(_) => return Ok(()),
+            Err(OfferError::BackPressured | OfferError::NotConnected) if stopped() => {
+                return Err("stopped (Ctrl-C) while a message waited for room or a subscriber".into())
+            }
             Err(OfferError::BackPressured | OfferError::NotConnected) if t.elapsed() < Duration::from_secs(30) => {
                 p.do_work();
                 std::hint::spin_loop();
