@@ -87,6 +87,13 @@ pub struct Cpus {
     pub remote: usize,
 }
 
+/// `local,remote`, as every row and report prints it.
+impl std::fmt::Display for Cpus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{},{}", self.local, self.remote)
+    }
+}
+
 impl Default for Cpus {
     fn default() -> Self {
         Self { local: 0, remote: 1 }

@@ -134,10 +134,6 @@ pub fn run(request: Request) -> Result<(), LabError> {
     }
 }
 
-fn cpus_label(c: Cpus) -> String {
-    format!("{},{}", c.local, c.remote)
-}
-
 /// A short raw-ring floor (100,000 round trips, milliseconds) measured just
 /// before a run, so that every report carries its floor ratio.
 fn quick_floor(cpus: Cpus, dir: &Path) -> Result<LatencyRow, LabError> {
@@ -153,12 +149,10 @@ fn run_floor(o: &FloorOptions, out: &Output) -> Result<(), LabError> {
     let clh = floor::cacheline_histogram(o)?;
     let rrh = floor::raw_ring_histogram(o)?;
     let elapsed = t.elapsed();
-    let measured = |h: hdrhistogram::Histogram<u64>, probe: &str, size: usize| {
-        let mut row = LatencyRow::from_histogram("floor", "shm", size, &h);
-        row.probe = Some(probe.into());
-        row.cpus = cpus_label(o.cpus);
+    let measured = |hist: hdrhistogram::Histogram<u64>, probe: &str, size: usize| {
+        let mut row = floor::row(probe, size, o.cpus, &hist);
         row.machine = machine.summary();
-        Measured { row, hist: h, start, elapsed }
+        Measured { row, hist, start, elapsed }
     };
     let m = [measured(clh, "cacheline", 8), measured(rrh, "raw_ring", o.size)];
     print::hlog(out, &m)?;
@@ -231,7 +225,7 @@ fn throughput_rudp(t: &ThroughputRequest) -> Result<(), LabError> {
             "{}",
             serde_json::json!({"mode": "throughput", "transport": "rudp", "size": t.size, "count": r.count,
             "missing": r.missing, "lost_events": r.lost_events, "duration_s": r.duration_s, "msgs_per_s": r.msgs_per_s,
-            "datagrams": r.datagrams, "naks_sent": r.naks_sent, "cpus": cpus_label(t.cpus)})
+            "datagrams": r.datagrams, "naks_sent": r.naks_sent, "cpus": t.cpus.to_string()})
         );
     } else {
         println!(
@@ -320,7 +314,7 @@ fn run_oneway_rudp(o: &OneWayRequest) -> Result<(), LabError> {
     row.offered_rate = Some(r.rate as f64);
     row.achieved_rate = Some(rep.msgs_per_s);
     row.lost = rep.missing;
-    row.cpus = cpus_label(r.cpus);
+    row.cpus = r.cpus.to_string();
     row.machine = machine.summary();
     if o.output.format == Format::Table {
         println!(

@@ -137,7 +137,7 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Measured, LabError> {
     row.offered_rate = Some(o.rate as f64);
     row.achieved_rate = Some((sent as f64 / send_secs.max(1e-9)).round());
     row.lost = (sent * o.subscribers as u64).saturating_sub(received);
-    row.cpus = format!("{},{}", o.cpus.local, o.cpus.remote);
+    row.cpus = o.cpus.to_string();
     row.machine = machine.summary();
     Ok(Measured { row, hist: h, start: wall, elapsed: Duration::from_secs_f64(send_secs) })
 }

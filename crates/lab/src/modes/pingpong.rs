@@ -122,7 +122,7 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
     if th.is_empty() {
         return Err(LabError::Usage("stopped before anything was measured".into()));
     }
-    let cpus = format!("{},{}", p.cpus.local, p.cpus.remote);
+    let cpus = p.cpus.to_string();
     let mut row = LatencyRow::from_histogram("pingpong", p.transport.name(), p.size, &th);
     row.wait = Some(p.wait.name().into());
     row.cpus.clone_from(&cpus);

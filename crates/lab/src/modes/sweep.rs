@@ -145,7 +145,7 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<Measured, LabError> {
     row.offered_rate = Some(rate as f64);
     row.achieved_rate = Some((received as f64 / recv_secs.max(send_secs)).round());
     row.lost = sent.saturating_sub(received);
-    row.cpus = format!("{},{}", s.cpus.local, s.cpus.remote);
+    row.cpus = s.cpus.to_string();
     row.machine = machine.summary();
     Ok(Measured { row, hist: h, start: wall, elapsed: Duration::from_secs_f64(send_secs) })
 }

@@ -198,7 +198,7 @@ pub fn run(o: &TickToTrade, machine: &Machine) -> Result<(Option<Measured>, Meas
         let mut r = LatencyRow::from_histogram("tick-to-trade", "udp-tcp", o.tick_size, h);
         r.probe = Some(probe.into());
         r.clock = clock.into();
-        r.cpus = format!("{},{}", o.cpus.local, o.cpus.remote);
+        r.cpus = o.cpus.to_string();
         r.machine = machine.summary();
         r.achieved_rate = Some((h.len() as f64 / elapsed.as_secs_f64().max(1e-9)).round());
         r

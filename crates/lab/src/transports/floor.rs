@@ -31,20 +31,20 @@ pub struct FloorOptions {
 const STOP: u64 = u64::MAX;
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
-fn cpus_label(c: Cpus) -> String {
-    format!("{},{}", c.local, c.remote)
-}
-
 /// Cache-line ping-pong: the cost of moving one line between the CPUs and back.
 ///
 /// # Errors
 /// Set-up failures, or a worker that does not answer within 10 s.
 pub fn cacheline(o: &FloorOptions) -> Result<LatencyRow, LabError> {
-    let h = cacheline_histogram(o)?;
-    let mut row = LatencyRow::from_histogram("floor", "shm", 8, &h);
-    row.probe = Some("cacheline".into());
-    row.cpus = cpus_label(o.cpus);
-    Ok(row)
+    Ok(row("cacheline", 8, o.cpus, &cacheline_histogram(o)?))
+}
+
+/// The row of a floor probe (`cacheline` at 8 bytes, `raw_ring` at its size).
+pub fn row(probe: &str, size: usize, cpus: Cpus, h: &hdrhistogram::Histogram<u64>) -> LatencyRow {
+    let mut row = LatencyRow::from_histogram("floor", "shm", size, h);
+    row.probe = Some(probe.into());
+    row.cpus = cpus.to_string();
+    row
 }
 
 /// [`cacheline`], returning the histogram of half round trips.
@@ -75,11 +75,7 @@ pub fn cacheline_histogram(o: &FloorOptions) -> Result<hdrhistogram::Histogram<u
 /// # Errors
 /// As [`cacheline`].
 pub fn raw_ring(o: &FloorOptions) -> Result<LatencyRow, LabError> {
-    let h = raw_ring_histogram(o)?;
-    let mut row = LatencyRow::from_histogram("floor", "shm", o.size, &h);
-    row.probe = Some("raw_ring".into());
-    row.cpus = cpus_label(o.cpus);
-    Ok(row)
+    Ok(row("raw_ring", o.size, o.cpus, &raw_ring_histogram(o)?))
 }
 
 /// [`raw_ring`], returning the histogram of half round trips (to pool
@@ -161,7 +157,7 @@ pub fn raw_ring_throughput(o: &FloorOptions) -> Result<ThroughputRow, LabError> 
     row.probe = Some("raw_ring_throughput".into());
     row.size = size;
     row.bytes_per_s = row.msgs_per_s * size as f64;
-    row.cpus = cpus_label(o.cpus);
+    row.cpus = o.cpus.to_string();
     if row.count != seq {
         row.lost = seq.saturating_sub(row.count);
     }

@@ -80,7 +80,7 @@ pub(crate) fn offer_spin(p: &mut tickwire_shm::LogAppender, msg: &[u8]) -> Resul
 pub fn pingpong(o: &IpcOptions) -> Result<LatencyRow, LabError> {
     let h = pingpong_histogram(o)?;
     let mut row = LatencyRow::from_histogram("pingpong", "ipc", o.size, &h);
-    row.cpus = format!("{},{}", o.cpus.local, o.cpus.remote);
+    row.cpus = o.cpus.to_string();
     Ok(row)
 }
 
@@ -186,7 +186,7 @@ pub fn throughput(o: &IpcOptions) -> Result<ThroughputRow, LabError> {
     row.transport = "ipc".into();
     row.size = o.size;
     row.bytes_per_s = (row.msgs_per_s * o.size as f64).round();
-    row.cpus = format!("{},{}", o.cpus.local, o.cpus.remote);
+    row.cpus = o.cpus.to_string();
     row.lost += seq.saturating_sub(row.count + row.lost);
     Ok(row)
 }

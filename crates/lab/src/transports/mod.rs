@@ -13,6 +13,9 @@ pub mod ipc;
 pub mod rudp;
 pub mod sockets;
 
+use crate::output::report::ThroughputRow;
+use std::time::Instant;
+
 /// What carries the lab's messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
@@ -53,9 +56,6 @@ impl Transport {
         }
     }
 }
-
-use crate::output::report::ThroughputRow;
-use std::time::Instant;
 
 /// A sink worker's result line: what it counted, as a JSON [`ThroughputRow`].
 pub(crate) fn sink_report(count: u64, lost: u64, first: Option<Instant>) -> String {
