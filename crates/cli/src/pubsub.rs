@@ -109,11 +109,29 @@ fn stopped() -> bool {
     STOP.load(Ordering::Relaxed)
 }
 
-/// How long `wait` allows from `start`, as an error once it has passed.
-fn check_wait(start: Instant, wait: Option<Duration>, what: &str) -> Result<(), String> {
-    match wait {
-        Some(w) if start.elapsed() > w => Err(format!("no {what} within {w:?} (--wait)")),
-        _ => Ok(()),
+/// A wait for the other side: says once (after 100 ms, so a peer that is
+/// already there is not announced) what it waits for, and fails once
+/// `--wait` has passed.
+struct Waiting {
+    start: Instant,
+    limit: Option<Duration>,
+    said: bool,
+}
+
+impl Waiting {
+    fn new(limit: Option<Duration>, said: bool) -> Self {
+        Self { start: Instant::now(), limit, said }
+    }
+
+    fn check(&mut self, who: &str, channel: &Channel, stream: u32) -> Result<(), String> {
+        if let Some(w) = self.limit.filter(|&w| self.start.elapsed() > w) {
+            return Err(format!("no {who} within {w:?} (--wait)"));
+        }
+        if !self.said && self.start.elapsed() > Duration::from_millis(100) {
+            eprintln!("waiting for a {who} on {channel} stream {stream} (Ctrl-C to stop)");
+            self.said = true;
+        }
+        Ok(())
     }
 }
 
@@ -138,17 +156,12 @@ fn open_publication(ctx: &Context, s: &Settings, a: &PubArgs) -> Result<Publicat
 
 /// Waits for a subscriber; `Ok(false)` if Ctrl-C came first.
 fn wait_for_subscriber(p: &mut Publication, a: &PubArgs) -> Result<bool, String> {
-    let start = Instant::now();
-    let mut said = false;
+    let mut waiting = Waiting::new(a.wait, false);
     while !p.is_connected() {
         if stopped() {
             return Ok(false);
         }
-        check_wait(start, a.wait, "subscriber")?;
-        if !said && start.elapsed() > Duration::from_millis(100) {
-            eprintln!("waiting for a subscriber on {} stream {} (Ctrl-C to stop)", a.channel, a.stream);
-            said = true;
-        }
+        waiting.check("subscriber", &a.channel, a.stream)?;
         p.do_work();
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -278,18 +291,13 @@ enum Stop {
 
 /// Attaches, waiting for a publisher as long as allowed; `None` when the
 /// subscriber should stop instead (Ctrl-C, `--duration`).
-fn attach(
-    ctx: &Context,
-    a: &SubArgs,
-    deadline: Option<Instant>,
-    mut said: bool,
-) -> Result<Option<Subscription>, String> {
+fn attach(ctx: &Context, a: &SubArgs, deadline: Option<Instant>, said: bool) -> Result<Option<Subscription>, String> {
     let Channel::Ipc(name) = &a.channel else {
         // A network subscription binds at once and hears the publisher's SETUP.
         return Subscription::open(ctx, &a.channel, a.stream).map(Some).map_err(|e| e.to_string());
     };
     let opts = ReaderOptions { mode: if a.lossy { Mode::Lossy } else { Mode::Tethered }, ..Default::default() };
-    let start = Instant::now();
+    let mut waiting = Waiting::new(a.wait, said);
     loop {
         match ctx.reader(name, a.stream, opts) {
             Ok(r) => return Ok(Some(r.into())),
@@ -297,11 +305,7 @@ fn attach(
                 if stopped() || deadline.is_some_and(|d| Instant::now() >= d) {
                     return Ok(None);
                 }
-                check_wait(start, a.wait, "publisher")?;
-                if !said && start.elapsed() > Duration::from_millis(100) {
-                    eprintln!("waiting for a publisher on {} stream {} (Ctrl-C to stop)", a.channel, a.stream);
-                    said = true;
-                }
+                waiting.check("publisher", &a.channel, a.stream)?;
                 std::thread::sleep(Duration::from_millis(5));
             }
             Err(e) => return Err(e.to_string()),
