@@ -236,9 +236,9 @@ impl UdpSender {
         let start = Instant::now();
         while start.elapsed() < timeout {
             self.do_work();
+            // Drained once closed means every receiver said it delivered
+            // the end, so no last END_OF_STREAM heartbeat is owed.
             if self.sender.is_sent() && self.sender.is_drained() && self.queued == self.flushed {
-                // One more END_OF_STREAM heartbeat goes with the final state.
-                self.do_work();
                 self.publish_counters();
                 return true;
             }
