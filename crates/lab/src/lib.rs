@@ -219,13 +219,26 @@ pub fn ignore_ctrl_c() {
 /// A progress bar on stderr for `total` units, drawn only when stderr is a
 /// terminal (hidden otherwise, e.g. in tests and pipes).
 pub fn progress(total: u64, what: &str) -> indicatif::ProgressBar {
+    progress_styled(total, what, "{msg} [{bar:30}] {pos}/{len} {elapsed_precise} (eta {eta})")
+}
+
+/// [`progress`] for a byte count: bytes done, total, current rate.
+pub fn progress_bytes(total: u64, what: &str) -> indicatif::ProgressBar {
+    progress_styled(
+        total,
+        what,
+        "{msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} {elapsed_precise} (eta {eta})",
+    )
+}
+
+fn progress_styled(total: u64, what: &str, template: &str) -> indicatif::ProgressBar {
     use std::io::IsTerminal;
     if !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
     }
     let pb = indicatif::ProgressBar::new(total);
     pb.set_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} {elapsed_precise} (eta {eta})")
+        indicatif::ProgressStyle::with_template(template)
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
             .progress_chars("=> "),
     );

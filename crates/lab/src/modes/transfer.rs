@@ -192,6 +192,8 @@ pub(crate) fn sender(
     let mut i = 0u64;
     let mut idle_runs = 0;
     message(seed, i, max, &mut msg);
+    // Drawn by this worker on the terminal it shares with the lab (stderr is inherited).
+    let bar = crate::progress_bytes(bytes, "transfer");
     while rep.bytes_sent < bytes {
         if Instant::now() > deadline {
             return Err(LabError::Timeout(format!("sent {} of {bytes} bytes", rep.bytes_sent)));
@@ -218,10 +220,12 @@ pub(crate) fn sender(
             }
         }
         work += p.do_work();
+        bar.set_position(rep.bytes_sent);
         if idle(work, &mut idle_runs) {
             p.park(Duration::from_micros(50));
         }
     }
+    bar.finish_and_clear();
     let left = deadline.saturating_duration_since(Instant::now());
     rep.final_position = p.position();
     rep.drained = p.close(left);
