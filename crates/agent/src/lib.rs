@@ -210,6 +210,46 @@ pub fn pin_current_thread(cpu: usize) -> Result<(), AgentError> {
     }
 }
 
+/// The CPUs this process may run on: its affinity mask, which holds only
+/// CPUs that exist and that its cgroup's cpuset allows
+/// (`Cpus_allowed_list` in `/proc/self/status`). Falls back to
+/// `0..available_parallelism` where that file cannot be read. Read it
+/// before pinning: a pinned thread's mask is one CPU.
+pub fn allowed_cpus() -> Vec<usize> {
+    let from_proc = std::fs::read_to_string("/proc/self/status").ok().and_then(|s| {
+        let list = s.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+        parse_cpu_list(list.trim())
+    });
+    from_proc.unwrap_or_else(|| (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect())
+}
+
+/// Parses the kernel's CPU list format (`0-3,8,10-11`).
+pub fn parse_cpu_list(list: &str) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => out.extend(a.parse::<usize>().ok()?..=b.parse::<usize>().ok()?),
+            None => out.push(part.parse().ok()?),
+        }
+    }
+    Some(out)
+}
+
+/// Formats CPUs in the kernel's list format (`0-3,8`).
+pub fn cpu_list(cpus: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i { format!("{}-{}", cpus[i], cpus[j]) } else { cpus[i].to_string() });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
 /// Runs an agent on its own thread, optionally pinned, until stopped.
 #[derive(Debug)]
 pub struct AgentRunner<A: Agent + 'static> {
@@ -268,6 +308,14 @@ impl<A: Agent + 'static> AgentRunner<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists_parse_and_print_in_the_kernel_format() {
+        assert_eq!(parse_cpu_list("0-3,8,10-11"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
+        assert_eq!(parse_cpu_list("x"), None);
+        assert_eq!(cpu_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
+        assert!(allowed_cpus().contains(&0) || !allowed_cpus().is_empty());
+    }
 
     struct Counting(usize);
     impl Parker for Counting {

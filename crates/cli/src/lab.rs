@@ -60,9 +60,13 @@ pub enum Format {
 
 #[derive(Debug, Args)]
 pub struct Common {
-    /// CPUs for the local and remote sides.
+    /// CPUs for the local and remote sides (two different CPUs this process may use).
     #[arg(long, default_value = "0,1", value_parser = parse_cpus)]
     cpus: Cpus,
+    /// Allow both sides on one CPU: they take turns by the scheduler's time
+    /// slice, so the figures measure the scheduler, and runs take far longer.
+    #[arg(long)]
+    share_cpu: bool,
     /// Print JSON (one object per row); same as --format json.
     #[arg(long)]
     json: bool,
@@ -237,6 +241,9 @@ pub struct ReproduceArgs {
     /// CPUs for the measuring and far sides.
     #[arg(long, default_value = "0,1", value_parser = parse_cpus)]
     cpus: Cpus,
+    /// Allow both sides on one CPU (see `lab pingpong --help`).
+    #[arg(long)]
+    share_cpu: bool,
     /// Seconds instead of about a minute (a smoke test; figures are not meaningful).
     #[arg(long)]
     quick: bool,
@@ -383,12 +390,27 @@ fn parse_rudp(s: &str) -> Result<Transport, String> {
 }
 
 fn parse_cpus(s: &str) -> Result<Cpus, String> {
-    let (a, b) = s.split_once(',').ok_or("expected two CPUs, e.g. 0,1")?;
-    let p = |x: &str| x.trim().parse::<usize>().map_err(|_| format!("bad CPU {x:?}"));
-    Ok(Cpus { local: p(a)?, remote: p(b)? })
+    let (local, remote) = crate::units::parse_cpu_pair(s)?;
+    Ok(Cpus { local, remote })
 }
 
 impl LabCmd {
+    /// The CPUs of a command whose two sides spin, and whether sharing one
+    /// CPU was asked for.
+    fn spinning_sides(&self) -> Option<(Cpus, bool)> {
+        let c = match self {
+            LabCmd::Floor(a) => &a.common,
+            LabCmd::Pingpong(a) => &a.common,
+            LabCmd::Throughput(a) => &a.common,
+            LabCmd::Oneway(a) => &a.common,
+            LabCmd::SweepRate(a) => &a.common,
+            LabCmd::TickToTrade(a) => &a.common,
+            LabCmd::Reproduce(a) => return Some((a.cpus, a.share_cpu)),
+            LabCmd::Doctor(_) | LabCmd::Transfer(_) | LabCmd::Worker { .. } => return None,
+        };
+        Some((c.cpus, c.share_cpu))
+    }
+
     /// The typed request for the lab; `s.dir` is where shared files go.
     fn into_request(self, s: &Settings) -> Request {
         let dir = s.dir.clone();
@@ -507,5 +529,14 @@ impl LabCmd {
 /// # Errors
 /// The lab's error, as the message to print.
 pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
+    if let Some((cpus, false)) = cmd.spinning_sides() {
+        if cpus.local == cpus.remote {
+            return Err(format!(
+                "--cpus {cpus}: both sides of the measurement spin, and two spinning sides on one CPU take \
+                 turns by the scheduler's time slice (milliseconds per message, runs of hours); give two \
+                 CPUs, or add --share-cpu to measure that anyway"
+            ));
+        }
+    }
     request::run(cmd.into_request(s)).map_err(|e| e.to_string())
 }

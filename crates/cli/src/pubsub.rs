@@ -7,14 +7,14 @@
 //! images come and go; it stops at `--count`, `--duration` or Ctrl-C.
 
 use crate::config::Settings;
-use crate::units::{parse_duration, parse_rate, parse_size};
+use crate::units::{parse_capacity, parse_duration, parse_message_size, parse_mtu, parse_rate};
 use clap::Args;
 use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tickwire_agent::{Idle, Parker};
 use tickwire_driver::{Channel, DriverError, Publication, Subscription};
-use tickwire_shm::{Context, Event, Mode, OfferError, ReaderOptions, ShmError};
+use tickwire_shm::{Context, Event, GoneReason, Mode, OfferError, ReaderOptions, ShmError};
 use tickwire_wire::stamp;
 
 /// Options of `tickwire pub`.
@@ -29,8 +29,8 @@ pub struct PubArgs {
     /// Publish stdin lines instead of generated messages.
     #[arg(long)]
     stdin: bool,
-    /// Generated message size (at least 8: a sequence number leads).
-    #[arg(long, default_value = "64", value_parser = parse_size)]
+    /// Generated message size, 8 B (a sequence number leads) to 4 MiB.
+    #[arg(long, default_value = "64", value_parser = |s: &str| parse_message_size(s, 8))]
     size: usize,
     /// Messages to publish (generated mode).
     #[arg(long)]
@@ -47,11 +47,11 @@ pub struct PubArgs {
     /// Give up if no subscriber comes within this long [default: wait until Ctrl-C].
     #[arg(long, value_parser = parse_duration)]
     wait: Option<Duration>,
-    /// ipc: log capacity (power of two), e.g. 16MiB.
-    #[arg(long, value_parser = parse_size)]
+    /// ipc: log capacity (power of two, 64KiB to 1TiB), e.g. 16MiB.
+    #[arg(long, value_parser = parse_capacity)]
     capacity: Option<usize>,
-    /// ipc: largest frame, e.g. 64k.
-    #[arg(long, value_parser = parse_size)]
+    /// ipc: largest frame (a multiple of 32), e.g. 64k.
+    #[arg(long, value_parser = parse_mtu)]
     mtu: Option<usize>,
     /// udp: at the end, how long to serve retransmissions until every receiver has everything.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
@@ -88,6 +88,10 @@ pub struct SubArgs {
     /// Give up if no publisher comes within this long [default: wait until Ctrl-C].
     #[arg(long, value_parser = parse_duration)]
     wait: Option<Duration>,
+    /// ipc: treat a live publisher that neither publishes nor heartbeats for
+    /// this long as gone [default: only a dead publisher process is gone].
+    #[arg(long, value_parser = parse_duration)]
+    publisher_timeout: Option<Duration>,
 }
 
 fn parse_channel(s: &str) -> Result<Channel, String> {
@@ -148,6 +152,12 @@ fn open_publication(ctx: &Context, s: &Settings, a: &PubArgs) -> Result<Publicat
             if let Some(m) = a.mtu {
                 cfg.mtu = m;
             }
+            if !a.stdin && a.size > cfg.max_message {
+                return Err(format!(
+                    "--size {} is over the largest message of this log, {} bytes (half its capacity)",
+                    a.size, cfg.max_message
+                ));
+            }
             Ok(ctx.appender(name, a.stream, &cfg).map_err(|e| e.to_string())?.into())
         }
         Channel::Udp(_) => Publication::open(ctx, &a.channel, a.stream).map_err(|e| e.to_string()),
@@ -204,9 +214,6 @@ fn publish_stdin(p: &mut Publication, a: &PubArgs) -> Result<u64, String> {
 }
 
 fn publish_generated(p: &mut Publication, a: &PubArgs) -> Result<u64, String> {
-    if a.size < 8 {
-        return Err("--size must be at least 8 (a sequence number leads each message)".into());
-    }
     let limit = a.count.unwrap_or(u64::MAX);
     let duration = a.duration.unwrap_or(if a.count.is_some() { Duration::MAX } else { Duration::from_secs(5) });
     let interval = a.rate.map(|r| Duration::from_secs_f64(1.0 / r as f64));
@@ -277,6 +284,8 @@ struct Tally {
     gaps: u64,
     expect: Option<u64>,
     first: Option<Instant>,
+    /// The publisher went away without closing its stream.
+    gone: Option<(GoneReason, u64)>,
 }
 
 /// Why reading one publisher's stream stopped.
@@ -285,7 +294,7 @@ enum Stop {
     Done,
     /// The publisher closed its stream (everything delivered).
     Ended,
-    /// The publisher's process died.
+    /// The publisher died or fell silent without closing its stream.
     Gone,
 }
 
@@ -296,7 +305,11 @@ fn attach(ctx: &Context, a: &SubArgs, deadline: Option<Instant>, said: bool) -> 
         // A network subscription binds at once and hears the publisher's SETUP.
         return Subscription::open(ctx, &a.channel, a.stream).map(Some).map_err(|e| e.to_string());
     };
-    let opts = ReaderOptions { mode: if a.lossy { Mode::Lossy } else { Mode::Tethered }, ..Default::default() };
+    let opts = ReaderOptions {
+        mode: if a.lossy { Mode::Lossy } else { Mode::Tethered },
+        publisher_timeout: a.publisher_timeout,
+        ..Default::default()
+    };
     let mut waiting = Waiting::new(a.wait, said);
     loop {
         match ctx.reader(name, a.stream, opts) {
@@ -343,6 +356,7 @@ fn on_event(e: Event<'_>, a: &SubArgs, t: &mut Tally, out: &mut impl Write) {
         Event::Ended { session_id, position } => {
             eprintln!("session {session_id:#x} ended at stream position {position}")
         }
+        Event::PublisherGone { reason, position, .. } => t.gone = Some((reason, position)),
     }
 }
 
@@ -364,13 +378,11 @@ fn read(sub: &mut Subscription, a: &SubArgs, t: &mut Tally, deadline: Option<Ins
         if n == 0 && (stopped() || deadline.is_some_and(|d| Instant::now() >= d)) {
             return Ok(Stop::Done);
         }
-        if n == 0 && polls % 64 == 0 {
-            if sub.is_ended() {
-                return Ok(Stop::Ended);
-            }
-            if sub.log_reader().is_some_and(|r| !r.is_publisher_alive()) {
-                return Ok(Stop::Gone);
-            }
+        if t.gone.is_some() {
+            return Ok(Stop::Gone);
+        }
+        if n == 0 && polls % 64 == 0 && sub.is_ended() {
+            return Ok(Stop::Ended);
         }
         idle.idle_with(n, &mut SubParker(sub));
     }
@@ -398,9 +410,8 @@ pub fn subscribe(s: &Settings, a: &SubArgs) -> Result<(), String> {
         waited = true;
         t.expect = None;
         match read(&mut sub, a, &mut t, deadline)? {
-            Stop::Done => break,
+            Stop::Done | Stop::Gone => break,
             Stop::Ended => eprintln!("the publisher ended its stream; waiting for the next one"),
-            Stop::Gone => eprintln!("the publisher's process is gone; waiting for the next one"),
         }
     }
     let secs = t.first.map_or(0.0, |f| f.elapsed().as_secs_f64()).max(1e-9);
@@ -414,6 +425,14 @@ pub fn subscribe(s: &Settings, a: &SubArgs) -> Result<(), String> {
         t.lost_bytes,
         if a.verify { format!("; sequence gaps {}", t.gaps) } else { String::new() }
     );
+    if let Some((reason, position)) = t.gone {
+        // A stream cut short is not a success: say where it stopped.
+        let last = match t.expect {
+            Some(next) if a.verify => format!("last sequence {}", next.saturating_sub(1)),
+            _ => format!("{} messages received", t.msgs),
+        };
+        return Err(format!("{reason} without closing its stream, at stream position {position}; {last}"));
+    }
     if t.gaps > 0 && !a.lossy {
         return Err(format!("{} messages missing on a tethered subscriber", t.gaps));
     }

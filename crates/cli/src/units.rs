@@ -40,12 +40,83 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
     Ok(v.round() as u64)
 }
 
-/// Parses a duration: `100us`, `5s`, `1m30s`.
+/// The longest duration any option takes (a year): longer ones would
+/// overflow a deadline (`now + duration`) and are surely a typo.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Parses a duration: `100us`, `5s`, `1m30s`; at most [`MAX_DURATION`].
 ///
 /// # Errors
 /// A message naming the bad input.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    tickwire_driver::units::parse_duration(s).map_err(|e| format!("bad duration {s:?}: {e} (e.g. 100us, 5s)"))
+    let d =
+        tickwire_driver::units::parse_duration(s).map_err(|e| format!("bad duration {s:?}: {e} (e.g. 100us, 5s)"))?;
+    if d > MAX_DURATION {
+        return Err(format!("duration {s:?} is over the limit of 365 days"));
+    }
+    Ok(d)
+}
+
+/// The largest message a publication takes (the default log's
+/// `max_message`; UDP fragments up to the same size).
+pub const MAX_MESSAGE: usize = 4 << 20;
+
+/// Parses a message size: [`parse_size`] within `min..=`[`MAX_MESSAGE`].
+///
+/// # Errors
+/// A message naming the input and the limits.
+pub fn parse_message_size(s: &str, min: usize) -> Result<usize, String> {
+    let v = parse_size(s)?;
+    if !(min..=MAX_MESSAGE).contains(&v) {
+        return Err(format!("message size {s:?} out of range: {min} B to 4 MiB (the largest message)"));
+    }
+    Ok(v)
+}
+
+/// Parses a log capacity: a power of two from 64 KiB to 1 TiB.
+///
+/// # Errors
+/// A message naming the input and the limits.
+pub fn parse_capacity(s: &str) -> Result<usize, String> {
+    let v = parse_size(s)?;
+    if !v.is_power_of_two() || !(64 << 10..=1 << 40).contains(&v) {
+        return Err(format!("capacity {s:?}: use a power of two from 64KiB to 1TiB, e.g. 16MiB"));
+    }
+    Ok(v)
+}
+
+/// Parses an MTU: a multiple of 32 from 64 B to 16 MiB.
+///
+/// # Errors
+/// A message naming the input and the limits.
+pub fn parse_mtu(s: &str) -> Result<usize, String> {
+    let v = parse_size(s)?;
+    if v % 32 != 0 || !(64..=16 << 20).contains(&v) {
+        return Err(format!("mtu {s:?}: use a multiple of 32 from 64 to 16MiB, e.g. 64k"));
+    }
+    Ok(v)
+}
+
+/// Parses a pair of CPUs `LOCAL,REMOTE` for the two spinning sides of a
+/// measurement and checks that this process may run on both (the CPUs of
+/// its affinity mask: those that exist and its cgroup's cpuset allows).
+///
+/// # Errors
+/// A message naming the CPU and listing the allowed ones.
+pub fn parse_cpu_pair(s: &str) -> Result<(usize, usize), String> {
+    let (a, b) = s.split_once(',').ok_or_else(|| format!("bad CPU list {s:?}: expected two CPUs, e.g. 0,1"))?;
+    let allowed = tickwire_agent::allowed_cpus();
+    let cpu = |x: &str| -> Result<usize, String> {
+        let c = x.trim().parse::<usize>().map_err(|_| format!("bad CPU {x:?} in {s:?}: expected e.g. 0,1"))?;
+        if !allowed.contains(&c) {
+            return Err(format!(
+                "CPU {c} does not exist or is not allowed for this process (allowed: {})",
+                tickwire_agent::cpu_list(&allowed)
+            ));
+        }
+        Ok(c)
+    };
+    Ok((cpu(a)?, cpu(b)?))
 }
 
 #[cfg(test)]

@@ -89,6 +89,7 @@ fn pump(p: &mut [&mut UdpSender], subs: &mut [(&mut UdpReceiver, &mut Vec<String
                     Event::Joined { session_id, .. } => format!("joined {session_id}"),
                     Event::Ended { session_id, .. } => format!("ended {session_id}"),
                     Event::Lost { from, to, .. } => format!("lost {from}-{to}"),
+                    Event::PublisherGone { session_id, .. } => format!("gone {session_id}"),
                 })
             },
             256,

@@ -121,6 +121,7 @@ impl Sim {
                         got.first_index = None;
                     }
                     Event::Ended { session_id, position } => got.ended.push((session_id, position)),
+                    Event::PublisherGone { .. } => got.bad.push("a network receiver reported PublisherGone".into()),
                 },
                 usize::MAX,
             );

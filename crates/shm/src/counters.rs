@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"TWCNT\0v1";
-const LAYOUT_VERSION: u32 = 1;
+const LAYOUT_VERSION: u32 = 2;
 const HEADER: usize = 128;
 const SET_LEN: usize = 256;
 const META: usize = 128;
@@ -35,7 +35,8 @@ const LABEL_MAX: usize = 112;
 /// Sets per file (a process with many subscribers needs one per subscriber).
 pub const MAX_SETS: usize = 1024;
 /// Values per set.
-pub const VALUES: usize = 8;
+pub const VALUES: usize = 16;
+const _: () = assert!(VALUES * 8 <= META, "a set's values must end before its meta word");
 
 /// Which side of a stream a set counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +54,7 @@ pub enum Kind {
 
 impl Kind {
     /// Names of the values of a set of this kind, in index order.
-    pub fn names(self) -> &'static [&'static str; VALUES] {
+    pub fn names(self) -> &'static [&'static str] {
         match self {
             Kind::Publisher => &PUB_NAMES,
             Kind::Subscriber => &SUB_NAMES,
@@ -90,8 +91,11 @@ pub mod publisher {
     pub const EVICTIONS: usize = 6;
     /// Slots of dead subscribers reclaimed.
     pub const REAPED: usize = 7;
+    /// The log's lock taken over from a dead holder (a subscriber killed
+    /// while joining).
+    pub const LOCKS_TAKEN_OVER: usize = 8;
 }
-const PUB_NAMES: [&str; VALUES] = [
+const PUB_NAMES: [&str; 9] = [
     "messages",
     "bytes",
     "back_pressured",
@@ -100,6 +104,7 @@ const PUB_NAMES: [&str; VALUES] = [
     "end_of_ring_pads",
     "lossy_evictions",
     "dead_subscribers_reaped",
+    "locks_taken_over",
 ];
 
 /// Subscriber value indices.
@@ -120,8 +125,10 @@ pub mod subscriber {
     pub const REASSEMBLY_DROPPED: usize = 6;
     /// PAD frames skipped (end of ring, aborted claims, dead publishers).
     pub const PADS: usize = 7;
+    /// Publishers found dead or silent (each an `Event::PublisherGone`).
+    pub const PUBLISHERS_GONE: usize = 8;
 }
-const SUB_NAMES: [&str; VALUES] = [
+const SUB_NAMES: [&str; 9] = [
     "messages",
     "bytes",
     "lost_notices",
@@ -130,10 +137,11 @@ const SUB_NAMES: [&str; VALUES] = [
     "unblocked_claims",
     "reassembly_dropped",
     "pads_skipped",
+    "publishers_gone",
 ];
 
 /// Reliable-UDP sender value names, in index order.
-pub const UDP_SENDER_NAMES: [&str; VALUES] = [
+pub const UDP_SENDER_NAMES: [&str; 8] = [
     "messages",
     "bytes",
     "naks_received",
@@ -145,7 +153,7 @@ pub const UDP_SENDER_NAMES: [&str; VALUES] = [
 ];
 
 /// Reliable-UDP receiver value names, in index order.
-pub const UDP_RECEIVER_NAMES: [&str; VALUES] =
+pub const UDP_RECEIVER_NAMES: [&str; 8] =
     ["messages", "bytes", "naks_sent", "gaps_detected", "lost_events", "lost_bytes", "invalid_datagrams", "duplicates"];
 
 /// A process's counters file (or a private anonymous block).
@@ -166,9 +174,18 @@ impl CountersFile {
         std::fs::create_dir_all(dir).map_err(|e| ShmError::io(dir, e))?;
         let me = ProcessId::current();
         let path = counters_path(dir, me.pid);
-        let _ = std::fs::remove_file(&path); // our pid: any old file is a dead process's
-        let map = MappedFile::create_new(&path, file_len()).map_err(|e| ShmError::io(&path, e))?;
-        Ok(Arc::new(Self::init(map, me)))
+        // Made whole under a temporary name, then renamed into place: no
+        // reader ever sees a half-made file. Our pid: an old file at `path`
+        // is a dead process's, and the rename replaces it.
+        let tmp = dir.join(format!(".counters-{}.{}.tmp", me.pid, me.pid));
+        let _ = std::fs::remove_file(&tmp);
+        let map = MappedFile::create_new(&tmp, file_len(), &path)?;
+        let counters = Self::init(map, me);
+        if let Err(e) = std::fs::rename(&tmp, &path) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(ShmError::io(&path, e));
+        }
+        Ok(Arc::new(counters))
     }
 
     /// Counters nobody else can see (for embedded use without a directory).
@@ -240,9 +257,7 @@ impl CountersFile {
 
 impl Drop for CountersFile {
     fn drop(&mut self) {
-        if let Some(p) = self.map.path() {
-            let _ = std::fs::remove_file(p);
-        }
+        self.map.remove_created();
     }
 }
 

@@ -91,6 +91,17 @@ pub enum ShmError {
         /// Holder pid.
         holder: u64,
     },
+    /// The filesystem cannot hold a new file (a full tmpfs). Nothing was left
+    /// behind.
+    #[error("no space left in {} for {} (needs {needs} bytes)", dir.display(), file.display())]
+    NoSpace {
+        /// The directory.
+        dir: PathBuf,
+        /// The file's name.
+        file: PathBuf,
+        /// Bytes the file needs.
+        needs: u64,
+    },
     /// An invalid configuration or name.
     #[error("invalid configuration: {0}")]
     Config(String),

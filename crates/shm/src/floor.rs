@@ -24,7 +24,7 @@ impl CacheLines {
     /// I/O errors.
     pub fn create(path: &Path) -> Result<Self, ShmError> {
         let _ = std::fs::remove_file(path);
-        Ok(Self { map: MappedFile::create_new(path, 4096).map_err(|e| ShmError::io(path, e))? })
+        Ok(Self { map: MappedFile::create_new(path, 4096, path)? })
     }
     /// Opens a file made by [`CacheLines::create`].
     ///
@@ -73,7 +73,7 @@ impl RawRing {
             return Err(ShmError::Config("raw ring: slots must be a power of two, slot_len a multiple of 64".into()));
         }
         let _ = std::fs::remove_file(path);
-        let map = MappedFile::create_new(path, RING_HDR + slots * slot_len).map_err(|e| ShmError::io(path, e))?;
+        let map = MappedFile::create_new(path, RING_HDR + slots * slot_len, path)?;
         map.atomic_u64(8).store(slots as u64, Ordering::Relaxed);
         map.atomic_u64(16).store(slot_len as u64, Ordering::Release);
         Ok(Self { map, slots: slots as u64, slot_len, index: 0, cached_other: 0, published: 0 })

@@ -42,6 +42,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod clean;
 pub mod config;
 pub mod counters;
 mod error;
@@ -57,12 +58,13 @@ pub mod os {
     pub use crate::sys::{default_sigpipe, ignore_sigint, monotonic_ns, ProcessId};
 }
 
+pub use clean::{clean, CleanReport};
 pub use config::{LogConfig, DEFAULT_DIR};
 pub use counters::{CounterSet, CountersFile, CountersReader};
 pub use error::{PollError, ShmError};
 pub use log::file::{inspect, log_path, status, Descriptor, FileStatus, LogStatus};
 pub use log::{Claim, LogAppender, LogReader, Mode, ReaderOptions};
-pub use tickwire_wire::{Event, Message, OfferError};
+pub use tickwire_wire::{Event, GoneReason, Message, OfferError};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -112,51 +114,4 @@ impl Context {
     pub fn reader(&self, channel: &str, stream_id: u32, opts: ReaderOptions) -> Result<LogReader, ShmError> {
         LogReader::open(&self.dir, channel, stream_id, opts, &self.counters)
     }
-}
-
-/// What [`clean`] did with one file.
-#[derive(Debug)]
-pub struct CleanReport {
-    /// The file.
-    pub path: PathBuf,
-    /// Removed (stale), or kept with the reason.
-    pub removed: bool,
-    /// Why.
-    pub reason: String,
-}
-
-/// Removes log and counters files in `dir` whose owning process is dead.
-/// Foreign or corrupt files are reported and left alone.
-///
-/// # Errors
-/// [`ShmError::Io`] if the directory cannot be read.
-pub fn clean(dir: &Path) -> Result<Vec<CleanReport>, ShmError> {
-    let mut out = Vec::new();
-    let rd = std::fs::read_dir(dir).map_err(|e| ShmError::io(dir, e))?;
-    for entry in rd.flatten() {
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let (stale, reason) = if name.ends_with(".log") {
-            match inspect(&path) {
-                FileStatus::Live(d) => (false, format!("live publisher pid {}", d.publisher.pid)),
-                FileStatus::Stale { pid } => (true, format!("publisher pid {pid} is dead")),
-                FileStatus::Bad(e) => (false, e.to_string()),
-            }
-        } else if name.starts_with("counters-") && name.ends_with(".twc") {
-            match CountersReader::open(&path) {
-                Ok(r) if r.owner.is_alive() => (false, format!("live process {}", r.owner.pid)),
-                Ok(r) => (true, format!("process {} is dead", r.owner.pid)),
-                Err(e) => (false, e.to_string()),
-            }
-        } else if name.starts_with('.') && name.ends_with(".tmp") {
-            let pid = name.rsplit('.').nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
-            let alive = sys::ProcessId { pid, start_time: 0 }.is_alive();
-            (!alive, format!("temporary file of pid {pid}"))
-        } else {
-            continue;
-        };
-        let removed = stale && std::fs::remove_file(&path).is_ok();
-        out.push(CleanReport { path, removed, reason });
-    }
-    Ok(out)
 }

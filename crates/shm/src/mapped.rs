@@ -1,5 +1,6 @@
 //! A mapped file with bounds-checked atomic and byte access.
 
+use crate::error::ShmError;
 use crate::sys::{self, Mapping};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -13,39 +14,89 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 pub(crate) struct MappedFile {
     map: Mapping,
     path: Option<PathBuf>,
+    /// (device, inode) of a file this process created: what it may remove.
+    created: Option<(u64, u64)>,
 }
 
 impl MappedFile {
-    /// Creates `path` exclusively (fails if it exists), sizes it to `len`
-    /// zero bytes and maps it.
-    pub fn create_new(path: &Path, len: usize) -> io::Result<Self> {
-        let file = OpenOptions::new().read(true).write(true).create_new(true).mode(0o644).open(path)?;
-        file.set_len(len as u64)?;
-        Ok(Self { map: sys::map_file(&file, len)?, path: Some(path.to_owned()) })
+    /// Creates `path` exclusively (fails if it exists), reserves `len` zero
+    /// bytes for it on its filesystem and maps it. `known_as` is the name the
+    /// file will have once the caller has filled it in and moved it into
+    /// place (the same path when it is not moved): errors and the SIGBUS
+    /// handler name it, and [`MappedFile::remove_created`] removes it.
+    ///
+    /// The space is reserved up front (`posix_fallocate`): on a full tmpfs
+    /// the first touch of an unreserved page raises SIGBUS, so a full
+    /// filesystem must be an error here instead. On failure the file is
+    /// removed again.
+    ///
+    /// # Errors
+    /// [`ShmError::NoSpace`] when the filesystem cannot hold `len` bytes,
+    /// [`ShmError::Io`] otherwise.
+    pub fn create_new(path: &Path, len: usize, known_as: &Path) -> Result<Self, ShmError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(path)
+            .map_err(|e| ShmError::io(path, e))?;
+        let made = sys::reserve(&file, len).and_then(|()| Ok((file.metadata()?, sys::map_file(&file, len, known_as)?)));
+        match made {
+            Ok((meta, map)) => {
+                use std::os::unix::fs::MetadataExt;
+                Ok(Self { map, path: Some(known_as.to_owned()), created: Some((meta.dev(), meta.ino())) })
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(path);
+                Err(if e.raw_os_error() == Some(libc::ENOSPC) {
+                    ShmError::NoSpace {
+                        dir: known_as.parent().map(Path::to_owned).unwrap_or_default(),
+                        file: known_as.file_name().map(Into::into).unwrap_or_default(),
+                        needs: len as u64,
+                    }
+                } else {
+                    ShmError::io(path, e)
+                })
+            }
+        }
     }
 
-    /// Opens and maps an existing file whole. Returns the file length so the
-    /// caller can validate the header before trusting it.
+    /// Opens and maps an existing regular file whole. The caller validates
+    /// the header before trusting it.
     pub fn open(path: &Path) -> io::Result<Self> {
-        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        let file = open_regular(path, true)?;
         let len = file.metadata()?.len() as usize;
         if len == 0 {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "empty file"));
         }
-        Ok(Self { map: sys::map_file(&file, len)?, path: Some(path.to_owned()) })
+        Ok(Self { map: sys::map_file(&file, len, path)?, path: Some(path.to_owned()), created: None })
     }
 
-    /// Reads up to `n` bytes from the start of `path` without mapping it.
+    /// Reads up to `n` bytes from the start of the regular file `path`
+    /// without mapping it.
     pub fn peek(path: &Path, n: usize) -> io::Result<Vec<u8>> {
         use std::io::Read;
         let mut buf = Vec::with_capacity(n);
-        File::open(path)?.take(n as u64).read_to_end(&mut buf)?;
+        open_regular(path, false)?.take(n as u64).read_to_end(&mut buf)?;
         Ok(buf)
     }
 
     /// A zeroed anonymous block of `len` bytes.
     pub fn anonymous(len: usize) -> io::Result<Self> {
-        Ok(Self { map: sys::map_anonymous(len)?, path: None })
+        Ok(Self { map: sys::map_anonymous(len)?, path: None, created: None })
+    }
+
+    /// Removes the file this process created, if the name still leads to it.
+    /// A file another process put in its place (it took over a name it found
+    /// stale) is left alone. Returns whether the file was removed.
+    pub fn remove_created(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let (Some(path), Some(id)) = (&self.path, self.created) else { return false };
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if (m.dev(), m.ino()) == id => std::fs::remove_file(path).is_ok(),
+            _ => false,
+        }
     }
 
     /// Mapped length.
@@ -108,4 +159,35 @@ impl MappedFile {
         // SAFETY: bounds checked; the caller guarantees exclusive access.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base().add(offset), data.len()) }
     }
+}
+
+/// Opens `path` only if it is a regular file (following symlinks), never
+/// blocking: a FIFO, socket or device named like a tickwire file would
+/// otherwise hang the open or the read. Checked before opening (so a device
+/// is never opened) and again on the open descriptor (so a file swapped in
+/// between is caught).
+pub(crate) fn open_regular(path: &Path, write: bool) -> io::Result<File> {
+    not_regular(&std::fs::metadata(path)?)?;
+    let file = OpenOptions::new().read(true).write(write).custom_flags(libc::O_NONBLOCK).open(path)?;
+    not_regular(&file.metadata()?)?;
+    Ok(file)
+}
+
+fn not_regular(meta: &std::fs::Metadata) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    let what = if t.is_file() {
+        return Ok(());
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else if t.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    };
+    Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{what}, not a tickwire file (left alone)")))
 }

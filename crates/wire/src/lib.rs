@@ -63,7 +63,7 @@ pub use error_frame::{ErrorFrame, ErrorRepr};
 pub use fragment::{Fragment, Fragmenter};
 pub use header::{FrameHeader, FrameType};
 pub use heartbeat::{HeartbeatFrame, HeartbeatRepr};
-pub use message::{DeliveryStats, Event, Message, OfferError};
+pub use message::{DeliveryStats, Event, GoneReason, Message, OfferError};
 pub use nak::{NakFrame, NakRepr};
 pub use reassembly::Reassembler;
 pub use repr::FrameRepr;

@@ -22,9 +22,9 @@ pub struct Message<'a> {
 
 /// What a subscription hands to its handler, in stream order.
 ///
-/// Over shared memory only `Message` and `Lost` occur (a log has one
-/// publisher session for its whole life); over the network a receiver also
-/// reports joining and leaving sessions.
+/// Over shared memory `Message`, `Lost` and `PublisherGone` occur (a log
+/// has one publisher session for its whole life); over the network a
+/// receiver also reports joining and leaving sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event<'a> {
     /// A session was joined at `position`; its messages follow.
@@ -55,6 +55,44 @@ pub enum Event<'a> {
         /// Its final position.
         position: u64,
     },
+    /// The publisher of `session_id` is gone without closing its stream: its
+    /// process died, or it fell silent for longer than the subscriber's
+    /// publisher timeout. Everything it committed before `position` was
+    /// delivered; nothing more will come from it. Reported once.
+    PublisherGone {
+        /// The session.
+        session_id: u32,
+        /// Where its stream stopped.
+        position: u64,
+        /// Died or silent.
+        reason: GoneReason,
+    },
+}
+
+/// Why [`Event::PublisherGone`] was reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GoneReason {
+    /// The publisher's process no longer runs (pid gone, or reused by a
+    /// process with another start time).
+    Died {
+        /// The dead publisher's pid.
+        pid: u32,
+    },
+    /// The process runs but neither published nor refreshed its heartbeat
+    /// for longer than the timeout the subscriber asked for.
+    Silent {
+        /// How long it has been silent, milliseconds.
+        for_ms: u64,
+    },
+}
+
+impl std::fmt::Display for GoneReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GoneReason::Died { pid } => write!(f, "publisher pid {pid} died"),
+            GoneReason::Silent { for_ms } => write!(f, "publisher silent for {for_ms} ms"),
+        }
+    }
 }
 
 /// Why a publication refused a message. Nothing was published: a message is

@@ -265,7 +265,7 @@ pub(crate) fn receiver(uri: &str) -> Result<String, LabError> {
                         rep.messages += 1;
                     }
                     Event::Lost { .. } => rep.in_order = false,
-                    Event::Joined { .. } | Event::Ended { .. } => {}
+                    Event::Joined { .. } | Event::Ended { .. } | Event::PublisherGone { .. } => {}
                 },
                 256,
             )

@@ -42,6 +42,7 @@ pub struct LogAppender {
     mtu: u64,
     me: ProcessId,
     last_liveness_check: u64,
+    last_lock_check: u64,
     counters: CounterSet,
     tail: std::ptr::NonNull<AtomicU64>,
     waiters: std::ptr::NonNull<AtomicU32>,
@@ -91,6 +92,7 @@ impl LogAppender {
             mtu: log.desc.mtu as u64,
             me: ProcessId::current(),
             last_liveness_check: 0,
+            last_lock_check: 0,
             counters,
             log,
         })
@@ -364,10 +366,20 @@ impl LogAppender {
 
     /// The rescan itself; `refresh_limit` counts its refusals.
     fn scan_limit(&mut self, end: u64) -> Result<(), OfferError> {
-        let Some(_guard) = self.log.try_lock(self.me.pid) else {
+        let now = sys::monotonic_ns();
+        let guard = match self.log.try_lock(self.me) {
+            Some(g) => Some(g),
+            None if lock_check_due(&mut self.last_lock_check, now) => {
+                self.log.take_over_lock(self.me).map(|(g, _dead)| {
+                    self.counters.add(pc::LOCKS_TAKEN_OVER, 1);
+                    g
+                })
+            }
+            None => None,
+        };
+        let Some(_guard) = guard else {
             return Err(OfferError::BackPressured);
         };
-        let now = sys::monotonic_ns();
         self.log.u64_at(PUB_HEARTBEAT_OFFSET).store(now, Ordering::Relaxed);
         let check_liveness = now.saturating_sub(self.last_liveness_check) > LIVENESS_CHECK_NS;
         if check_liveness {
@@ -435,7 +447,17 @@ impl LogAppender {
             return 0;
         }
         hb.store(now, Ordering::Relaxed);
-        if let Some(_g) = self.log.try_lock(self.me.pid) {
+        let guard = match self.log.try_lock(self.me) {
+            Some(g) => Some(g),
+            None if lock_check_due(&mut self.last_lock_check, now) => {
+                self.log.take_over_lock(self.me).map(|(g, _dead)| {
+                    self.counters.add(pc::LOCKS_TAKEN_OVER, 1);
+                    g
+                })
+            }
+            None => None,
+        };
+        if let Some(_g) = guard {
             for i in 0..self.log.desc.max_subscribers {
                 let s = slot(i);
                 if self.log.u32_at(s + SLOT_STATE).load(Ordering::Acquire) == SLOT_ACTIVE
@@ -449,12 +471,26 @@ impl LogAppender {
     }
 }
 
+/// Whether to look at the holder of a busy lock now: a lock left held by a
+/// dead process (a subscriber killed while joining) is taken over, but its
+/// holder is checked at most once per liveness interval (it reads /proc).
+#[cold]
+fn lock_check_due(last: &mut u64, now: u64) -> bool {
+    let due = now.saturating_sub(*last) >= LIVENESS_CHECK_NS;
+    if due {
+        *last = now;
+    }
+    due
+}
+
 impl Drop for LogAppender {
     fn drop(&mut self) {
         // End of stream: subscribers drain what is committed, then see `closed`.
         self.log.u64_at(CLOSED_OFFSET).store(self.position | 1 << 63, Ordering::SeqCst);
         wake(self.futex_word(self.position & self.mask));
-        let _ = std::fs::remove_file(&self.log.path);
+        // Only if the name still leads to our file: a publisher that found it
+        // stale may have replaced it with its own live log.
+        self.log.map.remove_created();
     }
 }
 

@@ -147,7 +147,7 @@ impl LogFile {
         let hlen = header_len(cfg.max_subscribers);
         let tmp = dir.join(format!(".{name}-{stream_id}.{}.tmp", me.pid));
         let _ = std::fs::remove_file(&tmp);
-        let map = MappedFile::create_new(&tmp, hlen + cfg.capacity).map_err(|e| ShmError::io(&tmp, e))?;
+        let map = MappedFile::create_new(&tmp, hlen + cfg.capacity, &path)?;
         let session_id = session_id(me, stream_id);
         let mut head = vec![0u8; 128];
         head[..8].copy_from_slice(&MAGIC);
@@ -224,37 +224,64 @@ impl LogFile {
     }
 
     /// Takes the coordination lock if free. Serializes joins with the
-    /// publisher's limit rescans.
-    pub(crate) fn try_lock(&self, owner: u32) -> Option<LockGuard<'_>> {
+    /// publisher's limit rescans. The lock word names its holder: pid in the
+    /// low half, the low 32 bits of its start time in the high half.
+    pub(crate) fn try_lock(&self, owner: ProcessId) -> Option<LockGuard<'_>> {
         let lock = self.u64_at(LOCK_OFFSET);
-        lock.compare_exchange(0, u64::from(owner), Ordering::Acquire, Ordering::Relaxed)
+        lock.compare_exchange(0, lock_word(owner), Ordering::Acquire, Ordering::Relaxed)
             .ok()
             .map(|_| LockGuard { lock })
     }
 
-    /// Takes the lock, waiting up to `timeout`; a lock held by a dead process
-    /// is broken.
-    pub(crate) fn lock(&self, owner: u32, timeout: Duration) -> Result<LockGuard<'_>, ShmError> {
-        let start = Instant::now();
+    /// Takes the lock over if its holder is dead (killed while holding it:
+    /// a subscriber killed during its join). Returns the guard and the dead
+    /// holder's pid, or `None` if the lock is free, or held by a live process.
+    pub(crate) fn take_over_lock(&self, owner: ProcessId) -> Option<(LockGuard<'_>, u32)> {
         let lock = self.u64_at(LOCK_OFFSET);
+        let holder = lock.load(Ordering::Relaxed);
+        if holder == 0 || lock_holder_alive(holder) {
+            return None;
+        }
+        lock.compare_exchange(holder, lock_word(owner), Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| (LockGuard { lock }, holder as u32))
+    }
+
+    /// Takes the lock, waiting up to `timeout`; a lock held by a dead process
+    /// is taken over at once.
+    pub(crate) fn lock(&self, owner: ProcessId, timeout: Duration) -> Result<LockGuard<'_>, ShmError> {
+        let start = Instant::now();
+        let mut polls = 0u32;
         loop {
             if let Some(g) = self.try_lock(owner) {
                 return Ok(g);
             }
-            let holder = lock.load(Ordering::Relaxed);
+            polls = polls.wrapping_add(1);
+            if polls % 1024 == 0 {
+                if let Some((g, _dead)) = self.take_over_lock(owner) {
+                    return Ok(g);
+                }
+            }
             if start.elapsed() > timeout {
-                let alive = ProcessId { pid: holder as u32, start_time: 0 }.is_alive();
-                if !alive
-                    && lock.compare_exchange(holder, u64::from(owner), Ordering::Acquire, Ordering::Relaxed).is_ok()
-                {
-                    return Ok(LockGuard { lock });
-                }
-                if start.elapsed() > timeout * 4 {
-                    return Err(ShmError::LockTimeout { path: self.path.clone(), holder });
-                }
+                let holder = self.u64_at(LOCK_OFFSET).load(Ordering::Relaxed) & u64::from(u32::MAX);
+                return Err(ShmError::LockTimeout { path: self.path.clone(), holder });
             }
             std::thread::yield_now();
         }
+    }
+}
+
+fn lock_word(p: ProcessId) -> u64 {
+    u64::from(p.pid) | (p.start_time & u64::from(u32::MAX)) << 32
+}
+
+/// Whether the process a lock word names still runs (the same process: a
+/// reused pid has another start time).
+fn lock_holder_alive(word: u64) -> bool {
+    let pid = word as u32;
+    match ProcessId::of(pid) {
+        Some(p) => word >> 32 == 0 || p.start_time & u64::from(u32::MAX) == word >> 32,
+        None => false,
     }
 }
 

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tickwire_wire::{
-    align_frame, data, DataFrame, DeliveryStats, Event, FrameType, Reassembler, FRAME_ALIGNMENT, MAX_TOPIC_LENGTH,
-    VERSION,
+    align_frame, data, DataFrame, DeliveryStats, Event, FrameType, GoneReason, Reassembler, FRAME_ALIGNMENT,
+    MAX_TOPIC_LENGTH, VERSION,
 };
 
 /// How a subscriber relates to the publisher when it falls behind.
@@ -36,12 +36,33 @@ pub struct ReaderOptions {
     pub mode: Mode,
     /// How long to wait for the log's coordination lock when joining.
     pub join_timeout: Duration,
+    /// Report [`Event::PublisherGone`] (silent) when the publisher neither
+    /// publishes nor refreshes its heartbeat for this long. `None` (the
+    /// default): only a dead publisher process is reported. A publisher
+    /// refreshes its heartbeat whenever it rescans its limit and in
+    /// `do_work`, so one that idles must call `do_work` more often than this.
+    pub publisher_timeout: Option<Duration>,
 }
 
 impl Default for ReaderOptions {
     fn default() -> Self {
-        Self { mode: Mode::Tethered, join_timeout: Duration::from_secs(1) }
+        Self { mode: Mode::Tethered, join_timeout: Duration::from_secs(1), publisher_timeout: None }
     }
+}
+
+/// How often an idle reader looks at its publisher's liveness (/proc).
+const GONE_CHECK_NS: u64 = 50_000_000;
+
+/// What an idle reader knows about its publisher's liveness.
+#[derive(Debug, Default)]
+struct Liveness {
+    /// Last check (monotonic ns); 0: check at the next idle poll.
+    checked_at: u64,
+    /// Position at the last check, and when it last moved.
+    position: u64,
+    moved_at: u64,
+    /// `PublisherGone` was delivered.
+    reported: bool,
 }
 
 /// A reader of a stream's log. Each subscriber has its own position.
@@ -61,6 +82,8 @@ pub struct LogReader {
     stall_position: u64,
     idle_polls: u32,
     corrupt: Option<PollError>,
+    publisher_timeout_ns: Option<u64>,
+    liveness: Liveness,
 }
 
 // SAFETY: `ring` points into the mapping owned by `log`, which moves with the
@@ -92,7 +115,7 @@ impl LogReader {
         }
         let me = ProcessId::current();
         let (slot, position) = {
-            let _guard = log.lock(me.pid, opts.join_timeout)?;
+            let _guard = log.lock(me, opts.join_timeout)?;
             let free = (0..log.desc.max_subscribers)
                 .map(slot)
                 .find(|&s| log.u32_at(s + SLOT_STATE).load(Ordering::Acquire) == SLOT_FREE)
@@ -124,6 +147,8 @@ impl LogReader {
             stall_position: 0,
             idle_polls: 0,
             corrupt: None,
+            publisher_timeout_ns: opts.publisher_timeout.map(|t| t.as_nanos().min(u128::from(u64::MAX)) as u64),
+            liveness: Liveness { moved_at: sys::monotonic_ns(), ..Liveness::default() },
             log,
         })
     }
@@ -178,8 +203,11 @@ impl LogReader {
             && self.commit_word(self.position & self.mask).load(Ordering::Acquire) == 0
         {
             self.idle_polls = self.idle_polls.wrapping_add(1);
-            if self.idle_polls % 1024 == 0 {
+            if self.idle_polls % 1024 == 0 || self.liveness.checked_at == 0 {
                 self.check_stall();
+                if let Some(gone) = self.check_gone() {
+                    handler(gone);
+                }
             }
             return Ok(0);
         }
@@ -250,8 +278,11 @@ impl LogReader {
         }
         if frames == 0 {
             self.idle_polls = self.idle_polls.wrapping_add(1);
-            if self.idle_polls % 1024 == 0 {
+            if self.idle_polls % 1024 == 0 || self.liveness.checked_at == 0 {
                 self.check_stall();
+                if let Some(gone) = self.check_gone() {
+                    handler(gone);
+                }
             }
         }
         Ok(frames)
@@ -372,6 +403,50 @@ impl LogReader {
         self.stall_since = 0;
     }
 
+    /// The `PublisherGone` event, once, when this idle reader's publisher has
+    /// died or (with a publisher timeout) fallen silent and nothing more is
+    /// claimed past this reader's position. At most one /proc read per
+    /// [`GONE_CHECK_NS`]; never once the stream was closed normally.
+    #[cold]
+    fn check_gone(&mut self) -> Option<Event<'static>> {
+        let now = sys::monotonic_ns();
+        let l = &mut self.liveness;
+        if l.reported || (l.checked_at != 0 && now.saturating_sub(l.checked_at) < GONE_CHECK_NS) {
+            return None;
+        }
+        l.checked_at = now;
+        if l.position != self.position {
+            (l.position, l.moved_at) = (self.position, now);
+        }
+        // A closed stream ended normally; a claim past us is still to come
+        // (or to be padded out by `check_stall` once its dead owner is seen).
+        if self.log.u64_at(CLOSED_OFFSET).load(Ordering::Acquire) != 0
+            || self.log.u64_at(TAIL_OFFSET).load(Ordering::Acquire) > self.position
+        {
+            return None;
+        }
+        let reason = if !self.log.desc.publisher.is_alive() {
+            GoneReason::Died { pid: self.log.desc.publisher.pid }
+        } else {
+            let timeout = self.publisher_timeout_ns?;
+            let heartbeat = self.log.u64_at(PUB_HEARTBEAT_OFFSET).load(Ordering::Relaxed);
+            let silent = now.saturating_sub(heartbeat.max(l.moved_at));
+            if silent <= timeout {
+                return None;
+            }
+            GoneReason::Silent { for_ms: silent / 1_000_000 }
+        };
+        l.reported = true;
+        self.counters.add(sc::PUBLISHERS_GONE, 1);
+        Some(Event::PublisherGone { session_id: self.log.desc.session_id, position: self.position, reason })
+    }
+
+    /// Whether [`Event::PublisherGone`] was delivered: the publisher died or
+    /// fell silent, and nothing more will come from it.
+    pub fn is_publisher_gone(&self) -> bool {
+        self.liveness.reported
+    }
+
     /// Sleeps until a frame is committed at this subscriber's position, the
     /// stream is closed, or `timeout` passes. Costs no CPU while asleep.
     pub fn park(&mut self, timeout: Duration) {
@@ -399,6 +474,10 @@ impl LogReader {
         }
         if self.commit_word(off).load(Ordering::Acquire) == 0 {
             self.check_stall();
+            // A parked reader polls rarely: look at the publisher on the next one.
+            if sys::monotonic_ns().saturating_sub(self.liveness.checked_at) >= GONE_CHECK_NS {
+                self.liveness.checked_at = 0;
+            }
         }
     }
 }

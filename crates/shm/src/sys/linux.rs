@@ -12,6 +12,8 @@ use std::time::Duration;
 pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
+    /// Slot in the SIGBUS registry (file mappings only).
+    guard: Option<usize>,
 }
 
 // SAFETY: the mapping is plain shared memory; all concurrent access to it goes
@@ -35,6 +37,9 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        if let Some(i) = self.guard {
+            super::sigbus::unregister(i);
+        }
         // SAFETY: ptr/len came from a successful mmap and are unmapped once.
         unsafe {
             libc::munmap(self.ptr.as_ptr().cast(), self.len);
@@ -47,8 +52,10 @@ impl Drop for Mapping {
 /// not take page faults on the hot path.
 ///
 /// The caller must have checked that the file is at least `len` bytes long:
-/// touching a mapped page beyond the end of the file raises SIGBUS.
-pub fn map_file(file: &File, len: usize) -> io::Result<Mapping> {
+/// touching a mapped page beyond the end of the file raises SIGBUS. If the
+/// file shrinks later (another process truncates it), the SIGBUS handler
+/// names `path` and exits ([`super::sigbus`]).
+pub fn map_file(file: &File, len: usize, path: &std::path::Path) -> io::Result<Mapping> {
     // SAFETY: a fresh mapping at an address of the kernel's choosing; the fd
     // is valid for the call and the mapping outlives it independently.
     let p = unsafe {
@@ -64,7 +71,20 @@ pub fn map_file(file: &File, len: usize) -> io::Result<Mapping> {
     if p == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
-    Ok(Mapping { ptr: NonNull::new(p.cast()).ok_or_else(io::Error::last_os_error)?, len })
+    let ptr = NonNull::new(p.cast()).ok_or_else(io::Error::last_os_error)?;
+    Ok(Mapping { ptr, len, guard: super::sigbus::register(p as usize, len, path) })
+}
+
+/// Gives `file` `len` bytes backed by real space on its filesystem (and that
+/// length), so that no later touch of a mapped page can fail for want of
+/// space. `ENOSPC` when the filesystem is full.
+pub fn reserve(file: &File, len: usize) -> io::Result<()> {
+    let len = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: a plain system call on a valid descriptor; no memory is passed.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
 }
 
 /// Maps `len` zeroed bytes shared with nobody (a private counters block).
@@ -83,7 +103,7 @@ pub fn map_anonymous(len: usize) -> io::Result<Mapping> {
     if p == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
-    Ok(Mapping { ptr: NonNull::new(p.cast()).ok_or_else(io::Error::last_os_error)?, len })
+    Ok(Mapping { ptr: NonNull::new(p.cast()).ok_or_else(io::Error::last_os_error)?, len, guard: None })
 }
 
 /// Sleeps while `*word == expected`, at most `timeout`. Returns on a wake,
@@ -191,6 +211,15 @@ impl ProcessId {
     pub fn current() -> Self {
         let pid = std::process::id();
         Self { pid, start_time: start_time(pid).unwrap_or(0) }
+    }
+
+    /// The running (not zombie) process `pid`, with its start time; `None`
+    /// if there is none.
+    pub fn of(pid: u32) -> Option<Self> {
+        match read_stat(pid) {
+            Some((state, start_time)) if state != 'Z' && pid != 0 => Some(Self { pid, start_time }),
+            _ => None,
+        }
     }
 
     /// Whether this exact process still runs (a pid reused by another process

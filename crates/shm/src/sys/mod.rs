@@ -5,7 +5,10 @@
 //! ([`futex_wait`], [`futex_wake`]), an asymmetric barrier ([`membarrier_register`],
 //! [`membarrier_global`]), process identity and liveness
 //! ([`ProcessId`]), and a system-wide monotonic clock ([`monotonic_ns`]).
-//! Only Linux is implemented.
+//! A SIGBUS on a registered file mapping (the file was truncated under us)
+//! exits with a message naming the file ([`sigbus`]). Only Linux is
+//! implemented.
 
 mod linux;
+pub mod sigbus;
 pub use linux::*;

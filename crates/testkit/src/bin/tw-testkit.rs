@@ -97,7 +97,8 @@ fn main() {
             let (mut received, mut lost_notices, mut lost_bytes, mut next, mut bytes) = (0u64, 0u64, 0u64, 0u64, 0u64);
             let mut errors: Vec<String> = Vec::new();
             let mut max_seen = 0u64;
-            while received < count && !s.is_end_of_stream() {
+            let mut gone: Option<String> = None;
+            while received < count && !s.is_end_of_stream() && gone.is_none() {
                 let n = s
                     .poll(
                         |e| match e {
@@ -123,6 +124,7 @@ fn main() {
                                 lost_notices += 1;
                                 lost_bytes += to - from;
                             }
+                            Event::PublisherGone { reason, .. } => gone = Some(reason.to_string()),
                             Event::Joined { .. } | Event::Ended { .. } => {
                                 errors.push(format!("a log reader saw a network session event: {e:?}"))
                             }
@@ -146,7 +148,7 @@ fn main() {
                 "{}",
                 serde_json::json!({"received": received, "bytes": bytes, "lost_notices": lost_notices,
                     "lost_bytes": lost_bytes, "errors": errors.iter().take(5).collect::<Vec<_>>(), "error_count": errors.len(),
-                    "last": max_seen})
+                    "last": max_seen, "publisher_gone": gone})
             );
         }
         "claim-and-hang" => {
