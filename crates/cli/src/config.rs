@@ -10,10 +10,11 @@
 //! unblock_timeout = "5s"
 //! ```
 
-use crate::units::{parse_duration, parse_size};
+use crate::units::{parse_capacity, parse_duration, parse_message_size, parse_mtu};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use tickwire_shm::LogConfig;
+use toml::Spanned;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -26,11 +27,26 @@ struct FileConfig {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileLog {
-    capacity: Option<String>,
-    mtu: Option<String>,
-    max_message: Option<String>,
-    max_subscribers: Option<usize>,
-    unblock_timeout: Option<String>,
+    capacity: Option<Spanned<String>>,
+    mtu: Option<Spanned<String>>,
+    max_message: Option<Spanned<String>>,
+    max_subscribers: Option<Spanned<usize>>,
+    unblock_timeout: Option<Spanned<String>>,
+}
+
+/// Parses the value of `[log] key`, naming file, line and key on error.
+fn value<T>(
+    path: &Path,
+    text: &str,
+    key: &str,
+    v: &Spanned<String>,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<T, String> {
+    parse(v.get_ref()).map_err(|e| format!("{}:{}: [log] {key}: {e}", path.display(), line_of(text, v.span().start)))
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
 }
 
 /// Settings after reading the file.
@@ -60,23 +76,28 @@ pub fn load(path: Option<&Path>) -> Result<Settings, String> {
     if let Some(d) = f.dir {
         s.dir = d;
     }
-    if let Some(v) = f.log.capacity {
+    if let Some(v) = &f.log.capacity {
         // Derived defaults (mtu, max_message) shrink to fit a small ring.
-        s.log = LogConfig::with_capacity(parse_size(&v)?);
+        s.log = LogConfig::with_capacity(value(path, &text, "capacity", v, parse_capacity)?);
     }
-    if let Some(v) = f.log.mtu {
-        s.log.mtu = parse_size(&v)?;
+    if let Some(v) = &f.log.mtu {
+        s.log.mtu = value(path, &text, "mtu", v, parse_mtu)?;
     }
-    if let Some(v) = f.log.max_message {
-        s.log.max_message = parse_size(&v)?;
+    if let Some(v) = &f.log.max_message {
+        s.log.max_message = value(path, &text, "max_message", v, |x| parse_message_size(x, 1))?;
     }
-    if let Some(v) = f.log.max_subscribers {
-        s.log.max_subscribers = v;
+    if let Some(v) = &f.log.max_subscribers {
+        let n = *v.get_ref();
+        if !(1..=1024).contains(&n) {
+            let line = line_of(&text, v.span().start);
+            return Err(format!("{}:{line}: [log] max_subscribers: {n} is not in 1..=1024", path.display()));
+        }
+        s.log.max_subscribers = n;
     }
-    if let Some(v) = f.log.unblock_timeout {
-        s.log.unblock_timeout = parse_duration(&v)?;
+    if let Some(v) = &f.log.unblock_timeout {
+        s.log.unblock_timeout = value(path, &text, "unblock_timeout", v, parse_duration)?;
     }
-    s.log.validate().map_err(|e| format!("{}: {e}", path.display()))?;
+    s.log.validate().map_err(|e| format!("{}: [log]: {e}", path.display()))?;
     Ok(s)
 }
 
@@ -97,6 +118,12 @@ mod tests {
         std::fs::write(&p, "[log]\ncapacitty = \"1MiB\"\n").unwrap();
         assert!(load(Some(&p)).unwrap_err().contains("capacitty"));
         std::fs::write(&p, "[log]\ncapacity = \"1000\"\n").unwrap();
-        assert!(load(Some(&p)).unwrap_err().contains("power of two"));
+        let e = load(Some(&p)).unwrap_err();
+        assert!(e.contains("t.toml:2: [log] capacity") && e.contains("power of two"), "{e}");
+        std::fs::write(&p, "\n[log]\nmtu = \"4k\"\nunblock_timeout = \"soon\"\n").unwrap();
+        let e = load(Some(&p)).unwrap_err();
+        assert!(e.contains("t.toml:4: [log] unblock_timeout") && e.contains("e.g. 100us, 5s"), "{e}");
+        std::fs::write(&p, "[log]\nmax_subscribers = 0\n").unwrap();
+        assert!(load(Some(&p)).unwrap_err().contains("t.toml:2: [log] max_subscribers: 0 is not in 1..=1024"));
     }
 }

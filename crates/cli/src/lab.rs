@@ -510,6 +510,7 @@ impl LabCmd {
                     netns: a.netns,
                     params: a.params,
                     timeout: a.timeout,
+                    dir,
                 },
                 json: a.json,
             },

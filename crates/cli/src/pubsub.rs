@@ -199,16 +199,32 @@ fn offer(p: &mut Publication, topic: &str, msg: &[u8]) -> Result<(), String> {
     }
 }
 
+/// Publishes stdin lines. A thread reads them, so that Ctrl-C stops the
+/// publisher at once even while no line comes (a blocking read is not
+/// interrupted by a signal whose handler restarts it), and the publication
+/// keeps its heartbeat while it waits.
 fn publish_stdin(p: &mut Publication, a: &PubArgs) -> Result<u64, String> {
-    let mut sent = 0;
-    for line in std::io::stdin().lock().lines() {
-        let line = line.map_err(|e| format!("reading stdin: {e}"))?;
-        offer(p, &a.topic, line.as_bytes())?;
-        p.do_work();
-        sent += 1;
-        if stopped() {
-            break;
+    use std::sync::mpsc::{sync_channel, RecvTimeoutError};
+    let (tx, rx) = sync_channel::<std::io::Result<String>>(1024);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            if tx.send(line).is_err() {
+                return;
+            }
         }
+    });
+    let mut sent = 0;
+    while !stopped() {
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(line) => {
+                let line = line.map_err(|e| format!("reading stdin: {e}"))?;
+                offer(p, &a.topic, line.as_bytes())?;
+                sent += 1;
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break, // end of input
+        }
+        p.do_work();
     }
     Ok(sent)
 }

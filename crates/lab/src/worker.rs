@@ -62,9 +62,9 @@ pub enum Role {
     /// Sends reliable UDP at `rate`, stamping each message's intended time.
     RudpRate { port: u16, cpu: usize, size: usize, rate: f64, duration: Duration, params: String },
     /// The sending end of `lab transfer`.
-    RudpSend { uri: String, bytes: u64, max_size: usize, seed: u64, receivers: usize, timeout: Duration },
+    RudpSend { dir: PathBuf, uri: String, bytes: u64, max_size: usize, seed: u64, receivers: usize, timeout: Duration },
     /// A receiving end of `lab transfer`.
-    RudpRecv { uri: String },
+    RudpRecv { dir: PathBuf, uri: String },
     /// The system under test of tick-to-trade: a UDP tick in, a TCP order out to `gateway`.
     TickToTradeSut { gateway: SocketAddr, cpu: usize, tick_size: usize, order_size: usize },
 }
@@ -117,10 +117,10 @@ impl Role {
             Role::RudpRate { port, cpu, size, rate, duration, params } => {
                 rudp::rate_sender(port, cpu, size, rate, duration, &params)
             }
-            Role::RudpSend { uri, bytes, max_size, seed, receivers, timeout } => {
-                transfer::sender(&uri, bytes, max_size, seed, receivers, timeout)
+            Role::RudpSend { dir, uri, bytes, max_size, seed, receivers, timeout } => {
+                transfer::sender(&dir, &uri, bytes, max_size, seed, receivers, timeout)
             }
-            Role::RudpRecv { uri } => transfer::receiver(&uri),
+            Role::RudpRecv { dir, uri } => transfer::receiver(&dir, &uri),
             Role::TickToTradeSut { gateway, cpu, tick_size, order_size } => {
                 tick_to_trade::sut(gateway, cpu, tick_size, order_size)
             }

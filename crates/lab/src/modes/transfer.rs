@@ -10,6 +10,7 @@
 use crate::host::netns::{NetnsPair, NetnsStar};
 use crate::{LabError, Role, WorkerProcess};
 use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tickwire_driver::udp::{UdpReceiver, UdpSender};
 use tickwire_driver::{ChannelUri, Event, OfferError};
@@ -42,6 +43,8 @@ pub struct Transfer {
     pub params: Vec<String>,
     /// Give up after this long.
     pub timeout: Duration,
+    /// Where the workers' counters files go (the caller's `--dir`).
+    pub dir: PathBuf,
 }
 
 /// One receiver's account.
@@ -167,6 +170,7 @@ fn idle(work: usize, idle_runs: &mut u32) -> bool {
 /// # Errors
 /// A bad URI, socket errors, or no receiver in time.
 pub(crate) fn sender(
+    dir: &Path,
     uri: &str,
     bytes: u64,
     max: usize,
@@ -175,8 +179,8 @@ pub(crate) fn sender(
     timeout: Duration,
 ) -> Result<String, LabError> {
     let uri: ChannelUri = uri.parse().map_err(|e| LabError::Usage(format!("{e}")))?;
-    // Counters in the default directory, so `tickwire stat` shows the run live.
-    let counters = tickwire_shm::CountersFile::create(std::path::Path::new(tickwire_shm::DEFAULT_DIR)).ok();
+    // Counters in the caller's directory, so `tickwire stat` shows the run live.
+    let counters = tickwire_shm::CountersFile::create(dir).ok();
     let mut p = UdpSender::open(&uri, STREAM, counters.as_ref()).map_err(|e| LabError::Worker(e.to_string()))?;
     let deadline = Instant::now() + timeout;
     while p.receivers() < receivers {
@@ -243,9 +247,9 @@ pub(crate) fn sender(
 ///
 /// # Errors
 /// A bad URI, socket errors, or silence for 30 s.
-pub(crate) fn receiver(uri: &str) -> Result<String, LabError> {
+pub(crate) fn receiver(dir: &Path, uri: &str) -> Result<String, LabError> {
     let uri: ChannelUri = uri.parse().map_err(|e| LabError::Usage(format!("{e}")))?;
-    let counters = tickwire_shm::CountersFile::create(std::path::Path::new(tickwire_shm::DEFAULT_DIR)).ok();
+    let counters = tickwire_shm::CountersFile::create(dir).ok();
     let mut sub = UdpReceiver::open(&uri, STREAM, counters.as_ref()).map_err(|e| LabError::Worker(e.to_string()))?;
     println!("listening {}", sub.local_addr().port());
     let mut rep = ReceiverReport { checksum: FNV0, in_order: true, ..ReceiverReport::default() };
@@ -327,6 +331,7 @@ pub fn run(t: &Transfer) -> Result<TransferReport, LabError> {
         return Err(LabError::Usage("several receivers are multicast: add --netns for a bridged segment".into()));
     }
     let sender_role = |uri: &str| Role::RudpSend {
+        dir: t.dir.clone(),
         uri: uri.to_owned(),
         bytes: t.bytes,
         max_size: t.max_size,
@@ -334,7 +339,7 @@ pub fn run(t: &Transfer) -> Result<TransferReport, LabError> {
         receivers: t.receivers,
         timeout: t.timeout.max(Duration::from_secs(1)),
     };
-    let recv_role = |uri: String| Role::RudpRecv { uri };
+    let recv_role = |uri: String| Role::RudpRecv { dir: t.dir.clone(), uri };
     let mut _pair = None;
     let mut _star = None;
     let mut receivers = Vec::new();
