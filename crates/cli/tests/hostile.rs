@@ -392,3 +392,23 @@ fn lab_transfer_workers_use_the_callers_directory() {
     let left: Vec<_> = std::fs::read_dir(&d).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(left.is_empty(), "lab workers left {left:?}");
 }
+
+/// Case 10: a bad config file names the file, line and key, and says what
+/// is accepted.
+#[test]
+fn config_errors_name_file_line_and_key() {
+    let d = dir("config");
+    let path = format!("{d}/tickwire.toml");
+    let five = Duration::from_secs(5);
+    for (text, says) in [
+        ("dir = \"/tmp/x\"\n[log]\ncapacity = \"1000\"\n", "tickwire.toml:3: [log] capacity"),
+        ("[log]\nmtu = \"4k\"\nunblock_timeout = \"soon\"\n", "tickwire.toml:3: [log] unblock_timeout"),
+        ("[log]\ncapacitty = \"1MiB\"\n", "unknown field `capacitty`, expected one of `capacity`"),
+        ("[log]\nmax_subscribers = 5000\n", "tickwire.toml:2: [log] max_subscribers: 5000 is not in 1..=1024"),
+    ] {
+        std::fs::write(&path, text).unwrap();
+        let (code, out) = run(&["--config", &path, "stat"], five);
+        assert_eq!(code, Some(2), "{text}: {out}");
+        assert!(out.contains(&path) && out.contains(says), "{text}: {out}");
+    }
+}
