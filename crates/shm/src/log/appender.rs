@@ -1,6 +1,6 @@
 //! The publishing side of a log: claim, write in place, commit.
 
-use super::file::{Descriptor, LogFile};
+use super::file::{Descriptor, LockGuard, LogFile};
 use super::layout::*;
 use crate::config::LogConfig;
 use crate::counters::{publisher as pc, CounterSet, CountersFile, Kind};
@@ -367,16 +367,7 @@ impl LogAppender {
     /// The rescan itself; `refresh_limit` counts its refusals.
     fn scan_limit(&mut self, end: u64) -> Result<(), OfferError> {
         let now = sys::monotonic_ns();
-        let guard = match self.log.try_lock(self.me) {
-            Some(g) => Some(g),
-            None if lock_check_due(&mut self.last_lock_check, now) => {
-                self.log.take_over_lock(self.me).map(|(g, _dead)| {
-                    self.counters.add(pc::LOCKS_TAKEN_OVER, 1);
-                    g
-                })
-            }
-            None => None,
-        };
+        let guard = lock_or_take_over(&self.log, self.me, &mut self.last_lock_check, &self.counters, now);
         let Some(_guard) = guard else {
             return Err(OfferError::BackPressured);
         };
@@ -447,16 +438,7 @@ impl LogAppender {
             return 0;
         }
         hb.store(now, Ordering::Relaxed);
-        let guard = match self.log.try_lock(self.me) {
-            Some(g) => Some(g),
-            None if lock_check_due(&mut self.last_lock_check, now) => {
-                self.log.take_over_lock(self.me).map(|(g, _dead)| {
-                    self.counters.add(pc::LOCKS_TAKEN_OVER, 1);
-                    g
-                })
-            }
-            None => None,
-        };
+        let guard = lock_or_take_over(&self.log, self.me, &mut self.last_lock_check, &self.counters, now);
         if let Some(_g) = guard {
             for i in 0..self.log.desc.max_subscribers {
                 let s = slot(i);
@@ -471,16 +453,26 @@ impl LogAppender {
     }
 }
 
-/// Whether to look at the holder of a busy lock now: a lock left held by a
-/// dead process (a subscriber killed while joining) is taken over, but its
-/// holder is checked at most once per liveness interval (it reads /proc).
-#[cold]
-fn lock_check_due(last: &mut u64, now: u64) -> bool {
-    let due = now.saturating_sub(*last) >= LIVENESS_CHECK_NS;
-    if due {
-        *last = now;
+/// Takes the log's lock if free. A lock left held by a dead process (a
+/// subscriber killed while joining) is taken over and counted, but its holder
+/// is looked at (it reads /proc) at most once per liveness interval.
+fn lock_or_take_over<'a>(
+    log: &'a LogFile,
+    me: ProcessId,
+    last_check: &mut u64,
+    counters: &CounterSet,
+    now: u64,
+) -> Option<LockGuard<'a>> {
+    if let Some(g) = log.try_lock(me) {
+        return Some(g);
     }
-    due
+    if now.saturating_sub(*last_check) < LIVENESS_CHECK_NS {
+        return None;
+    }
+    *last_check = now;
+    let (guard, _dead) = log.take_over_lock(me)?;
+    counters.add(pc::LOCKS_TAKEN_OVER, 1);
+    Some(guard)
 }
 
 impl Drop for LogAppender {
