@@ -213,6 +213,10 @@ pub struct OneWayArgs {
     /// Log capacity per stream.
     #[arg(long, default_value = "4MiB", value_parser = parse_size)]
     capacity: usize,
+    /// Rounds, each a raw-ring round (the open-loop floor, one to one only)
+    /// then a tickwire round, of --duration / rounds each.
+    #[arg(long, default_value_t = 10)]
+    rounds: usize,
     /// Also write the histogram as an HdrHistogram interval log.
     #[arg(long)]
     hlog: Option<PathBuf>,
@@ -467,6 +471,7 @@ impl LabCmd {
                     cpus: a.common.cpus,
                     dir,
                     capacity: a.capacity,
+                    rounds: a.rounds,
                     stall: (a.stall_every > 0).then_some((a.stall_every, a.stall_for)),
                 },
                 loss: a.loss,

@@ -287,13 +287,53 @@ fn a_stalled_receiver_is_not_hidden_by_coordinated_omission() {
     // publisher, which is where coordinated omission would hide the delay.
     let r = oneway(
         &d,
-        &["--rate", "50k", "--duration", "1s", "--stall-every", "5000", "--stall-for", "20ms", "--capacity", "64k"],
+        &[
+            "--rate",
+            "50k",
+            "--duration",
+            "1s",
+            "--rounds",
+            "1",
+            "--stall-every",
+            "5000",
+            "--stall-for",
+            "20ms",
+            "--capacity",
+            "64k",
+        ],
     );
     let p90 = r["p90_ns"].as_u64().unwrap();
     let p99 = r["p99_ns"].as_u64().unwrap();
     assert!(p90 > 5_000_000, "p90 {p90} ns hides the stalls: {r}");
     assert!(p99 > 15_000_000, "p99 {p99} ns hides the stalls: {r}");
     assert_eq!(r["lost"], 0);
+}
+
+/// The lab is hiccup-aware: a stall of the far side (it sleeps 2 ms once)
+/// is recorded as a pause, and the messages in flight during it are in the
+/// full distribution but not in the pause-free one. The open-loop floor (a
+/// raw ring at the same rate and size) is measured in the same run.
+#[test]
+fn an_injected_stall_is_a_pause_and_leaves_the_pause_free_distribution() {
+    let d = dir("hiccup");
+    let args = ["--dir", &d, "lab", "oneway", "--json", "--rate", "50k", "--duration", "1s", "--rounds", "1"];
+    let (ok, out, err) = run(&[&args[..], &["--stall-every", "25000", "--stall-for", "2ms"]].concat());
+    assert!(ok, "{err}");
+    let r = rows(&out);
+    let kinds: Vec<(&str, &str)> =
+        r.iter().map(|x| (x["mode"].as_str().unwrap(), x["distribution"].as_str().unwrap())).collect();
+    assert_eq!(kinds, [("oneway", "all"), ("oneway", "pause_free"), ("floor", "all"), ("floor", "pause_free")]);
+    let (all, free) = (&r[0], &r[1]);
+    let n = |row: &serde_json::Value, k: &str| row[k].as_u64().unwrap_or_else(|| panic!("no {k} in {row}"));
+    assert!(n(all, "max_ns") >= 2_000_000, "the stall is not in the full distribution: {all}");
+    assert!(n(all, "pause_max_ns") >= 2_000_000, "the stall was not recorded as a pause: {all}");
+    // At 50k msg/s, about 100 messages were sent during the 2 ms.
+    assert!(n(all, "excluded") >= 90, "{all}");
+    assert_eq!(n(free, "count") + n(free, "excluded"), n(all, "count"), "{free}");
+    assert!(n(free, "max_ns") < 2_000_000, "a message of the stall stayed in the pause-free distribution: {free}");
+    assert_eq!(r[0]["floor_probe"], "raw_ring");
+    assert_eq!(r[1]["floor_probe"], "raw_ring pause-free");
+    assert!(r[0]["ratio_p999"].as_f64().unwrap() > 0.0 && n(&r[2], "count") >= 45_000, "{}", r[2]);
 }
 
 #[test]
@@ -469,7 +509,8 @@ fn every_mode_reports_its_floor_ratio_and_plots_on_request() {
     let check = |args: &[&str]| {
         let (ok, out, err) = run(args);
         assert!(ok, "{args:?}: {err}");
-        for r in rows(&out) {
+        // Open-loop modes print their floor's rows too; every other row has ratios to them.
+        for r in rows(&out).into_iter().filter(|r| r["mode"] != "floor") {
             assert!(r["ratio_p50"].as_f64().is_some_and(|x| x > 0.0), "no floor ratio in {r}");
         }
     };

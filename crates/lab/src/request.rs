@@ -335,16 +335,12 @@ fn run_oneway_ipc(o: &OneWayRequest) -> Result<(), LabError> {
     // The floor is one publisher to one subscriber; a fan-out is another
     // shape, and a ratio to it would mean nothing.
     let one_to_one = o.run.publishers == 1 && o.run.subscribers == 1;
-    let f = if one_to_one { Some(quick_floor(o.run.cpus, &o.run.dir)?) } else { None };
-    let mut m = crate::modes::oneway::run(&o.run, &machine)?;
-    if let Some(f) = &f {
-        m.row = m.row.clone().with_floor(f);
-    }
+    let m = crate::modes::oneway::run(&o.run, &machine)?;
     if o.output.format == Format::Table {
-        let r = &m.row;
+        let r = &m[0].row;
         println!(
             "offered {:.0} msg/s, achieved {:.0} msg/s, lost {}; {} publisher(s) on one thread (CPU {}), {} subscriber(s) \
-             on one thread (CPU {}), {} topic(s); latency from the intended send time{}",
+             on one thread (CPU {}), {} topic(s); latency from the intended send time; {} rounds{}",
             r.offered_rate.unwrap_or(0.0),
             r.achieved_rate.unwrap_or(0.0),
             r.lost,
@@ -353,10 +349,16 @@ fn run_oneway_ipc(o: &OneWayRequest) -> Result<(), LabError> {
             o.run.subscribers,
             o.run.cpus.remote,
             o.run.topics,
-            if one_to_one { "" } else { "; no floor ratio (the floor is one to one, this run is not)" }
+            o.run.rounds.max(1),
+            if one_to_one {
+                ", each a raw-ring round at the same rate and size, then a tickwire round"
+            } else {
+                "; no floor (the floor is one to one, this run is not)"
+            }
         );
+        println!("{}", print::pauses_line(r));
     }
-    print::latency_and_files(&[m], &o.output, &machine, "One-way latency by percentile (from the intended send time)")
+    print::latency_and_files(&m, &o.output, &machine, "One-way latency by percentile (from the intended send time)")
 }
 
 fn run_sweep(sweep: &Sweep, out: &Output) -> Result<(), LabError> {

@@ -25,6 +25,9 @@ pub enum Role {
     RingPong { ping: PathBuf, pong: PathBuf, cpu: usize },
     /// Counts a raw-ring stream (floor throughput).
     RingSink { path: PathBuf, cpu: usize },
+    /// Records one-way latency of an open-loop raw-ring stream (the
+    /// open-loop floor); the sender's pauses arrive in `pauses`.
+    RingOnewaySink { path: PathBuf, cpu: usize, expected: u64, pauses: PathBuf },
     /// Echoes IPC pings on the channel's pong stream.
     IpcPong { dir: PathBuf, channel: String, cpu: usize, capacity: usize, wait: Wait },
     /// Counts an IPC stream (throughput).
@@ -41,6 +44,10 @@ pub enum Role {
         subscribers: usize,
         stall_every: u64,
         stall_for: Duration,
+        /// Messages expected (sample buffer size).
+        expected: u64,
+        /// Where the publisher leaves its pauses.
+        pauses: PathBuf,
     },
     /// Echoes over a kernel UDP or TCP socket bound to `addr`.
     SockPong { proto: Proto, addr: String, cpu: usize, wait: Wait, size: usize },
@@ -94,19 +101,28 @@ impl Role {
             Role::Cacheline { path, cpu } => floor::cacheline_worker(&path, cpu),
             Role::RingPong { ping, pong, cpu } => floor::ring_pong(&ping, &pong, cpu),
             Role::RingSink { path, cpu } => floor::ring_sink(&path, cpu),
+            Role::RingOnewaySink { path, cpu, expected, pauses } => {
+                floor::ring_oneway_sink(&path, cpu, expected, &pauses)
+            }
             Role::IpcPong { dir, channel, cpu, capacity, wait } => ipc::ipc_pong(&dir, &channel, cpu, capacity, wait),
             Role::IpcSink { dir, channel, cpu } => ipc::ipc_sink(&dir, &channel, cpu),
             Role::Reflect { dir, channel, cpu, every, capacity } => {
                 sweep::reflect(&dir, &channel, cpu, every.max(1), capacity)
             }
-            Role::OnewaySink { dir, channel, cpu, publishers, subscribers, stall_every, stall_for } => oneway::sink(
-                &dir,
-                &channel,
+            Role::OnewaySink {
+                dir,
+                channel,
                 cpu,
                 publishers,
                 subscribers,
-                (stall_every > 0).then_some((stall_every, stall_for)),
-            ),
+                stall_every,
+                stall_for,
+                expected,
+                pauses,
+            } => {
+                let stall = (stall_every > 0).then_some((stall_every, stall_for));
+                oneway::sink(&dir, &channel, cpu, (publishers, subscribers), stall, expected, &pauses)
+            }
             Role::SockPong { proto, addr, cpu, wait, size } => sockets::pong(proto, &addr, cpu, wait, size),
             Role::SockPing { proto, peer, cpu, wait, size, count, warmup, limit } => {
                 let h = sockets::ping_loop(proto, peer, wait, size, count, warmup, cpu, limit)?;

@@ -14,6 +14,7 @@
 //!   report with the published figures beside ours and SVG plots.
 
 pub mod oneway;
+pub mod openloop;
 pub mod pingpong;
 pub mod reproduce;
 pub mod sweep;

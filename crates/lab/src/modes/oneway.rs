@@ -5,11 +5,20 @@
 //! falls behind (back-pressure, a stalled receiver) sends late but keeps the
 //! intended time, so the stall shows in the percentiles instead of being
 //! hidden (coordinated omission).
+//!
+//! A run is `rounds` rounds. In a one-to-one run each round first streams a
+//! raw shared-memory ring at the same rate and size on the same schedule
+//! (the open-loop floor), then tickwire. Both sides of both record their
+//! pauses ([`super::openloop`]), and every row comes twice: all messages,
+//! and the pause-free ones. Tickwire's rows carry ratios to the floor's row
+//! of the same kind.
 
+use super::openloop::{publish, write_pauses, PauseRecorder, PauseSummary, Published, Samples, SinkReport};
 use crate::host::machine::Machine;
 use crate::output::report::{histogram, LatencyRow};
 use crate::output::Measured;
 use crate::{Cpus, LabError, Role, WorkerProcess};
+use hdrhistogram::Histogram;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 use tickwire_agent::pin_current_thread;
@@ -24,7 +33,7 @@ pub struct OneWay {
     pub rate: u64,
     /// Payload bytes (at least 16: sequence and intended time lead).
     pub size: usize,
-    /// How long to publish.
+    /// How long to publish, over all rounds.
     pub duration: Duration,
     /// Publisher streams (round-robin in the publishing process).
     pub publishers: usize,
@@ -38,6 +47,9 @@ pub struct OneWay {
     pub dir: PathBuf,
     /// Log capacity per stream.
     pub capacity: usize,
+    /// Rounds: a one-to-one run alternates a raw-ring round at the same
+    /// rate and size with a tickwire round, this many times.
+    pub rounds: usize,
     /// Test hook: the receiver sleeps `.1` once every `.0` messages.
     pub stall: Option<(u64, Duration)>,
 }
@@ -49,16 +61,126 @@ pub fn topic(i: usize) -> String {
     format!("md/topic{:04}", i % 10_000)
 }
 
-/// Runs the measurement.
+/// One side's results over all rounds.
+struct Totals {
+    all: Histogram<u64>,
+    pause_free: Histogram<u64>,
+    excluded: u64,
+    pauses: PauseSummary,
+    sent: u64,
+    received: u64,
+    secs: f64,
+}
+
+impl Totals {
+    fn new() -> Self {
+        Self {
+            all: histogram(),
+            pause_free: histogram(),
+            excluded: 0,
+            pauses: PauseSummary::default(),
+            sent: 0,
+            received: 0,
+            secs: 0.0,
+        }
+    }
+
+    fn add(&mut self, p: Published, line: &str) -> Result<(), LabError> {
+        let r: SinkReport =
+            serde_json::from_str(line).map_err(|e| LabError::Worker(format!("bad sink output {line:?}: {e}")))?;
+        self.all.add(crate::output::decode_histogram(&r.histogram)?).map_err(|e| LabError::Worker(e.to_string()))?;
+        self.pause_free
+            .add(crate::output::decode_histogram(&r.pause_free)?)
+            .map_err(|e| LabError::Worker(e.to_string()))?;
+        self.excluded += r.excluded;
+        self.pauses.add(&r.pauses);
+        self.sent += p.sent;
+        self.received += r.received;
+        self.secs += p.secs;
+        Ok(())
+    }
+
+    /// The full and the pause-free rows.
+    fn rows(
+        &self,
+        mode: &str,
+        transport: &str,
+        probe: Option<&str>,
+        o: &OneWay,
+        m: &Machine,
+        wall: SystemTime,
+    ) -> [Measured; 2] {
+        let row = |h: &Histogram<u64>, distribution: &str| {
+            let mut row = LatencyRow::from_histogram(mode, transport, o.size, h);
+            row.probe = match (probe, distribution) {
+                (Some(p), "pause_free") => Some(format!("{p} pause-free")),
+                (None, "pause_free") => Some("pause-free".into()),
+                (p, _) => p.map(str::to_owned),
+            };
+            row.distribution = Some(distribution.into());
+            row.clock = "CLOCK_MONOTONIC in both processes, from the intended send time".into();
+            row.offered_rate = Some(o.rate as f64);
+            row.achieved_rate = Some((self.sent as f64 / self.secs.max(1e-9)).round());
+            let subscribers = if mode == "floor" { 1 } else { o.subscribers as u64 };
+            row.lost = (self.sent * subscribers).saturating_sub(self.received);
+            row.cpus = o.cpus.to_string();
+            row.machine = m.summary();
+            row.pauses = Some(self.pauses.count);
+            row.pause_total_ns = Some(self.pauses.total_ns);
+            row.pause_max_ns = Some(self.pauses.max_ns);
+            row.excluded = Some(self.excluded);
+            Measured { row, hist: h.clone(), start: wall, elapsed: Duration::from_secs_f64(self.secs) }
+        };
+        [row(&self.all, "all"), row(&self.pause_free, "pause_free")]
+    }
+}
+
+/// Runs the measurement in rounds. Returns tickwire's full and pause-free
+/// rows, then (one to one only) the raw ring's at the same rate and size,
+/// with each tickwire row's ratios to the floor row of the same kind.
 ///
 /// # Errors
 /// Bad parameters, set-up failures, or a receiver that never finishes.
-pub fn run(o: &OneWay, machine: &Machine) -> Result<Measured, LabError> {
+pub fn run(o: &OneWay, machine: &Machine) -> Result<Vec<Measured>, LabError> {
     if o.size < 16 || o.rate == 0 || o.publishers == 0 || o.subscribers == 0 || o.topics == 0 {
         return Err(LabError::Usage("oneway needs --size >= 16 and rate, publishers, subscribers, topics >= 1".into()));
     }
+    let rounds = o.rounds.max(1);
+    let per_round = (o.duration / rounds as u32).max(Duration::from_millis(50));
+    let one_to_one = o.publishers == 1 && o.subscribers == 1;
+    let wall = SystemTime::now();
+    let (mut mine, mut floor) = (Totals::new(), Totals::new());
+    let bar = crate::progress(rounds as u64, "oneway (rounds)");
+    for _ in 0..rounds {
+        if crate::stop_requested() {
+            break;
+        }
+        if one_to_one {
+            let (p, line) =
+                crate::transports::floor::ring_oneway(o.rate, o.size, per_round, o.cpus, &o.dir, o.capacity)?;
+            floor.add(p, &line)?;
+        }
+        let (p, line) = round(o, per_round)?;
+        mine.add(p, &line)?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let [mut all, mut free] = mine.rows("oneway", "ipc", None, o, machine, wall);
+    if !one_to_one {
+        return Ok(vec![all, free]);
+    }
+    let [f_all, f_free] = floor.rows("floor", "shm", Some("raw_ring"), o, machine, wall);
+    all.row = all.row.with_floor(&f_all.row);
+    free.row = free.row.with_floor(&f_free.row);
+    Ok(vec![all, free, f_all, f_free])
+}
+
+/// One tickwire round: the sink process attaches, this thread publishes
+/// open loop, then hands its pauses over and ends the streams.
+fn round(o: &OneWay, duration: Duration) -> Result<(Published, String), LabError> {
     let ctx = Context::new(&o.dir)?;
     let channel = crate::run_tag();
+    let pauses_path = o.dir.join(format!("{channel}.pauses"));
     let cfg = LogConfig::with_capacity(o.capacity);
     let mut pubs: Vec<LogAppender> =
         (0..o.publishers).map(|i| ctx.appender(&channel, i as u32 + 1, &cfg)).collect::<Result<_, _>>()?;
@@ -71,6 +193,8 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Measured, LabError> {
         subscribers: o.subscribers,
         stall_every,
         stall_for,
+        expected: (o.rate as f64 * duration.as_secs_f64()) as u64 * o.subscribers as u64,
+        pauses: pauses_path.clone(),
     })?;
     // Wait until every subscriber is attached to every stream.
     let start = Instant::now();
@@ -85,73 +209,40 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Measured, LabError> {
     }
     pin_current_thread(o.cpus.local)?;
     let topics: Vec<String> = (0..o.topics).map(topic).collect();
-    let mut msg = vec![0u8; o.size];
-    let interval = 1e9 / o.rate as f64;
-    let t0 = monotonic_ns() + 1_000_000;
-    let end = t0 + o.duration.as_nanos() as u64;
-    let wall = SystemTime::now();
-    let mut sent = 0u64;
-    let bar = crate::progress(o.duration.as_secs().max(1), "oneway (seconds)");
-    let mut next_tick = t0 + 1_000_000_000;
-    loop {
-        let intended = t0 + (sent as f64 * interval) as u64;
-        if intended >= end || (sent % 1024 == 0 && crate::stop_requested()) {
-            break;
-        }
-        if intended >= next_tick {
-            bar.inc(1);
-            next_tick += 1_000_000_000;
-        }
-        while monotonic_ns() < intended {
-            std::hint::spin_loop();
-        }
-        stamp::write(&mut msg, sent, intended);
-        let p = &mut pubs[(sent % o.publishers as u64) as usize];
-        let t = &topics[(sent % o.topics as u64) as usize];
-        let stuck = Instant::now();
-        loop {
-            match p.offer_topic(t, &msg) {
-                Ok(_) => break,
-                // Late, but the intended time stays in the message.
-                Err(OfferError::BackPressured) => {
-                    if stuck.elapsed() > SETUP_TIMEOUT {
-                        return Err(LabError::Timeout("receiver stuck for 10 s".into()));
-                    }
-                    std::hint::spin_loop();
-                }
-                Err(e) => return Err(LabError::Worker(e.to_string())),
+    let mut recorder = PauseRecorder::new(monotonic_ns());
+    let mut n = 0usize;
+    let published = publish(o.rate, o.size, duration, &mut recorder, |msg| {
+        let t = &topics[n % o.topics];
+        match pubs[n % o.publishers].offer_topic(t, msg) {
+            Ok(_) => {
+                n += 1;
+                Ok(true)
             }
+            Err(OfferError::BackPressured) => Ok(false),
+            Err(e) => Err(LabError::Worker(e.to_string())),
         }
-        sent += 1;
-    }
-    bar.finish_and_clear();
-    let send_secs = (monotonic_ns().saturating_sub(t0)) as f64 / 1e9;
+    })?;
+    write_pauses(&pauses_path, &recorder.into_pauses())?;
     drop(pubs); // end of stream
-    let line = worker.finish(SETUP_TIMEOUT + o.duration)?;
-    let v: serde_json::Value =
-        serde_json::from_str(&line).map_err(|e| LabError::Worker(format!("bad sink output {line:?}: {e}")))?;
-    let received = v["received"].as_u64().unwrap_or(0);
-    let h = crate::output::decode_histogram(v["histogram"].as_str().unwrap_or(""))?;
-    let mut row = LatencyRow::from_histogram("oneway", "ipc", o.size, &h);
-    row.clock = "CLOCK_MONOTONIC in both processes, from the intended send time".into();
-    row.offered_rate = Some(o.rate as f64);
-    row.achieved_rate = Some((sent as f64 / send_secs.max(1e-9)).round());
-    row.lost = (sent * o.subscribers as u64).saturating_sub(received);
-    row.cpus = o.cpus.to_string();
-    row.machine = machine.summary();
-    Ok(Measured { row, hist: h, start: wall, elapsed: Duration::from_secs_f64(send_secs) })
+    let line = worker.finish(SETUP_TIMEOUT + duration)?;
+    Ok((published, line))
 }
 
-/// Worker role [`Role::OnewaySink`]; `stall` (every N messages, sleep
-/// this long) is a test hook for a slow subscriber.
+/// Worker role [`Role::OnewaySink`]: every subscriber polls on this one
+/// pinned thread; each message's intended time and arrival are kept, the
+/// loop's pauses recorded, and at the end the publisher's pauses read from
+/// `pauses` to split the two distributions. `stall` (every N messages,
+/// sleep this long) is a test hook for a slow subscriber.
 pub(crate) fn sink(
     dir: &Path,
     channel: &str,
     cpu: usize,
-    publishers: usize,
-    subscribers: usize,
+    fan: (usize, usize),
     stall: Option<(u64, Duration)>,
+    expected: u64,
+    pauses: &Path,
 ) -> Result<String, LabError> {
+    let (publishers, subscribers) = fan;
     let ctx = Context::new(dir)?;
     let start = Instant::now();
     let mut subs = Vec::with_capacity(publishers * subscribers);
@@ -170,7 +261,8 @@ pub(crate) fn sink(
         }
     }
     pin_current_thread(cpu)?;
-    let mut h = histogram();
+    let mut samples = Samples::with_capacity(expected as usize + 1024);
+    let mut recorder = PauseRecorder::new(monotonic_ns());
     let mut received = 0u64;
     let mut idle = 0u32;
     let mut last_data = Instant::now();
@@ -182,8 +274,7 @@ pub(crate) fn sink(
                     |e| {
                         if let Event::Message(m) = e {
                             let now = monotonic_ns();
-                            let intended = stamp::intended_ns(m.payload).unwrap_or(0);
-                            h.saturating_record(now.saturating_sub(intended).max(1));
+                            samples.push(stamp::intended_ns(m.payload).unwrap_or(now), now);
                             received += 1;
                             if let Some((_, pause)) = stall.filter(|&(every, _)| received % every == 0) {
                                 std::thread::sleep(pause);
@@ -194,6 +285,7 @@ pub(crate) fn sink(
                 )
                 .map_err(|e| LabError::Worker(e.to_string()))?;
         }
+        recorder.tick(monotonic_ns());
         if work > 0 {
             idle = 0;
             last_data = Instant::now();
@@ -210,5 +302,5 @@ pub(crate) fn sink(
             }
         }
     }
-    Ok(serde_json::json!({"received": received, "histogram": crate::output::encode_histogram(&h)}).to_string())
+    SinkReport::from_run(&samples, recorder.into_pauses(), pauses)
 }

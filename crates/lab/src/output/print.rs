@@ -89,6 +89,20 @@ pub fn latency_and_files(measured: &[Measured], out: &Output, machine: &Machine,
     Ok(())
 }
 
+/// The pause line under an open-loop table: how much of the run the host
+/// took away, and how many messages the pause-free rows leave out.
+pub fn pauses_line(r: &LatencyRow) -> String {
+    format!(
+        "pauses (gaps over 20 us in either side's loop): {} totalling {:.2} ms, longest {:.1} us; \
+         {} of {} messages were in flight during one and are left out of the pause-free rows",
+        r.pauses.unwrap_or(0),
+        r.pause_total_ns.unwrap_or(0) as f64 / 1e6,
+        r.pause_max_ns.unwrap_or(0) as f64 / 1e3,
+        r.excluded.unwrap_or(0),
+        r.count
+    )
+}
+
 /// Writes the interval log if `out` asks for one.
 ///
 /// # Errors

@@ -77,6 +77,23 @@ pub struct LatencyRow {
     /// p99.9 / floor p99.9.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_p999: Option<f64>,
+    /// Open-loop runs: `all` messages, or `pause_free` (those whose flight
+    /// overlapped no pause recorded on either side).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distribution: Option<String>,
+    /// Open-loop runs: pauses recorded on either side (gaps over 20 µs in a
+    /// spinning loop), their total and longest length.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pauses: Option<u64>,
+    /// Total length of the pauses, ns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause_total_ns: Option<u64>,
+    /// The longest pause, ns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause_max_ns: Option<u64>,
+    /// Messages left out of the pause-free distribution.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub excluded: Option<u64>,
 }
 
 impl LatencyRow {
@@ -201,7 +218,7 @@ pub fn table(rows: &[LatencyRow]) -> String {
     }
     if rows.iter().all(|r| r.mode == "tick-to-trade") {
         s.push_str("(nanoseconds, tick sent to order received, measured at the harness)\n");
-    } else if rows.iter().all(|r| r.mode == "oneway") {
+    } else if rows.iter().all(|r| r.mode == "oneway" || r.distribution.is_some()) {
         s.push_str("(nanoseconds, one way, from each message's intended send time)\n");
     } else {
         s.push_str("(nanoseconds, half round trip)\n");

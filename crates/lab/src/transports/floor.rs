@@ -1,6 +1,7 @@
 //! The floor: cache-line ping-pong, raw-ring ping-pong and raw-ring streaming
 //! between two processes pinned to two CPUs.
 
+use crate::modes::openloop::{publish, write_pauses, PauseRecorder, Published, Samples, SinkReport};
 use crate::output::report::{LatencyRow, ThroughputRow};
 use crate::worker::IDLE_LIMIT;
 use crate::{spin_until, Cpus, LabError, Role, WorkerProcess};
@@ -236,4 +237,79 @@ pub(crate) fn ring_sink(path: &Path, cpu: usize) -> Result<String, LabError> {
         }
     }
     Ok(super::sink_report(count, lost, first))
+}
+
+/// The open-loop floor: a raw ring streaming messages of `size` bytes at
+/// `rate` for `duration`, on the same schedule, stamps and pause recording
+/// as a tickwire one-way round, into a ring as deep as the log
+/// (`capacity` bytes). Returns what was sent and the sink's report.
+///
+/// # Errors
+/// Set-up failures, or a sink that does not finish.
+pub fn ring_oneway(
+    rate: u64,
+    size: usize,
+    duration: Duration,
+    cpus: Cpus,
+    dir: &Path,
+    capacity: usize,
+) -> Result<(Published, String), LabError> {
+    std::fs::create_dir_all(dir)?;
+    let tag = crate::run_tag();
+    let path = dir.join(format!("{tag}.ring"));
+    let pauses = dir.join(format!("{tag}.pauses"));
+    let slot_len = size.max(16).div_ceil(64) * 64;
+    let slots = (capacity / slot_len).max(64).next_power_of_two();
+    let mut ring = RawRing::create(&path, slots, slot_len)?;
+    let expected = (rate as f64 * duration.as_secs_f64()) as u64;
+    let worker = WorkerProcess::spawn(&Role::RingOnewaySink {
+        path: path.clone(),
+        cpu: cpus.remote,
+        expected,
+        pauses: pauses.clone(),
+    })?;
+    pin_current_thread(cpus.local)?;
+    let mut recorder = PauseRecorder::new(tickwire_shm::os::monotonic_ns());
+    let published = publish(rate, size, duration, &mut recorder, |msg| Ok(ring.try_push(msg)))?;
+    write_pauses(&pauses, &recorder.into_pauses())?;
+    let mut stop = vec![0u8; 16];
+    stamp::write(&mut stop, STOP, 0);
+    spin_until(REPLY_TIMEOUT, "ring stop", || ring.try_push(&stop).then_some(()))?;
+    let line = worker.finish(REPLY_TIMEOUT + duration);
+    let _ = std::fs::remove_file(&path);
+    Ok((published, line?))
+}
+
+/// Worker role [`Role::RingOnewaySink`].
+pub(crate) fn ring_oneway_sink(path: &Path, cpu: usize, expected: u64, pauses: &Path) -> Result<String, LabError> {
+    use tickwire_shm::os::monotonic_ns;
+    let mut rx = RawRing::open(path)?;
+    pin_current_thread(cpu)?;
+    let mut samples = Samples::with_capacity(expected as usize + 1024);
+    let mut recorder = PauseRecorder::new(monotonic_ns());
+    let mut done = false;
+    let mut last_data = Instant::now();
+    let mut idle = 0u32;
+    while !done {
+        let got = rx.try_pop(|b| {
+            if stamp::seq(b) == Some(STOP) {
+                done = true;
+                return;
+            }
+            let now = monotonic_ns();
+            samples.push(stamp::intended_ns(b).unwrap_or(now), now);
+        });
+        recorder.tick(monotonic_ns());
+        if got {
+            idle = 0;
+            last_data = Instant::now();
+        } else {
+            std::hint::spin_loop();
+            idle = idle.wrapping_add(1);
+            if idle % 4096 == 0 && last_data.elapsed() > IDLE_LIMIT {
+                return Err(LabError::Timeout("no ring data for 30 s".into()));
+            }
+        }
+    }
+    SinkReport::from_run(&samples, recorder.into_pauses(), pauses)
 }
