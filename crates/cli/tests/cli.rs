@@ -397,8 +397,17 @@ fn sweep_rate_reports_each_sustained_rate() {
         run_line(&format!("--dir {d} lab sweep-rate --rates 10k,20k --step 300ms --reflect-every 10 --json"));
     assert!(ok, "{err}");
     let r = rows(&out);
-    assert_eq!(r.len(), 2, "{out}");
-    for (row, rate) in r.iter().zip([10_000.0, 20_000.0]) {
+    // Each rate: every reflected message, then the pause-free ones (a subset).
+    assert_eq!(r.len(), 4, "{out}");
+    for pair in r.chunks(2) {
+        assert_eq!(
+            (pair[0]["distribution"].as_str(), pair[1]["distribution"].as_str()),
+            (Some("all"), Some("pause_free"))
+        );
+        let n = |x: &serde_json::Value, k: &str| x[k].as_u64().unwrap();
+        assert_eq!(n(&pair[1], "count") + n(&pair[1], "excluded"), n(&pair[0], "count"), "{out}");
+    }
+    for (row, rate) in r.iter().step_by(2).zip([10_000.0, 20_000.0]) {
         ordered(row);
         assert_eq!(row["offered_rate"].as_f64().unwrap(), rate);
         let achieved = row["achieved_rate"].as_f64().unwrap();

@@ -376,7 +376,9 @@ fn run_sweep(sweep: &Sweep, out: &Output) -> Result<(), LabError> {
     print::sweep(&rows, out.format, &machine, sweep.reflect_every);
     if out.format == Format::Table {
         let ok = |r: &&LatencyRow| {
-            r.lost == 0 && r.achieved_rate.unwrap_or(0.0) >= r.offered_rate.unwrap_or(f64::MAX) * sweep.sustain
+            r.distribution.as_deref() != Some("pause_free")
+                && r.lost == 0
+                && r.achieved_rate.unwrap_or(0.0) >= r.offered_rate.unwrap_or(f64::MAX) * sweep.sustain
         };
         match rows.iter().rfind(ok) {
             Some(r) => println!(
@@ -394,9 +396,13 @@ fn run_sweep(sweep: &Sweep, out: &Output) -> Result<(), LabError> {
 /// RTT percentiles against target rate at `path`, and achieved against
 /// target beside it (`<name>-achieved.svg`).
 fn sweep_plots(path: &Path, rows: &[LatencyRow]) -> Result<(), LabError> {
-    let pick = |f: fn(&LatencyRow) -> f64| -> Vec<(f64, f64)> {
-        rows.iter().map(|r| (r.offered_rate.unwrap_or(1.0), f(r))).collect()
+    let of = |free: bool, f: fn(&LatencyRow) -> f64| -> Vec<(f64, f64)> {
+        rows.iter()
+            .filter(|r| (r.distribution.as_deref() == Some("pause_free")) == free)
+            .map(|r| (r.offered_rate.unwrap_or(1.0), f(r)))
+            .collect()
     };
+    let pick = |f: fn(&LatencyRow) -> f64| of(false, f);
     plots::lines(
         path,
         "Round-trip latency against target message rate",
@@ -405,6 +411,8 @@ fn sweep_plots(path: &Path, rows: &[LatencyRow]) -> Result<(), LabError> {
             ("RTT p50".into(), pick(|r| r.p50_ns as f64 / 1000.0)),
             ("RTT p99".into(), pick(|r| r.p99_ns as f64 / 1000.0)),
             ("RTT p99.9".into(), pick(|r| r.p999_ns as f64 / 1000.0)),
+            ("RTT p99 pause-free".into(), of(true, |r| r.p99_ns as f64 / 1000.0)),
+            ("RTT p99.9 pause-free".into(), of(true, |r| r.p999_ns as f64 / 1000.0)),
         ],
         true,
     )

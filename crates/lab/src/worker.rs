@@ -33,7 +33,7 @@ pub enum Role {
     /// Counts an IPC stream (throughput).
     IpcSink { dir: PathBuf, channel: String, cpu: usize },
     /// Receives an IPC stream and reflects one message in `every` (rate sweep).
-    Reflect { dir: PathBuf, channel: String, cpu: usize, every: u64, capacity: usize },
+    Reflect { dir: PathBuf, channel: String, cpu: usize, every: u64, capacity: usize, pauses: PathBuf },
     /// Subscribes `subscribers` times to each of `publishers` streams and
     /// records one-way latency; the stall is a test hook.
     OnewaySink {
@@ -106,8 +106,8 @@ impl Role {
             }
             Role::IpcPong { dir, channel, cpu, capacity, wait } => ipc::ipc_pong(&dir, &channel, cpu, capacity, wait),
             Role::IpcSink { dir, channel, cpu } => ipc::ipc_sink(&dir, &channel, cpu),
-            Role::Reflect { dir, channel, cpu, every, capacity } => {
-                sweep::reflect(&dir, &channel, cpu, every.max(1), capacity)
+            Role::Reflect { dir, channel, cpu, every, capacity, pauses } => {
+                sweep::reflect(&dir, &channel, cpu, every.max(1), capacity, &pauses)
             }
             Role::OnewaySink {
                 dir,

@@ -2,10 +2,13 @@
 //! small messages at a target rate, open loop; the receiver reflects one
 //! message in N back; the sender records the round trip from each reflected
 //! message's intended send time. Repeated for increasing target rates until
-//! the path no longer sustains them.
+//! the path no longer sustains them. Both sides record their pauses
+//! ([`super::openloop`]): each rate gives a row of every reflected message and
+//! a row of the pause-free ones.
 
+use super::openloop::{read_pauses, write_pauses, PauseRecorder, Samples};
 use crate::host::machine::Machine;
-use crate::output::report::{histogram, LatencyRow};
+use crate::output::report::LatencyRow;
 use crate::output::Measured;
 use crate::transports::ipc::subscribe_when_ready;
 use crate::{Cpus, LabError, Role, WorkerProcess};
@@ -63,10 +66,11 @@ pub fn run_measured(s: &Sweep, machine: &Machine) -> Result<Vec<Measured>, LabEr
         if crate::stop_requested() {
             break;
         }
-        let m = step(s, rate, machine)?;
+        let [all, pause_free] = step(s, rate, machine)?;
         bar.inc(1);
-        let sustained = m.row.achieved_rate.unwrap_or(0.0) >= rate as f64 * s.sustain;
-        rows.push(m);
+        let sustained = all.row.achieved_rate.unwrap_or(0.0) >= rate as f64 * s.sustain;
+        rows.push(all);
+        rows.push(pause_free);
         if !sustained {
             break;
         }
@@ -75,10 +79,12 @@ pub fn run_measured(s: &Sweep, machine: &Machine) -> Result<Vec<Measured>, LabEr
     Ok(rows)
 }
 
-fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<Measured, LabError> {
+/// One rate: the full and the pause-free rows.
+fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<[Measured; 2], LabError> {
     let wall = std::time::SystemTime::now();
     let ctx = Context::new(&s.dir)?;
     let channel = crate::run_tag();
+    let pauses_path = s.dir.join(format!("{channel}.pauses"));
     let mut tx = ctx.appender(&channel, STREAM, &LogConfig::with_capacity(s.capacity))?;
     let worker = WorkerProcess::spawn(&Role::Reflect {
         dir: s.dir.clone(),
@@ -86,15 +92,18 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<Measured, LabError> {
         cpu: s.cpus.remote,
         every: s.reflect_every,
         capacity: s.capacity,
+        pauses: pauses_path.clone(),
     })?;
     let mut rx = subscribe_when_ready(&ctx, &channel, REFLECT)?;
     crate::transports::ipc::wait_connected(&mut tx)?;
     pin_current_thread(s.cpus.local)?;
-    let mut h = histogram();
+    let expected = (rate as f64 * s.step.as_secs_f64()) as u64 / s.reflect_every;
+    let mut samples = Samples::with_capacity(expected as usize + 1024);
+    let mut pauses = PauseRecorder::new(monotonic_ns());
     let mut record = |e: Event<'_>| {
         if let Event::Message(m) = e {
-            let intended = stamp::intended_ns(m.payload).unwrap_or(0);
-            h.saturating_record(monotonic_ns().saturating_sub(intended).max(1));
+            let now = monotonic_ns();
+            samples.push(stamp::intended_ns(m.payload).unwrap_or(now), now);
         }
     };
     let mut msg = vec![0u8; s.size];
@@ -108,8 +117,11 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<Measured, LabError> {
         if intended >= end {
             break;
         }
-        while monotonic_ns() < intended {
+        let mut now = monotonic_ns();
+        while now < intended {
             rx.poll(&mut record, 16).map_err(poll_err)?;
+            pauses.tick(now);
+            now = monotonic_ns();
         }
         stamp::write(&mut msg, sent, intended);
         let stuck = Instant::now();
@@ -118,6 +130,7 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<Measured, LabError> {
                 Ok(_) => break,
                 Err(OfferError::BackPressured) => {
                     rx.poll(&mut record, 16).map_err(poll_err)?;
+                    pauses.tick(monotonic_ns());
                     if stuck.elapsed() > TIMEOUT {
                         return Err(LabError::Timeout("receiver stuck".into()));
                     }
@@ -125,6 +138,7 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<Measured, LabError> {
                 Err(e) => return Err(LabError::Worker(e.to_string())),
             }
         }
+        pauses.tick(monotonic_ns());
         sent += 1;
     }
     let send_secs = monotonic_ns().saturating_sub(t0) as f64 / 1e9;
@@ -140,20 +154,40 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<Measured, LabError> {
         serde_json::from_str(&line).map_err(|e| LabError::Worker(format!("bad receiver output {line:?}: {e}")))?;
     let received = v["received"].as_u64().unwrap_or(0);
     let recv_secs = v["seconds"].as_f64().unwrap_or(send_secs).max(1e-9);
-    let mut row = LatencyRow::from_histogram("sweep-rate", "ipc", s.size, &h);
-    row.clock = format!("CLOCK_MONOTONIC, round trip from the intended send time, 1 in {} reflected", s.reflect_every);
-    row.offered_rate = Some(rate as f64);
-    row.achieved_rate = Some((received as f64 / recv_secs.max(send_secs)).round());
-    row.lost = sent.saturating_sub(received);
-    row.cpus = s.cpus.to_string();
-    row.machine = machine.summary();
-    Ok(Measured { row, hist: h, start: wall, elapsed: Duration::from_secs_f64(send_secs) })
+    let mut all_pauses = pauses.into_pauses();
+    all_pauses.extend(read_pauses(&pauses_path)?);
+    let split = samples.split(all_pauses);
+    let row = |h: hdrhistogram::Histogram<u64>, distribution: &str| {
+        let mut row = LatencyRow::from_histogram("sweep-rate", "ipc", s.size, &h);
+        row.clock =
+            format!("CLOCK_MONOTONIC, round trip from the intended send time, 1 in {} reflected", s.reflect_every);
+        row.offered_rate = Some(rate as f64);
+        row.achieved_rate = Some((received as f64 / recv_secs.max(send_secs)).round());
+        row.lost = sent.saturating_sub(received);
+        row.cpus = s.cpus.to_string();
+        row.machine = machine.summary();
+        row.distribution = Some(distribution.into());
+        row.probe = (distribution == "pause_free").then(|| "pause-free".into());
+        row.pauses = Some(split.pauses.count);
+        row.pause_total_ns = Some(split.pauses.total_ns);
+        row.pause_max_ns = Some(split.pauses.max_ns);
+        row.excluded = Some(split.excluded);
+        Measured { row, hist: h, start: wall, elapsed: Duration::from_secs_f64(send_secs) }
+    };
+    Ok([row(split.all.clone(), "all"), row(split.pause_free.clone(), "pause_free")])
 }
 
 /// Worker role [`Role::Reflect`]: receives the stream,
 /// sends every Nth message back, and prints how many arrived and over how
 /// long (first to last).
-pub(crate) fn reflect(dir: &Path, channel: &str, cpu: usize, every: u64, capacity: usize) -> Result<String, LabError> {
+pub(crate) fn reflect(
+    dir: &Path,
+    channel: &str,
+    cpu: usize,
+    every: u64,
+    capacity: usize,
+    pauses: &Path,
+) -> Result<String, LabError> {
     let ctx = Context::new(dir)?;
     let mut rx = subscribe_when_ready(&ctx, channel, STREAM)?;
     let mut tx = ctx.appender(channel, REFLECT, &LogConfig::with_capacity(capacity))?;
@@ -162,7 +196,9 @@ pub(crate) fn reflect(dir: &Path, channel: &str, cpu: usize, every: u64, capacit
     let mut err = None;
     let mut idle = 0u32;
     let mut idle_since = Instant::now();
+    let mut recorder = PauseRecorder::new(monotonic_ns());
     loop {
+        recorder.tick(monotonic_ns());
         let n = rx
             .poll(
                 |e| {
@@ -206,5 +242,6 @@ pub(crate) fn reflect(dir: &Path, channel: &str, cpu: usize, every: u64, capacit
         }
     }
     let secs = first.map_or(0.0, |f| (last - f).as_secs_f64());
+    write_pauses(pauses, &recorder.into_pauses())?;
     Ok(serde_json::json!({"received": received, "seconds": secs}).to_string())
 }

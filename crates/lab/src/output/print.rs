@@ -155,10 +155,11 @@ pub fn sweep(rows: &[LatencyRow], format: Format, machine: &Machine, reflect_eve
         Format::Table | Format::Sockperf => {
             println!("machine: {}", machine.summary());
             println!(
-                "{:>10} {:>10} {:>5} {:>7} {:>8} {:>9} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8}",
+                "{:>10} {:>10} {:>5} {:>10} {:>7} {:>8} {:>9} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8}",
                 "target/s",
                 "achieved/s",
                 "lost",
+                "messages",
                 "Min",
                 "Median",
                 "Mean",
@@ -173,10 +174,11 @@ pub fn sweep(rows: &[LatencyRow], format: Format, machine: &Machine, reflect_eve
             );
             for r in rows {
                 println!(
-                    "{:>10.0} {:>10.0} {:>5} {:>7} {:>8} {:>9.1} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10.1} {:>8} {:>7.1}x",
+                    "{:>10.0} {:>10.0} {:>5} {:>10} {:>7} {:>8} {:>9.1} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10.1} {:>8} {:>7.1}x",
                     r.offered_rate.unwrap_or(0.0),
                     r.achieved_rate.unwrap_or(0.0),
                     r.lost,
+                    if r.distribution.as_deref() == Some("pause_free") { "pause-free" } else { "all" },
                     r.min_ns,
                     r.p50_ns,
                     r.mean_ns,
@@ -191,6 +193,9 @@ pub fn sweep(rows: &[LatencyRow], format: Format, machine: &Machine, reflect_eve
                 );
             }
             println!("(round-trip nanoseconds from the intended send time; 1 in {reflect_every} reflected)");
+            for r in rows.iter().filter(|r| r.distribution.as_deref() != Some("pause_free")) {
+                println!("at {:.0} msg/s, {}", r.offered_rate.unwrap_or(0.0), pauses_line(r));
+            }
         }
     }
 }
