@@ -183,6 +183,10 @@ pub struct ThroughputArgs {
     /// Skip the same-run raw-ring throughput (no ratio is reported).
     #[arg(long)]
     no_floor: bool,
+    /// ipc: rounds, each a raw-ring round then a tickwire round, of
+    /// --duration / rounds each; rates are the median rounds'.
+    #[arg(long, default_value_t = 10)]
+    rounds: usize,
 }
 
 #[derive(Debug, Args)]
@@ -455,6 +459,7 @@ impl LabCmd {
                 duration: a.duration,
                 capacity: a.capacity,
                 floor: !a.no_floor,
+                rounds: a.rounds,
                 cpus: a.common.cpus,
                 dir,
                 format: a.common.format(),

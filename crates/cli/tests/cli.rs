@@ -86,8 +86,9 @@ fn lab_floor_reports_three_probes() {
 #[test]
 fn lab_throughput_checks_every_message() {
     let d = dir("tput");
+    // One round: the rate is that round's count over its time.
     let (ok, out, err) =
-        run_line(&format!("--dir {d} lab throughput --transport ipc --size 32 --duration 500ms --json"));
+        run_line(&format!("--dir {d} lab throughput --transport ipc --size 32 --duration 300ms --rounds 1 --json"));
     assert!(ok, "{err}");
     let r = &rows(&out)[0];
     assert_eq!(r["lost"], 0, "{r}");
@@ -96,6 +97,21 @@ fn lab_throughput_checks_every_message() {
     assert!(n > 0.0 && (n / secs - rate).abs() / rate < 0.01, "{r}");
     assert!((r["bytes_per_s"].as_f64().unwrap() - rate * 32.0).abs() < 64.0);
     assert!(r["ratio"].as_f64().unwrap() > 0.0);
+
+    // Interleaved rounds: the floor's row too, the ratio of the median
+    // rounds, and the spread of the per-round ratios.
+    let (ok, out, err) =
+        run_line(&format!("--dir {d} lab throughput --transport ipc --size 32 --duration 1s --rounds 4 --json"));
+    assert!(ok, "{err}");
+    let r = rows(&out);
+    assert_eq!((r[0]["mode"].as_str(), r[1]["mode"].as_str()), (Some("throughput"), Some("floor")), "{out}");
+    assert_eq!((r[0]["rounds"].as_u64(), r[1]["rounds"].as_u64()), (Some(4), Some(4)), "{out}");
+    assert_eq!((r[0]["lost"].as_u64(), r[1]["lost"].as_u64()), (Some(0), Some(0)), "{out}");
+    let f = |k: &str| r[0][k].as_f64().unwrap_or_else(|| panic!("no {k}: {out}"));
+    let expect = f("msgs_per_s") / f("floor_msgs_per_s");
+    assert!((f("ratio") - expect).abs() < 0.002, "{out}");
+    assert!(f("ratio_min") > 0.0 && f("ratio_min") <= f("ratio_max"), "{out}");
+    assert_eq!(r[1]["size"], 32, "the floor moves the same payload size");
 }
 
 #[test]

@@ -58,8 +58,10 @@ pub struct ThroughputRequest {
     pub duration: Duration,
     /// IPC log capacity.
     pub capacity: usize,
-    /// Measure the raw-ring throughput before and after (IPC).
+    /// Measure the raw-ring throughput in interleaved rounds (IPC).
     pub floor: bool,
+    /// Rounds of floor and tickwire (IPC).
+    pub rounds: usize,
     /// CPUs.
     pub cpus: Cpus,
     /// Directory for shared files.
@@ -242,51 +244,51 @@ fn throughput_rudp(t: &ThroughputRequest) -> Result<(), LabError> {
     Ok(())
 }
 
-/// The raw ring's throughput before and after the run; the higher is kept
-/// (a conservative ratio), with a warning when the two differ by half.
-fn throughput_floor(fo: &FloorOptions, before: ThroughputRow) -> Result<ThroughputRow, LabError> {
-    let after = floor::raw_ring_throughput(fo)?;
-    let (lo, hi) = (before.msgs_per_s.min(after.msgs_per_s), before.msgs_per_s.max(after.msgs_per_s));
-    if lo > 0.0 && hi / lo > 1.5 {
-        eprintln!(
-            "tickwire lab: warning: the floor moved from {:.0} to {:.0} msg/s during the run \
-             (the host changed CPU placement); the ratio is not reliable, run again",
-            before.msgs_per_s, after.msgs_per_s
-        );
-    }
-    Ok(if after.msgs_per_s > before.msgs_per_s { after } else { before })
-}
-
+/// IPC throughput in interleaved rounds: a raw-ring round (the same
+/// payload size, batched as a textbook SPSC ring is), then a tickwire round,
+/// `rounds` times. The ratio is of the median rounds, with the spread of the
+/// per-round ratios beside it.
 fn throughput_ipc(t: &ThroughputRequest) -> Result<(), LabError> {
+    let rounds = t.rounds.max(1);
+    let per = (t.duration / rounds as u32).max(Duration::from_millis(100));
     let o = IpcOptions {
         count: 0,
         warmup: 0,
         size: t.size,
-        duration: t.duration,
+        duration: per,
         capacity: t.capacity,
         cpus: t.cpus,
         dir: t.dir.clone(),
         wait: Wait::Spin,
     };
-    let fo = FloorOptions {
-        count: 0,
-        warmup: 0,
-        size: t.size,
-        duration: t.duration.min(Duration::from_secs(3)),
-        cpus: t.cpus,
-        dir: t.dir.clone(),
-    };
-    let before = if t.floor { Some(floor::raw_ring_throughput(&fo)?) } else { None };
-    let mut row = ipc::throughput(&o)?;
-    let floor_row = before.map(|b| throughput_floor(&fo, b)).transpose()?;
+    let fo = FloorOptions { count: 0, warmup: 0, size: t.size, duration: per, cpus: t.cpus, dir: t.dir.clone() };
+    let (mut mine, mut floors, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let bar = crate::progress(rounds as u64, "throughput (rounds)");
+    for _ in 0..rounds {
+        if crate::stop_requested() {
+            break;
+        }
+        let f = if t.floor { Some(floor::raw_ring_throughput(&fo)?) } else { None };
+        let row = ipc::throughput(&o)?;
+        if let Some(f) = f {
+            ratios.push(row.msgs_per_s / f.msgs_per_s.max(1.0));
+            floors.push(f);
+        }
+        mine.push(row);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let Some(mut row) = ThroughputRow::of_rounds(&mine) else { return Ok(()) };
+    let floor_row = ThroughputRow::of_rounds(&floors);
     if let Some(f) = &floor_row {
+        let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
         row.floor_msgs_per_s = Some(f.msgs_per_s);
-        row.ratio = Some((row.msgs_per_s / f.msgs_per_s * 1000.0).round() / 1000.0);
+        row.ratio = Some(r3(row.msgs_per_s / f.msgs_per_s.max(1.0)));
+        row.ratio_min = Some(r3(ratios.iter().copied().fold(f64::MAX, f64::min)));
+        row.ratio_max = Some(r3(ratios.iter().copied().fold(0.0, f64::max)));
     }
     let mut rows = vec![row];
-    if let (Some(f), false) = (floor_row, t.format == Format::Json) {
-        rows.push(f);
-    }
+    rows.extend(floor_row);
     print::throughput(&rows, t.format);
     Ok(())
 }

@@ -129,6 +129,40 @@ impl RawRing {
         true
     }
 
+    /// Producer, for streaming: as [`RawRing::try_push`], but the tail is
+    /// published once per 16 messages (and when the ring is full), as a
+    /// textbook SPSC ring batches it; call [`RawRing::flush`] to publish the
+    /// rest.
+    #[inline]
+    pub fn try_push_batched(&mut self, msg: &[u8]) -> bool {
+        if self.index - self.cached_other >= self.slots {
+            self.cached_other = self.map.atomic_u64(HEAD).load(Ordering::Acquire);
+            if self.index - self.cached_other >= self.slots {
+                self.flush();
+                return false;
+            }
+        }
+        let s = self.slot(self.index);
+        let n = msg.len().min(self.slot_len);
+        // SAFETY: as in `try_push`: the slot is released by the consumer and
+        // not read until the tail is published past it.
+        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), self.map.base().add(s), n) }
+        self.index += 1;
+        if self.index - self.published >= 16 {
+            self.flush();
+        }
+        true
+    }
+
+    /// Producer: publishes every message pushed so far.
+    #[inline]
+    pub fn flush(&mut self) {
+        if self.published != self.index {
+            self.published = self.index;
+            self.map.atomic_u64(TAIL).store(self.index, Ordering::Release);
+        }
+    }
+
     /// Consumer: hands the next slot's payload to `f`. False if empty.
     #[inline]
     pub fn try_pop(&mut self, f: impl FnOnce(&[u8])) -> bool {
@@ -174,6 +208,23 @@ mod tests {
         while cons.try_pop(|b| got.push(b[0])) {}
         assert_eq!(got, vec![0, 1, 2, 3]);
         assert!(prod.try_push(&[4; 8]));
+        let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
+    fn batched_pushes_are_seen_after_a_flush() {
+        let p = std::env::temp_dir().join(format!("tw-raw-batch-{}", std::process::id()));
+        let mut prod = RawRing::create(&p, 64, 64).unwrap();
+        let mut cons = RawRing::open(&p).unwrap();
+        for i in 0u8..20 {
+            assert!(prod.try_push_batched(&[i; 8]));
+        }
+        let mut got = vec![];
+        while cons.try_pop(|b| got.push(b[0])) {}
+        assert_eq!(got, (0..16).collect::<Vec<u8>>(), "the first 16 were published");
+        prod.flush();
+        while cons.try_pop(|b| got.push(b[0])) {}
+        assert_eq!(got, (0..20).collect::<Vec<u8>>());
         let _ = std::fs::remove_file(&p);
     }
 }

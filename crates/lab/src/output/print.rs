@@ -130,7 +130,7 @@ pub fn throughput(rows: &[ThroughputRow], format: Format) {
     }
     for r in rows {
         println!(
-            "{:<10} {:<4} {:<20} size {:>4}: {:>12.0} msg/s {:>8.1} MB/s, {} messages in {:.2} s, lost {}{}",
+            "{:<10} {:<4} {:<20} size {:>4}: {:>12.0} msg/s {:>8.1} MB/s, {} messages in {:.2} s{}, lost {}{}",
             r.mode,
             r.transport,
             r.probe.as_deref().unwrap_or("-"),
@@ -139,9 +139,18 @@ pub fn throughput(rows: &[ThroughputRow], format: Format) {
             r.bytes_per_s / 1e6,
             r.count,
             r.duration_s,
+            r.rounds.map(|n| format!(" ({n} rounds, median round's rate)")).unwrap_or_default(),
             r.lost,
             r.ratio
-                .map(|x| format!(", {x:.2}x the raw ring ({:.0} msg/s, same run)", r.floor_msgs_per_s.unwrap_or(0.0)))
+                .map(|x| format!(
+                    ", {x:.2}x the raw ring ({:.0} msg/s, same run{})",
+                    r.floor_msgs_per_s.unwrap_or(0.0),
+                    match (r.rounds, r.ratio_min, r.ratio_max) {
+                        (Some(n), Some(lo), Some(hi)) =>
+                            format!("; medians of {n} interleaved rounds, per-round ratio {lo:.2}-{hi:.2}x"),
+                        _ => String::new(),
+                    }
+                ))
                 .unwrap_or_default()
         );
     }

@@ -162,6 +162,40 @@ pub struct ThroughputRow {
     /// msgs_per_s / floor.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio: Option<f64>,
+    /// Interleaved rounds: how many; `msgs_per_s` is then the median round.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rounds: Option<usize>,
+    /// The lowest and highest ratio of one round to the floor round before it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_min: Option<f64>,
+    /// See `ratio_min`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_max: Option<f64>,
+}
+
+impl ThroughputRow {
+    /// One row for several rounds of the same measurement: counts and times
+    /// summed, the rate the median round's.
+    pub fn of_rounds(rounds: &[ThroughputRow]) -> Option<ThroughputRow> {
+        let mut row = rounds.first()?.clone();
+        row.count = rounds.iter().map(|r| r.count).sum();
+        row.lost = rounds.iter().map(|r| r.lost).sum();
+        row.duration_s = rounds.iter().map(|r| r.duration_s).sum();
+        row.msgs_per_s = median(rounds.iter().map(|r| r.msgs_per_s).collect());
+        row.bytes_per_s = (row.msgs_per_s * row.size as f64).round();
+        row.rounds = Some(rounds.len());
+        Some(row)
+    }
+}
+
+/// The median (mean of the middle two for an even count); 0 for none.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 fn round1(x: f64) -> f64 {

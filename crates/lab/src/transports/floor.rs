@@ -135,7 +135,7 @@ pub fn raw_ring_throughput(o: &FloorOptions) -> Result<ThroughputRow, LabError> 
         for _ in 0..4096 {
             let mut spins = 0u64;
             msg[..8].copy_from_slice(&seq.to_le_bytes());
-            while !ring.try_push(&msg) {
+            while !ring.try_push_batched(&msg) {
                 spins += 1;
                 if spins > 1 << 32 {
                     return Err(LabError::Timeout("raw ring consumer stalled".into()));
@@ -148,6 +148,7 @@ pub fn raw_ring_throughput(o: &FloorOptions) -> Result<ThroughputRow, LabError> 
             break 'outer;
         }
     }
+    ring.flush();
     spin_until(REPLY_TIMEOUT, "ring stop", || ring.try_push(&STOP.to_le_bytes()).then_some(()))?;
     let line = worker.finish(REPLY_TIMEOUT + o.duration)?;
     let _ = std::fs::remove_file(&path);
