@@ -110,9 +110,31 @@ impl RawRing {
         RING_HDR + ((i & (self.slots - 1)) as usize) * self.slot_len
     }
 
-    /// Producer: pushes `msg` (truncated to `max_payload`). False if full.
+    /// Producer: pushes `msg` (truncated to `max_payload`) and publishes it.
+    /// False if full.
     #[inline]
     pub fn try_push(&mut self, msg: &[u8]) -> bool {
+        let pushed = self.write_next(msg);
+        self.flush();
+        pushed
+    }
+
+    /// Producer, for streaming: as [`RawRing::try_push`], but the tail is
+    /// published once per 16 messages (and when the ring is full), as a
+    /// textbook SPSC ring batches it; call [`RawRing::flush`] to publish the
+    /// rest.
+    #[inline]
+    pub fn try_push_batched(&mut self, msg: &[u8]) -> bool {
+        let pushed = self.write_next(msg);
+        if !pushed || self.index - self.published >= 16 {
+            self.flush();
+        }
+        pushed
+    }
+
+    /// Writes `msg` into the next slot without publishing it. False if full.
+    #[inline]
+    fn write_next(&mut self, msg: &[u8]) -> bool {
         if self.index - self.cached_other >= self.slots {
             self.cached_other = self.map.atomic_u64(HEAD).load(Ordering::Acquire);
             if self.index - self.cached_other >= self.slots {
@@ -125,32 +147,6 @@ impl RawRing {
         // released (head) and does not read until `tail` passes it.
         unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), self.map.base().add(s), n) }
         self.index += 1;
-        self.map.atomic_u64(TAIL).store(self.index, Ordering::Release);
-        true
-    }
-
-    /// Producer, for streaming: as [`RawRing::try_push`], but the tail is
-    /// published once per 16 messages (and when the ring is full), as a
-    /// textbook SPSC ring batches it; call [`RawRing::flush`] to publish the
-    /// rest.
-    #[inline]
-    pub fn try_push_batched(&mut self, msg: &[u8]) -> bool {
-        if self.index - self.cached_other >= self.slots {
-            self.cached_other = self.map.atomic_u64(HEAD).load(Ordering::Acquire);
-            if self.index - self.cached_other >= self.slots {
-                self.flush();
-                return false;
-            }
-        }
-        let s = self.slot(self.index);
-        let n = msg.len().min(self.slot_len);
-        // SAFETY: as in `try_push`: the slot is released by the consumer and
-        // not read until the tail is published past it.
-        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), self.map.base().add(s), n) }
-        self.index += 1;
-        if self.index - self.published >= 16 {
-            self.flush();
-        }
         true
     }
 

@@ -411,10 +411,13 @@ impl LogReader {
     fn check_gone(&mut self) -> Option<Event<'static>> {
         let now = sys::monotonic_ns();
         let l = &mut self.liveness;
-        if l.reported || (l.checked_at != 0 && now.saturating_sub(l.checked_at) < GONE_CHECK_NS) {
+        if l.checked_at != 0 && now.saturating_sub(l.checked_at) < GONE_CHECK_NS {
             return None;
         }
         l.checked_at = now;
+        if l.reported {
+            return None;
+        }
         if l.position != self.position {
             (l.position, l.moved_at) = (self.position, now);
         }
