@@ -82,7 +82,7 @@ fn temporary(path: &Path, name_pid: u32) -> (bool, String) {
     let owner = if head.starts_with(&layout::MAGIC) {
         field(layout::PUBLISHER_PID_OFFSET).zip(field(layout::PUBLISHER_START_OFFSET))
     } else if head.starts_with(&counters::MAGIC) {
-        field(16).zip(field(24))
+        field(counters::OWNER_PID_OFFSET).zip(field(counters::OWNER_START_OFFSET))
     } else {
         None
     };

@@ -27,6 +27,9 @@ use std::sync::{Arc, Mutex};
 
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"TWCNT\0v1";
+/// Header offsets of the owner's pid and start time (u64 each).
+pub(crate) const OWNER_PID_OFFSET: usize = 16;
+pub(crate) const OWNER_START_OFFSET: usize = 24;
 const LAYOUT_VERSION: u32 = 2;
 const HEADER: usize = 128;
 const SET_LEN: usize = 256;
@@ -202,8 +205,8 @@ impl CountersFile {
         head[..8].copy_from_slice(&MAGIC);
         head[8..12].copy_from_slice(&LAYOUT_VERSION.to_le_bytes());
         head[12..16].copy_from_slice(&(MAX_SETS as u32).to_le_bytes());
-        head[16..24].copy_from_slice(&u64::from(me.pid).to_le_bytes());
-        head[24..32].copy_from_slice(&me.start_time.to_le_bytes());
+        head[OWNER_PID_OFFSET..OWNER_START_OFFSET].copy_from_slice(&u64::from(me.pid).to_le_bytes());
+        head[OWNER_START_OFFSET..OWNER_START_OFFSET + 8].copy_from_slice(&me.start_time.to_le_bytes());
         // SAFETY: the file was just created by this process (create_new) and is
         // read by others only after this header is complete.
         unsafe { map.write_bytes(0, &head) };
@@ -366,7 +369,7 @@ impl CountersReader {
         let mut id = [0u8; 16];
         // SAFETY: the owner pid and start time are written once, before the
         // file is visible under its name, and never again.
-        unsafe { map.read_bytes(16, &mut id) };
+        unsafe { map.read_bytes(OWNER_PID_OFFSET, &mut id) };
         let owner = ProcessId {
             pid: u64::from_le_bytes(id[..8].try_into().unwrap_or([0; 8])) as u32,
             start_time: u64::from_le_bytes(id[8..].try_into().unwrap_or([0; 8])),

@@ -13,7 +13,9 @@
 //! and the pause-free ones. Tickwire's rows carry ratios to the floor's row
 //! of the same kind.
 
-use super::openloop::{publish, write_pauses, PauseRecorder, PauseSummary, Published, Samples, SinkReport};
+use super::openloop::{
+    mark, publish, write_pauses, Distribution, PauseRecorder, PauseSummary, Published, Samples, SinkReport,
+};
 use crate::host::machine::Machine;
 use crate::output::report::{histogram, LatencyRow};
 use crate::output::Measured;
@@ -110,14 +112,9 @@ impl Totals {
         m: &Machine,
         wall: SystemTime,
     ) -> [Measured; 2] {
-        let row = |h: &Histogram<u64>, distribution: &str| {
+        let row = |h: &Histogram<u64>, d: Distribution| {
             let mut row = LatencyRow::from_histogram(mode, transport, o.size, h);
-            row.probe = match (probe, distribution) {
-                (Some(p), "pause_free") => Some(format!("{p} pause-free")),
-                (None, "pause_free") => Some("pause-free".into()),
-                (p, _) => p.map(str::to_owned),
-            };
-            row.distribution = Some(distribution.into());
+            mark(&mut row, d, probe, &self.pauses, self.excluded);
             row.clock = "CLOCK_MONOTONIC in both processes, from the intended send time".into();
             row.offered_rate = Some(o.rate as f64);
             row.achieved_rate = Some((self.sent as f64 / self.secs.max(1e-9)).round());
@@ -125,13 +122,9 @@ impl Totals {
             row.lost = (self.sent * subscribers).saturating_sub(self.received);
             row.cpus = o.cpus.to_string();
             row.machine = m.summary();
-            row.pauses = Some(self.pauses.count);
-            row.pause_total_ns = Some(self.pauses.total_ns);
-            row.pause_max_ns = Some(self.pauses.max_ns);
-            row.excluded = Some(self.excluded);
             Measured { row, hist: h.clone(), start: wall, elapsed: Duration::from_secs_f64(self.secs) }
         };
-        [row(&self.all, "all"), row(&self.pause_free, "pause_free")]
+        [row(&self.all, Distribution::All), row(&self.pause_free, Distribution::PauseFree)]
     }
 }
 

@@ -12,7 +12,7 @@
 //! pause of either side. The full one is what a user of this machine sees;
 //! the pause-free one is what the code can be held to on it.
 
-use crate::output::report::histogram;
+use crate::output::report::{histogram, LatencyRow};
 use crate::LabError;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -158,6 +158,32 @@ impl PauseSummary {
         self.total_ns += o.total_ns;
         self.max_ns = self.max_ns.max(o.max_ns);
     }
+}
+
+/// Which of an open-loop run's two distributions a row holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Distribution {
+    /// Every message.
+    All,
+    /// Messages whose flight overlapped no pause.
+    PauseFree,
+}
+
+/// Marks `row` as holding `d` of a run whose floor probe (if a floor row) is
+/// `probe`: the distribution, the probe label the table shows
+/// (`raw_ring pause-free`, or `pause-free` for tickwire's own row), and the
+/// run's pauses and excluded messages.
+pub fn mark(row: &mut LatencyRow, d: Distribution, probe: Option<&str>, pauses: &PauseSummary, excluded: u64) {
+    row.probe = match (probe, d) {
+        (Some(p), Distribution::PauseFree) => Some(format!("{p} pause-free")),
+        (None, Distribution::PauseFree) => Some("pause-free".into()),
+        (p, Distribution::All) => p.map(str::to_owned),
+    };
+    row.distribution = Some(if d == Distribution::All { "all" } else { "pause_free" }.into());
+    row.pauses = Some(pauses.count);
+    row.pause_total_ns = Some(pauses.total_ns);
+    row.pause_max_ns = Some(pauses.max_ns);
+    row.excluded = Some(excluded);
 }
 
 /// Sorts and merges overlapping pauses.

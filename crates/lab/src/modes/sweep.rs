@@ -6,7 +6,7 @@
 //! ([`super::openloop`]): each rate gives a row of every reflected message and
 //! a row of the pause-free ones.
 
-use super::openloop::{read_pauses, write_pauses, PauseRecorder, Samples};
+use super::openloop::{mark, read_pauses, write_pauses, Distribution, PauseRecorder, Samples, Split};
 use crate::host::machine::Machine;
 use crate::output::report::LatencyRow;
 use crate::output::Measured;
@@ -156,8 +156,8 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<[Measured; 2], LabErr
     let recv_secs = v["seconds"].as_f64().unwrap_or(send_secs).max(1e-9);
     let mut all_pauses = pauses.into_pauses();
     all_pauses.extend(read_pauses(&pauses_path)?);
-    let split = samples.split(all_pauses);
-    let row = |h: hdrhistogram::Histogram<u64>, distribution: &str| {
+    let Split { all, pause_free, excluded, pauses } = samples.split(all_pauses);
+    let row = |h: hdrhistogram::Histogram<u64>, d: Distribution| {
         let mut row = LatencyRow::from_histogram("sweep-rate", "ipc", s.size, &h);
         row.clock =
             format!("CLOCK_MONOTONIC, round trip from the intended send time, 1 in {} reflected", s.reflect_every);
@@ -166,15 +166,10 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<[Measured; 2], LabErr
         row.lost = sent.saturating_sub(received);
         row.cpus = s.cpus.to_string();
         row.machine = machine.summary();
-        row.distribution = Some(distribution.into());
-        row.probe = (distribution == "pause_free").then(|| "pause-free".into());
-        row.pauses = Some(split.pauses.count);
-        row.pause_total_ns = Some(split.pauses.total_ns);
-        row.pause_max_ns = Some(split.pauses.max_ns);
-        row.excluded = Some(split.excluded);
+        mark(&mut row, d, None, &pauses, excluded);
         Measured { row, hist: h, start: wall, elapsed: Duration::from_secs_f64(send_secs) }
     };
-    Ok([row(split.all.clone(), "all"), row(split.pause_free.clone(), "pause_free")])
+    Ok([row(all, Distribution::All), row(pause_free, Distribution::PauseFree)])
 }
 
 /// Worker role [`Role::Reflect`]: receives the stream,

@@ -202,13 +202,7 @@ impl LogReader {
             && self.corrupt.is_none()
             && self.commit_word(self.position & self.mask).load(Ordering::Acquire) == 0
         {
-            self.idle_polls = self.idle_polls.wrapping_add(1);
-            if self.idle_polls % 1024 == 0 || self.liveness.checked_at == 0 {
-                self.check_stall();
-                if let Some(gone) = self.check_gone() {
-                    handler(gone);
-                }
-            }
+            self.on_idle_poll(&mut handler);
             return Ok(0);
         }
         if let Some(e) = self.corrupt {
@@ -277,13 +271,7 @@ impl LogReader {
             return Err(self.fail(pos, reason));
         }
         if frames == 0 {
-            self.idle_polls = self.idle_polls.wrapping_add(1);
-            if self.idle_polls % 1024 == 0 || self.liveness.checked_at == 0 {
-                self.check_stall();
-                if let Some(gone) = self.check_gone() {
-                    handler(gone);
-                }
-            }
+            self.on_idle_poll(&mut handler);
         }
         Ok(frames)
     }
@@ -401,6 +389,19 @@ impl LogReader {
             }
         }
         self.stall_since = 0;
+    }
+
+    /// Counts an idle poll; every 1024th (or the first after a park) pads
+    /// out a dead publisher's stuck claim and reports a gone publisher.
+    #[inline]
+    fn on_idle_poll<F: FnMut(Event<'_>)>(&mut self, handler: &mut F) {
+        self.idle_polls = self.idle_polls.wrapping_add(1);
+        if self.idle_polls % 1024 == 0 || self.liveness.checked_at == 0 {
+            self.check_stall();
+            if let Some(gone) = self.check_gone() {
+                handler(gone);
+            }
+        }
     }
 
     /// The `PublisherGone` event, once, when this idle reader's publisher has
