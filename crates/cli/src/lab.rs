@@ -193,9 +193,13 @@ pub struct ThroughputArgs {
 pub struct OneWayArgs {
     #[command(flatten)]
     common: Common,
-    /// Transport: ipc or rudp.
+    /// Transport: ipc (tickwire shared memory), rudp (reliable UDP; floor: kernel UDP), udp or tcp (plain kernel sockets).
     #[arg(long, default_value = "ipc", value_parser = Transport::parse)]
     transport: Transport,
+    /// udp, tcp, rudp: across two network namespaces joined by a veth pair
+    /// (created and removed by the lab; needs root and iproute2).
+    #[arg(long)]
+    netns: bool,
     /// Offered rate in messages per second, all publishers together (e.g. 100k, 1M).
     #[arg(long, default_value = "100k", value_parser = crate::units::parse_rate)]
     rate: u64,
@@ -325,9 +329,13 @@ pub struct TransferArgs {
 pub struct SweepArgs {
     #[command(flatten)]
     common: Common,
-    /// Transport (ipc).
-    #[arg(long, default_value = "ipc", value_parser = parse_ipc)]
+    /// Transport: ipc, rudp (with kernel UDP at each rate as its floor), udp or tcp (plain kernel sockets).
+    #[arg(long, default_value = "ipc", value_parser = Transport::parse)]
     transport: Transport,
+    /// udp, tcp, rudp: across two network namespaces joined by a veth pair
+    /// (created and removed by the lab; needs root and iproute2).
+    #[arg(long)]
+    netns: bool,
     /// Target rates, in order.
     #[arg(long, value_delimiter = ',', value_parser = crate::units::parse_rate,
           default_value = "10k,50k,100k,500k,1M,2M,5M,10M,20M,40M")]
@@ -387,10 +395,6 @@ fn parse_only(s: &str, only: Transport, what: &str) -> Result<Transport, String>
         t if t == only => Ok(t),
         t => Err(format!("{what} runs over {} only, not {}", only.name(), t.name())),
     }
-}
-
-fn parse_ipc(s: &str) -> Result<Transport, String> {
-    parse_only(s, Transport::Ipc, "sweep-rate")
 }
 
 fn parse_rudp(s: &str) -> Result<Transport, String> {
@@ -465,8 +469,10 @@ impl LabCmd {
                 format: a.common.format(),
             }),
             LabCmd::Oneway(a) => Request::OneWay(OneWayRequest {
-                transport: a.transport,
                 run: OneWay {
+                    transport: a.transport,
+                    netns: a.netns,
+                    params: String::new(),
                     rate: a.rate,
                     size: a.size,
                     duration: a.duration,
@@ -485,6 +491,8 @@ impl LabCmd {
             }),
             LabCmd::SweepRate(a) => Request::SweepRate {
                 sweep: Sweep {
+                    transport: a.transport,
+                    netns: a.netns,
                     rates: a.rates.clone(),
                     size: a.size,
                     step: a.step,

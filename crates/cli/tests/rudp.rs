@@ -148,3 +148,79 @@ fn two_hundred_seeded_transfers_all_end() {
         assert_eq!(r["sender"]["drained"], true, "run {i}: {r}");
     }
 }
+
+/// Issue 18: one-way and rate sweep over the network, each reliable-UDP
+/// round interleaved with a kernel-UDP round at the same rate and size.
+#[test]
+fn oneway_and_sweep_over_the_network_carry_a_kernel_udp_floor() {
+    let kinds = |rows: &[serde_json::Value]| -> Vec<(String, String, String)> {
+        rows.iter()
+            .map(|r| {
+                let s = |k: &str| r[k].as_str().unwrap_or("").to_owned();
+                (s("mode"), s("transport"), s("distribution"))
+            })
+            .collect()
+    };
+    let k = |m: &str, t: &str, d: &str| (m.to_owned(), t.to_owned(), d.to_owned());
+    let o = json_lines("lab oneway --transport rudp --rate 20k --duration 400ms --rounds 2 --json");
+    assert_eq!(
+        kinds(&o),
+        [
+            k("oneway", "rudp", "all"),
+            k("oneway", "rudp", "pause_free"),
+            k("floor", "udp", "all"),
+            k("floor", "udp", "pause_free")
+        ]
+    );
+    for r in &o {
+        assert_eq!(r["lost"], 0, "{r}");
+        assert_eq!(
+            r["count"].as_u64().unwrap()
+                + r["excluded"].as_u64().unwrap() * u64::from(r["distribution"] == "pause_free"),
+            8_000,
+            "{r}"
+        );
+    }
+    assert!(o[0]["ratio_p50"].as_f64().is_some() && o[1]["ratio_p999"].as_f64().is_some(), "{}", o[0]);
+    let t = json_lines("lab oneway --transport tcp --rate 20k --duration 200ms --rounds 1 --json");
+    assert_eq!(kinds(&t), [k("oneway", "tcp", "all"), k("oneway", "tcp", "pause_free")]);
+    assert_eq!((t[0]["count"].as_u64(), t[0]["lost"].as_u64()), (Some(4_000), Some(0)), "{}", t[0]);
+
+    let s = json_lines("lab sweep-rate --transport rudp --rates 10k,20k --step 300ms --reflect-every 10 --json");
+    let per_rate = [
+        k("sweep-rate", "rudp", "all"),
+        k("sweep-rate", "rudp", "pause_free"),
+        k("floor", "udp", "all"),
+        k("floor", "udp", "pause_free"),
+    ];
+    assert_eq!(kinds(&s), [per_rate.clone(), per_rate].concat());
+    for (chunk, rate) in s.chunks(4).zip([10_000.0, 20_000.0]) {
+        for r in chunk.iter().step_by(2) {
+            assert_eq!(r["offered_rate"].as_f64(), Some(rate), "{r}");
+            assert_eq!(r["lost"], 0, "{r}");
+            // 1 in 10 of rate * 0.3 s comes back (give or take the edges).
+            assert!((r["count"].as_f64().unwrap() - rate * 0.03).abs() <= 3.0, "{r}");
+        }
+        assert!(chunk[0]["ratio_p50"].as_f64().is_some(), "{}", chunk[0]);
+    }
+}
+
+/// A sweep names the highest rate each path sustained and stops past it;
+/// across namespaces it leaves none behind.
+#[test]
+fn a_udp_sweep_across_namespaces_stops_past_what_it_sustains() {
+    let out = Command::new(BIN)
+        .args(["lab", "sweep-rate", "--transport", "udp", "--netns", "--rates", "10k,50M,100M", "--step", "200ms"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("udp: highest rate sustained 10000 msg/s"), "{stdout}");
+    assert!(
+        stdout.contains("   50000000 ") && !stdout.contains("100000000"),
+        "ran past the first unsustained rate: {stdout}"
+    );
+    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let left = String::from_utf8_lossy(&ns.stdout).lines().filter(|l| l.starts_with("tw")).count();
+    assert_eq!(left, 0, "namespaces left behind: {}", String::from_utf8_lossy(&ns.stdout));
+}

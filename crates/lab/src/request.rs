@@ -70,13 +70,12 @@ pub struct ThroughputRequest {
     pub format: Format,
 }
 
-/// `lab oneway`: IPC (any number of publishers and subscribers) or reliable
-/// UDP (one each, with optional loss and channel parameters).
+/// `lab oneway`: IPC (any number of publishers and subscribers), or one to
+/// one over UDP, TCP or reliable UDP (with optional loss and channel
+/// parameters).
 #[derive(Debug, Clone)]
 pub struct OneWayRequest {
-    /// `ipc` or `rudp`.
-    pub transport: Transport,
-    /// The run (rate, size, duration, fan-out, CPUs, directory).
+    /// The run (transport, rate, size, duration, fan-out, CPUs, directory).
     pub run: OneWay,
     /// rudp: fraction of datagrams dropped each way.
     pub loss: f64,
@@ -122,8 +121,7 @@ pub fn run(request: Request) -> Result<(), LabError> {
         Request::Floor { options, output } => run_floor(&options, &output),
         Request::PingPong { run, sizes, output } => run_pingpong(&run, &sizes, &output),
         Request::Throughput(t) => run_throughput(&t),
-        Request::OneWay(o) if o.transport == Transport::Rudp => run_oneway_rudp(&o),
-        Request::OneWay(o) => run_oneway_ipc(&o),
+        Request::OneWay(o) => run_oneway(&o),
         Request::SweepRate { sweep, output } => run_sweep(&sweep, &output),
         Request::TickToTrade { run, dir, output } => run_tick_to_trade(&run, &dir, &output),
         Request::Reproduce(r) => {
@@ -301,63 +299,51 @@ fn check_probability(what: &str, p: f64) -> Result<(), LabError> {
     }
 }
 
-fn run_oneway_rudp(o: &OneWayRequest) -> Result<(), LabError> {
+fn run_oneway(o: &OneWayRequest) -> Result<(), LabError> {
     check_probability("--loss", o.loss)?;
-    let machine = Machine::detect();
+    let mut run = o.run.clone();
     let mut params = o.params.clone();
     if o.loss > 0.0 {
         params.push(format!("loss={}&seed=7", o.loss));
     }
-    let nak_delay =
-        params.iter().find_map(|p| p.strip_prefix("nak-delay=")).unwrap_or("20us (unicast default)").to_owned();
-    let (r, size) = (&o.run, o.run.size.max(16));
-    let (h, rep) = rudp::oneway_histogram(size, r.rate as f64, r.duration, r.cpus, &params.join("&"))?;
-    let mut row = LatencyRow::from_histogram("oneway", "rudp", size, &h);
-    row.offered_rate = Some(r.rate as f64);
-    row.achieved_rate = Some(rep.msgs_per_s);
-    row.lost = rep.missing;
-    row.cpus = r.cpus.to_string();
-    row.machine = machine.summary();
-    if o.output.format == Format::Table {
-        println!(
-            "offered {} msg/s, achieved {:.0} msg/s, loss injected {} per datagram each way, NAK delay {nak_delay}; \
-             {} NAKs sent, {} messages never delivered, {} lost events; latency from the intended send time",
-            r.rate, rep.msgs_per_s, o.loss, rep.naks_sent, rep.missing, rep.lost_events
-        );
+    if !params.is_empty() && run.transport != Transport::Rudp {
+        return Err(LabError::Usage("--loss and --param apply to rudp".into()));
     }
-    let m = Measured { row, hist: h, start: SystemTime::now(), elapsed: r.duration };
-    print::latency_and_files(&[m], &o.output, &machine, "One-way latency by percentile (rudp)")
-}
-
-fn run_oneway_ipc(o: &OneWayRequest) -> Result<(), LabError> {
-    if o.transport != Transport::Ipc {
-        return Err(LabError::Usage(format!("oneway over {:?} is not available yet (ipc, rudp)", o.transport.name())));
-    }
+    run.params = params.join("&");
     let machine = Machine::detect();
-    // The floor is one publisher to one subscriber; a fan-out is another
-    // shape, and a ratio to it would mean nothing.
-    let one_to_one = o.run.publishers == 1 && o.run.subscribers == 1;
-    let m = crate::modes::oneway::run(&o.run, &machine)?;
+    let m = crate::modes::oneway::run(&run, &machine)?;
     if o.output.format == Format::Table {
         let r = &m[0].row;
+        let floor = match run.transport {
+            _ if run.publishers != 1 || run.subscribers != 1 => "; no floor (the floor is one to one, this run is not)",
+            Transport::Ipc => ", each a raw-ring round at the same rate and size, then a tickwire round",
+            Transport::Rudp => ", each a kernel UDP round at the same rate and size, then a reliable UDP round",
+            Transport::Udp | Transport::Tcp => " (kernel sockets: the floor itself)",
+        };
         println!(
-            "offered {:.0} msg/s, achieved {:.0} msg/s, lost {}; {} publisher(s) on one thread (CPU {}), {} subscriber(s) \
-             on one thread (CPU {}), {} topic(s); latency from the intended send time; {} rounds{}",
+            "{} {}: offered {:.0} msg/s, achieved {:.0} msg/s, lost {}; {} publisher(s) on one thread (CPU {}), {} \
+             subscriber(s) on one thread (CPU {}), {} topic(s); latency from the intended send time; {} rounds{floor}",
+            run.transport.name(),
+            if run.netns {
+                "across a veth pair"
+            } else if run.transport == Transport::Ipc {
+                "on one host"
+            } else {
+                "on loopback"
+            },
             r.offered_rate.unwrap_or(0.0),
             r.achieved_rate.unwrap_or(0.0),
             r.lost,
-            o.run.publishers,
-            o.run.cpus.local,
-            o.run.subscribers,
-            o.run.cpus.remote,
-            o.run.topics,
-            o.run.rounds.max(1),
-            if one_to_one {
-                ", each a raw-ring round at the same rate and size, then a tickwire round"
-            } else {
-                "; no floor (the floor is one to one, this run is not)"
-            }
+            run.publishers,
+            run.cpus.local,
+            run.subscribers,
+            run.cpus.remote,
+            run.topics,
+            run.rounds.max(1),
         );
+        if o.loss > 0.0 {
+            println!("loss injected: {} of the datagrams each end sends, repaired by NAK", o.loss);
+        }
         println!("{}", print::pauses_line(r));
     }
     print::latency_and_files(&m, &o.output, &machine, "One-way latency by percentile (from the intended send time)")
@@ -365,10 +351,13 @@ fn run_oneway_ipc(o: &OneWayRequest) -> Result<(), LabError> {
 
 fn run_sweep(sweep: &Sweep, out: &Output) -> Result<(), LabError> {
     let machine = Machine::detect();
-    let f = quick_floor(sweep.cpus, &sweep.dir)?;
     let mut measured = crate::modes::sweep::run_measured(sweep, &machine)?;
-    for m in &mut measured {
-        m.row = m.row.clone().with_floor(&f);
+    if sweep.transport == Transport::Ipc {
+        // Until the open-loop ring reflects too: the closed-loop raw ring.
+        let f = quick_floor(sweep.cpus, &sweep.dir)?;
+        for m in &mut measured {
+            m.row = m.row.clone().with_floor(&f);
+        }
     }
     print::hlog(out, &measured)?;
     let rows: Vec<LatencyRow> = measured.into_iter().map(|m| m.row).collect();
@@ -377,45 +366,74 @@ fn run_sweep(sweep: &Sweep, out: &Output) -> Result<(), LabError> {
     }
     print::sweep(&rows, out.format, &machine, sweep.reflect_every);
     if out.format == Format::Table {
-        let ok = |r: &&LatencyRow| {
-            r.distribution.as_deref() != Some("pause_free")
-                && r.lost == 0
-                && r.achieved_rate.unwrap_or(0.0) >= r.offered_rate.unwrap_or(f64::MAX) * sweep.sustain
-        };
-        match rows.iter().rfind(ok) {
-            Some(r) => println!(
-                "highest rate sustained: {:.0} msg/s (achieved {:.0}, at least {:.0}% of target, none lost)",
-                r.offered_rate.unwrap_or(0.0),
-                r.achieved_rate.unwrap_or(0.0),
-                sweep.sustain * 100.0
-            ),
-            None => println!("no rate was sustained (achieved below {:.0}% of target)", sweep.sustain * 100.0),
+        let mut paths = vec![(sweep.transport.name(), "sweep-rate")];
+        if sweep.transport == Transport::Rudp {
+            paths.push(("udp", "floor"));
+        }
+        for (transport, mode) in paths {
+            let path = if mode == "floor" { format!("{transport} (floor)") } else { transport.to_owned() };
+            match highest_sustained(&rows, transport, mode, sweep.sustain) {
+                Some(r) => println!(
+                    "{path}: highest rate sustained {:.0} msg/s (achieved {:.0}, at least {:.0}% of target, none lost)",
+                    r.offered_rate.unwrap_or(0.0),
+                    r.achieved_rate.unwrap_or(0.0),
+                    sweep.sustain * 100.0
+                ),
+                None => println!(
+                    "{path}: no rate was sustained (achieved below {:.0}% of target, or lost messages)",
+                    sweep.sustain * 100.0
+                ),
+            }
         }
     }
     Ok(())
 }
 
+/// The highest target rate `transport`'s rows (of `mode`) sustained: achieved
+/// at least `sustain` of it with nothing lost.
+pub fn highest_sustained<'a>(
+    rows: &'a [LatencyRow],
+    transport: &str,
+    mode: &str,
+    sustain: f64,
+) -> Option<&'a LatencyRow> {
+    rows.iter().rfind(|r| {
+        r.transport == transport
+            && r.mode == mode
+            && r.distribution.as_deref() != Some("pause_free")
+            && r.lost == 0
+            && r.achieved_rate.unwrap_or(0.0) >= r.offered_rate.unwrap_or(f64::MAX) * sustain
+    })
+}
+
 /// RTT percentiles against target rate at `path`, and achieved against
 /// target beside it (`<name>-achieved.svg`).
 fn sweep_plots(path: &Path, rows: &[LatencyRow]) -> Result<(), LabError> {
-    let of = |free: bool, f: fn(&LatencyRow) -> f64| -> Vec<(f64, f64)> {
+    let of = |floor: bool, free: bool, f: fn(&LatencyRow) -> f64| -> Vec<(f64, f64)> {
         rows.iter()
-            .filter(|r| (r.distribution.as_deref() == Some("pause_free")) == free)
+            .filter(|r| (r.mode == "floor") == floor && (r.distribution.as_deref() == Some("pause_free")) == free)
             .map(|r| (r.offered_rate.unwrap_or(1.0), f(r)))
             .collect()
     };
-    let pick = |f: fn(&LatencyRow) -> f64| of(false, f);
+    let pick = |f: fn(&LatencyRow) -> f64| of(false, false, f);
+    let name = rows.iter().find(|r| r.mode != "floor").map_or("", |r| r.transport.as_str());
+    let mut lines = vec![
+        (format!("{name} RTT p50"), pick(|r| r.p50_ns as f64 / 1000.0)),
+        (format!("{name} RTT p99"), pick(|r| r.p99_ns as f64 / 1000.0)),
+        (format!("{name} RTT p99.9"), pick(|r| r.p999_ns as f64 / 1000.0)),
+        (format!("{name} RTT p99 pause-free"), of(false, true, |r| r.p99_ns as f64 / 1000.0)),
+        (format!("{name} RTT p99.9 pause-free"), of(false, true, |r| r.p999_ns as f64 / 1000.0)),
+    ];
+    if let Some(f) = rows.iter().find(|r| r.mode == "floor") {
+        let floor = format!("{} floor", f.transport);
+        lines.push((format!("{floor} RTT p50"), of(true, false, |r| r.p50_ns as f64 / 1000.0)));
+        lines.push((format!("{floor} RTT p99 pause-free"), of(true, true, |r| r.p99_ns as f64 / 1000.0)));
+    }
     plots::lines(
         path,
         "Round-trip latency against target message rate",
         "target rate (messages per second)",
-        &[
-            ("RTT p50".into(), pick(|r| r.p50_ns as f64 / 1000.0)),
-            ("RTT p99".into(), pick(|r| r.p99_ns as f64 / 1000.0)),
-            ("RTT p99.9".into(), pick(|r| r.p999_ns as f64 / 1000.0)),
-            ("RTT p99 pause-free".into(), of(true, |r| r.p99_ns as f64 / 1000.0)),
-            ("RTT p99.9 pause-free".into(), of(true, |r| r.p999_ns as f64 / 1000.0)),
-        ],
+        &lines,
         true,
     )
     .map_err(LabError::Output)?;

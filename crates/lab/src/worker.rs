@@ -5,6 +5,7 @@
 //! result line last.
 
 use crate::transports::sockets::{Proto, Wait};
+use crate::transports::Transport;
 use crate::LabError;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -66,12 +67,38 @@ pub enum Role {
     RudpPong { back_port: u16, cpu: usize },
     /// Sends reliable UDP as fast as flow control allows for `duration`.
     RudpBlast { port: u16, cpu: usize, size: usize, duration: Duration, params: String },
-    /// Sends reliable UDP at `rate`, stamping each message's intended time.
-    RudpRate { port: u16, cpu: usize, size: usize, rate: f64, duration: Duration, params: String },
     /// The sending end of `lab transfer`.
     RudpSend { dir: PathBuf, uri: String, bytes: u64, max_size: usize, seed: u64, receivers: usize, timeout: Duration },
     /// A receiving end of `lab transfer`.
     RudpRecv { dir: PathBuf, uri: String },
+    /// Receives an open-loop stream over the network: records one-way
+    /// latency (`reflect_every` 0; the source's pauses arrive in `pauses`)
+    /// or reflects one message in `reflect_every` (its own pauses go there).
+    NetSink {
+        transport: Transport,
+        bind: SocketAddr,
+        cpu: usize,
+        size: usize,
+        reflect_every: u64,
+        expected: u64,
+        pauses: PathBuf,
+        params: String,
+    },
+    /// Sends an open-loop stream over the network to `peer` at `rate`;
+    /// with `reflect_every`, receives the reflections (on `back` for
+    /// reliable UDP) and reports their round trips.
+    NetSource {
+        transport: Transport,
+        peer: SocketAddr,
+        back: Option<SocketAddr>,
+        cpu: usize,
+        size: usize,
+        rate: u64,
+        duration: Duration,
+        reflect_every: u64,
+        pauses: PathBuf,
+        params: String,
+    },
     /// The system under test of tick-to-trade: a UDP tick in, a TCP order out to `gateway`.
     TickToTradeSut { gateway: SocketAddr, cpu: usize, tick_size: usize, order_size: usize },
 }
@@ -95,7 +122,7 @@ impl Role {
     /// # Errors
     /// Set-up failures, or a peer silent for 30 s.
     pub fn run(self) -> Result<String, LabError> {
-        use crate::modes::{oneway, sweep, tick_to_trade, transfer};
+        use crate::modes::{network, oneway, sweep, tick_to_trade, transfer};
         use crate::transports::{floor, ipc, rudp, sockets};
         match self {
             Role::Cacheline { path, cpu } => floor::cacheline_worker(&path, cpu),
@@ -130,13 +157,16 @@ impl Role {
             }
             Role::RudpPong { back_port, cpu } => rudp::pong(back_port, cpu),
             Role::RudpBlast { port, cpu, size, duration, params } => rudp::blast(port, cpu, size, duration, &params),
-            Role::RudpRate { port, cpu, size, rate, duration, params } => {
-                rudp::rate_sender(port, cpu, size, rate, duration, &params)
-            }
             Role::RudpSend { dir, uri, bytes, max_size, seed, receivers, timeout } => {
                 transfer::sender(&dir, &uri, bytes, max_size, seed, receivers, timeout)
             }
             Role::RudpRecv { dir, uri } => transfer::receiver(&dir, &uri),
+            Role::NetSink { transport, bind, cpu, size, reflect_every, expected, pauses, params } => {
+                network::sink(transport, bind, cpu, size, reflect_every, expected, &pauses, &params)
+            }
+            Role::NetSource { transport, peer, back, cpu, size, rate, duration, reflect_every, pauses, params } => {
+                network::source(transport, peer, back, cpu, (size, rate, duration), reflect_every, &pauses, &params)
+            }
             Role::TickToTradeSut { gateway, cpu, tick_size, order_size } => {
                 tick_to_trade::sut(gateway, cpu, tick_size, order_size)
             }
@@ -144,11 +174,26 @@ impl Role {
     }
 }
 
+/// In a worker: reads the line the measuring side sends with
+/// [`WorkerProcess::write_line`] and takes what follows `prefix`.
+///
+/// # Errors
+/// [`LabError::Worker`] if stdin closes first or the line is not `prefix ...`.
+pub(crate) fn read_stdin_line(prefix: &str) -> Result<String, LabError> {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    line.trim()
+        .strip_prefix(prefix)
+        .map(|v| v.trim().to_owned())
+        .ok_or_else(|| LabError::Worker(format!("expected {prefix:?} on stdin, got {:?}", line.trim())))
+}
+
 /// A worker process killed on drop unless it exited.
 #[derive(Debug)]
 #[must_use = "the worker is killed when this is dropped"]
 pub struct WorkerProcess {
     child: Child,
+    stdin: Option<std::process::ChildStdin>,
     stdout: Option<std::io::BufReader<std::process::ChildStdout>>,
 }
 
@@ -177,10 +222,28 @@ impl WorkerProcess {
             }
             None => Command::new(exe),
         };
-        let mut child =
-            cmd.arg("lab").arg("worker").arg(role.to_arg()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn()?;
+        let mut child = cmd
+            .arg("lab")
+            .arg("worker")
+            .arg(role.to_arg())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdin = child.stdin.take();
         let stdout = child.stdout.take().map(std::io::BufReader::new);
-        Ok(Self { child, stdout })
+        Ok(Self { child, stdin, stdout })
+    }
+
+    /// Tells the running worker one more thing (a line on its stdin, read
+    /// with [`read_stdin_line`]), e.g. an address known only now.
+    ///
+    /// # Errors
+    /// [`LabError::Worker`] if the worker is gone.
+    pub fn write_line(&mut self, line: &str) -> Result<(), LabError> {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().ok_or_else(|| LabError::Worker("stdin already closed".into()))?;
+        writeln!(stdin, "{line}").and_then(|()| stdin.flush()).map_err(|e| LabError::Worker(format!("stdin: {e}")))
     }
 
     /// Reads one line the worker printed (e.g. the port it bound), waiting
@@ -251,11 +314,10 @@ mod tests {
 
     #[test]
     fn a_role_round_trips_through_its_argument_and_bad_ones_are_named() {
-        let r = Role::RudpRate {
+        let r = Role::RudpBlast {
             port: 9,
             cpu: 1,
             size: 64,
-            rate: 1e5,
             duration: Duration::from_millis(250),
             params: "loss=0.1".into(),
         };

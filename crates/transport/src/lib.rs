@@ -49,6 +49,13 @@ pub use impaired::{ImpairSettings, Impaired};
 pub use sys::MAX_BATCH;
 pub use udp::{UdpConfig, UdpTransport};
 
+/// Sets a socket's receive and send buffers to `bytes`, past
+/// `rmem_max`/`wmem_max` when privileged, as [`UdpTransport`] does with its
+/// own (best effort): a plain socket measured beside it gets the same room.
+pub fn set_socket_buffers(socket: &impl std::os::fd::AsRawFd, bytes: usize) {
+    sys::force_buffers(socket.as_raw_fd(), bytes);
+}
+
 use std::net::SocketAddrV4;
 use std::time::Duration;
 

@@ -6,6 +6,9 @@
 //!   each message's intended send time (free of coordinated omission).
 //! * [`sweep`]: latency against message rate (Exhibit 4): open-loop stream,
 //!   one message in N reflected, up to the highest rate the path sustains.
+//! * [`openloop`] and [`network`]: what the open-loop modes share (pause
+//!   recording, the two distributions, the send schedule) and their rounds
+//!   over UDP, TCP and reliable UDP.
 //! * [`tick_to_trade`]: UDP tick in, TCP order out, timed with kernel
 //!   software timestamps (the method of paper 004).
 //! * [`transfer`]: a generated stream over reliable UDP under chosen loss,
@@ -13,6 +16,7 @@
 //! * [`reproduce`]: all of the above with the papers' parameters, into a
 //!   report with the published figures beside ours and SVG plots.
 
+pub mod network;
 pub mod oneway;
 pub mod openloop;
 pub mod pingpong;

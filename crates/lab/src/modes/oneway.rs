@@ -6,19 +6,24 @@
 //! intended time, so the stall shows in the percentiles instead of being
 //! hidden (coordinated omission).
 //!
-//! A run is `rounds` rounds. In a one-to-one run each round first streams a
-//! raw shared-memory ring at the same rate and size on the same schedule
-//! (the open-loop floor), then tickwire. Both sides of both record their
+//! A run is `rounds` rounds. In a one-to-one IPC run each round first
+//! streams a raw shared-memory ring at the same rate and size on the same
+//! schedule (the open-loop floor), then tickwire; over reliable UDP the
+//! floor is a plain kernel UDP socket pair. Kernel UDP and TCP are their
+//! own floor. Both sides of both record their
 //! pauses ([`super::openloop`]), and every row comes twice: all messages,
 //! and the pause-free ones. Tickwire's rows carry ratios to the floor's row
 //! of the same kind.
 
+use super::network::{self, NetRound};
 use super::openloop::{
     mark, publish, write_pauses, Distribution, PauseRecorder, PauseSummary, Published, Samples, SinkReport,
 };
 use crate::host::machine::Machine;
+use crate::host::netns::NetnsPair;
 use crate::output::report::{histogram, LatencyRow};
 use crate::output::Measured;
+use crate::transports::Transport;
 use crate::{Cpus, LabError, Role, WorkerProcess};
 use hdrhistogram::Histogram;
 use std::path::{Path, PathBuf};
@@ -31,6 +36,13 @@ use tickwire_wire::stamp;
 /// A one-way run.
 #[derive(Debug, Clone)]
 pub struct OneWay {
+    /// What carries it: IPC (any fan-out), or one to one over UDP, TCP or
+    /// reliable UDP ([`super::network`]).
+    pub transport: Transport,
+    /// Network transports: across two namespaces joined by veth.
+    pub netns: bool,
+    /// Reliable UDP: channel parameters (`key=value&...`).
+    pub params: String,
     /// Offered rate, messages per second (all publishers together).
     pub rate: u64,
     /// Payload bytes (at least 16: sequence and intended time lead).
@@ -141,6 +153,14 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Vec<Measured>, LabError> {
     let rounds = o.rounds.max(1);
     let per_round = (o.duration / rounds as u32).max(Duration::from_millis(50));
     let one_to_one = o.publishers == 1 && o.subscribers == 1;
+    let network = o.transport != Transport::Ipc;
+    if network && !one_to_one {
+        return Err(LabError::Usage(format!("oneway over {} is one publisher to one subscriber", o.transport.name())));
+    }
+    if o.netns && !network {
+        return Err(LabError::Usage("--netns applies to udp, tcp and rudp (ipc is shared memory on one host)".into()));
+    }
+    let pair = if o.netns { Some(NetnsPair::create()?) } else { None };
     let wall = SystemTime::now();
     let (mut mine, mut floor) = (Totals::new(), Totals::new());
     let bar = crate::progress(rounds as u64, "oneway (rounds)");
@@ -148,21 +168,43 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Vec<Measured>, LabError> {
         if crate::stop_requested() {
             break;
         }
-        if one_to_one {
-            let (p, line) =
-                crate::transports::floor::ring_oneway(o.rate, o.size, per_round, o.cpus, &o.dir, o.capacity)?;
-            floor.add(p, &line)?;
+        let net = |transport| {
+            let r = NetRound {
+                transport,
+                rate: o.rate,
+                size: o.size,
+                duration: per_round,
+                reflect_every: 0,
+                cpus: o.cpus,
+                dir: &o.dir,
+                params: if transport == Transport::Rudp { &o.params } else { "" },
+                netns: pair.as_ref(),
+            };
+            network::round(&r).map(|(source, line)| (source.published, line))
+        };
+        match o.transport {
+            Transport::Ipc if one_to_one => {
+                let (p, line) =
+                    crate::transports::floor::ring_oneway(o.rate, o.size, per_round, o.cpus, &o.dir, o.capacity)?;
+                floor.add(p, &line)?;
+            }
+            Transport::Rudp => {
+                let (p, line) = net(Transport::Udp)?;
+                floor.add(p, &line)?;
+            }
+            _ => {}
         }
-        let (p, line) = round(o, per_round)?;
+        let (p, line) = if network { net(o.transport)? } else { round(o, per_round)? };
         mine.add(p, &line)?;
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let [mut all, mut free] = mine.rows("oneway", "ipc", None, o, machine, wall);
-    if !one_to_one {
-        return Ok(vec![all, free]);
-    }
-    let [f_all, f_free] = floor.rows("floor", "shm", Some("raw_ring"), o, machine, wall);
+    let [mut all, mut free] = mine.rows("oneway", o.transport.name(), None, o, machine, wall);
+    let [f_all, f_free] = match o.transport {
+        Transport::Ipc if one_to_one => floor.rows("floor", "shm", Some("raw_ring"), o, machine, wall),
+        Transport::Rudp => floor.rows("floor", "udp", Some("kernel_udp"), o, machine, wall),
+        _ => return Ok(vec![all, free]),
+    };
     all.row = all.row.with_floor(&f_all.row);
     free.row = free.row.with_floor(&f_free.row);
     Ok(vec![all, free, f_all, f_free])
@@ -204,7 +246,7 @@ fn round(o: &OneWay, duration: Duration) -> Result<(Published, String), LabError
     let topics: Vec<String> = (0..o.topics).map(topic).collect();
     let mut recorder = PauseRecorder::new(monotonic_ns());
     let mut n = 0usize;
-    let published = publish(o.rate, o.size, duration, &mut recorder, |msg| {
+    let published = publish(o.rate, o.size, duration, &mut recorder, &mut |msg: &[u8]| {
         let t = &topics[n % o.topics];
         match pubs[n % o.publishers].offer_topic(t, msg) {
             Ok(_) => {

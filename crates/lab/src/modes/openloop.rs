@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 /// A gap in a spinning loop longer than this is a pause (20 µs).
 pub const PAUSE_THRESHOLD_NS: u64 = 20_000;
 
+/// [`publish`] stops a sender this far behind schedule after the end (1 s).
+pub const LATE_LIMIT_NS: u64 = 1_000_000_000;
+
 /// Records the gaps in one spinning loop's progress.
 #[derive(Debug)]
 pub struct PauseRecorder {
@@ -50,8 +53,38 @@ impl PauseRecorder {
     }
 }
 
+/// The sending end of an open-loop stream, driven by [`publish`].
+pub trait Offer {
+    /// Offers one message: whether it was taken (false: back-pressured,
+    /// [`publish`] tries again).
+    ///
+    /// # Errors
+    /// The path failed.
+    fn offer(&mut self, msg: &[u8]) -> Result<bool, LabError>;
+
+    /// Called on every turn of the sending loop (after a send, while
+    /// waiting for the next send time, between retries): drive a transport
+    /// that needs it, collect reflections.
+    ///
+    /// # Errors
+    /// The path failed.
+    #[inline]
+    fn work(&mut self) -> Result<(), LabError> {
+        std::hint::spin_loop();
+        Ok(())
+    }
+}
+
+/// A closure is a path that needs no driving.
+impl<F: FnMut(&[u8]) -> Result<bool, LabError>> Offer for F {
+    #[inline]
+    fn offer(&mut self, msg: &[u8]) -> Result<bool, LabError> {
+        self(msg)
+    }
+}
+
 /// What [`publish`] did.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Published {
     /// Messages sent.
     pub sent: u64,
@@ -61,9 +94,10 @@ pub struct Published {
 
 /// The sending side of an open-loop run, on the calling (pinned) thread:
 /// message *i* is due at `t0 + i / rate` and carries that intended time
-/// (`stamp`), whenever it actually goes. `offer` returns whether the message
-/// was taken (false: back-pressured, try again). Every turn of the loop
-/// ticks `pauses`. Stops at `duration`, or at Ctrl-C.
+/// (`stamp`), whenever it actually goes. `path` takes the messages
+/// ([`Offer`]). Every turn of the loop ticks `pauses` and calls
+/// [`Offer::work`]. Stops at `duration` (a sender still behind schedule
+/// [`LATE_LIMIT_NS`] after it sends less than `rate * duration`), or at Ctrl-C.
 ///
 /// # Errors
 /// `offer`'s errors, or a receiver that takes nothing for 10 s.
@@ -72,7 +106,7 @@ pub fn publish(
     size: usize,
     duration: Duration,
     pauses: &mut PauseRecorder,
-    mut offer: impl FnMut(&[u8]) -> Result<bool, LabError>,
+    path: &mut impl Offer,
 ) -> Result<Published, LabError> {
     use tickwire_shm::os::monotonic_ns;
     let mut msg = vec![0u8; size.max(16)];
@@ -86,21 +120,29 @@ pub fn publish(
             break;
         }
         let mut now = monotonic_ns();
+        if now >= end + LATE_LIMIT_NS {
+            // Still behind schedule a second after the end: the path does
+            // not sustain the rate; what is left is not sent (the achieved
+            // rate says so). A sender late by a pause catches up first, and
+            // those late messages are measured.
+            break;
+        }
         while now < intended {
             pauses.tick(now);
-            std::hint::spin_loop();
+            path.work()?;
             now = monotonic_ns();
         }
         tickwire_wire::stamp::write(&mut msg, sent, intended);
         let stuck = Instant::now();
         // Late, but the intended time stays in the message.
-        while !offer(&msg)? {
+        while !path.offer(&msg)? {
             pauses.tick(monotonic_ns());
             if stuck.elapsed() > Duration::from_secs(10) {
                 return Err(LabError::Timeout("receiver stuck for 10 s".into()));
             }
-            std::hint::spin_loop();
+            path.work()?;
         }
+        path.work()?;
         pauses.tick(monotonic_ns());
         sent += 1;
     }

@@ -360,6 +360,8 @@ impl Report<'_> {
         // Exhibit 4: latency against rate.
         let rows = sweep::run(
             &Sweep {
+                transport: Transport::Ipc,
+                netns: false,
                 rates: self.s.rates.clone(),
                 size: 64,
                 step: self.s.step,
@@ -426,6 +428,9 @@ impl Report<'_> {
         for &rate in &self.s.oneway_rates {
             let mut rows = oneway::run(
                 &OneWay {
+                    transport: Transport::Ipc,
+                    netns: false,
+                    params: String::new(),
                     rate,
                     size: 100,
                     duration: self.s.oneway,

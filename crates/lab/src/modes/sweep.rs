@@ -6,22 +6,29 @@
 //! ([`super::openloop`]): each rate gives a row of every reflected message and
 //! a row of the pause-free ones.
 
-use super::openloop::{mark, read_pauses, write_pauses, Distribution, PauseRecorder, Samples, Split};
+use super::network::{self, NetRound, ReflectorReport};
+use super::openloop::{mark, publish, read_pauses, write_pauses, Distribution, Offer, PauseRecorder, Samples, Split};
 use crate::host::machine::Machine;
+use crate::host::netns::NetnsPair;
 use crate::output::report::LatencyRow;
 use crate::output::Measured;
 use crate::transports::ipc::subscribe_when_ready;
+use crate::transports::Transport;
 use crate::{Cpus, LabError, Role, WorkerProcess};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
 use tickwire_shm::os::monotonic_ns;
-use tickwire_shm::{Context, Event, LogConfig, OfferError};
+use tickwire_shm::{Context, Event, LogAppender, LogConfig, LogReader, OfferError};
 use tickwire_wire::stamp;
 
 /// A sweep.
 #[derive(Debug, Clone)]
 pub struct Sweep {
+    /// What carries it: IPC, or UDP, TCP, reliable UDP ([`super::network`]).
+    pub transport: Transport,
+    /// Network transports: across two namespaces joined by veth.
+    pub netns: bool,
     /// Target rates in messages per second, in order.
     pub rates: Vec<u64>,
     /// Payload bytes (at least 16).
@@ -60,23 +67,104 @@ pub fn run_measured(s: &Sweep, machine: &Machine) -> Result<Vec<Measured>, LabEr
     if s.size < 16 || s.reflect_every == 0 || s.rates.is_empty() {
         return Err(LabError::Usage("sweep-rate needs --size >= 16, --reflect-every >= 1 and rates".into()));
     }
+    if s.netns && s.transport == Transport::Ipc {
+        return Err(LabError::Usage("--netns applies to udp, tcp and rudp (ipc is shared memory on one host)".into()));
+    }
+    let pair = if s.netns { Some(NetnsPair::create()?) } else { None };
     let mut rows = Vec::new();
     let bar = crate::progress(s.rates.len() as u64, "sweep-rate");
     for &rate in &s.rates {
         if crate::stop_requested() {
             break;
         }
-        let [all, pause_free] = step(s, rate, machine)?;
+        let [mut all, mut pause_free] = match s.transport {
+            Transport::Ipc => step(s, rate, machine)?,
+            t => net_step(s, t, rate, pair.as_ref(), machine)?,
+        };
+        // Reliable UDP's floor: kernel UDP at the same rate, just before.
+        let floor = if s.transport == Transport::Rudp {
+            let [f_all, f_free] = net_step(s, Transport::Udp, rate, pair.as_ref(), machine)?;
+            all.row = all.row.with_floor(&f_all.row);
+            pause_free.row = pause_free.row.with_floor(&f_free.row);
+            Some([f_all, f_free])
+        } else {
+            None
+        };
         bar.inc(1);
-        let sustained = all.row.achieved_rate.unwrap_or(0.0) >= rate as f64 * s.sustain;
+        let sustained = all.row.lost == 0 && all.row.achieved_rate.unwrap_or(0.0) >= rate as f64 * s.sustain;
         rows.push(all);
         rows.push(pause_free);
+        rows.extend(floor.into_iter().flatten());
         if !sustained {
             break;
         }
     }
     bar.finish_and_clear();
     Ok(rows)
+}
+
+/// Marks a step's two rows.
+#[allow(clippy::too_many_arguments)]
+fn rows(
+    s: &Sweep,
+    transport: Transport,
+    rate: u64,
+    (sent, received, secs): (u64, u64, f64),
+    split: Split,
+    machine: &Machine,
+    wall: std::time::SystemTime,
+) -> [Measured; 2] {
+    let Split { all, pause_free, excluded, pauses } = split;
+    let floor = transport != s.transport;
+    let row = |h: hdrhistogram::Histogram<u64>, d: Distribution| {
+        let (mode, probe) = if floor { ("floor", Some("kernel_udp")) } else { ("sweep-rate", None) };
+        let mut row = LatencyRow::from_histogram(mode, transport.name(), s.size, &h);
+        row.clock =
+            format!("CLOCK_MONOTONIC, round trip from the intended send time, 1 in {} reflected", s.reflect_every);
+        row.offered_rate = Some(rate as f64);
+        row.achieved_rate = Some((received as f64 / secs.max(1e-9)).round());
+        row.lost = sent.saturating_sub(received);
+        row.cpus = s.cpus.to_string();
+        row.machine = machine.summary();
+        mark(&mut row, d, probe, &pauses, excluded);
+        Measured { row, hist: h, start: wall, elapsed: Duration::from_secs_f64(secs) }
+    };
+    [row(all, Distribution::All), row(pause_free, Distribution::PauseFree)]
+}
+
+/// One rate over the network: a round of [`network`] with reflections.
+fn net_step(
+    s: &Sweep,
+    transport: Transport,
+    rate: u64,
+    pair: Option<&NetnsPair>,
+    machine: &Machine,
+) -> Result<[Measured; 2], LabError> {
+    let wall = std::time::SystemTime::now();
+    let r = NetRound {
+        transport,
+        rate,
+        size: s.size,
+        duration: s.step,
+        reflect_every: s.reflect_every,
+        cpus: s.cpus,
+        dir: &s.dir,
+        params: "",
+        netns: pair,
+    };
+    let (source, line) = network::round(&r)?;
+    let sink: ReflectorReport =
+        serde_json::from_str(&line).map_err(|e| LabError::Worker(format!("bad reflector output {line:?}: {e}")))?;
+    let reflections =
+        source.reflections.ok_or_else(|| LabError::Worker("the source reported no reflections".into()))?;
+    let split = Split {
+        all: crate::output::decode_histogram(&reflections.histogram)?,
+        pause_free: crate::output::decode_histogram(&reflections.pause_free)?,
+        excluded: reflections.excluded,
+        pauses: reflections.pauses,
+    };
+    let secs = sink.seconds.max(source.published.secs);
+    Ok(rows(s, transport, rate, (source.published.sent, sink.received, secs), split, machine, wall))
 }
 
 /// One rate: the full and the pause-free rows.
@@ -94,82 +182,66 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<[Measured; 2], LabErr
         capacity: s.capacity,
         pauses: pauses_path.clone(),
     })?;
-    let mut rx = subscribe_when_ready(&ctx, &channel, REFLECT)?;
+    let rx = subscribe_when_ready(&ctx, &channel, REFLECT)?;
     crate::transports::ipc::wait_connected(&mut tx)?;
     pin_current_thread(s.cpus.local)?;
     let expected = (rate as f64 * s.step.as_secs_f64()) as u64 / s.reflect_every;
     let mut samples = Samples::with_capacity(expected as usize + 1024);
     let mut pauses = PauseRecorder::new(monotonic_ns());
-    let mut record = |e: Event<'_>| {
-        if let Event::Message(m) = e {
-            let now = monotonic_ns();
-            samples.push(stamp::intended_ns(m.payload).unwrap_or(now), now);
-        }
-    };
-    let mut msg = vec![0u8; s.size];
-    let interval = 1e9 / rate as f64;
-    let t0 = monotonic_ns() + 1_000_000;
-    let end = t0 + s.step.as_nanos() as u64;
-    let mut sent = 0u64;
-    let poll_err = |e: tickwire_shm::PollError| LabError::Worker(e.to_string());
-    loop {
-        let intended = t0 + (sent as f64 * interval) as u64;
-        if intended >= end {
-            break;
-        }
-        let mut now = monotonic_ns();
-        while now < intended {
-            rx.poll(&mut record, 16).map_err(poll_err)?;
-            pauses.tick(now);
-            now = monotonic_ns();
-        }
-        stamp::write(&mut msg, sent, intended);
-        let stuck = Instant::now();
-        loop {
-            match tx.offer(&msg) {
-                Ok(_) => break,
-                Err(OfferError::BackPressured) => {
-                    rx.poll(&mut record, 16).map_err(poll_err)?;
-                    pauses.tick(monotonic_ns());
-                    if stuck.elapsed() > TIMEOUT {
-                        return Err(LabError::Timeout("receiver stuck".into()));
-                    }
-                }
-                Err(e) => return Err(LabError::Worker(e.to_string())),
-            }
-        }
-        pauses.tick(monotonic_ns());
-        sent += 1;
-    }
-    let send_secs = monotonic_ns().saturating_sub(t0) as f64 / 1e9;
+    let mut path = IpcSending { tx, rx, samples: &mut samples };
+    let published = publish(rate, s.size, s.step, &mut pauses, &mut path)?;
+    let IpcSending { tx, mut rx, .. } = path;
     drop(tx); // end of stream: the receiver reports how many it got
               // Collect the last reflections while the receiver drains.
+    let mut record = |e: Event<'_>| reflected(&mut samples, e);
+    let poll_err = |e: tickwire_shm::PollError| LabError::Worker(e.to_string());
     let drain = Instant::now();
     while !rx.is_end_of_stream() && drain.elapsed() < TIMEOUT {
         rx.poll(&mut record, 64).map_err(poll_err)?;
     }
     while rx.poll(&mut record, 64).map_err(poll_err)? > 0 {}
     let line = worker.finish(TIMEOUT)?;
-    let v: serde_json::Value =
-        serde_json::from_str(&line).map_err(|e| LabError::Worker(format!("bad receiver output {line:?}: {e}")))?;
-    let received = v["received"].as_u64().unwrap_or(0);
-    let recv_secs = v["seconds"].as_f64().unwrap_or(send_secs).max(1e-9);
+    let sink: ReflectorReport =
+        serde_json::from_str(&line).map_err(|e| LabError::Worker(format!("bad reflector output {line:?}: {e}")))?;
     let mut all_pauses = pauses.into_pauses();
     all_pauses.extend(read_pauses(&pauses_path)?);
-    let Split { all, pause_free, excluded, pauses } = samples.split(all_pauses);
-    let row = |h: hdrhistogram::Histogram<u64>, d: Distribution| {
-        let mut row = LatencyRow::from_histogram("sweep-rate", "ipc", s.size, &h);
-        row.clock =
-            format!("CLOCK_MONOTONIC, round trip from the intended send time, 1 in {} reflected", s.reflect_every);
-        row.offered_rate = Some(rate as f64);
-        row.achieved_rate = Some((received as f64 / recv_secs.max(send_secs)).round());
-        row.lost = sent.saturating_sub(received);
-        row.cpus = s.cpus.to_string();
-        row.machine = machine.summary();
-        mark(&mut row, d, None, &pauses, excluded);
-        Measured { row, hist: h, start: wall, elapsed: Duration::from_secs_f64(send_secs) }
-    };
-    Ok([row(all, Distribution::All), row(pause_free, Distribution::PauseFree)])
+    let split = samples.split(all_pauses);
+    let secs = sink.seconds.max(published.secs);
+    Ok(rows(s, Transport::Ipc, rate, (published.sent, sink.received, secs), split, machine, wall))
+}
+
+/// The sender's path for [`publish`]: offers to the stream, and keeps the
+/// reflections' intended times and arrivals.
+struct IpcSending<'a> {
+    tx: LogAppender,
+    rx: LogReader,
+    samples: &'a mut Samples,
+}
+
+impl Offer for IpcSending<'_> {
+    #[inline]
+    fn offer(&mut self, msg: &[u8]) -> Result<bool, LabError> {
+        match self.tx.offer(msg) {
+            Ok(_) => Ok(true),
+            Err(OfferError::BackPressured) => Ok(false),
+            Err(e) => Err(LabError::Worker(e.to_string())),
+        }
+    }
+
+    #[inline]
+    fn work(&mut self) -> Result<(), LabError> {
+        let samples = &mut *self.samples;
+        self.rx.poll(|e| reflected(samples, e), 16).map_err(|e| LabError::Worker(e.to_string()))?;
+        Ok(())
+    }
+}
+
+#[inline]
+fn reflected(samples: &mut Samples, e: Event<'_>) {
+    if let Event::Message(m) = e {
+        let now = monotonic_ns();
+        samples.push(stamp::intended_ns(m.payload).unwrap_or(now), now);
+    }
 }
 
 /// Worker role [`Role::Reflect`]: receives the stream,
@@ -236,7 +308,7 @@ pub(crate) fn reflect(
             }
         }
     }
-    let secs = first.map_or(0.0, |f| (last - f).as_secs_f64());
+    let seconds = first.map_or(0.0, |f| (last - f).as_secs_f64());
     write_pauses(pauses, &recorder.into_pauses())?;
-    Ok(serde_json::json!({"received": received, "seconds": secs}).to_string())
+    serde_json::to_string(&ReflectorReport { received, seconds }).map_err(|e| LabError::Worker(e.to_string()))
 }

@@ -164,7 +164,8 @@ pub fn sweep(rows: &[LatencyRow], format: Format, machine: &Machine, reflect_eve
         Format::Table | Format::Sockperf => {
             println!("machine: {}", machine.summary());
             println!(
-                "{:>10} {:>10} {:>5} {:>10} {:>7} {:>8} {:>9} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8}",
+                "{:<10} {:>10} {:>10} {:>5} {:>10} {:>7} {:>8} {:>9} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8}",
+                "path",
                 "target/s",
                 "achieved/s",
                 "lost",
@@ -182,8 +183,11 @@ pub fn sweep(rows: &[LatencyRow], format: Format, machine: &Machine, reflect_eve
                 "p50/flr"
             );
             for r in rows {
+                let path = if r.mode == "floor" { format!("{} floor", r.transport) } else { r.transport.clone() };
+                let ratio = r.ratio_p50.map_or_else(|| "-".to_owned(), |x| format!("{x:.2}x"));
                 println!(
-                    "{:>10.0} {:>10.0} {:>5} {:>10} {:>7} {:>8} {:>9.1} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10.1} {:>8} {:>7.1}x",
+                    "{:<10} {:>10.0} {:>10.0} {:>5} {:>10} {:>7} {:>8} {:>9.1} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10.1} {:>8} {:>8}",
+                    path,
                     r.offered_rate.unwrap_or(0.0),
                     r.achieved_rate.unwrap_or(0.0),
                     r.lost,
@@ -198,12 +202,13 @@ pub fn sweep(rows: &[LatencyRow], format: Format, machine: &Machine, reflect_eve
                     r.max_ns,
                     r.std_ns,
                     r.count,
-                    r.ratio_p50.unwrap_or(0.0)
+                    ratio
                 );
             }
             println!("(round-trip nanoseconds from the intended send time; 1 in {reflect_every} reflected)");
             for r in rows.iter().filter(|r| r.distribution.as_deref() != Some("pause_free")) {
-                println!("at {:.0} msg/s, {}", r.offered_rate.unwrap_or(0.0), pauses_line(r));
+                let floor = if r.mode == "floor" { " (floor)" } else { "" };
+                println!("{}{floor} at {:.0} msg/s, {}", r.transport, r.offered_rate.unwrap_or(0.0), pauses_line(r));
             }
         }
     }

@@ -271,7 +271,7 @@ pub fn ring_oneway(
     })?;
     pin_current_thread(cpus.local)?;
     let mut recorder = PauseRecorder::new(tickwire_shm::os::monotonic_ns());
-    let published = publish(rate, size, duration, &mut recorder, |msg| Ok(ring.try_push(msg)))?;
+    let published = publish(rate, size, duration, &mut recorder, &mut |msg: &[u8]| Ok(ring.try_push(msg)))?;
     write_pauses(&pauses, &recorder.into_pauses())?;
     let mut stop = vec![0u8; 16];
     stamp::write(&mut stop, STOP, 0);

@@ -7,17 +7,21 @@
 //! * [`sockets`]: plain kernel UDP and TCP sockets, spinning on non-blocking
 //!   sockets or blocking; the baseline of every network transport.
 //! * [`rudp`]: tickwire's reliable UDP.
+//! * [`stream`]: both ends of an open-loop stream over UDP, TCP or reliable
+//!   UDP (one-way and rate sweep over the network).
 
 pub mod floor;
 pub mod ipc;
 pub mod rudp;
 pub mod sockets;
+pub mod stream;
 
 use crate::output::report::ThroughputRow;
 use std::time::Instant;
 
 /// What carries the lab's messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Transport {
     /// tickwire shared-memory IPC.
     Ipc,

@@ -1,10 +1,10 @@
-//! Reliable UDP in the lab: ping-pong (against kernel UDP in the same run),
-//! one-way throughput, and one-way latency at a fixed rate under loss.
+//! Reliable UDP in the lab: ping-pong (against kernel UDP in the same run)
+//! and one-way throughput. One-way latency at a fixed rate and the rate
+//! sweep run through [`super::stream`].
 //!
 //! Both ends use the embedded driver (`UdpSender::do_work` and
 //! `UdpReceiver::poll` in the measuring thread), pinned, spinning.
 
-use crate::output::report::histogram;
 use crate::{spin_until, LabError, Role, WorkerProcess};
 use hdrhistogram::Histogram;
 use std::time::{Duration, Instant};
@@ -137,9 +137,9 @@ pub(crate) fn pong(back: u16, cpu: usize) -> Result<String, LabError> {
     }
 }
 
-/// What the throughput sink measured.
+/// What the reliable-UDP throughput sink counted.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct SinkReport {
+pub struct RudpThroughput {
     /// Messages received.
     pub count: u64,
     /// Sequence gaps (messages never delivered).
@@ -158,8 +158,8 @@ pub struct SinkReport {
 
 /// Receives until the stream ends (or the deadline), calling `on_message`
 /// with each payload; counts messages, sequence gaps and `Lost` events.
-fn sink(sub: &mut UdpReceiver, deadline: Instant, mut on_message: impl FnMut(&[u8])) -> Result<SinkReport, LabError> {
-    let mut rep = SinkReport::default();
+fn sink(sub: &mut UdpReceiver, deadline: Instant, mut on_message: impl FnMut(&[u8])) -> Result<RudpThroughput, LabError> {
+    let mut rep = RudpThroughput::default();
     let mut expect = 0u64;
     let mut first = None;
     let mut last = Instant::now();
@@ -198,7 +198,7 @@ fn sink(sub: &mut UdpReceiver, deadline: Instant, mut on_message: impl FnMut(&[u
 ///
 /// # Errors
 /// Socket or worker failures.
-pub fn throughput(size: usize, duration: Duration, cpus: crate::Cpus, params: &str) -> Result<SinkReport, LabError> {
+pub fn throughput(size: usize, duration: Duration, cpus: crate::Cpus, params: &str) -> Result<RudpThroughput, LabError> {
     let mut sub = UdpReceiver::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
     let port = sub.local_addr().port();
     let blaster =
@@ -237,71 +237,4 @@ pub(crate) fn blast(port: u16, cpu: usize, size: usize, duration: Duration, para
     }
     p.close(TIMEOUT);
     Ok(format!("sent {seq}"))
-}
-
-/// One-way latency at a fixed rate (open loop: measured from each message's
-/// intended send time, so a stalled sender cannot hide the delay).
-///
-/// # Errors
-/// Socket or worker failures.
-pub fn oneway_histogram(
-    size: usize,
-    rate: f64,
-    duration: Duration,
-    cpus: crate::Cpus,
-    params: &str,
-) -> Result<(Histogram<u64>, SinkReport), LabError> {
-    let mut sub = UdpReceiver::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
-    let port = sub.local_addr().port();
-    let sender = WorkerProcess::spawn(&Role::RudpRate {
-        port,
-        cpu: cpus.remote,
-        size,
-        rate,
-        duration,
-        params: params.to_owned(),
-    })?;
-    pin_current_thread(cpus.local)?;
-    let mut h = histogram();
-    let rep = sink(&mut sub, Instant::now() + duration + TIMEOUT * 3, |payload| {
-        let now = tickwire_shm::os::monotonic_ns();
-        let intended = stamp::intended_ns(payload).unwrap_or(now);
-        h.saturating_record(now.saturating_sub(intended));
-    })?;
-    sender.finish(TIMEOUT)?;
-    Ok((h, rep))
-}
-
-/// Worker role [`Role::RudpRate`]: offers message `i` at `start + i / rate`
-/// and stamps that intended time in it.
-pub(crate) fn rate_sender(
-    port: u16,
-    cpu: usize,
-    size: usize,
-    rate: f64,
-    duration: Duration,
-    params: &str,
-) -> Result<String, LabError> {
-    let mut p = UdpSender::open(&uri(port, params)?, STREAM, None).map_err(werr)?;
-    pin_current_thread(cpu)?;
-    spin_until(TIMEOUT, "rudp receiver", || {
-        p.do_work();
-        p.is_connected().then_some(())
-    })?;
-    let mut msg = vec![0u8; size.max(16)];
-    let total = (rate * duration.as_secs_f64()) as u64;
-    let start = tickwire_shm::os::monotonic_ns() + 1_000_000;
-    let interval = 1e9 / rate;
-    for i in 0..total {
-        let intended = start + (i as f64 * interval) as u64;
-        while tickwire_shm::os::monotonic_ns() < intended {
-            p.do_work();
-        }
-        stamp::write(&mut msg, i, intended);
-        offer(&mut p, &msg)?;
-        p.do_work();
-    }
-    let s = *p.stats();
-    p.close(TIMEOUT);
-    Ok(format!("sent {total} retransmits {} naks {}", s.retransmits, s.naks_received))
 }
