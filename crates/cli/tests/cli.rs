@@ -413,17 +413,17 @@ fn sweep_rate_reports_each_sustained_rate() {
         run_line(&format!("--dir {d} lab sweep-rate --rates 10k,20k --step 300ms --reflect-every 10 --json"));
     assert!(ok, "{err}");
     let r = rows(&out);
-    // Each rate: every reflected message, then the pause-free ones (a subset).
-    assert_eq!(r.len(), 4, "{out}");
+    // Each rate: every reflected message, then the pause-free ones (a
+    // subset); then the same of the open-loop floor (a raw ring reflecting
+    // on a second ring) at the same rate.
+    let kinds: Vec<_> = r.iter().map(|x| (x["mode"].as_str().unwrap(), x["distribution"].as_str().unwrap())).collect();
+    let per_rate = [("sweep-rate", "all"), ("sweep-rate", "pause_free"), ("floor", "all"), ("floor", "pause_free")];
+    assert_eq!(kinds, [per_rate, per_rate].concat(), "{out}");
     for pair in r.chunks(2) {
-        assert_eq!(
-            (pair[0]["distribution"].as_str(), pair[1]["distribution"].as_str()),
-            (Some("all"), Some("pause_free"))
-        );
         let n = |x: &serde_json::Value, k: &str| x[k].as_u64().unwrap();
         assert_eq!(n(&pair[1], "count") + n(&pair[1], "excluded"), n(&pair[0], "count"), "{out}");
     }
-    for (row, rate) in r.iter().step_by(2).zip([10_000.0, 20_000.0]) {
+    for (row, rate) in r.iter().step_by(2).zip([10_000.0, 10_000.0, 20_000.0, 20_000.0]) {
         ordered(row);
         assert_eq!(row["offered_rate"].as_f64().unwrap(), rate);
         let achieved = row["achieved_rate"].as_f64().unwrap();
@@ -433,6 +433,8 @@ fn sweep_rate_reports_each_sustained_rate() {
         let samples = row["count"].as_f64().unwrap();
         assert!((samples - rate * 0.3 / 10.0).abs() <= 2.0, "{row}");
     }
+    assert_eq!(r[2]["probe"], "raw_ring");
+    assert!(r[0]["ratio_p50"].as_f64().is_some(), "{}", r[0]);
 }
 
 #[test]

@@ -351,14 +351,7 @@ fn run_oneway(o: &OneWayRequest) -> Result<(), LabError> {
 
 fn run_sweep(sweep: &Sweep, out: &Output) -> Result<(), LabError> {
     let machine = Machine::detect();
-    let mut measured = crate::modes::sweep::run_measured(sweep, &machine)?;
-    if sweep.transport == Transport::Ipc {
-        // Until the open-loop ring reflects too: the closed-loop raw ring.
-        let f = quick_floor(sweep.cpus, &sweep.dir)?;
-        for m in &mut measured {
-            m.row = m.row.clone().with_floor(&f);
-        }
-    }
+    let measured = crate::modes::sweep::run_measured(sweep, &machine)?;
     print::hlog(out, &measured)?;
     let rows: Vec<LatencyRow> = measured.into_iter().map(|m| m.row).collect();
     if let Some(path) = &out.plot {
@@ -367,8 +360,10 @@ fn run_sweep(sweep: &Sweep, out: &Output) -> Result<(), LabError> {
     print::sweep(&rows, out.format, &machine, sweep.reflect_every);
     if out.format == Format::Table {
         let mut paths = vec![(sweep.transport.name(), "sweep-rate")];
-        if sweep.transport == Transport::Rudp {
-            paths.push(("udp", "floor"));
+        match sweep.transport {
+            Transport::Ipc => paths.push(("shm", "floor")),
+            Transport::Rudp => paths.push(("udp", "floor")),
+            Transport::Udp | Transport::Tcp => {}
         }
         for (transport, mode) in paths {
             let path = if mode == "floor" { format!("{transport} (floor)") } else { transport.to_owned() };

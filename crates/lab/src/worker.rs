@@ -29,6 +29,9 @@ pub enum Role {
     /// Records one-way latency of an open-loop raw-ring stream (the
     /// open-loop floor); the sender's pauses arrive in `pauses`.
     RingOnewaySink { path: PathBuf, cpu: usize, expected: u64, pauses: PathBuf },
+    /// Reflects one message in `every` of a raw-ring stream onto `back`
+    /// (the rate sweep's open-loop floor); its pauses go to `pauses`.
+    RingReflect { stream: PathBuf, back: PathBuf, cpu: usize, every: u64, pauses: PathBuf },
     /// Echoes IPC pings on the channel's pong stream.
     IpcPong { dir: PathBuf, channel: String, cpu: usize, capacity: usize, wait: Wait },
     /// Counts an IPC stream (throughput).
@@ -130,6 +133,9 @@ impl Role {
             Role::RingSink { path, cpu } => floor::ring_sink(&path, cpu),
             Role::RingOnewaySink { path, cpu, expected, pauses } => {
                 floor::ring_oneway_sink(&path, cpu, expected, &pauses)
+            }
+            Role::RingReflect { stream, back, cpu, every, pauses } => {
+                floor::ring_reflect(&stream, &back, cpu, every.max(1), &pauses)
             }
             Role::IpcPong { dir, channel, cpu, capacity, wait } => ipc::ipc_pong(&dir, &channel, cpu, capacity, wait),
             Role::IpcSink { dir, channel, cpu } => ipc::ipc_sink(&dir, &channel, cpu),

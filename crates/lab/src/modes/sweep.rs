@@ -81,15 +81,36 @@ pub fn run_measured(s: &Sweep, machine: &Machine) -> Result<Vec<Measured>, LabEr
             Transport::Ipc => step(s, rate, machine)?,
             t => net_step(s, t, rate, pair.as_ref(), machine)?,
         };
-        // Reliable UDP's floor: kernel UDP at the same rate, just before.
-        let floor = if s.transport == Transport::Rudp {
-            let [f_all, f_free] = net_step(s, Transport::Udp, rate, pair.as_ref(), machine)?;
+        // The open-loop floor at the same rate and size, just after: a raw
+        // ring reflecting on a second ring for IPC, kernel UDP for
+        // reliable UDP (kernel UDP and TCP are their own floor).
+        let floor = match s.transport {
+            Transport::Ipc => {
+                let (p, split, sink) = crate::transports::floor::ring_sweep(
+                    (rate, s.size, s.step),
+                    s.reflect_every,
+                    s.cpus,
+                    &s.dir,
+                    s.capacity,
+                )?;
+                let secs = sink.seconds.max(p.secs);
+                Some(step_rows(
+                    s,
+                    Some(("shm", "raw_ring")),
+                    rate,
+                    (p.sent, sink.received, secs),
+                    split,
+                    machine,
+                    std::time::SystemTime::now(),
+                ))
+            }
+            Transport::Rudp => Some(net_step(s, Transport::Udp, rate, pair.as_ref(), machine)?),
+            Transport::Udp | Transport::Tcp => None,
+        };
+        if let Some([f_all, f_free]) = &floor {
             all.row = all.row.with_floor(&f_all.row);
             pause_free.row = pause_free.row.with_floor(&f_free.row);
-            Some([f_all, f_free])
-        } else {
-            None
-        };
+        }
         bar.inc(1);
         let sustained = all.row.lost == 0 && all.row.achieved_rate.unwrap_or(0.0) >= rate as f64 * s.sustain;
         rows.push(all);
@@ -103,11 +124,12 @@ pub fn run_measured(s: &Sweep, machine: &Machine) -> Result<Vec<Measured>, LabEr
     Ok(rows)
 }
 
-/// Marks a step's two rows.
+/// A step's two rows: the sweep's own (`floor` None) or a floor probe's
+/// (`(transport, probe)`).
 #[allow(clippy::too_many_arguments)]
-fn rows(
+fn step_rows(
     s: &Sweep,
-    transport: Transport,
+    floor: Option<(&str, &str)>,
     rate: u64,
     (sent, received, secs): (u64, u64, f64),
     split: Split,
@@ -115,10 +137,12 @@ fn rows(
     wall: std::time::SystemTime,
 ) -> [Measured; 2] {
     let Split { all, pause_free, excluded, pauses } = split;
-    let floor = transport != s.transport;
     let row = |h: hdrhistogram::Histogram<u64>, d: Distribution| {
-        let (mode, probe) = if floor { ("floor", Some("kernel_udp")) } else { ("sweep-rate", None) };
-        let mut row = LatencyRow::from_histogram(mode, transport.name(), s.size, &h);
+        let (mode, transport, probe) = match floor {
+            Some((transport, probe)) => ("floor", transport, Some(probe)),
+            None => ("sweep-rate", s.transport.name(), None),
+        };
+        let mut row = LatencyRow::from_histogram(mode, transport, s.size, &h);
         row.clock =
             format!("CLOCK_MONOTONIC, round trip from the intended send time, 1 in {} reflected", s.reflect_every);
         row.offered_rate = Some(rate as f64);
@@ -164,7 +188,8 @@ fn net_step(
         pauses: reflections.pauses,
     };
     let secs = sink.seconds.max(source.published.secs);
-    Ok(rows(s, transport, rate, (source.published.sent, sink.received, secs), split, machine, wall))
+    let floor = (transport != s.transport).then_some((transport.name(), "kernel_udp"));
+    Ok(step_rows(s, floor, rate, (source.published.sent, sink.received, secs), split, machine, wall))
 }
 
 /// One rate: the full and the pause-free rows.
@@ -207,7 +232,7 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<[Measured; 2], LabErr
     all_pauses.extend(read_pauses(&pauses_path)?);
     let split = samples.split(all_pauses);
     let secs = sink.seconds.max(published.secs);
-    Ok(rows(s, Transport::Ipc, rate, (published.sent, sink.received, secs), split, machine, wall))
+    Ok(step_rows(s, None, rate, (published.sent, sink.received, secs), split, machine, wall))
 }
 
 /// The sender's path for [`publish`]: offers to the stream, and keeps the

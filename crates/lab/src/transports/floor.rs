@@ -1,7 +1,12 @@
 //! The floor: cache-line ping-pong, raw-ring ping-pong and raw-ring streaming
-//! between two processes pinned to two CPUs.
+//! between two processes pinned to two CPUs, and the open-loop floors of
+//! `oneway` (a raw-ring stream) and `sweep-rate` (a raw-ring stream with a
+//! second ring for the reflections).
 
-use crate::modes::openloop::{publish, write_pauses, PauseRecorder, Published, Samples, SinkReport};
+use crate::modes::network::ReflectorReport;
+use crate::modes::openloop::{
+    publish, read_pauses, write_pauses, Offer, PauseRecorder, Published, Samples, SinkReport, Split,
+};
 use crate::output::report::{LatencyRow, ThroughputRow};
 use crate::worker::IDLE_LIMIT;
 use crate::{spin_until, Cpus, LabError, Role, WorkerProcess};
@@ -313,4 +318,129 @@ pub(crate) fn ring_oneway_sink(path: &Path, cpu: usize, expected: u64, pauses: &
         }
     }
     SinkReport::from_run(&samples, recorder.into_pauses(), pauses)
+}
+
+/// The rate sweep's open-loop floor: a raw ring streaming `size`-byte
+/// messages at `rate` on a sweep step's schedule, stamps and pause
+/// recording, and a worker reflecting one in `every` on a second ring.
+/// Returns what was sent, the reflections' two distributions (with both
+/// sides' pauses) and the reflector's count.
+///
+/// # Errors
+/// Set-up failures, or a reflector that does not finish.
+pub fn ring_sweep(
+    (rate, size, duration): (u64, usize, Duration),
+    every: u64,
+    cpus: Cpus,
+    dir: &Path,
+    capacity: usize,
+) -> Result<(Published, Split, ReflectorReport), LabError> {
+    std::fs::create_dir_all(dir)?;
+    let tag = crate::run_tag();
+    let (stream, back, pauses) =
+        (dir.join(format!("{tag}.ring")), dir.join(format!("{tag}.back")), dir.join(format!("{tag}.pauses")));
+    let slot_len = size.max(16).div_ceil(64) * 64;
+    let slots = (capacity / slot_len).max(64).next_power_of_two();
+    let tx = RawRing::create(&stream, slots, slot_len)?;
+    let _back_file = RawRing::create(&back, slots, slot_len)?;
+    let rx = RawRing::open(&back)?;
+    let worker = WorkerProcess::spawn(&Role::RingReflect {
+        stream: stream.clone(),
+        back: back.clone(),
+        cpu: cpus.remote,
+        every: every.max(1),
+        pauses: pauses.clone(),
+    })?;
+    pin_current_thread(cpus.local)?;
+    let mut samples =
+        Samples::with_capacity((rate as f64 * duration.as_secs_f64()) as usize / every.max(1) as usize + 1024);
+    let mut recorder = PauseRecorder::new(tickwire_shm::os::monotonic_ns());
+    let mut path = RingSending { tx, rx, samples: &mut samples };
+    let published = publish(rate, size, duration, &mut recorder, &mut path)?;
+    let mut stop = vec![0u8; 16];
+    stamp::write(&mut stop, STOP, 0);
+    spin_until(REPLY_TIMEOUT, "ring stop", || path.tx.try_push(&stop).then_some(()))?;
+    let RingSending { mut rx, .. } = path;
+    let line = worker.finish(REPLY_TIMEOUT + duration);
+    while rx.try_pop(|b| reflected(&mut samples, b)) {}
+    let _ = (std::fs::remove_file(&stream), std::fs::remove_file(&back));
+    let line = line?;
+    let sink: ReflectorReport =
+        serde_json::from_str(&line).map_err(|e| LabError::Worker(format!("bad reflector output {line:?}: {e}")))?;
+    let mut all = recorder.into_pauses();
+    all.extend(read_pauses(&pauses)?);
+    Ok((published, samples.split(all), sink))
+}
+
+/// The sweep floor's sending path: the stream ring out, the reflections in.
+struct RingSending<'a> {
+    tx: RawRing,
+    rx: RawRing,
+    samples: &'a mut Samples,
+}
+
+impl Offer for RingSending<'_> {
+    #[inline]
+    fn offer(&mut self, msg: &[u8]) -> Result<bool, LabError> {
+        Ok(self.tx.try_push(msg))
+    }
+
+    #[inline]
+    fn work(&mut self) -> Result<(), LabError> {
+        let samples = &mut *self.samples;
+        self.rx.try_pop(|b| reflected(samples, b));
+        Ok(())
+    }
+}
+
+#[inline]
+fn reflected(samples: &mut Samples, b: &[u8]) {
+    let now = tickwire_shm::os::monotonic_ns();
+    samples.push(stamp::intended_ns(b).unwrap_or(now), now);
+}
+
+/// Worker role [`Role::RingReflect`]: pops the stream, pushes one message
+/// in `every` back (dropped if the way back is full), until the stop
+/// message; leaves its pauses in `pauses`.
+pub(crate) fn ring_reflect(
+    stream: &Path,
+    back: &Path,
+    cpu: usize,
+    every: u64,
+    pauses: &Path,
+) -> Result<String, LabError> {
+    use tickwire_shm::os::monotonic_ns;
+    let mut rx = RawRing::open(stream)?;
+    let mut tx = RawRing::open(back)?;
+    pin_current_thread(cpu)?;
+    let mut recorder = PauseRecorder::new(monotonic_ns());
+    let (mut received, mut first, mut last) = (0u64, None::<Instant>, Instant::now());
+    let mut done = false;
+    let mut idle = 0u32;
+    while !done {
+        let got = rx.try_pop(|b| match stamp::seq(b) {
+            Some(STOP) => done = true,
+            seq => {
+                received += 1;
+                if seq.unwrap_or(1) % every == 0 {
+                    let _ = tx.try_push(b);
+                }
+            }
+        });
+        recorder.tick(monotonic_ns());
+        if got {
+            idle = 0;
+            last = Instant::now();
+            first.get_or_insert(last);
+        } else {
+            std::hint::spin_loop();
+            idle = idle.wrapping_add(1);
+            if idle % 4096 == 0 && last.elapsed() > IDLE_LIMIT {
+                return Err(LabError::Timeout("no ring data for 30 s".into()));
+            }
+        }
+    }
+    write_pauses(pauses, &recorder.into_pauses())?;
+    let seconds = first.map_or(0.0, |f| (last - f).as_secs_f64());
+    serde_json::to_string(&ReflectorReport { received, seconds }).map_err(|e| LabError::Worker(e.to_string()))
 }

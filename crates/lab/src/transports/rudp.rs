@@ -158,7 +158,11 @@ pub struct RudpThroughput {
 
 /// Receives until the stream ends (or the deadline), calling `on_message`
 /// with each payload; counts messages, sequence gaps and `Lost` events.
-fn sink(sub: &mut UdpReceiver, deadline: Instant, mut on_message: impl FnMut(&[u8])) -> Result<RudpThroughput, LabError> {
+fn sink(
+    sub: &mut UdpReceiver,
+    deadline: Instant,
+    mut on_message: impl FnMut(&[u8]),
+) -> Result<RudpThroughput, LabError> {
     let mut rep = RudpThroughput::default();
     let mut expect = 0u64;
     let mut first = None;
@@ -198,7 +202,12 @@ fn sink(sub: &mut UdpReceiver, deadline: Instant, mut on_message: impl FnMut(&[u
 ///
 /// # Errors
 /// Socket or worker failures.
-pub fn throughput(size: usize, duration: Duration, cpus: crate::Cpus, params: &str) -> Result<RudpThroughput, LabError> {
+pub fn throughput(
+    size: usize,
+    duration: Duration,
+    cpus: crate::Cpus,
+    params: &str,
+) -> Result<RudpThroughput, LabError> {
     let mut sub = UdpReceiver::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
     let port = sub.local_addr().port();
     let blaster =
