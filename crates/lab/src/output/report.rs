@@ -120,8 +120,9 @@ impl LatencyRow {
 
     /// Records the floor (same run) and the ratios to it.
     pub fn with_floor(mut self, floor: &LatencyRow) -> Self {
-        if self.count == 0 || floor.count == 0 {
-            // Nothing to compare (e.g. every message overlapped a pause).
+        if self.p50_ns == 0 || floor.p50_ns == 0 {
+            // An empty distribution: nothing to compare (e.g. every
+            // message overlapped a pause).
             return self;
         }
         self.floor_probe = Some(floor.probe.clone().unwrap_or_else(|| floor.transport.clone()));
