@@ -210,43 +210,12 @@ fn run_pingpong(base: &PingPong, sizes: &[usize], out: &Output) -> Result<(), La
     .map_err(LabError::Output)
 }
 
+/// Throughput in interleaved rounds: a floor round, then a tickwire round,
+/// `rounds` times. IPC's floor is a raw ring moving the same payload size,
+/// batched as a textbook SPSC ring is; reliable UDP's is plain kernel UDP
+/// moving the same packed datagrams with `sendmmsg`/`recvmmsg`. The ratio
+/// is of the median rounds, with the spread of the per-round ratios beside it.
 fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
-    match t.transport {
-        Transport::Rudp => throughput_rudp(t),
-        Transport::Ipc => throughput_ipc(t),
-        other => Err(LabError::Usage(format!("throughput over {:?} is not available yet (ipc, rudp)", other.name()))),
-    }
-}
-
-fn throughput_rudp(t: &ThroughputRequest) -> Result<(), LabError> {
-    let r = rudp::throughput(t.size, t.duration, t.cpus, "")?;
-    if t.format == Format::Json {
-        println!(
-            "{}",
-            serde_json::json!({"mode": "throughput", "transport": "rudp", "size": t.size, "count": r.count,
-            "missing": r.missing, "lost_events": r.lost_events, "duration_s": r.duration_s, "msgs_per_s": r.msgs_per_s,
-            "datagrams": r.datagrams, "naks_sent": r.naks_sent, "cpus": t.cpus.to_string()})
-        );
-    } else {
-        println!(
-            "rudp {} B: {} messages in {:.3} s = {:.0} msg/s ({:.1} messages per datagram), missing {}, lost events {}",
-            t.size,
-            r.count,
-            r.duration_s,
-            r.msgs_per_s,
-            r.count as f64 / r.datagrams.max(1) as f64,
-            r.missing,
-            r.lost_events
-        );
-    }
-    Ok(())
-}
-
-/// IPC throughput in interleaved rounds: a raw-ring round (the same
-/// payload size, batched as a textbook SPSC ring is), then a tickwire round,
-/// `rounds` times. The ratio is of the median rounds, with the spread of the
-/// per-round ratios beside it.
-fn throughput_ipc(t: &ThroughputRequest) -> Result<(), LabError> {
     let rounds = t.rounds.max(1);
     let per = (t.duration / rounds as u32).max(Duration::from_millis(100));
     let o = IpcOptions {
@@ -260,14 +229,48 @@ fn throughput_ipc(t: &ThroughputRequest) -> Result<(), LabError> {
         wait: Wait::Spin,
     };
     let fo = FloorOptions { count: 0, warmup: 0, size: t.size, duration: per, cpus: t.cpus, dir: t.dir.clone() };
+    let mut extra = rudp::RudpThroughput::default();
+    let mut rudp_row = |r: rudp::RudpThroughput, floor: bool| {
+        if !floor {
+            extra.datagrams += r.datagrams;
+            extra.lost_events += r.lost_events;
+            extra.naks_sent += r.naks_sent;
+        }
+        ThroughputRow {
+            mode: if floor { "floor" } else { "throughput" }.into(),
+            transport: if floor { "udp" } else { "rudp" }.into(),
+            probe: floor.then(|| "sendmmsg_recvmmsg".into()),
+            size: t.size,
+            count: r.count,
+            duration_s: r.duration_s,
+            msgs_per_s: r.msgs_per_s,
+            bytes_per_s: (r.msgs_per_s * t.size as f64).round(),
+            lost: r.missing,
+            cpus: t.cpus.to_string(),
+            ..ThroughputRow::default()
+        }
+    };
     let (mut mine, mut floors, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     let bar = crate::progress(rounds as u64, "throughput (rounds)");
     for _ in 0..rounds {
         if crate::stop_requested() {
             break;
         }
-        let f = if t.floor { Some(floor::raw_ring_throughput(&fo)?) } else { None };
-        let row = ipc::throughput(&o)?;
+        let (f, row) = match t.transport {
+            Transport::Ipc => {
+                (if t.floor { Some(floor::raw_ring_throughput(&fo)?) } else { None }, ipc::throughput(&o)?)
+            }
+            Transport::Rudp => {
+                let f = if t.floor { Some(rudp_row(rudp::raw_throughput(t.size, per, t.cpus)?, true)) } else { None };
+                (f, rudp_row(rudp::throughput(t.size, per, t.cpus, "")?, false))
+            }
+            other => {
+                return Err(LabError::Usage(format!(
+                    "throughput over {:?} is not available yet (ipc, rudp)",
+                    other.name()
+                )))
+            }
+        };
         if let Some(f) = f {
             ratios.push(row.msgs_per_s / f.msgs_per_s.max(1.0));
             floors.push(f);
@@ -284,6 +287,15 @@ fn throughput_ipc(t: &ThroughputRequest) -> Result<(), LabError> {
         row.ratio = Some(r3(row.msgs_per_s / f.msgs_per_s.max(1.0)));
         row.ratio_min = Some(r3(ratios.iter().copied().fold(f64::MAX, f64::min)));
         row.ratio_max = Some(r3(ratios.iter().copied().fold(0.0, f64::max)));
+    }
+    if t.transport == Transport::Rudp && t.format == Format::Table {
+        println!(
+            "rudp {} B: {:.1} messages per datagram, {} lost events, {} NAKs sent",
+            t.size,
+            row.count as f64 / extra.datagrams.max(1) as f64,
+            extra.lost_events,
+            extra.naks_sent
+        );
     }
     let mut rows = vec![row];
     rows.extend(floor_row);

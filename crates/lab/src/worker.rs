@@ -70,6 +70,9 @@ pub enum Role {
     RudpPong { back_port: u16, cpu: usize },
     /// Sends reliable UDP as fast as flow control allows for `duration`.
     RudpBlast { port: u16, cpu: usize, size: usize, duration: Duration, params: String },
+    /// Sends plain UDP datagrams packed as reliable UDP's would, as fast as
+    /// the socket takes them (reliable UDP's throughput floor).
+    UdpBlast { port: u16, cpu: usize, size: usize, duration: Duration },
     /// The sending end of `lab transfer`.
     RudpSend { dir: PathBuf, uri: String, bytes: u64, max_size: usize, seed: u64, receivers: usize, timeout: Duration },
     /// A receiving end of `lab transfer`.
@@ -163,6 +166,7 @@ impl Role {
             }
             Role::RudpPong { back_port, cpu } => rudp::pong(back_port, cpu),
             Role::RudpBlast { port, cpu, size, duration, params } => rudp::blast(port, cpu, size, duration, &params),
+            Role::UdpBlast { port, cpu, size, duration } => rudp::raw_blast(port, cpu, size, duration),
             Role::RudpSend { dir, uri, bytes, max_size, seed, receivers, timeout } => {
                 transfer::sender(&dir, &uri, bytes, max_size, seed, receivers, timeout)
             }

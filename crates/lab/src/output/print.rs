@@ -143,7 +143,7 @@ pub fn throughput(rows: &[ThroughputRow], format: Format) {
             r.lost,
             r.ratio
                 .map(|x| format!(
-                    ", {x:.2}x the raw ring ({:.0} msg/s, same run{})",
+                    ", {x:.2}x the floor ({:.0} msg/s, same run{})",
                     r.floor_msgs_per_s.unwrap_or(0.0),
                     match (r.rounds, r.ratio_min, r.ratio_max) {
                         (Some(n), Some(lo), Some(hi)) =>

@@ -7,6 +7,7 @@
 
 use crate::{spin_until, LabError, Role, WorkerProcess};
 use hdrhistogram::Histogram;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
 use tickwire_driver::udp::{UdpReceiver, UdpSender};
@@ -245,5 +246,103 @@ pub(crate) fn blast(port: u16, cpu: usize, size: usize, duration: Duration, para
         }
     }
     p.close(TIMEOUT);
+    Ok(format!("sent {seq}"))
+}
+
+/// The throughput floor of reliable UDP: plain kernel UDP moving the same
+/// datagrams tickwire's would (messages of `size` bytes framed and packed
+/// up to the default MTU), sent with `sendmmsg` in batches of up to 64 and
+/// received with `recvmmsg` in batches of 32, as tickwire's sockets are.
+/// No protocol: no retention, no flow control, no reordering window; what
+/// the receiver counts is the most this path carries. Messages lost by the
+/// kernel (the sender may outrun the receiver) are counted as `missing`.
+///
+/// # Errors
+/// Socket or worker failures.
+pub fn raw_throughput(size: usize, duration: Duration, cpus: crate::Cpus) -> Result<RudpThroughput, LabError> {
+    use tickwire_transport::{RecvBatch, Transport, UdpConfig, UdpTransport};
+    let (frame, _) = packing(size);
+    let cfg = UdpConfig { bind: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), multicast: None, buffer_bytes: 4 << 20 };
+    let mut sock = UdpTransport::open(&cfg).map_err(werr)?;
+    let port = sock.local_addr().port();
+    let blaster = WorkerProcess::spawn(&Role::UdpBlast { port, cpu: cpus.remote, size, duration })?;
+    pin_current_thread(cpus.local)?;
+    let mut batch = RecvBatch::new(32, 2048);
+    let mut rep = RudpThroughput::default();
+    let (mut expect, mut first, mut last) = (0u64, None::<Instant>, Instant::now());
+    let deadline = Instant::now() + duration + TIMEOUT;
+    'recv: while Instant::now() < deadline {
+        let n = sock.recv_batch(&mut batch).map_err(werr)?;
+        for i in 0..n {
+            let (d, _) = batch.get(i);
+            if d.len() == 1 {
+                break 'recv;
+            }
+            for m in d.chunks_exact(frame) {
+                let seq = stamp::seq(&m[tickwire_wire::data::HEADER_LEN..]).unwrap_or(0);
+                rep.missing += seq.saturating_sub(expect);
+                expect = seq + 1;
+                rep.count += 1;
+            }
+        }
+        if n > 0 {
+            rep.datagrams += n as u64;
+            last = Instant::now();
+            first.get_or_insert(last);
+        } else if first.is_some() && last.elapsed() > Duration::from_millis(200) {
+            break; // the end datagrams were lost
+        }
+    }
+    blaster.finish(TIMEOUT)?;
+    let secs = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
+    rep.duration_s = secs;
+    rep.msgs_per_s = if secs > 0.0 { (rep.count as f64 / secs).round() } else { 0.0 };
+    Ok(rep)
+}
+
+/// A `size`-byte message's frame length in reliable UDP (DATA header,
+/// aligned) and how many fit a datagram of the default MTU.
+fn packing(size: usize) -> (usize, usize) {
+    let frame = (tickwire_wire::data::HEADER_LEN + size).next_multiple_of(tickwire_wire::FRAME_ALIGNMENT);
+    (frame, (tickwire_proto::SenderConfig::default().mtu / frame).max(1))
+}
+
+/// Worker role [`Role::UdpBlast`]: sends packed datagrams of `size`-byte
+/// messages to `port` as fast as the socket takes them, for `duration`.
+pub(crate) fn raw_blast(port: u16, cpu: usize, size: usize, duration: Duration) -> Result<String, LabError> {
+    use tickwire_transport::{Transport, UdpConfig, UdpTransport, MAX_BATCH};
+    let (frame, per) = packing(size);
+    let cfg = UdpConfig { bind: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), multicast: None, buffer_bytes: 4 << 20 };
+    let mut sock = UdpTransport::open(&cfg).map_err(werr)?;
+    let to = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+    pin_current_thread(cpu)?;
+    let len = frame * per;
+    let mut out = vec![0u8; MAX_BATCH * len];
+    let mut msg = vec![0u8; size.max(8)];
+    let end = Instant::now() + duration;
+    let mut seq = 0u64;
+    while Instant::now() < end {
+        // Pack a batch as the sender packs its retention into datagrams.
+        for d in out.chunks_exact_mut(len) {
+            for m in d.chunks_exact_mut(frame) {
+                msg[..8].copy_from_slice(&seq.to_le_bytes());
+                m[tickwire_wire::data::HEADER_LEN..tickwire_wire::data::HEADER_LEN + size]
+                    .copy_from_slice(&msg[..size]);
+                seq += 1;
+            }
+        }
+        let mut refs: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
+        for (r, d) in refs.iter_mut().zip(out.chunks_exact(len)) {
+            *r = d;
+        }
+        let mut sent = 0;
+        while sent < refs.len() {
+            sent += sock.send_batch(to, &refs[sent..]).map_err(werr)?;
+        }
+    }
+    for _ in 0..3 {
+        sock.send_batch(to, &[&[0u8]]).map_err(werr)?;
+        std::thread::sleep(Duration::from_millis(1));
+    }
     Ok(format!("sent {seq}"))
 }
