@@ -4,8 +4,8 @@
 //! measuring side reads while it runs (`listening ADDR`), and prints one
 //! result line last.
 
+use crate::modes::network;
 use crate::transports::sockets::{Proto, Wait};
-use crate::transports::Transport;
 use crate::LabError;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -77,34 +77,12 @@ pub enum Role {
     RudpSend { dir: PathBuf, uri: String, bytes: u64, max_size: usize, seed: u64, receivers: usize, timeout: Duration },
     /// A receiving end of `lab transfer`.
     RudpRecv { dir: PathBuf, uri: String },
-    /// Receives an open-loop stream over the network: records one-way
-    /// latency (`reflect_every` 0; the source's pauses arrive in `pauses`)
-    /// or reflects one message in `reflect_every` (its own pauses go there).
-    NetSink {
-        transport: Transport,
-        bind: SocketAddr,
-        cpu: usize,
-        size: usize,
-        reflect_every: u64,
-        expected: u64,
-        pauses: PathBuf,
-        params: String,
-    },
-    /// Sends an open-loop stream over the network to `peer` at `rate`;
-    /// with `reflect_every`, receives the reflections (on `back` for
-    /// reliable UDP) and reports their round trips.
-    NetSource {
-        transport: Transport,
-        peer: SocketAddr,
-        back: Option<SocketAddr>,
-        cpu: usize,
-        size: usize,
-        rate: u64,
-        duration: Duration,
-        reflect_every: u64,
-        pauses: PathBuf,
-        params: String,
-    },
+    /// Receives an open-loop stream over the network (one-way: records
+    /// latency; sweep: reflects one message in N).
+    NetSink(network::SinkSpec),
+    /// Sends an open-loop stream over the network (sweep: and receives the
+    /// reflections).
+    NetSource(network::SourceSpec),
     /// The system under test of tick-to-trade: a UDP tick in, a TCP order out to `gateway`.
     TickToTradeSut { gateway: SocketAddr, cpu: usize, tick_size: usize, order_size: usize },
 }
@@ -128,7 +106,7 @@ impl Role {
     /// # Errors
     /// Set-up failures, or a peer silent for 30 s.
     pub fn run(self) -> Result<String, LabError> {
-        use crate::modes::{network, oneway, sweep, tick_to_trade, transfer};
+        use crate::modes::{oneway, sweep, tick_to_trade, transfer};
         use crate::transports::{floor, ipc, rudp, sockets};
         match self {
             Role::Cacheline { path, cpu } => floor::cacheline_worker(&path, cpu),
@@ -171,12 +149,8 @@ impl Role {
                 transfer::sender(&dir, &uri, bytes, max_size, seed, receivers, timeout)
             }
             Role::RudpRecv { dir, uri } => transfer::receiver(&dir, &uri),
-            Role::NetSink { transport, bind, cpu, size, reflect_every, expected, pauses, params } => {
-                network::sink(transport, bind, cpu, size, reflect_every, expected, &pauses, &params)
-            }
-            Role::NetSource { transport, peer, back, cpu, size, rate, duration, reflect_every, pauses, params } => {
-                network::source(transport, peer, back, cpu, (size, rate, duration), reflect_every, &pauses, &params)
-            }
+            Role::NetSink(spec) => network::sink(&spec),
+            Role::NetSource(spec) => network::source(&spec),
             Role::TickToTradeSut { gateway, cpu, tick_size, order_size } => {
                 tick_to_trade::sut(gateway, cpu, tick_size, order_size)
             }
@@ -331,6 +305,17 @@ mod tests {
             duration: Duration::from_millis(250),
             params: "loss=0.1".into(),
         };
+        assert_eq!(Role::from_arg(&r.to_arg()).unwrap(), r);
+        let r = Role::NetSink(network::SinkSpec {
+            transport: crate::transports::Transport::Rudp,
+            bind: "127.0.0.1:0".parse().unwrap(),
+            cpu: 1,
+            size: 64,
+            reflect_every: 100,
+            expected: 1000,
+            pauses: "/tmp/p".into(),
+            params: String::new(),
+        });
         assert_eq!(Role::from_arg(&r.to_arg()).unwrap(), r);
         let e = Role::from_arg(r#"{"role":"ring-sink","path":"/x"}"#).unwrap_err().to_string();
         assert!(e.contains("cpu"), "{e}");

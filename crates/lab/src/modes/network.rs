@@ -23,7 +23,7 @@ use crate::worker::{read_stdin_line, IDLE_LIMIT};
 use crate::{Cpus, LabError, Role, WorkerProcess};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
 use tickwire_shm::os::monotonic_ns;
@@ -56,6 +56,52 @@ pub struct NetRound<'a> {
     pub params: &'a str,
     /// Across this namespace pair, else loopback.
     pub netns: Option<&'a NetnsPair>,
+}
+
+/// The sink worker's part of a round ([`Role::NetSink`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SinkSpec {
+    /// What carries the stream.
+    pub transport: Transport,
+    /// Where to bind (port 0: any); printed back as `listening ADDR`.
+    pub bind: SocketAddr,
+    /// The CPU to pin to.
+    pub cpu: usize,
+    /// Message size.
+    pub size: usize,
+    /// 0: record one-way latency; N: reflect one message in N.
+    pub reflect_every: u64,
+    /// Messages expected (sample buffer size).
+    pub expected: u64,
+    /// One-way: where the source leaves its pauses; sweep: where this side leaves its own.
+    pub pauses: PathBuf,
+    /// Reliable-UDP channel parameters.
+    pub params: String,
+}
+
+/// The source worker's part of a round ([`Role::NetSource`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceSpec {
+    /// What carries the stream.
+    pub transport: Transport,
+    /// The sink's address.
+    pub peer: SocketAddr,
+    /// Reliable UDP with reflections: where the reflections' subscription binds.
+    pub back: Option<SocketAddr>,
+    /// The CPU to pin to.
+    pub cpu: usize,
+    /// Message size.
+    pub size: usize,
+    /// Offered rate, messages per second.
+    pub rate: u64,
+    /// How long to send.
+    pub duration: Duration,
+    /// 0: one-way; N: the sink reflects one in N and this side measures.
+    pub reflect_every: u64,
+    /// One-way: where this side leaves its pauses; sweep: where the sink leaves its own.
+    pub pauses: PathBuf,
+    /// Reliable-UDP channel parameters.
+    pub params: String,
 }
 
 /// What a sweep round's source reports: what it sent and the reflections' report.
@@ -97,7 +143,7 @@ pub fn round(r: &NetRound<'_>) -> Result<(SourceReport, String), LabError> {
     let expected = (r.rate as f64 * r.duration.as_secs_f64()) as u64;
     let mut sink = WorkerProcess::spawn_in(
         r.netns.map(|p| p.b.as_str()),
-        &Role::NetSink {
+        &Role::NetSink(SinkSpec {
             transport: r.transport,
             bind: addr(sink_ip)?,
             cpu: r.cpus.remote,
@@ -106,13 +152,13 @@ pub fn round(r: &NetRound<'_>) -> Result<(SourceReport, String), LabError> {
             expected,
             pauses: pauses.clone(),
             params: r.params.to_owned(),
-        },
+        }),
     )?;
     let peer: SocketAddr = sink.read_listening()?;
     let reflect_back = r.reflect_every > 0 && r.transport == Transport::Rudp;
     let mut source = WorkerProcess::spawn_in(
         r.netns.map(|p| p.a.as_str()),
-        &Role::NetSource {
+        &Role::NetSource(SourceSpec {
             transport: r.transport,
             peer,
             back: if reflect_back { Some(addr(source_ip)?) } else { None },
@@ -123,7 +169,7 @@ pub fn round(r: &NetRound<'_>) -> Result<(SourceReport, String), LabError> {
             reflect_every: r.reflect_every,
             pauses,
             params: r.params.to_owned(),
-        },
+        }),
     )?;
     if reflect_back {
         let back: SocketAddr = source.read_listening()?;
@@ -153,28 +199,13 @@ impl Offer for Sending<'_> {
     #[inline]
     fn work(&mut self) -> Result<(), LabError> {
         let samples = &mut *self.samples;
-        self.source.work(&mut |m| reflected(samples, m))
+        self.source.work(&mut |m| samples.arrived(m))
     }
 }
 
-#[inline]
-fn reflected(samples: &mut Samples, m: &[u8]) {
-    let now = monotonic_ns();
-    samples.push(stamp::intended_ns(m).unwrap_or(now), now);
-}
-
 /// Worker role [`Role::NetSource`].
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn source(
-    transport: Transport,
-    peer: SocketAddr,
-    back: Option<SocketAddr>,
-    cpu: usize,
-    (size, rate, duration): (usize, u64, Duration),
-    reflect_every: u64,
-    pauses: &Path,
-    params: &str,
-) -> Result<String, LabError> {
+pub(crate) fn source(spec: &SourceSpec) -> Result<String, LabError> {
+    let SourceSpec { transport, peer, back, cpu, size, rate, duration, reflect_every, ref pauses, ref params } = *spec;
     let mut source = Source::open(transport, peer, back, size, params)?;
     if let Some(b) = source.back_addr() {
         println!("listening {b}");
@@ -193,7 +224,7 @@ pub(crate) fn source(
         source.finish(&mut |_| {})?;
         None
     } else {
-        source.finish(&mut |m| reflected(&mut samples, m))?;
+        source.finish(&mut |m| samples.arrived(m))?;
         let line = SinkReport::from_run(&samples, mine, pauses)?;
         Some(serde_json::from_str(&line).map_err(|e| LabError::Worker(e.to_string()))?)
     };
@@ -201,17 +232,8 @@ pub(crate) fn source(
 }
 
 /// Worker role [`Role::NetSink`].
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn sink(
-    transport: Transport,
-    bind: SocketAddr,
-    cpu: usize,
-    size: usize,
-    reflect_every: u64,
-    expected: u64,
-    pauses: &Path,
-    params: &str,
-) -> Result<String, LabError> {
+pub(crate) fn sink(spec: &SinkSpec) -> Result<String, LabError> {
+    let SinkSpec { transport, bind, cpu, size, reflect_every, expected, ref pauses, ref params } = *spec;
     let mut sink = Sink::bind(transport, bind, size, params)?;
     println!("listening {}", sink.local_addr()?);
     if reflect_every > 0 && transport == Transport::Rudp {
@@ -236,7 +258,7 @@ pub(crate) fn sink(
         let n = sink.poll(&mut |m| {
             received += 1;
             if oneway {
-                reflected(&mut samples, m);
+                samples.arrived(m);
                 false
             } else {
                 stamp::seq(m).unwrap_or(1) % reflect_every == 0

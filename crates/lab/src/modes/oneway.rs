@@ -31,7 +31,6 @@ use std::time::{Duration, Instant, SystemTime};
 use tickwire_agent::pin_current_thread;
 use tickwire_shm::os::monotonic_ns;
 use tickwire_shm::{Context, Event, LogAppender, LogConfig, OfferError, ReaderOptions, ShmError};
-use tickwire_wire::stamp;
 
 /// A one-way run.
 #[derive(Debug, Clone)]
@@ -308,8 +307,7 @@ pub(crate) fn sink(
                 .poll(
                     |e| {
                         if let Event::Message(m) = e {
-                            let now = monotonic_ns();
-                            samples.push(stamp::intended_ns(m.payload).unwrap_or(now), now);
+                            samples.arrived(m.payload);
                             received += 1;
                             if let Some((_, pause)) = stall.filter(|&(every, _)| received % every == 0) {
                                 std::thread::sleep(pause);

@@ -281,6 +281,14 @@ impl Samples {
         self.0.push((intended, now));
     }
 
+    /// `msg`, stamped with its intended send time ([`tickwire_wire::stamp`]),
+    /// arrived just now.
+    #[inline]
+    pub fn arrived(&mut self, msg: &[u8]) {
+        let now = tickwire_shm::os::monotonic_ns();
+        self.push(tickwire_wire::stamp::intended_ns(msg).unwrap_or(now), now);
+    }
+
     /// Splits into the full and the pause-free distribution.
     pub fn split(&self, pauses: Vec<(u64, u64)>) -> Split {
         let pauses = merge(pauses);

@@ -264,8 +264,7 @@ impl Offer for IpcSending<'_> {
 #[inline]
 fn reflected(samples: &mut Samples, e: Event<'_>) {
     if let Event::Message(m) = e {
-        let now = monotonic_ns();
-        samples.push(stamp::intended_ns(m.payload).unwrap_or(now), now);
+        samples.arrived(m.payload);
     }
 }
 

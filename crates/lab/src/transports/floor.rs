@@ -302,8 +302,7 @@ pub(crate) fn ring_oneway_sink(path: &Path, cpu: usize, expected: u64, pauses: &
                 done = true;
                 return;
             }
-            let now = monotonic_ns();
-            samples.push(stamp::intended_ns(b).unwrap_or(now), now);
+            samples.arrived(b);
         });
         recorder.tick(monotonic_ns());
         if got {
@@ -362,7 +361,7 @@ pub fn ring_sweep(
     spin_until(REPLY_TIMEOUT, "ring stop", || path.tx.try_push(&stop).then_some(()))?;
     let RingSending { mut rx, .. } = path;
     let line = worker.finish(REPLY_TIMEOUT + duration);
-    while rx.try_pop(|b| reflected(&mut samples, b)) {}
+    while rx.try_pop(|b| samples.arrived(b)) {}
     let _ = (std::fs::remove_file(&stream), std::fs::remove_file(&back));
     let line = line?;
     let sink: ReflectorReport =
@@ -388,15 +387,9 @@ impl Offer for RingSending<'_> {
     #[inline]
     fn work(&mut self) -> Result<(), LabError> {
         let samples = &mut *self.samples;
-        self.rx.try_pop(|b| reflected(samples, b));
+        self.rx.try_pop(|b| samples.arrived(b));
         Ok(())
     }
-}
-
-#[inline]
-fn reflected(samples: &mut Samples, b: &[u8]) {
-    let now = tickwire_shm::os::monotonic_ns();
-    samples.push(stamp::intended_ns(b).unwrap_or(now), now);
 }
 
 /// Worker role [`Role::RingReflect`]: pops the stream, pushes one message
