@@ -274,13 +274,16 @@ pub fn publish(s: &Settings, a: &PubArgs) -> Result<(), String> {
     let start = Instant::now();
     let sent = if a.stdin { publish_stdin(&mut p, a)? } else { publish_generated(&mut p, a)? };
     let secs = start.elapsed().as_secs_f64().max(1e-9);
-    let drained = p.close(a.linger);
-    eprintln!(
-        "published {sent} messages in {secs:.3} s ({:.0} msg/s){}",
-        sent as f64 / secs,
-        if drained { "" } else { "; some receivers did not get everything before --linger passed" }
-    );
-    Ok(())
+    let closed = p.close(a.linger);
+    eprintln!("published {sent} messages in {secs:.3} s ({:.0} msg/s)", sent as f64 / secs);
+    match closed {
+        Ok(0) => Ok(()), // shared memory: readers read the log in place
+        Ok(n) => {
+            eprintln!("{n} receiver(s) acknowledged everything");
+            Ok(())
+        }
+        Err(e) => Err(format!("{e} (within --linger {:?})", a.linger)),
+    }
 }
 
 struct SubParker<'a>(&'a mut Subscription);

@@ -1,6 +1,6 @@
 //! [`Publication`]: what an application publishes through, on any channel.
 
-use crate::udp::UdpSender;
+use crate::udp::{CloseError, UdpSender};
 use crate::{Channel, DriverError};
 use std::time::Duration;
 use tickwire_shm::{Context, LogAppender, LogConfig};
@@ -127,14 +127,18 @@ impl Publication {
 
     /// Ends the stream: readers drain what was published and see the end.
     /// On the network, sends what is left and serves NAKs until every
-    /// receiver has everything or `timeout` passes. Returns whether all
-    /// subscriptions got everything (always true for shared memory, whose
-    /// readers read the log in place).
-    pub fn close(self, timeout: Duration) -> bool {
+    /// receiver has everything or `timeout` passes, and returns how many
+    /// receivers acknowledged everything. Shared-memory readers read the
+    /// log in place and acknowledge nothing: `Ok(0)`.
+    ///
+    /// # Errors
+    /// On the network, [`CloseError`]: no receiver ever connected, or not
+    /// every one had everything by `timeout`.
+    pub fn close(self, timeout: Duration) -> Result<usize, CloseError> {
         match self.0 {
             Inner::Ipc(a) => {
                 drop(a);
-                true
+                Ok(0)
             }
             Inner::Udp(mut s) => s.close(timeout),
         }

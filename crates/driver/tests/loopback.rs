@@ -2,7 +2,7 @@
 //! thread (embedded mode, both ends driven by the test loop).
 
 use std::time::{Duration, Instant};
-use tickwire_driver::udp::{UdpReceiver, UdpSender};
+use tickwire_driver::udp::{CloseError, UdpReceiver, UdpSender};
 use tickwire_driver::*;
 
 fn port() -> u16 {
@@ -120,7 +120,7 @@ fn settle(p: &mut [&mut UdpSender], subs: &mut [(&mut UdpReceiver, &mut Vec<Stri
 /// Closes `p` while another thread drives the receivers, as their own
 /// processes would: a closing sender waits for every receiver to say it
 /// delivered the end. Returns what `close` returned.
-fn close_driven(p: &mut UdpSender, subs: &mut [(&mut UdpReceiver, &mut Vec<String>)]) -> bool {
+fn close_driven(p: &mut UdpSender, subs: &mut [(&mut UdpReceiver, &mut Vec<String>)]) -> Result<usize, CloseError> {
     use std::sync::atomic::{AtomicBool, Ordering};
     let done = AtomicBool::new(false);
     std::thread::scope(|sc| {
@@ -181,7 +181,7 @@ fn a_sender_restarting_with_a_new_session_is_followed_after_the_old_one_falls_si
         pump(&mut [&mut p2], &mut [(&mut s, &mut log)]);
     }
     offer_all(&mut p2, 0..500, &mut [(&mut s, &mut log)]);
-    assert!(p2.close(Duration::from_secs(5)));
+    assert_eq!(close_driven(&mut p2, &mut [(&mut s, &mut log)]), Ok(1));
     settle(&mut [&mut p2], &mut [(&mut s, &mut log)], 20);
     let expected: Vec<String> = std::iter::once(format!("joined {first_session}"))
         .chain((0..500).map(|i| format!("m{i}")))
@@ -203,7 +203,7 @@ fn a_late_joiner_on_a_multicast_group_starts_at_a_message_boundary() {
     settle(&mut [&mut p], &mut [(&mut a, &mut la)], 20);
     let mut b = UdpReceiver::open(&uri, 5, None).unwrap();
     offer_all(&mut p, 1000..3000, &mut [(&mut a, &mut la), (&mut b, &mut lb)]);
-    assert!(close_driven(&mut p, &mut [(&mut a, &mut la), (&mut b, &mut lb)]));
+    assert_eq!(close_driven(&mut p, &mut [(&mut a, &mut la), (&mut b, &mut lb)]), Ok(2));
     settle(&mut [&mut p], &mut [(&mut a, &mut la), (&mut b, &mut lb)], 20);
     assert_eq!(messages(&la), (0..3000).collect::<Vec<_>>());
     let got = messages(&lb);
@@ -241,7 +241,7 @@ fn counters_are_published_for_tickwire_stat() {
     let mut p = UdpSender::open(&uri, 8, Some(&file)).unwrap();
     let mut log = Vec::new();
     offer_all(&mut p, 0..2000, &mut [(&mut s, &mut log)]);
-    assert!(close_driven(&mut p, &mut [(&mut s, &mut log)]));
+    assert_eq!(close_driven(&mut p, &mut [(&mut s, &mut log)]), Ok(1));
     // Counters are published every millisecond while the ends are driven.
     settle(&mut [&mut p], &mut [(&mut s, &mut log)], 5);
     let sets = tickwire_shm::CountersReader::open(file.path().unwrap()).unwrap().sets();
@@ -254,4 +254,28 @@ fn counters_are_published_for_tickwire_stat() {
     assert!(get(Kind::UdpReceiver, "naks_sent") > 0);
     assert_eq!(get(Kind::UdpReceiver, "messages"), 2000);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 16: a close is honest. With no receiver it is an error, not
+/// "drained"; a receiver that went silent before the end is not counted as
+/// having everything.
+#[test]
+fn close_says_how_many_receivers_have_everything_and_none_is_an_error() {
+    let uri = |port: u16, q: &str| -> ChannelUri { format!("udp://127.0.0.1:{port}?{q}").parse().unwrap() };
+    let mut p = UdpSender::open(&uri(port(), ""), 7, None).unwrap();
+    assert_eq!(p.offer(b"nobody hears this").map(|_| ()), Err(tickwire_driver::OfferError::NotConnected));
+    assert_eq!(p.close(Duration::from_millis(200)), Err(CloseError::NoReceiver));
+
+    let mut s = UdpReceiver::open(&uri(0, ""), 8, None).unwrap();
+    let mut log = Vec::new();
+    let mut p = UdpSender::open(&uri(s.local_addr().port(), "receiver-timeout=200ms"), 8, None).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !p.is_connected() {
+        assert!(Instant::now() < deadline, "never connected");
+        pump(&mut [&mut p], &mut [(&mut s, &mut log)]);
+    }
+    offer_all(&mut p, 0..10, &mut [(&mut s, &mut log)]);
+    // The receiver stops answering before the end: it is not counted.
+    let r = p.close(Duration::from_millis(600));
+    assert!(matches!(r, Err(CloseError::Incomplete { acknowledged: 0, .. })), "{r:?}");
 }

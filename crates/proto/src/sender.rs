@@ -121,6 +121,7 @@ pub struct Sender {
     sent_pos: u64,
     retained_from: u64,
     peers: Vec<Peer>,
+    ever_connected: bool,
     limit: u64,
     retransmits: Vec<Retransmit>,
     last_send: Nanos,
@@ -161,6 +162,7 @@ impl Sender {
             sent_pos: 0,
             retained_from: 0,
             peers: Vec::new(),
+            ever_connected: false,
             limit: 0,
             retransmits: Vec::new(),
             last_send: now,
@@ -197,10 +199,20 @@ impl Sender {
     pub fn is_connected(&self) -> bool {
         !self.peers.is_empty()
     }
-    /// Every known receiver has consumed everything offered (or none is
-    /// left); once closed, every receiver has also said it delivered the end.
+    /// There is at least one receiver, and every one has consumed
+    /// everything offered; once closed, every one has also said it
+    /// delivered the end. False with no receiver: nothing was delivered.
     pub fn is_drained(&self) -> bool {
-        self.peers.iter().all(|p| p.consumption >= self.pub_pos && (!self.closed || p.end_delivered))
+        !self.peers.is_empty() && self.acknowledged() == self.peers.len()
+    }
+    /// Receivers that have consumed everything offered (and, once closed,
+    /// said they delivered the end).
+    pub fn acknowledged(&self) -> usize {
+        self.peers.iter().filter(|p| p.consumption >= self.pub_pos && (!self.closed || p.end_delivered)).count()
+    }
+    /// A receiver has answered at some point in this session's life.
+    pub fn ever_connected(&self) -> bool {
+        self.ever_connected
     }
     /// Receivers currently counted for flow control.
     pub fn receivers(&self) -> usize {
@@ -480,6 +492,7 @@ impl Sender {
         } else if self.peers.len() < MAX_RECEIVERS {
             let end_delivered = fl & flags::END_DELIVERED != 0;
             self.peers.push(Peer { id, limit, consumption, last_seen: now, end_delivered });
+            self.ever_connected = true;
         } else {
             self.stats.invalid += 1;
             return;

@@ -12,7 +12,7 @@ mod receiver;
 mod sender;
 
 pub use receiver::UdpReceiver;
-pub use sender::UdpSender;
+pub use sender::{CloseError, UdpSender};
 
 use crate::DriverError;
 use tickwire_transport::{ImpairSettings, Impaired, Transport, UdpConfig, UdpTransport};

@@ -163,6 +163,27 @@ impl UdpReceiver {
         }
     }
 
+    /// After the end, keeps answering the sender (as TCP's TIME_WAIT
+    /// does) until no datagram has come for `quiet`, at most `max`: if the
+    /// STATUS saying the end was delivered is lost, the closing sender's
+    /// next END_OF_STREAM heartbeat is answered, so its `close` learns this
+    /// receiver has everything. A receiver that leaves at once may make an
+    /// honest `close` report it incomplete.
+    pub fn linger(&mut self, quiet: Duration, max: Duration) {
+        let start = std::time::Instant::now();
+        let (mut seen, mut since) = (self.receiver.stats().datagrams, std::time::Instant::now());
+        while start.elapsed() < max && since.elapsed() < quiet {
+            if self.poll(|_| {}, 16).is_err() {
+                return;
+            }
+            let now = self.receiver.stats().datagrams;
+            if now != seen {
+                (seen, since) = (now, std::time::Instant::now());
+            }
+            self.park(Duration::from_micros(200));
+        }
+    }
+
     /// Waits up to `max` for a datagram or the next timer (for parking idle
     /// strategies).
     pub fn park(&mut self, max: Duration) {

@@ -229,23 +229,35 @@ impl UdpSender {
     }
 
     /// Closes the stream: sends what is left, then END_OF_STREAM heartbeats,
-    /// and serves NAKs until every receiver has consumed everything or
-    /// `timeout` passes. Returns whether all receivers finished.
-    pub fn close(&mut self, timeout: Duration) -> bool {
+    /// and serves NAKs until every receiver has consumed everything and
+    /// said it delivered the end, or `timeout` passes. Returns how many
+    /// receivers acknowledged everything.
+    ///
+    /// # Errors
+    /// [`CloseError::NoReceiver`] if no receiver ever connected (nothing
+    /// was delivered to anyone), [`CloseError::Incomplete`] if some
+    /// receiver had not acknowledged everything when `timeout` passed.
+    pub fn close(&mut self, timeout: Duration) -> Result<usize, CloseError> {
         self.sender.close();
         let start = Instant::now();
-        while start.elapsed() < timeout {
+        loop {
             self.do_work();
             // Drained once closed means every receiver said it delivered
             // the end, so no last END_OF_STREAM heartbeat is owed.
             if self.sender.is_sent() && self.sender.is_drained() && self.queued == self.flushed {
                 self.publish_counters();
-                return true;
+                return Ok(self.sender.acknowledged());
+            }
+            if start.elapsed() >= timeout {
+                break;
             }
             let _ = self.transport.wait(Duration::from_micros(100));
         }
         self.publish_counters();
-        false
+        if !self.sender.ever_connected() {
+            return Err(CloseError::NoReceiver);
+        }
+        Err(CloseError::Incomplete { acknowledged: self.sender.acknowledged(), receivers: self.sender.receivers() })
     }
 
     /// Waits up to `max` for a control datagram or the next timer.
@@ -254,6 +266,23 @@ impl UdpSender {
         let until = self.sender.poll_timeout().map_or(u64::MAX, |t| t.saturating_sub(now));
         let _ = self.transport.wait(max.min(Duration::from_nanos(until)));
     }
+}
+
+/// Why a publication's close did not end with every receiver holding
+/// everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CloseError {
+    /// No receiver ever connected: nothing published was delivered.
+    #[error("no receiver ever connected: nothing published was delivered")]
+    NoReceiver,
+    /// The timeout passed first.
+    #[error("{acknowledged} of {receivers} receiver(s) acknowledged everything before the timeout")]
+    Incomplete {
+        /// Receivers that had everything.
+        acknowledged: usize,
+        /// Receivers still counted (silent ones are dropped after `receiver-timeout`).
+        receivers: usize,
+    },
 }
 
 impl tickwire_agent::Agent for UdpSender {

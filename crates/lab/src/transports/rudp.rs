@@ -97,7 +97,7 @@ pub fn pingpong_histogram(
         .ok_or_else(|| LabError::Worker("rudp pong echoed the wrong message".into()))
     })?;
     offer(&mut publication, &[0])?;
-    publication.close(Duration::from_secs(2));
+    let _ = publication.close(Duration::from_secs(2)); // the pong counted what it echoed
     pong.finish(TIMEOUT)?;
     Ok(h)
 }
@@ -126,7 +126,7 @@ pub(crate) fn pong(back: u16, cpu: usize) -> Result<String, LabError> {
             .map_err(werr)?;
         if n > 0 && !buf.is_empty() {
             if buf.len() == 1 {
-                publication.close(Duration::from_secs(1));
+                let _ = publication.close(Duration::from_secs(1));
                 return Ok("done".into());
             }
             offer(&mut publication, &buf)?;
@@ -245,7 +245,7 @@ pub(crate) fn blast(port: u16, cpu: usize, size: usize, duration: Duration, para
             break 'outer;
         }
     }
-    p.close(TIMEOUT);
+    let _ = p.close(TIMEOUT); // the sink counts what arrived
     Ok(format!("sent {seq}"))
 }
 

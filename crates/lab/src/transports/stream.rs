@@ -262,7 +262,7 @@ impl Source {
                 return Ok(());
             }
             Source::Rudp { tx, .. } => {
-                tx.close(TIMEOUT);
+                let _ = tx.close(TIMEOUT); // the sink counts what arrived
             }
         }
         let start = Instant::now();
@@ -451,7 +451,7 @@ impl Sink {
                 let _ = s.shutdown(Shutdown::Write);
             }
             Sink::Rudp { back: Some(mut b), .. } => {
-                b.close(Duration::from_millis(200));
+                let _ = b.close(Duration::from_millis(200));
             }
             _ => {}
         }
