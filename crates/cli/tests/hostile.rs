@@ -360,8 +360,9 @@ fn durations_are_kept_and_ctrl_c_is_prompt() {
             assert!(t.elapsed() < Duration::from_secs(5), "{who} ignored Ctrl-C");
             std::thread::sleep(Duration::from_millis(1));
         }
-        // 100 ms, plus a little for this VM's scheduling of the test itself.
-        assert!(t.elapsed() < Duration::from_millis(130), "{who} took {:?} after Ctrl-C", t.elapsed());
+        // 100 ms, plus this VM's pauses (the lab records single pauses of
+        // 10-75 ms on a busy host; 147 ms was seen once under make test).
+        assert!(t.elapsed() < Duration::from_millis(250), "{who} took {:?} after Ctrl-C", t.elapsed());
         let out = child.wait_with_output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{who}: {}", String::from_utf8_lossy(&out.stderr));
     }
