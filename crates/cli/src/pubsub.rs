@@ -13,6 +13,7 @@ use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tickwire_agent::{Idle, Parker};
+use tickwire_driver::udp::CloseError;
 use tickwire_driver::{Channel, DriverError, Publication, Subscription};
 use tickwire_shm::{Context, Event, GoneReason, Mode, OfferError, ReaderOptions, ShmError};
 use tickwire_wire::stamp;
@@ -282,7 +283,13 @@ pub fn publish(s: &Settings, a: &PubArgs) -> Result<(), String> {
             eprintln!("{n} receiver(s) acknowledged everything");
             Ok(())
         }
-        Err(e) => Err(format!("{e} (within --linger {:?})", a.linger)),
+        Err(e @ CloseError::NoReceiver) => Err(e.to_string()),
+        // A subscriber may leave before the end (`sub --count`): say so,
+        // it is not a failure to publish.
+        Err(e) => {
+            eprintln!("warning: {e} (within --linger {:?})", a.linger);
+            Ok(())
+        }
     }
 }
 
@@ -429,7 +436,11 @@ pub fn subscribe(s: &Settings, a: &SubArgs) -> Result<(), String> {
         waited = true;
         t.expect = None;
         match read(&mut sub, a, &mut t, deadline)? {
-            Stop::Done | Stop::Gone => break,
+            Stop::Done => {
+                sub.linger();
+                break;
+            }
+            Stop::Gone => break,
             Stop::Ended => eprintln!("the publisher ended its stream; waiting for the next one"),
         }
     }

@@ -99,6 +99,16 @@ impl Subscription {
         }
     }
 
+    /// Before leaving: on the network, keeps answering the publication for
+    /// a moment ([`UdpReceiver::linger`]) so that its close can learn what
+    /// this subscription received; messages that arrive meanwhile are
+    /// discarded. Nothing to do for shared memory.
+    pub fn linger(&mut self) {
+        if let Inner::Udp(r) = &mut self.0 {
+            r.linger(Duration::from_millis(20), Duration::from_millis(500));
+        }
+    }
+
     /// The publication closed the stream and everything it sent was
     /// delivered.
     pub fn is_ended(&self) -> bool {

@@ -279,3 +279,80 @@ fn close_says_how_many_receivers_have_everything_and_none_is_an_error() {
     let r = p.close(Duration::from_millis(600));
     assert!(matches!(r, Err(CloseError::Incomplete { acknowledged: 0, .. })), "{r:?}");
 }
+
+/// Issue 16: a host on another port that knows the session id (sniffed)
+/// cannot inject data, end the stream early, or start a session of its own,
+/// and draws no NAK or STATUS: a unicast receiver is locked on to the source
+/// its session was set up from. The stream arrives whole and the dropped
+/// datagrams are counted.
+#[test]
+fn a_forger_on_another_port_cannot_inject_end_or_redirect_a_unicast_stream() {
+    use tickwire_wire::{data::DataRepr, flags, heartbeat::HeartbeatRepr, setup::SetupRepr};
+    let uri = |port: u16| -> ChannelUri { format!("udp://127.0.0.1:{port}").parse().unwrap() };
+    let mut s = UdpReceiver::open(&uri(0), 9, None).unwrap();
+    let target = s.local_addr();
+    let mut p = UdpSender::open(&uri(target.port()), 9, None).unwrap();
+    let mut log = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !p.is_connected() {
+        assert!(Instant::now() < deadline, "never connected");
+        pump(&mut [&mut p], &mut [(&mut s, &mut log)]);
+    }
+    offer_all(&mut p, 0..100, &mut [(&mut s, &mut log)]);
+    settle(&mut [&mut p], &mut [(&mut s, &mut log)], 20);
+
+    let evil = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    evil.set_nonblocking(true).unwrap();
+    let (sid, pos) = (p.session_id(), p.position());
+    let mut buf = [0u8; 256];
+    let forged = [0xEE; 8];
+    let frames: Vec<Vec<u8>> = vec![
+        // The next message, before the real one.
+        {
+            let n = DataRepr {
+                session_id: sid,
+                stream_id: 9,
+                position: pos,
+                flags: flags::UNFRAGMENTED,
+                topic: "",
+                payload: &forged,
+            }
+            .emit(&mut buf)
+            .unwrap();
+            buf[..tickwire_wire::align_frame(n)].to_vec()
+        },
+        // The end, here.
+        {
+            let n = HeartbeatRepr {
+                session_id: sid,
+                stream_id: 9,
+                flags: flags::END_OF_STREAM,
+                position: pos,
+                retained_from: 0,
+            }
+            .emit(&mut buf)
+            .unwrap();
+            buf[..n].to_vec()
+        },
+        // A session of its own.
+        {
+            let n =
+                SetupRepr { session_id: sid ^ 1, stream_id: 9, initial_position: 0, mtu: 1408, max_message: 1 << 20 }
+                    .emit(&mut buf)
+                    .unwrap();
+            buf[..n].to_vec()
+        },
+    ];
+    for f in &frames {
+        evil.send_to(f, std::net::SocketAddr::V4(target)).unwrap();
+    }
+    settle(&mut [&mut p], &mut [(&mut s, &mut log)], 20);
+    offer_all(&mut p, 100..200, &mut [(&mut s, &mut log)]);
+    assert_eq!(close_driven(&mut p, &mut [(&mut s, &mut log)]), Ok(1));
+    settle(&mut [&mut p], &mut [(&mut s, &mut log)], 20);
+    assert_eq!(messages(&log), (0..200).collect::<Vec<u64>>(), "{log:?}");
+    assert_eq!(log.iter().filter(|l| l.starts_with("joined") || l.starts_with("ended")).count(), 2, "{log:?}");
+    assert_eq!(s.stats().frames_foreign, 3, "{:?}", s.stats());
+    let mut back = [0u8; 64];
+    assert!(evil.recv_from(&mut back).is_err(), "the forger was sent a NAK or STATUS");
+}

@@ -99,6 +99,10 @@ pub struct ReceiverStats {
     pub heartbeats: u64,
     /// STATUS frames sent.
     pub status_sent: u64,
+    /// Datagrams dropped before parsing because they came from another
+    /// source than the session's (unicast: counted by the driver, which
+    /// knows addresses, through [`Receiver::note_foreign`]).
+    pub frames_foreign: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -270,6 +274,10 @@ impl Receiver {
     /// Counters.
     pub fn stats(&self) -> &ReceiverStats {
         &self.stats
+    }
+    /// Counts a datagram the caller dropped because of where it came from.
+    pub fn note_foreign(&mut self) {
+        self.stats.frames_foreign += 1;
     }
     /// The settings.
     pub fn config(&self) -> &ReceiverConfig {

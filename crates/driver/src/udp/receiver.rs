@@ -30,6 +30,12 @@ pub struct UdpReceiver {
     transport: Box<dyn Transport>,
     multicast: bool,
     control_to: SocketAddrV4,
+    /// Unicast: the source the current session was set up from. Datagrams
+    /// from anywhere else are dropped unparsed (`frames_foreign`) until it
+    /// has been silent for `session-timeout`.
+    source: Option<SocketAddrV4>,
+    source_heard: u64,
+    session_timeout: u64,
     rx: RecvBatch,
     ctrl: Vec<u8>,
     next_counters: u64,
@@ -78,6 +84,9 @@ impl UdpReceiver {
             transport,
             multicast,
             control_to: if multicast { cfg.uri.endpoint } else { NOWHERE },
+            source: None,
+            source_heard: 0,
+            session_timeout: cfg.receiver.session_timeout,
             rx: RecvBatch::new(32, 65_536),
             ctrl: vec![0; 1408],
             next_counters: 0,
@@ -123,10 +132,37 @@ impl UdpReceiver {
         let n = self.transport.recv_batch(&mut self.rx)?;
         for i in 0..n {
             let (d, from) = self.rx.get(i);
-            if !self.multicast {
+            if self.multicast {
+                self.receiver.handle_datagram(now, d);
+                continue;
+            }
+            // Unicast: locked on to the session's source. Anything else is
+            // dropped before it can change state or redirect NAK/STATUS,
+            // until the session has ended (only its source can end it) or
+            // the source has been silent for `session-timeout` (a sender
+            // that died; its replacement comes from another port).
+            let live = self
+                .source
+                .filter(|_| !self.receiver.is_ended() && now.saturating_sub(self.source_heard) < self.session_timeout);
+            if live.is_some_and(|src| src != from) {
+                self.receiver.note_foreign();
+                continue;
+            }
+            if self.source == Some(from) {
+                self.source_heard = now;
+            } else if self.source.is_none() {
+                // No session yet: SETUP requests answer this candidate.
                 self.control_to = from;
             }
+            let before = self.receiver.session().map(|(s, _)| s);
             self.receiver.handle_datagram(now, d);
+            let after = self.receiver.session().map(|(s, _)| s);
+            if after.is_some() && (after != before || self.source.is_none()) {
+                // A session was set up from `from`: lock on to it.
+                self.source = Some(from);
+                self.source_heard = now;
+                self.control_to = from;
+            }
         }
         let delivered = self.receiver.poll_messages(handler, limit);
         if self.receiver.poll_timeout().is_some_and(|t| t <= now) {
