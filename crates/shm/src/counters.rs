@@ -156,8 +156,17 @@ pub const UDP_SENDER_NAMES: [&str; 8] = [
 ];
 
 /// Reliable-UDP receiver value names, in index order.
-pub const UDP_RECEIVER_NAMES: [&str; 8] =
-    ["messages", "bytes", "naks_sent", "gaps_detected", "lost_events", "lost_bytes", "invalid_datagrams", "duplicates"];
+pub const UDP_RECEIVER_NAMES: [&str; 9] = [
+    "messages",
+    "bytes",
+    "naks_sent",
+    "gaps_detected",
+    "lost_events",
+    "lost_bytes",
+    "invalid_datagrams",
+    "duplicates",
+    "frames_foreign",
+];
 
 /// A process's counters file (or a private anonymous block).
 #[derive(Debug)]

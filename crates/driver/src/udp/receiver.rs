@@ -195,6 +195,7 @@ impl UdpReceiver {
                 s.lost_bytes,
                 s.invalid,
                 s.duplicates,
+                s.frames_foreign,
             ]);
         }
     }
