@@ -404,13 +404,11 @@ impl Sink {
                     }
                     return Ok(0);
                 };
-                let mut reflect = Vec::new();
                 let (got, eof) = read_frames(stream, inbuf, *size, &mut |m| {
-                    if f(m) && pending.len() + reflect.len() < MAX_PENDING {
-                        reflect.extend_from_slice(m);
+                    if f(m) && pending.len() < MAX_PENDING {
+                        pending.extend_from_slice(m);
                     }
                 })?;
-                pending.extend_from_slice(&reflect);
                 flush(stream, pending)?;
                 *ended |= eof;
                 Ok(got)
