@@ -400,7 +400,16 @@ impl Receiver {
         let Self { image: Some(im), stats, .. } = self else { return };
         im.last_heard = now;
         let (pos, retained) = (f.position(), f.retained_from());
-        if pos % A != 0 || retained % A != 0 || pos > im.rcv_pos + MAX_JUMP {
+        let eos = f.flags() & flags::END_OF_STREAM != 0;
+        // Checked against the stream before anything changes: a sender
+        // never retains beyond what it has sent, and never ends the stream
+        // before data it already sent.
+        if pos % A != 0
+            || retained % A != 0
+            || pos > im.rcv_pos + MAX_JUMP
+            || retained > pos
+            || (eos && pos < im.high_water)
+        {
             stats.invalid += 1;
             return;
         }
@@ -413,7 +422,7 @@ impl Receiver {
             im.high_water = pos;
             im.gaps_dirty = true;
         }
-        if f.flags() & flags::END_OF_STREAM != 0 {
+        if eos {
             im.eos = Some(pos);
             // Still hearing the end after delivering it: our STATUS saying
             // so was lost; answer again.

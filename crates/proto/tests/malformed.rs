@@ -154,3 +154,78 @@ fn bad_datagrams_are_counted_and_the_stream_is_untouched() {
     assert!(st.invalid >= invalid_sent - 1, "{st:?} vs {invalid_sent}");
     assert!(st.other_session > 0 && foreign_sent > 0, "{st:?}");
 }
+
+/// Issue 16, item 2: heartbeats that carry the session's own ids (a spoofed
+/// source, without a key) are checked against the stream before they change
+/// it. An end before data already received, and a retained-from beyond the
+/// sender's position, are counted and dropped while a gap is open. The stream
+/// arrives whole, with no Lost notice, and ends where the sender ends it. (An
+/// end or a retained-from ahead of everything received cannot be told from
+/// the truth without a key: that is the MAC's job.)
+#[test]
+fn forged_heartbeats_cannot_end_cut_or_void_the_stream() {
+    use tickwire_wire::{flags, heartbeat, HeartbeatRepr};
+    let mut s = Sender::new(SenderConfig::default(), NOW).unwrap();
+    let mut r = Receiver::new(ReceiverConfig::default()).unwrap();
+    let (sid, stream) = (s.config().session_id, s.config().stream_id);
+    let forge = |flags: u8, position: u64, retained_from: u64| {
+        let mut b = vec![0u8; heartbeat::LEN];
+        HeartbeatRepr { session_id: sid, stream_id: stream, flags, position, retained_from: 0 }.emit(&mut b).unwrap();
+        b[heartbeat::RETAINED_FROM..heartbeat::RETAINED_FROM + 8].copy_from_slice(&retained_from.to_le_bytes());
+        b
+    };
+    let mut buf = vec![0u8; 2048];
+    let mut got: Vec<u32> = Vec::new();
+    let (total, mut offered, mut forged) = (2_000u32, 0u32, 0);
+    let mut ends = 0;
+    for round in 0..100_000u64 {
+        let now = NOW + round;
+        // 50 messages a round, so that the forgeries land mid-stream.
+        while offered < total.min((round as u32 + 1) * 50) && s.offer("", &offered.to_le_bytes()).is_ok() {
+            offered += 1;
+        }
+        if offered == total {
+            s.close();
+        }
+        // The round of the forgeries also loses its data (repaired by NAK),
+        // so that a gap stands where a forged retained-from would void it.
+        let forging = got.len() > 500 && forged == 0;
+        while let Some(n) = s.poll_transmit(now, &mut buf) {
+            if !forging
+                || tickwire_wire::FrameHeader::new_checked(&buf[..n]).map(|h| h.frame_type())
+                    != Ok(tickwire_wire::FrameType::Data)
+            {
+                r.handle_datagram(now, &buf[..n]);
+            }
+        }
+        if forging {
+            r.handle_datagram(now, &forge(0, offered as u64 * 64, 0)); // the truth: data up to here
+            let pos = r.session().unwrap().1;
+            // The end, inside the gap: behind data the sender has sent.
+            r.handle_datagram(now, &forge(flags::END_OF_STREAM, pos + 64, 0));
+            // Everything before the sender's position void, and beyond it.
+            r.handle_datagram(now, &forge(0, pos, pos + 4096));
+            forged = 2;
+        }
+        r.poll_messages(
+            |ev| match ev {
+                Event::Message(m) => got.push(u32::from_le_bytes(m.payload[..4].try_into().unwrap())),
+                Event::Ended { .. } => ends += 1,
+                Event::Lost { .. } => panic!("a forged heartbeat made the receiver report a loss"),
+                _ => {}
+            },
+            usize::MAX,
+        );
+        r.handle_timeout(now);
+        while let Some(n) = r.poll_transmit(now, &mut buf) {
+            s.handle_datagram(now, &buf[..n]);
+        }
+        if r.is_ended() {
+            break;
+        }
+    }
+    assert_eq!(forged, 2);
+    assert_eq!(got, (0..total).collect::<Vec<_>>());
+    assert_eq!(ends, 1);
+    assert!(r.stats().invalid >= 2, "{:?}", r.stats());
+}
