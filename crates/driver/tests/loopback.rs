@@ -283,8 +283,9 @@ fn close_says_how_many_receivers_have_everything_and_none_is_an_error() {
 /// Issue 16: a host on another port that knows the session id (sniffed)
 /// cannot inject data, end the stream early, or start a session of its own,
 /// and draws no NAK or STATUS: a unicast receiver is locked on to the source
-/// its session was set up from. The stream arrives whole and the dropped
-/// datagrams are counted.
+/// its session was set up from. Nor can it pose as a receiver: a unicast
+/// sender takes control only from the address it sends to. The stream
+/// arrives whole and the dropped datagrams are counted on both ends.
 #[test]
 fn a_forger_on_another_port_cannot_inject_end_or_redirect_a_unicast_stream() {
     use tickwire_wire::{data::DataRepr, flags, heartbeat::HeartbeatRepr, setup::SetupRepr};
@@ -346,6 +347,24 @@ fn a_forger_on_another_port_cannot_inject_end_or_redirect_a_unicast_stream() {
     for f in &frames {
         evil.send_to(f, std::net::SocketAddr::V4(target)).unwrap();
     }
+    // And a fake receiver granting the sender a huge window.
+    let n = tickwire_wire::status::StatusRepr {
+        session_id: sid,
+        stream_id: 9,
+        flags: 0,
+        consumption_position: pos,
+        receiver_window: u32::MAX,
+        receiver_id: 0xBAD,
+    }
+    .emit(&mut buf)
+    .unwrap();
+    let sender_at = std::net::SocketAddr::V4(p.local_addr());
+    let sender_at = if sender_at.ip().is_unspecified() {
+        std::net::SocketAddr::from(([127, 0, 0, 1], sender_at.port()))
+    } else {
+        sender_at
+    };
+    evil.send_to(&buf[..n], sender_at).unwrap();
     settle(&mut [&mut p], &mut [(&mut s, &mut log)], 20);
     offer_all(&mut p, 100..200, &mut [(&mut s, &mut log)]);
     assert_eq!(close_driven(&mut p, &mut [(&mut s, &mut log)]), Ok(1));
@@ -353,6 +372,7 @@ fn a_forger_on_another_port_cannot_inject_end_or_redirect_a_unicast_stream() {
     assert_eq!(messages(&log), (0..200).collect::<Vec<u64>>(), "{log:?}");
     assert_eq!(log.iter().filter(|l| l.starts_with("joined") || l.starts_with("ended")).count(), 2, "{log:?}");
     assert_eq!(s.stats().frames_foreign, 3, "{:?}", s.stats());
+    assert_eq!((p.stats().frames_foreign, p.receivers()), (1, 1), "{:?}", p.stats());
     let mut back = [0u8; 64];
     assert!(evil.recv_from(&mut back).is_err(), "the forger was sent a NAK or STATUS");
 }

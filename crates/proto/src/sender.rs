@@ -89,6 +89,10 @@ pub struct SenderStats {
     pub invalid: u64,
     /// Frames for another session or stream.
     pub other_session: u64,
+    /// Control datagrams the caller dropped unparsed because of where they
+    /// came from (unicast: anywhere but the destination), through
+    /// [`Sender::note_foreign`].
+    pub frames_foreign: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -213,6 +217,11 @@ impl Sender {
     /// A receiver has answered at some point in this session's life.
     pub fn ever_connected(&self) -> bool {
         self.ever_connected
+    }
+    /// Counts a control datagram the caller dropped because of where it
+    /// came from.
+    pub fn note_foreign(&mut self) {
+        self.stats.frames_foreign += 1;
     }
     /// Receivers currently counted for flow control.
     pub fn receivers(&self) -> usize {

@@ -3,6 +3,7 @@
 use crate::config::{random_u32, ChannelConfig, DriverError};
 use crate::now_ns;
 use crate::ChannelUri;
+use std::net::SocketAddrV4;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tickwire_proto::{OfferError, Sender, SenderStats};
@@ -30,6 +31,8 @@ pub struct UdpSender {
     sender: Sender,
     transport: Box<dyn Transport>,
     dest: std::net::SocketAddrV4,
+    /// Multicast: control comes from every receiver in the group, not from `dest`.
+    multicast: bool,
     out: Vec<u8>,
     lens: [usize; MAX_BATCH],
     queued: usize,
@@ -81,6 +84,7 @@ impl UdpSender {
             sender,
             transport,
             dest: cfg.uri.endpoint,
+            multicast: cfg.uri.is_multicast(),
             out: vec![0; MAX_BATCH * mtu],
             lens: [0; MAX_BATCH],
             queued: 0,
@@ -93,6 +97,12 @@ impl UdpSender {
             counters,
             send_errors: 0,
         })
+    }
+
+    /// The address this publication sends from (where receivers' STATUS
+    /// and NAK arrive).
+    pub fn local_addr(&self) -> SocketAddrV4 {
+        self.transport.local_addr()
     }
 
     /// The session this publication sends as.
@@ -158,7 +168,15 @@ impl UdpSender {
         if now >= self.next_control_poll {
             let n = self.transport.recv_batch(&mut self.rx).unwrap_or(0);
             for i in 0..n {
-                self.sender.handle_datagram(now, self.rx.get(i).0);
+                let (d, from) = self.rx.get(i);
+                // Unicast: the receiver answers from the address we send
+                // to. A STATUS or NAK from anywhere else (a fake receiver
+                // granting a huge window) is dropped unparsed.
+                if !self.multicast && from != self.dest {
+                    self.sender.note_foreign();
+                    continue;
+                }
+                self.sender.handle_datagram(now, d);
             }
             work += n;
             self.next_control_poll = if n > 0 { now } else { now + self.control_poll };
