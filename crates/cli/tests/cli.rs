@@ -540,9 +540,11 @@ fn every_mode_reports_its_floor_ratio_and_plots_on_request() {
     let check = |args: &[&str]| {
         let (ok, out, err) = run(args);
         assert!(ok, "{args:?}: {err}");
-        // Open-loop modes print their floor's rows too; every other row has ratios to them.
+        // Open-loop modes print their floor's rows too; every other row has
+        // ratios to them. (A ratio may round to 0.000 when a host pause
+        // lands in the floor's round: 1,163 ns against 6.8 ms was seen.)
         for r in rows(&out).into_iter().filter(|r| r["mode"] != "floor") {
-            assert!(r["ratio_p50"].as_f64().is_some_and(|x| x > 0.0), "no floor ratio in {r}");
+            assert!(r["ratio_p50"].as_f64().is_some_and(|x| x >= 0.0), "no floor ratio in {r}");
         }
     };
     std::fs::create_dir_all(&d).unwrap();
@@ -575,6 +577,8 @@ fn every_mode_reports_its_floor_ratio_and_plots_on_request() {
         "10k",
         "--step",
         "200ms",
+        "--reflect-every",
+        "10",
         "--json",
         "--plot",
         &svg("rate.svg"),
