@@ -158,6 +158,14 @@ impl Role {
     }
 }
 
+/// Parses a worker's JSON result line (`what` names the worker in the error).
+///
+/// # Errors
+/// [`LabError::Worker`] quoting the line.
+pub(crate) fn parse_report<T: serde::de::DeserializeOwned>(what: &str, line: &str) -> Result<T, LabError> {
+    serde_json::from_str(line).map_err(|e| LabError::Worker(format!("bad {what} output {line:?}: {e}")))
+}
+
 /// In a worker: reads the line the measuring side sends with
 /// [`WorkerProcess::write_line`] and takes what follows `prefix`.
 ///

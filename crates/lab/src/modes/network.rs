@@ -178,8 +178,7 @@ pub fn round(r: &NetRound<'_>) -> Result<(SourceReport, String), LabError> {
     let limit = SETUP_TIMEOUT * 2 + r.duration;
     let source_line = source.finish(limit)?;
     let sink_line = sink.finish(SETUP_TIMEOUT)?;
-    let report = serde_json::from_str(&source_line)
-        .map_err(|e| LabError::Worker(format!("bad source output {source_line:?}: {e}")))?;
+    let report = crate::worker::parse_report("source", &source_line)?;
     Ok((report, sink_line))
 }
 
@@ -225,8 +224,7 @@ pub(crate) fn source(spec: &SourceSpec) -> Result<String, LabError> {
         None
     } else {
         source.finish(&mut |m| samples.arrived(m))?;
-        let line = SinkReport::from_run(&samples, mine, pauses)?;
-        Some(serde_json::from_str(&line).map_err(|e| LabError::Worker(e.to_string()))?)
+        Some(SinkReport::of(&samples.split_with_peer(mine, pauses)?))
     };
     serde_json::to_string(&SourceReport { published, reflections }).map_err(|e| LabError::Worker(e.to_string()))
 }

@@ -99,8 +99,7 @@ impl Totals {
     }
 
     fn add(&mut self, p: Published, line: &str) -> Result<(), LabError> {
-        let r: SinkReport =
-            serde_json::from_str(line).map_err(|e| LabError::Worker(format!("bad sink output {line:?}: {e}")))?;
+        let r: SinkReport = crate::worker::parse_report("sink", line)?;
         self.all.add(crate::output::decode_histogram(&r.histogram)?).map_err(|e| LabError::Worker(e.to_string()))?;
         self.pause_free
             .add(crate::output::decode_histogram(&r.pause_free)?)

@@ -289,6 +289,16 @@ impl Samples {
         self.push(tickwire_wire::stamp::intended_ns(msg).unwrap_or(now), now);
     }
 
+    /// [`Samples::split`] over this side's pauses (`mine`) and the other
+    /// side's, read from `peer` ([`read_pauses`]).
+    ///
+    /// # Errors
+    /// The other side's pauses never came, or are malformed.
+    pub fn split_with_peer(&self, mut mine: Vec<(u64, u64)>, peer: &Path) -> Result<Split, LabError> {
+        mine.extend(read_pauses(peer)?);
+        Ok(self.split(mine))
+    }
+
     /// Splits into the full and the pause-free distribution.
     pub fn split(&self, pauses: Vec<(u64, u64)>) -> Split {
         let pauses = merge(pauses);
@@ -332,21 +342,24 @@ pub struct SinkReport {
 }
 
 impl SinkReport {
-    /// The report of a receiver that has its samples, its own pauses and
-    /// (from `path`) the sender's.
-    ///
-    /// # Errors
-    /// The sender's pauses never came, or histograms cannot be encoded.
-    pub fn from_run(samples: &Samples, mut mine: Vec<(u64, u64)>, path: &Path) -> Result<String, LabError> {
-        mine.extend(read_pauses(path)?);
-        let s = samples.split(mine);
-        let r = SinkReport {
+    /// The report of one side's split, to hand to another process.
+    pub fn of(s: &Split) -> Self {
+        SinkReport {
             received: s.all.len(),
             histogram: crate::output::encode_histogram(&s.all),
             pause_free: crate::output::encode_histogram(&s.pause_free),
             excluded: s.excluded,
             pauses: s.pauses,
-        };
+        }
+    }
+
+    /// The result line of a receiver that has its samples, its own pauses
+    /// and (from `path`) the sender's.
+    ///
+    /// # Errors
+    /// The sender's pauses never came, or the report cannot be encoded.
+    pub fn from_run(samples: &Samples, mine: Vec<(u64, u64)>, path: &Path) -> Result<String, LabError> {
+        let r = Self::of(&samples.split_with_peer(mine, path)?);
         serde_json::to_string(&r).map_err(|e| LabError::Worker(e.to_string()))
     }
 }

@@ -7,7 +7,7 @@
 //! a row of the pause-free ones.
 
 use super::network::{self, NetRound, ReflectorReport};
-use super::openloop::{mark, publish, read_pauses, write_pauses, Distribution, Offer, PauseRecorder, Samples, Split};
+use super::openloop::{mark, publish, write_pauses, Distribution, Offer, PauseRecorder, Samples, Split};
 use crate::host::machine::Machine;
 use crate::host::netns::NetnsPair;
 use crate::output::report::LatencyRow;
@@ -177,8 +177,7 @@ fn net_step(
         netns: pair,
     };
     let (source, line) = network::round(&r)?;
-    let sink: ReflectorReport =
-        serde_json::from_str(&line).map_err(|e| LabError::Worker(format!("bad reflector output {line:?}: {e}")))?;
+    let sink: ReflectorReport = crate::worker::parse_report("reflector", &line)?;
     let reflections =
         source.reflections.ok_or_else(|| LabError::Worker("the source reported no reflections".into()))?;
     let split = Split {
@@ -226,11 +225,8 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<[Measured; 2], LabErr
     }
     while rx.poll(&mut record, 64).map_err(poll_err)? > 0 {}
     let line = worker.finish(TIMEOUT)?;
-    let sink: ReflectorReport =
-        serde_json::from_str(&line).map_err(|e| LabError::Worker(format!("bad reflector output {line:?}: {e}")))?;
-    let mut all_pauses = pauses.into_pauses();
-    all_pauses.extend(read_pauses(&pauses_path)?);
-    let split = samples.split(all_pauses);
+    let sink: ReflectorReport = crate::worker::parse_report("reflector", &line)?;
+    let split = samples.split_with_peer(pauses.into_pauses(), &pauses_path)?;
     let secs = sink.seconds.max(published.secs);
     Ok(step_rows(s, None, rate, (published.sent, sink.received, secs), split, machine, wall))
 }

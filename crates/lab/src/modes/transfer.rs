@@ -386,15 +386,11 @@ fn finish(
     receivers: Vec<WorkerProcess>,
 ) -> Result<TransferReport, LabError> {
     let limit = t.timeout + Duration::from_secs(10);
-    let sender: SenderReport =
-        serde_json::from_str(&s.finish(limit)?).map_err(|e| LabError::Worker(format!("sender report: {e}")))?;
+    let sender: SenderReport = crate::worker::parse_report("sender", &s.finish(limit)?)?;
     let mut reps = Vec::new();
     for w in receivers {
         let line = w.finish(Duration::from_secs(10))?;
-        reps.push(
-            serde_json::from_str::<ReceiverReport>(&line)
-                .map_err(|e| LabError::Worker(format!("receiver report: {e}: {line}")))?,
-        );
+        reps.push(crate::worker::parse_report::<ReceiverReport>("receiver", &line)?);
     }
     let naks_sent = reps.iter().map(|r| r.naks_sent).sum();
     Ok(TransferReport {

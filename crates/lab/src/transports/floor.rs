@@ -4,9 +4,7 @@
 //! second ring for the reflections).
 
 use crate::modes::network::ReflectorReport;
-use crate::modes::openloop::{
-    publish, read_pauses, write_pauses, Offer, PauseRecorder, Published, Samples, SinkReport, Split,
-};
+use crate::modes::openloop::{publish, write_pauses, Offer, PauseRecorder, Published, Samples, SinkReport, Split};
 use crate::output::report::{LatencyRow, ThroughputRow};
 use crate::worker::IDLE_LIMIT;
 use crate::{spin_until, Cpus, LabError, Role, WorkerProcess};
@@ -157,8 +155,7 @@ pub fn raw_ring_throughput(o: &FloorOptions) -> Result<ThroughputRow, LabError> 
     spin_until(REPLY_TIMEOUT, "ring stop", || ring.try_push(&STOP.to_le_bytes()).then_some(()))?;
     let line = worker.finish(REPLY_TIMEOUT + o.duration)?;
     let _ = std::fs::remove_file(&path);
-    let mut row: ThroughputRow =
-        serde_json::from_str(&line).map_err(|e| LabError::Worker(format!("bad sink output {line:?}: {e}")))?;
+    let mut row: ThroughputRow = crate::worker::parse_report("sink", &line)?;
     row.mode = "floor".into();
     row.transport = "shm".into();
     row.probe = Some("raw_ring_throughput".into());
@@ -364,11 +361,8 @@ pub fn ring_sweep(
     while rx.try_pop(|b| samples.arrived(b)) {}
     let _ = (std::fs::remove_file(&stream), std::fs::remove_file(&back));
     let line = line?;
-    let sink: ReflectorReport =
-        serde_json::from_str(&line).map_err(|e| LabError::Worker(format!("bad reflector output {line:?}: {e}")))?;
-    let mut all = recorder.into_pauses();
-    all.extend(read_pauses(&pauses)?);
-    Ok((published, samples.split(all), sink))
+    let sink: ReflectorReport = crate::worker::parse_report("reflector", &line)?;
+    Ok((published, samples.split_with_peer(recorder.into_pauses(), &pauses)?, sink))
 }
 
 /// The sweep floor's sending path: the stream ring out, the reflections in.

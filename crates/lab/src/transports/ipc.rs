@@ -180,8 +180,7 @@ pub fn throughput(o: &IpcOptions) -> Result<ThroughputRow, LabError> {
     }
     drop(publisher); // closes the stream: the sink drains and reports
     let line = worker.finish(TIMEOUT)?;
-    let mut row: ThroughputRow =
-        serde_json::from_str(&line).map_err(|e| LabError::Worker(format!("bad sink output {line:?}: {e}")))?;
+    let mut row: ThroughputRow = crate::worker::parse_report("sink", &line)?;
     row.mode = "throughput".into();
     row.transport = "ipc".into();
     row.size = o.size;
