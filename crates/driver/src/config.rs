@@ -51,6 +51,9 @@ pub enum DriverError {
     Poll(#[from] tickwire_shm::PollError),
 }
 
+/// Socket buffers a channel asks for unless its URI says `buffer=` (4 MiB).
+pub const DEFAULT_BUFFER_BYTES: usize = 4 << 20;
+
 /// Everything a channel URI decides.
 #[derive(Debug, Clone)]
 pub struct ChannelConfig {
@@ -173,7 +176,7 @@ impl ChannelConfig {
             publication_impair,
             subscription_impair,
             control_poll: uri.duration("control-poll", us(100))?,
-            buffer_bytes: uri.size("buffer", 4 << 20)?,
+            buffer_bytes: uri.size("buffer", DEFAULT_BUFFER_BYTES)?,
         })
     }
 

@@ -260,10 +260,9 @@ pub(crate) fn blast(port: u16, cpu: usize, size: usize, duration: Duration, para
 /// # Errors
 /// Socket or worker failures.
 pub fn raw_throughput(size: usize, duration: Duration, cpus: crate::Cpus) -> Result<RudpThroughput, LabError> {
-    use tickwire_transport::{RecvBatch, Transport, UdpConfig, UdpTransport};
+    use tickwire_transport::{RecvBatch, Transport};
     let (frame, _) = packing(size);
-    let cfg = UdpConfig { bind: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), multicast: None, buffer_bytes: 4 << 20 };
-    let mut sock = UdpTransport::open(&cfg).map_err(werr)?;
+    let mut sock = loopback_socket()?;
     let port = sock.local_addr().port();
     let blaster = WorkerProcess::spawn(&Role::UdpBlast { port, cpu: cpus.remote, size, duration })?;
     pin_current_thread(cpus.local)?;
@@ -300,6 +299,14 @@ pub fn raw_throughput(size: usize, duration: Duration, cpus: crate::Cpus) -> Res
     Ok(rep)
 }
 
+/// A plain UDP socket on loopback with reliable UDP's default buffers.
+fn loopback_socket() -> Result<tickwire_transport::UdpTransport, LabError> {
+    let bind = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
+    let cfg =
+        tickwire_transport::UdpConfig { bind, multicast: None, buffer_bytes: tickwire_driver::DEFAULT_BUFFER_BYTES };
+    tickwire_transport::UdpTransport::open(&cfg).map_err(werr)
+}
+
 /// A `size`-byte message's frame length in reliable UDP (DATA header,
 /// aligned) and how many fit a datagram of the default MTU.
 fn packing(size: usize) -> (usize, usize) {
@@ -310,10 +317,9 @@ fn packing(size: usize) -> (usize, usize) {
 /// Worker role [`Role::UdpBlast`]: sends packed datagrams of `size`-byte
 /// messages to `port` as fast as the socket takes them, for `duration`.
 pub(crate) fn raw_blast(port: u16, cpu: usize, size: usize, duration: Duration) -> Result<String, LabError> {
-    use tickwire_transport::{Transport, UdpConfig, UdpTransport, MAX_BATCH};
+    use tickwire_transport::{Transport, MAX_BATCH};
     let (frame, per) = packing(size);
-    let cfg = UdpConfig { bind: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), multicast: None, buffer_bytes: 4 << 20 };
-    let mut sock = UdpTransport::open(&cfg).map_err(werr)?;
+    let mut sock = loopback_socket()?;
     let to = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
     pin_current_thread(cpu)?;
     let len = frame * per;

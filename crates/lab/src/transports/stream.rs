@@ -43,7 +43,7 @@ fn udp_socket(local: SocketAddr) -> Result<UdpSocket, LabError> {
     s.set_nonblocking(true).map_err(|e| io("udp nonblocking", e))?;
     // The buffers reliable UDP's sockets get by default, so the floor has
     // the same room to absorb a pause.
-    tickwire_transport::set_socket_buffers(&s, 4 << 20);
+    tickwire_transport::set_socket_buffers(&s, tickwire_driver::DEFAULT_BUFFER_BYTES);
     Ok(s)
 }
 
