@@ -27,6 +27,8 @@
 //! * [`message`]: [`Message`], [`Event`] and [`OfferError`], the one
 //!   vocabulary of every publication and subscription.
 //! * [`stamp`]: the sequence/send-time stamp generated load carries.
+//! * [`client`]: the client protocol between router clients and the router
+//!   (one frame per log message over shared memory, length-prefixed over TCP).
 //!
 //! # Examples
 //!
@@ -44,6 +46,7 @@
 mod field;
 pub mod header;
 
+pub mod client;
 pub mod data;
 pub mod error_frame;
 pub mod heartbeat;
@@ -58,6 +61,7 @@ pub mod stamp;
 
 mod repr;
 
+pub use client::{ClientFrame, ClientFrameError, ClientKind, ClientRepr, RejectCode};
 pub use data::{DataFrame, DataRepr, PadFrame, PadRepr};
 pub use error_frame::{ErrorFrame, ErrorRepr};
 pub use fragment::{Fragment, Fragmenter};

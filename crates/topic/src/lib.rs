@@ -1,0 +1,294 @@
+//! # tickwire-topic: topics and subscription patterns
+//!
+//! A **topic** names what a message is about: levels separated by `/`,
+//! such as `md/eu/VOD`. A **pattern** is what a subscriber asks for: a topic
+//! whose levels may also be wildcards (Solace and NATS semantics):
+//!
+//! | pattern    | matches                          | does not match        |
+//! | ---------- | -------------------------------- | --------------------- |
+//! | `md/eu/VOD`| `md/eu/VOD`                      | `md/eu/VOD/bid`       |
+//! | `md/*/VOD` | `md/eu/VOD`, `md/us/VOD`         | `md/VOD`, `md/a/b/VOD`|
+//! | `md/>`     | `md/eu`, `md/eu/VOD/bid`         | `md`                  |
+//! | `>`        | every topic                      |                       |
+//!
+//! The rules, the same for topics and patterns unless said:
+//! * 1 to [`MAX_LEN`] bytes of UTF-8 (the wire's topic limit), at most
+//!   [`MAX_LEVELS`] levels.
+//! * No empty level: `a//b`, `/a` and `a/` are refused (an empty level is
+//!   almost always a bug in the code that built the topic).
+//! * No whitespace and no control characters.
+//! * `*` matches exactly one level; `>` matches one or more levels and may
+//!   only be the last level. Wildcards are whole levels: `a*` or `>b` are
+//!   refused, in topics and in patterns, so no level is ambiguous.
+//! * A published topic holds no wildcard: `md/*` is refused with
+//!   [`TopicError::WildcardInTopic`].
+//!
+//! Nothing here does I/O. The router's subscription index (a trie with
+//! wildcard branches) uses [`Pattern`] and is checked against
+//! [`Pattern::matches`], the plain level-by-level matcher.
+//!
+//! # Examples
+//!
+//! ```
+//! use tickwire_topic::{check_topic, Pattern, TopicError};
+//! let p = Pattern::parse("md/*/VOD")?;
+//! assert!(p.matches("md/eu/VOD"));
+//! assert!(!p.matches("md/eu/VOD/bid"));
+//! assert!(Pattern::parse("md/>")?.matches("md/eu/VOD/bid"));
+//! assert!(matches!(check_topic("md/*/VOD"), Err(TopicError::WildcardInTopic { .. })));
+//! # Ok::<(), TopicError>(())
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+/// Longest topic or pattern, in bytes (the wire's topic field limit).
+pub const MAX_LEN: usize = 250;
+/// Most levels in a topic or pattern.
+pub const MAX_LEVELS: usize = 32;
+
+/// Why a topic or pattern was refused. Each names the offending text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopicError {
+    /// Nothing at all.
+    #[error("empty topic")]
+    Empty,
+    /// Longer than [`MAX_LEN`] bytes.
+    #[error("topic of {len} bytes is longer than {MAX_LEN}")]
+    TooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// More than [`MAX_LEVELS`] levels.
+    #[error("topic {topic:?} has {levels} levels, more than {MAX_LEVELS}")]
+    TooDeep {
+        /// The text.
+        topic: String,
+        /// Its levels.
+        levels: usize,
+    },
+    /// An empty level (`a//b`, `/a`, `a/`).
+    #[error("topic {topic:?} has an empty level {level} (levels are counted from 1)")]
+    EmptyLevel {
+        /// The text.
+        topic: String,
+        /// Which level, from 1.
+        level: usize,
+    },
+    /// Whitespace or a control character.
+    #[error("topic {topic:?} holds {ch:?}: no whitespace or control characters")]
+    BadChar {
+        /// The text.
+        topic: String,
+        /// The character.
+        ch: char,
+    },
+    /// A `*` or `>` in a published topic.
+    #[error("published topic {topic:?} holds a wildcard; wildcards are for subscriptions")]
+    WildcardInTopic {
+        /// The text.
+        topic: String,
+    },
+    /// A wildcard that is not a whole level (`a*`, `>b`).
+    #[error("pattern {topic:?} level {level}: a wildcard must be a whole level (`*` or `>`)")]
+    PartialWildcard {
+        /// The text.
+        topic: String,
+        /// Which level, from 1.
+        level: usize,
+    },
+    /// `>` before the last level.
+    #[error("pattern {topic:?}: `>` may only be the last level")]
+    TailNotLast {
+        /// The text.
+        topic: String,
+    },
+}
+
+/// One level of a pattern.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Level {
+    /// Matches this text exactly.
+    Literal(Box<str>),
+    /// `*`: exactly one level.
+    One,
+    /// `>`: one or more levels; always the last.
+    Tail,
+}
+
+/// Checks the shape shared by topics and patterns; `wildcards` says whether
+/// `*` and `>` may stand as whole levels.
+fn check(s: &str, wildcards: bool) -> Result<(), TopicError> {
+    if s.is_empty() {
+        return Err(TopicError::Empty);
+    }
+    if s.len() > MAX_LEN {
+        return Err(TopicError::TooLong { len: s.len() });
+    }
+    if let Some(ch) = s.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(TopicError::BadChar { topic: s.into(), ch });
+    }
+    let levels = s.split('/').count();
+    if levels > MAX_LEVELS {
+        return Err(TopicError::TooDeep { topic: s.into(), levels });
+    }
+    for (i, level) in s.split('/').enumerate() {
+        if level.is_empty() {
+            return Err(TopicError::EmptyLevel { topic: s.into(), level: i + 1 });
+        }
+        let wild = level.contains(['*', '>']);
+        if !wild {
+            continue;
+        }
+        if !wildcards {
+            return Err(TopicError::WildcardInTopic { topic: s.into() });
+        }
+        match level {
+            "*" => {}
+            ">" if i + 1 == levels => {}
+            ">" => return Err(TopicError::TailNotLast { topic: s.into() }),
+            _ => return Err(TopicError::PartialWildcard { topic: s.into(), level: i + 1 }),
+        }
+    }
+    Ok(())
+}
+
+/// Checks a topic a message is published on.
+///
+/// # Errors
+/// The first rule it breaks, as a [`TopicError`] naming it.
+pub fn check_topic(topic: &str) -> Result<(), TopicError> {
+    check(topic, false)
+}
+
+/// A checked subscription pattern: its text and its levels.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Pattern {
+    text: Box<str>,
+    levels: Vec<Level>,
+}
+
+impl Pattern {
+    /// Parses and checks `text`.
+    ///
+    /// # Errors
+    /// The first rule it breaks, as a [`TopicError`] naming it.
+    pub fn parse(text: &str) -> Result<Self, TopicError> {
+        check(text, true)?;
+        let levels = text
+            .split('/')
+            .map(|l| match l {
+                "*" => Level::One,
+                ">" => Level::Tail,
+                lit => Level::Literal(lit.into()),
+            })
+            .collect();
+        Ok(Self { text: text.into(), levels })
+    }
+
+    /// The text it was parsed from.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Its levels, in order.
+    pub fn levels(&self) -> &[Level] {
+        &self.levels
+    }
+
+    /// Whether it holds no wildcard (it matches one topic only).
+    pub fn is_literal(&self) -> bool {
+        self.levels.iter().all(|l| matches!(l, Level::Literal(_)))
+    }
+
+    /// Whether `topic` (a checked topic) matches: the plain level-by-level
+    /// matcher that the router's index is tested against.
+    pub fn matches(&self, topic: &str) -> bool {
+        let mut t = topic.split('/');
+        for level in &self.levels {
+            match level {
+                Level::Tail => return t.next().is_some(),
+                Level::One => {
+                    if t.next().is_none() {
+                        return false;
+                    }
+                }
+                Level::Literal(lit) => {
+                    if t.next() != Some(&**lit) {
+                        return false;
+                    }
+                }
+            }
+        }
+        t.next().is_none()
+    }
+}
+
+impl std::fmt::Display for Pattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::str::FromStr for Pattern {
+    type Err = TopicError;
+    fn from_str(s: &str) -> Result<Self, TopicError> {
+        Self::parse(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_of_cases() {
+        let cases: &[(&str, &str, bool)] = &[
+            ("md/eu/VOD", "md/eu/VOD", true),
+            ("md/eu/VOD", "md/eu/VODA", false),
+            ("md/eu/VOD", "md/eu", false),
+            ("md/eu/VOD", "md/eu/VOD/bid", false),
+            ("md/*/VOD", "md/eu/VOD", true),
+            ("md/*/VOD", "md/VOD", false),
+            ("md/*/VOD", "md/a/b/VOD", false),
+            ("*", "md", true),
+            ("*", "md/eu", false),
+            ("*/*", "md/eu", true),
+            ("md/>", "md/eu", true),
+            ("md/>", "md/eu/VOD/bid", true),
+            ("md/>", "md", false),
+            ("md/>", "mdx/eu", false),
+            (">", "md", true),
+            (">", "a/b/c/d", true),
+            ("*/>", "md", false),
+            ("*/>", "md/eu", true),
+            ("md/*/>", "md/eu/VOD", true),
+            ("md/*/>", "md/eu", false),
+            ("é/*", "é/ü", true),
+        ];
+        for &(p, t, want) in cases {
+            check_topic(t).unwrap();
+            assert_eq!(Pattern::parse(p).unwrap().matches(t), want, "{p} vs {t}");
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_rule() {
+        assert_eq!(check_topic(""), Err(TopicError::Empty));
+        assert!(matches!(check_topic("a//b"), Err(TopicError::EmptyLevel { level: 2, .. })));
+        assert!(matches!(check_topic("/a"), Err(TopicError::EmptyLevel { level: 1, .. })));
+        assert!(matches!(check_topic("a/"), Err(TopicError::EmptyLevel { level: 2, .. })));
+        assert!(matches!(check_topic("a b"), Err(TopicError::BadChar { ch: ' ', .. })));
+        assert!(matches!(check_topic("a\0"), Err(TopicError::BadChar { ch: '\0', .. })));
+        assert!(matches!(check_topic("md/*"), Err(TopicError::WildcardInTopic { .. })));
+        assert!(matches!(check_topic("md/a>"), Err(TopicError::WildcardInTopic { .. })));
+        assert!(matches!(Pattern::parse("md/a*"), Err(TopicError::PartialWildcard { level: 2, .. })));
+        assert!(matches!(Pattern::parse(">/a"), Err(TopicError::TailNotLast { .. })));
+        assert_eq!(check_topic(&"a".repeat(MAX_LEN + 1)), Err(TopicError::TooLong { len: MAX_LEN + 1 }));
+        check_topic(&"a".repeat(MAX_LEN)).unwrap();
+        let deep = vec!["a"; MAX_LEVELS + 1].join("/");
+        assert!(matches!(check_topic(&deep), Err(TopicError::TooDeep { levels: 33, .. })));
+        check_topic(&vec!["a"; MAX_LEVELS].join("/")).unwrap();
+        let e = check_topic("md/*").unwrap_err().to_string();
+        assert!(e.contains("md/*") && e.contains("wildcard"), "{e}");
+    }
+}

@@ -1,0 +1,376 @@
+//! The client protocol: what a router client and the router say to each
+//! other, the same over shared memory (one frame per log message) and TCP
+//! (each frame after a 4-byte little-endian length).
+//!
+//! ```text
+//!  0               1               2               3
+//!  0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7
+//! +---------------+---------------+-------------------------------+
+//! |     kind      |     flags     |          topic_length         | 0
+//! +---------------+---------------+-------------------------------+
+//! |                             value                             | 4
+//! +---------------------------------------------------------------+
+//! |                          sequence (u64)                       | 8
+//! |                                                               |
+//! +---------------------------------------------------------------+
+//! |        topic (topic_length bytes of UTF-8) ...                | 16
+//! |        body (the rest of the frame) ...                       |
+//! +---------------------------------------------------------------+
+//! ```
+//!
+//! | kind | from | value | sequence | topic | body |
+//! | --- | --- | --- | --- | --- | --- |
+//! | HELLO | client | protocol version | 0 | client name | credentials (opaque; empty today) |
+//! | WELCOME | router | client id | 0 | | router name |
+//! | SUBSCRIBE | client | subscription id | 0 | pattern | |
+//! | UNSUBSCRIBE | client | subscription id | 0 | | |
+//! | PUBLISH | client | 0 | publisher's sequence | topic | payload |
+//! | DELIVER | router | messages discarded just before this one | delivery sequence | topic | payload |
+//! | ACK | either | 0 | sequence acknowledged | | |
+//! | REJECT | router | [`RejectCode`] | request's id or sequence | | reason (UTF-8) |
+//! | CLOSE | either | [`RejectCode`] | 0 | | reason (UTF-8) |
+//!
+//! Flags: [`flags::GUARANTEED`] (PUBLISH, DELIVER: guaranteed delivery),
+//! [`flags::CACHED`] (DELIVER: from the last-value cache; SUBSCRIBE: send
+//! the cached values first). Unknown flags are refused, so a flag can gain a
+//! meaning later without an old peer misreading it.
+
+use crate::field::{put_u16, put_u32, put_u64, u16_at, u32_at, u64_at};
+use crate::MAX_TOPIC_LENGTH;
+
+/// Header bytes before the topic.
+pub const HEADER_LEN: usize = 16;
+const KIND: usize = 0;
+const FLAGS: usize = 1;
+const TOPIC_LENGTH: usize = 2;
+const VALUE: usize = 4;
+const SEQUENCE: usize = 8;
+/// Offset of `value` (DELIVER: the discard count, patched in place when a
+/// queued frame's predecessors are dropped).
+pub const VALUE_OFFSET: usize = VALUE;
+/// The protocol version HELLO carries.
+pub const CLIENT_PROTOCOL_VERSION: u32 = 1;
+
+/// Frame flags.
+pub mod flags {
+    /// PUBLISH / DELIVER: guaranteed delivery (journal, acknowledgement).
+    pub const GUARANTEED: u8 = 0x01;
+    /// DELIVER: the message comes from the last-value cache.
+    /// SUBSCRIBE: deliver the cached values of matching topics first.
+    pub const CACHED: u8 = 0x02;
+    /// Every flag this version knows.
+    pub const KNOWN: u8 = GUARANTEED | CACHED;
+}
+
+/// What a frame is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ClientKind {
+    /// Client introduces itself.
+    Hello = 1,
+    /// Router accepts the client.
+    Welcome = 2,
+    /// Client subscribes to a pattern.
+    Subscribe = 3,
+    /// Client drops a subscription.
+    Unsubscribe = 4,
+    /// Client publishes a message.
+    Publish = 5,
+    /// Router delivers a message.
+    Deliver = 6,
+    /// Acknowledgement (guaranteed delivery).
+    Ack = 7,
+    /// Router refuses one request; the session goes on.
+    Reject = 8,
+    /// The session ends, with a reason.
+    Close = 9,
+}
+
+impl ClientKind {
+    fn from_u8(v: u8) -> Option<Self> {
+        use ClientKind::*;
+        Some(match v {
+            1 => Hello,
+            2 => Welcome,
+            3 => Subscribe,
+            4 => Unsubscribe,
+            5 => Publish,
+            6 => Deliver,
+            7 => Ack,
+            8 => Reject,
+            9 => Close,
+            _ => return None,
+        })
+    }
+}
+
+/// Why a request was refused or a session closed (REJECT and CLOSE `value`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum RejectCode {
+    /// A normal close.
+    Normal = 0,
+    /// A frame could not be parsed or broke the protocol.
+    Protocol = 1,
+    /// A topic or pattern broke the topic rules.
+    BadTopic = 2,
+    /// A frame was larger than allowed.
+    TooLarge = 3,
+    /// Not supported by this router.
+    Unsupported = 4,
+    /// Not allowed (authentication, ACLs).
+    Forbidden = 5,
+    /// The router is shutting down.
+    Shutdown = 6,
+    /// A resource limit was reached (subscriptions, clients).
+    Limit = 7,
+    /// Anything else (an unknown code read from a peer).
+    Other = 255,
+}
+
+impl RejectCode {
+    /// The code for a wire value (unknown values read as `Other`).
+    pub fn from_u32(v: u32) -> Self {
+        use RejectCode::*;
+        match v {
+            0 => Normal,
+            1 => Protocol,
+            2 => BadTopic,
+            3 => TooLarge,
+            4 => Unsupported,
+            5 => Forbidden,
+            6 => Shutdown,
+            7 => Limit,
+            _ => Other,
+        }
+    }
+}
+
+/// Why bytes are not a client frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ClientFrameError {
+    /// Shorter than the header, or than the topic it announces.
+    #[error("client frame truncated: need {need} bytes, have {have}")]
+    Truncated {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes present.
+        have: usize,
+    },
+    /// An unknown kind byte.
+    #[error("unknown client frame kind {0}")]
+    UnknownKind(u8),
+    /// Flags this version does not know.
+    #[error("unknown flags {0:#04x}")]
+    UnknownFlags(u8),
+    /// A topic over the wire limit, or not UTF-8.
+    #[error("client frame topic {0}")]
+    BadTopic(&'static str),
+}
+
+/// A checked view of one client frame. After [`ClientFrame::new_checked`]
+/// no accessor can panic.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientFrame<'a> {
+    buf: &'a [u8],
+    kind: ClientKind,
+    topic: &'a str,
+}
+
+impl<'a> ClientFrame<'a> {
+    /// Checks `buf` (exactly one frame) once.
+    ///
+    /// # Errors
+    /// [`ClientFrameError`] naming what is wrong.
+    pub fn new_checked(buf: &'a [u8]) -> Result<Self, ClientFrameError> {
+        if buf.len() < HEADER_LEN {
+            return Err(ClientFrameError::Truncated { need: HEADER_LEN, have: buf.len() });
+        }
+        let kind = ClientKind::from_u8(buf[KIND]).ok_or(ClientFrameError::UnknownKind(buf[KIND]))?;
+        if buf[FLAGS] & !flags::KNOWN != 0 {
+            return Err(ClientFrameError::UnknownFlags(buf[FLAGS]));
+        }
+        let tl = usize::from(u16_at(buf, TOPIC_LENGTH));
+        if tl > MAX_TOPIC_LENGTH {
+            return Err(ClientFrameError::BadTopic("longer than the wire limit"));
+        }
+        if HEADER_LEN + tl > buf.len() {
+            return Err(ClientFrameError::Truncated { need: HEADER_LEN + tl, have: buf.len() });
+        }
+        let topic = std::str::from_utf8(&buf[HEADER_LEN..HEADER_LEN + tl])
+            .map_err(|_| ClientFrameError::BadTopic("is not UTF-8"))?;
+        Ok(Self { buf, kind, topic })
+    }
+    /// The kind.
+    #[inline]
+    pub fn kind(&self) -> ClientKind {
+        self.kind
+    }
+    /// The flags.
+    #[inline]
+    pub fn flags(&self) -> u8 {
+        self.buf[FLAGS]
+    }
+    /// The value field (meaning per kind; see the module table).
+    #[inline]
+    pub fn value(&self) -> u32 {
+        u32_at(self.buf, VALUE)
+    }
+    /// The sequence field.
+    #[inline]
+    pub fn sequence(&self) -> u64 {
+        u64_at(self.buf, SEQUENCE)
+    }
+    /// The topic (`""` if none).
+    #[inline]
+    pub fn topic(&self) -> &'a str {
+        self.topic
+    }
+    /// Everything after the topic.
+    #[inline]
+    pub fn body(&self) -> &'a [u8] {
+        &self.buf[HEADER_LEN + self.topic.len()..]
+    }
+    /// The whole frame.
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.buf
+    }
+}
+
+/// A frame's fields, to emit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientRepr<'a> {
+    /// Kind.
+    pub kind: ClientKind,
+    /// Flags.
+    pub flags: u8,
+    /// Value field.
+    pub value: u32,
+    /// Sequence field.
+    pub sequence: u64,
+    /// Topic.
+    pub topic: &'a str,
+    /// Body.
+    pub body: &'a [u8],
+}
+
+impl<'a> ClientRepr<'a> {
+    /// A frame of `kind` with every other field empty.
+    pub fn new(kind: ClientKind) -> Self {
+        Self { kind, flags: 0, value: 0, sequence: 0, topic: "", body: &[] }
+    }
+    /// Parses a checked view.
+    pub fn parse(f: &ClientFrame<'a>) -> Self {
+        Self {
+            kind: f.kind(),
+            flags: f.flags(),
+            value: f.value(),
+            sequence: f.sequence(),
+            topic: f.topic(),
+            body: f.body(),
+        }
+    }
+    /// Bytes [`ClientRepr::emit`] writes.
+    pub fn buffer_len(&self) -> usize {
+        HEADER_LEN + self.topic.len() + self.body.len()
+    }
+    /// Writes the frame at the start of `buf`; returns its length.
+    ///
+    /// # Errors
+    /// [`ClientFrameError::BadTopic`] for a topic over the wire limit,
+    /// [`ClientFrameError::Truncated`] if `buf` is too small.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize, ClientFrameError> {
+        let len = self.buffer_len();
+        if buf.len() < len {
+            return Err(ClientFrameError::Truncated { need: len, have: buf.len() });
+        }
+        self.emit_header(buf)?;
+        buf[HEADER_LEN + self.topic.len()..len].copy_from_slice(self.body);
+        Ok(len)
+    }
+    /// Writes the header and topic only (the body goes after them, written
+    /// in place by the caller: zero-copy publishing into a claim).
+    ///
+    /// # Errors
+    /// As [`ClientRepr::emit`], for the header and topic.
+    pub fn emit_header(&self, buf: &mut [u8]) -> Result<usize, ClientFrameError> {
+        let tl = self.topic.len();
+        if tl > MAX_TOPIC_LENGTH {
+            return Err(ClientFrameError::BadTopic("longer than the wire limit"));
+        }
+        if buf.len() < HEADER_LEN + tl {
+            return Err(ClientFrameError::Truncated { need: HEADER_LEN + tl, have: buf.len() });
+        }
+        buf[KIND] = self.kind as u8;
+        buf[FLAGS] = self.flags;
+        put_u16(buf, TOPIC_LENGTH, tl as u16);
+        put_u32(buf, VALUE, self.value);
+        put_u64(buf, SEQUENCE, self.sequence);
+        buf[HEADER_LEN..HEADER_LEN + tl].copy_from_slice(self.topic.as_bytes());
+        Ok(HEADER_LEN + tl)
+    }
+}
+
+/// Sets the `value` field of an emitted frame in place (the discard count of
+/// a queued DELIVER). `frame` must hold at least a header.
+pub fn set_value(frame: &mut [u8], value: u32) {
+    if frame.len() >= HEADER_LEN {
+        put_u32(frame, VALUE, value);
+    }
+}
+
+/// Reads the `value` field of an emitted frame (0 if shorter than a header).
+pub fn value_of(frame: &[u8]) -> u32 {
+    if frame.len() >= HEADER_LEN {
+        u32_at(frame, VALUE)
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn round_trip_and_refusals() {
+        let r = ClientRepr {
+            kind: ClientKind::Deliver,
+            flags: flags::CACHED,
+            value: 3,
+            sequence: 99,
+            topic: "md/eu/VOD",
+            body: b"bid",
+        };
+        let mut buf = [0u8; 64];
+        let n = r.emit(&mut buf).unwrap();
+        let f = ClientFrame::new_checked(&buf[..n]).unwrap();
+        assert_eq!(ClientRepr::parse(&f), r);
+        assert!(matches!(ClientFrame::new_checked(&buf[..10]), Err(ClientFrameError::Truncated { .. })));
+        assert!(matches!(ClientFrame::new_checked(&buf[..20]), Err(ClientFrameError::Truncated { need: 25, .. })));
+        let mut bad = buf;
+        bad[0] = 42;
+        assert_eq!(ClientFrame::new_checked(&bad[..n]).unwrap_err(), ClientFrameError::UnknownKind(42));
+        let mut bad = buf;
+        bad[1] = 0x80;
+        assert_eq!(ClientFrame::new_checked(&bad[..n]).unwrap_err(), ClientFrameError::UnknownFlags(0x80));
+        let mut bad = buf;
+        bad[16] = 0xff;
+        assert!(matches!(ClientFrame::new_checked(&bad[..n]), Err(ClientFrameError::BadTopic(_))));
+        set_value(&mut buf[..n], 7);
+        assert_eq!(value_of(&buf[..n]), 7);
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_are_checked_without_panicking(b in proptest::collection::vec(any::<u8>(), 0..300)) {
+            if let Ok(f) = ClientFrame::new_checked(&b) {
+                let r = ClientRepr::parse(&f);
+                let mut out = vec![0u8; r.buffer_len()];
+                prop_assert_eq!(r.emit(&mut out), Ok(b.len()));
+                prop_assert_eq!(&out[..], &b[..]);
+            }
+        }
+    }
+}
