@@ -89,6 +89,9 @@ fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
                             Kind::Subscriber => "sub",
                             Kind::UdpSender => "udp-send",
                             Kind::UdpReceiver => "udp-recv",
+                            Kind::Router => "router",
+                            Kind::RouterClient => "router-client",
+                            Kind::RouterTopic => "router-topic",
                         };
                         let vals: Vec<String> =
                             set.kind.names().iter().zip(set.values).map(|(n, v)| format!("{n}={v}")).collect();

@@ -53,6 +53,12 @@ pub enum Kind {
     UdpSender = 3,
     /// A reliable-UDP receiver (subscription on `udp://`).
     UdpReceiver = 4,
+    /// A router's totals.
+    Router = 5,
+    /// One client session of a router (label: the client's name and peer).
+    RouterClient = 6,
+    /// One topic through a router (label: the topic).
+    RouterTopic = 7,
 }
 
 impl Kind {
@@ -63,6 +69,9 @@ impl Kind {
             Kind::Subscriber => &SUB_NAMES,
             Kind::UdpSender => &UDP_SENDER_NAMES,
             Kind::UdpReceiver => &UDP_RECEIVER_NAMES,
+            Kind::Router => &ROUTER_NAMES,
+            Kind::RouterClient => &ROUTER_CLIENT_NAMES,
+            Kind::RouterTopic => &ROUTER_TOPIC_NAMES,
         }
     }
     fn from_u32(v: u32) -> Option<Self> {
@@ -71,6 +80,9 @@ impl Kind {
             2 => Some(Kind::Subscriber),
             3 => Some(Kind::UdpSender),
             4 => Some(Kind::UdpReceiver),
+            5 => Some(Kind::Router),
+            6 => Some(Kind::RouterClient),
+            7 => Some(Kind::RouterTopic),
             _ => None,
         }
     }
@@ -167,6 +179,34 @@ pub const UDP_RECEIVER_NAMES: [&str; 9] = [
     "duplicates",
     "frames_foreign",
 ];
+
+/// Router totals, in index order (see `tickwire_router::counters`).
+pub const ROUTER_NAMES: [&str; 8] = [
+    "clients",
+    "clients_connected",
+    "clients_disconnected",
+    "protocol_violations",
+    "messages_in",
+    "messages_unwanted",
+    "deliveries",
+    "discards",
+];
+
+/// Router client values, in index order.
+pub const ROUTER_CLIENT_NAMES: [&str; 9] = [
+    "messages_in",
+    "bytes_in",
+    "messages_out",
+    "bytes_out",
+    "queue_depth",
+    "queue_bytes",
+    "discards",
+    "rejects",
+    "subscriptions",
+];
+
+/// Router topic values, in index order.
+pub const ROUTER_TOPIC_NAMES: [&str; 4] = ["messages_in", "bytes_in", "deliveries", "bytes_out"];
 
 /// A process's counters file (or a private anonymous block).
 #[derive(Debug)]

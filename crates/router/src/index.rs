@@ -1,0 +1,278 @@
+//! The subscription index: which clients want a topic.
+//!
+//! A trie of topic levels, each node with literal children, a `*` branch
+//! and the subscriptions ending there or in a `>` below it (nats-server's
+//! sublist). In front of it, a match cache from topic to the deduplicated
+//! list of subscribers, cleared whenever a subscription is added or removed.
+//! A topic seen before costs one hash lookup, whether it has subscribers or
+//! none; matching an unseen topic walks at most `levels x 2` branches,
+//! however many unrelated subscriptions the index holds.
+
+use rustc_hash::FxHashMap as HashMap;
+use tickwire_topic::{Level, Pattern};
+
+/// Cached topics kept before the cache is cleared (bounds its memory when
+/// publishers use many distinct topics).
+pub const CACHE_LIMIT: usize = 64 * 1024;
+
+#[derive(Debug)]
+struct Node<K> {
+    literal: HashMap<Box<str>, Node<K>>,
+    one: Option<Box<Node<K>>>,
+    /// Patterns ending at this node: (subscriber, subscription id).
+    here: Vec<(K, u32)>,
+    /// Patterns ending with `>` just below this node.
+    tail: Vec<(K, u32)>,
+}
+
+impl<K> Default for Node<K> {
+    fn default() -> Self {
+        Self { literal: HashMap::default(), one: None, here: Vec::new(), tail: Vec::new() }
+    }
+}
+
+impl<K> Node<K> {
+    fn is_empty(&self) -> bool {
+        self.literal.is_empty() && self.one.is_none() && self.here.is_empty() && self.tail.is_empty()
+    }
+}
+
+/// Subscriptions by pattern, matched by topic. `K` names a subscriber (the
+/// router's client slot); a subscriber matched by several of its patterns
+/// appears once in a match.
+#[derive(Debug)]
+pub struct SubscriptionIndex<K> {
+    root: Node<K>,
+    cache: HashMap<Box<str>, usize>,
+    results: Vec<Box<[K]>>,
+    scratch: Vec<K>,
+    len: usize,
+}
+
+impl<K: Copy + Ord> Default for SubscriptionIndex<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: Copy + Ord> SubscriptionIndex<K> {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self { root: Node::default(), cache: HashMap::default(), results: Vec::new(), scratch: Vec::new(), len: 0 }
+    }
+
+    /// Subscriptions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn invalidate(&mut self) {
+        self.cache.clear();
+        self.results.clear();
+    }
+
+    /// Adds subscription `id` of `key` on `pattern`.
+    pub fn insert(&mut self, pattern: &Pattern, key: K, id: u32) {
+        let mut node = &mut self.root;
+        for level in pattern.levels() {
+            match level {
+                Level::Literal(l) => node = node.literal.entry(l.clone()).or_default(),
+                Level::One => node = node.one.get_or_insert_with(Default::default),
+                Level::Tail => {
+                    node.tail.push((key, id));
+                    self.len += 1;
+                    self.invalidate();
+                    return;
+                }
+            }
+        }
+        node.here.push((key, id));
+        self.len += 1;
+        self.invalidate();
+    }
+
+    /// Removes subscription `id` of `key` on `pattern`; whether it was there.
+    pub fn remove(&mut self, pattern: &Pattern, key: K, id: u32) -> bool {
+        let removed = remove_at(&mut self.root, pattern.levels(), key, id);
+        if removed {
+            self.len -= 1;
+            self.invalidate();
+        }
+        removed
+    }
+
+    /// The subscribers `topic` (a checked topic) goes to, each once, in key
+    /// order.
+    pub fn matches(&mut self, topic: &str) -> &[K] {
+        match self.lookup(topic, |_| Ok::<(), ()>(())) {
+            Ok(m) => m,
+            Err(()) => &[],
+        }
+    }
+
+    /// [`SubscriptionIndex::matches`] for a topic not yet checked: a topic
+    /// in the cache passed `check` before; any other is checked first.
+    ///
+    /// # Errors
+    /// What `check` returns for the topic.
+    #[inline]
+    pub fn lookup<E>(&mut self, topic: &str, check: impl FnOnce(&str) -> Result<(), E>) -> Result<&[K], E> {
+        if let Some(&i) = self.cache.get(topic) {
+            return Ok(&self.results[i]);
+        }
+        check(topic)?;
+        self.scratch.clear();
+        collect(&self.root, topic, &mut self.scratch);
+        self.scratch.sort_unstable();
+        self.scratch.dedup();
+        if self.cache.len() >= CACHE_LIMIT {
+            self.invalidate();
+        }
+        let i = self.results.len();
+        self.results.push(self.scratch.as_slice().into());
+        self.cache.insert(topic.into(), i);
+        Ok(&self.results[i])
+    }
+}
+
+fn remove_at<K: Copy + Eq>(node: &mut Node<K>, levels: &[Level], key: K, id: u32) -> bool {
+    let take = |v: &mut Vec<(K, u32)>| match v.iter().position(|&e| e == (key, id)) {
+        Some(i) => {
+            v.swap_remove(i);
+            true
+        }
+        None => false,
+    };
+    let Some((first, rest)) = levels.split_first() else {
+        return take(&mut node.here);
+    };
+    match first {
+        Level::Tail => take(&mut node.tail),
+        Level::One => {
+            let Some(child) = node.one.as_deref_mut() else { return false };
+            let removed = remove_at(child, rest, key, id);
+            if removed && child.is_empty() {
+                node.one = None;
+            }
+            removed
+        }
+        Level::Literal(l) => {
+            let Some(child) = node.literal.get_mut(l) else { return false };
+            let removed = remove_at(child, rest, key, id);
+            if removed && child.is_empty() {
+                node.literal.remove(l);
+            }
+            removed
+        }
+    }
+}
+
+fn collect<K: Copy>(node: &Node<K>, topic: &str, out: &mut Vec<K>) {
+    let (level, rest) = match topic.split_once('/') {
+        Some((l, r)) => (l, Some(r)),
+        None => (topic, None),
+    };
+    // `>` below this node takes this level and everything after it.
+    out.extend(node.tail.iter().map(|e| e.0));
+    let mut visit = |child: &Node<K>| match rest {
+        Some(r) => collect(child, r, out),
+        None => out.extend(child.here.iter().map(|e| e.0)),
+    };
+    if let Some(child) = node.literal.get(level) {
+        visit(child);
+    }
+    if let Some(child) = node.one.as_deref() {
+        visit(child);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn p(s: &str) -> Pattern {
+        Pattern::parse(s).unwrap()
+    }
+
+    #[test]
+    fn overlapping_patterns_of_one_subscriber_match_it_once() {
+        let mut ix = SubscriptionIndex::new();
+        ix.insert(&p("md/eu/VOD"), 1u32, 1);
+        ix.insert(&p("md/*/VOD"), 1, 2);
+        ix.insert(&p("md/>"), 1, 3);
+        ix.insert(&p("md/>"), 2, 1);
+        ix.insert(&p("fx/>"), 3, 1);
+        assert_eq!(ix.matches("md/eu/VOD"), [1, 2]);
+        assert_eq!(ix.matches("md"), [] as [u32; 0]);
+        assert!(ix.remove(&p("md/>"), 2, 1));
+        assert!(!ix.remove(&p("md/>"), 2, 1));
+        assert_eq!(ix.matches("md/eu/VOD"), [1]);
+        assert!(ix.remove(&p("md/eu/VOD"), 1, 1) && ix.remove(&p("md/*/VOD"), 1, 2) && ix.remove(&p("md/>"), 1, 3));
+        assert_eq!(ix.matches("md/eu/VOD"), [] as [u32; 0]);
+        assert_eq!(ix.len(), 1);
+        assert!(ix.remove(&p("fx/>"), 3, 1));
+        assert!(ix.root.is_empty(), "emptied branches are pruned");
+    }
+
+    fn level() -> impl Strategy<Value = String> {
+        prop_oneof![Just("a".to_owned()), Just("b".to_owned()), Just("c".to_owned())]
+    }
+    fn topic() -> impl Strategy<Value = String> {
+        proptest::collection::vec(level(), 1..5).prop_map(|v| v.join("/"))
+    }
+    fn pattern() -> impl Strategy<Value = String> {
+        (proptest::collection::vec(prop_oneof![3 => level(), 1 => Just("*".to_owned())], 1..5), any::<bool>()).prop_map(
+            |(mut v, tail)| {
+                if tail {
+                    *v.last_mut().unwrap() = ">".into();
+                }
+                v.join("/")
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+        /// The index agrees with the plain matcher through inserts, removals
+        /// and cached lookups.
+        #[test]
+        fn agrees_with_the_plain_matcher(
+            subs in proptest::collection::vec((pattern(), 0u32..6), 0..24),
+            drop_every in 2usize..5,
+            topics in proptest::collection::vec(topic(), 1..12),
+        ) {
+            let mut ix = SubscriptionIndex::new();
+            let mut live = Vec::new();
+            for (i, (pat, key)) in subs.iter().enumerate() {
+                let pat = p(pat);
+                ix.insert(&pat, *key, i as u32);
+                live.push((pat, *key, i as u32));
+            }
+            let check = |ix: &mut SubscriptionIndex<u32>, live: &[(Pattern, u32, u32)]| -> Result<(), TestCaseError> {
+                for _round in 0..2 {
+                    for t in &topics {
+                        let mut want: Vec<u32> = live.iter().filter(|(p, _, _)| p.matches(t)).map(|e| e.1).collect();
+                        want.sort_unstable();
+                        want.dedup();
+                        prop_assert_eq!(ix.matches(t), &want[..], "topic {}", t);
+                    }
+                }
+                Ok(())
+            };
+            check(&mut ix, &live)?;
+            let mut i = 0;
+            live.retain(|(pat, key, id)| {
+                i += 1;
+                if i % drop_every == 0 { assert!(ix.remove(pat, *key, *id)); false } else { true }
+            });
+            check(&mut ix, &live)?;
+            prop_assert_eq!(ix.len(), live.len());
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! # tickwire-router: topics, fan-out, shared-memory and TCP clients
+//!
+//! ```text
+//!  client (ipc)  ─ PUBLISH ─► [its log in]  ──► LogReader ─┐                    ┌─► LogAppender ─► [its log out] ─► client (ipc)
+//!                                                          ├─► Router::handle_frame ─ SubscriptionIndex (trie + match cache)
+//!  client (tcp)  ─ [len][PUBLISH] ─► socket ─► FrameReader ┘        │ fan-out, once per client
+//!                                                                    └─► Session::deliver ─► transport, or its bounded
+//!                                                                        OutQueue (drop oldest, discard count on the next)
+//!                                                                        ─► TcpOut (one write per duty cycle) ─► client (tcp)
+//! ```
+//!
+//! Layers, from the bottom:
+//! * [`index`]: which clients want a topic (`tickwire_topic` patterns in a
+//!   trie with `*` and `>` branches, plus a match cache).
+//! * [`queue`]: a client's bounded outbound queue with Solace's discard
+//!   indication.
+//! * [`session`]: one client: its transport ([`Outbound`]), queue,
+//!   subscriptions and counters.
+//! * [`routing`]: the core, no I/O of its own: [`Router::handle_frame`]
+//!   validates each client frame (the client protocol of
+//!   `tickwire_wire::client`) and routes; [`Router::flush`] moves queues.
+//! * [`tcp`]: length-prefixed frames on non-blocking sockets.
+//! * `server` (next): the agent that discovers shared-memory clients,
+//!   accepts TCP ones and runs the duty cycle.
+//!
+//! Everything a client sends is untrusted: a malformed, oversized or
+//! out-of-order frame ends that client's session with a CLOSE naming the
+//! reason, and nothing else.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod counters;
+pub mod index;
+pub mod queue;
+pub mod routing;
+pub mod session;
+pub mod tcp;
+
+pub use index::SubscriptionIndex;
+pub use routing::{Disconnect, Limits, Router, Totals};
+pub use session::{MemoryOut, Outbound, Session};

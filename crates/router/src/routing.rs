@@ -1,0 +1,369 @@
+//! The routing core: sessions in slots, the subscription index, and what a
+//! client frame does. No I/O of its own: the server hands it frames read
+//! from clients (`handle_frame`) and asks it to move queued frames to their
+//! transports (`flush`); what a session's transport is does not matter here.
+
+use crate::counters::{router as rc, topic as tc};
+use crate::index::SubscriptionIndex;
+use crate::session::{Outbound, Session};
+use rustc_hash::FxHashMap;
+use std::sync::Arc;
+use tickwire_shm::counters::Kind;
+use tickwire_shm::{CounterSet, CountersFile};
+use tickwire_topic::{check_topic, Pattern};
+use tickwire_wire::client::{flags, ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION};
+use tickwire_wire::ClientFrame;
+
+/// Per-client limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest client frame accepted, bytes (a larger one closes the session).
+    pub max_frame: usize,
+    /// Bytes of deliveries a client may have queued before the oldest are
+    /// dropped.
+    pub queue_bytes: usize,
+    /// Subscriptions per client.
+    pub max_subscriptions: usize,
+    /// Topics given their own counter set (the rest are counted together).
+    pub topic_counters: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { max_frame: (1 << 20) + 512, queue_bytes: 8 << 20, max_subscriptions: 10_000, topic_counters: 64 }
+    }
+}
+
+/// Why a session ends: a code for the CLOSE frame and a reason for people.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disconnect {
+    /// The code sent in CLOSE (`Normal` when the client said goodbye).
+    pub code: RejectCode,
+    /// What happened, naming the frame or value.
+    pub reason: String,
+}
+
+impl Disconnect {
+    /// A protocol violation.
+    pub fn protocol(reason: impl Into<String>) -> Self {
+        Self { code: RejectCode::Protocol, reason: reason.into() }
+    }
+}
+
+impl std::fmt::Display for Disconnect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}: {}", self.code, self.reason)
+    }
+}
+
+/// The router's totals (mirrored into its counter set).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    /// Sessions opened.
+    pub connected: u64,
+    /// Sessions closed.
+    pub disconnected: u64,
+    /// Sessions closed for protocol violations.
+    pub violations: u64,
+    /// Messages published.
+    pub messages_in: u64,
+    /// Messages nobody subscribed to.
+    pub unwanted: u64,
+    /// Deliveries made or queued.
+    pub deliveries: u64,
+    /// Deliveries dropped by full queues.
+    pub discards: u64,
+}
+
+#[derive(Debug, Default)]
+struct TopicStat {
+    values: [u64; 4],
+    set: Option<CounterSet>,
+}
+
+/// Queues a control frame for `s`.
+fn control(s: &mut Session, repr: &ClientRepr<'_>) -> Result<(), Disconnect> {
+    if s.send_control(repr) {
+        Ok(())
+    } else {
+        Err(Disconnect { code: RejectCode::Limit, reason: "the client does not read its replies".into() })
+    }
+}
+
+/// Sessions, subscriptions and routing.
+#[derive(Debug)]
+pub struct Router {
+    name: String,
+    limits: Limits,
+    index: SubscriptionIndex<u32>,
+    sessions: Vec<Option<Session>>,
+    free: Vec<u32>,
+    topics: FxHashMap<Box<str>, TopicStat>,
+    other_topics: TopicStat,
+    totals: Totals,
+    counters: Option<Arc<CountersFile>>,
+    totals_set: Option<CounterSet>,
+}
+
+impl Router {
+    /// A router named `name` (sent in WELCOME), counting into `counters`.
+    pub fn new(name: &str, limits: Limits, counters: Option<Arc<CountersFile>>) -> Self {
+        let totals_set = counters.as_ref().and_then(|c| c.allocate(Kind::Router, 0, 0, name).ok());
+        let other_topics = TopicStat {
+            values: [0; 4],
+            set: counters.as_ref().and_then(|c| c.allocate(Kind::RouterTopic, 0, 0, "(other topics)").ok()),
+        };
+        Self {
+            name: name.into(),
+            limits,
+            index: SubscriptionIndex::new(),
+            sessions: Vec::new(),
+            free: Vec::new(),
+            topics: FxHashMap::default(),
+            other_topics,
+            totals: Totals::default(),
+            counters,
+            totals_set,
+        }
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+    /// The totals.
+    pub fn totals(&self) -> Totals {
+        self.totals
+    }
+    /// Open sessions.
+    pub fn clients(&self) -> usize {
+        self.sessions.iter().flatten().count()
+    }
+    /// A session by id.
+    pub fn session(&self, id: u32) -> Option<&Session> {
+        self.sessions.get(id as usize)?.as_ref()
+    }
+    /// A session by id, mutably.
+    pub fn session_mut(&mut self, id: u32) -> Option<&mut Session> {
+        self.sessions.get_mut(id as usize)?.as_mut()
+    }
+    /// Ids of open sessions.
+    pub fn session_ids(&self) -> Vec<u32> {
+        (0..self.sessions.len() as u32).filter(|&i| self.sessions[i as usize].is_some()).collect()
+    }
+
+    /// Opens a session whose frames go to `out`; `peer` says where it is.
+    /// The client's first frame must be HELLO.
+    pub fn attach(&mut self, out: Outbound, peer: String) -> u32 {
+        let s = Session::new(out, peer, self.limits.queue_bytes, None);
+        self.totals.connected += 1;
+        match self.free.pop() {
+            Some(id) => {
+                self.sessions[id as usize] = Some(s);
+                id
+            }
+            None => {
+                self.sessions.push(Some(s));
+                self.sessions.len() as u32 - 1
+            }
+        }
+    }
+
+    /// Ends session `id`: its subscriptions go, a CLOSE with `why` is
+    /// offered to it (unless the client closed), and the session is handed
+    /// back for the caller to drop (closing its transport).
+    pub fn disconnect(&mut self, id: u32, why: &Disconnect) -> Option<Session> {
+        let mut s = self.sessions.get_mut(id as usize)?.take()?;
+        self.free.push(id);
+        for (sid, p) in s.subscriptions.drain() {
+            self.index.remove(&p, id, sid);
+        }
+        if why.code != RejectCode::Normal {
+            let close = ClientRepr {
+                value: why.code as u32,
+                body: why.reason.as_bytes(),
+                ..ClientRepr::new(ClientKind::Close)
+            };
+            s.send_control(&close);
+        }
+        self.totals.disconnected += 1;
+        if matches!(why.code, RejectCode::Protocol | RejectCode::TooLarge) {
+            self.totals.violations += 1;
+        }
+        s.publish_counters();
+        Some(s)
+    }
+
+    /// Acts on one frame from session `id`.
+    ///
+    /// # Errors
+    /// [`Disconnect`] when the session must end: the frame is malformed,
+    /// out of order or not a client's to send, or the client said CLOSE.
+    /// Refusals that leave the session open (a bad topic, an unsupported
+    /// flag) go back to the client as REJECT frames instead.
+    pub fn handle_frame(&mut self, id: u32, bytes: &[u8]) -> Result<(), Disconnect> {
+        let Some(Some(s)) = self.sessions.get_mut(id as usize) else {
+            return Err(Disconnect::protocol(format!("no session {id}")));
+        };
+        s.stats.messages_in += 1;
+        s.stats.bytes_in += bytes.len() as u64;
+        if bytes.len() > self.limits.max_frame {
+            return Err(Disconnect {
+                code: RejectCode::TooLarge,
+                reason: format!("frame of {} bytes, the limit is {}", bytes.len(), self.limits.max_frame),
+            });
+        }
+        let f = ClientFrame::new_checked(bytes).map_err(|e| Disconnect::protocol(e.to_string()))?;
+        if !s.hello && f.kind() != ClientKind::Hello {
+            return Err(Disconnect::protocol(format!("first frame must be HELLO, got {:?}", f.kind())));
+        }
+        match f.kind() {
+            ClientKind::Publish => {
+                if f.flags() & flags::GUARANTEED != 0 {
+                    return self.reject(
+                        id,
+                        RejectCode::Unsupported,
+                        f.sequence(),
+                        "guaranteed delivery is not enabled",
+                    );
+                }
+                self.route(id, f.topic(), f.body(), f.sequence())
+            }
+            ClientKind::Hello => {
+                if s.hello {
+                    return Err(Disconnect::protocol("a second HELLO"));
+                }
+                if f.value() != CLIENT_PROTOCOL_VERSION {
+                    return Err(Disconnect {
+                        code: RejectCode::Unsupported,
+                        reason: format!("client protocol {} (this router speaks {CLIENT_PROTOCOL_VERSION})", f.value()),
+                    });
+                }
+                if f.topic().chars().any(char::is_control) {
+                    return Err(Disconnect::protocol("client name holds control characters"));
+                }
+                s.hello = true;
+                s.name = f.topic().to_owned();
+                let label = format!("{}@{}", s.name, s.peer);
+                s.counters = self.counters.as_ref().and_then(|c| c.allocate(Kind::RouterClient, id, 0, &label).ok());
+                let welcome =
+                    ClientRepr { value: id, body: self.name.as_bytes(), ..ClientRepr::new(ClientKind::Welcome) };
+                control(s, &welcome)
+            }
+            ClientKind::Subscribe => {
+                let sid = f.value();
+                if f.flags() & flags::CACHED != 0 {
+                    return self.reject(id, RejectCode::Unsupported, sid.into(), "no last-value cache is configured");
+                }
+                let pattern = match Pattern::parse(f.topic()) {
+                    Ok(p) => p,
+                    Err(e) => return self.reject(id, RejectCode::BadTopic, sid.into(), &e.to_string()),
+                };
+                if s.subscriptions.len() >= self.limits.max_subscriptions && !s.subscriptions.contains_key(&sid) {
+                    let why = format!("{} subscriptions is the limit", self.limits.max_subscriptions);
+                    return self.reject(id, RejectCode::Limit, sid.into(), &why);
+                }
+                if let Some(old) = s.subscriptions.insert(sid, pattern.clone()) {
+                    self.index.remove(&old, id, sid);
+                }
+                self.index.insert(&pattern, id, sid);
+                Ok(())
+            }
+            ClientKind::Unsubscribe => {
+                if let Some(p) = s.subscriptions.remove(&f.value()) {
+                    self.index.remove(&p, id, f.value());
+                }
+                Ok(())
+            }
+            // Nothing is sent guaranteed yet, so there is nothing to settle.
+            ClientKind::Ack => Ok(()),
+            ClientKind::Close => Err(Disconnect {
+                code: RejectCode::Normal,
+                reason: format!("client closed: {}", String::from_utf8_lossy(f.body())),
+            }),
+            k @ (ClientKind::Welcome | ClientKind::Deliver | ClientKind::Reject) => {
+                Err(Disconnect::protocol(format!("{k:?} is the router's to send, not a client's")))
+            }
+        }
+    }
+
+    fn reject(&mut self, id: u32, code: RejectCode, sequence: u64, reason: &str) -> Result<(), Disconnect> {
+        let Some(s) = self.session_mut(id) else { return Ok(()) };
+        s.stats.rejects += 1;
+        let r =
+            ClientRepr { value: code as u32, sequence, body: reason.as_bytes(), ..ClientRepr::new(ClientKind::Reject) };
+        control(s, &r)
+    }
+
+    /// Delivers a publish to every session whose patterns match `topic`,
+    /// once each.
+    #[inline]
+    fn route(&mut self, from: u32, topic: &str, payload: &[u8], sequence: u64) -> Result<(), Disconnect> {
+        let targets = match self.index.lookup(topic, check_topic) {
+            Ok(t) => t,
+            Err(e) => return self.reject(from, RejectCode::BadTopic, sequence, &e.to_string()),
+        };
+        let mut discards = 0u64;
+        for &c in targets {
+            if let Some(Some(s)) = self.sessions.get_mut(c as usize) {
+                discards += u64::from(s.deliver(topic, payload, 0));
+            }
+        }
+        let n = targets.len() as u64;
+        self.totals.messages_in += 1;
+        self.totals.deliveries += n;
+        self.totals.discards += discards;
+        self.totals.unwanted += u64::from(n == 0);
+        if !self.topics.contains_key(topic) && self.topics.len() < self.limits.topic_counters {
+            let set = self.counters.as_ref().and_then(|c| c.allocate(Kind::RouterTopic, 0, 0, topic).ok());
+            self.topics.insert(topic.into(), TopicStat { values: [0; 4], set });
+        }
+        let stat = self.topics.get_mut(topic).unwrap_or(&mut self.other_topics);
+        let len = payload.len() as u64;
+        stat.values[tc::MESSAGES_IN] += 1;
+        stat.values[tc::BYTES_IN] += len;
+        stat.values[tc::DELIVERIES] += n;
+        stat.values[tc::BYTES_OUT] += n * len;
+        Ok(())
+    }
+
+    /// Moves queued frames to every session's transport; returns the frames
+    /// moved, and puts in `failed` the sessions whose transport broke.
+    pub fn flush(&mut self, failed: &mut Vec<(u32, String)>) -> usize {
+        let mut n = 0;
+        for (id, slot) in self.sessions.iter_mut().enumerate() {
+            let Some(s) = slot else { continue };
+            n += s.flush();
+            if let Outbound::Tcp(t) = &s.out {
+                if let Some(why) = &t.failed {
+                    failed.push((id as u32, why.clone()));
+                }
+            }
+        }
+        n
+    }
+
+    /// Copies every total into the counters file (call a few times a
+    /// second, off the per-message path).
+    pub fn publish_counters(&self) {
+        if let Some(c) = &self.totals_set {
+            let t = &self.totals;
+            c.set(rc::CLIENTS, self.clients() as u64);
+            c.set(rc::CONNECTED, t.connected);
+            c.set(rc::DISCONNECTED, t.disconnected);
+            c.set(rc::VIOLATIONS, t.violations);
+            c.set(rc::MESSAGES_IN, t.messages_in);
+            c.set(rc::UNWANTED, t.unwanted);
+            c.set(rc::DELIVERIES, t.deliveries);
+            c.set(rc::DISCARDS, t.discards);
+        }
+        for s in self.sessions.iter().flatten() {
+            s.publish_counters();
+        }
+        for t in self.topics.values().chain(std::iter::once(&self.other_topics)) {
+            if let Some(set) = &t.set {
+                set.set_all(&t.values);
+            }
+        }
+    }
+}

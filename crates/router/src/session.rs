@@ -1,0 +1,263 @@
+//! One client's session in the router: where its deliveries go (an
+//! [`Outbound`]), what waits for room (the bounded [`OutQueue`] and a few
+//! control frames), its subscriptions and its counters.
+
+use crate::counters::client as cc;
+use crate::queue::OutQueue;
+use crate::tcp::TcpOut;
+use std::collections::{HashMap, VecDeque};
+use tickwire_shm::{CounterSet, LogAppender, OfferError};
+use tickwire_topic::Pattern;
+use tickwire_wire::client::{ClientKind, ClientRepr};
+
+/// Control frames (WELCOME, REJECT, CLOSE) a session may have waiting; a
+/// client that lets more pile up is disconnected as stuck.
+pub const MAX_CONTROL_QUEUED: usize = 256;
+
+/// What happened to a frame handed to a transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// It went.
+    Yes,
+    /// No room yet: queue it.
+    Full,
+    /// It can never go (larger than the client's log takes): dropped.
+    Never,
+}
+
+/// Frames sent to a test harness (sans-IO use): each frame whole, with a
+/// room limit to play a full transport.
+#[derive(Debug, Default)]
+pub struct MemoryOut {
+    /// Frames sent, oldest first.
+    pub frames: Vec<Vec<u8>>,
+    /// Frames it takes before it is full (`usize::MAX`: never full).
+    pub room: usize,
+}
+
+/// Where a session's frames go.
+#[derive(Debug)]
+pub enum Outbound {
+    /// The client's shared-memory log out of the router (written in place).
+    Ipc(LogAppender),
+    /// A TCP connection (frames behind a 4-byte length).
+    Tcp(TcpOut),
+    /// Frames kept in memory (tests and sans-IO use).
+    Memory(MemoryOut),
+}
+
+impl Outbound {
+    fn try_send(&mut self, repr: &ClientRepr<'_>) -> Sent {
+        match self {
+            Outbound::Ipc(log) => {
+                let len = repr.buffer_len();
+                if len > log.max_payload() {
+                    let mut buf = vec![0u8; len];
+                    let _ = repr.emit(&mut buf);
+                    return offer_result(log.offer(&buf));
+                }
+                match log.try_claim(len) {
+                    Ok(mut claim) => {
+                        let _ = repr.emit(claim.buffer());
+                        claim.commit();
+                        Sent::Yes
+                    }
+                    Err(e) => offer_result(Err(e)),
+                }
+            }
+            // Always queued: `flush` writes everything queued at once.
+            Outbound::Tcp(_) => Sent::Full,
+            Outbound::Memory(m) => {
+                if m.frames.len() >= m.room {
+                    return Sent::Full;
+                }
+                let mut buf = vec![0u8; repr.buffer_len()];
+                let _ = repr.emit(&mut buf);
+                m.frames.push(buf);
+                Sent::Yes
+            }
+        }
+    }
+
+    fn try_send_encoded(&mut self, frame: &[u8]) -> Sent {
+        match self {
+            Outbound::Ipc(log) => offer_result(log.offer(frame)),
+            Outbound::Tcp(t) => t.send_frame(frame),
+            Outbound::Memory(m) => {
+                if m.frames.len() >= m.room {
+                    return Sent::Full;
+                }
+                m.frames.push(frame.to_vec());
+                Sent::Yes
+            }
+        }
+    }
+}
+
+fn offer_result(r: Result<u64, OfferError>) -> Sent {
+    match r {
+        Ok(_) => Sent::Yes,
+        Err(OfferError::BackPressured | OfferError::NotConnected) => Sent::Full,
+        Err(_) => Sent::Never,
+    }
+}
+
+/// Running totals of a session (mirrored into its counter set).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SessionStats {
+    /// Frames read from the client.
+    pub messages_in: u64,
+    /// Bytes read from the client.
+    pub bytes_in: u64,
+    /// Messages handed to the client's transport.
+    pub messages_out: u64,
+    /// Frame bytes handed to it (headers and topics included).
+    pub bytes_out: u64,
+    /// Messages dropped for this client (queue full).
+    pub discards: u64,
+    /// Requests refused (REJECT).
+    pub rejects: u64,
+}
+
+/// A client session.
+#[derive(Debug)]
+pub struct Session {
+    /// The client's name (from HELLO; empty before it).
+    pub name: String,
+    /// Where it is: `ipc pid N` or `tcp ADDR`.
+    pub peer: String,
+    pub(crate) out: Outbound,
+    pub(crate) queue: OutQueue,
+    pub(crate) control: VecDeque<Vec<u8>>,
+    pub(crate) subscriptions: HashMap<u32, Pattern>,
+    pub(crate) next_sequence: u64,
+    pub(crate) hello: bool,
+    /// Totals.
+    pub stats: SessionStats,
+    pub(crate) counters: Option<CounterSet>,
+}
+
+impl Session {
+    pub(crate) fn new(out: Outbound, peer: String, queue_bytes: usize, counters: Option<CounterSet>) -> Self {
+        Self {
+            name: String::new(),
+            peer,
+            out,
+            queue: OutQueue::new(queue_bytes),
+            control: VecDeque::new(),
+            subscriptions: HashMap::new(),
+            next_sequence: 0,
+            hello: false,
+            stats: SessionStats::default(),
+            counters,
+        }
+    }
+
+    /// Subscriptions held.
+    pub fn subscriptions(&self) -> usize {
+        self.subscriptions.len()
+    }
+    /// Frames waiting in its queue.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+    /// The transport it sends on.
+    pub fn outbound(&self) -> &Outbound {
+        &self.out
+    }
+    /// The transport it sends on, mutably (tests drain a [`MemoryOut`]).
+    pub fn outbound_mut(&mut self) -> &mut Outbound {
+        &mut self.out
+    }
+
+    /// Queues a control frame (sent before any queued delivery).
+    /// Returns false when too many are waiting.
+    pub(crate) fn send_control(&mut self, repr: &ClientRepr<'_>) -> bool {
+        if self.control.len() >= MAX_CONTROL_QUEUED {
+            return false;
+        }
+        let mut buf = vec![0u8; repr.buffer_len()];
+        let _ = repr.emit(&mut buf);
+        self.control.push_back(buf);
+        self.flush();
+        true
+    }
+
+    /// Delivers one message: straight to the transport when nothing waits,
+    /// else behind the queue (dropping its oldest if full). Returns the
+    /// messages dropped.
+    #[inline]
+    pub(crate) fn deliver(&mut self, topic: &str, payload: &[u8], flags: u8) -> u32 {
+        let sequence = self.next_sequence;
+        self.next_sequence += 1;
+        let repr = ClientRepr { kind: ClientKind::Deliver, flags, value: 0, sequence, topic, body: payload };
+        if self.queue.is_empty() && self.control.is_empty() {
+            match self.out.try_send(&repr) {
+                Sent::Yes => {
+                    self.stats.messages_out += 1;
+                    self.stats.bytes_out += repr.buffer_len() as u64;
+                    return 0;
+                }
+                Sent::Never => {
+                    self.stats.discards += 1;
+                    return 1;
+                }
+                Sent::Full => {}
+            }
+        }
+        let dropped = self.queue.push(&repr);
+        self.stats.discards += u64::from(dropped);
+        dropped
+    }
+
+    /// Moves queued frames to the transport while it takes them; returns
+    /// how many went.
+    pub(crate) fn flush(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(f) = self.control.front() {
+            match self.out.try_send_encoded(f) {
+                Sent::Yes | Sent::Never => {
+                    self.control.pop_front();
+                    n += 1;
+                }
+                Sent::Full => return n,
+            }
+        }
+        if let Outbound::Tcp(t) = &mut self.out {
+            let (frames, bytes) = t.write_queue(&mut self.queue);
+            self.stats.messages_out += frames as u64;
+            self.stats.bytes_out += bytes as u64;
+            return n + frames;
+        }
+        while let Some(f) = self.queue.front() {
+            let len = f.len() as u64;
+            match self.out.try_send_encoded(f) {
+                Sent::Yes => {
+                    self.stats.messages_out += 1;
+                    self.stats.bytes_out += len;
+                }
+                Sent::Never => self.stats.discards += 1,
+                Sent::Full => break,
+            }
+            self.queue.pop();
+            n += 1;
+        }
+        n
+    }
+
+    /// Copies the totals into the session's counter set.
+    pub(crate) fn publish_counters(&self) {
+        if let Some(c) = &self.counters {
+            let s = &self.stats;
+            c.set(cc::MESSAGES_IN, s.messages_in);
+            c.set(cc::BYTES_IN, s.bytes_in);
+            c.set(cc::MESSAGES_OUT, s.messages_out);
+            c.set(cc::BYTES_OUT, s.bytes_out);
+            c.set(cc::QUEUE_DEPTH, self.queue.len() as u64);
+            c.set(cc::QUEUE_BYTES, self.queue.bytes() as u64);
+            c.set(cc::DISCARDS, s.discards);
+            c.set(cc::REJECTS, s.rejects);
+            c.set(cc::SUBSCRIPTIONS, self.subscriptions.len() as u64);
+        }
+    }
+}

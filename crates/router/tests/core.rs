@@ -1,0 +1,160 @@
+//! The routing core driven without I/O: sessions on in-memory transports.
+
+use tickwire_router::{Disconnect, Limits, MemoryOut, Outbound, Router};
+use tickwire_wire::client::{flags, ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION};
+use tickwire_wire::ClientFrame;
+
+fn frame(r: ClientRepr<'_>) -> Vec<u8> {
+    let mut b = vec![0u8; r.buffer_len()];
+    r.emit(&mut b).unwrap();
+    b
+}
+fn hello(name: &str) -> Vec<u8> {
+    frame(ClientRepr { value: CLIENT_PROTOCOL_VERSION, topic: name, ..ClientRepr::new(ClientKind::Hello) })
+}
+fn subscribe(id: u32, pattern: &str) -> Vec<u8> {
+    frame(ClientRepr { value: id, topic: pattern, ..ClientRepr::new(ClientKind::Subscribe) })
+}
+fn publish(topic: &str, body: &[u8]) -> Vec<u8> {
+    frame(ClientRepr { topic, body, ..ClientRepr::new(ClientKind::Publish) })
+}
+
+fn client(r: &mut Router, name: &str, room: usize) -> u32 {
+    let id = r.attach(Outbound::Memory(MemoryOut { frames: Vec::new(), room }), format!("test {name}"));
+    r.handle_frame(id, &hello(name)).unwrap();
+    let got = drain(r, id);
+    assert_eq!(got[0].0, ClientKind::Welcome);
+    id
+}
+
+/// (kind, topic, body, value, sequence) of every frame the session was sent.
+fn drain(r: &mut Router, id: u32) -> Vec<(ClientKind, String, Vec<u8>, u32, u64)> {
+    let Outbound::Memory(m) = r.session_mut(id).unwrap().outbound_mut() else { panic!() };
+    std::mem::take(&mut m.frames)
+        .iter()
+        .map(|b| {
+            let f = ClientFrame::new_checked(b).unwrap();
+            (f.kind(), f.topic().to_owned(), f.body().to_vec(), f.value(), f.sequence())
+        })
+        .collect()
+}
+
+fn topics(frames: &[(ClientKind, String, Vec<u8>, u32, u64)]) -> Vec<&str> {
+    frames.iter().filter(|f| f.0 == ClientKind::Deliver).map(|f| f.1.as_str()).collect()
+}
+
+#[test]
+fn wildcard_fan_out_delivers_once_per_client() {
+    let mut r = Router::new("test", Limits::default(), None);
+    let (p, a, b, c) = (
+        client(&mut r, "p", usize::MAX),
+        client(&mut r, "a", usize::MAX),
+        client(&mut r, "b", usize::MAX),
+        client(&mut r, "c", usize::MAX),
+    );
+    for (id, pat) in [(a, "md/>"), (a, "md/*/VOD"), (a, "md/eu/VOD"), (b, "md/*/VOD"), (c, "fx/>")] {
+        r.handle_frame(id, &subscribe(pat.len() as u32, pat)).unwrap();
+    }
+    r.handle_frame(p, &publish("md/eu/VOD", b"bid 101")).unwrap();
+    r.handle_frame(p, &publish("md/us/IBM", b"bid 150")).unwrap();
+    r.handle_frame(p, &publish("eq/nobody", b"x")).unwrap();
+    let got_a = drain(&mut r, a);
+    assert_eq!(topics(&got_a), ["md/eu/VOD", "md/us/IBM"], "three patterns match, one delivery");
+    assert_eq!(got_a[0].2, b"bid 101");
+    assert_eq!((got_a[0].4, got_a[1].4), (0, 1), "delivery sequence per client");
+    assert_eq!(topics(&drain(&mut r, b)), ["md/eu/VOD"]);
+    assert!(drain(&mut r, c).is_empty());
+    let t = r.totals();
+    assert_eq!((t.messages_in, t.deliveries, t.unwanted), (3, 3, 1));
+}
+
+#[test]
+fn unsubscribe_and_disconnect_stop_deliveries() {
+    let mut r = Router::new("test", Limits::default(), None);
+    let (p, a) = (client(&mut r, "p", usize::MAX), client(&mut r, "a", usize::MAX));
+    r.handle_frame(a, &subscribe(1, "x/>")).unwrap();
+    r.handle_frame(p, &publish("x/1", b"")).unwrap();
+    r.handle_frame(a, &frame(ClientRepr { value: 1, ..ClientRepr::new(ClientKind::Unsubscribe) })).unwrap();
+    r.handle_frame(p, &publish("x/2", b"")).unwrap();
+    assert_eq!(topics(&drain(&mut r, a)), ["x/1"]);
+    r.handle_frame(a, &subscribe(2, "x/>")).unwrap();
+    r.disconnect(a, &Disconnect { code: RejectCode::Normal, reason: "bye".into() }).unwrap();
+    r.handle_frame(p, &publish("x/3", b"")).unwrap();
+    assert_eq!(r.totals().unwanted, 2);
+    // The slot is reused by the next client, which inherits nothing.
+    let b = client(&mut r, "b", usize::MAX);
+    assert_eq!(b, a);
+    r.handle_frame(p, &publish("x/4", b"")).unwrap();
+    assert!(drain(&mut r, b).is_empty());
+}
+
+#[test]
+fn bad_requests_are_rejected_and_bad_frames_disconnect() {
+    let mut r = Router::new("test", Limits { max_frame: 1000, ..Limits::default() }, None);
+    let a = client(&mut r, "a", usize::MAX);
+    r.handle_frame(a, &subscribe(7, "md//x")).unwrap();
+    r.handle_frame(a, &publish("md/*", b"")).unwrap();
+    r.handle_frame(
+        a,
+        &frame(ClientRepr { flags: flags::GUARANTEED, topic: "md/x", ..ClientRepr::new(ClientKind::Publish) }),
+    )
+    .unwrap();
+    let got = drain(&mut r, a);
+    let rejects: Vec<_> = got.iter().map(|f| (f.0, f.3, f.4, String::from_utf8_lossy(&f.2).into_owned())).collect();
+    assert_eq!(rejects.len(), 3);
+    assert_eq!((rejects[0].1, rejects[0].2), (RejectCode::BadTopic as u32, 7));
+    assert!(rejects[0].3.contains("empty level"), "{}", rejects[0].3);
+    assert!(rejects[1].3.contains("wildcard"), "{}", rejects[1].3);
+    assert_eq!(rejects[2].1, RejectCode::Unsupported as u32);
+    assert_eq!(r.session(a).unwrap().stats.rejects, 3);
+
+    let e = r.handle_frame(a, &[1, 2, 3]).unwrap_err();
+    assert_eq!(e.code, RejectCode::Protocol);
+    assert!(e.reason.contains("truncated"), "{e}");
+    assert_eq!(r.handle_frame(a, &vec![0u8; 1001]).unwrap_err().code, RejectCode::TooLarge);
+    assert!(r.handle_frame(a, &hello("again")).unwrap_err().reason.contains("second HELLO"));
+    let d = frame(ClientRepr { topic: "x", ..ClientRepr::new(ClientKind::Deliver) });
+    assert!(r.handle_frame(a, &d).unwrap_err().reason.contains("router's to send"));
+
+    let b = r.attach(Outbound::Memory(MemoryOut { frames: Vec::new(), room: usize::MAX }), "test b".into());
+    let e = r.handle_frame(b, &publish("x", b"")).unwrap_err();
+    assert!(e.reason.contains("first frame must be HELLO"), "{e}");
+    let e = r.handle_frame(b, &frame(ClientRepr { value: 99, ..ClientRepr::new(ClientKind::Hello) })).unwrap_err();
+    assert_eq!(e.code, RejectCode::Unsupported);
+    // The disconnect sends the reason.
+    let s = r.disconnect(b, &e).unwrap();
+    let Outbound::Memory(m) = s.outbound() else { panic!() };
+    let f = ClientFrame::new_checked(m.frames.last().unwrap()).unwrap();
+    assert_eq!(f.kind(), ClientKind::Close);
+    assert!(String::from_utf8_lossy(f.body()).contains("client protocol 99"));
+}
+
+#[test]
+fn a_stalled_client_loses_its_oldest_and_hears_how_many() {
+    // Each queued delivery: 4 + 16 + 1 + 8 = 29 bytes; room for 10.
+    let mut r = Router::new("test", Limits { queue_bytes: 290, ..Limits::default() }, None);
+    let p = client(&mut r, "p", usize::MAX);
+    let slow = client(&mut r, "slow", usize::MAX);
+    let fast = client(&mut r, "fast", usize::MAX);
+    for id in [slow, fast] {
+        r.handle_frame(id, &subscribe(1, "t")).unwrap();
+    }
+    let Outbound::Memory(m) = r.session_mut(slow).unwrap().outbound_mut() else { panic!() };
+    m.room = 0;
+    for i in 0u64..25 {
+        r.handle_frame(p, &publish("t", &i.to_le_bytes())).unwrap();
+    }
+    assert_eq!(topics(&drain(&mut r, fast)).len(), 25, "the others are untouched");
+    assert_eq!(r.session(slow).unwrap().queued(), 10);
+    // The slow client reads again: the newest 10, the first carrying the count.
+    let Outbound::Memory(m) = r.session_mut(slow).unwrap().outbound_mut() else { panic!() };
+    m.room = usize::MAX;
+    r.flush(&mut Vec::new());
+    let got = drain(&mut r, slow);
+    let firsts: Vec<(u64, u32)> = got.iter().map(|f| (u64::from_le_bytes(f.2[..8].try_into().unwrap()), f.3)).collect();
+    assert_eq!(firsts[0], (15, 15), "message 15 comes first and says 15 were dropped before it");
+    assert!(firsts[1..].iter().all(|&(_, d)| d == 0));
+    assert_eq!(got[0].4, 15, "delivery sequence numbers show the gap too");
+    assert_eq!(r.totals().discards, 15);
+    assert_eq!(r.session(slow).unwrap().stats.discards, 15);
+}
