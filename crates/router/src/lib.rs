@@ -20,8 +20,8 @@
 //!   validates each client frame (the client protocol of
 //!   `tickwire_wire::client`) and routes; [`Router::flush`] moves queues.
 //! * [`tcp`]: length-prefixed frames on non-blocking sockets.
-//! * `server` (next): the agent that discovers shared-memory clients,
-//!   accepts TCP ones and runs the duty cycle.
+//! * [`server`]: the agent that finds shared-memory clients, accepts TCP
+//!   ones and runs the duty cycle; [`config`] is its `router.toml`.
 //!
 //! Everything a client sends is untrusted: a malformed, oversized or
 //! out-of-order frame ends that client's session with a CLOSE naming the
@@ -29,13 +29,17 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod config;
 pub mod counters;
 pub mod index;
 pub mod queue;
 pub mod routing;
+pub mod server;
 pub mod session;
 pub mod tcp;
 
 pub use index::SubscriptionIndex;
+pub use config::RouterConfig;
 pub use routing::{Disconnect, Limits, Router, Totals};
+pub use server::{Server, ShutdownReport, StartError};
 pub use session::{MemoryOut, Outbound, Session};

@@ -152,6 +152,11 @@ impl Router {
         (0..self.sessions.len() as u32).filter(|&i| self.sessions[i as usize].is_some()).collect()
     }
 
+    /// The id the next [`Router::attach`] will return.
+    pub fn next_id(&self) -> u32 {
+        self.free.last().copied().unwrap_or(self.sessions.len() as u32)
+    }
+
     /// Opens a session whose frames go to `out`; `peer` says where it is.
     /// The client's first frame must be HELLO.
     pub fn attach(&mut self, out: Outbound, peer: String) -> u32 {

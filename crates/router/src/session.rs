@@ -245,6 +245,18 @@ impl Session {
         n
     }
 
+    /// Flushes for a few milliseconds at most (a closing session's CLOSE).
+    pub(crate) fn flush_best_effort(&mut self) {
+        for _ in 0..100 {
+            self.flush();
+            let tcp_pending = matches!(&self.out, Outbound::Tcp(t) if t.has_pending());
+            if self.control.is_empty() && !tcp_pending {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
+
     /// Copies the totals into the session's counter set.
     pub(crate) fn publish_counters(&self) {
         if let Some(c) = &self.counters {

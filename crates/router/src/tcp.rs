@@ -2,13 +2,13 @@
 //! length, on a non-blocking connection with `TCP_NODELAY`.
 //!
 //! [`TcpOut`] writes a session's queue with one `write` per duty cycle (the
-//! queue holds the frames already behind their prefixes). [`FrameReader`]
-//! cuts frames out of what the connection delivers and refuses a length
-//! over the limit before reading the frame.
+//! queue holds the frames already behind their prefixes);
+//! `tickwire_transport::framing::FrameReader` cuts frames out of what the
+//! connection delivers.
 
 use crate::queue::OutQueue;
 use crate::session::Sent;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::sync::Arc;
 
 /// Bytes a connection may have waiting outside the queue (control frames
@@ -28,6 +28,11 @@ pub struct TcpOut {
 impl TcpOut {
     pub(crate) fn new(stream: Arc<mio::net::TcpStream>) -> Self {
         Self { stream, pending: Vec::new(), failed: None }
+    }
+
+    /// Whether bytes wait outside the queue.
+    pub(crate) fn has_pending(&self) -> bool {
+        !self.pending.is_empty() && self.failed.is_none()
     }
 
     /// Writes `pending`; whether it is now empty.
@@ -81,161 +86,5 @@ fn write(stream: &mio::net::TcpStream, failed: &mut Option<String>, bytes: &[u8]
             *failed = Some(format!("write: {e}"));
             None
         }
-    }
-}
-
-/// Why a connection's bytes are not frames.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FrameError {
-    /// A length prefix over the limit.
-    #[error("frame of {len} bytes announced, the limit is {max}")]
-    TooLarge {
-        /// Announced length.
-        len: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// A length prefix under the header.
-    #[error("frame of {len} bytes announced, shorter than a header")]
-    TooShort {
-        /// Announced length.
-        len: usize,
-    },
-    /// The peer closed or the socket failed.
-    #[error("{0}")]
-    Closed(String),
-}
-
-/// Cuts length-prefixed frames out of a byte stream.
-#[derive(Debug)]
-pub struct FrameReader {
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-    max_frame: usize,
-}
-
-impl FrameReader {
-    /// A reader refusing frames over `max_frame` bytes.
-    pub fn new(max_frame: usize) -> Self {
-        Self { buf: vec![0; (max_frame + 4).clamp(64 << 10, 1 << 20)], start: 0, end: 0, max_frame }
-    }
-
-    /// Reads what `src` has (until it would block) and hands each whole
-    /// frame to `on_frame`, which may stop the reading by returning false.
-    /// Returns the frames handed over.
-    ///
-    /// # Errors
-    /// [`FrameError`]: a bad length, end of stream, or a socket error.
-    pub fn read_from<R: Read>(
-        &mut self,
-        mut src: R,
-        mut on_frame: impl FnMut(&[u8]) -> bool,
-    ) -> Result<usize, FrameError> {
-        let mut frames = 0;
-        loop {
-            // Hand over every whole frame buffered.
-            loop {
-                let have = self.end - self.start;
-                if have < 4 {
-                    break;
-                }
-                let mut p = [0u8; 4];
-                p.copy_from_slice(&self.buf[self.start..self.start + 4]);
-                let len = u32::from_le_bytes(p) as usize;
-                if len > self.max_frame {
-                    return Err(FrameError::TooLarge { len, max: self.max_frame });
-                }
-                if len < tickwire_wire::client::HEADER_LEN {
-                    return Err(FrameError::TooShort { len });
-                }
-                if have < 4 + len {
-                    if self.buf.len() < 4 + len {
-                        self.buf.resize(4 + len, 0);
-                    }
-                    break;
-                }
-                let at = self.start + 4;
-                self.start = at + len;
-                frames += 1;
-                if !on_frame(&self.buf[at..at + len]) {
-                    return Ok(frames);
-                }
-            }
-            // Make room, then read more.
-            if self.start == self.end {
-                self.start = 0;
-                self.end = 0;
-            } else if self.start > 0 && self.end == self.buf.len() {
-                self.buf.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
-                self.start = 0;
-            }
-            match src.read(&mut self.buf[self.end..]) {
-                Ok(0) => return Err(FrameError::Closed("the peer closed the connection".into())),
-                Ok(n) => self.end += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(frames),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(FrameError::Closed(format!("read: {e}"))),
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Hands out its bytes in pieces of `step`, then would-block.
-    struct Trickle(Vec<u8>, usize);
-    impl Read for Trickle {
-        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            if self.0.is_empty() {
-                return Err(ErrorKind::WouldBlock.into());
-            }
-            let n = self.1.min(buf.len()).min(self.0.len());
-            buf[..n].copy_from_slice(&self.0[..n]);
-            self.0.drain(..n);
-            Ok(n)
-        }
-    }
-
-    fn framed(frames: &[&[u8]]) -> Vec<u8> {
-        let mut v = Vec::new();
-        for f in frames {
-            v.extend_from_slice(&(f.len() as u32).to_le_bytes());
-            v.extend_from_slice(f);
-        }
-        v
-    }
-
-    #[test]
-    fn frames_arrive_whole_whatever_the_reads_cut() {
-        let a = [1u8; 20];
-        let b = [2u8; 300];
-        for step in [1, 3, 7, 64, 4096] {
-            let mut r = FrameReader::new(1024);
-            let mut src = Trickle(framed(&[&a, &b, &a]), step);
-            let mut got = Vec::new();
-            while !src.0.is_empty() {
-                r.read_from(&mut src, |f| {
-                    got.push(f.to_vec());
-                    true
-                })
-                .unwrap();
-            }
-            assert_eq!(got, [a.to_vec(), b.to_vec(), a.to_vec()], "step {step}");
-        }
-    }
-
-    #[test]
-    fn bad_lengths_are_refused_before_reading_the_frame() {
-        let mut r = FrameReader::new(1024);
-        let src = Trickle(u32::MAX.to_le_bytes().to_vec(), 64);
-        assert_eq!(r.read_from(src, |_| true), Err(FrameError::TooLarge { len: u32::MAX as usize, max: 1024 }));
-        let mut r = FrameReader::new(1024);
-        assert_eq!(r.read_from(Trickle(framed(&[&[0u8; 3]]), 64), |_| true), Err(FrameError::TooShort { len: 3 }));
-        let mut r = FrameReader::new(1024);
-        assert!(matches!(r.read_from(&[][..], |_| true), Err(FrameError::Closed(_))));
     }
 }

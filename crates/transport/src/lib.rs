@@ -18,6 +18,7 @@
 //! * [`UdpTransport`]: the kernel UDP implementation. All `unsafe` (the
 //!   `*mmsg` system calls) is in one private module, `sys`, each block with a `// SAFETY:` note.
 //! * [`Impaired`]: wraps any transport with [`tickwire_impair`].
+//! * [`framing`]: length-prefixed frames on a byte stream (TCP).
 
 //!
 //! # Examples
@@ -41,6 +42,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod framing;
 mod impaired;
 mod sys;
 mod udp;

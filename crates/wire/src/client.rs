@@ -51,6 +51,14 @@ pub const VALUE_OFFSET: usize = VALUE;
 /// The protocol version HELLO carries.
 pub const CLIENT_PROTOCOL_VERSION: u32 = 1;
 
+/// Over shared memory a client publishes its frames into the log
+/// `IPC_IN_CHANNEL-ID` (it creates it, with a random nonzero ID) and reads
+/// the router's from `IPC_OUT_CHANNEL-ID` (the router creates it when it
+/// finds the client's log).
+pub const IPC_IN_CHANNEL: &str = "tw-router-in";
+/// See [`IPC_IN_CHANNEL`].
+pub const IPC_OUT_CHANNEL: &str = "tw-router-out";
+
 /// Frame flags.
 pub mod flags {
     /// PUBLISH / DELIVER: guaranteed delivery (journal, acknowledgement).

@@ -1,0 +1,218 @@
+//! `router.toml`: everything a router can be told, with safe defaults.
+//!
+//! ```toml
+//! name = "tickwire-router"        # sent to clients in WELCOME
+//! dir = "/dev/shm/tickwire"       # shared-memory clients' logs, counters, the router's lock
+//! ipc = true                      # serve shared-memory clients
+//! listen = ["tcp://127.0.0.1:7600"]  # TCP listeners; [] for none
+//! cpu = 1                         # pin the routing agent (default: not pinned)
+//! idle = "backoff"                # spin | yield | backoff | park
+//! ipc_log_bytes = 4194304         # each shared-memory client's log out of the router
+//!
+//! [limits]
+//! max_frame = 1049088             # largest client frame
+//! queue_bytes = 8388608           # per client, before the oldest deliveries are dropped
+//! max_subscriptions = 10000       # per client
+//! topic_counters = 64             # topics with their own counters in `tickwire stat`
+//! ```
+//!
+//! Unknown keys are refused, naming the key, so a typo is not silently a
+//! default.
+
+use crate::routing::Limits;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// The default TCP listener: loopback only.
+pub const DEFAULT_LISTEN: &str = "tcp://127.0.0.1:7600";
+
+/// A router's configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RouterConfig {
+    /// Sent to clients in WELCOME; the label of its counters.
+    pub name: String,
+    /// Where shared-memory clients' logs, the counters file and the lock are.
+    pub dir: PathBuf,
+    /// Serve shared-memory clients.
+    pub ipc: bool,
+    /// TCP listeners, `tcp://HOST:PORT`.
+    pub listen: Vec<String>,
+    /// CPU to pin the routing agent to.
+    pub cpu: Option<usize>,
+    /// Idle strategy: spin, yield, backoff, park.
+    pub idle: String,
+    /// Ring bytes of each shared-memory client's log out of the router (a
+    /// power of two).
+    pub ipc_log_bytes: usize,
+    /// Per-client limits.
+    pub limits: LimitsConfig,
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// See [`Limits::max_frame`].
+    pub max_frame: usize,
+    /// See [`Limits::queue_bytes`].
+    pub queue_bytes: usize,
+    /// See [`Limits::max_subscriptions`].
+    pub max_subscriptions: usize,
+    /// See [`Limits::topic_counters`].
+    pub topic_counters: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let l = Limits::default();
+        Self {
+            max_frame: l.max_frame,
+            queue_bytes: l.queue_bytes,
+            max_subscriptions: l.max_subscriptions,
+            topic_counters: l.topic_counters,
+        }
+    }
+}
+
+impl From<&LimitsConfig> for Limits {
+    fn from(c: &LimitsConfig) -> Self {
+        Limits {
+            max_frame: c.max_frame,
+            queue_bytes: c.queue_bytes,
+            max_subscriptions: c.max_subscriptions,
+            topic_counters: c.topic_counters,
+        }
+    }
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        Self {
+            name: "tickwire-router".into(),
+            dir: tickwire_shm::DEFAULT_DIR.into(),
+            ipc: true,
+            listen: vec![DEFAULT_LISTEN.into()],
+            cpu: None,
+            idle: "backoff".into(),
+            ipc_log_bytes: 4 << 20,
+            limits: LimitsConfig::default(),
+        }
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not TOML, an unknown key, or a value of the wrong type.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What the parser said, naming the key and line.
+        message: String,
+    },
+    /// A value out of range.
+    #[error("{key} = {value}: {why}")]
+    Value {
+        /// The key.
+        key: &'static str,
+        /// The value given.
+        value: String,
+        /// What is allowed.
+        why: &'static str,
+    },
+}
+
+impl RouterConfig {
+    /// Reads and checks `path`.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file and key.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        let cfg: Self = toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    /// The TCP listeners as addresses.
+    ///
+    /// # Errors
+    /// [`ConfigError::Value`] for one that is not `tcp://HOST:PORT`.
+    pub fn listen_addrs(&self) -> Result<Vec<SocketAddr>, ConfigError> {
+        self.listen.iter().map(|l| parse_tcp(l)).collect()
+    }
+
+    /// Checks every value.
+    ///
+    /// # Errors
+    /// [`ConfigError::Value`] naming the first bad key.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        fn bad(key: &'static str, value: &dyn std::fmt::Display, why: &'static str) -> Result<(), ConfigError> {
+            Err(ConfigError::Value { key, value: value.to_string(), why })
+        }
+        self.listen_addrs()?;
+        if tickwire_agent::Idle::parse(&self.idle).is_err() {
+            return bad("idle", &self.idle, "one of spin, yield, backoff, park");
+        }
+        if !self.ipc_log_bytes.is_power_of_two() || self.ipc_log_bytes < 64 << 10 {
+            return bad("ipc_log_bytes", &self.ipc_log_bytes, "a power of two, at least 65536");
+        }
+        let l = &self.limits;
+        if l.max_frame < 64 || l.max_frame > self.ipc_log_bytes / 2 {
+            return bad("limits.max_frame", &l.max_frame, "at least 64 and at most ipc_log_bytes / 2");
+        }
+        if l.queue_bytes < l.max_frame {
+            return bad("limits.queue_bytes", &l.queue_bytes, "at least limits.max_frame");
+        }
+        if self.name.is_empty() || self.name.len() > 100 {
+            return bad("name", &self.name, "1 to 100 bytes");
+        }
+        Ok(())
+    }
+}
+
+/// Parses `tcp://HOST:PORT` (HOST a name or address).
+///
+/// # Errors
+/// [`ConfigError::Value`] for anything else.
+pub fn parse_tcp(uri: &str) -> Result<SocketAddr, ConfigError> {
+    use std::net::ToSocketAddrs;
+    let bad = || ConfigError::Value { key: "listen", value: uri.into(), why: "expected tcp://HOST:PORT" };
+    let rest = uri.strip_prefix("tcp://").ok_or_else(bad)?;
+    rest.to_socket_addrs().ok().and_then(|mut a| a.find(SocketAddr::is_ipv4).or_else(|| rest.to_socket_addrs().ok()?.next())).ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_file_and_key() {
+        let dir = std::env::temp_dir().join(format!("tw-router-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("router.toml");
+        std::fs::write(&p, "nmae = \"x\"\n").unwrap();
+        let e = RouterConfig::load(&p).unwrap_err().to_string();
+        assert!(e.contains("router.toml") && e.contains("nmae"), "{e}");
+        std::fs::write(&p, "listen = [\"udp://1.2.3.4:5\"]\n").unwrap();
+        let e = RouterConfig::load(&p).unwrap_err().to_string();
+        assert!(e.contains("udp://1.2.3.4:5") && e.contains("tcp://HOST:PORT"), "{e}");
+        std::fs::write(&p, "[limits]\nqueue_bytes = 10\n").unwrap();
+        assert!(RouterConfig::load(&p).unwrap_err().to_string().contains("limits.queue_bytes"));
+        std::fs::write(&p, "cpu = 1\nidle = \"spin\"\nlisten = []\n").unwrap();
+        let c = RouterConfig::load(&p).unwrap();
+        assert_eq!((c.cpu, c.listen.len(), c.ipc), (Some(1), 0, true));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
