@@ -22,6 +22,8 @@ struct FileConfig {
     dir: Option<PathBuf>,
     #[serde(default)]
     log: FileLog,
+    /// `tickwire router`'s settings (`tickwire_router::config`).
+    router: Option<toml::Table>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -56,11 +58,13 @@ pub struct Settings {
     pub dir: PathBuf,
     /// Log defaults.
     pub log: LogConfig,
+    /// The `[router]` table and the file it came from.
+    pub router: Option<(PathBuf, toml::Table)>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { dir: PathBuf::from(tickwire_shm::DEFAULT_DIR), log: LogConfig::default() }
+        Self { dir: PathBuf::from(tickwire_shm::DEFAULT_DIR), log: LogConfig::default(), router: None }
     }
 }
 
@@ -76,6 +80,7 @@ pub fn load(path: Option<&Path>) -> Result<Settings, String> {
     if let Some(d) = f.dir {
         s.dir = d;
     }
+    s.router = f.router.map(|t| (path.to_owned(), t));
     if let Some(v) = &f.log.capacity {
         // Derived defaults (mtu, max_message) shrink to fit a small ring.
         s.log = LogConfig::with_capacity(value(path, &text, "capacity", v, parse_capacity)?);

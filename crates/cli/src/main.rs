@@ -4,6 +4,8 @@
 mod config;
 mod lab;
 mod pubsub;
+mod routed;
+mod router;
 mod stat;
 mod units;
 
@@ -32,6 +34,8 @@ enum Cmd {
     Pub(pubsub::PubArgs),
     /// Subscribe to a channel (ipc: or udp://) and stream; print or count what arrives.
     Sub(pubsub::SubArgs),
+    /// Run the message router: topics with * and > wildcards, shared-memory and TCP clients.
+    Router(router::RouterArgs),
     /// Show live counters and streams of every tickwire process (like AeronStat).
     Stat(stat::StatArgs),
     /// Remove files left behind by dead processes.
@@ -64,6 +68,7 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Pub(a) => pubsub::publish(&settings, &a),
         Cmd::Sub(a) => pubsub::subscribe(&settings, &a),
+        Cmd::Router(a) => router::run(&settings, &a),
         Cmd::Stat(a) => stat::run(&settings, &a),
         Cmd::Clean => stat::clean(&settings),
         Cmd::Lab(a) => lab::run(&settings, a.cmd),

@@ -23,40 +23,43 @@ use tickwire_wire::stamp;
 pub struct PubArgs {
     /// Channel: ipc:NAME, udp://HOST:PORT, or udp://GROUP:PORT?interface=ADDR.
     #[arg(long, default_value = "ipc:default", value_parser = parse_channel)]
-    channel: Channel,
+    pub(crate) channel: Channel,
     /// Stream id.
     #[arg(long, default_value_t = 10)]
-    stream: u32,
+    pub(crate) stream: u32,
     /// Publish stdin lines instead of generated messages.
     #[arg(long)]
-    stdin: bool,
+    pub(crate) stdin: bool,
     /// Generated message size, 8 B (a sequence number leads) to 4 MiB.
     #[arg(long, default_value = "64", value_parser = |s: &str| parse_message_size(s, 8))]
-    size: usize,
+    pub(crate) size: usize,
     /// Messages to publish (generated mode).
     #[arg(long)]
-    count: Option<u64>,
+    pub(crate) count: Option<u64>,
     /// How long to publish (generated mode) [default: 5s if no --count].
     #[arg(long, value_parser = parse_duration)]
-    duration: Option<Duration>,
+    pub(crate) duration: Option<Duration>,
     /// Target rate, open loop (e.g. 100k, 1M, 1.5k) [default: as fast as allowed].
     #[arg(long, value_parser = parse_rate)]
-    rate: Option<u64>,
+    pub(crate) rate: Option<u64>,
     /// Topic carried in each message.
     #[arg(long, default_value = "")]
-    topic: String,
+    pub(crate) topic: String,
     /// Give up if no subscriber comes within this long [default: wait until Ctrl-C].
     #[arg(long, value_parser = parse_duration)]
-    wait: Option<Duration>,
+    pub(crate) wait: Option<Duration>,
     /// ipc: log capacity (power of two, 64KiB to 1TiB), e.g. 16MiB.
     #[arg(long, value_parser = parse_capacity)]
-    capacity: Option<usize>,
+    pub(crate) capacity: Option<usize>,
     /// ipc: largest frame (a multiple of 32), e.g. 64k.
     #[arg(long, value_parser = parse_mtu)]
-    mtu: Option<usize>,
+    pub(crate) mtu: Option<usize>,
     /// udp: at the end, how long to serve retransmissions until every receiver has everything.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    linger: Duration,
+    pub(crate) linger: Duration,
+    /// Publish through the router at URI (ipc: the router in --dir; tcp://HOST:PORT), on --topic.
+    #[arg(long)]
+    pub(crate) router: Option<String>,
 }
 
 /// Options of `tickwire sub`.
@@ -64,35 +67,41 @@ pub struct PubArgs {
 pub struct SubArgs {
     /// Channel: ipc:NAME, udp://HOST:PORT, or udp://GROUP:PORT?interface=ADDR.
     #[arg(long, default_value = "ipc:default", value_parser = parse_channel)]
-    channel: Channel,
+    pub(crate) channel: Channel,
     /// Stream id.
     #[arg(long, default_value_t = 10)]
-    stream: u32,
+    pub(crate) stream: u32,
     /// Print each message as it arrives (topic and payload as text), one line each.
     #[arg(long)]
-    print: bool,
+    pub(crate) print: bool,
     /// Stop after this many messages.
     #[arg(long)]
-    count: Option<u64>,
+    pub(crate) count: Option<u64>,
     /// Stop after this long.
     #[arg(long, value_parser = parse_duration)]
-    duration: Option<Duration>,
+    pub(crate) duration: Option<Duration>,
     /// ipc: lossy: never hold the publisher back; report losses instead.
     #[arg(long)]
-    lossy: bool,
+    pub(crate) lossy: bool,
     /// Check the leading sequence numbers of generated messages.
     #[arg(long)]
-    verify: bool,
+    pub(crate) verify: bool,
     /// Idle strategy: spin, yield, backoff, park.
     #[arg(long, default_value = "park", value_parser = Idle::parse)]
-    idle: Idle,
+    pub(crate) idle: Idle,
     /// Give up if no publisher comes within this long [default: wait until Ctrl-C].
     #[arg(long, value_parser = parse_duration)]
-    wait: Option<Duration>,
+    pub(crate) wait: Option<Duration>,
     /// ipc: treat a live publisher that neither publishes nor heartbeats for
     /// this long as gone [default: only a dead publisher process is gone].
     #[arg(long, value_parser = parse_duration)]
-    publisher_timeout: Option<Duration>,
+    pub(crate) publisher_timeout: Option<Duration>,
+    /// Subscribe through the router at URI (ipc: the router in --dir; tcp://HOST:PORT).
+    #[arg(long, requires = "topic")]
+    pub(crate) router: Option<String>,
+    /// With --router: the topic pattern (levels split by /, * one level, > the rest).
+    #[arg(long)]
+    pub(crate) topic: Option<String>,
 }
 
 fn parse_channel(s: &str) -> Result<Channel, String> {
@@ -102,7 +111,7 @@ fn parse_channel(s: &str) -> Result<Channel, String> {
 static STOP: AtomicBool = AtomicBool::new(false);
 
 /// First Ctrl-C: stop and print what was done; second: exit at once.
-fn install_ctrl_c() {
+pub(crate) fn install_ctrl_c() {
     let _ = ctrlc::set_handler(|| {
         if STOP.swap(true, Ordering::Relaxed) {
             std::process::exit(130);
@@ -110,7 +119,7 @@ fn install_ctrl_c() {
     });
 }
 
-fn stopped() -> bool {
+pub(crate) fn stopped() -> bool {
     STOP.load(Ordering::Relaxed)
 }
 
@@ -264,6 +273,9 @@ fn publish_generated(p: &mut Publication, a: &PubArgs) -> Result<u64, String> {
 }
 
 pub fn publish(s: &Settings, a: &PubArgs) -> Result<(), String> {
+    if let Some(uri) = &a.router {
+        return crate::routed::publish(s, a, uri);
+    }
     install_ctrl_c();
     let ctx = Context::new(&s.dir).map_err(|e| e.to_string())?;
     let mut p = open_publication(&ctx, s, a)?;
@@ -416,6 +428,9 @@ fn read(sub: &mut Subscription, a: &SubArgs, t: &mut Tally, deadline: Option<Ins
 }
 
 pub fn subscribe(s: &Settings, a: &SubArgs) -> Result<(), String> {
+    if let Some(uri) = &a.router {
+        return crate::routed::subscribe(s, a, uri);
+    }
     install_ctrl_c();
     let ctx = Context::new(&s.dir).map_err(|e| e.to_string())?;
     let deadline = a.duration.map(|d| Instant::now() + d);

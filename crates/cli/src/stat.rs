@@ -95,13 +95,19 @@ fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
                         };
                         let vals: Vec<String> =
                             set.kind.names().iter().zip(set.values).map(|(n, v)| format!("{n}={v}")).collect();
-                        out.push_str(&format!(
-                            "  {side} {}-{} session {:#x}: {}\n",
-                            set.label,
-                            set.stream_id,
-                            set.session_id,
-                            vals.join(" ")
-                        ));
+                        out.push_str(&match set.kind {
+                            Kind::Router | Kind::RouterTopic => format!("  {side} {}: {}\n", set.label, vals.join(" ")),
+                            Kind::RouterClient => {
+                                format!("  {side} {} (id {}): {}\n", set.label, set.stream_id, vals.join(" "))
+                            }
+                            _ => format!(
+                                "  {side} {}-{} session {:#x}: {}\n",
+                                set.label,
+                                set.stream_id,
+                                set.session_id,
+                                vals.join(" ")
+                            ),
+                        });
                         let map: serde_json::Map<String, serde_json::Value> =
                             set.kind.names().iter().zip(set.values).map(|(n, v)| ((*n).to_owned(), v.into())).collect();
                         rows.push(

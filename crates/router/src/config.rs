@@ -1,15 +1,17 @@
-//! `router.toml`: everything a router can be told, with safe defaults.
+//! The `[router]` table of a tickwire config file: everything a router can
+//! be told, with safe defaults. The directory is the file's top-level `dir`
+//! (or `--dir`): shared-memory clients' logs, counters and the router's lock.
 //!
 //! ```toml
+//! [router]
 //! name = "tickwire-router"        # sent to clients in WELCOME
-//! dir = "/dev/shm/tickwire"       # shared-memory clients' logs, counters, the router's lock
 //! ipc = true                      # serve shared-memory clients
 //! listen = ["tcp://127.0.0.1:7600"]  # TCP listeners; [] for none
 //! cpu = 1                         # pin the routing agent (default: not pinned)
 //! idle = "backoff"                # spin | yield | backoff | park
 //! ipc_log_bytes = 4194304         # each shared-memory client's log out of the router
 //!
-//! [limits]
+//! [router.limits]
 //! max_frame = 1049088             # largest client frame
 //! queue_bytes = 8388608           # per client, before the oldest deliveries are dropped
 //! max_subscriptions = 10000       # per client
@@ -33,7 +35,9 @@ pub const DEFAULT_LISTEN: &str = "tcp://127.0.0.1:7600";
 pub struct RouterConfig {
     /// Sent to clients in WELCOME; the label of its counters.
     pub name: String,
-    /// Where shared-memory clients' logs, the counters file and the lock are.
+    /// Where shared-memory clients' logs, the counters file and the lock are
+    /// (not a key of the table: the config file's `dir`).
+    #[serde(skip)]
     pub dir: PathBuf,
     /// Serve shared-memory clients.
     pub ipc: bool,
@@ -105,14 +109,6 @@ impl Default for RouterConfig {
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
     /// Not TOML, an unknown key, or a value of the wrong type.
     #[error("{path}: {message}")]
     Parse {
@@ -134,13 +130,17 @@ pub enum ConfigError {
 }
 
 impl RouterConfig {
-    /// Reads and checks `path`.
+    /// Reads and checks the `[router]` table of the file at `path`, for the
+    /// directory `dir`.
     ///
     /// # Errors
     /// [`ConfigError`] naming the file and key.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
-        let cfg: Self = toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+    pub fn from_table(table: toml::Table, path: &Path, dir: &Path) -> Result<Self, ConfigError> {
+        let mut cfg: Self = table.try_into().map_err(|e: toml::de::Error| ConfigError::Parse {
+            path: path.into(),
+            message: format!("[router] {}", e.message()),
+        })?;
+        cfg.dir = dir.into();
         cfg.check()?;
         Ok(cfg)
     }
@@ -190,29 +190,28 @@ pub fn parse_tcp(uri: &str) -> Result<SocketAddr, ConfigError> {
     use std::net::ToSocketAddrs;
     let bad = || ConfigError::Value { key: "listen", value: uri.into(), why: "expected tcp://HOST:PORT" };
     let rest = uri.strip_prefix("tcp://").ok_or_else(bad)?;
-    rest.to_socket_addrs().ok().and_then(|mut a| a.find(SocketAddr::is_ipv4).or_else(|| rest.to_socket_addrs().ok()?.next())).ok_or_else(bad)
+    rest.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.find(SocketAddr::is_ipv4).or_else(|| rest.to_socket_addrs().ok()?.next()))
+        .ok_or_else(bad)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn load(text: &str) -> Result<RouterConfig, ConfigError> {
+        RouterConfig::from_table(toml::from_str(text).unwrap(), Path::new("router.toml"), Path::new("/tmp/x"))
+    }
+
     #[test]
     fn errors_name_the_file_and_key() {
-        let dir = std::env::temp_dir().join(format!("tw-router-cfg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("router.toml");
-        std::fs::write(&p, "nmae = \"x\"\n").unwrap();
-        let e = RouterConfig::load(&p).unwrap_err().to_string();
+        let e = load("nmae = \"x\"\n").unwrap_err().to_string();
         assert!(e.contains("router.toml") && e.contains("nmae"), "{e}");
-        std::fs::write(&p, "listen = [\"udp://1.2.3.4:5\"]\n").unwrap();
-        let e = RouterConfig::load(&p).unwrap_err().to_string();
+        let e = load("listen = [\"udp://1.2.3.4:5\"]\n").unwrap_err().to_string();
         assert!(e.contains("udp://1.2.3.4:5") && e.contains("tcp://HOST:PORT"), "{e}");
-        std::fs::write(&p, "[limits]\nqueue_bytes = 10\n").unwrap();
-        assert!(RouterConfig::load(&p).unwrap_err().to_string().contains("limits.queue_bytes"));
-        std::fs::write(&p, "cpu = 1\nidle = \"spin\"\nlisten = []\n").unwrap();
-        let c = RouterConfig::load(&p).unwrap();
-        assert_eq!((c.cpu, c.listen.len(), c.ipc), (Some(1), 0, true));
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(load("[limits]\nqueue_bytes = 10\n").unwrap_err().to_string().contains("limits.queue_bytes"));
+        let c = load("cpu = 1\nidle = \"spin\"\nlisten = []\n").unwrap();
+        assert_eq!((c.cpu, c.listen.len(), c.ipc, c.dir.to_str()), (Some(1), 0, true, Some("/tmp/x")));
     }
 }

@@ -38,8 +38,8 @@ pub mod server;
 pub mod session;
 pub mod tcp;
 
-pub use index::SubscriptionIndex;
 pub use config::RouterConfig;
+pub use index::SubscriptionIndex;
 pub use routing::{Disconnect, Limits, Router, Totals};
 pub use server::{Server, ShutdownReport, StartError};
 pub use session::{MemoryOut, Outbound, Session};

@@ -120,7 +120,8 @@ impl Server {
     /// address is taken, or the configuration is invalid.
     pub fn start(cfg: RouterConfig) -> Result<Self, StartError> {
         cfg.check()?;
-        std::fs::create_dir_all(&cfg.dir).map_err(|source| StartError::Io { what: cfg.dir.display().to_string(), source })?;
+        std::fs::create_dir_all(&cfg.dir)
+            .map_err(|source| StartError::Io { what: cfg.dir.display().to_string(), source })?;
         let lock_path = cfg.dir.join("router.lock");
         let io = |what: &Path, source| StartError::Io { what: what.display().to_string(), source };
         let mut lock = std::fs::OpenOptions::new()
@@ -131,9 +132,12 @@ impl Server {
             .open(&lock_path)
             .map_err(|e| io(&lock_path, e))?;
         if let Err(e) = lock.try_lock() {
-            let holder = std::fs::read_to_string(&lock_path).ok().map(|p| format!(", by pid {}", p.trim())).unwrap_or_default();
+            let holder =
+                std::fs::read_to_string(&lock_path).ok().map(|p| format!(", by pid {}", p.trim())).unwrap_or_default();
             return match e {
-                std::fs::TryLockError::WouldBlock => Err(StartError::Locked { dir: cfg.dir.clone(), lock: lock_path, holder }),
+                std::fs::TryLockError::WouldBlock => {
+                    Err(StartError::Locked { dir: cfg.dir.clone(), lock: lock_path, holder })
+                }
                 std::fs::TryLockError::Error(e) => Err(io(&lock_path, e)),
             };
         }
@@ -142,9 +146,12 @@ impl Server {
         let poll = Poll::new().map_err(|e| io(Path::new("epoll"), e))?;
         let mut listeners = Vec::new();
         for (i, addr) in cfg.listen_addrs()?.into_iter().enumerate() {
-            let mut l = TcpListener::bind(addr).map_err(|source| StartError::Io { what: format!("listen on tcp://{addr}"), source })?;
+            let mut l = TcpListener::bind(addr)
+                .map_err(|source| StartError::Io { what: format!("listen on tcp://{addr}"), source })?;
             let local = l.local_addr().map_err(|e| io(Path::new("listener"), e))?;
-            poll.registry().register(&mut l, Token(usize::MAX - i), Interest::READABLE).map_err(|e| io(Path::new("epoll"), e))?;
+            poll.registry()
+                .register(&mut l, Token(usize::MAX - i), Interest::READABLE)
+                .map_err(|e| io(Path::new("epoll"), e))?;
             listeners.push((l, local));
         }
         let router = Router::new(&cfg.name, (&cfg.limits).into(), Some(Arc::clone(ctx.counters())));
@@ -308,7 +315,10 @@ impl Server {
             let stream = Arc::new(stream);
             let id = self.router.attach(Outbound::Tcp(TcpOut::new(Arc::clone(&stream))), format!("tcp {peer}"));
             debug_assert_eq!(id, next);
-            self.set_input(id, Input::Tcp { stream, reader: FrameReader::new(HEADER_LEN, self.router.limits().max_frame) });
+            self.set_input(
+                id,
+                Input::Tcp { stream, reader: FrameReader::new(HEADER_LEN, self.router.limits().max_frame) },
+            );
             self.tcp_sessions += 1;
             tracing::info!(client = id, %peer, "tcp client connected");
             n += 1;
@@ -357,7 +367,8 @@ impl Server {
         let mut found = Vec::new();
         for e in dir.flatten() {
             let name = e.file_name();
-            let Some(id) = name.to_str().and_then(|n| n.strip_prefix(&prefix)?.strip_suffix(".log")?.parse::<u32>().ok())
+            let Some(id) =
+                name.to_str().and_then(|n| n.strip_prefix(&prefix)?.strip_suffix(".log")?.parse::<u32>().ok())
             else {
                 continue;
             };
@@ -400,11 +411,14 @@ impl Server {
     pub fn shutdown(mut self, drain: Duration) -> ShutdownReport {
         let deadline = now_ns() + drain.as_nanos() as u64;
         let clients = self.router.clients();
-        while now_ns() < deadline && self.router.session_ids().iter().any(|&id| self.router.session(id).is_some_and(|s| s.queued() > 0)) {
+        while now_ns() < deadline
+            && self.router.session_ids().iter().any(|&id| self.router.session(id).is_some_and(|s| s.queued() > 0))
+        {
             self.router.flush(&mut self.failed);
             std::thread::sleep(Duration::from_micros(100));
         }
-        let dropped = self.router.session_ids().iter().filter_map(|&id| self.router.session(id)).map(|s| s.queued()).sum();
+        let dropped =
+            self.router.session_ids().iter().filter_map(|&id| self.router.session(id)).map(|s| s.queued()).sum();
         for id in self.router.session_ids() {
             self.close(id, &Disconnect { code: RejectCode::Shutdown, reason: "the router is shutting down".into() });
         }

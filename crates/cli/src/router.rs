@@ -1,0 +1,85 @@
+//! `tickwire router`: the message router as a long-running process.
+
+use crate::config::Settings;
+use clap::Args;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tickwire_agent::{Idle, ThreadParker};
+use tickwire_router::{RouterConfig, Server};
+
+/// Options of `tickwire router` (each overrides the config file's `[router]`).
+#[derive(Debug, Args)]
+pub struct RouterArgs {
+    /// TCP listener, tcp://HOST:PORT (repeat for several) [default: tcp://127.0.0.1:7600].
+    #[arg(long)]
+    listen: Vec<String>,
+    /// Serve no TCP clients.
+    #[arg(long, conflicts_with = "listen")]
+    no_tcp: bool,
+    /// Serve no shared-memory clients.
+    #[arg(long)]
+    no_ipc: bool,
+    /// Pin the routing agent to this CPU.
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// Idle strategy: spin (lowest latency, one core), yield, backoff, park.
+    #[arg(long)]
+    idle: Option<String>,
+    /// How long a shutdown may spend delivering what is queued.
+    #[arg(long, default_value = "1s", value_parser = crate::units::parse_duration)]
+    drain: Duration,
+}
+
+pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TICKWIRE_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+    let mut cfg = match &s.router {
+        Some((path, table)) => RouterConfig::from_table(table.clone(), path, &s.dir).map_err(|e| e.to_string())?,
+        None => RouterConfig { dir: s.dir.clone(), ..RouterConfig::default() },
+    };
+    if !a.listen.is_empty() {
+        cfg.listen.clone_from(&a.listen);
+    }
+    if a.no_tcp {
+        cfg.listen.clear();
+    }
+    if a.no_ipc {
+        cfg.ipc = false;
+    }
+    if a.cpu.is_some() {
+        cfg.cpu = a.cpu;
+    }
+    if let Some(i) = &a.idle {
+        cfg.idle.clone_from(i);
+    }
+    let mut idle = Idle::parse(&cfg.idle)?;
+    if let Some(cpu) = cfg.cpu {
+        tickwire_agent::pin_current_thread(cpu).map_err(|e| e.to_string())?;
+    }
+    let mut server = Server::start(cfg).map_err(|e| e.to_string())?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::Relaxed) {
+            std::process::exit(130);
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    eprintln!("router listening: {} (Ctrl-C or SIGTERM to stop)", server.describe());
+    let mut parker = ThreadParker;
+    while !stop.load(Ordering::Relaxed) {
+        let work = server.do_work();
+        idle.idle_with(work, &mut parker);
+    }
+    let t = server.router().totals();
+    let report = server.shutdown(a.drain);
+    eprintln!(
+        "router stopped: {} client(s) closed, {} message(s) in, {} deliveries, {} discarded by full queues, {} dropped at shutdown",
+        report.clients, t.messages_in, t.deliveries, t.discards, report.dropped
+    );
+    Ok(())
+}

@@ -1,0 +1,522 @@
+//! [`Client`]: connect, publish, subscribe, poll, reconnect.
+
+use crate::conn::{ClaimInner, Conn, SendError};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tickwire_shm::Context;
+use tickwire_topic::{check_topic, Pattern, TopicError};
+use tickwire_wire::client::{flags, ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION};
+use tickwire_wire::ClientFrame;
+
+/// Where the router is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouterUri {
+    /// Over shared memory, the router serving [`ClientOptions::dir`].
+    Ipc,
+    /// Over TCP.
+    Tcp(SocketAddr),
+}
+
+impl std::str::FromStr for RouterUri {
+    type Err = ClientError;
+    fn from_str(s: &str) -> Result<Self, ClientError> {
+        use std::net::ToSocketAddrs;
+        if s == "ipc" {
+            return Ok(RouterUri::Ipc);
+        }
+        let bad = || ClientError::Uri(s.into());
+        let rest = s.strip_prefix("tcp://").ok_or_else(bad)?;
+        let addr = rest.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(bad)?;
+        Ok(RouterUri::Tcp(addr))
+    }
+}
+
+impl std::fmt::Display for RouterUri {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RouterUri::Ipc => f.write_str("ipc"),
+            RouterUri::Tcp(a) => write!(f, "tcp://{a}"),
+        }
+    }
+}
+
+/// How a client connects.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Sent in HELLO; the router shows it in its logs and counters.
+    pub name: String,
+    /// The router's directory (shared memory).
+    pub dir: PathBuf,
+    /// Ring bytes of this client's log into the router (shared memory).
+    pub log_bytes: usize,
+    /// How long to wait between connection attempts.
+    pub reconnect_interval: Duration,
+    /// Bytes a TCP client buffers before `publish` says `BackPressured`.
+    pub tcp_write_limit: usize,
+    /// Largest frame accepted from the router (TCP).
+    pub max_frame: usize,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            name: format!("pid-{}", std::process::id()),
+            dir: tickwire_shm::DEFAULT_DIR.into(),
+            log_bytes: 1 << 20,
+            reconnect_interval: Duration::from_millis(100),
+            tcp_write_limit: 4 << 20,
+            max_frame: (1 << 20) + 512,
+        }
+    }
+}
+
+/// Why a client call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Not `ipc` or `tcp://HOST:PORT`.
+    #[error("router URI {0:?}: expected ipc or tcp://HOST:PORT")]
+    Uri(String),
+    /// A pattern broke the topic rules.
+    #[error(transparent)]
+    Topic(#[from] TopicError),
+    /// The shared-memory directory could not be used.
+    #[error(transparent)]
+    Shm(#[from] tickwire_shm::ShmError),
+    /// `wait_connected` ran out of time.
+    #[error("no router answered at {uri} within {waited:?}{last}")]
+    Timeout {
+        /// Where.
+        uri: String,
+        /// How long.
+        waited: Duration,
+        /// The last connection error, if any.
+        last: String,
+    },
+}
+
+/// Why a publish was refused (nothing was sent; worth retrying unless said).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PublishError {
+    /// Not connected to a router (yet, or any more).
+    #[error("not connected to a router")]
+    NotConnected,
+    /// No room now; poll and try again.
+    #[error("back-pressured: the router has not read what came before")]
+    BackPressured,
+    /// The topic breaks the rules (not worth retrying).
+    #[error(transparent)]
+    BadTopic(#[from] TopicError),
+}
+
+/// A message the router delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery<'a> {
+    /// Its topic.
+    pub topic: &'a str,
+    /// Its payload.
+    pub payload: &'a [u8],
+    /// [`flags::CACHED`], [`flags::GUARANTEED`].
+    pub flags: u8,
+    /// Messages for this client the router dropped just before this one
+    /// (its queue was full): Solace's discard indication.
+    pub discarded: u32,
+    /// This client's delivery sequence (discarded messages took numbers too).
+    pub sequence: u64,
+}
+
+impl Delivery<'_> {
+    /// Whether it came from the last-value cache.
+    pub fn is_cached(&self) -> bool {
+        self.flags & flags::CACHED != 0
+    }
+}
+
+/// What [`Client::poll`] hands its handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientEvent<'a> {
+    /// The router accepted this client (after every start and reconnection;
+    /// subscriptions were sent again).
+    Connected {
+        /// The router's name.
+        router: &'a str,
+        /// This client's id at the router.
+        client_id: u32,
+    },
+    /// A message.
+    Message(Delivery<'a>),
+    /// The router refused a request; the session goes on.
+    Rejected {
+        /// Why, as a code.
+        code: RejectCode,
+        /// The subscription id or publish sequence refused.
+        request: u64,
+        /// Why, for people.
+        reason: &'a str,
+    },
+    /// The router went away or closed the session; the client reconnects.
+    Disconnected {
+        /// Why.
+        reason: &'a str,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// No connection; try at `next_attempt`.
+    Waiting,
+    /// Connection made, HELLO not sent (shared memory: router not attached).
+    Opening,
+    /// HELLO sent, WELCOME awaited.
+    Greeting,
+    /// WELCOME received.
+    Connected,
+}
+
+/// A connection to a router that survives the router's restarts.
+pub struct Client {
+    uri: RouterUri,
+    opts: ClientOptions,
+    ctx: Option<Context>,
+    conn: Option<Conn>,
+    state: State,
+    next_attempt: Instant,
+    last_error: String,
+    subscriptions: BTreeMap<u32, String>,
+    next_subscription: u32,
+    next_sequence: u64,
+    router_name: String,
+    client_id: u32,
+    pending: Option<String>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("uri", &self.uri).field("state", &self.state).finish()
+    }
+}
+
+/// A message being written in place ([`Client::try_claim`]). Commit it, or
+/// drop it to abort.
+#[must_use = "a claim is aborted unless committed"]
+pub struct ClientClaim<'a>(Option<ClaimInner<'a>>);
+
+impl ClientClaim<'_> {
+    /// The payload's bytes, to fill.
+    pub fn buffer(&mut self) -> &mut [u8] {
+        self.0.as_mut().map_or(&mut [], |c| c.buffer())
+    }
+    /// Publishes it.
+    pub fn commit(mut self) {
+        if let Some(c) = self.0.take() {
+            c.commit();
+        }
+    }
+}
+
+impl Drop for ClientClaim<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            c.abort();
+        }
+    }
+}
+
+impl Client {
+    /// Starts connecting to the router at `uri` (`ipc` or
+    /// `tcp://HOST:PORT`). Returns at once: [`Client::poll`] (or
+    /// [`Client::wait_connected`]) completes the connection, now or when
+    /// the router comes.
+    ///
+    /// # Errors
+    /// [`ClientError::Uri`] for a bad URI, [`ClientError::Shm`] if the
+    /// directory cannot be used.
+    pub fn connect(uri: &str, opts: ClientOptions) -> Result<Self, ClientError> {
+        let uri: RouterUri = uri.parse()?;
+        let ctx = match uri {
+            RouterUri::Ipc => Some(Context::new(&opts.dir)?),
+            RouterUri::Tcp(_) => None,
+        };
+        let mut c = Self {
+            uri,
+            opts,
+            ctx,
+            conn: None,
+            state: State::Waiting,
+            next_attempt: Instant::now(),
+            last_error: String::new(),
+            subscriptions: BTreeMap::new(),
+            next_subscription: 1,
+            next_sequence: 0,
+            router_name: String::new(),
+            client_id: 0,
+            pending: None,
+        };
+        c.advance();
+        Ok(c)
+    }
+
+    /// Whether the router has accepted this client.
+    pub fn is_connected(&self) -> bool {
+        self.state == State::Connected
+    }
+
+    /// Why the last connection attempt failed (empty if none did).
+    pub fn last_error(&self) -> &str {
+        &self.last_error
+    }
+
+    /// Where the router is.
+    pub fn uri(&self) -> &RouterUri {
+        &self.uri
+    }
+
+    /// Polls until the router accepts this client.
+    ///
+    /// # Errors
+    /// [`ClientError::Timeout`] if it has not by `timeout`.
+    pub fn wait_connected(&mut self, timeout: Duration) -> Result<(), ClientError> {
+        let until = Instant::now() + timeout;
+        while !self.is_connected() {
+            if Instant::now() >= until {
+                let last =
+                    if self.last_error.is_empty() { String::new() } else { format!(" (last: {})", self.last_error) };
+                return Err(ClientError::Timeout { uri: self.uri.to_string(), waited: timeout, last });
+            }
+            // One frame at a time, so no delivery after WELCOME is consumed here.
+            if self.poll(|_| {}, 1) == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        Ok(())
+    }
+
+    /// Subscribes to `pattern`; returns its id. Sent now if connected, and
+    /// again after every reconnection.
+    ///
+    /// # Errors
+    /// [`ClientError::Topic`] for a pattern that breaks the topic rules.
+    pub fn subscribe(&mut self, pattern: &str) -> Result<u32, ClientError> {
+        Pattern::parse(pattern)?;
+        let id = self.next_subscription;
+        self.next_subscription += 1;
+        self.subscriptions.insert(id, pattern.to_owned());
+        if matches!(self.state, State::Greeting | State::Connected) {
+            self.send_subscribe(id);
+        }
+        Ok(id)
+    }
+
+    /// Drops subscription `id` (unknown ids are ignored).
+    pub fn unsubscribe(&mut self, id: u32) {
+        if self.subscriptions.remove(&id).is_some() && matches!(self.state, State::Greeting | State::Connected) {
+            self.send_control(&ClientRepr { value: id, ..ClientRepr::new(ClientKind::Unsubscribe) });
+        }
+    }
+
+    fn send_subscribe(&mut self, id: u32) {
+        let Some(p) = self.subscriptions.get(&id).cloned() else { return };
+        self.send_control(&ClientRepr { value: id, topic: &p, ..ClientRepr::new(ClientKind::Subscribe) });
+    }
+
+    /// Sends a control frame, waiting briefly for room; a connection that
+    /// stays full or breaks is dropped (and re-made, subscriptions and all).
+    fn send_control(&mut self, repr: &ClientRepr<'_>) {
+        let Some(conn) = &mut self.conn else { return };
+        let until = Instant::now() + Duration::from_secs(1);
+        loop {
+            match conn.send(repr) {
+                Ok(()) => return,
+                Err(SendError::Full) if Instant::now() < until => std::thread::yield_now(),
+                Err(SendError::Full) => return self.lose("the router does not read this client's frames".into()),
+                Err(SendError::Broken(why)) => return self.lose(why),
+            }
+        }
+    }
+
+    fn lose(&mut self, why: String) {
+        let was = self.state;
+        self.conn = None;
+        self.state = State::Waiting;
+        self.next_attempt = Instant::now() + self.opts.reconnect_interval;
+        if matches!(was, State::Greeting | State::Connected) {
+            self.pending = Some(why.clone());
+        }
+        self.last_error = why;
+    }
+
+    /// Publishes `payload` on `topic`.
+    ///
+    /// # Errors
+    /// [`PublishError`]: nothing was sent.
+    #[inline]
+    pub fn publish(&mut self, topic: &str, payload: &[u8]) -> Result<(), PublishError> {
+        check_topic(topic)?;
+        if self.state != State::Connected {
+            return Err(PublishError::NotConnected);
+        }
+        let Some(conn) = &mut self.conn else { return Err(PublishError::NotConnected) };
+        let sequence = self.next_sequence;
+        match conn.send(&ClientRepr { sequence, topic, body: payload, ..ClientRepr::new(ClientKind::Publish) }) {
+            Ok(()) => {
+                self.next_sequence += 1;
+                Ok(())
+            }
+            Err(SendError::Full) => Err(PublishError::BackPressured),
+            Err(SendError::Broken(why)) => {
+                self.lose(why);
+                Err(PublishError::NotConnected)
+            }
+        }
+    }
+
+    /// Reserves a message of `len` bytes on `topic` to write in place
+    /// (shared memory: straight into the log the router reads).
+    ///
+    /// # Errors
+    /// As [`Client::publish`].
+    pub fn try_claim(&mut self, topic: &str, len: usize) -> Result<ClientClaim<'_>, PublishError> {
+        check_topic(topic)?;
+        if self.state != State::Connected {
+            return Err(PublishError::NotConnected);
+        }
+        let sequence = self.next_sequence;
+        let Some(conn) = &mut self.conn else { return Err(PublishError::NotConnected) };
+        match conn.claim(&ClientRepr { sequence, topic, ..ClientRepr::new(ClientKind::Publish) }, len) {
+            Ok(c) => {
+                self.next_sequence += 1;
+                Ok(ClientClaim(Some(c)))
+            }
+            Err(SendError::Full) => Err(PublishError::BackPressured),
+            Err(SendError::Broken(_)) => Err(PublishError::NotConnected),
+        }
+    }
+
+    /// Moves the connection along (connect, HELLO, subscriptions).
+    fn advance(&mut self) {
+        if self.state == State::Waiting && Instant::now() >= self.next_attempt {
+            self.next_attempt = Instant::now() + self.opts.reconnect_interval;
+            let made = match (&self.uri, &self.ctx) {
+                (RouterUri::Ipc, Some(ctx)) => Conn::open_ipc(ctx, self.opts.log_bytes),
+                (RouterUri::Tcp(a), _) => Conn::open_tcp(*a, self.opts.max_frame, self.opts.tcp_write_limit),
+                (RouterUri::Ipc, None) => Err("no directory".into()),
+            };
+            match made {
+                Ok(c) => {
+                    self.conn = Some(c);
+                    self.state = State::Opening;
+                }
+                Err(e) => self.last_error = e,
+            }
+        }
+        if self.state == State::Opening && self.conn.as_mut().is_some_and(|c| c.is_ready(self.ctx.as_ref())) {
+            self.state = State::Greeting;
+            let name = self.opts.name.clone();
+            self.send_control(&ClientRepr {
+                value: CLIENT_PROTOCOL_VERSION,
+                topic: &name,
+                ..ClientRepr::new(ClientKind::Hello)
+            });
+            for id in self.subscriptions.keys().copied().collect::<Vec<_>>() {
+                self.send_subscribe(id);
+            }
+        }
+    }
+
+    /// Connects or reconnects as needed, then hands up to `limit` frames
+    /// from the router to `handler`; returns how many events it handed.
+    pub fn poll(&mut self, mut handler: impl FnMut(ClientEvent<'_>), limit: usize) -> usize {
+        self.advance();
+        let mut events = 0;
+        if let Some(why) = self.pending.take() {
+            handler(ClientEvent::Disconnected { reason: &why });
+            events += 1;
+        }
+        let Some(conn) = &mut self.conn else { return events };
+        let mut broken: Option<String> = None;
+        let state = &mut self.state;
+        let router_name = &mut self.router_name;
+        let client_id = &mut self.client_id;
+        let r = conn.poll(
+            |bytes| {
+                if broken.is_some() {
+                    return;
+                }
+                let f = match ClientFrame::new_checked(bytes) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        broken = Some(format!("the router sent a malformed frame: {e}"));
+                        return;
+                    }
+                };
+                events += 1;
+                match f.kind() {
+                    ClientKind::Deliver => handler(ClientEvent::Message(Delivery {
+                        topic: f.topic(),
+                        payload: f.body(),
+                        flags: f.flags(),
+                        discarded: f.value(),
+                        sequence: f.sequence(),
+                    })),
+                    ClientKind::Welcome => {
+                        *state = State::Connected;
+                        *router_name = String::from_utf8_lossy(f.body()).into_owned();
+                        *client_id = f.value();
+                        handler(ClientEvent::Connected { router: router_name, client_id: f.value() });
+                    }
+                    ClientKind::Reject => handler(ClientEvent::Rejected {
+                        code: RejectCode::from_u32(f.value()),
+                        request: f.sequence(),
+                        reason: std::str::from_utf8(f.body()).unwrap_or("(not UTF-8)"),
+                    }),
+                    ClientKind::Close => {
+                        broken = Some(format!(
+                            "the router closed the session ({:?}): {}",
+                            RejectCode::from_u32(f.value()),
+                            String::from_utf8_lossy(f.body())
+                        ));
+                    }
+                    _ => events -= 1,
+                }
+            },
+            limit,
+        );
+        if let Err(SendError::Broken(why)) = r {
+            broken.get_or_insert(why);
+        }
+        if let Some(why) = broken {
+            self.lose(why);
+            if let Some(why) = self.pending.take() {
+                handler(ClientEvent::Disconnected { reason: &why });
+                events += 1;
+            }
+        }
+        events
+    }
+
+    /// Parks until the router may have written, for at most `max` (shared
+    /// memory: on the log's futex, no CPU; TCP: a short sleep).
+    pub fn park(&mut self, max: Duration) {
+        match &mut self.conn {
+            Some(c) if self.state == State::Connected => c.park(max),
+            _ => std::thread::sleep(max.min(self.opts.reconnect_interval)),
+        }
+    }
+
+    /// Says goodbye to the router and lets the connection go.
+    pub fn close(mut self) {
+        if self.state == State::Connected {
+            self.send_control(&ClientRepr { body: b"closed by the application", ..ClientRepr::new(ClientKind::Close) });
+            if let Some(Conn::Tcp(_)) = &self.conn {
+                // Let the TCP write buffer drain briefly.
+                for _ in 0..100 {
+                    if self.conn.as_mut().is_some_and(|c| c.poll(|_| {}, 0).is_err()) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+        }
+    }
+}
