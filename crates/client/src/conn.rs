@@ -23,6 +23,18 @@ pub(crate) struct IpcConn {
     input: Option<LogReader>,
 }
 
+impl IpcConn {
+    /// The router closes its log to us when it ends the session (or stops):
+    /// frames written after that would be read by nobody.
+    #[inline]
+    fn check_open(&self) -> Result<(), SendError> {
+        match &self.input {
+            Some(r) if r.is_closed() => Err(SendError::Broken("the router closed the session".into())),
+            _ => Ok(()),
+        }
+    }
+}
+
 pub(crate) struct TcpConn {
     stream: TcpStream,
     reader: FrameReader,
@@ -30,6 +42,8 @@ pub(crate) struct TcpConn {
     wlimit: usize,
 }
 
+// The shared-memory side stays inline: no pointer to chase on its hot path.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Conn {
     Ipc(IpcConn),
     Tcp(TcpConn),
@@ -92,6 +106,7 @@ impl Conn {
     pub(crate) fn send(&mut self, repr: &ClientRepr<'_>) -> Result<(), SendError> {
         match self {
             Conn::Ipc(c) => {
+                c.check_open()?;
                 let len = repr.buffer_len();
                 if len <= c.out.max_payload() {
                     let mut claim = c.out.try_claim(len).map_err(offer_error)?;
@@ -117,6 +132,7 @@ impl Conn {
         let head = HEADER_LEN + header.topic.len();
         match self {
             Conn::Ipc(c) => {
+                c.check_open()?;
                 let mut claim = c.out.try_claim(head + len).map_err(offer_error)?;
                 let _ = header.emit_header(claim.buffer());
                 Ok(ClaimInner::Ipc(claim, head))
@@ -186,7 +202,10 @@ impl Conn {
 
 fn offer_error(e: OfferError) -> SendError {
     match e {
-        OfferError::BackPressured | OfferError::NotConnected => SendError::Full,
+        OfferError::BackPressured => SendError::Full,
+        // Frames go only after the router attached: if it no longer reads
+        // the log, it is gone.
+        OfferError::NotConnected => SendError::Broken("the router stopped reading this client's log".into()),
         other => SendError::Broken(other.to_string()),
     }
 }

@@ -69,6 +69,8 @@ pub enum StartError {
     Shm(#[from] tickwire_shm::ShmError),
 }
 
+// The shared-memory side stays inline: no pointer to chase on its hot path.
+#[allow(clippy::large_enum_variant)]
 enum Input {
     Ipc { reader: LogReader, stream: u32 },
     Tcp { stream: Arc<TcpStream>, reader: FrameReader },
@@ -398,6 +400,15 @@ impl Server {
     fn attach_ipc(&mut self, stream: u32) -> Result<u32, tickwire_shm::ShmError> {
         let opts = ReaderOptions::default();
         let reader = self.ctx.reader(IPC_IN_CHANNEL, stream, opts)?;
+        if reader.position() > 0 {
+            // A client waits for the router to attach before its HELLO, so
+            // a log that has carried frames belongs to an ended session (a
+            // previous router's); its client starts a new one when it notices.
+            return Err(tickwire_shm::ShmError::Config(format!(
+                "{IPC_IN_CHANNEL}-{stream}: carried an earlier session (position {})",
+                reader.position()
+            )));
+        }
         let pid = reader.descriptor().publisher.pid;
         let cfg = LogConfig::with_capacity(self.cfg.ipc_log_bytes);
         let out = LogAppender::create(self.ctx.dir(), IPC_OUT_CHANNEL, stream, &cfg, self.ctx.counters())?;

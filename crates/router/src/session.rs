@@ -37,6 +37,8 @@ pub struct MemoryOut {
 
 /// Where a session's frames go.
 #[derive(Debug)]
+// The shared-memory side stays inline: no pointer to chase on its hot path.
+#[allow(clippy::large_enum_variant)]
 pub enum Outbound {
     /// The client's shared-memory log out of the router (written in place).
     Ipc(LogAppender),

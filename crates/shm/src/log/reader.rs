@@ -169,6 +169,14 @@ impl LogReader {
     pub fn is_publisher_alive(&self) -> bool {
         self.log.desc.publisher.is_alive()
     }
+    /// Whether the publisher closed the stream (one load of a shared word:
+    /// cheap enough for a hot path). What it committed before may still be
+    /// unread.
+    #[inline]
+    pub fn is_closed(&self) -> bool {
+        self.log.u64_at(CLOSED_OFFSET).load(Ordering::Acquire) != 0
+    }
+
     /// Whether the publisher closed the stream and everything it committed has
     /// been read.
     pub fn is_end_of_stream(&self) -> bool {

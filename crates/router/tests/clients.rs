@@ -1,0 +1,357 @@
+//! A router on a thread and clients of both kinds, in one process: fan-out,
+//! single delivery, malformed input, a stalled subscriber, restarts.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tickwire_client::{Client, ClientEvent, ClientOptions};
+use tickwire_router::{RouterConfig, Server, ShutdownReport};
+use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION, IPC_IN_CHANNEL};
+
+struct Running {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<ShutdownReport>>,
+    tcp: SocketAddr,
+}
+
+impl Running {
+    fn stop(mut self) -> ShutdownReport {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn start(dir: &Path, cfg: RouterConfig) -> Running {
+    let cfg = RouterConfig { dir: dir.into(), listen: vec!["tcp://127.0.0.1:0".into()], idle: "yield".into(), ..cfg };
+    let mut server = Server::start(cfg).unwrap();
+    let tcp = server.tcp_addrs()[0];
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let thread = std::thread::spawn(move || {
+        while !flag.load(Ordering::Relaxed) {
+            if server.do_work() == 0 {
+                std::thread::yield_now();
+            }
+        }
+        server.shutdown(Duration::from_millis(200))
+    });
+    Running { stop, thread: Some(thread), tcp }
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tw-router-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn client(uri: &str, dir: &Path, name: &str) -> Client {
+    let opts = ClientOptions { name: name.into(), dir: dir.into(), ..ClientOptions::default() };
+    Client::connect(uri, opts).unwrap()
+}
+
+/// Polls until `n` messages came (or 5 s); returns (topic, payload, discarded).
+fn receive(c: &mut Client, n: usize) -> Vec<(String, Vec<u8>, u32)> {
+    let mut got = Vec::new();
+    let until = Instant::now() + Duration::from_secs(5);
+    while got.len() < n && Instant::now() < until {
+        c.poll(
+            |e| {
+                if let ClientEvent::Message(m) = e {
+                    got.push((m.topic.to_owned(), m.payload.to_vec(), m.discarded));
+                }
+            },
+            64,
+        );
+    }
+    got
+}
+
+/// Nothing more arrives within `wait`.
+fn quiet(c: &mut Client, wait: Duration) -> bool {
+    let until = Instant::now() + wait;
+    let mut n = 0;
+    while Instant::now() < until {
+        c.poll(|e| n += usize::from(matches!(e, ClientEvent::Message(_))), 64);
+    }
+    n == 0
+}
+
+#[test]
+fn wildcard_fan_out_over_shared_memory_and_tcp_delivers_once_per_subscriber() {
+    let dir = tempdir("fanout");
+    let r = start(&dir, RouterConfig::default());
+    let tcp = format!("tcp://{}", r.tcp);
+    let mut subs = vec![client("ipc", &dir, "a"), client(&tcp, &dir, "b"), client("ipc", &dir, "c")];
+    subs[0].subscribe("md/>").unwrap();
+    subs[0].subscribe("md/*/VOD").unwrap(); // overlaps md/>: still one delivery
+    subs[1].subscribe("md/*/VOD").unwrap();
+    subs[2].subscribe("fx/>").unwrap();
+    let mut ipc_pub = client("ipc", &dir, "p1");
+    let mut tcp_pub = client(&tcp, &dir, "p2");
+    for c in subs.iter_mut().chain([&mut ipc_pub, &mut tcp_pub]) {
+        c.wait_connected(Duration::from_secs(5)).unwrap();
+    }
+    ipc_pub.publish("md/eu/VOD", b"bid 101.25").unwrap();
+    tcp_pub.publish("md/us/IBM", b"bid 150").unwrap();
+    // Zero copy over shared memory: write in place.
+    let mut claim = ipc_pub.try_claim("fx/EURUSD", 6).unwrap();
+    claim.buffer().copy_from_slice(b"1.0850");
+    claim.commit();
+    let a = receive(&mut subs[0], 2);
+    let mut topics: Vec<_> = a.iter().map(|m| m.0.as_str()).collect();
+    topics.sort_unstable();
+    assert_eq!(topics, ["md/eu/VOD", "md/us/IBM"]);
+    assert_eq!(receive(&mut subs[1], 1), [("md/eu/VOD".into(), b"bid 101.25".to_vec(), 0)]);
+    assert_eq!(receive(&mut subs[2], 1), [("fx/EURUSD".into(), b"1.0850".to_vec(), 0)]);
+    for s in &mut subs {
+        assert!(quiet(s, Duration::from_millis(100)), "one delivery per subscriber");
+    }
+    let report = r.stop();
+    assert_eq!(report.clients, 5);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn tcp_frame(r: ClientRepr<'_>) -> Vec<u8> {
+    let mut b = vec![0u8; 4 + r.buffer_len()];
+    b[..4].copy_from_slice(&(r.buffer_len() as u32).to_le_bytes());
+    r.emit(&mut b[4..]).unwrap();
+    b
+}
+
+/// Reads frames until the connection ends; returns the CLOSE frame's code
+/// and reason, if one came.
+fn read_close(s: &mut TcpStream) -> Option<(u32, String)> {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut all = Vec::new();
+    let _ = s.read_to_end(&mut all);
+    let mut at = 0;
+    while at + 4 <= all.len() {
+        let len = u32::from_le_bytes(all[at..at + 4].try_into().unwrap()) as usize;
+        let f = tickwire_wire::ClientFrame::new_checked(&all[at + 4..at + 4 + len]).ok()?;
+        if f.kind() == ClientKind::Close {
+            return Some((f.value(), String::from_utf8_lossy(f.body()).into_owned()));
+        }
+        at += 4 + len;
+    }
+    None
+}
+
+#[test]
+fn malformed_frames_close_only_the_client_that_sent_them() {
+    let dir = tempdir("malformed");
+    let r = start(&dir, RouterConfig::default());
+    let tcp = format!("tcp://{}", r.tcp);
+    let mut sub = client("ipc", &dir, "innocent");
+    sub.subscribe("t").unwrap();
+    let mut publ = client(&tcp, &dir, "innocent-pub");
+    sub.wait_connected(Duration::from_secs(5)).unwrap();
+    publ.wait_connected(Duration::from_secs(5)).unwrap();
+    let hello =
+        tcp_frame(ClientRepr { value: CLIENT_PROTOCOL_VERSION, topic: "evil", ..ClientRepr::new(ClientKind::Hello) });
+    let cases: Vec<(&str, Vec<u8>, u32, &str)> = vec![
+        (
+            "garbage kind",
+            [hello.clone(), vec![20, 0, 0, 0], vec![0xee; 20]].concat(),
+            RejectCode::Protocol as u32,
+            "unknown client frame kind",
+        ),
+        (
+            "oversized length",
+            [hello.clone(), u32::MAX.to_le_bytes().to_vec()].concat(),
+            RejectCode::TooLarge as u32,
+            "limit",
+        ),
+        (
+            "publish before hello",
+            tcp_frame(ClientRepr { topic: "t", ..ClientRepr::new(ClientKind::Publish) }),
+            RejectCode::Protocol as u32,
+            "HELLO",
+        ),
+        (
+            "topic past the frame",
+            [hello.clone(), vec![17, 0, 0, 0, 5, 0, 200, 0], vec![0; 13]].concat(),
+            RejectCode::Protocol as u32,
+            "truncated",
+        ),
+        (
+            "router-only frame",
+            [hello, tcp_frame(ClientRepr { topic: "t", ..ClientRepr::new(ClientKind::Deliver) })].concat(),
+            RejectCode::Protocol as u32,
+            "router's to send",
+        ),
+    ];
+    for (what, bytes, code, says) in cases {
+        let mut s = TcpStream::connect(r.tcp).unwrap();
+        s.write_all(&bytes).unwrap();
+        let (got, reason) = read_close(&mut s).unwrap_or_else(|| panic!("{what}: no CLOSE"));
+        assert_eq!(got, code, "{what}: {reason}");
+        assert!(reason.contains(says), "{what}: {reason}");
+        // Everyone else is unaffected.
+        publ.publish("t", what.as_bytes()).unwrap();
+        assert_eq!(receive(&mut sub, 1)[0].1, what.as_bytes(), "{what}");
+    }
+
+    // A shared-memory client writing garbage into its own log.
+    let ctx = tickwire_shm::Context::new(&dir).unwrap();
+    let mut evil = ctx.appender(IPC_IN_CHANNEL, 0xbad, &tickwire_shm::LogConfig::with_capacity(64 << 10)).unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while !evil.is_connected() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    evil.offer(&[9u8; 40]).unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        evil.do_work();
+        if !evil.is_connected() {
+            break; // the router let go of the log
+        }
+        assert!(Instant::now() < until, "the router still reads a log that sent garbage");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    publ.publish("t", b"still here").unwrap();
+    assert_eq!(receive(&mut sub, 1)[0].1, b"still here");
+    drop(evil);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_stalled_subscriber_loses_its_oldest_and_the_others_do_not_wait() {
+    let dir = tempdir("stalled");
+    let cfg = RouterConfig {
+        ipc_log_bytes: 64 << 10,
+        limits: tickwire_router::config::LimitsConfig {
+            queue_bytes: 64 << 10,
+            max_frame: 16 << 10,
+            ..Default::default()
+        },
+        ..RouterConfig::default()
+    };
+    let r = start(&dir, cfg);
+    let mut slow = client("ipc", &dir, "slow");
+    let mut fast = client("ipc", &dir, "fast");
+    let mut publ = client("ipc", &dir, "pub");
+    slow.subscribe("md/>").unwrap();
+    fast.subscribe("md/>").unwrap();
+    for c in [&mut slow, &mut fast, &mut publ] {
+        c.wait_connected(Duration::from_secs(5)).unwrap();
+    }
+    // The slow one stops reading for 2.5 s while 20,000 messages go by
+    // (about 3 MB: far more than its 64 KiB log and 64 KiB queue hold).
+    let n = 20_000u64;
+    let mut worst = Duration::ZERO;
+    let begin = Instant::now();
+    let mut got = 0u64;
+    let mut discards_seen_by_fast = 0u64;
+    for i in 0..n {
+        let due = begin + Duration::from_micros(i * 100); // 10k msg/s for 2 s
+        while Instant::now() < due {
+            fast.poll(
+                |e| {
+                    if let ClientEvent::Message(m) = e {
+                        got += 1;
+                        discards_seen_by_fast += u64::from(m.discarded);
+                        let sent = u64::from_le_bytes(m.payload[8..16].try_into().unwrap());
+                        let lat = Duration::from_nanos(tickwire_shm::os::monotonic_ns() - sent);
+                        worst = worst.max(lat);
+                    }
+                },
+                64,
+            );
+        }
+        let mut msg = [0u8; 150];
+        msg[..8].copy_from_slice(&i.to_le_bytes());
+        msg[8..16].copy_from_slice(&tickwire_shm::os::monotonic_ns().to_le_bytes());
+        while publ.publish("md/eu/VOD", &msg).is_err() {
+            publ.poll(|_| {}, 1);
+        }
+    }
+    while got < n && begin.elapsed() < Duration::from_secs(10) {
+        fast.poll(|e| got += u64::from(matches!(e, ClientEvent::Message(_))), 64);
+    }
+    std::thread::sleep(Duration::from_millis(2500u64.saturating_sub(begin.elapsed().as_millis() as u64)));
+    assert_eq!(got, n, "the fast subscriber got everything");
+    assert_eq!(discards_seen_by_fast, 0);
+    // Generous: a host pause can take milliseconds, but waiting on the
+    // stalled one would take seconds.
+    assert!(worst < Duration::from_millis(500), "the fast subscriber waited {worst:?}");
+    // The slow one wakes: the oldest were dropped, and the first message
+    // after the hole says how many.
+    let mut seqs = Vec::new();
+    let mut discarded = 0u64;
+    let until = Instant::now() + Duration::from_secs(5);
+    while seqs.last() != Some(&(n - 1)) && Instant::now() < until {
+        slow.poll(
+            |e| {
+                if let ClientEvent::Message(m) = e {
+                    discarded += u64::from(m.discarded);
+                    seqs.push(u64::from_le_bytes(m.payload[..8].try_into().unwrap()));
+                }
+            },
+            256,
+        );
+    }
+    assert_eq!(seqs.last(), Some(&(n - 1)), "the newest messages reach the slow subscriber");
+    assert!(discarded > 0, "the slow subscriber heard of its discards");
+    assert_eq!(seqs.len() as u64 + discarded, n, "every message is delivered or counted as discarded");
+    let t = r.stop();
+    assert_eq!(t.dropped, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn clients_wait_for_a_router_and_come_back_after_it_restarts() {
+    let dir = tempdir("restart");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Started before any router: they wait.
+    let mut sub = client("ipc", &dir, "early-sub");
+    sub.subscribe("x/>").unwrap();
+    let mut publ = client("ipc", &dir, "early-pub");
+    assert!(sub.wait_connected(Duration::from_millis(200)).is_err());
+    let r = start(&dir, RouterConfig::default());
+    sub.wait_connected(Duration::from_secs(5)).unwrap();
+    publ.wait_connected(Duration::from_secs(5)).unwrap();
+    publ.publish("x/1", b"one").unwrap();
+    assert_eq!(receive(&mut sub, 1)[0].0, "x/1");
+    // A second router on the same directory is refused.
+    let e = Server::start(RouterConfig { dir: dir.clone(), listen: vec![], ..RouterConfig::default() }).unwrap_err();
+    assert!(e.to_string().contains("another router serves"), "{e}");
+    r.stop();
+    let mut said = None;
+    let until = Instant::now() + Duration::from_secs(5);
+    while said.is_none() && Instant::now() < until {
+        sub.poll(
+            |e| {
+                if let ClientEvent::Disconnected { reason } = e {
+                    said = Some(reason.to_owned())
+                }
+            },
+            16,
+        );
+    }
+    assert!(said.is_some_and(|r| r.contains("shutting down")), "the subscriber hears why");
+    let _r2 = start(&dir, RouterConfig::default());
+    sub.wait_connected(Duration::from_secs(5)).unwrap();
+    // The publisher never polled: its first publish finds the router gone,
+    // and it reconnects as an application's retry loop polls.
+    assert!(publ.publish("x/2", b"two").is_err());
+    let until = Instant::now() + Duration::from_secs(5);
+    while publ.publish("x/2", b"two").is_err() {
+        assert!(Instant::now() < until, "the publisher did not reconnect: {}", publ.last_error());
+        publ.poll(|_| {}, 16);
+    }
+    assert_eq!(receive(&mut sub, 1)[0].0, "x/2", "the subscription came back with the client");
+    let _ = std::fs::remove_dir_all(&dir);
+}
