@@ -136,3 +136,48 @@ fn stat_before_anything_ran_is_an_answer_not_an_error() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("no tickwire processes") && text.contains("does not exist"), "{text}");
 }
+
+fn publish_routed(d: &str, uri: &str, topic: &str, lines: &str) {
+    let mut p = Command::new(BIN)
+        .args(["--dir", d, "pub", "--router", uri, "--stdin", "--topic", topic, "--wait", "10s"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    p.stdin.take().unwrap().write_all(lines.as_bytes()).unwrap();
+    let out = p.wait_with_output().unwrap();
+    assert!(out.status.success(), "pub --router failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The README's router quick start: a router, a subscriber by pattern over
+/// shared memory and one over TCP, publishers on both; then the router is
+/// killed with kill -9, a new one starts on the same directory at once, and
+/// the subscriber comes back to it by itself.
+#[test]
+fn router_quick_start_and_a_restart_after_kill_9() {
+    let d = dir("router");
+    let mut router = Live::spawn(&["--dir", &d, "router", "--listen", "tcp://127.0.0.1:0"]);
+    let line = router.says("router listening");
+    let tcp = line.split(", ").find_map(|p| p.split_whitespace().next().filter(|w| w.starts_with("tcp://"))).unwrap().to_owned();
+    let ipc_sub = Live::spawn(&["--dir", &d, "sub", "--router", "ipc", "--topic", "md/>", "--print"]);
+    let tcp_sub = Live::spawn(&["--dir", &d, "sub", "--router", &tcp, "--topic", "md/*/VOD", "--print"]);
+    ipc_sub.says("subscribed to md/>");
+    tcp_sub.says("subscribed to md/*/VOD");
+    publish_routed(&d, "ipc", "md/eu/VOD", "bid 101.25\n");
+    publish_routed(&d, &tcp, "md/us/IBM", "bid 150\n");
+    assert_eq!(ipc_sub.line(), "md/eu/VOD bid 101.25");
+    assert_eq!(ipc_sub.line(), "md/us/IBM bid 150");
+    assert_eq!(tcp_sub.line(), "md/eu/VOD bid 101.25");
+
+    // kill -9: nothing it leaves blocks the next router.
+    router.child.kill().unwrap();
+    router.child.wait().unwrap();
+    ipc_sub.says("waiting for the router to come back");
+    let router2 = Live::spawn(&["--dir", &d, "router", "--no-tcp"]);
+    router2.says("router listening");
+    ipc_sub.says("subscribed to md/>");
+    publish_routed(&d, "ipc", "md/eu/VOD", "bid 101.50\n");
+    assert_eq!(ipc_sub.line(), "md/eu/VOD bid 101.50");
+    drop((ipc_sub, tcp_sub, router2));
+    let _ = std::fs::remove_dir_all(&d);
+}
