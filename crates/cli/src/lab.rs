@@ -36,6 +36,8 @@ pub enum LabCmd {
     Reproduce(ReproduceArgs),
     /// Send a generated stream over reliable UDP under chosen loss, and check it arrived intact.
     Transfer(TransferArgs),
+    /// The router's topic lookup with few and with many unrelated subscriptions.
+    TopicMatch(TopicMatchArgs),
     /// Internal: the far side of a measurement.
     #[command(hide = true)]
     Worker {
@@ -43,6 +45,20 @@ pub enum LabCmd {
         #[arg(value_parser = parse_role)]
         role: Role,
     },
+}
+
+/// Options of `lab topic-match`.
+#[derive(Debug, Args)]
+pub struct TopicMatchArgs {
+    /// Unrelated subscriptions in each index measured (the first is the baseline).
+    #[arg(long, value_delimiter = ',', default_value = "10,100000")]
+    unrelated: Vec<usize>,
+    /// Interleaved rounds (each: 1M cached lookups, 1M unwanted, 100k uncached per size).
+    #[arg(long, default_value_t = 7)]
+    rounds: usize,
+    /// One JSON object per size.
+    #[arg(long)]
+    json: bool,
 }
 
 /// How results are printed.
@@ -418,7 +434,7 @@ impl LabCmd {
             LabCmd::SweepRate(a) => &a.common,
             LabCmd::TickToTrade(a) => &a.common,
             LabCmd::Reproduce(a) => return Some((a.cpus, a.share_cpu)),
-            LabCmd::Doctor(_) | LabCmd::Transfer(_) | LabCmd::Worker { .. } => return None,
+            LabCmd::Doctor(_) | LabCmd::Transfer(_) | LabCmd::TopicMatch(_) | LabCmd::Worker { .. } => return None,
         };
         Some((c.cpus, c.share_cpu))
     }
@@ -532,6 +548,7 @@ impl LabCmd {
                 },
                 json: a.json,
             },
+            LabCmd::TopicMatch(a) => Request::TopicMatch { sizes: a.unrelated, rounds: a.rounds, json: a.json },
             LabCmd::Doctor(a) => Request::Doctor(DoctorRequest {
                 cpus: a.cpus,
                 json: a.json,

@@ -158,7 +158,11 @@ fn router_quick_start_and_a_restart_after_kill_9() {
     let d = dir("router");
     let mut router = Live::spawn(&["--dir", &d, "router", "--listen", "tcp://127.0.0.1:0"]);
     let line = router.says("router listening");
-    let tcp = line.split(", ").find_map(|p| p.split_whitespace().next().filter(|w| w.starts_with("tcp://"))).unwrap().to_owned();
+    let tcp = line
+        .split(", ")
+        .find_map(|p| p.split_whitespace().next().filter(|w| w.starts_with("tcp://")))
+        .unwrap()
+        .to_owned();
     let ipc_sub = Live::spawn(&["--dir", &d, "sub", "--router", "ipc", "--topic", "md/>", "--print"]);
     let tcp_sub = Live::spawn(&["--dir", &d, "sub", "--router", &tcp, "--topic", "md/*/VOD", "--print"]);
     ipc_sub.says("subscribed to md/>");

@@ -43,6 +43,8 @@ pub enum Request {
     Transfer { run: Transfer, json: bool },
     /// Inspect (and optionally tune) the machine.
     Doctor(DoctorRequest),
+    /// The router's topic lookup against the number of unrelated subscriptions.
+    TopicMatch { sizes: Vec<usize>, rounds: usize, json: bool },
     /// The far side of a measurement.
     Worker(Role),
 }
@@ -131,7 +133,37 @@ pub fn run(request: Request) -> Result<(), LabError> {
         }
         Request::Transfer { run, json } => run_transfer(&run, json),
         Request::Doctor(d) => run_doctor(&d),
+        Request::TopicMatch { sizes, rounds, json } => run_topic_match(&sizes, rounds, json),
     }
+}
+
+fn run_topic_match(sizes: &[usize], rounds: usize, json: bool) -> Result<(), LabError> {
+    let rows = crate::modes::matching::run(sizes, rounds, 1_000_000)?;
+    if json {
+        for r in &rows {
+            println!("{}", serde_json::to_string(r).map_err(|e| LabError::Usage(e.to_string()))?);
+        }
+        return Ok(());
+    }
+    let base = rows[0];
+    println!(
+        "topic lookup, ns per call (median of {rounds} interleaved rounds; ratio to {} unrelated)",
+        base.unrelated
+    );
+    println!("{:>10}  {:>16}  {:>16}  {:>16}", "unrelated", "cached", "nobody wants", "uncached (trie)");
+    for r in &rows {
+        println!(
+            "{:>10}  {:>8.1} ({:>4.2}x)  {:>8.1} ({:>4.2}x)  {:>8.1} ({:>4.2}x)",
+            r.unrelated,
+            r.cached_ns,
+            r.cached_ns / base.cached_ns,
+            r.unwanted_ns,
+            r.unwanted_ns / base.unwanted_ns,
+            r.uncached_ns,
+            r.uncached_ns / base.uncached_ns
+        );
+    }
+    Ok(())
 }
 
 /// A short raw-ring floor (100,000 round trips, milliseconds) measured just

@@ -71,6 +71,12 @@ impl<K: Copy + Ord> SubscriptionIndex<K> {
         self.len == 0
     }
 
+    /// Empties the match cache (the next lookup of every topic walks the
+    /// trie); the lab uses it to time the walk.
+    pub fn clear_cache(&mut self) {
+        self.invalidate();
+    }
+
     fn invalidate(&mut self) {
         self.cache.clear();
         self.results.clear();

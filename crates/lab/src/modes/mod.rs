@@ -13,9 +13,12 @@
 //!   software timestamps (the method of paper 004).
 //! * [`transfer`]: a generated stream over reliable UDP under chosen loss,
 //!   checked byte for byte.
+//! * [`matching`]: the router's topic lookup with few and many unrelated
+//!   subscriptions.
 //! * [`reproduce`]: all of the above with the papers' parameters, into a
 //!   report with the published figures beside ours and SVG plots.
 
+pub mod matching;
 pub mod network;
 pub mod oneway;
 pub mod openloop;
