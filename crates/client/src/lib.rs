@@ -28,7 +28,7 @@
 //!     ClientEvent::Message(m) => println!("{} {:?} (discarded before: {})", m.topic, m.payload, m.discarded),
 //!     ClientEvent::Disconnected { reason } => eprintln!("router gone: {reason}"),
 //!     _ => {}
-//! }, 64)?;
+//! }, 64);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![forbid(unsafe_code)]
