@@ -84,8 +84,12 @@ fn lab_udp_pingpong_agrees_with_sockperf_at_the_median() {
     }
     for block in [false, true] {
         let (mut ratio, mut s, mut l) = compare(block);
-        if (ratio - 1.0).abs() > 0.10 {
-            // One retry: the host can move the vCPUs in the middle of a comparison.
+        // Two retries: the host can move the vCPUs in the middle of a
+        // comparison (seen: 1.207 once, then 1.0x on the rerun).
+        for _ in 0..2 {
+            if (ratio - 1.0).abs() <= 0.10 {
+                break;
+            }
             (ratio, s, l) = compare(block);
         }
         let mode = if block { "block" } else { "spin" };

@@ -388,8 +388,13 @@ impl Server {
                     self.ipc_serving.insert(stream);
                     tracing::info!(client = id, stream, "ipc client connected");
                 }
+                // Busy for a moment (its join lock, all reader slots taken):
+                // try again at the next scan.
+                Err(e @ (tickwire_shm::ShmError::LockTimeout { .. } | tickwire_shm::ShmError::NoFreeSlot { .. })) => {
+                    tracing::debug!(stream, "ipc client log busy: {e}");
+                }
                 Err(e) => {
-                    tracing::debug!(stream, "ipc client log not served: {e}");
+                    tracing::warn!(stream, "ipc client log not served: {e}");
                     self.ipc_refused.insert(stream, e.to_string());
                 }
             }
