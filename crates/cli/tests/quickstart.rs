@@ -66,16 +66,23 @@ impl Drop for Live {
     }
 }
 
-fn publish_lines(d: &str, channel: &str, lines: &str) {
+/// Runs `tickwire --dir D pub ARGS --stdin --wait 10s` with `lines` on stdin.
+fn pub_stdin(d: &str, args: &[&str], lines: &str) {
     let mut p = Command::new(BIN)
-        .args(["--dir", d, "pub", "--channel", channel, "--stdin", "--wait", "10s"])
+        .args(["--dir", d, "pub"])
+        .args(args)
+        .args(["--stdin", "--wait", "10s"])
         .stdin(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     p.stdin.take().unwrap().write_all(lines.as_bytes()).unwrap();
     let out = p.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "pub {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn publish_lines(d: &str, channel: &str, lines: &str) {
+    pub_stdin(d, &["--channel", channel], lines);
 }
 
 /// Two publishers one after the other; the subscriber says what it waits
@@ -138,15 +145,7 @@ fn stat_before_anything_ran_is_an_answer_not_an_error() {
 }
 
 fn publish_routed(d: &str, uri: &str, topic: &str, lines: &str) {
-    let mut p = Command::new(BIN)
-        .args(["--dir", d, "pub", "--router", uri, "--stdin", "--topic", topic, "--wait", "10s"])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    p.stdin.take().unwrap().write_all(lines.as_bytes()).unwrap();
-    let out = p.wait_with_output().unwrap();
-    assert!(out.status.success(), "pub --router failed: {}", String::from_utf8_lossy(&out.stderr));
+    pub_stdin(d, &["--router", uri, "--topic", topic], lines);
 }
 
 /// The README's router quick start: a router, a subscriber by pattern over

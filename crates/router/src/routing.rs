@@ -81,6 +81,17 @@ struct TopicStat {
     set: Option<CounterSet>,
 }
 
+impl TopicStat {
+    /// Counts one message of `len` payload bytes delivered `n` times.
+    #[inline]
+    fn add(&mut self, n: u64, len: u64) {
+        self.values[tc::MESSAGES_IN] += 1;
+        self.values[tc::BYTES_IN] += len;
+        self.values[tc::DELIVERIES] += n;
+        self.values[tc::BYTES_OUT] += n * len;
+    }
+}
+
 /// Queues a control frame for `s`.
 fn control(s: &mut Session, repr: &ClientRepr<'_>) -> Result<(), Disconnect> {
     if s.send_control(repr) {
@@ -319,16 +330,19 @@ impl Router {
         self.totals.deliveries += n;
         self.totals.discards += discards;
         self.totals.unwanted += u64::from(n == 0);
-        if !self.topics.contains_key(topic) && self.topics.len() < self.limits.topic_counters {
-            let set = self.counters.as_ref().and_then(|c| c.allocate(Kind::RouterTopic, 0, 0, topic).ok());
-            self.topics.insert(topic.into(), TopicStat { values: [0; 4], set });
-        }
-        let stat = self.topics.get_mut(topic).unwrap_or(&mut self.other_topics);
+        // One lookup for a topic already counted (every message but the
+        // first of each topic).
         let len = payload.len() as u64;
-        stat.values[tc::MESSAGES_IN] += 1;
-        stat.values[tc::BYTES_IN] += len;
-        stat.values[tc::DELIVERIES] += n;
-        stat.values[tc::BYTES_OUT] += n * len;
+        if let Some(stat) = self.topics.get_mut(topic) {
+            stat.add(n, len);
+        } else if self.topics.len() < self.limits.topic_counters {
+            let set = self.counters.as_ref().and_then(|c| c.allocate(Kind::RouterTopic, 0, 0, topic).ok());
+            let mut stat = TopicStat { values: [0; 4], set };
+            stat.add(n, len);
+            self.topics.insert(topic.into(), stat);
+        } else {
+            self.other_topics.add(n, len);
+        }
         Ok(())
     }
 

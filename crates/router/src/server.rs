@@ -96,6 +96,8 @@ pub struct Server {
     ipc_refused: HashMap<u32, String>,
     poll: Poll,
     events: Events,
+    /// The tokens of one poll's events (kept: no allocation per poll).
+    tokens: Vec<Token>,
     listeners: Vec<(TcpListener, SocketAddr)>,
     tcp_sessions: usize,
     failed: Vec<(u32, String)>,
@@ -167,6 +169,7 @@ impl Server {
             ipc_refused: HashMap::new(),
             poll,
             events: Events::with_capacity(256),
+            tokens: Vec::with_capacity(256),
             listeners,
             tcp_sessions: 0,
             failed: Vec::new(),
@@ -258,9 +261,11 @@ impl Server {
         if self.poll.poll(&mut self.events, Some(Duration::ZERO)).is_err() {
             return 0;
         }
-        let tokens: Vec<Token> = self.events.iter().map(|e| e.token()).collect();
+        let mut tokens = std::mem::take(&mut self.tokens);
+        tokens.clear();
+        tokens.extend(self.events.iter().map(|e| e.token()));
         let mut work = 0;
-        for t in tokens {
+        for &t in &tokens {
             if t.0 > usize::MAX - 64 {
                 work += self.accept(usize::MAX - t.0);
                 continue;
@@ -292,6 +297,7 @@ impl Server {
                 self.close(id as u32, &d);
             }
         }
+        self.tokens = tokens;
         work
     }
 
