@@ -10,7 +10,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
 use tickwire_lab::modes::{oneway::OneWay, pingpong::PingPong, reproduce::Reproduce, sweep::Sweep};
-use tickwire_lab::modes::{tick_to_trade::TickToTrade, transfer::Transfer};
+use tickwire_lab::modes::{router::RouterLab, tick_to_trade::TickToTrade, transfer::Transfer};
 use tickwire_lab::output::print::{self, Output};
 use tickwire_lab::request::{self, DoctorRequest, OneWayRequest, Request, ThroughputRequest};
 use tickwire_lab::transports::{floor::FloorOptions, sockets::Wait, Transport};
@@ -38,6 +38,8 @@ pub enum LabCmd {
     Transfer(TransferArgs),
     /// The router's topic lookup with few and with many unrelated subscriptions.
     TopicMatch(TopicMatchArgs),
+    /// The Solace scenario (paper 001) through the router, beside its forwarding floor.
+    Router(RouterArgs),
     /// Internal: the far side of a measurement.
     #[command(hide = true)]
     Worker {
@@ -59,6 +61,49 @@ pub struct TopicMatchArgs {
     /// One JSON object per size.
     #[arg(long)]
     json: bool,
+}
+
+/// Options of `lab router`.
+#[derive(Debug, Args)]
+pub struct RouterArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Clients over ipc (shared memory) or tcp (loopback).
+    #[arg(long, default_value = "ipc", value_parser = Transport::parse)]
+    transport: Transport,
+    /// Every subscriber on md/> (each message delivered to all), instead of one topic each.
+    #[arg(long)]
+    fanout: bool,
+    /// Offered rates in messages per second, all publishers together, each measured in turn (e.g. 1M,5M).
+    #[arg(long, default_value = "1M", value_delimiter = ',', value_parser = crate::units::parse_rate)]
+    rate: Vec<u64>,
+    /// Payload bytes (at least 16).
+    #[arg(long, default_value = "100", value_parser = parse_size)]
+    size: usize,
+    /// Publishers, each on its own 12-byte topic.
+    #[arg(long, default_value_t = 10)]
+    publishers: usize,
+    /// Subscribers (one per publisher, or any number with --fanout).
+    #[arg(long, default_value_t = 10)]
+    subscribers: usize,
+    /// How long each rate publishes through the router, over all its rounds.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Rounds per rate, each a floor round then a router round.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Bytes of each client's log and of the floor's rings.
+    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
+    capacity: usize,
+    /// Skip the forwarding floor (no ratios).
+    #[arg(long)]
+    no_floor: bool,
+    /// Also write the histograms as an HdrHistogram interval log.
+    #[arg(long)]
+    hlog: Option<PathBuf>,
+    /// Write an SVG plot of the percentile distributions.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 /// How results are printed.
@@ -433,6 +478,7 @@ impl LabCmd {
             LabCmd::Oneway(a) => &a.common,
             LabCmd::SweepRate(a) => &a.common,
             LabCmd::TickToTrade(a) => &a.common,
+            LabCmd::Router(a) => &a.common,
             LabCmd::Reproduce(a) => return Some((a.cpus, a.share_cpu)),
             LabCmd::Doctor(_) | LabCmd::Transfer(_) | LabCmd::TopicMatch(_) | LabCmd::Worker { .. } => return None,
         };
@@ -549,6 +595,23 @@ impl LabCmd {
                 json: a.json,
             },
             LabCmd::TopicMatch(a) => Request::TopicMatch { sizes: a.unrelated, rounds: a.rounds, json: a.json },
+            LabCmd::Router(a) => Request::Router {
+                run: RouterLab {
+                    transport: a.transport,
+                    fanout: a.fanout,
+                    rates: a.rate,
+                    size: a.size,
+                    publishers: a.publishers,
+                    subscribers: a.subscribers,
+                    duration: a.duration,
+                    rounds: a.rounds,
+                    cpus: a.common.cpus,
+                    dir,
+                    log_bytes: a.capacity,
+                    floor: !a.no_floor,
+                },
+                output: a.common.output(&a.hlog, &a.plot),
+            },
             LabCmd::Doctor(a) => Request::Doctor(DoctorRequest {
                 cpus: a.cpus,
                 json: a.json,

@@ -21,7 +21,13 @@ pub(crate) struct IpcConn {
     pub(crate) id: u32,
     out: LogAppender,
     input: Option<LogReader>,
+    /// Polls so far: the log's heartbeat is kept every
+    /// [`HEARTBEAT_EVERY`] polls, not on each (it reads the clock).
+    polls: u32,
 }
+
+/// A shared-memory client keeps its log's heartbeat once in this many polls.
+const HEARTBEAT_EVERY: u32 = 64;
 
 impl IpcConn {
     /// The router closes its log to us when it ends the session (or stops):
@@ -67,7 +73,7 @@ impl Conn {
         for attempt in 0..8 {
             let id = fresh_id(attempt);
             match ctx.appender(IPC_IN_CHANNEL, id, &cfg) {
-                Ok(out) => return Ok(Conn::Ipc(IpcConn { id, out, input: None })),
+                Ok(out) => return Ok(Conn::Ipc(IpcConn { id, out, input: None, polls: 0 })),
                 Err(e) => last = e.to_string(),
             }
         }
@@ -149,7 +155,10 @@ impl Conn {
     pub(crate) fn poll(&mut self, mut on_frame: impl FnMut(&[u8]), limit: usize) -> Result<usize, SendError> {
         match self {
             Conn::Ipc(c) => {
-                c.out.do_work();
+                c.polls = c.polls.wrapping_add(1);
+                if c.polls % HEARTBEAT_EVERY == 0 {
+                    c.out.do_work();
+                }
                 let Some(input) = &mut c.input else { return Ok(0) };
                 let mut gone = None;
                 let n = input
@@ -194,7 +203,11 @@ impl Conn {
     /// little (TCP), for at most `max`.
     pub(crate) fn park(&mut self, max: Duration) {
         match self {
-            Conn::Ipc(IpcConn { input: Some(r), .. }) => r.park(max),
+            Conn::Ipc(IpcConn { input: Some(r), out, .. }) => {
+                // Idle: a good moment for the heartbeat.
+                out.do_work();
+                r.park(max);
+            }
             _ => std::thread::sleep(max.min(Duration::from_micros(200))),
         }
     }

@@ -45,6 +45,8 @@ pub enum Request {
     Doctor(DoctorRequest),
     /// The router's topic lookup against the number of unrelated subscriptions.
     TopicMatch { sizes: Vec<usize>, rounds: usize, json: bool },
+    /// The Solace scenario through the router, beside its forwarding floor.
+    Router { run: crate::modes::router::RouterLab, output: Output },
     /// The far side of a measurement.
     Worker(Role),
 }
@@ -134,6 +136,11 @@ pub fn run(request: Request) -> Result<(), LabError> {
         Request::Transfer { run, json } => run_transfer(&run, json),
         Request::Doctor(d) => run_doctor(&d),
         Request::TopicMatch { sizes, rounds, json } => run_topic_match(&sizes, rounds, json),
+        Request::Router { run, output } => {
+            let machine = Machine::detect();
+            let results = crate::modes::router::run(&run, &machine)?;
+            crate::modes::router::print(&run, &results, &output, &machine)
+        }
     }
 }
 

@@ -83,6 +83,8 @@ pub enum Role {
     /// Sends an open-loop stream over the network (sweep: and receives the
     /// reflections).
     NetSource(network::SourceSpec),
+    /// The router under test of `lab router`, steered by lines on its stdin.
+    RouterHost(crate::modes::router::host::HostSpec),
     /// The system under test of tick-to-trade: a UDP tick in, a TCP order out to `gateway`.
     TickToTradeSut { gateway: SocketAddr, cpu: usize, tick_size: usize, order_size: usize },
 }
@@ -151,6 +153,7 @@ impl Role {
             Role::RudpRecv { dir, uri } => transfer::receiver(&dir, &uri),
             Role::NetSink(spec) => network::sink(&spec),
             Role::NetSource(spec) => network::source(&spec),
+            Role::RouterHost(spec) => crate::modes::router::host::serve(&spec),
             Role::TickToTradeSut { gateway, cpu, tick_size, order_size } => {
                 tick_to_trade::sut(gateway, cpu, tick_size, order_size)
             }

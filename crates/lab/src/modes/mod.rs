@@ -15,6 +15,8 @@
 //!   checked byte for byte.
 //! * [`matching`]: the router's topic lookup with few and many unrelated
 //!   subscriptions.
+//! * [`router`]: the Solace scenario (paper 001) through tickwire's router,
+//!   one to one and fan-out, beside its forwarding floor.
 //! * [`reproduce`]: all of the above with the papers' parameters, into a
 //!   report with the published figures beside ours and SVG plots.
 
@@ -24,6 +26,7 @@ pub mod oneway;
 pub mod openloop;
 pub mod pingpong;
 pub mod reproduce;
+pub mod router;
 pub mod sweep;
 pub mod tick_to_trade;
 pub mod transfer;

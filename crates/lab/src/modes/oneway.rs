@@ -16,16 +16,12 @@
 //! of the same kind.
 
 use super::network::{self, NetRound};
-use super::openloop::{
-    mark, publish, write_pauses, Distribution, PauseRecorder, PauseSummary, Published, Samples, SinkReport,
-};
+use super::openloop::{publish, write_pauses, PauseRecorder, Published, RunShape, RunTotals, Samples, SinkReport};
 use crate::host::machine::Machine;
 use crate::host::netns::NetnsPair;
-use crate::output::report::{histogram, LatencyRow};
 use crate::output::Measured;
 use crate::transports::Transport;
 use crate::{Cpus, LabError, Role, WorkerProcess};
-use hdrhistogram::Histogram;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 use tickwire_agent::pin_current_thread;
@@ -74,70 +70,6 @@ pub fn topic(i: usize) -> String {
     format!("md/topic{:04}", i % 10_000)
 }
 
-/// One side's results over all rounds.
-struct Totals {
-    all: Histogram<u64>,
-    pause_free: Histogram<u64>,
-    excluded: u64,
-    pauses: PauseSummary,
-    sent: u64,
-    received: u64,
-    secs: f64,
-}
-
-impl Totals {
-    fn new() -> Self {
-        Self {
-            all: histogram(),
-            pause_free: histogram(),
-            excluded: 0,
-            pauses: PauseSummary::default(),
-            sent: 0,
-            received: 0,
-            secs: 0.0,
-        }
-    }
-
-    fn add(&mut self, p: Published, line: &str) -> Result<(), LabError> {
-        let r: SinkReport = crate::worker::parse_report("sink", line)?;
-        self.all.add(crate::output::decode_histogram(&r.histogram)?).map_err(|e| LabError::Worker(e.to_string()))?;
-        self.pause_free
-            .add(crate::output::decode_histogram(&r.pause_free)?)
-            .map_err(|e| LabError::Worker(e.to_string()))?;
-        self.excluded += r.excluded;
-        self.pauses.add(&r.pauses);
-        self.sent += p.sent;
-        self.received += r.received;
-        self.secs += p.secs;
-        Ok(())
-    }
-
-    /// The full and the pause-free rows.
-    fn rows(
-        &self,
-        mode: &str,
-        transport: &str,
-        probe: Option<&str>,
-        o: &OneWay,
-        m: &Machine,
-        wall: SystemTime,
-    ) -> [Measured; 2] {
-        let row = |h: &Histogram<u64>, d: Distribution| {
-            let mut row = LatencyRow::from_histogram(mode, transport, o.size, h);
-            mark(&mut row, d, probe, &self.pauses, self.excluded);
-            row.clock = "CLOCK_MONOTONIC in both processes, from the intended send time".into();
-            row.offered_rate = Some(o.rate as f64);
-            row.achieved_rate = Some((self.sent as f64 / self.secs.max(1e-9)).round());
-            let subscribers = if mode == "floor" { 1 } else { o.subscribers as u64 };
-            row.lost = (self.sent * subscribers).saturating_sub(self.received);
-            row.cpus = o.cpus.to_string();
-            row.machine = m.summary();
-            Measured { row, hist: h.clone(), start: wall, elapsed: Duration::from_secs_f64(self.secs) }
-        };
-        [row(&self.all, Distribution::All), row(&self.pause_free, Distribution::PauseFree)]
-    }
-}
-
 /// Runs the measurement in rounds. Returns tickwire's full and pause-free
 /// rows, then (one to one only) the raw ring's at the same rate and size,
 /// with each tickwire row's ratios to the floor row of the same kind.
@@ -160,7 +92,7 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Vec<Measured>, LabError> {
     }
     let pair = if o.netns { Some(NetnsPair::create()?) } else { None };
     let wall = SystemTime::now();
-    let (mut mine, mut floor) = (Totals::new(), Totals::new());
+    let (mut mine, mut floor) = (RunTotals::new(), RunTotals::new());
     let bar = crate::progress(rounds as u64, "oneway (rounds)");
     for _ in 0..rounds {
         if crate::stop_requested() {
@@ -197,10 +129,11 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Vec<Measured>, LabError> {
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let [mut all, mut free] = mine.rows("oneway", o.transport.name(), None, o, machine, wall);
+    let shape = |fan: usize| RunShape { size: o.size, rate: o.rate, fan: fan as u64, cpus: o.cpus };
+    let [mut all, mut free] = mine.rows("oneway", o.transport.name(), None, &shape(o.subscribers), machine, wall);
     let [f_all, f_free] = match o.transport {
-        Transport::Ipc if one_to_one => floor.rows("floor", "shm", Some("raw_ring"), o, machine, wall),
-        Transport::Rudp => floor.rows("floor", "udp", Some("kernel_udp"), o, machine, wall),
+        Transport::Ipc if one_to_one => floor.rows("floor", "shm", Some("raw_ring"), &shape(1), machine, wall),
+        Transport::Rudp => floor.rows("floor", "udp", Some("kernel_udp"), &shape(1), machine, wall),
         _ => return Ok(vec![all, free]),
     };
     all.row = all.row.with_floor(&f_all.row);

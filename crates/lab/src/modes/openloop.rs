@@ -12,12 +12,14 @@
 //! pause of either side. The full one is what a user of this machine sees;
 //! the pause-free one is what the code can be held to on it.
 
+use crate::host::machine::Machine;
 use crate::output::report::{histogram, LatencyRow};
-use crate::LabError;
+use crate::output::Measured;
+use crate::{Cpus, LabError};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// A gap in a spinning loop longer than this is a pause (20 µs).
 pub const PAUSE_THRESHOLD_NS: u64 = 20_000;
@@ -275,6 +277,16 @@ impl Samples {
         Self(Vec::with_capacity(expected.min(64 << 20)))
     }
 
+    /// Messages kept so far.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none arrived yet.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// A message intended at `intended` arrived at `now`.
     #[inline]
     pub fn push(&mut self, intended: u64, now: u64) {
@@ -361,6 +373,107 @@ impl SinkReport {
     pub fn from_run(samples: &Samples, mine: Vec<(u64, u64)>, path: &Path) -> Result<String, LabError> {
         let r = Self::of(&samples.split_with_peer(mine, path)?);
         serde_json::to_string(&r).map_err(|e| LabError::Worker(e.to_string()))
+    }
+}
+
+/// What a run's rows say besides their distributions.
+#[derive(Debug, Clone, Copy)]
+pub struct RunShape {
+    /// Payload bytes.
+    pub size: usize,
+    /// Offered rate, messages per second.
+    pub rate: u64,
+    /// Deliveries per message sent (subscribers each message reaches).
+    pub fan: u64,
+    /// Where the sides ran.
+    pub cpus: Cpus,
+}
+
+/// One path's results over all rounds of an open-loop run.
+#[derive(Debug)]
+pub struct RunTotals {
+    all: Histogram<u64>,
+    pause_free: Histogram<u64>,
+    excluded: u64,
+    pauses: PauseSummary,
+    sent: u64,
+    received: u64,
+    secs: f64,
+}
+
+impl Default for RunTotals {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RunTotals {
+    /// Nothing yet.
+    pub fn new() -> Self {
+        Self {
+            all: histogram(),
+            pause_free: histogram(),
+            excluded: 0,
+            pauses: PauseSummary::default(),
+            sent: 0,
+            received: 0,
+            secs: 0.0,
+        }
+    }
+
+    /// Adds a round: what the sender published and the receiver's report line.
+    ///
+    /// # Errors
+    /// The line is not a [`SinkReport`].
+    pub fn add(&mut self, p: Published, line: &str) -> Result<(), LabError> {
+        self.add_report(p, &crate::worker::parse_report("sink", line)?)
+    }
+
+    /// Adds a round: what the sender published and the receiver's report.
+    ///
+    /// # Errors
+    /// A histogram in the report is malformed.
+    pub fn add_report(&mut self, p: Published, r: &SinkReport) -> Result<(), LabError> {
+        let add = |to: &mut Histogram<u64>, h: &str| -> Result<(), LabError> {
+            to.add(crate::output::decode_histogram(h)?).map_err(|e| LabError::Worker(e.to_string()))
+        };
+        add(&mut self.all, &r.histogram)?;
+        add(&mut self.pause_free, &r.pause_free)?;
+        self.excluded += r.excluded;
+        self.pauses.add(&r.pauses);
+        self.sent += p.sent;
+        self.received += r.received;
+        self.secs += p.secs;
+        Ok(())
+    }
+
+    /// Messages sent and received so far.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.sent, self.received)
+    }
+
+    /// The full and the pause-free rows.
+    pub fn rows(
+        &self,
+        mode: &str,
+        transport: &str,
+        probe: Option<&str>,
+        shape: &RunShape,
+        m: &Machine,
+        wall: SystemTime,
+    ) -> [Measured; 2] {
+        let row = |h: &Histogram<u64>, d: Distribution| {
+            let mut row = LatencyRow::from_histogram(mode, transport, shape.size, h);
+            mark(&mut row, d, probe, &self.pauses, self.excluded);
+            row.clock = "CLOCK_MONOTONIC in both processes, from the intended send time".into();
+            row.offered_rate = Some(shape.rate as f64);
+            row.achieved_rate = Some((self.sent as f64 / self.secs.max(1e-9)).round());
+            row.lost = (self.sent * shape.fan).saturating_sub(self.received);
+            row.cpus = shape.cpus.to_string();
+            row.machine = m.summary();
+            Measured { row, hist: h.clone(), start: wall, elapsed: Duration::from_secs_f64(self.secs) }
+        };
+        [row(&self.all, Distribution::All), row(&self.pause_free, Distribution::PauseFree)]
     }
 }
 

@@ -353,6 +353,18 @@ pub fn ring_sweep(
     let mut recorder = PauseRecorder::new(tickwire_shm::os::monotonic_ns());
     let mut path = RingSending { tx, rx, samples: &mut samples };
     let published = publish(rate, size, duration, &mut recorder, &mut path)?;
+    // The reflections still on their way, read on the same schedule of
+    // turns as during the run (not after the worker's exit, which would
+    // make them late by the wait for it).
+    let expected = published.sent.div_ceil(every.max(1)) as usize;
+    let mut last = (path.samples.len(), Instant::now());
+    while path.samples.len() < expected && last.1.elapsed() < Duration::from_millis(50) {
+        recorder.tick(tickwire_shm::os::monotonic_ns());
+        path.work()?;
+        if path.samples.len() != last.0 {
+            last = (path.samples.len(), Instant::now());
+        }
+    }
     let mut stop = vec![0u8; 16];
     stamp::write(&mut stop, STOP, 0);
     spin_until(REPLY_TIMEOUT, "ring stop", || path.tx.try_push(&stop).then_some(()))?;
@@ -381,7 +393,11 @@ impl Offer for RingSending<'_> {
     #[inline]
     fn work(&mut self) -> Result<(), LabError> {
         let samples = &mut *self.samples;
-        self.rx.try_pop(|b| samples.arrived(b));
+        for _ in 0..16 {
+            if !self.rx.try_pop(|b| samples.arrived(b)) {
+                break;
+            }
+        }
         Ok(())
     }
 }

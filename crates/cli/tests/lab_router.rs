@@ -1,0 +1,117 @@
+//! `tickwire lab router` end to end: the Solace scenario through a real
+//! router process, over shared memory and TCP, one to one and fan-out,
+//! with its forwarding floor, and nothing left behind.
+
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
+
+fn dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("tw-labrouter-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn lab(d: &std::path::Path, args: &str) -> (String, String) {
+    let out =
+        Command::new(BIN).arg("--dir").arg(d).args(["lab", "router"]).args(args.split_whitespace()).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into());
+    assert!(out.status.success(), "lab router {args}: {stderr}\n{stdout}");
+    (stdout, stderr)
+}
+
+fn json_rows(stdout: &str) -> Vec<serde_json::Value> {
+    stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
+}
+
+/// Nothing of the run is left in its directory but the counters file.
+fn nothing_left(d: &std::path::Path) {
+    let left: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "counters")
+        .collect();
+    assert!(left.is_empty(), "left behind in {}: {left:?}", d.display());
+}
+
+#[test]
+fn shared_memory_one_to_one_has_both_distributions_and_its_ring_floor() {
+    let d = dir("ipc");
+    let (out, _) = lab(&d, "--rate 20k --duration 400ms --rounds 2 --json");
+    let rows = json_rows(&out);
+    assert_eq!(rows.len(), 4, "{out}");
+    let (all, free, floor) = (&rows[0], &rows[1], &rows[2]);
+    assert_eq!((all["mode"].as_str(), all["transport"].as_str()), (Some("router"), Some("shm")), "{all}");
+    assert_eq!(all["distribution"], "all");
+    assert_eq!(free["distribution"], "pause_free");
+    assert_eq!(floor["probe"], "forward_ring", "{floor}");
+    // 20k msg/s for two rounds of 200 ms: 8,000 messages, one delivery each.
+    assert_eq!(all["count"], 8_000, "{all}");
+    assert_eq!(all["lost"], 0, "{all}");
+    assert_eq!(floor["count"], 8_000, "{floor}");
+    assert!(all["ratio_p50"].as_f64().unwrap() > 0.0, "{all}");
+    assert_eq!(all["floor_probe"], "forward_ring", "{all}");
+    let (min, p50, max) =
+        (all["min_ns"].as_u64().unwrap(), all["p50_ns"].as_u64().unwrap(), all["max_ns"].as_u64().unwrap());
+    assert!(0 < min && min <= p50 && p50 <= max, "{all}");
+    nothing_left(&d);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn tcp_fan_out_delivers_every_message_to_every_subscriber() {
+    let d = dir("tcp");
+    let (out, _) = lab(
+        &d,
+        "--transport tcp --fanout --publishers 2 --subscribers 3 --rate 10k --duration 300ms --rounds 1 --json",
+    );
+    let rows = json_rows(&out);
+    assert_eq!(rows.len(), 4, "{out}");
+    let (all, floor) = (&rows[0], &rows[2]);
+    assert_eq!(all["transport"], "tcp", "{all}");
+    // 3,000 messages, each to all three subscribers of md/>.
+    assert_eq!(all["count"], 9_000, "{all}");
+    assert_eq!(all["lost"], 0, "{all}");
+    assert_eq!(floor["probe"], "forward_tcp", "{floor}");
+    assert_eq!(floor["count"], 3_000, "{floor}");
+    nothing_left(&d);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn the_table_says_how_the_run_was_driven_and_which_rates_were_sustained() {
+    let d = dir("table");
+    let (out, _) = lab(&d, "--rate 5k,10k --duration 200ms --rounds 1 --publishers 3 --subscribers 3");
+    for want in [
+        "3 publishers each on its own topic, 3 subscribers on one topic each",
+        "every client session on one thread on CPU 0",
+        "a raw ring to a thread on the router's CPU",
+        "offered 5000 msg/s",
+        "offered 10000 msg/s",
+        "forward-ring floor",
+        "highest rate sustained: 10000 msg/s",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in\n{out}");
+    }
+    nothing_left(&d);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_bad_scenario_is_refused_by_name() {
+    let d = dir("bad");
+    let out = Command::new(BIN)
+        .arg("--dir")
+        .arg(&d)
+        .args(["lab", "router", "--publishers", "2", "--subscribers", "3", "--duration", "100ms"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("one subscriber per publisher"), "{err}");
+    let out = Command::new(BIN).arg("--dir").arg(&d).args(["lab", "router", "--transport", "udp"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ipc or tcp"));
+    let _ = std::fs::remove_dir_all(&d);
+}

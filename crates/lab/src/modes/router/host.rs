@@ -1,0 +1,143 @@
+//! The router under test: worker role [`Role::RouterHost`](crate::Role),
+//! a `tickwire_router::Server` in its own process, pinned to the router's
+//! CPU, for the whole of a `lab router` run.
+//!
+//! It spins only while a router round runs: between rounds the floor's
+//! forwarding thread has the same CPU, so the router sleeps (a duty cycle
+//! every 200 µs, enough for its clients to stay served). The measuring
+//! side steers it with lines on its stdin:
+//! * `wake`: spin from now on, recording pauses;
+//! * `sleep PATH`: write the pauses since `wake` to PATH
+//!   ([`write_pauses`]), print a [`HostReport`] line, and sleep;
+//! * end of input: shut down, and print the last report.
+
+use crate::modes::openloop::{write_pauses, PauseRecorder};
+use crate::LabError;
+use serde::{Deserialize, Serialize};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+use tickwire_agent::pin_current_thread;
+use tickwire_router::{RouterConfig, Server};
+use tickwire_shm::os::monotonic_ns;
+
+/// What the router worker needs ([`Role::RouterHost`](crate::Role)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostSpec {
+    /// The router's directory (its own: clients' logs, lock, counters).
+    pub dir: PathBuf,
+    /// The CPU to pin to.
+    pub cpu: usize,
+    /// Also listen on TCP, on a free loopback port (printed as `listening ADDR`).
+    pub tcp: bool,
+    /// Bytes of each shared-memory client's log out of the router.
+    pub log_bytes: usize,
+}
+
+/// What the router says after each round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostReport {
+    /// Resident memory of the router process, bytes.
+    pub rss_bytes: u64,
+    /// Messages published to it, since it started.
+    pub messages_in: u64,
+    /// Deliveries made or queued, since it started.
+    pub deliveries: u64,
+    /// Deliveries dropped by full queues, since it started.
+    pub discards: u64,
+    /// Sessions closed for protocol violations, since it started.
+    pub violations: u64,
+    /// Open sessions.
+    pub clients: u64,
+}
+
+/// The process's resident set, from `VmRSS` in `/proc/self/status` (0 if unreadable).
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
+}
+
+fn report(server: &Server) -> HostReport {
+    let t = server.router().totals();
+    HostReport {
+        rss_bytes: rss_bytes(),
+        messages_in: t.messages_in,
+        deliveries: t.deliveries,
+        discards: t.discards,
+        violations: t.violations,
+        clients: server.router().clients() as u64,
+    }
+}
+
+fn line(r: &HostReport) -> Result<String, LabError> {
+    serde_json::to_string(r).map_err(|e| LabError::Worker(e.to_string()))
+}
+
+/// Worker role [`Role::RouterHost`](crate::Role).
+pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
+    let cfg = RouterConfig {
+        name: "lab-router".into(),
+        dir: spec.dir.clone(),
+        ipc: true,
+        listen: if spec.tcp { vec!["tcp://127.0.0.1:0".into()] } else { Vec::new() },
+        ipc_log_bytes: spec.log_bytes,
+        ..RouterConfig::default()
+    };
+    let mut server = Server::start(cfg).map_err(|e| LabError::Worker(format!("router: {e}")))?;
+    match server.tcp_addrs().first() {
+        Some(a) => println!("listening {a}"),
+        None => println!("listening ipc"),
+    }
+    // Commands come on a thread of their own, so the spinning loop looks
+    // at one flag and never at its stdin.
+    let (tx, rx) = mpsc::channel::<String>();
+    let pending = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&pending);
+    std::thread::spawn(move || {
+        for l in std::io::stdin().lock().lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                return;
+            }
+            flag.store(true, Ordering::Release);
+        }
+        let _ = tx.send("stop".into());
+        flag.store(true, Ordering::Release);
+    });
+    pin_current_thread(spec.cpu)?;
+    let mut recorder: Option<PauseRecorder> = None;
+    loop {
+        server.do_work();
+        match &mut recorder {
+            Some(r) => {
+                r.tick(monotonic_ns());
+                if !pending.load(Ordering::Acquire) {
+                    continue;
+                }
+            }
+            None => std::thread::sleep(Duration::from_micros(200)),
+        }
+        pending.store(false, Ordering::Release);
+        while let Ok(cmd) = rx.try_recv() {
+            match cmd.split_once(' ').unwrap_or((cmd.as_str(), "")) {
+                ("wake", _) => recorder = Some(PauseRecorder::new(monotonic_ns())),
+                ("sleep", path) => {
+                    let pauses = recorder.take().map(PauseRecorder::into_pauses).unwrap_or_default();
+                    write_pauses(Path::new(path), &pauses)?;
+                    println!("{}", line(&report(&server))?);
+                }
+                ("stop", _) => {
+                    let last = report(&server);
+                    server.shutdown(Duration::from_millis(100));
+                    return line(&last);
+                }
+                _ => return Err(LabError::Worker(format!("router host: unknown command {cmd:?}"))),
+            }
+        }
+    }
+}

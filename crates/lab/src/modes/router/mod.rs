@@ -1,0 +1,289 @@
+//! `tickwire lab router`: the Solace scenario of paper 001 through
+//! tickwire's router, with its forwarding floor in the same run.
+//!
+//! The scenario: P publishers, each on its own 12-byte topic
+//! (`md/topic0000`...), S subscribers, 100-byte messages, one-way latency
+//! from the publish call's intended time to the subscriber's callback, open
+//! loop at a fixed aggregate rate. One to one: each subscriber on one topic
+//! (P = S). Fan-out: every subscriber on `md/>`, each message delivered S
+//! times.
+//!
+//! On two CPUs: the router ([`host`], a `tickwire_router::Server` in a
+//! worker process) spins on `cpus.remote`; the [`harness`] drives every
+//! client session from one thread on `cpus.local`, as its module says.
+//!
+//! Every rate is `rounds` rounds, each a floor round then a router round.
+//! The floor is the same harness schedule through a forwarder on the
+//! router's CPU that does nothing but copy: over shared memory a raw ring
+//! into a thread that copies each message into a second raw ring
+//! ([`floor::ring_sweep`] reflecting every message); over TCP a kernel TCP
+//! connection into a process that writes each message back
+//! ([`network::round`] reflecting every message). No topics, no clients.
+//! While the floor runs, the router sleeps; its clients stay connected for
+//! the whole run, and the router reports its memory after every round.
+
+pub mod harness;
+pub mod host;
+
+use crate::host::machine::Machine;
+use crate::modes::network::{self, NetRound};
+use crate::modes::openloop::{RunShape, RunTotals, SinkReport};
+use crate::output::print::{self, Format, Output};
+use crate::output::report::LatencyRow;
+use crate::output::Measured;
+use crate::transports::{floor, Transport};
+use crate::{Cpus, LabError, Role, WorkerProcess};
+use host::{HostReport, HostSpec};
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+/// A `lab router` run.
+#[derive(Debug, Clone)]
+pub struct RouterLab {
+    /// `ipc` (shared-memory clients) or `tcp` (TCP clients on loopback).
+    pub transport: Transport,
+    /// Every subscriber on `md/>` instead of one topic each.
+    pub fanout: bool,
+    /// Offered rates, messages per second (all publishers together), each
+    /// measured in turn.
+    pub rates: Vec<u64>,
+    /// Payload bytes (at least 16).
+    pub size: usize,
+    /// Publishers, each on its own topic.
+    pub publishers: usize,
+    /// Subscribers.
+    pub subscribers: usize,
+    /// How long each rate publishes, over all its rounds (router rounds;
+    /// the floor rounds take as long again).
+    pub duration: Duration,
+    /// Rounds per rate: a floor round then a router round, this many times.
+    pub rounds: usize,
+    /// The harness (`local`) and the router (`remote`).
+    pub cpus: Cpus,
+    /// Where the run's files go (the router gets a directory of its own in it).
+    pub dir: PathBuf,
+    /// Bytes of each client's log (both ways) and of the floor's rings.
+    pub log_bytes: usize,
+    /// Measure the forwarding floor (without: no ratios).
+    pub floor: bool,
+}
+
+/// One rate's results.
+#[derive(Debug)]
+pub struct RateResult {
+    /// Offered rate.
+    pub rate: u64,
+    /// The router's full and pause-free rows, then the floor's (if measured).
+    pub rows: Vec<Measured>,
+    /// Discards announced to subscribers.
+    pub discarded: u64,
+    /// The router's report after each round.
+    pub host: Vec<HostReport>,
+}
+
+impl RateResult {
+    /// Whether the router kept up: achieved at least 99% of the offered
+    /// rate, nothing lost, nothing discarded.
+    pub fn sustained(&self) -> bool {
+        self.rows.first().is_some_and(|m| {
+            m.row.lost == 0
+                && self.discarded == 0
+                && m.row.achieved_rate.unwrap_or(0.0) >= m.row.offered_rate.unwrap_or(f64::MAX) * 0.99
+        })
+    }
+}
+
+impl RouterLab {
+    /// The transport's name in rows (`shm` or `tcp`) and the floor's probe.
+    pub fn names(&self) -> (&'static str, &'static str) {
+        match self.transport {
+            Transport::Tcp => ("tcp", "forward_tcp"),
+            _ => ("shm", "forward_ring"),
+        }
+    }
+}
+
+/// Runs every rate of `o`.
+///
+/// # Errors
+/// Bad parameters, a router or client that fails to start, a round that
+/// does not finish.
+pub fn run(o: &RouterLab, machine: &Machine) -> Result<Vec<RateResult>, LabError> {
+    if !matches!(o.transport, Transport::Ipc | Transport::Tcp) {
+        return Err(LabError::Usage(format!("lab router runs over ipc or tcp, not {}", o.transport.name())));
+    }
+    if o.size < 16 || o.rates.is_empty() || o.rates.contains(&0) {
+        return Err(LabError::Usage("lab router needs --size >= 16 and rates above zero".into()));
+    }
+    let tag = crate::run_tag();
+    let router_dir = o.dir.join(format!("{tag}-router"));
+    let pauses = o.dir.join(format!("{tag}-router.pauses"));
+    let spec = HostSpec {
+        dir: router_dir.clone(),
+        cpu: o.cpus.remote,
+        tcp: o.transport == Transport::Tcp,
+        log_bytes: o.log_bytes,
+    };
+    let result = (|| {
+        let mut router = WorkerProcess::spawn(&Role::RouterHost(spec))?;
+        let listening = router.read_line()?;
+        let uri = match listening.strip_prefix("listening ") {
+            Some("ipc") => "ipc".to_owned(),
+            Some(addr) => format!("tcp://{addr}"),
+            None => return Err(LabError::Worker(format!("router host said {listening:?}"))),
+        };
+        let mut h = harness::Harness::connect(&uri, &router_dir, (o.publishers, o.subscribers), o.fanout, o.log_bytes)?;
+        let mut out = Vec::new();
+        for &rate in &o.rates {
+            if crate::stop_requested() {
+                break;
+            }
+            out.push(one_rate(o, rate, &mut h, &mut router, &pauses, machine)?);
+        }
+        h.close();
+        router.write_line("stop")?;
+        router.finish(Duration::from_secs(10))?;
+        Ok(out)
+    })();
+    // Everything in it is this run's: the router's and the clients' files.
+    let _ = std::fs::remove_dir_all(&router_dir);
+    let _ = std::fs::remove_file(&pauses);
+    result
+}
+
+fn one_rate(
+    o: &RouterLab,
+    rate: u64,
+    h: &mut harness::Harness,
+    router: &mut WorkerProcess,
+    pauses: &std::path::Path,
+    machine: &Machine,
+) -> Result<RateResult, LabError> {
+    let rounds = o.rounds.max(1);
+    let per_round = (o.duration / rounds as u32).max(Duration::from_millis(50));
+    let wall = SystemTime::now();
+    let (mut mine, mut floor_totals) = (RunTotals::new(), RunTotals::new());
+    let (mut discarded, mut host) = (0, Vec::new());
+    let bar = crate::progress(rounds as u64, &format!("router {rate} msg/s (rounds)"));
+    for _ in 0..rounds {
+        if crate::stop_requested() {
+            break;
+        }
+        if o.floor {
+            let (published, report) = floor_round(o, rate, per_round)?;
+            floor_totals.add_report(published, &report)?;
+        }
+        let r = h.round((rate, o.size, per_round), o.cpus, router, pauses)?;
+        mine.add_report(r.published, &SinkReport::of(&r.split))?;
+        discarded += r.discarded;
+        host.push(r.host);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let (transport, probe) = o.names();
+    let shape = |fan: u64| RunShape { size: o.size, rate, fan, cpus: o.cpus };
+    let [mut all, mut free] = mine.rows("router", transport, None, &shape(h.fan), machine, wall);
+    let mut rows = Vec::with_capacity(4);
+    if o.floor {
+        let [f_all, f_free] = floor_totals.rows("floor", transport, Some(probe), &shape(1), machine, wall);
+        all.row = all.row.with_floor(&f_all.row);
+        free.row = free.row.with_floor(&f_free.row);
+        rows.extend([all, free, f_all, f_free]);
+    } else {
+        rows.extend([all, free]);
+    }
+    Ok(RateResult { rate, rows, discarded, host })
+}
+
+/// One floor round: the harness's schedule through a forwarder on the
+/// router's CPU that only copies (a raw ring to a raw ring, or TCP back).
+fn floor_round(
+    o: &RouterLab,
+    rate: u64,
+    duration: Duration,
+) -> Result<(crate::modes::openloop::Published, SinkReport), LabError> {
+    match o.transport {
+        Transport::Tcp => {
+            let r = NetRound {
+                transport: Transport::Tcp,
+                rate,
+                size: o.size,
+                duration,
+                reflect_every: 1,
+                cpus: o.cpus,
+                dir: &o.dir,
+                params: "",
+                netns: None,
+            };
+            let (source, _line) = network::round(&r)?;
+            let report = source
+                .reflections
+                .ok_or_else(|| LabError::Worker("the TCP floor's source reported no reflections".into()))?;
+            Ok((source.published, report))
+        }
+        _ => {
+            let (published, split, _) = floor::ring_sweep((rate, o.size, duration), 1, o.cpus, &o.dir, o.log_bytes)?;
+            Ok((published, SinkReport::of(&split)))
+        }
+    }
+}
+
+/// Prints a run: per rate, what was offered and achieved, the router's
+/// memory, the four rows and the ratios; then the highest rate sustained.
+///
+/// # Errors
+/// A file of `out` cannot be written.
+pub fn print(o: &RouterLab, results: &[RateResult], out: &Output, machine: &Machine) -> Result<(), LabError> {
+    let all: Vec<Measured> = results.iter().flat_map(|r| r.rows.iter().cloned()).collect();
+    if out.format != Format::Table {
+        return print::latency_and_files(&all, out, machine, "One-way latency through the router by percentile");
+    }
+    let (transport, _) = o.names();
+    let scenario = if o.fanout {
+        format!("fan-out: {} publishers, {} subscribers each on md/>", o.publishers, o.subscribers)
+    } else {
+        format!("{} publishers each on its own topic, {} subscribers on one topic each", o.publishers, o.subscribers)
+    };
+    println!("machine: {}", machine.summary());
+    println!(
+        "router {transport}, {scenario}, {} B messages; router spinning on CPU {}, every client session on one \
+         thread on CPU {}",
+        o.size, o.cpus.remote, o.cpus.local
+    );
+    if o.floor {
+        let floor = match o.transport {
+            Transport::Tcp => "kernel TCP to a process on the router's CPU that writes each message back",
+            _ => "a raw ring to a thread on the router's CPU that copies each message into a second raw ring",
+        };
+        println!("floor (same schedule, interleaved in rounds): {floor}");
+    }
+    for r in results {
+        let row = &r.rows[0].row;
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        let (first, last) = (r.host.first().copied().unwrap_or_default(), r.host.last().copied().unwrap_or_default());
+        println!();
+        println!(
+            "offered {} msg/s, achieved {:.0}, {} deliveries lost, {} discarded; {}; router RSS {:.1} MiB after \
+             the first round, {:.1} MiB after the last",
+            r.rate,
+            row.achieved_rate.unwrap_or(0.0),
+            row.lost,
+            r.discarded,
+            if r.sustained() { "sustained" } else { "NOT sustained" },
+            mib(first.rss_bytes),
+            mib(last.rss_bytes),
+        );
+        let rows: Vec<LatencyRow> = r.rows.iter().map(|m| m.row.clone()).collect();
+        print!("{}", crate::output::report::table(&rows));
+        println!("{}", print::pauses_line(row));
+    }
+    match results.iter().rfind(|r| r.sustained()) {
+        Some(r) => println!("\nhighest rate sustained: {} msg/s (of those offered)", r.rate),
+        None => println!("\nno offered rate was sustained (lost, discarded, or achieved under 99%)"),
+    }
+    print::hlog(out, &all)?;
+    if let Some(path) = &out.plot {
+        print::distribution(path, "One-way latency through the router by percentile", &all)?;
+    }
+    Ok(())
+}
