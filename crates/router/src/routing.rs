@@ -92,6 +92,17 @@ impl TopicStat {
     }
 }
 
+/// Puts session `id` in the backlog if frames wait for its transport.
+#[inline]
+fn mark(sessions: &mut [Option<Session>], backlog: &mut Vec<u32>, id: u32) {
+    if let Some(Some(s)) = sessions.get_mut(id as usize) {
+        if !s.in_backlog && s.needs_flush() {
+            s.in_backlog = true;
+            backlog.push(id);
+        }
+    }
+}
+
 /// Queues a control frame for `s`.
 fn control(s: &mut Session, repr: &ClientRepr<'_>) -> Result<(), Disconnect> {
     if s.send_control(repr) {
@@ -109,6 +120,11 @@ pub struct Router {
     index: SubscriptionIndex<u32>,
     sessions: Vec<Option<Session>>,
     free: Vec<u32>,
+    /// Sessions with frames waiting for their transport: the only ones
+    /// [`Router::flush`] visits.
+    backlog: Vec<u32>,
+    /// The backlog being flushed (kept: no allocation per flush).
+    flushing: Vec<u32>,
     topics: FxHashMap<Box<str>, TopicStat>,
     other_topics: TopicStat,
     totals: Totals,
@@ -130,6 +146,8 @@ impl Router {
             index: SubscriptionIndex::new(),
             sessions: Vec::new(),
             free: Vec::new(),
+            backlog: Vec::new(),
+            flushing: Vec::new(),
             topics: FxHashMap::default(),
             other_topics,
             totals: Totals::default(),
@@ -191,6 +209,9 @@ impl Router {
     pub fn disconnect(&mut self, id: u32, why: &Disconnect) -> Option<Session> {
         let mut s = self.sessions.get_mut(id as usize)?.take()?;
         self.free.push(id);
+        if s.in_backlog {
+            self.backlog.retain(|&b| b != id);
+        }
         for (sid, p) in s.subscriptions.drain() {
             self.index.remove(&p, id, sid);
         }
@@ -218,6 +239,14 @@ impl Router {
     /// Refusals that leave the session open (a bad topic, an unsupported
     /// flag) go back to the client as REJECT frames instead.
     pub fn handle_frame(&mut self, id: u32, bytes: &[u8]) -> Result<(), Disconnect> {
+        let r = self.act(id, bytes);
+        // Its replies (WELCOME, REJECT) may wait for room.
+        mark(&mut self.sessions, &mut self.backlog, id);
+        r
+    }
+
+    #[inline]
+    fn act(&mut self, id: u32, bytes: &[u8]) -> Result<(), Disconnect> {
         let Some(Some(s)) = self.sessions.get_mut(id as usize) else {
             return Err(Disconnect::protocol(format!("no session {id}")));
         };
@@ -323,6 +352,10 @@ impl Router {
         for &c in targets {
             if let Some(Some(s)) = self.sessions.get_mut(c as usize) {
                 discards += u64::from(s.deliver(topic, payload, 0));
+                if !s.in_backlog && s.needs_flush() {
+                    s.in_backlog = true;
+                    self.backlog.push(c);
+                }
             }
         }
         let n = targets.len() as u64;
@@ -349,16 +382,25 @@ impl Router {
     /// Moves queued frames to every session's transport; returns the frames
     /// moved, and puts in `failed` the sessions whose transport broke.
     pub fn flush(&mut self, failed: &mut Vec<(u32, String)>) -> usize {
+        if self.backlog.is_empty() {
+            return 0;
+        }
         let mut n = 0;
-        for (id, slot) in self.sessions.iter_mut().enumerate() {
-            let Some(s) = slot else { continue };
+        std::mem::swap(&mut self.backlog, &mut self.flushing);
+        for &id in &self.flushing {
+            let Some(Some(s)) = self.sessions.get_mut(id as usize) else { continue };
             n += s.flush();
             if let Outbound::Tcp(t) = &s.out {
                 if let Some(why) = &t.failed {
-                    failed.push((id as u32, why.clone()));
+                    failed.push((id, why.clone()));
                 }
             }
+            s.in_backlog = s.needs_flush();
+            if s.in_backlog {
+                self.backlog.push(id);
+            }
         }
+        self.flushing.clear();
         n
     }
 

@@ -39,6 +39,12 @@ const POLL_LIMIT: usize = 256;
 const HOUSEKEEPING_NS: u64 = 20_000_000;
 /// How often to accept TCP connections when no TCP session is open.
 const ACCEPT_NS: u64 = 1_000_000;
+/// The duty cycle reads the clock (for the timers above) once in this many
+/// cycles: on a VM a clock read costs as much as polling several clients.
+const CLOCK_EVERY: u32 = 16;
+/// An idle shared-memory client's log is checked for its end once in this
+/// many cycles.
+const END_CHECK_EVERY: u32 = 64;
 
 /// Why a router could not start.
 #[derive(Debug, thiserror::Error)]
@@ -69,11 +75,19 @@ pub enum StartError {
     Shm(#[from] tickwire_shm::ShmError),
 }
 
-// The shared-memory side stays inline: no pointer to chase on its hot path.
-#[allow(clippy::large_enum_variant)]
-enum Input {
-    Ipc { reader: LogReader, stream: u32 },
-    Tcp { stream: Arc<TcpStream>, reader: FrameReader },
+/// A shared-memory client's log into the router.
+struct IpcInput {
+    /// Its session.
+    id: u32,
+    /// Its stream id (`tw-router-in-STREAM.log`).
+    stream: u32,
+    reader: LogReader,
+}
+
+/// A TCP client's connection.
+struct TcpInput {
+    stream: Arc<TcpStream>,
+    reader: FrameReader,
 }
 
 /// What a shutdown did.
@@ -91,7 +105,10 @@ pub struct Server {
     ctx: Context,
     cfg: RouterConfig,
     _lock: File,
-    inputs: Vec<Option<Input>>,
+    /// Shared-memory clients, dense: the duty cycle polls each in turn.
+    ipc: Vec<IpcInput>,
+    /// TCP clients by session id (their epoll token).
+    tcp: Vec<Option<TcpInput>>,
     ipc_serving: HashSet<u32>,
     ipc_refused: HashMap<u32, String>,
     poll: Poll,
@@ -103,6 +120,8 @@ pub struct Server {
     failed: Vec<(u32, String)>,
     last_housekeeping: u64,
     last_accept: u64,
+    /// Duty cycles so far (the clock is read once in [`CLOCK_EVERY`]).
+    cycle: u32,
 }
 
 impl std::fmt::Debug for Server {
@@ -164,7 +183,8 @@ impl Server {
             ctx,
             cfg,
             _lock: lock,
-            inputs: Vec::new(),
+            ipc: Vec::new(),
+            tcp: Vec::new(),
             ipc_serving: HashSet::new(),
             ipc_refused: HashMap::new(),
             poll,
@@ -175,6 +195,7 @@ impl Server {
             failed: Vec::new(),
             last_housekeeping: 0,
             last_accept: 0,
+            cycle: 0,
         })
     }
 
@@ -200,36 +221,44 @@ impl Server {
 
     /// One duty cycle; returns the work done (0: idle).
     pub fn do_work(&mut self) -> usize {
+        self.cycle = self.cycle.wrapping_add(1);
         let mut work = self.poll_ipc();
-        let now = now_ns();
-        if self.tcp_sessions > 0 || now.saturating_sub(self.last_accept) >= ACCEPT_NS {
-            self.last_accept = now;
+        if self.tcp_sessions > 0 {
             work += self.poll_tcp();
         }
         work += self.router.flush(&mut self.failed);
         while let Some((id, why)) = self.failed.pop() {
             self.close(id, &Disconnect { code: RejectCode::Normal, reason: format!("connection failed: {why}") });
         }
-        if now.saturating_sub(self.last_housekeeping) >= HOUSEKEEPING_NS {
-            self.last_housekeeping = now;
-            if self.cfg.ipc {
-                work += self.scan_ipc();
+        if self.cycle.is_multiple_of(CLOCK_EVERY) {
+            let now = now_ns();
+            if self.tcp_sessions == 0 && now.saturating_sub(self.last_accept) >= ACCEPT_NS {
+                self.last_accept = now;
+                work += self.poll_tcp();
             }
-            self.router.publish_counters();
+            if now.saturating_sub(self.last_housekeeping) >= HOUSEKEEPING_NS {
+                self.last_housekeeping = now;
+                if self.cfg.ipc {
+                    work += self.scan_ipc();
+                }
+                self.router.publish_counters();
+            }
         }
         work
     }
 
     fn poll_ipc(&mut self) -> usize {
         let mut work = 0;
-        for id in 0..self.inputs.len() {
-            let Some(Input::Ipc { reader, .. }) = &mut self.inputs[id] else { continue };
+        let check_end = self.cycle.is_multiple_of(END_CHECK_EVERY);
+        let mut i = 0;
+        while let Some(input) = self.ipc.get_mut(i) {
+            let id = input.id;
             let router = &mut self.router;
             let mut why: Option<Disconnect> = None;
-            let r = reader.poll(
+            let r = input.reader.poll(
                 |ev| match ev {
                     Event::Message(m) if why.is_none() => {
-                        if let Err(d) = router.handle_frame(id as u32, m.payload) {
+                        if let Err(d) = router.handle_frame(id, m.payload) {
                             why = Some(d);
                         }
                     }
@@ -244,14 +273,16 @@ impl Server {
                 POLL_LIMIT,
             );
             match r {
+                Ok(0) if check_end && why.is_none() && input.reader.is_end_of_stream() => {
+                    why = Some(Disconnect { code: RejectCode::Normal, reason: "client closed its log".into() });
+                }
                 Ok(n) => work += n,
                 Err(e) => why = Some(Disconnect::protocol(format!("client log: {e}"))),
             }
-            if why.is_none() && reader.is_end_of_stream() {
-                why = Some(Disconnect { code: RejectCode::Normal, reason: "client closed its log".into() });
-            }
-            if let Some(d) = why {
-                self.close(id as u32, &d);
+            match why {
+                // Closing takes it out of `ipc` (the last one moves to `i`).
+                Some(d) => self.close(id, &d),
+                None => i += 1,
             }
         }
         work
@@ -271,7 +302,7 @@ impl Server {
                 continue;
             }
             let id = t.0;
-            let Some(Some(Input::Tcp { stream, reader })) = self.inputs.get_mut(id) else { continue };
+            let Some(Some(TcpInput { stream, reader })) = self.tcp.get_mut(id) else { continue };
             let router = &mut self.router;
             let mut why: Option<Disconnect> = None;
             let r = reader.read_from(&**stream, |f| match router.handle_frame(id as u32, f) {
@@ -323,43 +354,35 @@ impl Server {
             let stream = Arc::new(stream);
             let id = self.router.attach(Outbound::Tcp(TcpOut::new(Arc::clone(&stream))), format!("tcp {peer}"));
             debug_assert_eq!(id, next);
-            self.set_input(
-                id,
-                Input::Tcp { stream, reader: FrameReader::new(HEADER_LEN, self.router.limits().max_frame) },
-            );
+            let i = id as usize;
+            if self.tcp.len() <= i {
+                self.tcp.resize_with(i + 1, || None);
+            }
+            self.tcp[i] =
+                Some(TcpInput { stream, reader: FrameReader::new(HEADER_LEN, self.router.limits().max_frame) });
             self.tcp_sessions += 1;
             tracing::info!(client = id, %peer, "tcp client connected");
             n += 1;
         }
     }
 
-    fn set_input(&mut self, id: u32, input: Input) {
-        let i = id as usize;
-        if self.inputs.len() <= i {
-            self.inputs.resize_with(i + 1, || None);
-        }
-        self.inputs[i] = Some(input);
-    }
-
     /// Ends a session: CLOSE offered, transport dropped (an IPC client's
     /// log out of the router is removed: the router made it).
     fn close(&mut self, id: u32, why: &Disconnect) {
-        let input = self.inputs.get_mut(id as usize).and_then(Option::take);
+        // The input goes first, whatever the session's state: the duty
+        // cycle must never meet it again.
+        if let Some(i) = self.ipc.iter().position(|input| input.id == id) {
+            let input = self.ipc.swap_remove(i);
+            self.ipc_serving.remove(&input.stream);
+            // Its log stays until the client goes; do not take it again.
+            self.ipc_refused.insert(input.stream, why.to_string());
+        } else if let Some(TcpInput { stream, .. }) = self.tcp.get_mut(id as usize).and_then(Option::take) {
+            use std::os::fd::AsRawFd;
+            let _ = self.poll.registry().deregister(&mut mio::unix::SourceFd(&stream.as_raw_fd()));
+            self.tcp_sessions -= 1;
+        }
         let Some(mut s) = self.router.disconnect(id, why) else { return };
         s.flush_best_effort();
-        match input {
-            Some(Input::Ipc { stream, .. }) => {
-                self.ipc_serving.remove(&stream);
-                // Its log stays until the client goes; do not take it again.
-                self.ipc_refused.insert(stream, why.to_string());
-            }
-            Some(Input::Tcp { stream, .. }) => {
-                use std::os::fd::AsRawFd;
-                let _ = self.poll.registry().deregister(&mut mio::unix::SourceFd(&stream.as_raw_fd()));
-                self.tcp_sessions -= 1;
-            }
-            None => {}
-        }
         if why.code == RejectCode::Normal {
             tracing::info!(client = id, name = %s.name, peer = %s.peer, "disconnected: {}", why.reason);
         } else {
@@ -424,7 +447,7 @@ impl Server {
         let cfg = LogConfig::with_capacity(self.cfg.ipc_log_bytes);
         let out = LogAppender::create(self.ctx.dir(), IPC_OUT_CHANNEL, stream, &cfg, self.ctx.counters())?;
         let id = self.router.attach(Outbound::Ipc(out), format!("ipc pid {pid}"));
-        self.set_input(id, Input::Ipc { reader, stream });
+        self.ipc.push(IpcInput { id, stream, reader });
         Ok(id)
     }
 

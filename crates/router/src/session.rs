@@ -134,6 +134,8 @@ pub struct Session {
     pub(crate) subscriptions: HashMap<u32, Pattern>,
     pub(crate) next_sequence: u64,
     pub(crate) hello: bool,
+    /// In the router's list of sessions with frames waiting.
+    pub(crate) in_backlog: bool,
     /// Totals.
     pub stats: SessionStats,
     pub(crate) counters: Option<CounterSet>,
@@ -150,6 +152,7 @@ impl Session {
             subscriptions: HashMap::new(),
             next_sequence: 0,
             hello: false,
+            in_backlog: false,
             stats: SessionStats::default(),
             counters,
         }
@@ -170,6 +173,16 @@ impl Session {
     /// The transport it sends on, mutably (tests drain a [`MemoryOut`]).
     pub fn outbound_mut(&mut self) -> &mut Outbound {
         &mut self.out
+    }
+
+    /// Whether frames wait for its transport (queued deliveries, control
+    /// frames, a TCP write's remainder), or its connection failed: the
+    /// router's flush has something to do for it.
+    #[inline]
+    pub(crate) fn needs_flush(&self) -> bool {
+        !self.queue.is_empty()
+            || !self.control.is_empty()
+            || matches!(&self.out, Outbound::Tcp(t) if t.has_pending() || t.failed.is_some())
     }
 
     /// Queues a control frame (sent before any queued delivery).

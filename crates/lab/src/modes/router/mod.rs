@@ -273,6 +273,14 @@ pub fn print(o: &RouterLab, results: &[RateResult], out: &Output, machine: &Mach
             mib(first.rss_bytes),
             mib(last.rss_bytes),
         );
+        let (cycles, awake) = r.host.iter().fold((0, 0), |(c, a), h| (c + h.cycles, a + h.awake_ns));
+        if cycles > 0 {
+            println!(
+                "router duty cycle: {:.0} ns on average ({cycles} cycles in {:.2} s awake)",
+                awake as f64 / cycles as f64,
+                awake as f64 / 1e9
+            );
+        }
         let rows: Vec<LatencyRow> = r.rows.iter().map(|m| m.row.clone()).collect();
         print!("{}", crate::output::report::table(&rows));
         println!("{}", print::pauses_line(row));
