@@ -3,8 +3,13 @@
 //! with its forwarding floor, and nothing left behind.
 
 use std::process::Command;
+use std::sync::Mutex;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
+
+/// Each run pins spinning processes to CPUs 0 and 1: one at a time, or two
+/// runs share the CPUs and neither keeps its schedule.
+static CPUS: Mutex<()> = Mutex::new(());
 
 fn dir(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("tw-labrouter-{name}-{}", std::process::id()));
@@ -13,6 +18,7 @@ fn dir(name: &str) -> std::path::PathBuf {
 }
 
 fn lab(d: &std::path::Path, args: &str) -> (String, String) {
+    let _cpus = CPUS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let out =
         Command::new(BIN).arg("--dir").arg(d).args(["lab", "router"]).args(args.split_whitespace()).output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into());
@@ -109,6 +115,7 @@ fn a_bad_scenario_is_refused_by_name() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
+    // (Refused before anything spins: no need for the CPUs.)
     assert!(err.contains("one subscriber per publisher"), "{err}");
     let out = Command::new(BIN).arg("--dir").arg(&d).args(["lab", "router", "--transport", "udp"]).output().unwrap();
     assert!(!out.status.success());

@@ -267,6 +267,17 @@ impl Client {
         &self.last_error
     }
 
+    /// The TCP connection's socket, for an application that waits on it
+    /// in its own `epoll` (level-triggered: [`Client::poll`] reads at most
+    /// `limit` frames a call). `None` over shared memory and while not
+    /// connected; it changes when the client reconnects.
+    pub fn as_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        match &self.conn {
+            Some(c) if self.state == State::Connected => c.as_fd(),
+            _ => None,
+        }
+    }
+
     /// Where the router is.
     pub fn uri(&self) -> &RouterUri {
         &self.uri

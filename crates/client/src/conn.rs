@@ -199,6 +199,15 @@ impl Conn {
         }
     }
 
+    /// A TCP connection's socket.
+    pub(crate) fn as_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        match self {
+            Conn::Tcp(t) => Some(t.stream.as_fd()),
+            Conn::Ipc(_) => None,
+        }
+    }
+
     /// Parks until the router may have written (shared memory), or sleeps a
     /// little (TCP), for at most `max`.
     pub(crate) fn park(&mut self, max: Duration) {

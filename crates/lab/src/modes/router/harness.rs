@@ -9,14 +9,17 @@
 //! turn of the loop (while waiting for the next send time, and after every
 //! [`CATCH_UP_BATCH`](crate::modes::openloop::CATCH_UP_BATCH) sends when
 //! behind) the thread polls every subscriber once (`Client::poll`, up to
-//! 64 messages each) and one publisher (its heartbeat). A delivery's latency
-//! is its arrival in the subscriber's callback minus the intended send
-//! time carried in its first 16 bytes.
+//! 64 messages each; over TCP, one `epoll_wait(0)` over the subscribers'
+//! sockets first, and only the readable ones), and every 16 turns one
+//! publisher (its heartbeat and replies). A delivery's latency is its
+//! arrival in the subscriber's callback minus the intended send time
+//! carried in its first 16 bytes.
 
 use super::host::HostReport;
 use crate::modes::oneway::topic;
 use crate::modes::openloop::{publish, Offer, PauseRecorder, Published, Samples, Split};
 use crate::{Cpus, LabError, WorkerProcess};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
@@ -36,6 +39,9 @@ pub(crate) struct Harness {
     pubs: Vec<Client>,
     subs: Vec<Client>,
     topics: Vec<String>,
+    /// TCP: the subscribers' sockets in one (level-triggered) epoll, so a
+    /// turn costs one `epoll_wait` instead of a `read` per subscriber.
+    ready: Option<Ready>,
     /// Deliveries per message.
     pub(crate) fan: u64,
 }
@@ -72,6 +78,9 @@ impl Harness {
         fanout: bool,
         log_bytes: usize,
     ) -> Result<Self, LabError> {
+        if subscribers > ALL.len() {
+            return Err(LabError::Usage(format!("lab router drives at most {} subscribers", ALL.len())));
+        }
         if publishers == 0 || subscribers == 0 || (!fanout && publishers != subscribers) {
             return Err(LabError::Usage(
                 "lab router needs one subscriber per publisher (or --fanout, every subscriber on md/>)".into(),
@@ -89,11 +98,14 @@ impl Harness {
             s.subscribe(pattern).map_err(|e| client_err(pattern, e))?;
         }
         let fan = if fanout { subscribers as u64 } else { 1 };
-        let mut h = Self { pubs, subs, topics, fan };
+        let mut h = Self { pubs, subs, topics, ready: None, fan };
         for c in h.pubs.iter_mut().chain(h.subs.iter_mut()) {
             c.wait_connected(SETUP_TIMEOUT).map_err(|e| client_err("lab router client", e))?;
         }
         h.probe(fanout)?;
+        if uri.starts_with("tcp://") {
+            h.ready = Some(Ready::of(&h.subs)?);
+        }
         Ok(h)
     }
 
@@ -178,6 +190,51 @@ impl Harness {
     }
 }
 
+/// One publisher's connection is polled every this many turns.
+const PUBLISHER_EVERY: usize = 16;
+
+/// Subscriber indexes 0..256: every subscriber is ready (shared memory).
+const ALL: [u8; 256] = {
+    let mut a = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        a[i] = i as u8;
+        i += 1;
+    }
+    a
+};
+
+/// The subscribers' TCP sockets in one epoll.
+struct Ready {
+    epoll: Epoll,
+    events: Vec<EpollEvent>,
+    ready: Vec<u8>,
+}
+
+impl Ready {
+    fn of(subs: &[Client]) -> Result<Self, LabError> {
+        let err = |e: nix::Error| LabError::Worker(format!("epoll: {e}"));
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(err)?;
+        for (i, s) in subs.iter().enumerate() {
+            let fd = s.as_fd().ok_or_else(|| LabError::Worker(format!("subscriber {i} is not connected")))?;
+            epoll.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, i as u64)).map_err(err)?;
+        }
+        Ok(Self { epoll, events: vec![EpollEvent::empty(); subs.len()], ready: Vec::with_capacity(subs.len()) })
+    }
+
+    /// The subscribers with something to read.
+    #[inline]
+    fn wait(&mut self) -> Result<&[u8], LabError> {
+        let n = self
+            .epoll
+            .wait(&mut self.events, EpollTimeout::ZERO)
+            .map_err(|e| LabError::Worker(format!("epoll: {e}")))?;
+        self.ready.clear();
+        self.ready.extend(self.events[..n].iter().map(|e| e.data() as u8));
+        Ok(&self.ready)
+    }
+}
+
 /// The harness's path for [`publish`]: offers through the publishers in
 /// turn, and polls every subscriber on every turn.
 struct Routed<'a> {
@@ -209,8 +266,12 @@ impl Offer for Routed<'_> {
     fn work(&mut self) -> Result<(), LabError> {
         let Routed { h, samples, received, discarded, turn, .. } = self;
         let mut gone: Option<String> = None;
-        for s in &mut h.subs {
-            s.poll(
+        let ready = match &mut h.ready {
+            Some(r) => r.wait()?,
+            None => &ALL[..h.subs.len()],
+        };
+        for &i in ready {
+            h.subs[usize::from(i)].poll(
                 |e| match e {
                     ClientEvent::Message(d) if stamp::seq(d.payload) != Some(PROBE) => {
                         samples.arrived(d.payload);
@@ -223,8 +284,13 @@ impl Offer for Routed<'_> {
                 64,
             );
         }
+        // The publishers read nothing but their own heartbeat (shared
+        // memory) and the odd reply: one is looked after every few turns.
         *turn += 1;
-        let p = *turn % h.pubs.len();
+        if *turn % PUBLISHER_EVERY != 0 {
+            return gone.map_or(Ok(()), |why| Err(LabError::Worker(format!("a lab client lost the router: {why}"))));
+        }
+        let p = (*turn / PUBLISHER_EVERY) % h.pubs.len();
         h.pubs[p].poll(
             |e| {
                 if let ClientEvent::Disconnected { reason } = e {

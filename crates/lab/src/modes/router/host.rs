@@ -24,7 +24,7 @@ use tickwire_router::{RouterConfig, Server};
 use tickwire_shm::os::monotonic_ns;
 
 /// The awake loop reads the clock for its pause record once in this many
-/// duty cycles.
+/// idle duty cycles (and after every busy one).
 const TICK_EVERY: u64 = 8;
 
 /// What the router worker needs ([`Role::RouterHost`](crate::Role)).
@@ -123,14 +123,16 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
     let mut recorder: Option<PauseRecorder> = None;
     let (mut cycles, mut woke) = (0u64, 0u64);
     loop {
-        server.do_work();
+        let work = server.do_work();
         match &mut recorder {
             Some(r) => {
                 cycles += 1;
-                // A pause is a gap over 20 us: a tick every few cycles
-                // (each well under a microsecond) sees every one, and
-                // leaves the clock's cost out of most cycles.
-                if cycles % TICK_EVERY == 0 {
+                // A pause is a gap over 20 us: a tick after every cycle
+                // that worked (which may take long: TCP's system calls)
+                // and every few idle ones (each well under a microsecond)
+                // sees every one, and leaves the clock's cost out of most
+                // idle cycles.
+                if work > 0 || cycles % TICK_EVERY == 0 {
                     r.tick(monotonic_ns());
                 }
                 if !pending.load(Ordering::Acquire) {
