@@ -13,8 +13,9 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Low-latency messaging over shared memory (`ipc:NAME`) and reliable UDP
-/// (`udp://HOST:PORT`, multicast `udp://GROUP:PORT?interface=ADDR`).
+/// Low-latency messaging over shared memory (`ipc:NAME`), reliable UDP
+/// (`udp://HOST:PORT`, multicast `udp://GROUP:PORT?interface=ADDR`) and TCP
+/// (`tcp://HOST:PORT`), and through the router.
 #[derive(Debug, Parser)]
 #[command(name = "tickwire", version, about)]
 struct Cli {
@@ -30,9 +31,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Publish generated messages or stdin lines on a channel (ipc: or udp://) and stream.
+    /// Publish generated messages or stdin lines on a channel (ipc:, udp:// or tcp://) and stream.
     Pub(pubsub::PubArgs),
-    /// Subscribe to a channel (ipc: or udp://) and stream; print or count what arrives.
+    /// Subscribe to a channel (ipc:, udp:// or tcp://) and stream; print or count what arrives.
     Sub(pubsub::SubArgs),
     /// Run the message router: topics with * and > wildcards, shared-memory and TCP clients.
     Router(router::RouterArgs),

@@ -1,5 +1,5 @@
 //! `tickwire pub` and `tickwire sub`, over every channel the library takes
-//! (`ipc:NAME`, `udp://HOST:PORT`, `udp://GROUP:PORT?interface=ADDR`).
+//! (`ipc:NAME`, `udp://HOST:PORT`, `udp://GROUP:PORT?interface=ADDR`, `tcp://HOST:PORT`).
 //!
 //! Both wait for the other side as long as the user wants (until Ctrl-C,
 //! or `--wait`), saying once what they wait for. A subscriber stays when a
@@ -21,7 +21,7 @@ use tickwire_wire::stamp;
 /// Options of `tickwire pub`.
 #[derive(Debug, Args)]
 pub struct PubArgs {
-    /// Channel: ipc:NAME, udp://HOST:PORT, or udp://GROUP:PORT?interface=ADDR.
+    /// Channel: ipc:NAME, udp://HOST:PORT, udp://GROUP:PORT?interface=ADDR, or tcp://HOST:PORT.
     #[arg(long, default_value = "ipc:default", value_parser = parse_channel)]
     pub(crate) channel: Channel,
     /// Stream id.
@@ -65,7 +65,7 @@ pub struct PubArgs {
 /// Options of `tickwire sub`.
 #[derive(Debug, Args)]
 pub struct SubArgs {
-    /// Channel: ipc:NAME, udp://HOST:PORT, or udp://GROUP:PORT?interface=ADDR.
+    /// Channel: ipc:NAME, udp://HOST:PORT, udp://GROUP:PORT?interface=ADDR, or tcp://HOST:PORT.
     #[arg(long, default_value = "ipc:default", value_parser = parse_channel)]
     pub(crate) channel: Channel,
     /// Stream id.

@@ -1,7 +1,10 @@
-//! Channel URIs: `udp://host:port?key=value&...`.
+//! Channel URIs: `udp://host:port?key=value&...` and
+//! `tcp://host:port?key=value&...`.
 //!
-//! A multicast address (224.0.0.0/4) makes a multicast channel; `interface`
-//! names the local address to join and send on. Every key is listed in
+//! A multicast address (224.0.0.0/4) makes a multicast channel (UDP only);
+//! `interface` names the local address to join and send on. A `tcp://`
+//! channel carries the same protocol over a TCP connection
+//! (`tickwire_transport::TcpTransport`), point to point. Every key is listed in
 //! [`KEYS`]; an unknown key or a bad value is an error that names it.
 
 use crate::units::{parse_duration, parse_size};
@@ -52,15 +55,16 @@ pub const KEYS: &[&str] = &[
 /// Why a URI is unusable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UriError {
-    /// Not `udp://host:port[?...]`.
-    #[error("not a udp:// channel: {0:?} (expected udp://host:port?key=value&...)")]
+    /// Not `udp://host:port[?...]` or `tcp://host:port[?...]`.
+    #[error("not a network channel: {0:?} (expected udp://host:port?key=value&... or tcp://host:port?...)")]
     Syntax(String),
     /// The host does not resolve to an IPv4 address.
     #[error("cannot resolve {0:?} to an IPv4 address")]
     Resolve(String),
-    /// Neither `ipc:` nor `udp://`.
+    /// Neither `ipc:`, `udp://` nor `tcp://`.
     #[error(
-        "unknown channel {0:?}: expected ipc:NAME, udp://HOST:PORT[?key=value&...] or udp://GROUP:PORT?interface=ADDR"
+        "unknown channel {0:?}: expected ipc:NAME, udp://HOST:PORT[?key=value&...], udp://GROUP:PORT?interface=ADDR \
+         or tcp://HOST:PORT[?key=value&...]"
     )]
     Scheme(String),
     /// A key not in [`KEYS`].
@@ -78,18 +82,24 @@ pub enum UriError {
     },
 }
 
-/// A parsed `udp://` channel.
+/// A parsed `udp://` or `tcp://` channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChannelUri {
     /// The endpoint: the receiver's address, or the multicast group and port.
     pub endpoint: SocketAddrV4,
+    /// `tcp://`: the protocol runs over a TCP connection instead of datagrams.
+    pub tcp: bool,
     params: Vec<(String, String)>,
 }
 
 impl std::str::FromStr for ChannelUri {
     type Err = UriError;
     fn from_str(s: &str) -> Result<Self, UriError> {
-        let rest = s.strip_prefix("udp://").ok_or_else(|| UriError::Syntax(s.to_owned()))?;
+        let (tcp, rest) = match (s.strip_prefix("udp://"), s.strip_prefix("tcp://")) {
+            (Some(rest), _) => (false, rest),
+            (_, Some(rest)) => (true, rest),
+            _ => return Err(UriError::Syntax(s.to_owned())),
+        };
         let (hostport, query) = rest.split_once('?').unwrap_or((rest, ""));
         if !hostport.contains(':') {
             return Err(UriError::Syntax(s.to_owned()));
@@ -110,15 +120,22 @@ impl std::str::FromStr for ChannelUri {
             }
             params.push((k.to_owned(), v.to_owned()));
         }
-        let uri = Self { endpoint, params };
+        let uri = Self { endpoint, tcp, params };
         uri.interface()?;
+        if tcp && endpoint.ip().is_multicast() {
+            return Err(UriError::Value {
+                key: "host".into(),
+                value: endpoint.ip().to_string(),
+                why: "a tcp:// channel is point to point: not a multicast group",
+            });
+        }
         Ok(uri)
     }
 }
 
 impl std::fmt::Display for ChannelUri {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "udp://{}", self.endpoint)?;
+        write!(f, "{}://{}", if self.tcp { "tcp" } else { "udp" }, self.endpoint)?;
         for (i, (k, v)) in self.params.iter().enumerate() {
             write!(f, "{}{k}={v}", if i == 0 { '?' } else { '&' })?;
         }
@@ -129,7 +146,7 @@ impl std::fmt::Display for ChannelUri {
 impl ChannelUri {
     /// The endpoint is a multicast group.
     pub fn is_multicast(&self) -> bool {
-        self.endpoint.ip().is_multicast()
+        !self.tcp && self.endpoint.ip().is_multicast()
     }
 
     /// The raw value of `key`, if set (the last one wins).
@@ -224,7 +241,12 @@ mod tests {
         assert!(
             matches!("udp://127.0.0.1:1?windw=1".parse::<ChannelUri>(), Err(UriError::UnknownKey(k)) if k == "windw")
         );
-        assert!(matches!("tcp://127.0.0.1:1".parse::<ChannelUri>(), Err(UriError::Syntax(_))));
+        assert!(matches!("http://127.0.0.1:1".parse::<ChannelUri>(), Err(UriError::Syntax(_))));
+        let t: ChannelUri = "tcp://127.0.0.1:4000?window=1MiB".parse().unwrap();
+        assert!(t.tcp && !t.is_multicast());
+        assert_eq!(t.to_string(), "tcp://127.0.0.1:4000?window=1MiB");
+        let e = "tcp://239.1.2.3:4000".parse::<ChannelUri>().unwrap_err().to_string();
+        assert!(e.contains("point to point"), "{e}");
         assert!(matches!("udp://127.0.0.1".parse::<ChannelUri>(), Err(UriError::Syntax(_))));
         let bad: ChannelUri = "udp://127.0.0.1:1?loss=1.5&mtu=12q".parse().unwrap();
         assert!(bad.probability("loss").is_err());

@@ -9,6 +9,8 @@
 //!        ▼
 //!   [ UdpTransport ] non-blocking socket, sendmmsg / recvmmsg batches,
 //!                    unicast or multicast (IP_ADD_MEMBERSHIP on an interface)
+//!   [ TcpTransport ] each datagram a length-prefixed frame on a connection,
+//!                    made again when it breaks, under one identity
 //!   (AF_XDP implements the same trait later)
 //! ```
 //!
@@ -17,6 +19,8 @@
 //!   wait for readability (for idle strategies that park).
 //! * [`UdpTransport`]: the kernel UDP implementation. All `unsafe` (the
 //!   `*mmsg` system calls) is in one private module, `sys`, each block with a `// SAFETY:` note.
+//! * [`TcpTransport`]: TCP (`tcp://` channels): the reliable protocol
+//!   runs unchanged over it, and repairs what a broken connection lost.
 //! * [`Impaired`]: wraps any transport with [`tickwire_impair`].
 //! * [`framing`]: length-prefixed frames on a byte stream (TCP).
 
@@ -45,10 +49,12 @@
 pub mod framing;
 mod impaired;
 mod sys;
+pub mod tcp;
 mod udp;
 
 pub use impaired::{ImpairSettings, Impaired};
 pub use sys::MAX_BATCH;
+pub use tcp::TcpTransport;
 pub use udp::{UdpConfig, UdpTransport};
 
 /// Sets a socket's receive and send buffers to `bytes`, past

@@ -14,11 +14,26 @@ mod sender;
 pub use receiver::UdpReceiver;
 pub use sender::{CloseError, UdpSender};
 
-use crate::DriverError;
-use tickwire_transport::{ImpairSettings, Impaired, Transport, UdpConfig, UdpTransport};
+use crate::{ChannelConfig, DriverError};
+use tickwire_transport::{ImpairSettings, Impaired, TcpTransport, Transport, UdpTransport};
 
-/// The socket, wrapped in the URI's impairment if it asks for any.
-fn open_transport(socket: &UdpConfig, impair: ImpairSettings) -> Result<Box<dyn Transport>, DriverError> {
-    let udp = UdpTransport::open(socket)?;
-    Ok(if impair.is_none() { Box::new(udp) } else { Box::new(Impaired::new(udp, impair)) })
+/// The transport of a publication (`publication`) or a subscription: a UDP
+/// socket, or over `tcp://` a connection to the endpoint (publication) or
+/// a listener on it (subscription); wrapped in the URI's impairment if it
+/// asks for any.
+fn open_transport(cfg: &ChannelConfig, publication: bool) -> Result<Box<dyn Transport>, DriverError> {
+    fn wrap<T: Transport + 'static>(t: T, impair: ImpairSettings) -> Box<dyn Transport> {
+        if impair.is_none() {
+            Box::new(t)
+        } else {
+            Box::new(Impaired::new(t, impair))
+        }
+    }
+    let impair = if publication { cfg.publication_impair } else { cfg.subscription_impair };
+    Ok(match (cfg.uri.tcp, publication) {
+        (true, true) => wrap(TcpTransport::connect(cfg.uri.endpoint), impair),
+        (true, false) => wrap(TcpTransport::listen(cfg.uri.endpoint)?, impair),
+        (false, true) => wrap(UdpTransport::open(&cfg.publication_socket()?)?, impair),
+        (false, false) => wrap(UdpTransport::open(&cfg.subscription_socket()?)?, impair),
+    })
 }

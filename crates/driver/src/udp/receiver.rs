@@ -75,7 +75,7 @@ impl UdpReceiver {
         let rcfg = tickwire_proto::ReceiverConfig { stream_id, ..cfg.receiver.clone() };
         let receiver_id = rcfg.receiver_id;
         let receiver = Receiver::new(rcfg).map_err(DriverError::Config)?;
-        let transport = super::open_transport(&cfg.subscription_socket()?, cfg.subscription_impair)?;
+        let transport = super::open_transport(cfg, false)?;
         let label = cfg.uri.to_string();
         let counters = counters.map(|c| c.allocate(Kind::UdpReceiver, stream_id, receiver_id, &label)).transpose()?;
         let multicast = cfg.uri.is_multicast();

@@ -77,7 +77,7 @@ impl UdpSender {
         let scfg = tickwire_proto::SenderConfig { session_id, stream_id, ..cfg.sender.clone() };
         let mtu = scfg.mtu;
         let sender = Sender::new(scfg, now_ns()).map_err(DriverError::Config)?;
-        let transport = super::open_transport(&cfg.publication_socket()?, cfg.publication_impair)?;
+        let transport = super::open_transport(cfg, true)?;
         let label = cfg.uri.to_string();
         let counters = counters.map(|c| c.allocate(Kind::UdpSender, stream_id, session_id, &label)).transpose()?;
         Ok(Self {

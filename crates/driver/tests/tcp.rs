@@ -1,0 +1,164 @@
+//! `tcp://` channels: the reliable protocol over TCP connections, point to
+//! point, through the same Publication and Subscription; a connection cut
+//! mid-stream is made again and what it held is repaired.
+
+use std::io::Write;
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tickwire_driver::*;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn ctx(name: &str) -> (tickwire_shm::Context, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("tw-tcp-{name}-{}", std::process::id()));
+    (tickwire_shm::Context::new(&dir).unwrap(), dir)
+}
+
+/// Streams `n` numbered messages of varied sizes through `channel`;
+/// `during` runs on every turn with the count delivered so far. Returns the
+/// messages delivered and the loss events, in order.
+fn stream(channel: &str, n: u64, mut during: impl FnMut(u64)) -> (Vec<u64>, Vec<(u64, u64)>, Publication) {
+    let (ctx, dir) = ctx(&channel.replace([':', '/', '?', '=', '&', '.'], "_"));
+    let channel: Channel = channel.parse().unwrap();
+    let mut sub = Subscription::open(&ctx, &channel, 3).unwrap();
+    let mut publication = Publication::open(&ctx, &channel, 3).unwrap();
+    let (mut got, mut lost, mut next) = (Vec::new(), Vec::new(), 0u64);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (got.len() as u64) < n && lost.is_empty() && Instant::now() < deadline {
+        while next < n {
+            let size = 8 + (next as usize * 37) % 3000;
+            let mut msg = vec![(next % 251) as u8; size];
+            msg[..8].copy_from_slice(&next.to_le_bytes());
+            match publication.offer(&msg) {
+                Ok(_) => next += 1,
+                Err(_) => break,
+            }
+        }
+        publication.do_work();
+        sub.poll(
+            |ev| match ev {
+                Event::Message(m) => {
+                    let i = u64::from_le_bytes(m.payload[..8].try_into().unwrap());
+                    assert_eq!(m.payload.len(), 8 + (i as usize * 37) % 3000);
+                    assert!(m.payload[8..].iter().all(|&b| b == (i % 251) as u8));
+                    got.push(i);
+                }
+                Event::Lost { from, to, .. } => lost.push((from, to)),
+                _ => {}
+            },
+            256,
+        )
+        .unwrap();
+        during(got.len() as u64);
+    }
+    drop(sub);
+    let _ = std::fs::remove_dir_all(dir);
+    (got, lost, publication)
+}
+
+#[test]
+fn a_tcp_channel_delivers_every_message_once_and_in_order() {
+    let (got, lost, p) = stream(&format!("tcp://127.0.0.1:{}", free_port()), 20_000, |_| {});
+    assert!(lost.is_empty(), "{lost:?}");
+    assert_eq!(got, (0..20_000).collect::<Vec<_>>());
+    drop(p);
+}
+
+#[test]
+fn impairment_keys_work_over_tcp_and_the_protocol_repairs_them() {
+    let uri = format!("tcp://127.0.0.1:{}?send-data-loss=0.05&seed=5", free_port());
+    let (got, lost, _p) = stream(&uri, 10_000, |_| {});
+    assert!(lost.is_empty(), "{lost:?}");
+    assert_eq!(got, (0..10_000).collect::<Vec<_>>());
+}
+
+/// A TCP relay from `listen` to `upstream` whose connections the test can
+/// cut (both ways, at once).
+struct Relay {
+    port: u16,
+    live: Arc<Mutex<Vec<TcpStream>>>,
+    cuts: u32,
+}
+
+impl Relay {
+    fn start(upstream: u16) -> Self {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let live: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let keep = Arc::clone(&live);
+        std::thread::spawn(move || {
+            for down in l.incoming().flatten() {
+                let Ok(up) = TcpStream::connect(("127.0.0.1", upstream)) else { continue };
+                let _ = (down.set_nodelay(true), up.set_nodelay(true));
+                for (mut from, mut to) in [
+                    (down.try_clone().unwrap(), up.try_clone().unwrap()),
+                    (up.try_clone().unwrap(), down.try_clone().unwrap()),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(Shutdown::Both);
+                    });
+                }
+                keep.lock().unwrap().extend([down, up]);
+            }
+        });
+        Self { port, live, cuts: 0 }
+    }
+
+    fn cut(&mut self) {
+        for s in self.live.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        self.cuts += 1;
+    }
+}
+
+#[test]
+fn a_connection_cut_mid_stream_is_made_again_and_nothing_is_lost() {
+    // The subscription listens on `port`; the publication reaches it
+    // through a relay that cuts every connection twice during the stream.
+    let port = free_port();
+    let mut relay = Relay::start(port);
+    // The publication connects to the relay, the subscription listens on
+    // its own port: two URIs for one stream (the relay between them).
+    let (ctx, dir) = ctx("cut");
+    let sub_ch: Channel = format!("tcp://127.0.0.1:{port}").parse().unwrap();
+    let pub_ch: Channel = format!("tcp://127.0.0.1:{}", relay.port).parse().unwrap();
+    let mut sub = Subscription::open(&ctx, &sub_ch, 4).unwrap();
+    let mut publication = Publication::open(&ctx, &pub_ch, 4).unwrap();
+    let n = 30_000u64;
+    let (mut got, mut lost, mut next) = (Vec::new(), Vec::new(), 0u64);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (got.len() as u64) < n && lost.is_empty() && Instant::now() < deadline {
+        while next < n {
+            let mut msg = vec![7u8; 100];
+            msg[..8].copy_from_slice(&next.to_le_bytes());
+            match publication.offer(&msg) {
+                Ok(_) => next += 1,
+                Err(_) => break,
+            }
+        }
+        publication.do_work();
+        sub.poll(
+            |ev| match ev {
+                Event::Message(m) => got.push(u64::from_le_bytes(m.payload[..8].try_into().unwrap())),
+                Event::Lost { from, to, .. } => lost.push((from, to)),
+                _ => {}
+            },
+            256,
+        )
+        .unwrap();
+        if (got.len() as u64 > n / 3 && relay.cuts == 0) || (got.len() as u64 > 2 * n / 3 && relay.cuts == 1) {
+            relay.cut();
+        }
+    }
+    assert_eq!(relay.cuts, 2);
+    assert!(lost.is_empty(), "{lost:?}");
+    assert_eq!(got, (0..n).collect::<Vec<_>>());
+    drop((sub, publication));
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::io::stdout().flush();
+}
