@@ -128,10 +128,13 @@ fn ctrl_c_stops_a_waiting_subscriber_with_its_summary_and_exit_0() {
 #[test]
 fn an_unknown_channel_form_is_an_error_listing_the_accepted_ones() {
     for cmd in ["pub", "sub"] {
-        let out = Command::new(BIN).args([cmd, "--channel", "tcp://127.0.0.1:9"]).output().unwrap();
+        let out = Command::new(BIN).args([cmd, "--channel", "http://127.0.0.1:9"]).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success());
-        assert!(err.contains("ipc:NAME") && err.contains("udp://HOST:PORT"), "{cmd}: {err}");
+        assert!(
+            err.contains("ipc:NAME") && err.contains("udp://HOST:PORT") && err.contains("tcp://HOST:PORT"),
+            "{cmd}: {err}"
+        );
     }
 }
 
