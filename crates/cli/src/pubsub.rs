@@ -57,9 +57,12 @@ pub struct PubArgs {
     /// udp: at the end, how long to serve retransmissions until every receiver has everything.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub(crate) linger: Duration,
-    /// Publish through the router at URI (ipc: the router in --dir; tcp://HOST:PORT), on --topic.
+    /// Publish through the router at URI (ipc: the router in --dir; tcp://HOST:PORT; tls://HOST:PORT), on --topic.
     #[arg(long)]
     pub(crate) router: Option<String>,
+    /// With --router tls://: the certificate authority (PEM) the router's certificate must chain to.
+    #[arg(long, requires = "router")]
+    pub(crate) tls_ca: Option<std::path::PathBuf>,
 }
 
 /// Options of `tickwire sub`.
@@ -96,9 +99,12 @@ pub struct SubArgs {
     /// this long as gone [default: only a dead publisher process is gone].
     #[arg(long, value_parser = parse_duration)]
     pub(crate) publisher_timeout: Option<Duration>,
-    /// Subscribe through the router at URI (ipc: the router in --dir; tcp://HOST:PORT).
+    /// Subscribe through the router at URI (ipc: the router in --dir; tcp://HOST:PORT; tls://HOST:PORT).
     #[arg(long, requires = "topic")]
     pub(crate) router: Option<String>,
+    /// With --router tls://: the certificate authority (PEM) the router's certificate must chain to.
+    #[arg(long, requires = "router")]
+    pub(crate) tls_ca: Option<std::path::PathBuf>,
     /// With --router: the topic pattern (levels split by /, * one level, > the rest).
     #[arg(long)]
     pub(crate) topic: Option<String>,

@@ -7,10 +7,14 @@ use std::io::BufRead;
 use std::time::{Duration, Instant};
 use tickwire_client::{Client, ClientEvent, ClientOptions, PublishError};
 
-fn connect(s: &Settings, uri: &str, role: &str) -> Result<Client, String> {
+fn connect(s: &Settings, uri: &str, role: &str, tls_ca: Option<&std::path::Path>) -> Result<Client, String> {
+    if uri.starts_with("tls://") && tls_ca.is_none() {
+        return Err(format!("{uri} needs --tls-ca FILE: the certificate (PEM) the router's must chain to"));
+    }
     let opts = ClientOptions {
         name: format!("tickwire-{role}-{}", std::process::id()),
         dir: s.dir.clone(),
+        tls_ca: tls_ca.map(std::path::Path::to_path_buf),
         ..ClientOptions::default()
     };
     Client::connect(uri, opts).map_err(|e| e.to_string())
@@ -23,6 +27,9 @@ fn wait(client: &mut Client, limit: Option<Duration>, mut on: impl FnMut(ClientE
     while !client.is_connected() {
         if stopped() {
             return Ok(false);
+        }
+        if let Some(why) = client.refused() {
+            return Err(format!("the router at {} refused this client: {why}", client.uri()));
         }
         if let Some(w) = limit.filter(|&w| start.elapsed() > w) {
             return Err(format!("no router at {} within {w:?} (--wait): {}", client.uri(), client.last_error()));
@@ -60,7 +67,7 @@ pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
         return Err("--router needs --topic".into());
     }
     tickwire_topic::check_topic(&a.topic).map_err(|e| e.to_string())?;
-    let mut client = connect(s, uri, "pub")?;
+    let mut client = connect(s, uri, "pub", a.tls_ca.as_deref())?;
     if !wait(&mut client, a.wait, |_| {})? {
         return Ok(());
     }
@@ -144,7 +151,7 @@ fn on_event(seen: &mut Seen, a: &SubArgs, pattern: &str, uri: &str, e: ClientEve
 pub fn subscribe(s: &Settings, a: &SubArgs, uri: &str) -> Result<(), String> {
     install_ctrl_c();
     let pattern = a.topic.as_deref().ok_or("--router needs --topic PATTERN")?;
-    let mut client = connect(s, uri, "sub")?;
+    let mut client = connect(s, uri, "sub", a.tls_ca.as_deref())?;
     client.subscribe(pattern).map_err(|e| e.to_string())?;
     let mut seen = Seen::default();
     if !wait(&mut client, a.wait, |e| on_event(&mut seen, a, pattern, uri, e))? {
@@ -156,6 +163,9 @@ pub fn subscribe(s: &Settings, a: &SubArgs, uri: &str) -> Result<(), String> {
     {
         if client.poll(|e| on_event(&mut seen, a, pattern, uri, e), 256) == 0 {
             client.park(Duration::from_millis(10));
+        }
+        if let Some(why) = client.refused() {
+            seen.failure = Some(format!("the router at {uri} refused this client: {why}"));
         }
     }
     eprintln!(

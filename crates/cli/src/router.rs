@@ -11,7 +11,7 @@ use tickwire_router::{RouterConfig, Server};
 /// Options of `tickwire router` (each overrides the config file's `[router]`).
 #[derive(Debug, Args)]
 pub struct RouterArgs {
-    /// TCP listener, tcp://HOST:PORT (repeat for several) [default: tcp://127.0.0.1:7600].
+    /// TCP listener, tcp://HOST:PORT (repeat for several) [default: tcp://127.0.0.1:7600]; with --tls-cert, TLS.
     #[arg(long)]
     listen: Vec<String>,
     /// Serve no TCP clients.
@@ -26,6 +26,12 @@ pub struct RouterArgs {
     /// Idle strategy: spin (lowest latency, one core), yield, backoff, park.
     #[arg(long)]
     idle: Option<String>,
+    /// Speak TLS on every TCP listener with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
     /// How long a shutdown may spend delivering what is queued.
     #[arg(long, default_value = "1s", value_parser = crate::units::parse_duration)]
     drain: Duration,
@@ -55,6 +61,9 @@ pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
     }
     if let Some(i) = &a.idle {
         cfg.idle.clone_from(i);
+    }
+    if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
+        cfg.tls = Some(tickwire_router::config::TlsFiles { cert: cert.clone(), key: key.clone() });
     }
     let mut idle = Idle::parse(&cfg.idle)?;
     if let Some(cpu) = cfg.cpu {

@@ -17,6 +17,14 @@ pub enum RouterUri {
     Ipc,
     /// Over TCP.
     Tcp(SocketAddr),
+    /// Over TLS on TCP (`tls://HOST:PORT`): the router's certificate must
+    /// name `host` and chain to [`ClientOptions::tls_ca`].
+    Tls {
+        /// Where.
+        addr: SocketAddr,
+        /// The name the router's certificate must hold.
+        host: String,
+    },
 }
 
 impl std::str::FromStr for RouterUri {
@@ -27,9 +35,20 @@ impl std::str::FromStr for RouterUri {
             return Ok(RouterUri::Ipc);
         }
         let bad = || ClientError::Uri(s.into());
-        let rest = s.strip_prefix("tcp://").ok_or_else(bad)?;
-        let addr = rest.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(bad)?;
-        Ok(RouterUri::Tcp(addr))
+        let (tls, rest) = match (s.strip_prefix("tcp://"), s.strip_prefix("tls://")) {
+            (Some(rest), _) => (false, rest),
+            (_, Some(rest)) => (true, rest),
+            _ => return Err(bad()),
+        };
+        // IPv4 first (the router listens on 127.0.0.1 by default; `localhost`
+        // may resolve to ::1 first).
+        let addrs: Vec<SocketAddr> = rest.to_socket_addrs().map_err(|_| bad())?.collect();
+        let addr = addrs.iter().find(|a| a.is_ipv4()).or(addrs.first()).copied().ok_or_else(bad)?;
+        if !tls {
+            return Ok(RouterUri::Tcp(addr));
+        }
+        let host = rest.rsplit_once(':').map_or(rest, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
+        Ok(RouterUri::Tls { addr, host: host.to_owned() })
     }
 }
 
@@ -38,6 +57,7 @@ impl std::fmt::Display for RouterUri {
         match self {
             RouterUri::Ipc => f.write_str("ipc"),
             RouterUri::Tcp(a) => write!(f, "tcp://{a}"),
+            RouterUri::Tls { addr, host } => write!(f, "tls://{host}:{}", addr.port()),
         }
     }
 }
@@ -57,6 +77,8 @@ pub struct ClientOptions {
     pub tcp_write_limit: usize,
     /// Largest frame accepted from the router (TCP).
     pub max_frame: usize,
+    /// `tls://`: the certificates (PEM) the router's must chain to.
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl Default for ClientOptions {
@@ -68,6 +90,7 @@ impl Default for ClientOptions {
             reconnect_interval: Duration::from_millis(100),
             tcp_write_limit: 4 << 20,
             max_frame: (1 << 20) + 512,
+            tls_ca: None,
         }
     }
 }
@@ -75,9 +98,20 @@ impl Default for ClientOptions {
 /// Why a client call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// Not `ipc` or `tcp://HOST:PORT`.
-    #[error("router URI {0:?}: expected ipc or tcp://HOST:PORT")]
+    /// Not `ipc`, `tcp://HOST:PORT` or `tls://HOST:PORT`.
+    #[error("router URI {0:?}: expected ipc, tcp://HOST:PORT or tls://HOST:PORT")]
     Uri(String),
+    /// The router's end refused this client for good ([`Client::refused`]).
+    #[error("{uri} refused this client: {why}")]
+    Refused {
+        /// Where.
+        uri: String,
+        /// Why.
+        why: String,
+    },
+    /// `tls://` without a usable [`ClientOptions::tls_ca`].
+    #[error("tls: {0}")]
+    Tls(String),
     /// A pattern broke the topic rules.
     #[error(transparent)]
     Topic(#[from] TopicError),
@@ -179,6 +213,7 @@ pub struct Client {
     uri: RouterUri,
     opts: ClientOptions,
     ctx: Option<Context>,
+    tls: Option<std::sync::Arc<tickwire_transport::tls::ClientConfig>>,
     conn: Option<Conn>,
     state: State,
     next_attempt: Instant,
@@ -189,6 +224,9 @@ pub struct Client {
     router_name: String,
     client_id: u32,
     pending: Option<String>,
+    /// Why the router's end refused this client for good (TLS); no more
+    /// connection attempts once set.
+    refused: Option<String>,
 }
 
 impl std::fmt::Debug for Client {
@@ -224,24 +262,35 @@ impl Drop for ClientClaim<'_> {
 }
 
 impl Client {
-    /// Starts connecting to the router at `uri` (`ipc` or
-    /// `tcp://HOST:PORT`). Returns at once: [`Client::poll`] (or
+    /// Starts connecting to the router at `uri` (`ipc`, `tcp://HOST:PORT`
+    /// or `tls://HOST:PORT`). Returns at once: [`Client::poll`] (or
     /// [`Client::wait_connected`]) completes the connection, now or when
     /// the router comes.
     ///
     /// # Errors
     /// [`ClientError::Uri`] for a bad URI, [`ClientError::Shm`] if the
-    /// directory cannot be used.
+    /// directory cannot be used, [`ClientError::Tls`] for `tls://` without
+    /// a readable `tls_ca`.
     pub fn connect(uri: &str, opts: ClientOptions) -> Result<Self, ClientError> {
         let uri: RouterUri = uri.parse()?;
         let ctx = match uri {
             RouterUri::Ipc => Some(Context::new(&opts.dir)?),
-            RouterUri::Tcp(_) => None,
+            _ => None,
+        };
+        let tls = match (&uri, &opts.tls_ca) {
+            (RouterUri::Tls { .. }, Some(ca)) => {
+                Some(tickwire_transport::tls::client_config(ca).map_err(|e| ClientError::Tls(e.to_string()))?)
+            }
+            (RouterUri::Tls { .. }, None) => {
+                return Err(ClientError::Tls(format!("{uri} needs the certificate authority (ClientOptions::tls_ca)")))
+            }
+            _ => None,
         };
         let mut c = Self {
             uri,
             opts,
             ctx,
+            tls,
             conn: None,
             state: State::Waiting,
             next_attempt: Instant::now(),
@@ -252,6 +301,7 @@ impl Client {
             router_name: String::new(),
             client_id: 0,
             pending: None,
+            refused: None,
         };
         c.advance();
         Ok(c)
@@ -260,6 +310,14 @@ impl Client {
     /// Whether the router has accepted this client.
     pub fn is_connected(&self) -> bool {
         self.state == State::Connected
+    }
+
+    /// Why the router's end refused this client for good (a TLS
+    /// certificate that does not verify, a router that does not speak
+    /// TLS); `None` while connecting again may still work. Once refused, the
+    /// client stops trying.
+    pub fn refused(&self) -> Option<&str> {
+        self.refused.as_deref()
     }
 
     /// Why the last connection attempt failed (empty if none did).
@@ -290,6 +348,9 @@ impl Client {
     pub fn wait_connected(&mut self, timeout: Duration) -> Result<(), ClientError> {
         let until = Instant::now() + timeout;
         while !self.is_connected() {
+            if let Some(why) = &self.refused {
+                return Err(ClientError::Refused { uri: self.uri.to_string(), why: why.clone() });
+            }
             if Instant::now() >= until {
                 let last =
                     if self.last_error.is_empty() { String::new() } else { format!(" (last: {})", self.last_error) };
@@ -341,7 +402,8 @@ impl Client {
                 Ok(()) => return,
                 Err(SendError::Full) if Instant::now() < until => std::thread::yield_now(),
                 Err(SendError::Full) => return self.lose("the router does not read this client's frames".into()),
-                Err(SendError::Broken(why)) => return self.lose(why),
+                // (Only reads are refused; a send fails as broken.)
+                Err(SendError::Broken(why) | SendError::Refused(why)) => return self.lose(why),
             }
         }
     }
@@ -375,7 +437,7 @@ impl Client {
                 Ok(())
             }
             Err(SendError::Full) => Err(PublishError::BackPressured),
-            Err(SendError::Broken(why)) => {
+            Err(SendError::Broken(why) | SendError::Refused(why)) => {
                 self.lose(why);
                 Err(PublishError::NotConnected)
             }
@@ -400,17 +462,23 @@ impl Client {
                 Ok(ClientClaim(Some(c)))
             }
             Err(SendError::Full) => Err(PublishError::BackPressured),
-            Err(SendError::Broken(_)) => Err(PublishError::NotConnected),
+            Err(SendError::Broken(_) | SendError::Refused(_)) => Err(PublishError::NotConnected),
         }
     }
 
     /// Moves the connection along (connect, HELLO, subscriptions).
     fn advance(&mut self) {
-        if self.state == State::Waiting && Instant::now() >= self.next_attempt {
+        if self.state == State::Waiting && self.refused.is_none() && Instant::now() >= self.next_attempt {
             self.next_attempt = Instant::now() + self.opts.reconnect_interval;
             let made = match (&self.uri, &self.ctx) {
                 (RouterUri::Ipc, Some(ctx)) => Conn::open_ipc(ctx, self.opts.log_bytes),
-                (RouterUri::Tcp(a), _) => Conn::open_tcp(*a, self.opts.max_frame, self.opts.tcp_write_limit),
+                (RouterUri::Tcp(a), _) => Conn::open_tcp(*a, None, self.opts.max_frame, self.opts.tcp_write_limit),
+                (RouterUri::Tls { addr, host }, _) => match &self.tls {
+                    Some(cfg) => {
+                        Conn::open_tcp(*addr, Some((cfg, host)), self.opts.max_frame, self.opts.tcp_write_limit)
+                    }
+                    None => Err("no TLS configuration".into()),
+                },
                 (RouterUri::Ipc, None) => Err("no directory".into()),
             };
             match made {
@@ -493,8 +561,15 @@ impl Client {
             },
             limit,
         );
-        if let Err(SendError::Broken(why)) = r {
-            broken.get_or_insert(why);
+        match r {
+            Err(SendError::Broken(why)) => {
+                broken.get_or_insert(why);
+            }
+            Err(SendError::Refused(why)) => {
+                self.refused = Some(why.clone());
+                broken.get_or_insert(why);
+            }
+            _ => {}
         }
         if let Some(why) = broken {
             self.lose(why);

@@ -3,9 +3,11 @@
 
 use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::time::Duration;
 use tickwire_shm::{Claim, Context, Event, LogAppender, LogConfig, LogReader, OfferError, ReaderOptions};
 use tickwire_transport::framing::{FrameError, FrameReader};
+use tickwire_transport::tls::{ClientConfig, Wire};
 use tickwire_wire::client::{ClientRepr, HEADER_LEN, IPC_IN_CHANNEL, IPC_OUT_CHANNEL};
 
 /// Why a frame could not go.
@@ -15,6 +17,10 @@ pub(crate) enum SendError {
     Full,
     /// The connection is gone (why).
     Broken(String),
+    /// The router's end refused this client below the protocol (TLS: its
+    /// certificate does not verify, or it does not speak TLS): connecting
+    /// again would fail the same way.
+    Refused(String),
 }
 
 pub(crate) struct IpcConn {
@@ -42,7 +48,7 @@ impl IpcConn {
 }
 
 pub(crate) struct TcpConn {
-    stream: TcpStream,
+    stream: Wire,
     reader: FrameReader,
     wbuf: Vec<u8>,
     wlimit: usize,
@@ -80,14 +86,24 @@ impl Conn {
         Err(last)
     }
 
-    /// Connects to a router's TCP listener.
-    pub(crate) fn open_tcp(addr: SocketAddr, max_frame: usize, wlimit: usize) -> Result<Self, String> {
+    /// Connects to a router's TCP listener; with `tls` (its configuration
+    /// and the name the router's certificate must hold), over TLS.
+    pub(crate) fn open_tcp(
+        addr: SocketAddr,
+        tls: Option<(&Arc<ClientConfig>, &str)>,
+        max_frame: usize,
+        wlimit: usize,
+    ) -> Result<Self, String> {
         let stream =
             TcpStream::connect_timeout(&addr, Duration::from_secs(1)).map_err(|e| format!("tcp://{addr}: {e}"))?;
         stream
             .set_nodelay(true)
             .and_then(|()| stream.set_nonblocking(true))
             .map_err(|e| format!("tcp://{addr}: {e}"))?;
+        let stream = match tls {
+            Some((cfg, host)) => Wire::tls_client(stream, cfg, host).map_err(|e| format!("tls://{addr}: {e}"))?,
+            None => Wire::plain(stream),
+        };
         Ok(Conn::Tcp(TcpConn { stream, reader: FrameReader::new(HEADER_LEN, max_frame), wbuf: Vec::new(), wlimit }))
     }
 
@@ -193,6 +209,7 @@ impl Conn {
                 match r {
                     Ok(n) => Ok(n),
                     Err(FrameError::Closed(why)) => Err(SendError::Broken(why)),
+                    Err(FrameError::Refused(why)) => Err(SendError::Refused(why)),
                     Err(e) => Err(SendError::Broken(format!("router sent {e}"))),
                 }
             }
@@ -203,7 +220,7 @@ impl Conn {
     pub(crate) fn as_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         use std::os::fd::AsFd;
         match self {
-            Conn::Tcp(t) => Some(t.stream.as_fd()),
+            Conn::Tcp(t) => Some(t.stream.stream().as_fd()),
             Conn::Ipc(_) => None,
         }
     }
@@ -249,8 +266,9 @@ impl TcpConn {
     }
 
     fn flush(&mut self) -> Result<(), SendError> {
+        self.stream.flush_tls().map_err(|e| SendError::Broken(format!("write: {e}")))?;
         while !self.wbuf.is_empty() {
-            match self.stream.write(&self.wbuf) {
+            match (&self.stream).write(&self.wbuf) {
                 Ok(0) => return Err(SendError::Broken("the router closed the connection".into())),
                 Ok(n) => {
                     self.wbuf.drain(..n);

@@ -11,6 +11,10 @@
 //! idle = "backoff"                # spin | yield | backoff | park
 //! ipc_log_bytes = 4194304         # each shared-memory client's log out of the router
 //!
+//! [router.tls]                    # every TCP listener speaks TLS (rustls); clients use tls://
+//! cert = "router.pem"             # certificate chain, PEM (relative: to this file)
+//! key = "router.key"              # its private key, PEM
+//!
 //! [router.limits]
 //! max_frame = 1049088             # largest client frame
 //! queue_bytes = 8388608           # per client, before the oldest deliveries are dropped
@@ -52,6 +56,18 @@ pub struct RouterConfig {
     pub ipc_log_bytes: usize,
     /// Per-client limits.
     pub limits: LimitsConfig,
+    /// TLS on every TCP listener.
+    pub tls: Option<TlsFiles>,
+}
+
+/// `[tls]`: the certificate and key of a router whose TCP listeners speak TLS.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    /// Certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Its private key (PEM).
+    pub key: PathBuf,
 }
 
 /// `[limits]`.
@@ -102,6 +118,7 @@ impl Default for RouterConfig {
             idle: "backoff".into(),
             ipc_log_bytes: 4 << 20,
             limits: LimitsConfig::default(),
+            tls: None,
         }
     }
 }
@@ -141,6 +158,11 @@ impl RouterConfig {
             message: format!("[router] {}", e.message()),
         })?;
         cfg.dir = dir.into();
+        // Relative certificate and key paths are the config file's neighbours.
+        if let (Some(t), Some(base)) = (&mut cfg.tls, path.parent()) {
+            t.cert = base.join(&t.cert);
+            t.key = base.join(&t.key);
+        }
         cfg.check()?;
         Ok(cfg)
     }
@@ -211,6 +233,10 @@ mod tests {
         let e = load("listen = [\"udp://1.2.3.4:5\"]\n").unwrap_err().to_string();
         assert!(e.contains("udp://1.2.3.4:5") && e.contains("tcp://HOST:PORT"), "{e}");
         assert!(load("[limits]\nqueue_bytes = 10\n").unwrap_err().to_string().contains("limits.queue_bytes"));
+        let e = load("[tls]\ncert = \"a.pem\"\n").unwrap_err().to_string();
+        assert!(e.contains("key"), "{e}");
+        let t = load("[tls]\ncert = \"a.pem\"\nkey = \"/k.pem\"\n").unwrap().tls.unwrap();
+        assert_eq!((t.cert.to_str(), t.key.to_str()), (Some("a.pem"), Some("/k.pem")));
         let c = load("cpu = 1\nidle = \"spin\"\nlisten = []\n").unwrap();
         assert_eq!((c.cpu, c.listen.len(), c.ipc, c.dir.to_str()), (Some(1), 0, true, Some("/tmp/x")));
     }

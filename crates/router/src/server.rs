@@ -20,7 +20,7 @@ use crate::config::RouterConfig;
 use crate::routing::{Disconnect, Router};
 use crate::session::Outbound;
 use crate::tcp::TcpOut;
-use mio::net::{TcpListener, TcpStream};
+use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tickwire_shm::{Context, Event, LogAppender, LogConfig, LogReader, ReaderOptions};
 use tickwire_transport::framing::{FrameError, FrameReader};
+use tickwire_transport::tls::{ServerConfig, TlsError, Wire};
 use tickwire_wire::client::{RejectCode, HEADER_LEN, IPC_IN_CHANNEL, IPC_OUT_CHANNEL};
 
 /// Frames read from one client per duty cycle (fairness between clients).
@@ -73,6 +74,9 @@ pub enum StartError {
     /// The shared-memory directory could not be opened.
     #[error(transparent)]
     Shm(#[from] tickwire_shm::ShmError),
+    /// The TLS certificate or key is unusable.
+    #[error("[router.tls] {0}")]
+    Tls(#[from] TlsError),
 }
 
 /// A shared-memory client's log into the router.
@@ -86,7 +90,7 @@ struct IpcInput {
 
 /// A TCP client's connection.
 struct TcpInput {
-    stream: Arc<TcpStream>,
+    stream: Arc<Wire>,
     reader: FrameReader,
 }
 
@@ -116,6 +120,8 @@ pub struct Server {
     /// The tokens of one poll's events (kept: no allocation per poll).
     tokens: Vec<Token>,
     listeners: Vec<(TcpListener, SocketAddr)>,
+    /// TLS on every TCP listener (`[router.tls]`).
+    tls: Option<Arc<ServerConfig>>,
     tcp_sessions: usize,
     failed: Vec<(u32, String)>,
     last_housekeeping: u64,
@@ -177,6 +183,10 @@ impl Server {
                 .map_err(|e| io(Path::new("epoll"), e))?;
             listeners.push((l, local));
         }
+        let tls = match &cfg.tls {
+            Some(t) => Some(tickwire_transport::tls::server_config(&t.cert, &t.key)?),
+            None => None,
+        };
         let router = Router::new(&cfg.name, (&cfg.limits).into(), Some(Arc::clone(ctx.counters())));
         Ok(Self {
             router,
@@ -191,6 +201,7 @@ impl Server {
             events: Events::with_capacity(256),
             tokens: Vec::with_capacity(256),
             listeners,
+            tls,
             tcp_sessions: 0,
             failed: Vec::new(),
             last_housekeeping: 0,
@@ -205,7 +216,8 @@ impl Server {
         if self.cfg.ipc {
             parts.push(format!("ipc in {}", self.cfg.dir.display()));
         }
-        parts.extend(self.listeners.iter().map(|(_, a)| format!("tcp://{a}")));
+        let scheme = if self.tls.is_some() { "tls" } else { "tcp" };
+        parts.extend(self.listeners.iter().map(|(_, a)| format!("{scheme}://{a}")));
         parts.join(", ")
     }
 
@@ -351,7 +363,18 @@ impl Server {
                 tracing::warn!("tcp://{peer}: {e}");
                 continue;
             }
-            let stream = Arc::new(stream);
+            let stream = std::net::TcpStream::from(stream);
+            let wire = match &self.tls {
+                Some(cfg) => Wire::tls_server(stream, cfg),
+                None => Ok(Wire::plain(stream)),
+            };
+            let stream = match wire {
+                Ok(w) => Arc::new(w),
+                Err(e) => {
+                    tracing::warn!("tcp://{peer}: {e}");
+                    continue;
+                }
+            };
             let id = self.router.attach(Outbound::Tcp(TcpOut::new(Arc::clone(&stream))), format!("tcp {peer}"));
             debug_assert_eq!(id, next);
             let i = id as usize;
@@ -378,7 +401,7 @@ impl Server {
             self.ipc_refused.insert(input.stream, why.to_string());
         } else if let Some(TcpInput { stream, .. }) = self.tcp.get_mut(id as usize).and_then(Option::take) {
             use std::os::fd::AsRawFd;
-            let _ = self.poll.registry().deregister(&mut mio::unix::SourceFd(&stream.as_raw_fd()));
+            let _ = self.poll.registry().deregister(&mut mio::unix::SourceFd(&stream.stream().as_raw_fd()));
             self.tcp_sessions -= 1;
         }
         let Some(mut s) = self.router.disconnect(id, why) else { return };

@@ -1,5 +1,6 @@
 //! TCP clients: the same client frames, each behind a 4-byte little-endian
-//! length, on a non-blocking connection with `TCP_NODELAY`.
+//! length, on a non-blocking connection with `TCP_NODELAY`, plain or TLS
+//! (`tickwire_transport::tls::Wire`).
 //!
 //! [`TcpOut`] writes a session's queue with one `write` per duty cycle (the
 //! queue holds the frames already behind their prefixes);
@@ -10,6 +11,7 @@ use crate::queue::OutQueue;
 use crate::session::Sent;
 use std::io::{ErrorKind, Write};
 use std::sync::Arc;
+use tickwire_transport::tls::Wire;
 
 /// Bytes a connection may have waiting outside the queue (control frames
 /// and the tail of a frame cut by a short write) before it counts as full.
@@ -18,7 +20,7 @@ const PENDING_LIMIT: usize = 64 << 10;
 /// The writing half of a client connection.
 #[derive(Debug)]
 pub struct TcpOut {
-    stream: Arc<mio::net::TcpStream>,
+    stream: Arc<Wire>,
     /// Written before the queue: control frames, a cut frame's tail.
     pending: Vec<u8>,
     /// Why the connection failed, once it has.
@@ -26,17 +28,23 @@ pub struct TcpOut {
 }
 
 impl TcpOut {
-    pub(crate) fn new(stream: Arc<mio::net::TcpStream>) -> Self {
+    pub(crate) fn new(stream: Arc<Wire>) -> Self {
         Self { stream, pending: Vec::new(), failed: None }
     }
 
     /// Whether bytes wait outside the queue.
     pub(crate) fn has_pending(&self) -> bool {
-        !self.pending.is_empty() && self.failed.is_none()
+        (!self.pending.is_empty() || self.stream.wants_write()) && self.failed.is_none()
     }
 
-    /// Writes `pending`; whether it is now empty.
+    /// Writes `pending` (and TLS records a write left behind); whether it
+    /// is now empty.
     fn write_pending(&mut self) -> bool {
+        if self.failed.is_none() {
+            if let Err(e) = self.stream.flush_tls() {
+                self.failed = Some(format!("write: {e}"));
+            }
+        }
         while !self.pending.is_empty() {
             match write(&self.stream, &mut self.failed, &self.pending) {
                 Some(0) | None => return false,
@@ -75,7 +83,7 @@ impl TcpOut {
 }
 
 /// One write; `None` on would-block or failure (recorded in `failed`).
-fn write(stream: &mio::net::TcpStream, failed: &mut Option<String>, bytes: &[u8]) -> Option<usize> {
+fn write(stream: &Wire, failed: &mut Option<String>, bytes: &[u8]) -> Option<usize> {
     if failed.is_some() {
         return None;
     }

@@ -355,3 +355,77 @@ fn clients_wait_for_a_router_and_come_back_after_it_restarts() {
     assert_eq!(receive(&mut sub, 1)[0].0, "x/2", "the subscription came back with the client");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn tls_clients_are_served_and_plain_or_untrusting_ones_are_turned_away() {
+    let d = tempdir("tls");
+    std::fs::create_dir_all(&d).unwrap();
+    let write_pair = |name: &str| {
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let (cert, key) = (d.join(format!("{name}.pem")), d.join(format!("{name}.key")));
+        std::fs::write(&cert, ck.cert.pem()).unwrap();
+        std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
+        (cert, key)
+    };
+    let (cert, key) = write_pair("router");
+    let (stranger, _) = write_pair("stranger");
+    let tls = Some(tickwire_router::config::TlsFiles { cert: cert.clone(), key });
+    let r = start(&d, RouterConfig { tls, ..RouterConfig::default() });
+    let uri = format!("tls://localhost:{}", r.tcp.port());
+    let tls_client = |name: &str, ca: &Path| {
+        let opts =
+            ClientOptions { name: name.into(), dir: d.clone(), tls_ca: Some(ca.into()), ..ClientOptions::default() };
+        Client::connect(&uri, opts).unwrap()
+    };
+    let mut sub = tls_client("sub", &cert);
+    sub.subscribe("md/>").unwrap();
+    sub.wait_connected(Duration::from_secs(5)).unwrap();
+    let mut publisher = tls_client("pub", &cert);
+    publisher.wait_connected(Duration::from_secs(5)).unwrap();
+    // The subscription is in place once a message comes through.
+    let mut got = Vec::new();
+    let until = Instant::now() + Duration::from_secs(5);
+    while got.is_empty() && Instant::now() < until {
+        publisher.publish("md/eu/VOD", b"bid 101.25").unwrap();
+        got = receive(&mut sub, 1);
+    }
+    assert_eq!(got[0].0, "md/eu/VOD");
+    // A message of many TLS records.
+    let big: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+    publisher.publish("md/big", &big).unwrap();
+    let got = receive(&mut sub, 8);
+    assert!(got.iter().any(|(t, p, _)| t == "md/big" && *p == big), "the big message did not arrive whole");
+
+    // A client speaking plain TCP to the TLS listener is let go.
+    let mut plain = TcpStream::connect(r.tcp).unwrap();
+    plain.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let hello = ClientRepr { value: CLIENT_PROTOCOL_VERSION, topic: "plain", ..ClientRepr::new(ClientKind::Hello) };
+    plain.write_all(&tcp_frame(hello)).unwrap();
+    let mut buf = [0u8; 256];
+    let mut closed = false;
+    for _ in 0..16 {
+        match plain.read(&mut buf) {
+            Ok(0) | Err(_) => {
+                closed = true;
+                break;
+            }
+            Ok(_) => {} // a TLS alert
+        }
+    }
+    assert!(closed, "the router kept a plain client on its TLS listener");
+
+    // A client that trusts another certificate is refused, says why and stops trying.
+    let mut doubter = tls_client("doubter", &stranger);
+    let e = doubter.wait_connected(Duration::from_secs(5)).unwrap_err().to_string();
+    assert!(e.contains("refused") && e.contains("certificate"), "{e}");
+    assert!(doubter.refused().is_some());
+
+    // And the router still serves the others.
+    publisher.publish("md/eu/VOD", b"still here").unwrap();
+    assert_eq!(receive(&mut sub, 1)[0].1, b"still here");
+    // Without a certificate authority, a tls:// client cannot even start.
+    let opts = ClientOptions { dir: d.clone(), ..ClientOptions::default() };
+    assert!(Client::connect(&uri, opts).unwrap_err().to_string().contains("tls_ca"));
+    drop(r);
+    let _ = std::fs::remove_dir_all(&d);
+}

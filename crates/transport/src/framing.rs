@@ -26,6 +26,10 @@ pub enum FrameError {
     /// The peer closed or the socket failed.
     #[error("{0}")]
     Closed(String),
+    /// The layer below refused the peer's bytes (a TLS alert, a
+    /// certificate that does not verify): trying again will not help.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Cuts length-prefixed frames out of a byte stream.
@@ -99,6 +103,7 @@ impl FrameReader {
                 Ok(n) => self.end += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(frames),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::InvalidData => return Err(FrameError::Refused(e.to_string())),
                 Err(e) => return Err(FrameError::Closed(format!("read: {e}"))),
             }
         }

@@ -23,6 +23,8 @@
 //!   runs unchanged over it, and repairs what a broken connection lost.
 //! * [`Impaired`]: wraps any transport with [`tickwire_impair`].
 //! * [`framing`]: length-prefixed frames on a byte stream (TCP).
+//! * [`tls`]: that byte stream plain or TLS (`rustls`), for the router's
+//!   clients.
 
 //!
 //! # Examples
@@ -50,6 +52,7 @@ pub mod framing;
 mod impaired;
 mod sys;
 pub mod tcp;
+pub mod tls;
 mod udp;
 
 pub use impaired::{ImpairSettings, Impaired};

@@ -22,7 +22,7 @@
 //! [`MAX_PENDING`]; past that, sending reports back-pressure (fewer
 //! datagrams sent) as a full socket buffer does.
 
-use crate::framing::{FrameError, FrameReader};
+use crate::framing::FrameReader;
 use crate::{RecvBatch, Transport, TransportError};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io::{ErrorKind, Write};
@@ -265,11 +265,9 @@ impl Transport for TcpTransport {
                         false
                     }
                 });
-                ok = !bad_hello
-                    && match r {
-                        Ok(_) => true,
-                        Err(FrameError::Closed(_) | FrameError::TooLarge { .. } | FrameError::TooShort { .. }) => false,
-                    };
+                // Any framing error ends the connection (the protocol above
+                // repairs what it held).
+                ok = !bad_hello && r.is_ok();
             }
             if ok {
                 i += 1;

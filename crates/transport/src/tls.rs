@@ -1,0 +1,308 @@
+//! A byte stream that is plain TCP or TLS (`rustls`, the `ring` provider),
+//! for the router's client connections: [`Wire`] reads and writes through
+//! `&Wire` as through `&TcpStream`, so the framing above
+//! ([`FrameReader`](crate::framing::FrameReader), the router's queues) does
+//! not know which it has.
+//!
+//! Non-blocking throughout: a read that needs more TLS records than the
+//! socket holds, or a write whose records the socket cannot take yet, is
+//! `WouldBlock`, as on a plain socket. Records a write left unsent go out on
+//! the next read or write, or with [`Wire::flush_tls`]; [`Wire::wants_write`]
+//! says whether any wait. The handshake happens on the first reads and
+//! writes, in whatever order the two ends make them.
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use rustls::{ClientConfig, ServerConfig};
+
+/// Why TLS could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A certificate or key file could not be read or holds no PEM item.
+    #[error("{path}: {why}")]
+    File {
+        /// The file.
+        path: String,
+        /// What was wrong.
+        why: String,
+    },
+    /// rustls refused the configuration or the server name.
+    #[error("tls: {0}")]
+    Config(String),
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let file = |why: String| TlsError::File { path: path.display().to_string(), why };
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| file(e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(file("no certificate (PEM) in it".into()));
+    }
+    Ok(certs)
+}
+
+/// A server configuration from a certificate chain and its private key
+/// (PEM files), TLS 1.2 and 1.3, no client certificates.
+///
+/// # Errors
+/// [`TlsError`] naming the file, or what rustls refused.
+pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
+    let chain = certs(cert)?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| TlsError::File { path: key.display().to_string(), why: e.to_string() })?;
+    let cfg = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    Ok(Arc::new(cfg))
+}
+
+/// A client configuration trusting the certificates in `ca` (PEM).
+///
+/// # Errors
+/// [`TlsError`] naming the file, or what rustls refused.
+pub fn client_config(ca: &Path) -> Result<Arc<ClientConfig>, TlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in certs(ca)? {
+        roots.add(c).map_err(|e| TlsError::Config(format!("{}: {e}", ca.display())))?;
+    }
+    let cfg = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(cfg))
+}
+
+/// A connection's byte stream: plain, or TLS over it.
+#[derive(Debug)]
+pub struct Wire {
+    stream: TcpStream,
+    tls: Option<Mutex<rustls::Connection>>,
+}
+
+impl Wire {
+    /// Plain TCP.
+    pub fn plain(stream: TcpStream) -> Self {
+        Self { stream, tls: None }
+    }
+
+    /// The server's end of a TLS connection.
+    ///
+    /// # Errors
+    /// [`TlsError::Config`] if rustls refuses the configuration.
+    pub fn tls_server(stream: TcpStream, cfg: &Arc<ServerConfig>) -> Result<Self, TlsError> {
+        let c = rustls::ServerConnection::new(Arc::clone(cfg)).map_err(|e| TlsError::Config(e.to_string()))?;
+        Ok(Self { stream, tls: Some(Mutex::new(c.into())) })
+    }
+
+    /// The client's end of a TLS connection to `server_name` (the name its
+    /// certificate must hold).
+    ///
+    /// # Errors
+    /// [`TlsError::Config`] for a bad name or configuration.
+    pub fn tls_client(stream: TcpStream, cfg: &Arc<ClientConfig>, server_name: &str) -> Result<Self, TlsError> {
+        let name = ServerName::try_from(server_name.to_owned())
+            .map_err(|e| TlsError::Config(format!("server name {server_name:?}: {e}")))?;
+        let c = rustls::ClientConnection::new(Arc::clone(cfg), name).map_err(|e| TlsError::Config(e.to_string()))?;
+        Ok(Self { stream, tls: Some(Mutex::new(c.into())) })
+    }
+
+    /// The socket.
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    /// Whether this is TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    fn lock(&self) -> Option<MutexGuard<'_, rustls::Connection>> {
+        // A panic while holding it leaves a connection no worse than the
+        // error that caused it: keep using it.
+        self.tls.as_ref().map(|m| m.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// TLS records wait to be written.
+    pub fn wants_write(&self) -> bool {
+        self.lock().is_some_and(|c| c.wants_write())
+    }
+
+    /// Writes waiting TLS records as far as the socket takes them.
+    ///
+    /// # Errors
+    /// The socket failed (not would-block).
+    pub fn flush_tls(&self) -> std::io::Result<()> {
+        match self.lock() {
+            Some(mut c) => send_records(&mut c, &self.stream),
+            None => Ok(()),
+        }
+    }
+}
+
+fn send_records(c: &mut rustls::Connection, mut stream: &TcpStream) -> std::io::Result<()> {
+    while c.wants_write() {
+        match c.write_tls(&mut stream) {
+            Ok(0) => return Err(std::io::Error::new(ErrorKind::WriteZero, "tls: the socket took nothing")),
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+impl Read for &Wire {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let Some(mut c) = self.lock() else { return (&self.stream).read(buf) };
+        loop {
+            match c.reader().read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            // No plaintext buffered: more records from the socket.
+            match c.read_tls(&mut &self.stream) {
+                Ok(0) => return Ok(0),
+                Ok(_) => {
+                    let state = c.process_new_packets().map_err(|e| {
+                        // Tell the peer why before giving up (best effort).
+                        let _ = send_records(&mut c, &self.stream);
+                        std::io::Error::new(ErrorKind::InvalidData, format!("tls: {e}"))
+                    })?;
+                    // Handshake replies, key updates.
+                    send_records(&mut c, &self.stream)?;
+                    if state.peer_has_closed() && state.plaintext_bytes_to_read() == 0 {
+                        return Ok(0);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Write for &Wire {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let Some(mut c) = self.lock() else { return (&self.stream).write(buf) };
+        // Records still waiting go first; while the socket cannot take
+        // them, take no more plaintext (the caller keeps it, as it would
+        // for a full socket).
+        send_records(&mut c, &self.stream)?;
+        if c.wants_write() {
+            return Err(ErrorKind::WouldBlock.into());
+        }
+        let n = c.writer().write(buf)?;
+        send_records(&mut c, &self.stream)?;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.flush_tls()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::time::{Duration, Instant};
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        for x in [&c, &s] {
+            x.set_nonblocking(true).unwrap();
+        }
+        (c, s)
+    }
+
+    fn files(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        std::fs::create_dir_all(dir).unwrap();
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&cert, ck.cert.pem()).unwrap();
+        std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
+        (cert, key)
+    }
+
+    /// Moves `msg` from `a` to `b`, driving both (the handshake included).
+    fn carry(a: &Wire, b: &Wire, msg: &[u8]) -> std::io::Result<Vec<u8>> {
+        let start = Instant::now();
+        let (mut sent, mut got) = (0, Vec::new());
+        while got.len() < msg.len() {
+            if start.elapsed() > Duration::from_secs(5) {
+                return Err(ErrorKind::TimedOut.into());
+            }
+            if sent < msg.len() {
+                match (&*a).write(&msg[sent..]) {
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let mut buf = [0u8; 4096];
+            for w in [a, b] {
+                match (&*w).read(&mut buf) {
+                    Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+                    Ok(n) if std::ptr::eq(w, b) => got.extend_from_slice(&buf[..n]),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(got)
+    }
+
+    #[test]
+    fn both_ways_over_tls_and_plain_alike() {
+        let dir = std::env::temp_dir().join(format!("tw-tls-{}", std::process::id()));
+        let (cert, key) = files(&dir);
+        let (c, s) = pair();
+        let client = Wire::tls_client(c, &client_config(&cert).unwrap(), "localhost").unwrap();
+        let server = Wire::tls_server(s, &server_config(&cert, &key).unwrap()).unwrap();
+        let big = vec![7u8; 300_000];
+        assert_eq!(carry(&client, &server, b"hello").unwrap(), b"hello");
+        assert_eq!(carry(&server, &client, &big).unwrap(), big);
+        let (c, s) = pair();
+        let (a, b) = (Wire::plain(c), Wire::plain(s));
+        assert_eq!(carry(&a, &b, b"plain").unwrap(), b"plain");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_certificate_for_another_name_or_a_plain_peer_is_an_error_not_a_hang() {
+        let dir = std::env::temp_dir().join(format!("tw-tls-bad-{}", std::process::id()));
+        let (cert, key) = files(&dir);
+        let (c, s) = pair();
+        let client = Wire::tls_client(c, &client_config(&cert).unwrap(), "example.com").unwrap();
+        let server = Wire::tls_server(s, &server_config(&cert, &key).unwrap()).unwrap();
+        let e = carry(&client, &server, b"x").unwrap_err();
+        assert!(e.to_string().contains("tls") || e.kind() == ErrorKind::UnexpectedEof, "{e}");
+        // A plain client talking to a TLS server.
+        let (c, s) = pair();
+        let server = Wire::tls_server(s, &server_config(&cert, &key).unwrap()).unwrap();
+        let e = carry(&Wire::plain(c), &server, b"GET / HTTP/1.0\r\n\r\n").unwrap_err();
+        assert!(e.to_string().contains("tls"), "{e}");
+        let e = server_config(&dir.join("missing.pem"), &key).unwrap_err().to_string();
+        assert!(e.contains("missing.pem"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
