@@ -123,6 +123,7 @@ impl Harness {
             }
             if last_sent.map_or(true, |t| t.elapsed() > Duration::from_millis(20)) {
                 for (i, p) in self.pubs.iter_mut().enumerate() {
+                    // A probe's time field carries its publisher's index.
                     stamp::write(&mut msg, PROBE, i as u64);
                     let _ = p.publish(&self.topics[i], &msg);
                     p.poll(|_| {}, 16);
