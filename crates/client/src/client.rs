@@ -30,7 +30,6 @@ pub enum RouterUri {
 impl std::str::FromStr for RouterUri {
     type Err = ClientError;
     fn from_str(s: &str) -> Result<Self, ClientError> {
-        use std::net::ToSocketAddrs;
         if s == "ipc" {
             return Ok(RouterUri::Ipc);
         }
@@ -40,10 +39,7 @@ impl std::str::FromStr for RouterUri {
             (_, Some(rest)) => (true, rest),
             _ => return Err(bad()),
         };
-        // IPv4 first (the router listens on 127.0.0.1 by default; `localhost`
-        // may resolve to ::1 first).
-        let addrs: Vec<SocketAddr> = rest.to_socket_addrs().map_err(|_| bad())?.collect();
-        let addr = addrs.iter().find(|a| a.is_ipv4()).or(addrs.first()).copied().ok_or_else(bad)?;
+        let addr = tickwire_transport::tcp::resolve(rest).ok_or_else(bad)?;
         if !tls {
             return Ok(RouterUri::Tcp(addr));
         }

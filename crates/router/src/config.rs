@@ -209,13 +209,9 @@ impl RouterConfig {
 /// # Errors
 /// [`ConfigError::Value`] for anything else.
 pub fn parse_tcp(uri: &str) -> Result<SocketAddr, ConfigError> {
-    use std::net::ToSocketAddrs;
     let bad = || ConfigError::Value { key: "listen", value: uri.into(), why: "expected tcp://HOST:PORT" };
     let rest = uri.strip_prefix("tcp://").ok_or_else(bad)?;
-    rest.to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.find(SocketAddr::is_ipv4).or_else(|| rest.to_socket_addrs().ok()?.next()))
-        .ok_or_else(bad)
+    tickwire_transport::tcp::resolve(rest).ok_or_else(bad)
 }
 
 #[cfg(test)]

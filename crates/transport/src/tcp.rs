@@ -50,6 +50,16 @@ fn v4(a: SocketAddr) -> Result<SocketAddrV4, TransportError> {
     }
 }
 
+/// Resolves `HOST:PORT` (a name or an address), an IPv4 address first
+/// (listeners here bind IPv4, and `localhost` may resolve to `::1` first);
+/// `None` if it does not resolve. The one place every `tcp://`, `tls://`
+/// and router URI turns its host into an address.
+pub fn resolve(host_port: &str) -> Option<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<SocketAddr> = host_port.to_socket_addrs().ok()?.collect();
+    addrs.iter().find(|a| a.is_ipv4()).or(addrs.first()).copied()
+}
+
 /// One connection.
 #[derive(Debug)]
 struct Conn {
@@ -358,6 +368,13 @@ mod tests {
         }
         assert_eq!(again[0].1, me);
         assert!(c.connections() >= 2 && c.dropped() >= 1, "{} connections, {} dropped", c.connections(), c.dropped());
+    }
+
+    #[test]
+    fn names_resolve_to_ipv4_first() {
+        assert_eq!(resolve("localhost:7600"), Some("127.0.0.1:7600".parse().unwrap()));
+        assert_eq!(resolve("[::1]:7600"), Some("[::1]:7600".parse().unwrap()));
+        assert_eq!(resolve("no-port"), None);
     }
 
     #[test]
