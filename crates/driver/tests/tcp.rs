@@ -2,7 +2,6 @@
 //! point, through the same Publication and Subscription; a connection cut
 //! mid-stream is made again and what it held is repaired.
 
-use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,11 +19,21 @@ fn ctx(name: &str) -> (tickwire_shm::Context, std::path::PathBuf) {
 /// Streams `n` numbered messages of varied sizes through `channel`;
 /// `during` runs on every turn with the count delivered so far. Returns the
 /// messages delivered and the loss events, in order.
-fn stream(channel: &str, n: u64, mut during: impl FnMut(u64)) -> (Vec<u64>, Vec<(u64, u64)>, Publication) {
-    let (ctx, dir) = ctx(&channel.replace([':', '/', '?', '=', '&', '.'], "_"));
-    let channel: Channel = channel.parse().unwrap();
-    let mut sub = Subscription::open(&ctx, &channel, 3).unwrap();
-    let mut publication = Publication::open(&ctx, &channel, 3).unwrap();
+fn stream(channel: &str, n: u64, during: impl FnMut(u64)) -> (Vec<u64>, Vec<(u64, u64)>, Publication) {
+    stream_between(channel, channel, n, during)
+}
+
+/// [`stream`] with the subscription on `sub_channel` and the publication on
+/// `pub_channel` (a relay between them).
+fn stream_between(
+    sub_channel: &str,
+    pub_channel: &str,
+    n: u64,
+    mut during: impl FnMut(u64),
+) -> (Vec<u64>, Vec<(u64, u64)>, Publication) {
+    let (ctx, dir) = ctx(&pub_channel.replace([':', '/', '?', '=', '&', '.'], "_"));
+    let mut sub = Subscription::open(&ctx, &sub_channel.parse().unwrap(), 3).unwrap();
+    let mut publication = Publication::open(&ctx, &pub_channel.parse().unwrap(), 3).unwrap();
     let (mut got, mut lost, mut next) = (Vec::new(), Vec::new(), 0u64);
     let deadline = Instant::now() + Duration::from_secs(60);
     while (got.len() as u64) < n && lost.is_empty() && Instant::now() < deadline {
@@ -122,43 +131,15 @@ fn a_connection_cut_mid_stream_is_made_again_and_nothing_is_lost() {
     // through a relay that cuts every connection twice during the stream.
     let port = free_port();
     let mut relay = Relay::start(port);
-    // The publication connects to the relay, the subscription listens on
-    // its own port: two URIs for one stream (the relay between them).
-    let (ctx, dir) = ctx("cut");
-    let sub_ch: Channel = format!("tcp://127.0.0.1:{port}").parse().unwrap();
-    let pub_ch: Channel = format!("tcp://127.0.0.1:{}", relay.port).parse().unwrap();
-    let mut sub = Subscription::open(&ctx, &sub_ch, 4).unwrap();
-    let mut publication = Publication::open(&ctx, &pub_ch, 4).unwrap();
     let n = 30_000u64;
-    let (mut got, mut lost, mut next) = (Vec::new(), Vec::new(), 0u64);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while (got.len() as u64) < n && lost.is_empty() && Instant::now() < deadline {
-        while next < n {
-            let mut msg = vec![7u8; 100];
-            msg[..8].copy_from_slice(&next.to_le_bytes());
-            match publication.offer(&msg) {
-                Ok(_) => next += 1,
-                Err(_) => break,
+    let (got, lost, publication) =
+        stream_between(&format!("tcp://127.0.0.1:{port}"), &format!("tcp://127.0.0.1:{}", relay.port), n, |got| {
+            if (got > n / 3 && relay.cuts == 0) || (got > 2 * n / 3 && relay.cuts == 1) {
+                relay.cut();
             }
-        }
-        publication.do_work();
-        sub.poll(
-            |ev| match ev {
-                Event::Message(m) => got.push(u64::from_le_bytes(m.payload[..8].try_into().unwrap())),
-                Event::Lost { from, to, .. } => lost.push((from, to)),
-                _ => {}
-            },
-            256,
-        )
-        .unwrap();
-        if (got.len() as u64 > n / 3 && relay.cuts == 0) || (got.len() as u64 > 2 * n / 3 && relay.cuts == 1) {
-            relay.cut();
-        }
-    }
+        });
     assert_eq!(relay.cuts, 2);
     assert!(lost.is_empty(), "{lost:?}");
     assert_eq!(got, (0..n).collect::<Vec<_>>());
-    drop((sub, publication));
-    let _ = std::fs::remove_dir_all(dir);
-    let _ = std::io::stdout().flush();
+    drop(publication);
 }
