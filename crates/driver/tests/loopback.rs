@@ -5,6 +5,9 @@ use std::time::{Duration, Instant};
 use tickwire_driver::udp::{CloseError, UdpReceiver, UdpSender};
 use tickwire_driver::*;
 
+mod common;
+use common::{check_numbered, numbered};
+
 fn port() -> u16 {
     let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     s.local_addr().unwrap().port()
@@ -22,10 +25,7 @@ fn transfer(params: &str, n: u64) -> (Vec<u64>, Vec<(u64, u64)>, UdpSender, UdpR
     let mut closed = false;
     while Instant::now() < deadline {
         while next < n {
-            let size = 8 + (next as usize * 37) % 3000;
-            let mut msg = vec![(next % 251) as u8; size];
-            msg[..8].copy_from_slice(&next.to_le_bytes());
-            match publication.offer(&msg) {
+            match publication.offer(&numbered(next)) {
                 Ok(_) => next += 1,
                 Err(_) => break,
             }
@@ -33,13 +33,7 @@ fn transfer(params: &str, n: u64) -> (Vec<u64>, Vec<(u64, u64)>, UdpSender, UdpR
         publication.do_work();
         sub.poll(
             |ev| match ev {
-                Event::Message(m) => {
-                    let i = u64::from_le_bytes(m.payload[..8].try_into().unwrap());
-                    let size = 8 + (i as usize * 37) % 3000;
-                    assert_eq!(m.payload.len(), size);
-                    assert!(m.payload[8..].iter().all(|&b| b == (i % 251) as u8));
-                    got.push(i);
-                }
+                Event::Message(m) => got.push(check_numbered(m.payload)),
                 Event::Lost { from, to, .. } => lost.push((from, to)),
                 _ => {}
             },

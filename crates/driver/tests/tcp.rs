@@ -7,6 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tickwire_driver::*;
 
+mod common;
+use common::{check_numbered, numbered};
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -38,10 +41,7 @@ fn stream_between(
     let deadline = Instant::now() + Duration::from_secs(60);
     while (got.len() as u64) < n && lost.is_empty() && Instant::now() < deadline {
         while next < n {
-            let size = 8 + (next as usize * 37) % 3000;
-            let mut msg = vec![(next % 251) as u8; size];
-            msg[..8].copy_from_slice(&next.to_le_bytes());
-            match publication.offer(&msg) {
+            match publication.offer(&numbered(next)) {
                 Ok(_) => next += 1,
                 Err(_) => break,
             }
@@ -49,12 +49,7 @@ fn stream_between(
         publication.do_work();
         sub.poll(
             |ev| match ev {
-                Event::Message(m) => {
-                    let i = u64::from_le_bytes(m.payload[..8].try_into().unwrap());
-                    assert_eq!(m.payload.len(), 8 + (i as usize * 37) % 3000);
-                    assert!(m.payload[8..].iter().all(|&b| b == (i % 251) as u8));
-                    got.push(i);
-                }
+                Event::Message(m) => got.push(check_numbered(m.payload)),
                 Event::Lost { from, to, .. } => lost.push((from, to)),
                 _ => {}
             },
