@@ -187,3 +187,58 @@ fn router_quick_start_and_a_restart_after_kill_9() {
     drop((ipc_sub, tcp_sub, router2));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// The router with TLS from the command line: a TLS router, a subscriber
+/// and a publisher over `tls://` with `--tls-ca`; a client without
+/// `--tls-ca` is told what to add, and one trusting another certificate is
+/// refused with the reason instead of retrying forever.
+#[test]
+fn router_over_tls_from_the_command_line() {
+    let d = dir("tls");
+    std::fs::create_dir_all(&d).unwrap();
+    let pem = |name: &str| {
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let (cert, key) = (format!("{d}/{name}.pem"), format!("{d}/{name}.key"));
+        std::fs::write(&cert, ck.cert.pem()).unwrap();
+        std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
+        (cert, key)
+    };
+    let (cert, key) = pem("router");
+    let (stranger, _) = pem("stranger");
+    let router = Live::spawn(&[
+        "--dir",
+        &d,
+        "router",
+        "--no-ipc",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ]);
+    let line = router.says("router listening");
+    let port = line.split("tls://127.0.0.1:").nth(1).and_then(|r| r.split_whitespace().next()).unwrap().to_owned();
+    let uri = format!("tls://localhost:{port}");
+    let sub = Live::spawn(&["--dir", &d, "sub", "--router", &uri, "--tls-ca", &cert, "--topic", "md/>", "--print"]);
+    sub.says("subscribed to md/>");
+    pub_stdin(&d, &["--router", &uri, "--tls-ca", &cert, "--topic", "md/eu/VOD"], "bid 101.25\n");
+    assert_eq!(sub.line(), "md/eu/VOD bid 101.25");
+
+    let out =
+        Command::new(BIN).args(["--dir", &d, "pub", "--router", &uri, "--topic", "md/x", "--stdin"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("needs --tls-ca"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(BIN)
+        .args(["--dir", &d, "sub", "--router", &uri, "--tls-ca", &stranger, "--topic", "md/>"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("refused this client") && err.contains("certificate"), "{err}");
+    drop((sub, router));
+    let _ = std::fs::remove_dir_all(&d);
+}
