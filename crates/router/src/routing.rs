@@ -379,6 +379,12 @@ impl Router {
         Ok(())
     }
 
+    /// Has [`Router::flush`] visit session `id` (its transport holds bytes
+    /// the router did not queue, such as TLS handshake records).
+    pub(crate) fn mark_pending(&mut self, id: u32) {
+        mark(&mut self.sessions, &mut self.backlog, id);
+    }
+
     /// Moves queued frames to every session's transport; returns the frames
     /// moved, and puts in `failed` the sessions whose transport broke.
     pub fn flush(&mut self, failed: &mut Vec<(u32, String)>) -> usize {

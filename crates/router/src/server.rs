@@ -336,6 +336,11 @@ impl Server {
                     why.get_or_insert(Disconnect::protocol(e.to_string()));
                 }
             }
+            // TLS records the read left unsent (the handshake's replies
+            // when the socket was full) go with the session's next flush.
+            if why.is_none() && stream.wants_write() {
+                self.router.mark_pending(id as u32);
+            }
             if let Some(d) = why {
                 self.close(id as u32, &d);
             }
