@@ -14,6 +14,10 @@
 //!   connection, the same on every reconnection, so the far end's
 //!   protocol sees one peer and not a new one per connection.
 //!
+//! A listener holds at most [`MAX_CONNECTIONS`]; one that has not said
+//! hello within [`HELLO_TIMEOUT`] is closed, and a reconnection replaces
+//! the older connection of the same identity.
+//!
 //! Datagrams are what the protocol above expects: sending never blocks,
 //! and one with no connection to go down (not connected yet, broken, an
 //! identity nobody holds) is dropped and counted ([`TcpTransport::dropped`]),
@@ -38,6 +42,9 @@ pub const MAX_PENDING: usize = 4 << 20;
 pub const MAX_FRAME: usize = 64 << 10;
 /// The hello's length: an IPv4 address and a port.
 const HELLO_LEN: usize = 6;
+/// A connection that has not said hello by then is closed: silent
+/// connections cannot hold a listener's places.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(1);
 
 fn io(op: &'static str) -> impl Fn(std::io::Error) -> TransportError {
     move |e| TransportError::io(op, e)
@@ -71,11 +78,17 @@ struct Conn {
     pending: Vec<u8>,
     /// A non-blocking connect still in progress.
     connecting: bool,
+    /// Its order among this end's connections (the newest of one identity wins).
+    serial: u64,
+    /// When it was made (a listener's connection must say hello within
+    /// [`HELLO_TIMEOUT`]).
+    opened: Instant,
 }
 
 impl Conn {
-    fn new(stream: TcpStream, peer: Option<SocketAddrV4>, connecting: bool) -> Self {
-        Self { stream, peer, reader: FrameReader::new(0, MAX_FRAME), pending: Vec::new(), connecting }
+    fn new(stream: TcpStream, peer: Option<SocketAddrV4>, connecting: bool, serial: u64) -> Self {
+        let reader = FrameReader::new(0, MAX_FRAME);
+        Self { stream, peer, reader, pending: Vec::new(), connecting, serial, opened: Instant::now() }
     }
 
     /// Writes what is pending; false if the connection broke.
@@ -114,6 +127,7 @@ pub struct TcpTransport {
     conns: Vec<Conn>,
     dropped: u64,
     connections: u64,
+    refused: u64,
     /// Receives so far: a listener looks for new connections once in
     /// [`ACCEPT_EVERY`] (each look is a system call).
     receives: u32,
@@ -121,6 +135,10 @@ pub struct TcpTransport {
 
 /// A listener with connections accepts new ones once in this many receives.
 const ACCEPT_EVERY: u32 = 256;
+/// Connections a listener holds at once; one more is closed at accept
+/// (a subscription has one publication; reconnections replace their old
+/// connection once they say who they are).
+pub const MAX_CONNECTIONS: usize = 64;
 
 impl TcpTransport {
     /// Listens on `bind` (port 0: any free port).
@@ -131,7 +149,7 @@ impl TcpTransport {
         let l = TcpListener::bind(bind).map_err(io("tcp listen"))?;
         l.set_nonblocking(true).map_err(io("set non-blocking"))?;
         let local = v4(l.local_addr().map_err(io("local address"))?)?;
-        Ok(Self { end: End::Listen(l), local, conns: Vec::new(), dropped: 0, connections: 0, receives: 0 })
+        Ok(Self { end: End::Listen(l), local, conns: Vec::new(), dropped: 0, connections: 0, refused: 0, receives: 0 })
     }
 
     /// Connects to `to`, now and whenever the connection breaks, without
@@ -143,6 +161,7 @@ impl TcpTransport {
             conns: Vec::new(),
             dropped: 0,
             connections: 0,
+            refused: 0,
             receives: 0,
         };
         t.reconnect();
@@ -157,6 +176,11 @@ impl TcpTransport {
     /// Connections made (connector) or accepted (listener).
     pub fn connections(&self) -> u64 {
         self.connections
+    }
+
+    /// Connections a listener closed at once, holding [`MAX_CONNECTIONS`].
+    pub fn refused(&self) -> u64 {
+        self.refused
     }
 
     /// Whether a connection is up (connector: connected and greeted).
@@ -184,7 +208,7 @@ impl TcpTransport {
         let Some(local) = stream.local_addr().ok().and_then(|a| v4(a).ok()) else { return };
         let me = *identity.get_or_insert(local);
         self.local = me;
-        let mut c = Conn::new(stream, Some(*to), connecting);
+        let mut c = Conn::new(stream, Some(*to), connecting, self.connections);
         let mut hello = [0u8; HELLO_LEN];
         hello[..4].copy_from_slice(&me.ip().octets());
         hello[4..].copy_from_slice(&me.port().to_le_bytes());
@@ -201,9 +225,13 @@ impl TcpTransport {
             End::Listen(l) => loop {
                 match l.accept() {
                     Ok((s, _)) => {
+                        if self.conns.len() >= MAX_CONNECTIONS {
+                            self.refused += 1;
+                            continue; // dropped: closed
+                        }
                         if s.set_nonblocking(true).is_ok() && s.set_nodelay(true).is_ok() {
                             self.connections += 1;
-                            self.conns.push(Conn::new(s, None, false));
+                            self.conns.push(Conn::new(s, None, false, self.connections));
                         }
                     }
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -256,10 +284,12 @@ impl Transport for TcpTransport {
         self.receives = self.receives.wrapping_add(1);
         self.service();
         let mut i = 0;
+        let mut greeted: Vec<(SocketAddrV4, u64)> = Vec::new();
         while i < self.conns.len() {
             let c = &mut self.conns[i];
             let mut ok = c.connecting || c.flush();
             if ok && !c.connecting {
+                let was = c.peer;
                 let peer = &mut c.peer;
                 let mut bad_hello = false;
                 let r = c.reader.read_from(&c.stream, |f| match *peer {
@@ -278,12 +308,22 @@ impl Transport for TcpTransport {
                 // Any framing error ends the connection (the protocol above
                 // repairs what it held).
                 ok = !bad_hello && r.is_ok();
+                match (was, c.peer) {
+                    (None, Some(id)) => greeted.push((id, c.serial)),
+                    (None, None) if c.opened.elapsed() > HELLO_TIMEOUT => ok = false,
+                    _ => {}
+                }
             }
             if ok {
                 i += 1;
             } else {
                 self.conns.swap_remove(i);
             }
+        }
+        // A reconnection replaces the connection its peer had before (half
+        // dead, or gone without a word): the newest one of an identity wins.
+        for (id, serial) in greeted {
+            self.conns.retain(|c| c.peer != Some(id) || c.serial >= serial);
         }
         Ok(batch.len())
     }
@@ -315,6 +355,7 @@ impl Transport for TcpTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use std::net::Ipv4Addr;
 
     const SECS: Duration = Duration::from_secs(5);
@@ -368,6 +409,52 @@ mod tests {
         }
         assert_eq!(again[0].1, me);
         assert!(c.connections() >= 2 && c.dropped() >= 1, "{} connections, {} dropped", c.connections(), c.dropped());
+    }
+
+    fn hello(s: &mut TcpStream, id: SocketAddrV4) {
+        let mut f = vec![HELLO_LEN as u8, 0, 0, 0];
+        f.extend_from_slice(&id.ip().octets());
+        f.extend_from_slice(&id.port().to_le_bytes());
+        s.write_all(&f).unwrap();
+    }
+
+    #[test]
+    fn a_listener_holds_at_most_its_limit_and_the_newest_connection_of_a_peer() {
+        let mut l = TcpTransport::listen(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let mut batch = RecvBatch::new(4, 64);
+        let id = SocketAddrV4::new(Ipv4Addr::new(10, 1, 2, 3), 4000);
+        let mut old = TcpStream::connect(l.local_addr()).unwrap();
+        hello(&mut old, id);
+        let start = Instant::now();
+        while l.conns.iter().all(|c| c.peer.is_none()) && start.elapsed() < SECS {
+            l.recv_batch(&mut batch).unwrap();
+        }
+        let mut new = TcpStream::connect(l.local_addr()).unwrap();
+        hello(&mut new, id);
+        let start = Instant::now();
+        while l.connections() < 2 || l.conns.iter().any(|c| c.peer.is_none()) {
+            l.receives = ACCEPT_EVERY - 1; // accept on the next receive
+            l.recv_batch(&mut batch).unwrap();
+            assert!(start.elapsed() < SECS, "the second connection never said hello");
+        }
+        assert_eq!(l.conns.len(), 1, "two connections of one identity");
+        assert_eq!(l.conns[0].serial, 2, "the newest one stays");
+        // Past the limit, connections are closed at accept.
+        let extra: Vec<TcpStream> =
+            (0..MAX_CONNECTIONS + 3).map(|_| TcpStream::connect(l.local_addr()).unwrap()).collect();
+        let start = Instant::now();
+        while l.refused() < 3 && start.elapsed() < SECS {
+            l.receives = ACCEPT_EVERY - 1;
+            l.recv_batch(&mut batch).unwrap();
+        }
+        assert_eq!(l.conns.len(), MAX_CONNECTIONS);
+        assert!(l.refused() >= 3);
+        // The silent ones are let go after the hello timeout; the greeted one stays.
+        std::thread::sleep(HELLO_TIMEOUT + Duration::from_millis(50));
+        l.recv_batch(&mut batch).unwrap();
+        assert_eq!(l.conns.len(), 1);
+        assert_eq!(l.conns[0].peer, Some(id));
+        drop((old, new, extra));
     }
 
     #[test]
