@@ -1,7 +1,8 @@
 //! # tickwire-client: talk to a tickwire router
 //!
 //! A [`Client`] connects to a router over shared memory (`ipc`: the router
-//! serving a directory) or TCP (`tcp://HOST:PORT`), publishes messages on
+//! serving a directory), TCP (`tcp://HOST:PORT`) or TLS (`tls://HOST:PORT`
+//! with [`ClientOptions::tls_ca`]), publishes messages on
 //! topics, subscribes to patterns with `*` and `>` wildcards, and polls for
 //! what the router delivers, with each message's topic, flags and discard
 //! count.
