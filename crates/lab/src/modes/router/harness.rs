@@ -42,6 +42,8 @@ pub(crate) struct Harness {
     /// TCP: the subscribers' sockets in one (level-triggered) epoll, so a
     /// turn costs one `epoll_wait` instead of a `read` per subscriber.
     ready: Option<Ready>,
+    /// Every subscriber's index (shared memory: all are polled each turn).
+    all: Vec<usize>,
     /// Deliveries per message.
     pub(crate) fan: u64,
 }
@@ -78,9 +80,6 @@ impl Harness {
         fanout: bool,
         log_bytes: usize,
     ) -> Result<Self, LabError> {
-        if subscribers > ALL.len() {
-            return Err(LabError::Usage(format!("lab router drives at most {} subscribers", ALL.len())));
-        }
         if publishers == 0 || subscribers == 0 || (!fanout && publishers != subscribers) {
             return Err(LabError::Usage(
                 "lab router needs one subscriber per publisher (or --fanout, every subscriber on md/>)".into(),
@@ -98,7 +97,7 @@ impl Harness {
             s.subscribe(pattern).map_err(|e| client_err(pattern, e))?;
         }
         let fan = if fanout { subscribers as u64 } else { 1 };
-        let mut h = Self { pubs, subs, topics, ready: None, fan };
+        let mut h = Self { pubs, subs, topics, ready: None, all: (0..subscribers).collect(), fan };
         for c in h.pubs.iter_mut().chain(h.subs.iter_mut()) {
             c.wait_connected(SETUP_TIMEOUT).map_err(|e| client_err("lab router client", e))?;
         }
@@ -194,22 +193,11 @@ impl Harness {
 /// One publisher's connection is polled every this many turns.
 const PUBLISHER_EVERY: usize = 16;
 
-/// Subscriber indexes 0..256: every subscriber is ready (shared memory).
-const ALL: [u8; 256] = {
-    let mut a = [0u8; 256];
-    let mut i = 0;
-    while i < 256 {
-        a[i] = i as u8;
-        i += 1;
-    }
-    a
-};
-
 /// The subscribers' TCP sockets in one epoll.
 struct Ready {
     epoll: Epoll,
     events: Vec<EpollEvent>,
-    ready: Vec<u8>,
+    ready: Vec<usize>,
 }
 
 impl Ready {
@@ -225,13 +213,13 @@ impl Ready {
 
     /// The subscribers with something to read.
     #[inline]
-    fn wait(&mut self) -> Result<&[u8], LabError> {
+    fn wait(&mut self) -> Result<&[usize], LabError> {
         let n = self
             .epoll
             .wait(&mut self.events, EpollTimeout::ZERO)
             .map_err(|e| LabError::Worker(format!("epoll: {e}")))?;
         self.ready.clear();
-        self.ready.extend(self.events[..n].iter().map(|e| e.data() as u8));
+        self.ready.extend(self.events[..n].iter().map(|e| e.data() as usize));
         Ok(&self.ready)
     }
 }
@@ -269,10 +257,10 @@ impl Offer for Routed<'_> {
         let mut gone: Option<String> = None;
         let ready = match &mut h.ready {
             Some(r) => r.wait()?,
-            None => &ALL[..h.subs.len()],
+            None => &h.all,
         };
         for &i in ready {
-            h.subs[usize::from(i)].poll(
+            h.subs[i].poll(
                 |e| match e {
                     ClientEvent::Message(d) if stamp::seq(d.payload) != Some(PROBE) => {
                         samples.arrived(d.payload);
