@@ -195,16 +195,10 @@ fn router_quick_start_and_a_restart_after_kill_9() {
 #[test]
 fn router_over_tls_from_the_command_line() {
     let d = dir("tls");
-    std::fs::create_dir_all(&d).unwrap();
-    let pem = |name: &str| {
-        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-        let (cert, key) = (format!("{d}/{name}.pem"), format!("{d}/{name}.key"));
-        std::fs::write(&cert, ck.cert.pem()).unwrap();
-        std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
-        (cert, key)
-    };
-    let (cert, key) = pem("router");
-    let (stranger, _) = pem("stranger");
+    let path = |p: std::path::PathBuf| p.display().to_string();
+    let (cert, key) = tickwire_testkit::self_signed(std::path::Path::new(&d), "router");
+    let (cert, key, stranger) =
+        (path(cert), path(key), path(tickwire_testkit::self_signed(std::path::Path::new(&d), "stranger").0));
     let router = Live::spawn(&[
         "--dir",
         &d,

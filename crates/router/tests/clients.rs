@@ -359,16 +359,8 @@ fn clients_wait_for_a_router_and_come_back_after_it_restarts() {
 #[test]
 fn tls_clients_are_served_and_plain_or_untrusting_ones_are_turned_away() {
     let d = tempdir("tls");
-    std::fs::create_dir_all(&d).unwrap();
-    let write_pair = |name: &str| {
-        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-        let (cert, key) = (d.join(format!("{name}.pem")), d.join(format!("{name}.key")));
-        std::fs::write(&cert, ck.cert.pem()).unwrap();
-        std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
-        (cert, key)
-    };
-    let (cert, key) = write_pair("router");
-    let (stranger, _) = write_pair("stranger");
+    let (cert, key) = tickwire_testkit::self_signed(&d, "router");
+    let (stranger, _) = tickwire_testkit::self_signed(&d, "stranger");
     let tls = Some(tickwire_router::config::TlsFiles { cert: cert.clone(), key });
     let r = start(&d, RouterConfig { tls, ..RouterConfig::default() });
     let uri = format!("tls://localhost:{}", r.tcp.port());

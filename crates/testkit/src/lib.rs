@@ -48,6 +48,20 @@ pub fn length(seq: u64, size: usize) -> usize {
     }
 }
 
+/// Writes a self-signed certificate for `localhost` (and its private key)
+/// as `DIR/NAME.pem` and `DIR/NAME.key`, for TLS tests; returns both paths.
+///
+/// # Panics
+/// If the certificate cannot be made or the files written (a test fails).
+pub fn self_signed(dir: &std::path::Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("a self-signed certificate");
+    std::fs::create_dir_all(dir).expect("the certificate's directory");
+    let (cert, key) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
+    std::fs::write(&cert, ck.cert.pem()).expect("the certificate file");
+    std::fs::write(&key, ck.key_pair.serialize_pem()).expect("the key file");
+    (cert, key)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -233,15 +233,6 @@ mod tests {
         (c, s)
     }
 
-    fn files(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
-        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-        std::fs::create_dir_all(dir).unwrap();
-        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-        std::fs::write(&cert, ck.cert.pem()).unwrap();
-        std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
-        (cert, key)
-    }
-
     /// Moves `msg` from `a` to `b`, driving both (the handshake included).
     fn carry(a: &Wire, b: &Wire, msg: &[u8]) -> std::io::Result<Vec<u8>> {
         let start = Instant::now();
@@ -274,7 +265,7 @@ mod tests {
     #[test]
     fn both_ways_over_tls_and_plain_alike() {
         let dir = std::env::temp_dir().join(format!("tw-tls-{}", std::process::id()));
-        let (cert, key) = files(&dir);
+        let (cert, key) = tickwire_testkit::self_signed(&dir, "router");
         let (c, s) = pair();
         let client = Wire::tls_client(c, &client_config(&cert).unwrap(), "localhost").unwrap();
         let server = Wire::tls_server(s, &server_config(&cert, &key).unwrap()).unwrap();
@@ -290,7 +281,7 @@ mod tests {
     #[test]
     fn a_certificate_for_another_name_or_a_plain_peer_is_an_error_not_a_hang() {
         let dir = std::env::temp_dir().join(format!("tw-tls-bad-{}", std::process::id()));
-        let (cert, key) = files(&dir);
+        let (cert, key) = tickwire_testkit::self_signed(&dir, "router");
         let (c, s) = pair();
         let client = Wire::tls_client(c, &client_config(&cert).unwrap(), "example.com").unwrap();
         let server = Wire::tls_server(s, &server_config(&cert, &key).unwrap()).unwrap();
