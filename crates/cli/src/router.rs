@@ -20,9 +20,15 @@ pub struct RouterArgs {
     /// Serve no shared-memory clients.
     #[arg(long)]
     no_ipc: bool,
-    /// Pin the routing agent to this CPU.
-    #[arg(long)]
+    /// Pin the (first) routing agent to this CPU.
+    #[arg(long, conflicts_with = "cpus")]
     cpu: Option<usize>,
+    /// Routing agents: threads, each serving its share of the clients [default: 1].
+    #[arg(long)]
+    agents: Option<usize>,
+    /// Pin routing agent K to the K-th CPU of this list (cycling), e.g. 1,0.
+    #[arg(long, value_delimiter = ',')]
+    cpus: Vec<usize>,
     /// Idle strategy: spin (lowest latency, one core), yield, backoff, park.
     #[arg(long)]
     idle: Option<String>,
@@ -58,6 +64,14 @@ pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
     }
     if a.cpu.is_some() {
         cfg.cpu = a.cpu;
+        cfg.cpus.clear();
+    }
+    if !a.cpus.is_empty() {
+        cfg.cpus.clone_from(&a.cpus);
+        cfg.cpu = None;
+    }
+    if let Some(n) = a.agents {
+        cfg.agents = n;
     }
     if let Some(i) = &a.idle {
         cfg.idle.clone_from(i);
@@ -66,7 +80,7 @@ pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
         cfg.tls = Some(tickwire_router::config::TlsFiles { cert: cert.clone(), key: key.clone() });
     }
     let mut idle = Idle::parse(&cfg.idle)?;
-    if let Some(cpu) = cfg.cpu {
+    if let Some(cpu) = cfg.agent_cpu(0) {
         tickwire_agent::pin_current_thread(cpu).map_err(|e| e.to_string())?;
     }
     let mut server = Server::start(cfg).map_err(|e| e.to_string())?;
@@ -84,8 +98,8 @@ pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
         let work = server.do_work();
         idle.idle_with(work, &mut parker);
     }
-    let t = server.router().totals();
     let report = server.shutdown(a.drain);
+    let t = report.totals;
     eprintln!(
         "router stopped: {} client(s) closed, {} message(s) in, {} deliveries, {} discarded by full queues, {} dropped at shutdown",
         report.clients, t.messages_in, t.deliveries, t.discards, report.dropped

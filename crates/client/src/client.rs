@@ -308,6 +308,12 @@ impl Client {
         self.state == State::Connected
     }
 
+    /// This client's id at the router (its row in `tickwire stat`), while
+    /// connected; it changes when the client reconnects.
+    pub fn client_id(&self) -> Option<u32> {
+        self.is_connected().then_some(self.client_id)
+    }
+
     /// Why the router's end refused this client for good (a TLS
     /// certificate that does not verify, a router that does not speak
     /// TLS); `None` while connecting again may still work. Once refused, the

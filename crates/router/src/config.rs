@@ -8,6 +8,9 @@
 //! ipc = true                      # serve shared-memory clients
 //! listen = ["tcp://127.0.0.1:7600"]  # TCP listeners; [] for none
 //! cpu = 1                         # pin the routing agent (default: not pinned)
+//! agents = 1                      # routing agents, each a thread serving its share of the clients
+//! cpus = [1, 0]                   # with several: agent K pinned to cpus[K % len] (instead of cpu)
+//! agent_link_bytes = 4194304      # the ring from each agent to each other one
 //! idle = "backoff"                # spin | yield | backoff | park
 //! ipc_log_bytes = 4194304         # each shared-memory client's log out of the router
 //!
@@ -30,6 +33,9 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+/// Routing agents a router may run.
+pub const MAX_AGENTS: usize = 64;
+
 /// The default TCP listener: loopback only.
 pub const DEFAULT_LISTEN: &str = "tcp://127.0.0.1:7600";
 
@@ -47,8 +53,14 @@ pub struct RouterConfig {
     pub ipc: bool,
     /// TCP listeners, `tcp://HOST:PORT`.
     pub listen: Vec<String>,
-    /// CPU to pin the routing agent to.
+    /// CPU to pin the (first) routing agent to.
     pub cpu: Option<usize>,
+    /// Routing agents (threads), each serving its share of the clients.
+    pub agents: usize,
+    /// CPUs to pin the agents to: agent K on `cpus[K % len]`.
+    pub cpus: Vec<usize>,
+    /// Bytes of the ring from each routing agent to each other one.
+    pub agent_link_bytes: usize,
     /// Idle strategy: spin, yield, backoff, park.
     pub idle: String,
     /// Ring bytes of each shared-memory client's log out of the router (a
@@ -115,6 +127,9 @@ impl Default for RouterConfig {
             ipc: true,
             listen: vec![DEFAULT_LISTEN.into()],
             cpu: None,
+            agents: 1,
+            cpus: Vec::new(),
+            agent_link_bytes: 4 << 20,
             idle: "backoff".into(),
             ipc_log_bytes: 4 << 20,
             limits: LimitsConfig::default(),
@@ -167,6 +182,15 @@ impl RouterConfig {
         Ok(cfg)
     }
 
+    /// The CPU routing agent `k` is pinned to, if any.
+    pub fn agent_cpu(&self, k: usize) -> Option<usize> {
+        match self.cpus.len() {
+            0 if k == 0 => self.cpu,
+            0 => None,
+            n => Some(self.cpus[k % n]),
+        }
+    }
+
     /// The TCP listeners as addresses.
     ///
     /// # Errors
@@ -196,6 +220,15 @@ impl RouterConfig {
         }
         if l.queue_bytes < l.max_frame {
             return bad("limits.queue_bytes", &l.queue_bytes, "at least limits.max_frame");
+        }
+        if self.agents == 0 || self.agents > MAX_AGENTS {
+            return bad("agents", &self.agents, "1 to 64");
+        }
+        if self.cpu.is_some() && !self.cpus.is_empty() {
+            return bad("cpus", &format!("{:?}", self.cpus), "not with cpu (cpus = [N] pins every agent to N)");
+        }
+        if self.agent_link_bytes < l.max_frame || self.agent_link_bytes > 1 << 30 {
+            return bad("agent_link_bytes", &self.agent_link_bytes, "at least limits.max_frame and at most 1 GiB");
         }
         if self.name.is_empty() || self.name.len() > 100 {
             return bad("name", &self.name, "1 to 100 bytes");
@@ -235,5 +268,11 @@ mod tests {
         assert_eq!((t.cert.to_str(), t.key.to_str()), (Some("a.pem"), Some("/k.pem")));
         let c = load("cpu = 1\nidle = \"spin\"\nlisten = []\n").unwrap();
         assert_eq!((c.cpu, c.listen.len(), c.ipc, c.dir.to_str()), (Some(1), 0, true, Some("/tmp/x")));
+        assert_eq!((c.agent_cpu(0), c.agent_cpu(1)), (Some(1), None));
+        let c = load("agents = 3\ncpus = [1, 0]\n").unwrap();
+        assert_eq!((c.agent_cpu(0), c.agent_cpu(1), c.agent_cpu(2)), (Some(1), Some(0), Some(1)));
+        assert!(load("agents = 0\n").unwrap_err().to_string().contains("agents = 0"));
+        assert!(load("cpu = 1\ncpus = [0]\n").unwrap_err().to_string().contains("cpus"));
+        assert!(load("agent_link_bytes = 1000\n").unwrap_err().to_string().contains("agent_link_bytes"));
     }
 }

@@ -29,15 +29,18 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod config;
 pub mod counters;
 pub mod index;
+pub mod peers;
 pub mod queue;
 pub mod routing;
 pub mod server;
 pub mod session;
 pub mod tcp;
 
+pub use agent::RoutingAgent;
 pub use config::RouterConfig;
 pub use index::SubscriptionIndex;
 pub use routing::{Disconnect, Limits, Router, Totals};

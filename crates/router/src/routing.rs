@@ -5,6 +5,7 @@
 
 use crate::counters::{router as rc, topic as tc};
 use crate::index::SubscriptionIndex;
+use crate::peers::{Interest, Peers};
 use crate::session::{Outbound, Session};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -71,8 +72,24 @@ pub struct Totals {
     pub unwanted: u64,
     /// Deliveries made or queued.
     pub deliveries: u64,
-    /// Deliveries dropped by full queues.
+    /// Deliveries dropped by full queues (and messages dropped for
+    /// another routing agent whose link was full).
     pub discards: u64,
+    /// Messages handed to other routing agents.
+    pub forwarded: u64,
+}
+
+impl std::ops::AddAssign for Totals {
+    fn add_assign(&mut self, o: Self) {
+        self.connected += o.connected;
+        self.disconnected += o.disconnected;
+        self.violations += o.violations;
+        self.messages_in += o.messages_in;
+        self.unwanted += o.unwanted;
+        self.deliveries += o.deliveries;
+        self.discards += o.discards;
+        self.forwarded += o.forwarded;
+    }
 }
 
 #[derive(Debug, Default)]
@@ -82,11 +99,12 @@ struct TopicStat {
 }
 
 impl TopicStat {
-    /// Counts one message of `len` payload bytes delivered `n` times.
+    /// Counts `m` messages in (0 or 1) of `len` payload bytes, delivered
+    /// `n` times.
     #[inline]
-    fn add(&mut self, n: u64, len: u64) {
-        self.values[tc::MESSAGES_IN] += 1;
-        self.values[tc::BYTES_IN] += len;
+    fn add(&mut self, m: u64, n: u64, len: u64) {
+        self.values[tc::MESSAGES_IN] += m;
+        self.values[tc::BYTES_IN] += m * len;
         self.values[tc::DELIVERIES] += n;
         self.values[tc::BYTES_OUT] += n * len;
     }
@@ -101,6 +119,30 @@ fn mark(sessions: &mut [Option<Session>], backlog: &mut Vec<u32>, id: u32) {
             backlog.push(id);
         }
     }
+}
+
+/// Delivers a message to each of `targets` (session slots), putting those
+/// left with frames waiting in the backlog; returns (deliveries, discards).
+#[inline]
+fn deliver_all(
+    sessions: &mut [Option<Session>],
+    backlog: &mut Vec<u32>,
+    targets: &[u32],
+    topic: &str,
+    payload: &[u8],
+    discarded: u32,
+) -> (u64, u64) {
+    let mut discards = 0u64;
+    for &c in targets {
+        if let Some(Some(s)) = sessions.get_mut(c as usize) {
+            discards += u64::from(s.deliver(topic, payload, 0, discarded));
+            if !s.in_backlog && s.needs_flush() {
+                s.in_backlog = true;
+                backlog.push(c);
+            }
+        }
+    }
+    (targets.len() as u64, discards)
 }
 
 /// Queues a control frame for `s`.
@@ -130,6 +172,12 @@ pub struct Router {
     totals: Totals,
     counters: Option<Arc<CountersFile>>,
     totals_set: Option<CounterSet>,
+    /// The other routing agents (none when this is the only one).
+    peers: Option<Peers>,
+    /// Routing agents, and which one this is: session `id` here is client
+    /// `id * agents + me` to the world.
+    agents: u32,
+    me: u32,
 }
 
 impl Router {
@@ -153,7 +201,34 @@ impl Router {
             totals: Totals::default(),
             counters,
             totals_set,
+            peers: None,
+            agents: 1,
+            me: 0,
         }
+    }
+
+    /// One of `agents` routing agents, reaching the others through
+    /// `peers`; its counter sets are labelled `LABEL [agent K]`.
+    pub fn with_peers(
+        name: &str,
+        limits: Limits,
+        counters: Option<Arc<CountersFile>>,
+        peers: Peers,
+        agents: u32,
+    ) -> Self {
+        let label = format!("{name} [agent {}]", peers.me());
+        let mut r = Self::new(&label, limits, counters);
+        name.clone_into(&mut r.name);
+        r.me = peers.me();
+        r.peers = Some(peers);
+        r.agents = agents.max(1);
+        r
+    }
+
+    /// The client id the world knows session `id` by (its number across
+    /// every routing agent).
+    pub fn client_id(&self, id: u32) -> u32 {
+        id.wrapping_mul(self.agents).wrapping_add(self.me)
     }
 
     /// The limits.
@@ -214,6 +289,9 @@ impl Router {
         }
         for (sid, p) in s.subscriptions.drain() {
             self.index.remove(&p, id, sid);
+            if let Some(peers) = &mut self.peers {
+                peers.release(&p);
+            }
         }
         if why.code != RejectCode::Normal {
             let close = ClientRepr {
@@ -290,9 +368,11 @@ impl Router {
                 s.hello = true;
                 s.name = f.topic().to_owned();
                 let label = format!("{}@{}", s.name, s.peer);
-                s.counters = self.counters.as_ref().and_then(|c| c.allocate(Kind::RouterClient, id, 0, &label).ok());
+                let client = id.wrapping_mul(self.agents).wrapping_add(self.me);
+                s.counters =
+                    self.counters.as_ref().and_then(|c| c.allocate(Kind::RouterClient, client, 0, &label).ok());
                 let welcome =
-                    ClientRepr { value: id, body: self.name.as_bytes(), ..ClientRepr::new(ClientKind::Welcome) };
+                    ClientRepr { value: client, body: self.name.as_bytes(), ..ClientRepr::new(ClientKind::Welcome) };
                 control(s, &welcome)
             }
             ClientKind::Subscribe => {
@@ -308,8 +388,14 @@ impl Router {
                     let why = format!("{} subscriptions is the limit", self.limits.max_subscriptions);
                     return self.reject(id, RejectCode::Limit, sid.into(), &why);
                 }
+                if let Some(peers) = &mut self.peers {
+                    peers.hold(&pattern);
+                }
                 if let Some(old) = s.subscriptions.insert(sid, pattern.clone()) {
                     self.index.remove(&old, id, sid);
+                    if let Some(peers) = &mut self.peers {
+                        peers.release(&old);
+                    }
                 }
                 self.index.insert(&pattern, id, sid);
                 Ok(())
@@ -317,6 +403,9 @@ impl Router {
             ClientKind::Unsubscribe => {
                 if let Some(p) = s.subscriptions.remove(&f.value()) {
                     self.index.remove(&p, id, f.value());
+                    if let Some(peers) = &mut self.peers {
+                        peers.release(&p);
+                    }
                 }
                 Ok(())
             }
@@ -348,35 +437,62 @@ impl Router {
             Ok(t) => t,
             Err(e) => return self.reject(from, RejectCode::BadTopic, sequence, &e.to_string()),
         };
-        let mut discards = 0u64;
-        for &c in targets {
-            if let Some(Some(s)) = self.sessions.get_mut(c as usize) {
-                discards += u64::from(s.deliver(topic, payload, 0));
-                if !s.in_backlog && s.needs_flush() {
-                    s.in_backlog = true;
-                    self.backlog.push(c);
-                }
+        let (n, discards) = deliver_all(&mut self.sessions, &mut self.backlog, targets, topic, payload, 0);
+        let remote = match &mut self.peers {
+            Some(p) => {
+                let before = (p.forwarded, p.link_discards);
+                let agents = p.forward(topic, payload);
+                self.totals.forwarded += p.forwarded - before.0;
+                self.totals.discards += p.link_discards - before.1;
+                agents
             }
-        }
-        let n = targets.len() as u64;
+            None => 0,
+        };
         self.totals.messages_in += 1;
         self.totals.deliveries += n;
         self.totals.discards += discards;
-        self.totals.unwanted += u64::from(n == 0);
-        // One lookup for a topic already counted (every message but the
-        // first of each topic).
-        let len = payload.len() as u64;
+        self.totals.unwanted += u64::from(n == 0 && remote == 0);
+        self.count_topic(topic, 1, n, payload.len() as u64);
+        Ok(())
+    }
+
+    /// Counts on `topic`'s counters (see [`TopicStat::add`]): one lookup
+    /// for a topic already counted (every message but the first of each).
+    #[inline]
+    fn count_topic(&mut self, topic: &str, m: u64, n: u64, len: u64) {
         if let Some(stat) = self.topics.get_mut(topic) {
-            stat.add(n, len);
+            stat.add(m, n, len);
         } else if self.topics.len() < self.limits.topic_counters {
             let set = self.counters.as_ref().and_then(|c| c.allocate(Kind::RouterTopic, 0, 0, topic).ok());
             let mut stat = TopicStat { values: [0; 4], set };
-            stat.add(n, len);
+            stat.add(m, n, len);
             self.topics.insert(topic.into(), stat);
         } else {
-            self.other_topics.add(n, len);
+            self.other_topics.add(m, n, len);
         }
-        Ok(())
+    }
+
+    /// Delivers a message another routing agent's client published (see
+    /// [`crate::peers`]) to this agent's matching clients; `discarded` is
+    /// the discard indication it carries.
+    pub fn route_forwarded(&mut self, topic: &str, payload: &[u8], discarded: u32) {
+        let targets = self.index.matches(topic);
+        let (n, discards) = deliver_all(&mut self.sessions, &mut self.backlog, targets, topic, payload, discarded);
+        self.totals.deliveries += n;
+        self.totals.discards += discards;
+        self.count_topic(topic, 0, n, payload.len() as u64);
+    }
+
+    /// Applies another routing agent's interest change.
+    pub fn handle_interest(&mut self, change: &Interest) {
+        if let Some(p) = &mut self.peers {
+            p.handle_interest(change);
+        }
+    }
+
+    /// This agent's interest changes since the last call, for the others.
+    pub fn take_announcements(&mut self) -> Vec<Interest> {
+        self.peers.as_mut().map(Peers::take_announcements).unwrap_or_default()
     }
 
     /// Has [`Router::flush`] visit session `id` (its transport holds bytes

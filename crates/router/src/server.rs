@@ -1,13 +1,13 @@
-//! The router process's agent: finds shared-memory clients, accepts TCP
-//! ones, reads their frames into the [`Router`], and flushes its queues.
+//! The router process: finds shared-memory clients, accepts TCP ones, and
+//! hands each to a routing agent ([`RoutingAgent`]).
 //!
-//! One duty cycle ([`Server::do_work`]):
-//! 1. poll every shared-memory client's log in place (no system call);
-//! 2. with TCP sessions open, one `epoll_wait(0)` for readable sockets and
-//!    new connections (without, once a millisecond, for the listeners);
-//! 3. flush every session's queue to its transport;
-//! 4. every 20 ms: look for new shared-memory clients (`readdir`), publish
-//!    counters.
+//! The first routing agent runs on the caller's thread inside
+//! [`Server::do_work`]; with `agents = N` in the config, the other N - 1
+//! run on threads of their own (pinned by `cpus`), linked as
+//! [`crate::peers`] describes. Each new client goes to the agent serving
+//! the fewest. On top of the first agent's duty cycle, the server:
+//! 1. once a millisecond, accepts TCP connections (non-blocking `accept`);
+//! 2. every 20 ms, looks for new shared-memory clients (`readdir`).
 //!
 //! A shared-memory client creates `tw-router-in-ID.log` and the router,
 //! finding it, attaches a tethered reader and creates
@@ -16,36 +16,28 @@
 //! kernel releases when the process dies, so a router killed with kill -9
 //! never blocks the next start.
 
+use crate::agent::{AgentShared, Control, RoutingAgent, Wiring};
 use crate::config::RouterConfig;
-use crate::routing::{Disconnect, Router};
-use crate::session::Outbound;
-use crate::tcp::TcpOut;
-use mio::net::TcpListener;
-use mio::{Events, Interest, Poll, Token};
+use crate::peers::{link, Peers};
+use crate::routing::{Router, Totals};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
-use tickwire_shm::{Context, Event, LogAppender, LogConfig, LogReader, ReaderOptions};
-use tickwire_transport::framing::{FrameError, FrameReader};
+use tickwire_agent::{AgentRunner, Idle};
+use tickwire_shm::{Context, LogAppender, LogConfig, ReaderOptions};
 use tickwire_transport::tls::{ServerConfig, TlsError, Wire};
-use tickwire_wire::client::{RejectCode, HEADER_LEN, IPC_IN_CHANNEL, IPC_OUT_CHANNEL};
+use tickwire_wire::client::{IPC_IN_CHANNEL, IPC_OUT_CHANNEL};
 
-/// Frames read from one client per duty cycle (fairness between clients).
-const POLL_LIMIT: usize = 256;
-/// How often to look for new shared-memory clients and publish counters.
+/// How often to look for new shared-memory clients.
 const HOUSEKEEPING_NS: u64 = 20_000_000;
-/// How often to accept TCP connections when no TCP session is open.
+/// How often to accept TCP connections.
 const ACCEPT_NS: u64 = 1_000_000;
-/// The duty cycle reads the clock (for the timers above) once in this many
-/// cycles: on a VM a clock read costs as much as polling several clients.
-const CLOCK_EVERY: u32 = 16;
-/// An idle shared-memory client's log is checked for its end once in this
-/// many cycles.
-const END_CHECK_EVERY: u32 = 64;
 
 /// Why a router could not start.
 #[derive(Debug, thiserror::Error)]
@@ -77,21 +69,14 @@ pub enum StartError {
     /// The TLS certificate or key is unusable.
     #[error("[router.tls] {0}")]
     Tls(#[from] TlsError),
-}
-
-/// A shared-memory client's log into the router.
-struct IpcInput {
-    /// Its session.
-    id: u32,
-    /// Its stream id (`tw-router-in-STREAM.log`).
-    stream: u32,
-    reader: LogReader,
-}
-
-/// A TCP client's connection.
-struct TcpInput {
-    stream: Arc<Wire>,
-    reader: FrameReader,
+    /// A routing agent's thread could not start (or be pinned).
+    #[error("routing agent {agent}: {source}")]
+    Agent {
+        /// Which agent.
+        agent: usize,
+        /// Why.
+        source: tickwire_agent::AgentError,
+    },
 }
 
 /// What a shutdown did.
@@ -101,38 +86,39 @@ pub struct ShutdownReport {
     pub clients: usize,
     /// Deliveries still queued when the drain time ran out (dropped).
     pub dropped: usize,
+    /// Every agent's totals, final.
+    pub totals: Totals,
 }
 
-/// The router agent.
+/// The router: the first routing agent, the others' threads, and the
+/// finding of clients.
 pub struct Server {
-    router: Router,
+    /// The first routing agent (run by [`Server::do_work`]).
+    agent: RoutingAgent,
+    /// The others, on their own threads.
+    runners: Vec<AgentRunner<RoutingAgent>>,
+    /// Every agent's control channel, and what it shares.
+    controls: Vec<Sender<Control>>,
+    shared: Vec<Arc<AgentShared>>,
+    /// Clients handed to each agent so far.
+    assigned: Vec<usize>,
     ctx: Context,
     cfg: RouterConfig,
     _lock: File,
-    /// Shared-memory clients, dense: the duty cycle polls each in turn.
-    ipc: Vec<IpcInput>,
-    /// TCP clients by session id (their epoll token).
-    tcp: Vec<Option<TcpInput>>,
-    ipc_serving: HashSet<u32>,
-    ipc_refused: HashMap<u32, String>,
-    poll: Poll,
-    events: Events,
-    /// The tokens of one poll's events (kept: no allocation per poll).
-    tokens: Vec<Token>,
     listeners: Vec<(TcpListener, SocketAddr)>,
     /// TLS on every TCP listener (`[router.tls]`).
     tls: Option<Arc<ServerConfig>>,
-    tcp_sessions: usize,
-    failed: Vec<(u32, String)>,
+    ipc_serving: HashSet<u32>,
+    ipc_refused: HashMap<u32, String>,
+    /// Shared-memory streams whose sessions ended (from the agents).
+    gone: Receiver<(u32, String)>,
     last_housekeeping: u64,
     last_accept: u64,
-    /// Duty cycles so far (the clock is read once in [`CLOCK_EVERY`]).
-    cycle: u32,
 }
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Server").field("dir", &self.cfg.dir).field("clients", &self.router.clients()).finish()
+        f.debug_struct("Server").field("dir", &self.cfg.dir).field("agents", &self.controls.len()).finish()
     }
 }
 
@@ -142,11 +128,12 @@ fn now_ns() -> u64 {
 
 impl Server {
     /// Takes the directory's lock, opens the counters and the TCP
-    /// listeners.
+    /// listeners, and starts the routing agents after the first.
     ///
     /// # Errors
     /// [`StartError`]: another router holds the directory, a listener's
-    /// address is taken, or the configuration is invalid.
+    /// address is taken, the configuration is invalid, or an agent's
+    /// thread cannot be pinned.
     pub fn start(cfg: RouterConfig) -> Result<Self, StartError> {
         cfg.check()?;
         std::fs::create_dir_all(&cfg.dir)
@@ -172,42 +159,89 @@ impl Server {
         }
         lock.set_len(0).and_then(|()| write!(lock, "{}", std::process::id())).map_err(|e| io(&lock_path, e))?;
         let ctx = Context::new(&cfg.dir)?;
-        let poll = Poll::new().map_err(|e| io(Path::new("epoll"), e))?;
         let mut listeners = Vec::new();
-        for (i, addr) in cfg.listen_addrs()?.into_iter().enumerate() {
-            let mut l = TcpListener::bind(addr)
+        for addr in cfg.listen_addrs()? {
+            let l = TcpListener::bind(addr)
                 .map_err(|source| StartError::Io { what: format!("listen on tcp://{addr}"), source })?;
+            l.set_nonblocking(true).map_err(|e| io(Path::new("listener"), e))?;
             let local = l.local_addr().map_err(|e| io(Path::new("listener"), e))?;
-            poll.registry()
-                .register(&mut l, Token(usize::MAX - i), Interest::READABLE)
-                .map_err(|e| io(Path::new("epoll"), e))?;
             listeners.push((l, local));
         }
         let tls = match &cfg.tls {
             Some(t) => Some(tickwire_transport::tls::server_config(&t.cert, &t.key)?),
             None => None,
         };
-        let router = Router::new(&cfg.name, (&cfg.limits).into(), Some(Arc::clone(ctx.counters())));
+        let (mut agents, controls, gone) = Self::agents(&cfg, &ctx).map_err(|e| io(Path::new("epoll"), e))?;
+        let shared: Vec<_> = agents.iter().map(|a| Arc::clone(&a.shared)).collect();
+        let agent = agents.remove(0);
+        let mut runners = Vec::new();
+        for (k, a) in agents.into_iter().enumerate() {
+            let idle = Idle::parse(&cfg.idle).map_err(|_| crate::config::ConfigError::Value {
+                key: "idle",
+                value: cfg.idle.clone(),
+                why: "one of spin, yield, backoff, park",
+            })?;
+            let runner = AgentRunner::start(a, idle, cfg.agent_cpu(k + 1))
+                .map_err(|source| StartError::Agent { agent: k + 1, source })?;
+            runners.push(runner);
+        }
+        let n = controls.len();
         Ok(Self {
-            router,
+            agent,
+            runners,
+            controls,
+            shared,
+            assigned: vec![0; n],
             ctx,
             cfg,
             _lock: lock,
-            ipc: Vec::new(),
-            tcp: Vec::new(),
-            ipc_serving: HashSet::new(),
-            ipc_refused: HashMap::new(),
-            poll,
-            events: Events::with_capacity(256),
-            tokens: Vec::with_capacity(256),
             listeners,
             tls,
-            tcp_sessions: 0,
-            failed: Vec::new(),
+            ipc_serving: HashSet::new(),
+            ipc_refused: HashMap::new(),
+            gone,
             last_housekeeping: 0,
             last_accept: 0,
-            cycle: 0,
         })
+    }
+
+    /// Makes the routing agents, their links and channels.
+    #[allow(clippy::type_complexity)]
+    fn agents(
+        cfg: &RouterConfig,
+        ctx: &Context,
+    ) -> std::io::Result<(Vec<RoutingAgent>, Vec<Sender<Control>>, Receiver<(u32, String)>)> {
+        let n = cfg.agents;
+        let counters = Some(Arc::clone(ctx.counters()));
+        let (gone_tx, gone) = channel();
+        let (controls, mut receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| channel()).map(|(t, r)| (t, Some(r))).unzip();
+        // links[from][to], and what each agent reads.
+        let mut links: Vec<Vec<Option<_>>> = (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+        let mut inbound: Vec<Vec<_>> = (0..n).map(|_| Vec::new()).collect();
+        for (from, row) in links.iter_mut().enumerate() {
+            for (to, slot) in row.iter_mut().enumerate() {
+                if from != to {
+                    let (tx, rx) = link(cfg.agent_link_bytes);
+                    *slot = Some(tx);
+                    inbound[to].push(rx);
+                }
+            }
+        }
+        let mut agents = Vec::with_capacity(n);
+        for (k, (row, inbound)) in links.into_iter().zip(inbound).enumerate() {
+            let limits = (&cfg.limits).into();
+            let (router, role) = if n == 1 {
+                (Router::new(&cfg.name, limits, counters.clone()), "router".to_owned())
+            } else {
+                let peers = Peers::new(k as u32, row);
+                (Router::with_peers(&cfg.name, limits, counters.clone(), peers, n as u32), format!("router-{k}"))
+            };
+            let others = controls.iter().enumerate().map(|(j, tx)| (j != k).then(|| tx.clone())).collect();
+            let Some(control) = receivers[k].take() else { unreachable!("one receiver per agent") };
+            let wiring = Wiring { control, others, inbound, gone: gone_tx.clone() };
+            agents.push(RoutingAgent::new(router, role, wiring)?);
+        }
+        Ok((agents, controls, gone))
     }
 
     /// What it listens on, for the line a router prints at start.
@@ -218,7 +252,11 @@ impl Server {
         }
         let scheme = if self.tls.is_some() { "tls" } else { "tcp" };
         parts.extend(self.listeners.iter().map(|(_, a)| format!("{scheme}://{a}")));
-        parts.join(", ")
+        let mut line = parts.join(", ");
+        if self.controls.len() > 1 {
+            line.push_str(&format!(" ({} routing agents)", self.controls.len()));
+        }
+        line
     }
 
     /// The TCP listeners' bound addresses (port 0 resolved).
@@ -226,196 +264,95 @@ impl Server {
         self.listeners.iter().map(|(_, a)| *a).collect()
     }
 
-    /// The routing core (counts, sessions).
+    /// The first routing agent's core (its sessions, counts).
     pub fn router(&self) -> &Router {
-        &self.router
+        &self.agent.router
     }
 
-    /// One duty cycle; returns the work done (0: idle).
+    /// Every agent's totals: the first's now, the others' as of their last
+    /// housekeeping (at most 20 ms old).
+    pub fn totals(&self) -> Totals {
+        let mut t = self.agent.router.totals();
+        for s in &self.shared[1..] {
+            if let Ok(o) = s.totals.lock() {
+                t += *o;
+            }
+        }
+        t
+    }
+
+    /// Sessions open across every agent (counting clients handed over and
+    /// not yet taken).
+    pub fn clients(&self) -> usize {
+        self.assigned.iter().zip(&self.shared).map(|(a, s)| a - s.closed.load(Ordering::Relaxed).min(*a)).sum()
+    }
+
+    /// One duty cycle of the first agent, then the server's own work;
+    /// returns the work done (0: idle).
     pub fn do_work(&mut self) -> usize {
-        self.cycle = self.cycle.wrapping_add(1);
-        let mut work = self.poll_ipc();
-        if self.tcp_sessions > 0 {
-            work += self.poll_tcp();
-        }
-        work += self.router.flush(&mut self.failed);
-        while let Some((id, why)) = self.failed.pop() {
-            self.close(id, &Disconnect { code: RejectCode::Normal, reason: format!("connection failed: {why}") });
-        }
-        if self.cycle.is_multiple_of(CLOCK_EVERY) {
-            let now = now_ns();
-            if self.tcp_sessions == 0 && now.saturating_sub(self.last_accept) >= ACCEPT_NS {
+        let mut work = self.agent.do_work();
+        let (now, ticked) = self.agent.clock();
+        if ticked {
+            if now.saturating_sub(self.last_accept) >= ACCEPT_NS {
                 self.last_accept = now;
-                work += self.poll_tcp();
+                work += self.accept();
             }
             if now.saturating_sub(self.last_housekeeping) >= HOUSEKEEPING_NS {
                 self.last_housekeeping = now;
+                while let Ok((stream, why)) = self.gone.try_recv() {
+                    self.ipc_serving.remove(&stream);
+                    self.ipc_refused.insert(stream, why);
+                }
                 if self.cfg.ipc {
                     work += self.scan_ipc();
                 }
-                self.router.publish_counters();
             }
         }
         work
     }
 
-    fn poll_ipc(&mut self) -> usize {
-        let mut work = 0;
-        let check_end = self.cycle.is_multiple_of(END_CHECK_EVERY);
-        let mut i = 0;
-        while let Some(input) = self.ipc.get_mut(i) {
-            let id = input.id;
-            let router = &mut self.router;
-            let mut why: Option<Disconnect> = None;
-            let r = input.reader.poll(
-                |ev| match ev {
-                    Event::Message(m) if why.is_none() => {
-                        if let Err(d) = router.handle_frame(id, m.payload) {
-                            why = Some(d);
-                        }
-                    }
-                    Event::PublisherGone { reason, .. } => {
-                        why = Some(Disconnect { code: RejectCode::Normal, reason: format!("client gone: {reason}") });
-                    }
-                    Event::Lost { from, to, .. } => {
-                        why = Some(Disconnect::protocol(format!("client log lost bytes [{from}, {to})")));
-                    }
-                    _ => {}
-                },
-                POLL_LIMIT,
-            );
-            match r {
-                Ok(0) if check_end && why.is_none() && input.reader.is_end_of_stream() => {
-                    why = Some(Disconnect { code: RejectCode::Normal, reason: "client closed its log".into() });
-                }
-                Ok(n) => work += n,
-                Err(e) => why = Some(Disconnect::protocol(format!("client log: {e}"))),
-            }
-            match why {
-                // Closing takes it out of `ipc` (the last one moves to `i`).
-                Some(d) => self.close(id, &d),
-                None => i += 1,
-            }
-        }
-        work
+    /// The agent to give a new client: the one serving the fewest.
+    fn pick(&mut self) -> usize {
+        let load = |k: usize| self.assigned[k].saturating_sub(self.shared[k].closed.load(Ordering::Relaxed));
+        let k = (0..self.controls.len()).min_by_key(|&k| load(k)).unwrap_or(0);
+        self.assigned[k] += 1;
+        k
     }
 
-    fn poll_tcp(&mut self) -> usize {
-        if self.poll.poll(&mut self.events, Some(Duration::ZERO)).is_err() {
-            return 0;
-        }
-        let mut tokens = std::mem::take(&mut self.tokens);
-        tokens.clear();
-        tokens.extend(self.events.iter().map(|e| e.token()));
-        let mut work = 0;
-        for &t in &tokens {
-            if t.0 > usize::MAX - 64 {
-                work += self.accept(usize::MAX - t.0);
-                continue;
-            }
-            let id = t.0;
-            let Some(Some(TcpInput { stream, reader })) = self.tcp.get_mut(id) else { continue };
-            let router = &mut self.router;
-            let mut why: Option<Disconnect> = None;
-            let r = reader.read_from(&**stream, |f| match router.handle_frame(id as u32, f) {
-                Ok(()) => true,
-                Err(d) => {
-                    why = Some(d);
-                    false
-                }
-            });
-            match r {
-                Ok(n) => work += n,
-                Err(FrameError::Closed(e)) => {
-                    why.get_or_insert(Disconnect { code: RejectCode::Normal, reason: e });
-                }
-                Err(e @ FrameError::TooLarge { .. }) => {
-                    why.get_or_insert(Disconnect { code: RejectCode::TooLarge, reason: e.to_string() });
-                }
-                Err(e) => {
-                    why.get_or_insert(Disconnect::protocol(e.to_string()));
-                }
-            }
-            // TLS records the read left unsent (the handshake's replies
-            // when the socket was full) go with the session's next flush.
-            if why.is_none() && stream.wants_write() {
-                self.router.mark_pending(id as u32);
-            }
-            if let Some(d) = why {
-                self.close(id as u32, &d);
-            }
-        }
-        self.tokens = tokens;
-        work
+    fn hand(&mut self, c: Control) {
+        let k = self.pick();
+        // An agent's receiver lives as long as the server.
+        let _ = self.controls[k].send(c);
     }
 
-    fn accept(&mut self, listener: usize) -> usize {
+    fn accept(&mut self) -> usize {
         let mut n = 0;
-        loop {
-            let Some((l, _)) = self.listeners.get(listener) else { return n };
-            let (mut stream, peer) = match l.accept() {
-                Ok(s) => s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return n,
-                Err(e) => {
-                    tracing::warn!("accept: {e}");
-                    return n;
-                }
-            };
-            let _ = stream.set_nodelay(true);
-            // Registered under the id its session will get.
-            let next = self.router.next_id();
-            if let Err(e) = self.poll.registry().register(&mut stream, Token(next as usize), Interest::READABLE) {
-                tracing::warn!("tcp://{peer}: {e}");
-                continue;
-            }
-            let stream = std::net::TcpStream::from(stream);
-            let wire = match &self.tls {
-                Some(cfg) => Wire::tls_server(stream, cfg),
-                None => Ok(Wire::plain(stream)),
-            };
-            let stream = match wire {
-                Ok(w) => Arc::new(w),
-                Err(e) => {
+        for i in 0..self.listeners.len() {
+            loop {
+                let (stream, peer) = match self.listeners[i].0.accept() {
+                    Ok(s) => s,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        tracing::warn!("accept: {e}");
+                        break;
+                    }
+                };
+                if let Err(e) = stream.set_nonblocking(true).and_then(|()| stream.set_nodelay(true)) {
                     tracing::warn!("tcp://{peer}: {e}");
                     continue;
                 }
-            };
-            let id = self.router.attach(Outbound::Tcp(TcpOut::new(Arc::clone(&stream))), format!("tcp {peer}"));
-            debug_assert_eq!(id, next);
-            let i = id as usize;
-            if self.tcp.len() <= i {
-                self.tcp.resize_with(i + 1, || None);
+                let wire = match &self.tls {
+                    Some(cfg) => Wire::tls_server(stream, cfg),
+                    None => Ok(Wire::plain(stream)),
+                };
+                match wire {
+                    Ok(w) => self.hand(Control::Tcp { wire: Arc::new(w), peer }),
+                    Err(e) => tracing::warn!("tcp://{peer}: {e}"),
+                }
+                n += 1;
             }
-            self.tcp[i] =
-                Some(TcpInput { stream, reader: FrameReader::new(HEADER_LEN, self.router.limits().max_frame) });
-            self.tcp_sessions += 1;
-            tracing::info!(client = id, %peer, "tcp client connected");
-            n += 1;
         }
-    }
-
-    /// Ends a session: CLOSE offered, transport dropped (an IPC client's
-    /// log out of the router is removed: the router made it).
-    fn close(&mut self, id: u32, why: &Disconnect) {
-        // The input goes first, whatever the session's state: the duty
-        // cycle must never meet it again.
-        if let Some(i) = self.ipc.iter().position(|input| input.id == id) {
-            let input = self.ipc.swap_remove(i);
-            self.ipc_serving.remove(&input.stream);
-            // Its log stays until the client goes; do not take it again.
-            self.ipc_refused.insert(input.stream, why.to_string());
-        } else if let Some(TcpInput { stream, .. }) = self.tcp.get_mut(id as usize).and_then(Option::take) {
-            use std::os::fd::AsRawFd;
-            let _ = self.poll.registry().deregister(&mut mio::unix::SourceFd(&stream.stream().as_raw_fd()));
-            self.tcp_sessions -= 1;
-        }
-        let Some(mut s) = self.router.disconnect(id, why) else { return };
-        s.flush_best_effort();
-        if why.code == RejectCode::Normal {
-            tracing::info!(client = id, name = %s.name, peer = %s.peer, "disconnected: {}", why.reason);
-        } else {
-            tracing::warn!(client = id, name = %s.name, peer = %s.peer, "disconnected: {why}");
-        }
+        n
     }
 
     /// Looks for shared-memory clients' logs not yet served.
@@ -441,9 +378,8 @@ impl Server {
         let n = found.len();
         for stream in found {
             match self.attach_ipc(stream) {
-                Ok(id) => {
+                Ok(()) => {
                     self.ipc_serving.insert(stream);
-                    tracing::info!(client = id, stream, "ipc client connected");
                 }
                 // Busy for a moment (its join lock, all reader slots taken):
                 // try again at the next scan.
@@ -459,7 +395,7 @@ impl Server {
         n
     }
 
-    fn attach_ipc(&mut self, stream: u32) -> Result<u32, tickwire_shm::ShmError> {
+    fn attach_ipc(&mut self, stream: u32) -> Result<(), tickwire_shm::ShmError> {
         let opts = ReaderOptions::default();
         let reader = self.ctx.reader(IPC_IN_CHANNEL, stream, opts)?;
         if reader.position() > 0 {
@@ -474,30 +410,32 @@ impl Server {
         let pid = reader.descriptor().publisher.pid;
         let cfg = LogConfig::with_capacity(self.cfg.ipc_log_bytes);
         let out = LogAppender::create(self.ctx.dir(), IPC_OUT_CHANNEL, stream, &cfg, self.ctx.counters())?;
-        let id = self.router.attach(Outbound::Ipc(out), format!("ipc pid {pid}"));
-        self.ipc.push(IpcInput { id, stream, reader });
-        Ok(id)
+        self.hand(Control::Ipc {
+            stream,
+            reader: Box::new(reader),
+            out: Box::new(out),
+            peer: format!("ipc pid {pid}"),
+        });
+        Ok(())
     }
 
-    /// Stops: no new clients; each session's queue is flushed for up to
-    /// `drain`, then every client gets CLOSE (shutdown) and is let go.
+    /// Stops: no new clients; each agent flushes its sessions' queues for
+    /// up to `drain`, then every client gets CLOSE (shutdown) and is let go.
     pub fn shutdown(mut self, drain: Duration) -> ShutdownReport {
         let deadline = now_ns() + drain.as_nanos() as u64;
-        let clients = self.router.clients();
-        while now_ns() < deadline
-            && self.router.session_ids().iter().any(|&id| self.router.session(id).is_some_and(|s| s.queued() > 0))
-        {
-            self.router.flush(&mut self.failed);
-            std::thread::sleep(Duration::from_micros(100));
+        let mut agents = vec![];
+        for r in self.runners.drain(..) {
+            agents.push(r.stop());
         }
-        let dropped =
-            self.router.session_ids().iter().filter_map(|&id| self.router.session(id)).map(|s| s.queued()).sum();
-        for id in self.router.session_ids() {
-            self.close(id, &Disconnect { code: RejectCode::Shutdown, reason: "the router is shutting down".into() });
+        let mut report = ShutdownReport::default();
+        for a in std::iter::once(&mut self.agent).chain(agents.iter_mut()) {
+            let (clients, dropped) = a.shutdown(deadline);
+            report.clients += clients;
+            report.dropped += dropped;
+            report.totals += a.router.totals();
         }
-        self.router.publish_counters();
         let _ = std::fs::remove_file(self.cfg.dir.join("router.lock"));
-        ShutdownReport { clients, dropped }
+        report
     }
 }
 

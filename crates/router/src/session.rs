@@ -199,13 +199,14 @@ impl Session {
     }
 
     /// Delivers one message: straight to the transport when nothing waits,
-    /// else behind the queue (dropping its oldest if full). Returns the
-    /// messages dropped.
+    /// else behind the queue (dropping its oldest if full). `discarded` is
+    /// the discard indication it carries (messages dropped before it on
+    /// the way here). Returns the messages dropped.
     #[inline]
-    pub(crate) fn deliver(&mut self, topic: &str, payload: &[u8], flags: u8) -> u32 {
+    pub(crate) fn deliver(&mut self, topic: &str, payload: &[u8], flags: u8, discarded: u32) -> u32 {
         let sequence = self.next_sequence;
         self.next_sequence += 1;
-        let repr = ClientRepr { kind: ClientKind::Deliver, flags, value: 0, sequence, topic, body: payload };
+        let repr = ClientRepr { kind: ClientKind::Deliver, flags, value: discarded, sequence, topic, body: payload };
         if self.queue.is_empty() && self.control.is_empty() {
             match self.out.try_send(&repr) {
                 Sent::Yes => {

@@ -1,93 +1,16 @@
 //! A router on a thread and clients of both kinds, in one process: fan-out,
 //! single delivery, malformed input, a stalled subscriber, restarts.
 
+mod common;
+
+use common::{client, quiet, receive, start, tempdir};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::net::TcpStream;
+use std::path::Path;
 use std::time::{Duration, Instant};
 use tickwire_client::{Client, ClientEvent, ClientOptions};
-use tickwire_router::{RouterConfig, Server, ShutdownReport};
+use tickwire_router::{RouterConfig, Server};
 use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION, IPC_IN_CHANNEL};
-
-struct Running {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<ShutdownReport>>,
-    tcp: SocketAddr,
-}
-
-impl Running {
-    fn stop(mut self) -> ShutdownReport {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.take().unwrap().join().unwrap()
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn start(dir: &Path, cfg: RouterConfig) -> Running {
-    let cfg = RouterConfig { dir: dir.into(), listen: vec!["tcp://127.0.0.1:0".into()], idle: "yield".into(), ..cfg };
-    let mut server = Server::start(cfg).unwrap();
-    let tcp = server.tcp_addrs()[0];
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&stop);
-    let thread = std::thread::spawn(move || {
-        while !flag.load(Ordering::Relaxed) {
-            if server.do_work() == 0 {
-                std::thread::yield_now();
-            }
-        }
-        server.shutdown(Duration::from_millis(200))
-    });
-    Running { stop, thread: Some(thread), tcp }
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tw-router-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
-fn client(uri: &str, dir: &Path, name: &str) -> Client {
-    let opts = ClientOptions { name: name.into(), dir: dir.into(), ..ClientOptions::default() };
-    Client::connect(uri, opts).unwrap()
-}
-
-/// Polls until `n` messages came (or 5 s); returns (topic, payload, discarded).
-fn receive(c: &mut Client, n: usize) -> Vec<(String, Vec<u8>, u32)> {
-    let mut got = Vec::new();
-    let until = Instant::now() + Duration::from_secs(5);
-    while got.len() < n && Instant::now() < until {
-        c.poll(
-            |e| {
-                if let ClientEvent::Message(m) = e {
-                    got.push((m.topic.to_owned(), m.payload.to_vec(), m.discarded));
-                }
-            },
-            64,
-        );
-    }
-    got
-}
-
-/// Nothing more arrives within `wait`.
-fn quiet(c: &mut Client, wait: Duration) -> bool {
-    let until = Instant::now() + wait;
-    let mut n = 0;
-    while Instant::now() < until {
-        c.poll(|e| n += usize::from(matches!(e, ClientEvent::Message(_))), 64);
-    }
-    n == 0
-}
 
 #[test]
 fn wildcard_fan_out_over_shared_memory_and_tcp_delivers_once_per_subscriber() {

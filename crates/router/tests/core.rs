@@ -158,3 +158,98 @@ fn a_stalled_client_loses_its_oldest_and_hears_how_many() {
     assert_eq!(r.totals().discards, 15);
     assert_eq!(r.session(slow).unwrap().stats.discards, 15);
 }
+
+/// Two routing agents' routers wired as the server wires them.
+struct Pair {
+    r: [Router; 2],
+    from0: tickwire_router::peers::LinkReader,
+    from1: tickwire_router::peers::LinkReader,
+}
+
+impl Pair {
+    fn new(link_bytes: usize) -> Self {
+        use tickwire_router::peers::{link, Peers};
+        let (l01, from0) = link(link_bytes);
+        let (l10, from1) = link(link_bytes);
+        let r0 = Router::with_peers("test", Limits::default(), None, Peers::new(0, vec![None, Some(l01)]), 2);
+        let r1 = Router::with_peers("test", Limits::default(), None, Peers::new(1, vec![Some(l10), None]), 2);
+        Self { r: [r0, r1], from0, from1 }
+    }
+
+    /// What the agents' duty cycles pass each other: interest, then messages.
+    fn exchange(&mut self) {
+        let [r0, r1] = &mut self.r;
+        for change in r0.take_announcements() {
+            r1.handle_interest(&change);
+        }
+        for change in r1.take_announcements() {
+            r0.handle_interest(&change);
+        }
+        self.from0.receive(usize::MAX, |t, p, d| r1.route_forwarded(t, p, d));
+        self.from1.receive(usize::MAX, |t, p, d| r0.route_forwarded(t, p, d));
+    }
+}
+
+#[test]
+fn two_routing_agents_deliver_each_others_messages_once_per_client() {
+    let mut pair = Pair::new(1 << 16);
+    let [r0, r1] = &mut pair.r;
+    let (p, b) = (client(r0, "p", usize::MAX), client(r0, "b", usize::MAX));
+    let (a, c) = (client(r1, "a", usize::MAX), client(r1, "c", usize::MAX));
+    assert_eq!((r0.client_id(p), r0.client_id(b), r1.client_id(a), r1.client_id(c)), (0, 2, 1, 3));
+    for (k, id, pat) in [(1, a, "md/>"), (1, a, "md/*/VOD"), (1, c, "md/eu/VOD"), (0, b, "md/*/VOD")] {
+        pair.r[k].handle_frame(id, &subscribe(pat.len() as u32, pat)).unwrap();
+    }
+    pair.exchange();
+    let [r0, _] = &mut pair.r;
+    for (t, body) in [("md/eu/VOD", &b"bid 101"[..]), ("md/us/IBM", b"bid 150"), ("eq/nobody", b"x")] {
+        r0.handle_frame(p, &publish(t, body)).unwrap();
+    }
+    pair.exchange();
+    let [r0, r1] = &mut pair.r;
+    assert_eq!(topics(&drain(r1, a)), ["md/eu/VOD", "md/us/IBM"], "two of its patterns match: one delivery");
+    assert_eq!(topics(&drain(r1, c)), ["md/eu/VOD"]);
+    assert_eq!(topics(&drain(r0, b)), ["md/eu/VOD"]);
+    let (t0, t1) = (r0.totals(), r1.totals());
+    assert_eq!((t0.messages_in, t0.deliveries, t0.forwarded, t0.unwanted), (3, 1, 2, 1));
+    assert_eq!((t1.messages_in, t1.deliveries), (0, 3));
+
+    // The last holder of each pattern on agent 1 goes: nothing crosses.
+    r1.disconnect(a, &Disconnect { code: RejectCode::Normal, reason: "bye".into() });
+    r1.handle_frame(c, &frame(ClientRepr { value: 9, ..ClientRepr::new(ClientKind::Unsubscribe) })).unwrap();
+    pair.exchange();
+    let [r0, _] = &mut pair.r;
+    r0.handle_frame(p, &publish("md/eu/VOD", b"bid 102")).unwrap();
+    r0.handle_frame(p, &publish("md/us/IBM", b"bid 151")).unwrap();
+    pair.exchange();
+    let [r0, r1] = &mut pair.r;
+    assert!(drain(r1, c).is_empty());
+    assert_eq!(topics(&drain(r0, b)), ["md/eu/VOD"]);
+    assert_eq!((r0.totals().forwarded, r0.totals().unwanted), (2, 2));
+    assert_eq!(r1.totals().deliveries, 3);
+}
+
+#[test]
+fn messages_dropped_on_a_full_link_are_indicated_on_the_next_delivery() {
+    let mut pair = Pair::new(256);
+    let [r0, r1] = &mut pair.r;
+    let p = client(r0, "p", usize::MAX);
+    let a = client(r1, "a", usize::MAX);
+    r1.handle_frame(a, &subscribe(1, "t")).unwrap();
+    pair.exchange();
+    let [r0, _] = &mut pair.r;
+    let body = [5u8; 150];
+    // One 12 + 1 + 150 byte record fits in 256; the next two are dropped.
+    for _ in 0..3 {
+        r0.handle_frame(p, &publish("t", &body)).unwrap();
+    }
+    assert_eq!((r0.totals().forwarded, r0.totals().discards), (1, 2));
+    pair.exchange();
+    let [r0, _] = &mut pair.r;
+    r0.handle_frame(p, &publish("t", &body)).unwrap();
+    pair.exchange();
+    let [_, r1] = &mut pair.r;
+    let got = drain(r1, a);
+    let values: Vec<u32> = got.iter().filter(|f| f.0 == ClientKind::Deliver).map(|f| f.3).collect();
+    assert_eq!(values, [0, 2], "the second delivery says two were dropped before it");
+}

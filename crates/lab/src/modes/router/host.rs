@@ -71,14 +71,14 @@ fn rss_bytes() -> u64 {
 }
 
 fn report(server: &Server, cycles: u64, awake_ns: u64) -> HostReport {
-    let t = server.router().totals();
+    let t = server.totals();
     HostReport {
         rss_bytes: rss_bytes(),
         messages_in: t.messages_in,
         deliveries: t.deliveries,
         discards: t.discards,
         violations: t.violations,
-        clients: server.router().clients() as u64,
+        clients: server.clients() as u64,
         cycles,
         awake_ns,
     }

@@ -1,0 +1,385 @@
+//! A routing agent: the duty cycle that reads its clients' frames into its
+//! [`Router`] and moves their deliveries out.
+//!
+//! One duty cycle ([`RoutingAgent::do_work`]):
+//! 1. poll every shared-memory client's log in place (no system call);
+//! 2. with TCP sessions open, one `epoll_wait(0)` for readable sockets;
+//! 3. take what the other routing agents forwarded (their links);
+//! 4. flush the sessions that have frames waiting;
+//! 5. once in [`CLOCK_EVERY`] cycles: read the clock, take new clients and
+//!    interest changes from its control channel, tell the other agents
+//!    about its own, and every 20 ms publish counters.
+//!
+//! The [`Server`](crate::Server) finds clients and hands each to an agent
+//! ([`Control::Ipc`], [`Control::Tcp`]); a router with one agent runs it on
+//! the server's own thread.
+
+use crate::peers::{Interest, LinkReader};
+use crate::routing::{Disconnect, Router, Totals};
+use crate::session::Outbound;
+use crate::tcp::TcpOut;
+use mio::{Events, Interest as Readiness, Poll, Token};
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tickwire_shm::{Event, LogAppender, LogReader};
+use tickwire_transport::framing::{FrameError, FrameReader};
+use tickwire_transport::tls::Wire;
+use tickwire_wire::client::{RejectCode, HEADER_LEN};
+
+/// Frames read from one client per duty cycle (fairness between clients).
+const POLL_LIMIT: usize = 256;
+/// How often to publish counters.
+const HOUSEKEEPING_NS: u64 = 20_000_000;
+/// The duty cycle reads the clock once in this many cycles: on a VM a
+/// clock read costs as much as polling several clients.
+pub(crate) const CLOCK_EVERY: u32 = 16;
+/// An idle shared-memory client's log is checked for its end once in this
+/// many cycles.
+const END_CHECK_EVERY: u32 = 64;
+
+/// What a routing agent is told by the server and the other agents.
+pub(crate) enum Control {
+    /// Serve this shared-memory client.
+    Ipc {
+        /// Its stream id (`tw-router-in-STREAM.log`).
+        stream: u32,
+        /// Its log into the router.
+        reader: Box<LogReader>,
+        /// Its log out of the router (created by the server).
+        out: Box<LogAppender>,
+        /// `ipc pid N`.
+        peer: String,
+    },
+    /// Serve this TCP client.
+    Tcp {
+        /// Its connection.
+        wire: Arc<Wire>,
+        /// Where it is.
+        peer: SocketAddr,
+    },
+    /// Another agent's clients' interest changed.
+    Interest(Interest),
+}
+
+/// What an agent shares with the server while it runs on its own thread.
+#[derive(Debug, Default)]
+pub(crate) struct AgentShared {
+    /// Sessions it has closed (the server counts those it handed over).
+    pub(crate) closed: AtomicUsize,
+    /// Its totals, copied at every housekeeping.
+    pub(crate) totals: Mutex<Totals>,
+}
+
+/// A shared-memory client's log into the router.
+struct IpcInput {
+    /// Its session.
+    id: u32,
+    /// Its stream id (`tw-router-in-STREAM.log`).
+    stream: u32,
+    reader: LogReader,
+}
+
+/// A TCP client's connection.
+struct TcpInput {
+    stream: Arc<Wire>,
+    reader: FrameReader,
+}
+
+/// One routing agent.
+pub struct RoutingAgent {
+    pub(crate) router: Router,
+    role: String,
+    /// Shared-memory clients, dense: the duty cycle polls each in turn.
+    ipc: Vec<IpcInput>,
+    /// TCP clients by session id (their epoll token).
+    tcp: Vec<Option<TcpInput>>,
+    tcp_sessions: usize,
+    poll: Poll,
+    events: Events,
+    /// The tokens of one poll's events (kept: no allocation per poll).
+    tokens: Vec<Token>,
+    failed: Vec<(u32, String)>,
+    control: Receiver<Control>,
+    /// The other agents' control channels (`None` at this agent's place).
+    others: Vec<Option<Sender<Control>>>,
+    /// What the other agents forward to this one.
+    inbound: Vec<LinkReader>,
+    /// Shared-memory streams whose sessions ended, and why, for the server.
+    gone: Sender<(u32, String)>,
+    pub(crate) shared: Arc<AgentShared>,
+    /// Duty cycles so far.
+    cycle: u32,
+    /// The clock at the last read (every [`CLOCK_EVERY`] cycles).
+    now: u64,
+    last_housekeeping: u64,
+}
+
+impl std::fmt::Debug for RoutingAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoutingAgent").field("role", &self.role).field("clients", &self.router.clients()).finish()
+    }
+}
+
+/// An agent's channels, made by the server.
+pub(crate) struct Wiring {
+    pub(crate) control: Receiver<Control>,
+    pub(crate) others: Vec<Option<Sender<Control>>>,
+    pub(crate) inbound: Vec<LinkReader>,
+    pub(crate) gone: Sender<(u32, String)>,
+}
+
+impl RoutingAgent {
+    pub(crate) fn new(router: Router, role: String, wiring: Wiring) -> std::io::Result<Self> {
+        Ok(Self {
+            router,
+            role,
+            ipc: Vec::new(),
+            tcp: Vec::new(),
+            tcp_sessions: 0,
+            poll: Poll::new()?,
+            events: Events::with_capacity(256),
+            tokens: Vec::with_capacity(256),
+            failed: Vec::new(),
+            control: wiring.control,
+            others: wiring.others,
+            inbound: wiring.inbound,
+            gone: wiring.gone,
+            shared: Arc::new(AgentShared::default()),
+            cycle: 0,
+            now: tickwire_shm::os::monotonic_ns(),
+            last_housekeeping: 0,
+        })
+    }
+
+    /// The clock as read at the last cycle that read it, and whether this
+    /// cycle did.
+    pub(crate) fn clock(&self) -> (u64, bool) {
+        (self.now, self.cycle.is_multiple_of(CLOCK_EVERY))
+    }
+
+    /// One duty cycle; returns the work done (0: idle).
+    pub fn do_work(&mut self) -> usize {
+        self.cycle = self.cycle.wrapping_add(1);
+        let mut work = self.poll_ipc();
+        if self.tcp_sessions > 0 {
+            work += self.poll_tcp();
+        }
+        let router = &mut self.router;
+        for link in &mut self.inbound {
+            work += link.receive(POLL_LIMIT, |topic, payload, discarded| {
+                router.route_forwarded(topic, payload, discarded);
+            });
+        }
+        work += self.router.flush(&mut self.failed);
+        while let Some((id, why)) = self.failed.pop() {
+            self.close(id, &Disconnect { code: RejectCode::Normal, reason: format!("connection failed: {why}") });
+        }
+        if self.cycle.is_multiple_of(CLOCK_EVERY) {
+            self.now = tickwire_shm::os::monotonic_ns();
+            work += self.take_control();
+            for change in self.router.take_announcements() {
+                for tx in self.others.iter().flatten() {
+                    let _ = tx.send(Control::Interest(change.clone()));
+                }
+            }
+            if self.now.saturating_sub(self.last_housekeeping) >= HOUSEKEEPING_NS {
+                self.last_housekeeping = self.now;
+                self.publish_counters();
+            }
+        }
+        work
+    }
+
+    /// Copies its totals to the counters file and the server.
+    pub(crate) fn publish_counters(&self) {
+        self.router.publish_counters();
+        if let Ok(mut t) = self.shared.totals.lock() {
+            *t = self.router.totals();
+        }
+    }
+
+    fn take_control(&mut self) -> usize {
+        let mut n = 0;
+        while let Ok(c) = self.control.try_recv() {
+            n += 1;
+            match c {
+                Control::Interest(change) => self.router.handle_interest(&change),
+                Control::Ipc { stream, reader, out, peer } => {
+                    let id = self.router.attach(Outbound::Ipc(*out), peer);
+                    self.ipc.push(IpcInput { id, stream, reader: *reader });
+                    tracing::info!(client = self.router.client_id(id), stream, agent = %self.role, "ipc client connected");
+                }
+                Control::Tcp { wire, peer } => self.adopt_tcp(wire, peer),
+            }
+        }
+        n
+    }
+
+    fn adopt_tcp(&mut self, wire: Arc<Wire>, peer: SocketAddr) {
+        // Registered under the id its session will get.
+        let next = self.router.next_id();
+        let fd = wire.stream().as_raw_fd();
+        if let Err(e) =
+            self.poll.registry().register(&mut mio::unix::SourceFd(&fd), Token(next as usize), Readiness::READABLE)
+        {
+            tracing::warn!("tcp://{peer}: {e}");
+            return;
+        }
+        let id = self.router.attach(Outbound::Tcp(TcpOut::new(Arc::clone(&wire))), format!("tcp {peer}"));
+        debug_assert_eq!(id, next);
+        let i = id as usize;
+        if self.tcp.len() <= i {
+            self.tcp.resize_with(i + 1, || None);
+        }
+        let max_frame = self.router.limits().max_frame;
+        self.tcp[i] = Some(TcpInput { stream: wire, reader: FrameReader::new(HEADER_LEN, max_frame) });
+        self.tcp_sessions += 1;
+        tracing::info!(client = self.router.client_id(id), %peer, agent = %self.role, "tcp client connected");
+    }
+
+    fn poll_ipc(&mut self) -> usize {
+        let mut work = 0;
+        let check_end = self.cycle.is_multiple_of(END_CHECK_EVERY);
+        let mut i = 0;
+        while let Some(input) = self.ipc.get_mut(i) {
+            let id = input.id;
+            let router = &mut self.router;
+            let mut why: Option<Disconnect> = None;
+            let r = input.reader.poll(
+                |ev| match ev {
+                    Event::Message(m) if why.is_none() => {
+                        if let Err(d) = router.handle_frame(id, m.payload) {
+                            why = Some(d);
+                        }
+                    }
+                    Event::PublisherGone { reason, .. } => {
+                        why = Some(Disconnect { code: RejectCode::Normal, reason: format!("client gone: {reason}") });
+                    }
+                    Event::Lost { from, to, .. } => {
+                        why = Some(Disconnect::protocol(format!("client log lost bytes [{from}, {to})")));
+                    }
+                    _ => {}
+                },
+                POLL_LIMIT,
+            );
+            match r {
+                Ok(0) if check_end && why.is_none() && input.reader.is_end_of_stream() => {
+                    why = Some(Disconnect { code: RejectCode::Normal, reason: "client closed its log".into() });
+                }
+                Ok(n) => work += n,
+                Err(e) => why = Some(Disconnect::protocol(format!("client log: {e}"))),
+            }
+            match why {
+                // Closing takes it out of `ipc` (the last one moves to `i`).
+                Some(d) => self.close(id, &d),
+                None => i += 1,
+            }
+        }
+        work
+    }
+
+    fn poll_tcp(&mut self) -> usize {
+        if self.poll.poll(&mut self.events, Some(Duration::ZERO)).is_err() {
+            return 0;
+        }
+        let mut tokens = std::mem::take(&mut self.tokens);
+        tokens.clear();
+        tokens.extend(self.events.iter().map(|e| e.token()));
+        let mut work = 0;
+        for &t in &tokens {
+            let id = t.0;
+            let Some(Some(TcpInput { stream, reader })) = self.tcp.get_mut(id) else { continue };
+            let router = &mut self.router;
+            let mut why: Option<Disconnect> = None;
+            let r = reader.read_from(&**stream, |f| match router.handle_frame(id as u32, f) {
+                Ok(()) => true,
+                Err(d) => {
+                    why = Some(d);
+                    false
+                }
+            });
+            match r {
+                Ok(n) => work += n,
+                Err(FrameError::Closed(e)) => {
+                    why.get_or_insert(Disconnect { code: RejectCode::Normal, reason: e });
+                }
+                Err(e @ FrameError::TooLarge { .. }) => {
+                    why.get_or_insert(Disconnect { code: RejectCode::TooLarge, reason: e.to_string() });
+                }
+                Err(e) => {
+                    why.get_or_insert(Disconnect::protocol(e.to_string()));
+                }
+            }
+            // TLS records the read left unsent (the handshake's replies
+            // when the socket was full) go with the session's next flush.
+            if why.is_none() && stream.wants_write() {
+                self.router.mark_pending(id as u32);
+            }
+            if let Some(d) = why {
+                self.close(id as u32, &d);
+            }
+        }
+        self.tokens = tokens;
+        work
+    }
+
+    /// Ends a session: CLOSE offered, transport dropped (an IPC client's
+    /// log out of the router is removed: the router made it).
+    fn close(&mut self, id: u32, why: &Disconnect) {
+        // The input goes first, whatever the session's state: the duty
+        // cycle must never meet it again.
+        if let Some(i) = self.ipc.iter().position(|input| input.id == id) {
+            let input = self.ipc.swap_remove(i);
+            // Its log stays until the client goes: the server must not
+            // take it again.
+            let _ = self.gone.send((input.stream, why.to_string()));
+        } else if let Some(TcpInput { stream, .. }) = self.tcp.get_mut(id as usize).and_then(Option::take) {
+            let _ = self.poll.registry().deregister(&mut mio::unix::SourceFd(&stream.stream().as_raw_fd()));
+            self.tcp_sessions -= 1;
+        }
+        let client = self.router.client_id(id);
+        let Some(mut s) = self.router.disconnect(id, why) else { return };
+        self.shared.closed.fetch_add(1, Ordering::Relaxed);
+        s.flush_best_effort();
+        if why.code == RejectCode::Normal {
+            tracing::info!(client, name = %s.name, peer = %s.peer, "disconnected: {}", why.reason);
+        } else {
+            tracing::warn!(client, name = %s.name, peer = %s.peer, "disconnected: {why}");
+        }
+    }
+
+    /// Stops: each session's queue is flushed until `deadline` (the
+    /// monotonic clock), then every client gets CLOSE (shutdown) and is let
+    /// go. Returns (sessions closed, deliveries dropped).
+    pub(crate) fn shutdown(&mut self, deadline: u64) -> (usize, usize) {
+        // Clients handed over but not yet taken are served, then closed.
+        self.take_control();
+        let clients = self.router.clients();
+        let queued = |r: &Router| -> usize {
+            r.session_ids().iter().filter_map(|&id| r.session(id)).map(crate::Session::queued).sum()
+        };
+        while tickwire_shm::os::monotonic_ns() < deadline && queued(&self.router) > 0 {
+            self.router.flush(&mut self.failed);
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        let dropped = queued(&self.router);
+        for id in self.router.session_ids() {
+            self.close(id, &Disconnect { code: RejectCode::Shutdown, reason: "the router is shutting down".into() });
+        }
+        self.publish_counters();
+        (clients, dropped)
+    }
+}
+
+impl tickwire_agent::Agent for RoutingAgent {
+    fn do_work(&mut self) -> usize {
+        RoutingAgent::do_work(self)
+    }
+    fn role(&self) -> &str {
+        &self.role
+    }
+}

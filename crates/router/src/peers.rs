@@ -1,0 +1,325 @@
+//! Several routing agents: each serves its own clients, and the agents pass
+//! each other what their clients want.
+//!
+//! ```text
+//!  agent A: publish ─► local index ─► A's subscribers
+//!                   └► interest index (the other agents' patterns) ─► link A→B ─► agent B: local index ─► B's subscribers
+//! ```
+//!
+//! Every agent's [`Router`](crate::Router) keeps, beside the index of its
+//! own clients' subscriptions, an index of the patterns the *other* agents'
+//! clients hold, keyed by agent: their **interest**. A publish is matched
+//! against both. Local subscribers get it directly; every other agent with
+//! interest gets one copy through a [`Link`] (a single-producer,
+//! single-consumer byte ring, `rtrb`) and delivers it to its own matching
+//! clients only, so a message crosses between agents at most once per agent
+//! whatever its fan-out.
+//!
+//! Interest travels as messages, as nats-server's routes send `RS+`/`RS-`:
+//! an agent announces a pattern the first time one of its clients holds it
+//! and withdraws it when the last lets go ([`Peers::hold`],
+//! [`Peers::release`]). An announcement reaches the other agents within
+//! their next few duty cycles, so a subscription made on one agent sees
+//! messages published on another a few microseconds after it is made (the
+//! same window nats-server has between servers).
+//!
+//! A link that is full (its agent is not keeping up) drops the new message
+//! for that agent and counts it; the count rides on the next message that
+//! crosses the link, and the receiving agent adds it to the discard
+//! indication of the clients it delivers that message to.
+
+use crate::index::SubscriptionIndex;
+use rtrb::{Consumer, Producer, RingBuffer};
+use rustc_hash::FxHashMap;
+use tickwire_topic::Pattern;
+
+/// Bytes before each message on a link: payload length (u32), discards
+/// carried (u32), topic length (u16), two bytes unused; all little-endian.
+const RECORD_HEADER: usize = 12;
+
+/// A change in the patterns an agent's clients hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Interest {
+    /// Agent `agent` now wants `pattern` (its id `id` there).
+    Add {
+        /// The agent.
+        agent: u32,
+        /// The pattern's id in that agent.
+        id: u32,
+        /// The pattern.
+        pattern: Pattern,
+    },
+    /// Agent `agent` no longer wants pattern `id`.
+    Remove {
+        /// The agent.
+        agent: u32,
+        /// The pattern's id in that agent.
+        id: u32,
+        /// The pattern.
+        pattern: Pattern,
+    },
+}
+
+/// Makes the link from one agent to another: `capacity` bytes.
+pub fn link(capacity: usize) -> (Link, LinkReader) {
+    let (tx, rx) = RingBuffer::new(capacity);
+    (Link { tx, carried: 0, scratch: Vec::new() }, LinkReader { rx, scratch: Vec::new() })
+}
+
+/// The sending end of a link between two agents.
+#[derive(Debug)]
+pub struct Link {
+    tx: Producer<u8>,
+    /// Messages dropped (the link full) since the last one that crossed.
+    carried: u32,
+    scratch: Vec<u8>,
+}
+
+impl Link {
+    /// Puts one message on the link; false (and counted for the next one)
+    /// when it is full.
+    fn send(&mut self, topic: &str, payload: &[u8]) -> bool {
+        let need = RECORD_HEADER + topic.len() + payload.len();
+        if self.tx.slots() < need {
+            self.carried = self.carried.saturating_add(1);
+            return false;
+        }
+        let s = &mut self.scratch;
+        s.clear();
+        s.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        s.extend_from_slice(&self.carried.to_le_bytes());
+        s.extend_from_slice(&(topic.len() as u16).to_le_bytes());
+        s.extend_from_slice(&[0, 0]);
+        s.extend_from_slice(topic.as_bytes());
+        s.extend_from_slice(payload);
+        match self.tx.push_entire_slice(s) {
+            Ok(()) => {
+                self.carried = 0;
+                true
+            }
+            Err(_) => {
+                self.carried = self.carried.saturating_add(1);
+                false
+            }
+        }
+    }
+}
+
+/// The receiving end of a link.
+#[derive(Debug)]
+pub struct LinkReader {
+    rx: Consumer<u8>,
+    scratch: Vec<u8>,
+}
+
+impl LinkReader {
+    /// Hands up to `limit` messages to `f(topic, payload, discards before
+    /// it)`; returns how many.
+    pub fn receive(&mut self, limit: usize, mut f: impl FnMut(&str, &[u8], u32)) -> usize {
+        let mut n = 0;
+        while n < limit {
+            let mut header = [0u8; RECORD_HEADER];
+            match self.rx.read_chunk(RECORD_HEADER) {
+                Ok(c) => {
+                    let (a, b) = c.as_slices();
+                    header[..a.len()].copy_from_slice(a);
+                    header[a.len()..].copy_from_slice(b);
+                    // Not committed: the whole record is taken below.
+                }
+                Err(_) => return n,
+            }
+            let word = |at: usize| u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]);
+            let (payload_len, discards) = (word(0) as usize, word(4));
+            let topic_len = usize::from(u16::from_le_bytes([header[8], header[9]]));
+            let total = RECORD_HEADER + topic_len + payload_len;
+            // The writer pushes a record whole, so it is all there.
+            let Ok(chunk) = self.rx.read_chunk(total) else { return n };
+            let (a, b) = chunk.as_slices();
+            let record: &[u8] = if b.is_empty() {
+                a
+            } else {
+                self.scratch.clear();
+                self.scratch.extend_from_slice(a);
+                self.scratch.extend_from_slice(b);
+                &self.scratch
+            };
+            let body = &record[RECORD_HEADER..];
+            // The topic was checked by the agent that read it from its
+            // client, and the bytes come from this process only.
+            if let Ok(topic) = std::str::from_utf8(&body[..topic_len]) {
+                f(topic, &body[topic_len..], discards);
+            }
+            chunk.commit_all();
+            n += 1;
+        }
+        n
+    }
+}
+
+/// One agent's view of the others: their interest, its links to them, and
+/// the patterns its own clients hold.
+#[derive(Debug)]
+pub struct Peers {
+    me: u32,
+    interest: SubscriptionIndex<u32>,
+    links: Vec<Option<Link>>,
+    /// Patterns this agent's clients hold: text to (id, holders).
+    held: FxHashMap<Box<str>, (u32, u32)>,
+    next_id: u32,
+    /// Interest changes to tell the other agents ([`Peers::take_announcements`]).
+    announce: Vec<Interest>,
+    /// Messages sent to other agents.
+    pub forwarded: u64,
+    /// Messages dropped because a link was full.
+    pub link_discards: u64,
+}
+
+impl Peers {
+    /// Agent `me`'s view; `links[k]` goes to agent `k` (`None` for itself).
+    pub fn new(me: u32, links: Vec<Option<Link>>) -> Self {
+        Self {
+            me,
+            interest: SubscriptionIndex::new(),
+            links,
+            held: FxHashMap::default(),
+            next_id: 0,
+            announce: Vec::new(),
+            forwarded: 0,
+            link_discards: 0,
+        }
+    }
+
+    /// This agent's number.
+    pub fn me(&self) -> u32 {
+        self.me
+    }
+
+    /// One of this agent's clients now holds `pattern`.
+    pub fn hold(&mut self, pattern: &Pattern) {
+        if let Some((_, holders)) = self.held.get_mut(pattern.as_str()) {
+            *holders += 1;
+            return;
+        }
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        self.held.insert(pattern.as_str().into(), (id, 1));
+        self.announce.push(Interest::Add { agent: self.me, id, pattern: pattern.clone() });
+    }
+
+    /// One of this agent's clients let go of `pattern`.
+    pub fn release(&mut self, pattern: &Pattern) {
+        let Some((id, holders)) = self.held.get_mut(pattern.as_str()) else { return };
+        *holders -= 1;
+        if *holders == 0 {
+            let id = *id;
+            self.held.remove(pattern.as_str());
+            self.announce.push(Interest::Remove { agent: self.me, id, pattern: pattern.clone() });
+        }
+    }
+
+    /// Interest changes made since the last call, for every other agent.
+    pub fn take_announcements(&mut self) -> Vec<Interest> {
+        std::mem::take(&mut self.announce)
+    }
+
+    /// Applies another agent's interest change.
+    pub fn handle_interest(&mut self, change: &Interest) {
+        match change {
+            Interest::Add { agent, id, pattern } if *agent != self.me => self.interest.insert(pattern, *agent, *id),
+            Interest::Remove { agent, id, pattern } if *agent != self.me => {
+                self.interest.remove(pattern, *agent, *id);
+            }
+            _ => {}
+        }
+    }
+
+    /// Sends a published message (its topic checked) to every other agent
+    /// whose clients want it; returns how many agents it went to.
+    #[inline]
+    pub fn forward(&mut self, topic: &str, payload: &[u8]) -> usize {
+        if self.interest.is_empty() {
+            return 0;
+        }
+        let agents = self.interest.matches(topic);
+        let mut sent = 0;
+        for &k in agents {
+            if let Some(Some(link)) = self.links.get_mut(k as usize) {
+                if link.send(topic, payload) {
+                    sent += 1;
+                } else {
+                    self.link_discards += 1;
+                }
+            }
+        }
+        self.forwarded += sent as u64;
+        agents.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Pattern {
+        Pattern::parse(s).unwrap()
+    }
+
+    #[test]
+    fn interest_is_announced_once_per_pattern_and_withdrawn_with_the_last_holder() {
+        let mut a = Peers::new(0, vec![None, None]);
+        a.hold(&p("md/>"));
+        a.hold(&p("md/>"));
+        a.hold(&p("fx/*"));
+        let ann = a.take_announcements();
+        assert_eq!(ann.len(), 2, "{ann:?}");
+        a.release(&p("md/>"));
+        assert!(a.take_announcements().is_empty());
+        a.release(&p("md/>"));
+        assert!(matches!(&a.take_announcements()[..], [Interest::Remove { agent: 0, id: 0, .. }]));
+        a.release(&p("nothing/held"));
+        assert!(a.take_announcements().is_empty());
+    }
+
+    #[test]
+    fn a_message_crosses_to_each_interested_agent_once_and_wraps_the_ring() {
+        let (l1, mut r1) = link(256);
+        let (l2, mut r2) = link(256);
+        let mut a = Peers::new(0, vec![None, Some(l1), Some(l2)]);
+        let mut b = Peers::new(1, vec![None, None, None]);
+        b.hold(&p("md/>"));
+        b.hold(&p("md/eu"));
+        for ann in b.take_announcements() {
+            a.handle_interest(&ann);
+        }
+        // Many records of odd sizes: some straddle the ring's end.
+        for i in 0..200u32 {
+            let payload = vec![i as u8; (i % 37) as usize];
+            assert_eq!(a.forward("md/eu", &payload), 1, "one agent wants it, through two patterns");
+            let mut got = Vec::new();
+            assert_eq!(r1.receive(8, |t, b, d| got.push((t.to_owned(), b.to_vec(), d))), 1);
+            assert_eq!(got, vec![("md/eu".to_owned(), payload, 0)]);
+            assert_eq!(r2.receive(8, |_, _, _| panic!("agent 2 wants nothing")), 0);
+        }
+        assert_eq!(a.forward("fx/usd", b"x"), 0);
+    }
+
+    #[test]
+    fn a_full_link_counts_its_drops_and_carries_them_on_the_next_message() {
+        let (l1, mut r1) = link(64);
+        let mut a = Peers::new(0, vec![None, Some(l1)]);
+        a.handle_interest(&Interest::Add { agent: 1, id: 0, pattern: p("t") });
+        let body = [7u8; 20];
+        // 12 + 1 + 20 = 33 bytes: one fits in 64, the next two do not.
+        a.forward("t", &body);
+        a.forward("t", &body);
+        a.forward("t", &body);
+        assert_eq!((a.forwarded, a.link_discards), (1, 2));
+        assert_eq!(r1.receive(8, |_, _, d| assert_eq!(d, 0)), 1);
+        a.forward("t", &body);
+        let mut carried = Vec::new();
+        assert_eq!(r1.receive(8, |_, _, d| carried.push(d)), 1);
+        assert_eq!(carried, vec![2], "the two drops ride on the next message");
+        a.handle_interest(&Interest::Remove { agent: 1, id: 0, pattern: p("t") });
+        assert_eq!(a.forward("t", &body), 0);
+    }
+}

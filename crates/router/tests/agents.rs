@@ -1,0 +1,102 @@
+//! A router with several routing agents on threads of their own: clients
+//! spread over them, messages cross between them, once per subscriber.
+
+mod common;
+
+use common::{client, start, tempdir};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use tickwire_client::{Client, ClientEvent};
+use tickwire_router::RouterConfig;
+
+/// Everything a subscriber received, by topic (probes left out), and the
+/// probes' payloads.
+#[derive(Default)]
+struct Got {
+    messages: Vec<(String, Vec<u8>)>,
+    probes: Vec<Vec<u8>>,
+}
+
+fn poll(c: &mut Client, got: &mut Got) {
+    c.poll(
+        |e| {
+            if let ClientEvent::Message(m) = e {
+                if m.topic == "probe" {
+                    got.probes.push(m.payload.to_vec());
+                } else {
+                    got.messages.push((m.topic.to_owned(), m.payload.to_vec()));
+                }
+            }
+        },
+        64,
+    );
+}
+
+#[test]
+fn three_agents_share_the_clients_and_route_between_them() {
+    let dir = tempdir("agents");
+    let r = start(&dir, RouterConfig { agents: 3, ..RouterConfig::default() });
+    let tcp = format!("tcp://{}", r.tcp);
+    let mut subs = vec![client("ipc", &dir, "a"), client(&tcp, &dir, "b"), client("ipc", &dir, "c")];
+    subs.push(client(&tcp, &dir, "d"));
+    let mut pubs = [client("ipc", &dir, "p1"), client(&tcp, &dir, "p2")];
+    for c in subs.iter_mut().chain(pubs.iter_mut()) {
+        c.wait_connected(Duration::from_secs(10)).unwrap();
+    }
+    // Six clients, each to the agent serving the fewest: two each. A
+    // client's id is its session number times 3 plus its agent.
+    let mut per_agent = BTreeMap::new();
+    for c in subs.iter().chain(pubs.iter()) {
+        *per_agent.entry(c.client_id().unwrap() % 3).or_insert(0) += 1;
+    }
+    assert_eq!(per_agent.into_values().collect::<Vec<_>>(), [2, 2, 2]);
+
+    for (i, pats) in [&["md/>", "md/*/VOD"][..], &["md/*/VOD"], &["fx/>"], &["md/eu/VOD"]].iter().enumerate() {
+        for p in *pats {
+            subs[i].subscribe(p).unwrap();
+        }
+        // Last: an agent passes its interest on in order, so once a probe
+        // from every publisher arrives, every pattern above is known to
+        // every publisher's agent.
+        subs[i].subscribe("probe").unwrap();
+    }
+    let mut got: Vec<Got> = subs.iter().map(|_| Got::default()).collect();
+    let until = Instant::now() + Duration::from_secs(10);
+    let settled = |got: &[Got]| got.iter().all(|g| [b"p1", b"p2"].iter().all(|p| g.probes.iter().any(|x| x == p)));
+    while !settled(&got) {
+        assert!(Instant::now() < until, "probes never reached every subscriber");
+        for (p, name) in pubs.iter_mut().zip(["p1", "p2"]) {
+            p.publish("probe", name.as_bytes()).unwrap();
+            p.poll(|_| {}, 64);
+        }
+        for _ in 0..20 {
+            for (s, g) in subs.iter_mut().zip(&mut got) {
+                poll(s, g);
+            }
+        }
+    }
+
+    pubs[0].publish("md/eu/VOD", b"bid 101.25").unwrap();
+    pubs[1].publish("md/us/IBM", b"bid 150").unwrap();
+    pubs[1].publish("fx/EURUSD", b"1.0850").unwrap();
+    pubs[0].publish("eq/nobody", b"x").unwrap();
+    let expect: [&[&str]; 4] = [&["md/eu/VOD", "md/us/IBM"], &["md/eu/VOD"], &["fx/EURUSD"], &["md/eu/VOD"]];
+    let until = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < until {
+        for (s, g) in subs.iter_mut().zip(&mut got) {
+            poll(s, g);
+        }
+    }
+    for (i, (g, want)) in got.iter().zip(expect).enumerate() {
+        let mut topics: Vec<&str> = g.messages.iter().map(|m| m.0.as_str()).collect();
+        topics.sort_unstable();
+        assert_eq!(topics, want, "subscriber {i}: each matching message once");
+    }
+    let report = r.stop();
+    assert_eq!(report.clients, 6);
+    let t = report.totals;
+    // Every probe and message was counted in once, on its publisher's agent.
+    assert!(t.forwarded > 0, "{t:?}");
+    assert_eq!(t.connected, 6);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,89 @@
+//! The router on a thread and clients in the same process, for the
+//! integration tests.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tickwire_client::{Client, ClientEvent, ClientOptions};
+use tickwire_router::{RouterConfig, Server, ShutdownReport};
+
+pub struct Running {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<ShutdownReport>>,
+    pub tcp: SocketAddr,
+}
+
+impl Running {
+    pub fn stop(mut self) -> ShutdownReport {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+pub fn start(dir: &Path, cfg: RouterConfig) -> Running {
+    let cfg = RouterConfig { dir: dir.into(), listen: vec!["tcp://127.0.0.1:0".into()], idle: "yield".into(), ..cfg };
+    let mut server = Server::start(cfg).unwrap();
+    let tcp = server.tcp_addrs()[0];
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let thread = std::thread::spawn(move || {
+        while !flag.load(Ordering::Relaxed) {
+            if server.do_work() == 0 {
+                std::thread::yield_now();
+            }
+        }
+        server.shutdown(Duration::from_millis(200))
+    });
+    Running { stop, thread: Some(thread), tcp }
+}
+
+pub fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tw-router-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+pub fn client(uri: &str, dir: &Path, name: &str) -> Client {
+    let opts = ClientOptions { name: name.into(), dir: dir.into(), ..ClientOptions::default() };
+    Client::connect(uri, opts).unwrap()
+}
+
+/// Polls until `n` messages came (or 5 s); returns (topic, payload, discarded).
+pub fn receive(c: &mut Client, n: usize) -> Vec<(String, Vec<u8>, u32)> {
+    let mut got = Vec::new();
+    let until = Instant::now() + Duration::from_secs(5);
+    while got.len() < n && Instant::now() < until {
+        c.poll(
+            |e| {
+                if let ClientEvent::Message(m) = e {
+                    got.push((m.topic.to_owned(), m.payload.to_vec(), m.discarded));
+                }
+            },
+            64,
+        );
+    }
+    got
+}
+
+/// Nothing more arrives within `wait`.
+pub fn quiet(c: &mut Client, wait: Duration) -> bool {
+    let until = Instant::now() + wait;
+    let mut n = 0;
+    while Instant::now() < until {
+        c.poll(|e| n += usize::from(matches!(e, ClientEvent::Message(_))), 64);
+    }
+    n == 0
+}
