@@ -19,9 +19,14 @@
 //! * [`routing`]: the core, no I/O of its own: [`Router::handle_frame`]
 //!   validates each client frame (the client protocol of
 //!   `tickwire_wire::client`) and routes; [`Router::flush`] moves queues.
+//! * [`peers`]: with several routing agents, the patterns the other
+//!   agents' clients hold and the rings that carry messages to them.
 //! * [`tcp`]: length-prefixed frames on non-blocking sockets.
-//! * [`server`]: the agent that finds shared-memory clients, accepts TCP
-//!   ones and runs the duty cycle; [`config`] is its `router.toml`.
+//! * [`agent`]: a routing agent's duty cycle: its clients' logs and
+//!   sockets in, its router, its links from the other agents.
+//! * [`server`]: finds shared-memory clients, accepts TCP ones, and hands
+//!   each to the agent serving the fewest; runs the first agent and starts
+//!   the others; [`config`] is its `router.toml`.
 //!
 //! Everything a client sends is untrusted: a malformed, oversized or
 //! out-of-order frame ends that client's session with a CLOSE naming the
