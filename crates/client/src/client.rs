@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tickwire_shm::Context;
 use tickwire_topic::{check_topic, Pattern, TopicError};
-use tickwire_wire::client::{flags, ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION};
+use tickwire_wire::client::{credentials, flags, ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION};
 use tickwire_wire::ClientFrame;
 
 /// Where the router is.
@@ -75,6 +75,12 @@ pub struct ClientOptions {
     pub max_frame: usize,
     /// `tls://`: the certificates (PEM) the router's must chain to.
     pub tls_ca: Option<PathBuf>,
+    /// The user to connect as, on a router with users (with `password`).
+    /// Over plain TCP the password crosses the network in clear: use
+    /// `tls://` off the host.
+    pub user: Option<String>,
+    /// The user's password.
+    pub password: Option<String>,
 }
 
 impl Default for ClientOptions {
@@ -87,6 +93,8 @@ impl Default for ClientOptions {
             tcp_write_limit: 4 << 20,
             max_frame: (1 << 20) + 512,
             tls_ca: None,
+            user: None,
+            password: None,
         }
     }
 }
@@ -316,7 +324,8 @@ impl Client {
 
     /// Why the router's end refused this client for good (a TLS
     /// certificate that does not verify, a router that does not speak
-    /// TLS); `None` while connecting again may still work. Once refused, the
+    /// TLS, no user or a wrong password, a user removed); `None` while
+    /// connecting again may still work. Once refused, the
     /// client stops trying.
     pub fn refused(&self) -> Option<&str> {
         self.refused.as_deref()
@@ -494,9 +503,14 @@ impl Client {
         if self.state == State::Opening && self.conn.as_mut().is_some_and(|c| c.is_ready(self.ctx.as_ref())) {
             self.state = State::Greeting;
             let name = self.opts.name.clone();
+            let credentials = match &self.opts.user {
+                Some(u) => credentials::password(u, self.opts.password.as_deref().unwrap_or("").as_bytes()),
+                None => Vec::new(),
+            };
             self.send_control(&ClientRepr {
                 value: CLIENT_PROTOCOL_VERSION,
                 topic: &name,
+                body: &credentials,
                 ..ClientRepr::new(ClientKind::Hello)
             });
             for id in self.subscriptions.keys().copied().collect::<Vec<_>>() {
@@ -516,6 +530,7 @@ impl Client {
         }
         let Some(conn) = &mut self.conn else { return events };
         let mut broken: Option<String> = None;
+        let mut forbidden: Option<String> = None;
         let state = &mut self.state;
         let router_name = &mut self.router_name;
         let client_id = &mut self.client_id;
@@ -552,17 +567,24 @@ impl Client {
                         reason: std::str::from_utf8(f.body()).unwrap_or("(not UTF-8)"),
                     }),
                     ClientKind::Close => {
-                        broken = Some(format!(
-                            "the router closed the session ({:?}): {}",
-                            RejectCode::from_u32(f.value()),
-                            String::from_utf8_lossy(f.body())
-                        ));
+                        let code = RejectCode::from_u32(f.value());
+                        let why =
+                            format!("the router closed the session ({code:?}): {}", String::from_utf8_lossy(f.body()));
+                        // Not allowed (no user, a wrong password, a user
+                        // removed): connecting again would not change that.
+                        if code == RejectCode::Forbidden {
+                            forbidden = Some(why.clone());
+                        }
+                        broken = Some(why);
                     }
                     _ => events -= 1,
                 }
             },
             limit,
         );
+        if let Some(why) = forbidden {
+            self.refused = Some(why);
+        }
         match r {
             Err(SendError::Broken(why)) => {
                 broken.get_or_insert(why);

@@ -14,6 +14,7 @@
 //! ([`Control::Ipc`], [`Control::Tcp`]); a router with one agent runs it on
 //! the server's own thread.
 
+use crate::access::{AuthResult, AuthWorker, Users};
 use crate::peers::{Interest, LinkReader};
 use crate::routing::{Disconnect, Router, Totals};
 use crate::session::Outbound;
@@ -63,6 +64,10 @@ pub(crate) enum Control {
     },
     /// Another agent's clients' interest changed.
     Interest(Interest),
+    /// A password check's answer.
+    Authenticated(AuthResult),
+    /// The users were reloaded.
+    Users(Option<Arc<Users>>),
 }
 
 /// What an agent shares with the server while it runs on its own thread.
@@ -110,6 +115,8 @@ pub struct RoutingAgent {
     inbound: Vec<LinkReader>,
     /// Shared-memory streams whose sessions ended, and why, for the server.
     gone: Sender<(u32, String)>,
+    /// Where passwords are checked.
+    auth: Arc<AuthWorker>,
     pub(crate) shared: Arc<AgentShared>,
     /// Duty cycles so far.
     cycle: u32,
@@ -130,6 +137,7 @@ pub(crate) struct Wiring {
     pub(crate) others: Vec<Option<Sender<Control>>>,
     pub(crate) inbound: Vec<LinkReader>,
     pub(crate) gone: Sender<(u32, String)>,
+    pub(crate) auth: Arc<AuthWorker>,
 }
 
 impl RoutingAgent {
@@ -148,11 +156,17 @@ impl RoutingAgent {
             others: wiring.others,
             inbound: wiring.inbound,
             gone: wiring.gone,
+            auth: wiring.auth,
             shared: Arc::new(AgentShared::default()),
             cycle: 0,
             now: tickwire_shm::os::monotonic_ns(),
             last_housekeeping: 0,
         })
+    }
+
+    /// Where its passwords are checked (shared by every agent).
+    pub(crate) fn auth(&self) -> &AuthWorker {
+        &self.auth
     }
 
     /// The clock as read at the last cycle that read it, and whether this
@@ -181,6 +195,9 @@ impl RoutingAgent {
         if self.cycle.is_multiple_of(CLOCK_EVERY) {
             self.now = tickwire_shm::os::monotonic_ns();
             work += self.take_control();
+            for r in self.router.take_auth_requests() {
+                self.auth.check(r);
+            }
             for change in self.router.take_announcements() {
                 for tx in self.others.iter().flatten() {
                     let _ = tx.send(Control::Interest(change.clone()));
@@ -214,6 +231,17 @@ impl RoutingAgent {
                     tracing::info!(client = self.router.client_id(id), stream, agent = %self.role, "ipc client connected");
                 }
                 Control::Tcp { wire, peer } => self.adopt_tcp(wire, peer),
+                Control::Authenticated(r) => {
+                    let id = r.session;
+                    if let Err(d) = self.router.handle_auth(r) {
+                        self.close(id, &d);
+                    }
+                }
+                Control::Users(users) => {
+                    for (id, d) in self.router.set_users(users) {
+                        self.close(id, &d);
+                    }
+                }
             }
         }
         n

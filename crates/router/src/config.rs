@@ -28,6 +28,7 @@
 //! Unknown keys are refused, naming the key, so a typo is not silently a
 //! default.
 
+use crate::access::{UserConfig, Users, UsersError};
 use crate::routing::Limits;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -70,6 +71,10 @@ pub struct RouterConfig {
     pub limits: LimitsConfig,
     /// TLS on every TCP listener.
     pub tls: Option<TlsFiles>,
+    /// The users (the file's top-level `[[users]]`, not a key of the
+    /// table): none, every client is anonymous.
+    #[serde(skip)]
+    pub users: Vec<UserConfig>,
 }
 
 /// `[tls]`: the certificate and key of a router whose TCP listeners speak TLS.
@@ -134,6 +139,7 @@ impl Default for RouterConfig {
             ipc_log_bytes: 4 << 20,
             limits: LimitsConfig::default(),
             tls: None,
+            users: Vec::new(),
         }
     }
 }
@@ -149,6 +155,9 @@ pub enum ConfigError {
         /// What the parser said, naming the key and line.
         message: String,
     },
+    /// A `[[users]]` entry is invalid.
+    #[error(transparent)]
+    Users(#[from] UsersError),
     /// A value out of range.
     #[error("{key} = {value}: {why}")]
     Value {
@@ -180,6 +189,19 @@ impl RouterConfig {
         }
         cfg.check()?;
         Ok(cfg)
+    }
+
+    /// Reads the file's top-level `[[users]]` array.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file, the user and the key.
+    pub fn users_from(value: toml::Value, path: &Path) -> Result<Vec<UserConfig>, ConfigError> {
+        let users: Vec<UserConfig> = value.try_into().map_err(|e: toml::de::Error| ConfigError::Parse {
+            path: path.into(),
+            message: format!("[[users]] {}", e.message()),
+        })?;
+        Users::new(&users).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+        Ok(users)
     }
 
     /// The CPU routing agent `k` is pinned to, if any.
@@ -230,6 +252,7 @@ impl RouterConfig {
         if self.agent_link_bytes < l.max_frame || self.agent_link_bytes > 1 << 30 {
             return bad("agent_link_bytes", &self.agent_link_bytes, "at least limits.max_frame and at most 1 GiB");
         }
+        Users::new(&self.users)?;
         if self.name.is_empty() || self.name.len() > 100 {
             return bad("name", &self.name, "1 to 100 bytes");
         }

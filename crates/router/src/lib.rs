@@ -34,10 +34,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod agent;
 pub mod config;
 pub mod counters;
 pub mod index;
+mod login;
 pub mod peers;
 pub mod queue;
 pub mod routing;

@@ -3,6 +3,7 @@
 //! from clients (`handle_frame`) and asks it to move queued frames to their
 //! transports (`flush`); what a session's transport is does not matter here.
 
+use crate::access::{AuthRequest, Reach, Users};
 use crate::counters::{router as rc, topic as tc};
 use crate::index::SubscriptionIndex;
 use crate::peers::{Interest, Peers};
@@ -77,6 +78,9 @@ pub struct Totals {
     pub discards: u64,
     /// Messages handed to other routing agents.
     pub forwarded: u64,
+    /// Refusals by authentication and ACLs (wrong passwords, publishes
+    /// and subscriptions not allowed).
+    pub forbidden: u64,
 }
 
 impl std::ops::AddAssign for Totals {
@@ -89,6 +93,7 @@ impl std::ops::AddAssign for Totals {
         self.deliveries += o.deliveries;
         self.discards += o.discards;
         self.forwarded += o.forwarded;
+        self.forbidden += o.forbidden;
     }
 }
 
@@ -132,9 +137,14 @@ fn deliver_all(
     payload: &[u8],
     discarded: u32,
 ) -> (u64, u64) {
-    let mut discards = 0u64;
+    let (mut n, mut discards) = (0u64, 0u64);
     for &c in targets {
         if let Some(Some(s)) = sessions.get_mut(c as usize) {
+            // A wildcard reaching topics its user may not read: each checked.
+            if s.filtered && !s.may(topic, false) {
+                continue;
+            }
+            n += 1;
             discards += u64::from(s.deliver(topic, payload, 0, discarded));
             if !s.in_backlog && s.needs_flush() {
                 s.in_backlog = true;
@@ -142,11 +152,29 @@ fn deliver_all(
             }
         }
     }
-    (targets.len() as u64, discards)
+    (n, discards)
+}
+
+/// Frames a client may send while its password is being checked.
+const HELD_FRAMES: usize = 256;
+/// Their bytes.
+const HELD_BYTES: usize = 1 << 20;
+
+/// Keeps a frame read while the session's password is being checked.
+fn hold(s: &mut Session, bytes: &[u8]) -> Result<(), Disconnect> {
+    let held: usize = s.held.iter().map(Vec::len).sum();
+    if s.held.len() >= HELD_FRAMES || held + bytes.len() > HELD_BYTES {
+        return Err(Disconnect {
+            code: RejectCode::Limit,
+            reason: format!("over {HELD_FRAMES} frames or {HELD_BYTES} bytes sent before its password was checked"),
+        });
+    }
+    s.held.push(bytes.to_vec());
+    Ok(())
 }
 
 /// Queues a control frame for `s`.
-fn control(s: &mut Session, repr: &ClientRepr<'_>) -> Result<(), Disconnect> {
+pub(crate) fn control(s: &mut Session, repr: &ClientRepr<'_>) -> Result<(), Disconnect> {
     if s.send_control(repr) {
         Ok(())
     } else {
@@ -157,27 +185,32 @@ fn control(s: &mut Session, repr: &ClientRepr<'_>) -> Result<(), Disconnect> {
 /// Sessions, subscriptions and routing.
 #[derive(Debug)]
 pub struct Router {
-    name: String,
+    pub(crate) name: String,
     limits: Limits,
-    index: SubscriptionIndex<u32>,
-    sessions: Vec<Option<Session>>,
+    pub(crate) index: SubscriptionIndex<u32>,
+    pub(crate) sessions: Vec<Option<Session>>,
     free: Vec<u32>,
     /// Sessions with frames waiting for their transport: the only ones
     /// [`Router::flush`] visits.
-    backlog: Vec<u32>,
+    pub(crate) backlog: Vec<u32>,
     /// The backlog being flushed (kept: no allocation per flush).
     flushing: Vec<u32>,
     topics: FxHashMap<Box<str>, TopicStat>,
     other_topics: TopicStat,
-    totals: Totals,
-    counters: Option<Arc<CountersFile>>,
+    pub(crate) totals: Totals,
+    pub(crate) counters: Option<Arc<CountersFile>>,
     totals_set: Option<CounterSet>,
     /// The other routing agents (none when this is the only one).
-    peers: Option<Peers>,
+    pub(crate) peers: Option<Peers>,
     /// Routing agents, and which one this is: session `id` here is client
     /// `id * agents + me` to the world.
-    agents: u32,
-    me: u32,
+    pub(crate) agents: u32,
+    pub(crate) me: u32,
+    /// The configured users (`None`: every client is anonymous).
+    pub(crate) users: Option<Arc<Users>>,
+    /// Password checks to make ([`Router::take_auth_requests`]).
+    pub(crate) auth_out: Vec<AuthRequest>,
+    pub(crate) next_ticket: u64,
 }
 
 impl Router {
@@ -204,6 +237,9 @@ impl Router {
             peers: None,
             agents: 1,
             me: 0,
+            users: None,
+            auth_out: Vec::new(),
+            next_ticket: 0,
         }
     }
 
@@ -328,6 +364,9 @@ impl Router {
         let Some(Some(s)) = self.sessions.get_mut(id as usize) else {
             return Err(Disconnect::protocol(format!("no session {id}")));
         };
+        if s.ticket.is_some() {
+            return hold(s, bytes);
+        }
         s.stats.messages_in += 1;
         s.stats.bytes_in += bytes.len() as u64;
         if bytes.len() > self.limits.max_frame {
@@ -367,13 +406,10 @@ impl Router {
                 }
                 s.hello = true;
                 s.name = f.topic().to_owned();
-                let label = format!("{}@{}", s.name, s.peer);
-                let client = id.wrapping_mul(self.agents).wrapping_add(self.me);
-                s.counters =
-                    self.counters.as_ref().and_then(|c| c.allocate(Kind::RouterClient, client, 0, &label).ok());
-                let welcome =
-                    ClientRepr { value: client, body: self.name.as_bytes(), ..ClientRepr::new(ClientKind::Welcome) };
-                control(s, &welcome)
+                if self.users.is_some() {
+                    return self.ask_password(id, f.body());
+                }
+                self.welcome(id)
             }
             ClientKind::Subscribe => {
                 let sid = f.value();
@@ -384,6 +420,15 @@ impl Router {
                     Ok(p) => p,
                     Err(e) => return self.reject(id, RejectCode::BadTopic, sid.into(), &e.to_string()),
                 };
+                match s.user.as_ref().map(|u| u.subscribe.reach(&pattern)) {
+                    Some(Reach::None) => {
+                        let why = format!("user {:?} may read no topic {} matches", s.user().unwrap_or(""), f.topic());
+                        self.totals.forbidden += 1;
+                        return self.reject(id, RejectCode::Forbidden, sid.into(), &why);
+                    }
+                    Some(Reach::Some) => s.filtered = true,
+                    _ => {}
+                }
                 if s.subscriptions.len() >= self.limits.max_subscriptions && !s.subscriptions.contains_key(&sid) {
                     let why = format!("{} subscriptions is the limit", self.limits.max_subscriptions);
                     return self.reject(id, RejectCode::Limit, sid.into(), &why);
@@ -421,7 +466,7 @@ impl Router {
         }
     }
 
-    fn reject(&mut self, id: u32, code: RejectCode, sequence: u64, reason: &str) -> Result<(), Disconnect> {
+    pub(crate) fn reject(&mut self, id: u32, code: RejectCode, sequence: u64, reason: &str) -> Result<(), Disconnect> {
         let Some(s) = self.session_mut(id) else { return Ok(()) };
         s.stats.rejects += 1;
         let r =
@@ -437,6 +482,18 @@ impl Router {
             Ok(t) => t,
             Err(e) => return self.reject(from, RejectCode::BadTopic, sequence, &e.to_string()),
         };
+        if self.users.is_some()
+            && !self.sessions.get_mut(from as usize).and_then(Option::as_mut).is_some_and(|s| s.may(topic, true))
+        {
+            let user = self.session(from).and_then(Session::user).unwrap_or("").to_owned();
+            self.totals.forbidden += 1;
+            return self.reject(
+                from,
+                RejectCode::Forbidden,
+                sequence,
+                &format!("user {user:?} may not publish on {topic}"),
+            );
+        }
         let (n, discards) = deliver_all(&mut self.sessions, &mut self.backlog, targets, topic, payload, 0);
         let remote = match &mut self.peers {
             Some(p) => {

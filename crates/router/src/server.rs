@@ -16,6 +16,7 @@
 //! kernel releases when the process dies, so a router killed with kill -9
 //! never blocks the next start.
 
+use crate::access::{AuthWorker, UserConfig, Users, UsersError};
 use crate::agent::{AgentShared, Control, RoutingAgent, Wiring};
 use crate::config::RouterConfig;
 use crate::peers::{link, Peers};
@@ -171,7 +172,9 @@ impl Server {
             Some(t) => Some(tickwire_transport::tls::server_config(&t.cert, &t.key)?),
             None => None,
         };
-        let (mut agents, controls, gone) = Self::agents(&cfg, &ctx).map_err(|e| io(Path::new("epoll"), e))?;
+        let users = Arc::new(Users::new(&cfg.users).map_err(crate::config::ConfigError::from)?);
+        let (mut agents, controls, gone) =
+            Self::agents(&cfg, &ctx, Arc::clone(&users)).map_err(|e| io(Path::new("router threads"), e))?;
         let shared: Vec<_> = agents.iter().map(|a| Arc::clone(&a.shared)).collect();
         let agent = agents.remove(0);
         let mut runners = Vec::new();
@@ -210,6 +213,7 @@ impl Server {
     fn agents(
         cfg: &RouterConfig,
         ctx: &Context,
+        users: Arc<Users>,
     ) -> std::io::Result<(Vec<RoutingAgent>, Vec<Sender<Control>>, Receiver<(u32, String)>)> {
         let n = cfg.agents;
         let counters = Some(Arc::clone(ctx.counters()));
@@ -227,6 +231,11 @@ impl Server {
                 }
             }
         }
+        let replies = controls.clone();
+        let auth = Arc::new(AuthWorker::start(Arc::clone(&users), move |k, r| {
+            let _ = replies[k].send(Control::Authenticated(r));
+        })?);
+        let users = (!users.is_empty()).then_some(users);
         let mut agents = Vec::with_capacity(n);
         for (k, (row, inbound)) in links.into_iter().zip(inbound).enumerate() {
             let limits = (&cfg.limits).into();
@@ -238,8 +247,10 @@ impl Server {
             };
             let others = controls.iter().enumerate().map(|(j, tx)| (j != k).then(|| tx.clone())).collect();
             let Some(control) = receivers[k].take() else { unreachable!("one receiver per agent") };
-            let wiring = Wiring { control, others, inbound, gone: gone_tx.clone() };
-            agents.push(RoutingAgent::new(router, role, wiring)?);
+            let wiring = Wiring { control, others, inbound, gone: gone_tx.clone(), auth: Arc::clone(&auth) };
+            let mut agent = RoutingAgent::new(router, role, wiring)?;
+            agent.router.set_users(users.clone());
+            agents.push(agent);
         }
         Ok((agents, controls, gone))
     }
@@ -257,6 +268,27 @@ impl Server {
             line.push_str(&format!(" ({} routing agents)", self.controls.len()));
         }
         line
+    }
+
+    /// Replaces the users (a reload): sessions of users removed, or whose
+    /// password changed, end; the others carry on under their new ACLs.
+    /// Returns how many users there are now.
+    ///
+    /// # Errors
+    /// [`UsersError`] naming the bad entry; the old users stay.
+    pub fn set_users(&mut self, users: &[UserConfig]) -> Result<usize, UsersError> {
+        let users = Arc::new(Users::new(users)?);
+        let n = users.len();
+        self.agent_auth().set_users(Arc::clone(&users));
+        let users = (!users.is_empty()).then_some(users);
+        for tx in &self.controls {
+            let _ = tx.send(Control::Users(users.clone()));
+        }
+        Ok(n)
+    }
+
+    fn agent_auth(&self) -> &AuthWorker {
+        self.agent.auth()
     }
 
     /// The TCP listeners' bound addresses (port 0 resolved).

@@ -2,10 +2,13 @@
 //! [`Outbound`]), what waits for room (the bounded [`OutQueue`] and a few
 //! control frames), its subscriptions and its counters.
 
+use crate::access::User;
 use crate::counters::client as cc;
 use crate::queue::OutQueue;
 use crate::tcp::TcpOut;
+use rustc_hash::FxHashMap;
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use tickwire_shm::{CounterSet, LogAppender, OfferError};
 use tickwire_topic::Pattern;
 use tickwire_wire::client::{ClientKind, ClientRepr};
@@ -134,12 +137,26 @@ pub struct Session {
     pub(crate) subscriptions: HashMap<u32, Pattern>,
     pub(crate) next_sequence: u64,
     pub(crate) hello: bool,
+    /// Its user (when users are configured), once authenticated.
+    pub(crate) user: Option<Arc<User>>,
+    /// Its password is being checked: the check's ticket.
+    pub(crate) ticket: Option<u64>,
+    /// Frames read while its password was being checked, in order.
+    pub(crate) held: Vec<Vec<u8>>,
+    /// Some subscription reaches topics its user may not read: each
+    /// delivery is checked.
+    pub(crate) filtered: bool,
+    /// Topics checked against its user's ACLs: (may publish, may read).
+    pub(crate) access: FxHashMap<Box<str>, (bool, bool)>,
     /// In the router's list of sessions with frames waiting.
     pub(crate) in_backlog: bool,
     /// Totals.
     pub stats: SessionStats,
     pub(crate) counters: Option<CounterSet>,
 }
+
+/// Topics a session remembers its ACL answers for (then it starts again).
+const ACCESS_CACHE: usize = 4096;
 
 impl Session {
     pub(crate) fn new(out: Outbound, peer: String, queue_bytes: usize, counters: Option<CounterSet>) -> Self {
@@ -152,6 +169,11 @@ impl Session {
             subscriptions: HashMap::new(),
             next_sequence: 0,
             hello: false,
+            user: None,
+            ticket: None,
+            held: Vec::new(),
+            filtered: false,
+            access: FxHashMap::default(),
             in_backlog: false,
             stats: SessionStats::default(),
             counters,
@@ -173,6 +195,32 @@ impl Session {
     /// The transport it sends on, mutably (tests drain a [`MemoryOut`]).
     pub fn outbound_mut(&mut self) -> &mut Outbound {
         &mut self.out
+    }
+
+    /// Its user's name, if it has one.
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref().map(|u| u.name.as_str())
+    }
+
+    /// Whether its user may publish on (`publish`) or read `topic`, a
+    /// checked topic; true without a user. One hash lookup once a topic
+    /// has been seen.
+    #[inline]
+    pub(crate) fn may(&mut self, topic: &str, publish: bool) -> bool {
+        let Some(user) = &self.user else { return true };
+        if let Some(&(p, r)) = self.access.get(topic) {
+            return if publish { p } else { r };
+        }
+        if self.access.len() >= ACCESS_CACHE {
+            self.access.clear();
+        }
+        let (p, r) = (user.publish.allows(topic), user.subscribe.allows(topic));
+        self.access.insert(topic.into(), (p, r));
+        if publish {
+            p
+        } else {
+            r
+        }
     }
 
     /// Whether frames wait for its transport (queued deliveries, control

@@ -382,3 +382,57 @@ mod tests {
         }
     }
 }
+
+/// What HELLO's body carries: nothing (anonymous), or a user and password.
+///
+/// ```text
+///  scheme (u8: 1 = user and password) | user length (u16 LE) | user (UTF-8) | password (the rest)
+/// ```
+pub mod credentials {
+    /// The scheme byte of a user and password.
+    pub const PASSWORD: u8 = 1;
+
+    /// HELLO's body for `user` and `password`.
+    pub fn password(user: &str, password: &[u8]) -> Vec<u8> {
+        let user = &user.as_bytes()[..user.len().min(u16::MAX as usize)];
+        let mut b = Vec::with_capacity(3 + user.len() + password.len());
+        b.push(PASSWORD);
+        b.extend_from_slice(&(user.len() as u16).to_le_bytes());
+        b.extend_from_slice(user);
+        b.extend_from_slice(password);
+        b
+    }
+
+    /// Reads HELLO's body: `None` for anonymous, else (user, password).
+    ///
+    /// # Errors
+    /// What is malformed: an unknown scheme, a user longer than the body or
+    /// not UTF-8.
+    pub fn parse(body: &[u8]) -> Result<Option<(&str, &[u8])>, &'static str> {
+        let Some((&scheme, rest)) = body.split_first() else { return Ok(None) };
+        if scheme != PASSWORD {
+            return Err("unknown credentials scheme");
+        }
+        let [a, b, rest @ ..] = rest else { return Err("credentials cut short") };
+        let n = usize::from(u16::from_le_bytes([*a, *b]));
+        if rest.len() < n {
+            return Err("credentials cut short");
+        }
+        let (user, password) = rest.split_at(n);
+        let user = std::str::from_utf8(user).map_err(|_| "user name is not UTF-8")?;
+        Ok(Some((user, password)))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn credentials_round_trip_and_bad_ones_are_named() {
+            let b = super::password("desk", b"pw\0with nul");
+            assert_eq!(super::parse(&b), Ok(Some(("desk", &b"pw\0with nul"[..]))));
+            assert_eq!(super::parse(&[]), Ok(None));
+            assert_eq!(super::parse(&[9]), Err("unknown credentials scheme"));
+            assert_eq!(super::parse(&[1, 5, 0, b'a']), Err("credentials cut short"));
+            assert_eq!(super::parse(&[1, 1, 0, 0xff]), Err("user name is not UTF-8"));
+        }
+    }
+}

@@ -5,19 +5,27 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tickwire_client::{Client, ClientEvent, ClientOptions};
+use tickwire_router::access::UserConfig;
 use tickwire_router::{RouterConfig, Server, ShutdownReport};
 
 pub struct Running {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<ShutdownReport>>,
     pub tcp: SocketAddr,
+    reload: Sender<Vec<UserConfig>>,
 }
 
 impl Running {
+    /// Has the router take these users (as on SIGHUP); panics if refused.
+    pub fn reload(&self, users: Vec<UserConfig>) {
+        self.reload.send(users).unwrap();
+    }
+
     pub fn stop(mut self) -> ShutdownReport {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.take().unwrap().join().unwrap()
@@ -39,15 +47,19 @@ pub fn start(dir: &Path, cfg: RouterConfig) -> Running {
     let tcp = server.tcp_addrs()[0];
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
+    let (reload, users) = channel::<Vec<UserConfig>>();
     let thread = std::thread::spawn(move || {
         while !flag.load(Ordering::Relaxed) {
+            if let Ok(u) = users.try_recv() {
+                server.set_users(&u).unwrap();
+            }
             if server.do_work() == 0 {
                 std::thread::yield_now();
             }
         }
         server.shutdown(Duration::from_millis(200))
     });
-    Running { stop, thread: Some(thread), tcp }
+    Running { stop, thread: Some(thread), tcp, reload }
 }
 
 pub fn tempdir(name: &str) -> PathBuf {

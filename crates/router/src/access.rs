@@ -1,0 +1,414 @@
+//! Users and topic ACLs: who may connect, and what each may publish and
+//! read.
+//!
+//! In the router's config file, beside `[router]`:
+//!
+//! ```toml
+//! [[users]]
+//! name = "desk"
+//! password_hash = "$argon2id$v=19$m=19456,t=2,p=1$..."   # from `tickwire router hash-password`
+//! publish = ["orders/desk/>"]
+//! subscribe = ["md/eu/>"]
+//! ```
+//!
+//! With no user configured every client is anonymous and may do anything.
+//! Once one is, every client must name a user and its password in HELLO
+//! ([`tickwire_wire::client::credentials`]), and may publish only on topics
+//! its `publish` patterns match and read only topics its `subscribe`
+//! patterns match: deny by default. A subscription is checked against the
+//! ACL when it is made ([`Acl::reach`]): refused if no topic it matches may
+//! be read, taken whole if every one may, and otherwise taken with each
+//! matched topic checked before delivery, so `md/>` from a user allowed
+//! `md/eu/>` receives `md/eu/...` and nothing else.
+//!
+//! Passwords are verified with argon2 off the routing agents' threads (an
+//! argon2 check takes tens of milliseconds by design): see
+//! [`AuthWorker`].
+
+use rustc_hash::FxHashMap;
+use serde::Deserialize;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use tickwire_topic::{Level, Pattern};
+
+/// One `[[users]]` entry of the config file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    /// The name a client gives in HELLO.
+    pub name: String,
+    /// The password's argon2 hash in PHC form (`tickwire router hash-password`).
+    pub password_hash: String,
+    /// Patterns of the topics it may publish on.
+    #[serde(default)]
+    pub publish: Vec<String>,
+    /// Patterns of the topics it may read.
+    #[serde(default)]
+    pub subscribe: Vec<String>,
+}
+
+/// Why a `[[users]]` entry was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("[[users]] {user:?}: {key}: {why}")]
+pub struct UsersError {
+    /// The user's name.
+    pub user: String,
+    /// The key.
+    pub key: &'static str,
+    /// What is wrong with it.
+    pub why: String,
+}
+
+/// Topics a user may publish on or read: a list of patterns.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Acl {
+    patterns: Vec<Pattern>,
+}
+
+/// How much of a subscription an ACL lets through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// Every topic the subscription matches.
+    All,
+    /// Some: each matched topic is checked.
+    Some,
+    /// None: the subscription is refused.
+    None,
+}
+
+impl Acl {
+    /// An ACL of these patterns.
+    pub fn new(patterns: Vec<Pattern>) -> Self {
+        Self { patterns }
+    }
+
+    /// Whether `topic` (a checked topic) is allowed.
+    pub fn allows(&self, topic: &str) -> bool {
+        self.patterns.iter().any(|p| p.matches(topic))
+    }
+
+    /// How many of the topics `pattern` matches are allowed.
+    pub fn reach(&self, pattern: &Pattern) -> Reach {
+        if self.patterns.iter().any(|a| covers(a.levels(), pattern.levels())) {
+            Reach::All
+        } else if self.patterns.iter().any(|a| meets(a.levels(), pattern.levels())) {
+            Reach::Some
+        } else {
+            Reach::None
+        }
+    }
+}
+
+/// Whether every topic `p` matches is matched by `a`.
+fn covers(a: &[Level], p: &[Level]) -> bool {
+    match (a.first(), p.first()) {
+        (None, None) => true,
+        // `>` takes one or more levels, and `p` has at least one left.
+        (Some(Level::Tail), Some(_)) => true,
+        (Some(_), None) | (None, Some(_)) => false,
+        // `*` takes any one level, but not the several a `>` may stand for.
+        (Some(Level::One), Some(Level::Literal(_) | Level::One)) => covers(&a[1..], &p[1..]),
+        (Some(Level::Literal(x)), Some(Level::Literal(y))) => x == y && covers(&a[1..], &p[1..]),
+        (Some(Level::One | Level::Literal(_)), Some(_)) => false,
+    }
+}
+
+/// Whether some topic is matched by both `a` and `p`.
+fn meets(a: &[Level], p: &[Level]) -> bool {
+    match (a.first(), p.first()) {
+        (None, None) => true,
+        // A `>` takes whatever the other has left, if it has a level left.
+        (Some(Level::Tail), Some(_)) | (Some(_), Some(Level::Tail)) => true,
+        (None, Some(_)) | (Some(_), None) => false,
+        (Some(Level::Literal(x)), Some(Level::Literal(y))) => x == y && meets(&a[1..], &p[1..]),
+        (Some(_), Some(_)) => meets(&a[1..], &p[1..]),
+    }
+}
+
+/// A configured user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    /// Its name.
+    pub name: String,
+    /// Its password's hash (PHC).
+    hash: String,
+    /// What it may publish on.
+    pub publish: Acl,
+    /// What it may read.
+    pub subscribe: Acl,
+}
+
+impl User {
+    /// Whether it is the same user with the same password (its ACLs may
+    /// differ): a session authenticated as `self` may carry on as `other`.
+    pub fn same_login(&self, other: &User) -> bool {
+        self.name == other.name && self.hash == other.hash
+    }
+}
+
+/// The configured users, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Users {
+    by_name: FxHashMap<String, Arc<User>>,
+}
+
+/// A well-formed argon2id hash of a password nobody has: verified against
+/// when the user named does not exist, so that taking as long as a real
+/// check does not tell a prober which names exist.
+const DUMMY_HASH: &str =
+    "$argon2id$v=19$m=19456,t=2,p=1$dGlja3dpcmVkdW1teQ$Hqq8Qm4qV7ZbH9qpiBXdnlDhsZ3FZ7bFZaBKbN8Mxp0";
+
+impl Users {
+    /// Checks and compiles `[[users]]`.
+    ///
+    /// # Errors
+    /// [`UsersError`] naming the user and key: an empty or repeated name,
+    /// a hash that is not an argon2 PHC string, a bad pattern.
+    pub fn new(cfgs: &[UserConfig]) -> Result<Self, UsersError> {
+        let mut by_name = FxHashMap::default();
+        for c in cfgs {
+            let bad = |key, why: String| UsersError { user: c.name.clone(), key, why };
+            if c.name.is_empty() || c.name.len() > 100 || c.name.chars().any(char::is_control) {
+                return Err(bad("name", "1 to 100 bytes, no control characters".into()));
+            }
+            match argon2::PasswordHash::new(&c.password_hash) {
+                Ok(h) if h.algorithm.as_str().starts_with("argon2") => {}
+                Ok(h) => return Err(bad("password_hash", format!("{} is not argon2", h.algorithm))),
+                Err(e) => {
+                    return Err(bad(
+                        "password_hash",
+                        format!("not a PHC hash ({e}): use `tickwire router hash-password`"),
+                    ))
+                }
+            }
+            let acl = |key, list: &[String]| -> Result<Acl, UsersError> {
+                let ps = list.iter().map(|p| Pattern::parse(p).map_err(|e| bad(key, format!("{p:?}: {e}"))));
+                Ok(Acl::new(ps.collect::<Result<_, _>>()?))
+            };
+            let user = User {
+                name: c.name.clone(),
+                hash: c.password_hash.clone(),
+                publish: acl("publish", &c.publish)?,
+                subscribe: acl("subscribe", &c.subscribe)?,
+            };
+            if by_name.insert(c.name.clone(), Arc::new(user)).is_some() {
+                return Err(bad("name", "given twice".into()));
+            }
+        }
+        Ok(Self { by_name })
+    }
+
+    /// Whether no user is configured (every client is anonymous).
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// Users configured.
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    /// The user called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<User>> {
+        self.by_name.get(name)
+    }
+
+    /// Checks `password` for user `name` (slow: argon2).
+    ///
+    /// # Errors
+    /// A reason that does not say which of the two was wrong.
+    pub fn verify(&self, name: &str, password: &[u8]) -> Result<Arc<User>, String> {
+        use argon2::PasswordVerifier;
+        let user = self.by_name.get(name);
+        let hash = user.map_or(DUMMY_HASH, |u| u.hash.as_str());
+        let ok = argon2::PasswordHash::new(hash)
+            .is_ok_and(|h| argon2::Argon2::default().verify_password(password, &h).is_ok());
+        match user {
+            Some(u) if ok => Ok(Arc::clone(u)),
+            _ => Err(format!("user {name:?}: unknown user or wrong password")),
+        }
+    }
+}
+
+/// Hashes `password` for a `[[users]]` entry: argon2id with the crate's
+/// default cost (19 MiB, 2 passes: OWASP's recommendation) and a random
+/// 16-byte salt from the kernel (`/dev/urandom`).
+///
+/// # Errors
+/// The salt could not be read, or the hasher refused (a password over its
+/// length limit).
+pub fn hash_password(password: &[u8]) -> Result<String, String> {
+    use argon2::password_hash::{PasswordHasher, SaltString};
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| format!("/dev/urandom: {e}"))?;
+    let salt = SaltString::encode_b64(&bytes).map_err(|e| e.to_string())?;
+    argon2::Argon2::default().hash_password(password, &salt).map(|h| h.to_string()).map_err(|e| e.to_string())
+}
+
+/// A password check asked of the [`AuthWorker`].
+#[derive(Debug)]
+pub struct AuthRequest {
+    /// The routing agent that asked.
+    pub agent: usize,
+    /// The session (on that agent).
+    pub session: u32,
+    /// The session's ticket: a result for an older session in the same
+    /// slot is ignored.
+    pub ticket: u64,
+    /// The user named.
+    pub user: String,
+    /// The password given.
+    pub password: Vec<u8>,
+}
+
+/// What the [`AuthWorker`] found.
+#[derive(Debug)]
+pub struct AuthResult {
+    /// See [`AuthRequest::session`].
+    pub session: u32,
+    /// See [`AuthRequest::ticket`].
+    pub ticket: u64,
+    /// The user, or why not.
+    pub outcome: Result<Arc<User>, String>,
+}
+
+enum Job {
+    Check(AuthRequest),
+    Users(Arc<Users>),
+}
+
+/// A thread that checks passwords, so that no routing agent stops for the
+/// tens of milliseconds an argon2 check takes. Checks are made in the
+/// order asked; each result goes back through `reply(agent, result)`.
+#[derive(Debug)]
+pub struct AuthWorker {
+    tx: Sender<Job>,
+}
+
+impl AuthWorker {
+    /// Starts the thread with `users`; it ends when the worker is dropped.
+    ///
+    /// # Errors
+    /// The thread could not be spawned.
+    pub fn start(users: Arc<Users>, reply: impl Fn(usize, AuthResult) + Send + 'static) -> std::io::Result<Self> {
+        let (tx, rx): (Sender<Job>, Receiver<Job>) = channel();
+        std::thread::Builder::new().name("router-auth".into()).spawn(move || {
+            let mut users = users;
+            for job in rx {
+                match job {
+                    Job::Users(u) => users = u,
+                    Job::Check(mut r) => {
+                        let outcome = users.verify(&r.user, &r.password);
+                        r.password.fill(0);
+                        reply(r.agent, AuthResult { session: r.session, ticket: r.ticket, outcome });
+                    }
+                }
+            }
+        })?;
+        Ok(Self { tx })
+    }
+
+    /// Asks for a check.
+    pub fn check(&self, r: AuthRequest) {
+        let _ = self.tx.send(Job::Check(r));
+    }
+
+    /// Checks from now on use `users`.
+    pub fn set_users(&self, users: Arc<Users>) {
+        let _ = self.tx.send(Job::Users(users));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn acl(ps: &[&str]) -> Acl {
+        Acl::new(ps.iter().map(|p| Pattern::parse(p).unwrap()).collect())
+    }
+    fn pat(p: &str) -> Pattern {
+        Pattern::parse(p).unwrap()
+    }
+
+    #[test]
+    fn reach_of_subscriptions_against_an_acl() {
+        let a = acl(&["md/eu/>", "fx/*/spot"]);
+        for (p, want) in [
+            ("md/eu/>", Reach::All),
+            ("md/eu/VOD", Reach::All),
+            ("md/eu/*/x", Reach::All),
+            ("md/>", Reach::Some),
+            ("md/*/VOD", Reach::Some),
+            (">", Reach::Some),
+            ("md/us/>", Reach::None),
+            ("md/eu", Reach::None),
+            ("fx/EURUSD/spot", Reach::All),
+            ("fx/*/spot", Reach::All),
+            ("fx/>", Reach::Some),
+            ("fx/*/fwd", Reach::None),
+            ("fx/EURUSD/spot/x", Reach::None),
+        ] {
+            assert_eq!(a.reach(&pat(p)), want, "{p}");
+        }
+        assert_eq!(Acl::default().reach(&pat(">")), Reach::None, "an empty ACL allows nothing");
+        assert!(a.allows("md/eu/VOD") && !a.allows("md/us/IBM") && !a.allows("md/eu"));
+    }
+
+    fn level() -> impl Strategy<Value = String> {
+        prop_oneof!["a", "b", Just("*".to_owned())]
+    }
+    fn pattern() -> impl Strategy<Value = String> {
+        (prop::collection::vec(level(), 1..4), any::<bool>()).prop_map(|(mut ls, tail)| {
+            if tail {
+                ls.push(">".into());
+            }
+            ls.join("/")
+        })
+    }
+    fn topic() -> impl Strategy<Value = String> {
+        prop::collection::vec(prop_oneof!["a", "b", "c"], 1..6).prop_map(|ls| ls.join("/"))
+    }
+
+    proptest! {
+        /// Against the plain matcher: a topic both match proves they meet;
+        /// a topic `p` matches that `a` does not disproves covering.
+        #[test]
+        fn covers_and_meets_agree_with_matching(a in pattern(), p in pattern(), topics in prop::collection::vec(topic(), 1..64)) {
+            let (a, p) = (pat(&a), pat(&p));
+            for t in &topics {
+                if a.matches(t) && p.matches(t) {
+                    prop_assert!(meets(a.levels(), p.levels()), "{} and {} both match {t}", a.as_str(), p.as_str());
+                }
+                if p.matches(t) && !a.matches(t) {
+                    prop_assert!(!covers(a.levels(), p.levels()), "{} said to cover {} but not {t}", a.as_str(), p.as_str());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn passwords_verify_against_their_hash_only() {
+        let hash = hash_password(b"s3cret").unwrap();
+        assert!(hash.starts_with("$argon2id$"), "{hash}");
+        let cfg =
+            UserConfig { name: "desk".into(), password_hash: hash, publish: vec![], subscribe: vec!["md/>".into()] };
+        let users = Users::new(std::slice::from_ref(&cfg)).unwrap();
+        assert_eq!(users.verify("desk", b"s3cret").unwrap().name, "desk");
+        let e = users.verify("desk", b"wrong").unwrap_err();
+        assert_eq!(
+            e,
+            users.verify("nobody", b"s3cret").unwrap_err().replace("nobody", "desk"),
+            "same reason either way"
+        );
+        let twice = Users::new(&[cfg.clone(), cfg.clone()]).unwrap_err();
+        assert_eq!((twice.key, twice.user.as_str()), ("name", "desk"));
+        let plain = UserConfig { password_hash: "s3cret".into(), ..cfg.clone() };
+        assert!(Users::new(&[plain]).unwrap_err().to_string().contains("hash-password"));
+        let bad = UserConfig { subscribe: vec!["md//x".into()], ..cfg };
+        assert_eq!(Users::new(&[bad]).unwrap_err().key, "subscribe");
+    }
+}

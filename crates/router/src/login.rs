@@ -1,0 +1,178 @@
+//! The routing core's side of users ([`crate::access`]): HELLO's password
+//! sent for checking, the answer acted on, a new set of users applied to
+//! the sessions open. No I/O: the agent carries the checks to the
+//! [`AuthWorker`](crate::access::AuthWorker) and back.
+
+use crate::access::{AuthRequest, AuthResult, Reach, Users};
+use crate::routing::{control, Disconnect, Router};
+use crate::session::Session;
+use std::sync::Arc;
+use tickwire_shm::counters::Kind;
+use tickwire_wire::client::{credentials, ClientKind, ClientRepr, RejectCode};
+
+impl Router {
+    /// Sends WELCOME to session `id` (its HELLO accepted) and gives it its
+    /// counters.
+    pub(crate) fn welcome(&mut self, id: u32) -> Result<(), Disconnect> {
+        let client = self.client_id(id);
+        let Some(Some(s)) = self.sessions.get_mut(id as usize) else { return Ok(()) };
+        let label = match s.user() {
+            Some(u) => format!("{}@{} ({u})", s.name, s.peer),
+            None => format!("{}@{}", s.name, s.peer),
+        };
+        s.counters = self.counters.as_ref().and_then(|c| c.allocate(Kind::RouterClient, client, 0, &label).ok());
+        let welcome = ClientRepr { value: client, body: self.name.as_bytes(), ..ClientRepr::new(ClientKind::Welcome) };
+        control(s, &welcome)
+    }
+
+    /// HELLO from session `id` with `body` (its credentials) on a router
+    /// with users: the password goes for checking, and the session's
+    /// frames wait until the answer.
+    pub(crate) fn ask_password(&mut self, id: u32, body: &[u8]) -> Result<(), Disconnect> {
+        let forbidden = |reason: &str| Disconnect { code: RejectCode::Forbidden, reason: reason.into() };
+        let (user, password) = match credentials::parse(body) {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                self.totals.forbidden += 1;
+                return Err(forbidden("this router requires a user and password"));
+            }
+            Err(e) => return Err(Disconnect::protocol(format!("HELLO: {e}"))),
+        };
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        if let Some(Some(s)) = self.sessions.get_mut(id as usize) {
+            s.ticket = Some(ticket);
+        }
+        self.auth_out.push(AuthRequest {
+            agent: self.me as usize,
+            session: id,
+            ticket,
+            user: user.to_owned(),
+            password: password.to_vec(),
+        });
+        Ok(())
+    }
+
+    /// Password checks to make, for the agent to hand to the worker.
+    pub fn take_auth_requests(&mut self) -> Vec<AuthRequest> {
+        std::mem::take(&mut self.auth_out)
+    }
+
+    /// The answer to a password check: the session is welcomed and the
+    /// frames it sent meanwhile are acted on, or it must end.
+    ///
+    /// # Errors
+    /// [`Disconnect`] (`Forbidden`) for a wrong password, or what a held
+    /// frame caused.
+    pub fn handle_auth(&mut self, r: AuthResult) -> Result<(), Disconnect> {
+        let Some(Some(s)) = self.sessions.get_mut(r.session as usize) else { return Ok(()) };
+        if s.ticket != Some(r.ticket) {
+            return Ok(()); // an earlier session in this slot
+        }
+        s.ticket = None;
+        // Checked against the users of its time; held to today's.
+        let user = r.outcome.and_then(|u| match self.users.as_ref().and_then(|us| us.get(&u.name)) {
+            Some(now) if now.same_login(&u) => Ok(Arc::clone(now)),
+            _ => Err(format!("user {:?} changed while its password was checked", u.name)),
+        });
+        match user {
+            Err(why) => {
+                self.totals.forbidden += 1;
+                Err(Disconnect { code: RejectCode::Forbidden, reason: why })
+            }
+            Ok(user) => {
+                s.user = Some(user);
+                let held = std::mem::take(&mut s.held);
+                self.welcome(r.session)?;
+                for f in held {
+                    self.handle_frame(r.session, &f)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Applies a new set of users (a reload) to every open session:
+    /// sessions of a user removed, or whose password changed, must end (they
+    /// are returned); the others carry on under their user's new ACLs, and
+    /// lose (with a REJECT) any subscription that now reaches nothing they
+    /// may read.
+    pub fn set_users(&mut self, users: Option<Arc<Users>>) -> Vec<(u32, Disconnect)> {
+        self.users = users.filter(|u| !u.is_empty());
+        let mut ending = Vec::new();
+        for id in 0..self.sessions.len() as u32 {
+            let Some(Some(s)) = self.sessions.get_mut(id as usize) else { continue };
+            // Not yet welcomed: `handle_auth` holds it to the new users.
+            if !s.hello || s.ticket.is_some() {
+                continue;
+            }
+            s.access.clear();
+            let forbidden = |reason: String| Disconnect { code: RejectCode::Forbidden, reason };
+            let now = match (&self.users, &s.user) {
+                (None, _) => None,
+                (Some(_), None) => {
+                    ending.push((id, forbidden("users are configured now: connect with a user and password".into())));
+                    continue;
+                }
+                (Some(users), Some(was)) => match users.get(&was.name) {
+                    Some(u) if u.same_login(was) => Some(Arc::clone(u)),
+                    Some(_) => {
+                        ending.push((id, forbidden(format!("the password of user {:?} changed", was.name))));
+                        continue;
+                    }
+                    None => {
+                        ending.push((id, forbidden(format!("user {:?} was removed", was.name))));
+                        continue;
+                    }
+                },
+            };
+            s.user = now;
+            self.recheck_subscriptions(id);
+        }
+        self.totals.forbidden += ending.len() as u64;
+        ending
+    }
+
+    /// Holds session `id`'s subscriptions to its user's ACL.
+    fn recheck_subscriptions(&mut self, id: u32) {
+        let Some(Some(s)) = self.sessions.get_mut(id as usize) else { return };
+        let Some(user) = s.user.clone() else {
+            s.filtered = false;
+            return;
+        };
+        let mut gone = Vec::new();
+        s.filtered = false;
+        for (&sid, p) in &s.subscriptions {
+            match user.subscribe.reach(p) {
+                Reach::All => {}
+                Reach::Some => s.filtered = true,
+                Reach::None => gone.push(sid),
+            }
+        }
+        for sid in gone {
+            let Some(p) = s.subscriptions.remove(&sid) else { continue };
+            self.index.remove(&p, id, sid);
+            if let Some(peers) = &mut self.peers {
+                peers.release(&p);
+            }
+            s.stats.rejects += 1;
+            let why = format!("user {:?} may no longer read {}", user.name, p.as_str());
+            let r = ClientRepr {
+                value: RejectCode::Forbidden as u32,
+                sequence: sid.into(),
+                body: why.as_bytes(),
+                ..ClientRepr::new(ClientKind::Reject)
+            };
+            let _ = control(s, &r);
+        }
+        mark(s, &mut self.backlog, id);
+    }
+}
+
+/// Puts `s` (session `id`) in the backlog if frames wait for it.
+fn mark(s: &mut Session, backlog: &mut Vec<u32>, id: u32) {
+    if !s.in_backlog && s.needs_flush() {
+        s.in_backlog = true;
+        backlog.push(id);
+    }
+}

@@ -1,0 +1,136 @@
+//! Users and ACLs: passwords checked, publishes and subscriptions held to
+//! each user's patterns, per matched topic under a wildcard, and a reload
+//! that takes effect for the clients already connected.
+
+mod common;
+
+use common::{quiet, receive, start, tempdir};
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use tickwire_client::{Client, ClientError, ClientEvent, ClientOptions};
+use tickwire_router::access::{hash_password, UserConfig};
+use tickwire_router::RouterConfig;
+use tickwire_wire::client::RejectCode;
+
+/// Hashing is slow by design: once per test binary.
+fn hash(password: &str) -> String {
+    static HASHES: OnceLock<(String, String)> = OnceLock::new();
+    let (feed, desk) = HASHES.get_or_init(|| (hash_password(b"feed-pw").unwrap(), hash_password(b"desk-pw").unwrap()));
+    match password {
+        "feed-pw" => feed.clone(),
+        "desk-pw" => desk.clone(),
+        _ => unreachable!(),
+    }
+}
+
+fn user(name: &str, password: &str, publish: &[&str], subscribe: &[&str]) -> UserConfig {
+    UserConfig {
+        name: name.into(),
+        password_hash: hash(password),
+        publish: publish.iter().map(|s| (*s).to_owned()).collect(),
+        subscribe: subscribe.iter().map(|s| (*s).to_owned()).collect(),
+    }
+}
+
+fn users() -> Vec<UserConfig> {
+    vec![user("feed", "feed-pw", &["md/>"], &[]), user("desk", "desk-pw", &["orders/desk/>"], &["md/eu/>", "fx/>"])]
+}
+
+fn connect(uri: &str, dir: &Path, name: &str, creds: Option<(&str, &str)>) -> Result<Client, ClientError> {
+    let opts = ClientOptions {
+        name: name.into(),
+        dir: dir.into(),
+        user: creds.map(|c| c.0.to_owned()),
+        password: creds.map(|c| c.1.to_owned()),
+        ..ClientOptions::default()
+    };
+    let mut c = Client::connect(uri, opts)?;
+    c.wait_connected(Duration::from_secs(10))?;
+    Ok(c)
+}
+
+/// The REJECTs `c` receives within `wait`: (code, request).
+fn rejects(c: &mut Client, wait: Duration) -> Vec<(RejectCode, u64)> {
+    let mut got = Vec::new();
+    let until = Instant::now() + wait;
+    while Instant::now() < until {
+        c.poll(
+            |e| {
+                if let ClientEvent::Rejected { code, request, .. } = e {
+                    got.push((code, request));
+                }
+            },
+            64,
+        );
+    }
+    got
+}
+
+#[test]
+fn passwords_and_acls_hold_over_shared_memory_and_tcp() {
+    let dir = tempdir("users");
+    let r = start(&dir, RouterConfig { users: users(), ..RouterConfig::default() });
+    let tcp = format!("tcp://{}", r.tcp);
+
+    for (uri, creds, why) in [
+        (tcp.as_str(), None, "requires a user and password"),
+        ("ipc", Some(("feed", "wrong")), "unknown user or wrong password"),
+        (tcp.as_str(), Some(("nobody", "feed-pw")), "unknown user or wrong password"),
+    ] {
+        let e = connect(uri, &dir, "intruder", creds).err().expect("refused");
+        assert!(matches!(&e, ClientError::Refused { why: w, .. } if w.contains(why)), "{uri} {creds:?}: {e}");
+    }
+
+    let mut feed = connect("ipc", &dir, "feed", Some(("feed", "feed-pw"))).unwrap();
+    let mut desk = connect(&tcp, &dir, "desk", Some(("desk", "desk-pw"))).unwrap();
+    // A wildcard wider than the ACL: taken, each topic checked.
+    desk.subscribe("md/>").unwrap();
+    // Nothing it may read: refused.
+    let us = desk.subscribe("md/us/>").unwrap();
+    assert_eq!(rejects(&mut desk, Duration::from_millis(300)), [(RejectCode::Forbidden, u64::from(us))]);
+
+    feed.publish("md/us/IBM", b"bid 150").unwrap();
+    feed.publish("md/eu/VOD", b"bid 101").unwrap();
+    feed.publish("orders/desk/1", b"buy").unwrap(); // not feed's to publish
+    assert_eq!(receive(&mut desk, 1), [("md/eu/VOD".into(), b"bid 101".to_vec(), 0)]);
+    assert!(quiet(&mut desk, Duration::from_millis(200)), "md/us/IBM is not desk's to read");
+    assert_eq!(rejects(&mut feed, Duration::from_millis(200)).first().map(|r| r.0), Some(RejectCode::Forbidden));
+
+    let report = r.stop();
+    assert!(report.totals.forbidden >= 5, "{:?}", report.totals);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_reload_takes_effect_for_connected_clients() {
+    let dir = tempdir("reload");
+    let r = start(&dir, RouterConfig { users: users(), ..RouterConfig::default() });
+    let mut feed = connect("ipc", &dir, "feed", Some(("feed", "feed-pw"))).unwrap();
+    let mut desk = connect("ipc", &dir, "desk", Some(("desk", "desk-pw"))).unwrap();
+    let fx = desk.subscribe("fx/>").unwrap();
+    desk.subscribe("md/eu/>").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    feed.publish("md/fx/x", b"not desk's").unwrap();
+    assert!(quiet(&mut desk, Duration::from_millis(100)));
+
+    // desk may no longer read fx/>; feed may now publish on fx/>.
+    let mut less = users();
+    less[0].publish.push("fx/>".into());
+    less[1].subscribe = vec!["md/eu/>".into()];
+    r.reload(less.clone());
+    assert_eq!(rejects(&mut desk, Duration::from_millis(300)), [(RejectCode::Forbidden, u64::from(fx))]);
+    feed.publish("fx/EURUSD", b"1.08").unwrap();
+    feed.publish("md/eu/VOD", b"bid 101").unwrap();
+    assert_eq!(receive(&mut desk, 1), [("md/eu/VOD".into(), b"bid 101".to_vec(), 0)], "fx/> is gone");
+
+    // A user removed: its session ends, and the client stops trying.
+    r.reload(less[1..].to_vec());
+    let until = Instant::now() + Duration::from_secs(5);
+    while feed.refused().is_none() && Instant::now() < until {
+        feed.poll(|_| {}, 64);
+    }
+    assert!(feed.refused().is_some_and(|w| w.contains("removed")), "{:?}", feed.refused());
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}
