@@ -78,7 +78,7 @@ fn passwords_and_acls_hold_over_shared_memory_and_tcp() {
         ("ipc", Some(("feed", "wrong")), "unknown user or wrong password"),
         (tcp.as_str(), Some(("nobody", "feed-pw")), "unknown user or wrong password"),
     ] {
-        let e = connect(uri, &dir, "intruder", creds).err().expect("refused");
+        let e = connect(uri, &dir, "intruder", creds).expect_err("refused");
         assert!(matches!(&e, ClientError::Refused { why: w, .. } if w.contains(why)), "{uri} {creds:?}: {e}");
     }
 
