@@ -24,6 +24,8 @@ struct FileConfig {
     log: FileLog,
     /// `tickwire router`'s settings (`tickwire_router::config`).
     router: Option<toml::Table>,
+    /// The router's users (`tickwire_router::access`).
+    users: Option<toml::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -60,11 +62,21 @@ pub struct Settings {
     pub log: LogConfig,
     /// The `[router]` table and the file it came from.
     pub router: Option<(PathBuf, toml::Table)>,
+    /// The `[[users]]` array and the file it came from.
+    pub users: Option<(PathBuf, toml::Value)>,
+    /// The file read, if any (`tickwire router` reads it again on SIGHUP).
+    pub path: Option<PathBuf>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { dir: PathBuf::from(tickwire_shm::DEFAULT_DIR), log: LogConfig::default(), router: None }
+        Self {
+            dir: PathBuf::from(tickwire_shm::DEFAULT_DIR),
+            log: LogConfig::default(),
+            router: None,
+            users: None,
+            path: None,
+        }
     }
 }
 
@@ -81,6 +93,8 @@ pub fn load(path: Option<&Path>) -> Result<Settings, String> {
         s.dir = d;
     }
     s.router = f.router.map(|t| (path.to_owned(), t));
+    s.users = f.users.map(|u| (path.to_owned(), u));
+    s.path = Some(path.to_owned());
     if let Some(v) = &f.log.capacity {
         // Derived defaults (mtu, max_message) shrink to fit a small ring.
         s.log = LogConfig::with_capacity(value(path, &text, "capacity", v, parse_capacity)?);

@@ -63,6 +63,8 @@ pub struct PubArgs {
     /// With --router tls://: the certificate authority (PEM) the router's certificate must chain to.
     #[arg(long, requires = "router")]
     pub(crate) tls_ca: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub(crate) login: crate::routed::Login,
 }
 
 /// Options of `tickwire sub`.
@@ -105,6 +107,8 @@ pub struct SubArgs {
     /// With --router tls://: the certificate authority (PEM) the router's certificate must chain to.
     #[arg(long, requires = "router")]
     pub(crate) tls_ca: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub(crate) login: crate::routed::Login,
     /// With --router: the topic pattern (levels split by /, * one level, > the rest).
     #[arg(long)]
     pub(crate) topic: Option<String>,

@@ -4,17 +4,50 @@
 use crate::config::Settings;
 use crate::pubsub::{install_ctrl_c, stopped, PubArgs, SubArgs};
 use std::io::BufRead;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tickwire_client::{Client, ClientEvent, ClientOptions, PublishError};
 
-fn connect(s: &Settings, uri: &str, role: &str, tls_ca: Option<&std::path::Path>) -> Result<Client, String> {
+/// Who to connect to a router with users as (`--user`); the password never
+/// on the command line, where `ps` would show it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Login {
+    /// With --router: connect as this user; the password from --password-file or TICKWIRE_PASSWORD.
+    #[arg(long, requires = "router")]
+    pub(crate) user: Option<String>,
+    /// The file holding --user's password (its first line).
+    #[arg(long, requires = "user")]
+    pub(crate) password_file: Option<PathBuf>,
+}
+
+impl Login {
+    /// (user, password), if a user is given.
+    fn credentials(&self) -> Result<Option<(String, String)>, String> {
+        let Some(user) = &self.user else { return Ok(None) };
+        let password = match &self.password_file {
+            Some(f) => {
+                let text = std::fs::read_to_string(f).map_err(|e| format!("--password-file {}: {e}", f.display()))?;
+                text.lines().next().unwrap_or("").to_owned()
+            }
+            None => std::env::var("TICKWIRE_PASSWORD").map_err(|_| {
+                format!("--user {user} needs its password in --password-file FILE or the TICKWIRE_PASSWORD environment variable")
+            })?,
+        };
+        Ok(Some((user.clone(), password)))
+    }
+}
+
+fn connect(s: &Settings, uri: &str, role: &str, tls_ca: Option<&Path>, login: &Login) -> Result<Client, String> {
     if uri.starts_with("tls://") && tls_ca.is_none() {
         return Err(format!("{uri} needs --tls-ca FILE: the certificate (PEM) the router's must chain to"));
     }
+    let credentials = login.credentials()?;
     let opts = ClientOptions {
         name: format!("tickwire-{role}-{}", std::process::id()),
         dir: s.dir.clone(),
-        tls_ca: tls_ca.map(std::path::Path::to_path_buf),
+        tls_ca: tls_ca.map(Path::to_path_buf),
+        user: credentials.as_ref().map(|c| c.0.clone()),
+        password: credentials.map(|c| c.1),
         ..ClientOptions::default()
     };
     Client::connect(uri, opts).map_err(|e| e.to_string())
@@ -45,6 +78,30 @@ fn wait(client: &mut Client, limit: Option<Duration>, mut on: impl FnMut(ClientE
     Ok(true)
 }
 
+/// Reads what the router sent a publisher for `wait` (at least one poll):
+/// a REJECT (a publish not allowed) is an error.
+fn check_rejected(client: &mut Client, wait: Duration) -> Result<(), String> {
+    let until = Instant::now() + wait;
+    let mut refused = None;
+    loop {
+        client.poll(
+            |e| {
+                if let ClientEvent::Rejected { reason, .. } = e {
+                    refused.get_or_insert_with(|| format!("the router refused a publish: {reason}"));
+                }
+            },
+            64,
+        );
+        if let Some(why) = refused.take().or_else(|| client.refused().map(str::to_owned)) {
+            return Err(why);
+        }
+        if Instant::now() >= until {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 fn publish_one(client: &mut Client, topic: &str, msg: &[u8]) -> Result<(), String> {
     let t = Instant::now();
     loop {
@@ -67,7 +124,7 @@ pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
         return Err("--router needs --topic".into());
     }
     tickwire_topic::check_topic(&a.topic).map_err(|e| e.to_string())?;
-    let mut client = connect(s, uri, "pub", a.tls_ca.as_deref())?;
+    let mut client = connect(s, uri, "pub", a.tls_ca.as_deref(), &a.login)?;
     if !wait(&mut client, a.wait, |_| {})? {
         return Ok(());
     }
@@ -79,6 +136,7 @@ pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
             let line = line.map_err(|e| format!("reading stdin: {e}"))?;
             publish_one(&mut client, &a.topic, line.as_bytes())?;
             sent += 1;
+            check_rejected(&mut client, Duration::ZERO)?;
             if stopped() {
                 break;
             }
@@ -98,9 +156,14 @@ pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
             msg[..8].copy_from_slice(&sent.to_le_bytes());
             publish_one(&mut client, &a.topic, &msg)?;
             sent += 1;
+            if sent % 256 == 0 {
+                check_rejected(&mut client, Duration::ZERO)?;
+            }
         }
     }
     let secs = start.elapsed().as_secs_f64().max(1e-9);
+    // A refusal comes back within microseconds: wait a little for one.
+    check_rejected(&mut client, Duration::from_millis(50))?;
     client.close();
     eprintln!("published {sent} messages in {secs:.3} s ({:.0} msg/s)", sent as f64 / secs);
     Ok(())
@@ -151,7 +214,7 @@ fn on_event(seen: &mut Seen, a: &SubArgs, pattern: &str, uri: &str, e: ClientEve
 pub fn subscribe(s: &Settings, a: &SubArgs, uri: &str) -> Result<(), String> {
     install_ctrl_c();
     let pattern = a.topic.as_deref().ok_or("--router needs --topic PATTERN")?;
-    let mut client = connect(s, uri, "sub", a.tls_ca.as_deref())?;
+    let mut client = connect(s, uri, "sub", a.tls_ca.as_deref(), &a.login)?;
     client.subscribe(pattern).map_err(|e| e.to_string())?;
     let mut seen = Seen::default();
     if !wait(&mut client, a.wait, |e| on_event(&mut seen, a, pattern, uri, e))? {

@@ -10,7 +10,10 @@ use tickwire_router::{RouterConfig, Server};
 
 /// Options of `tickwire router` (each overrides the config file's `[router]`).
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct RouterArgs {
+    #[command(subcommand)]
+    action: Option<RouterAction>,
     /// TCP listener, tcp://HOST:PORT (repeat for several) [default: tcp://127.0.0.1:7600]; with --tls-cert, TLS.
     #[arg(long)]
     listen: Vec<String>,
@@ -43,7 +46,50 @@ pub struct RouterArgs {
     drain: Duration,
 }
 
+/// `tickwire router` tools.
+#[derive(Debug, clap::Subcommand)]
+enum RouterAction {
+    /// Read a password on standard input (its first line) and print its argon2id hash for a [[users]] entry.
+    HashPassword,
+}
+
+/// `tickwire router hash-password`.
+fn hash_password() -> Result<(), String> {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).map_err(|e| format!("standard input: {e}"))?;
+    let password = line.strip_suffix('\n').map_or(line.as_str(), |l| l.strip_suffix('\r').unwrap_or(l));
+    if password.is_empty() {
+        return Err("no password on standard input".into());
+    }
+    println!("{}", tickwire_router::access::hash_password(password.as_bytes())?);
+    Ok(())
+}
+
+/// The `[[users]]` of the config file (none without one).
+fn users(s: &Settings) -> Result<Vec<tickwire_router::access::UserConfig>, String> {
+    match &s.users {
+        Some((path, value)) => RouterConfig::users_from(value.clone(), path).map_err(|e| e.to_string()),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Reads the config file again for its `[[users]]` (SIGHUP).
+fn reload(s: &Settings, server: &mut Server) {
+    let Some(path) = &s.path else {
+        tracing::warn!("SIGHUP: no config file to reload (--config)");
+        return;
+    };
+    let users = crate::config::load(Some(path)).and_then(|s| users(&s));
+    match users.and_then(|u| server.set_users(&u).map_err(|e| e.to_string())) {
+        Ok(n) => tracing::info!(users = n, "SIGHUP: users reloaded from {}", path.display()),
+        Err(e) => tracing::error!("SIGHUP: {e}; the users stay as they were"),
+    }
+}
+
 pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
+    if let Some(RouterAction::HashPassword) = a.action {
+        return hash_password();
+    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TICKWIRE_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
@@ -79,23 +125,33 @@ pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
     if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
         cfg.tls = Some(tickwire_router::config::TlsFiles { cert: cert.clone(), key: key.clone() });
     }
+    cfg.users = users(s)?;
+    if cfg.users.is_empty() {
+        tracing::warn!("no [[users]] configured: every client is anonymous and may publish and subscribe to anything");
+    }
     let mut idle = Idle::parse(&cfg.idle)?;
     if let Some(cpu) = cfg.agent_cpu(0) {
         tickwire_agent::pin_current_thread(cpu).map_err(|e| e.to_string())?;
     }
     let mut server = Server::start(cfg).map_err(|e| e.to_string())?;
+    // SIGINT or SIGTERM: drain and stop (a second one: exit at once).
+    // SIGHUP: reload the users. (Not `ctrlc`: it takes SIGHUP as a stop.)
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let stop = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&stop);
-    ctrlc::set_handler(move || {
-        if flag.swap(true, Ordering::Relaxed) {
-            std::process::exit(130);
-        }
-    })
-    .map_err(|e| e.to_string())?;
-    eprintln!("router listening: {} (Ctrl-C or SIGTERM to stop)", server.describe());
+    let hup = Arc::new(AtomicBool::new(false));
+    for sig in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&stop)).map_err(|e| e.to_string())?;
+        signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(|e| e.to_string())?;
+    }
+    signal_hook::flag::register(SIGHUP, Arc::clone(&hup)).map_err(|e| e.to_string())?;
+    eprintln!("router listening: {} (Ctrl-C or SIGTERM to stop, SIGHUP to reload users)", server.describe());
     let mut parker = ThreadParker;
     while !stop.load(Ordering::Relaxed) {
         let work = server.do_work();
+        if hup.load(Ordering::Relaxed) {
+            hup.store(false, Ordering::Relaxed);
+            reload(s, &mut server);
+        }
         idle.idle_with(work, &mut parker);
     }
     let report = server.shutdown(a.drain);

@@ -18,8 +18,13 @@ pub mod router {
     pub const UNWANTED: usize = 5;
     /// Deliveries (one per subscriber per message).
     pub const DELIVERIES: usize = 6;
-    /// Deliveries dropped by full client queues.
+    /// Deliveries dropped by full client queues (and messages dropped for
+    /// another routing agent whose link was full).
     pub const DISCARDS: usize = 7;
+    /// Messages handed to other routing agents.
+    pub const FORWARDED: usize = 8;
+    /// Refusals by authentication and ACLs.
+    pub const FORBIDDEN: usize = 9;
 }
 
 /// One client session (`Kind::RouterClient`).

@@ -596,6 +596,8 @@ impl Router {
             c.set(rc::UNWANTED, t.unwanted);
             c.set(rc::DELIVERIES, t.deliveries);
             c.set(rc::DISCARDS, t.discards);
+            c.set(rc::FORWARDED, t.forwarded);
+            c.set(rc::FORBIDDEN, t.forbidden);
         }
         for s in self.sessions.iter().flatten() {
             s.publish_counters();

@@ -181,7 +181,7 @@ pub const UDP_RECEIVER_NAMES: [&str; 9] = [
 ];
 
 /// Router totals, in index order (see `tickwire_router::counters`).
-pub const ROUTER_NAMES: [&str; 8] = [
+pub const ROUTER_NAMES: [&str; 10] = [
     "clients",
     "clients_connected",
     "clients_disconnected",
@@ -190,6 +190,8 @@ pub const ROUTER_NAMES: [&str; 8] = [
     "messages_unwanted",
     "deliveries",
     "discards",
+    "forwarded_to_agents",
+    "forbidden",
 ];
 
 /// Router client values, in index order.
