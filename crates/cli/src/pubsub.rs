@@ -112,6 +112,9 @@ pub struct SubArgs {
     /// With --router: the topic pattern (levels split by /, * one level, > the rest).
     #[arg(long)]
     pub(crate) topic: Option<String>,
+    /// With --router: first receive the last value of every cached topic the pattern matches (flagged "(cached)").
+    #[arg(long, requires = "router")]
+    pub(crate) cached: bool,
 }
 
 fn parse_channel(s: &str) -> Result<Channel, String> {

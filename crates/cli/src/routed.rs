@@ -176,6 +176,8 @@ struct Seen {
     bytes: u64,
     discarded: u64,
     gaps: u64,
+    duplicates: u64,
+    cached: u64,
     expect: Option<u64>,
     failure: Option<String>,
 }
@@ -187,6 +189,8 @@ fn on_event(seen: &mut Seen, a: &SubArgs, pattern: &str, uri: &str, e: ClientEve
         }
         ClientEvent::Disconnected { reason } => eprintln!("{reason}; waiting for the router to come back"),
         ClientEvent::Rejected { reason, .. } => seen.failure = Some(format!("the router refused: {reason}")),
+        // --count: the rest of the last batch is not taken.
+        ClientEvent::Message(_) if a.count.is_some_and(|c| seen.msgs >= c) => {}
         ClientEvent::Message(m) => {
             seen.msgs += 1;
             seen.bytes += m.payload.len() as u64;
@@ -197,15 +201,23 @@ fn on_event(seen: &mut Seen, a: &SubArgs, pattern: &str, uri: &str, e: ClientEve
                     m.discarded
                 );
             }
+            seen.cached += u64::from(m.is_cached());
             if a.verify && m.payload.len() >= 8 {
                 let seq = u64::from_le_bytes(m.payload[..8].try_into().unwrap_or_default());
-                if seen.expect.is_some_and(|x| x != seq) {
-                    seen.gaps += 1;
+                match seen.expect {
+                    Some(x) if seq < x => seen.duplicates += 1,
+                    Some(x) if seq > x => seen.gaps += 1,
+                    _ => {}
                 }
-                seen.expect = Some(seq + 1);
+                seen.expect = Some(seen.expect.map_or(seq + 1, |x| x.max(seq + 1)));
             }
             if a.print {
-                println!("{} {}", m.topic, String::from_utf8_lossy(m.payload));
+                let tag = if m.is_cached() { " (cached)" } else { "" };
+                match std::str::from_utf8(m.payload) {
+                    Ok(text) if !text.chars().any(char::is_control) => println!("{} {text}{tag}", m.topic),
+                    // Generated messages: binary, not for a terminal.
+                    _ => println!("{} ({} bytes){tag}", m.topic, m.payload.len()),
+                }
             }
         }
     }
@@ -215,7 +227,11 @@ pub fn subscribe(s: &Settings, a: &SubArgs, uri: &str) -> Result<(), String> {
     install_ctrl_c();
     let pattern = a.topic.as_deref().ok_or("--router needs --topic PATTERN")?;
     let mut client = connect(s, uri, "sub", a.tls_ca.as_deref(), &a.login)?;
-    client.subscribe(pattern).map_err(|e| e.to_string())?;
+    if a.cached {
+        client.subscribe_cached(pattern).map_err(|e| e.to_string())?;
+    } else {
+        client.subscribe(pattern).map_err(|e| e.to_string())?;
+    }
     let mut seen = Seen::default();
     if !wait(&mut client, a.wait, |e| on_event(&mut seen, a, pattern, uri, e))? {
         return Ok(());
@@ -231,10 +247,16 @@ pub fn subscribe(s: &Settings, a: &SubArgs, uri: &str) -> Result<(), String> {
             seen.failure = Some(format!("the router at {uri} refused this client: {why}"));
         }
     }
+    let cached = if a.cached { format!(" ({} from the cache)", seen.cached) } else { String::new() };
+    let dups = if a.verify { format!(", {} duplicates", seen.duplicates) } else { String::new() };
     eprintln!(
-        "received {} messages, {} bytes; the router discarded {} for this subscriber; {} gaps",
+        "received {} messages{cached}, {} bytes; the router discarded {} for this subscriber; {} gaps{dups}",
         seen.msgs, seen.bytes, seen.discarded, seen.gaps
     );
+    // Gaps the router said it made (a queue full) are not failures.
+    if a.verify && ((seen.gaps > 0 && seen.discarded == 0) || seen.duplicates > 0) && seen.failure.is_none() {
+        seen.failure = Some(format!("{} gaps and {} duplicates in the sequence numbers", seen.gaps, seen.duplicates));
+    }
     client.close();
     match seen.failure {
         Some(f) => Err(f),

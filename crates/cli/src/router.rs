@@ -20,6 +20,9 @@ pub struct RouterArgs {
     /// Serve no TCP clients.
     #[arg(long, conflicts_with = "listen")]
     no_tcp: bool,
+    /// Keep the last message of each topic this pattern matches, for subscribers that ask (repeat for several).
+    #[arg(long)]
+    cache: Vec<String>,
     /// Serve no shared-memory clients.
     #[arg(long)]
     no_ipc: bool,
@@ -107,6 +110,14 @@ pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
     }
     if a.no_ipc {
         cfg.ipc = false;
+    }
+    if !a.cache.is_empty() {
+        let table = cfg.cache.get_or_insert_with(|| tickwire_router::config::CacheTable {
+            patterns: Vec::new(),
+            max_topics: 100_000,
+            max_bytes: 256 << 20,
+        });
+        table.patterns.clone_from(&a.cache);
     }
     if a.cpu.is_some() {
         cfg.cpu = a.cpu;

@@ -222,7 +222,8 @@ pub struct Client {
     state: State,
     next_attempt: Instant,
     last_error: String,
-    subscriptions: BTreeMap<u32, String>,
+    /// Subscriptions by id: pattern and SUBSCRIBE flags.
+    subscriptions: BTreeMap<u32, (String, u8)>,
     next_subscription: u32,
     next_sequence: u64,
     router_name: String,
@@ -381,10 +382,26 @@ impl Client {
     /// # Errors
     /// [`ClientError::Topic`] for a pattern that breaks the topic rules.
     pub fn subscribe(&mut self, pattern: &str) -> Result<u32, ClientError> {
+        self.subscribe_with(pattern, 0)
+    }
+
+    /// [`Client::subscribe`], first receiving the router's last-value cache:
+    /// the newest message of every cached topic `pattern` matches, each
+    /// flagged ([`Delivery::is_cached`]), before any live message, with no
+    /// gap and no duplicate between them. (Again after every reconnection.)
+    ///
+    /// # Errors
+    /// As [`Client::subscribe`]; a router without a cache refuses the
+    /// subscription with a [`ClientEvent::Rejected`].
+    pub fn subscribe_cached(&mut self, pattern: &str) -> Result<u32, ClientError> {
+        self.subscribe_with(pattern, flags::CACHED)
+    }
+
+    fn subscribe_with(&mut self, pattern: &str, flags: u8) -> Result<u32, ClientError> {
         Pattern::parse(pattern)?;
         let id = self.next_subscription;
         self.next_subscription += 1;
-        self.subscriptions.insert(id, pattern.to_owned());
+        self.subscriptions.insert(id, (pattern.to_owned(), flags));
         if matches!(self.state, State::Greeting | State::Connected) {
             self.send_subscribe(id);
         }
@@ -399,8 +416,8 @@ impl Client {
     }
 
     fn send_subscribe(&mut self, id: u32) {
-        let Some(p) = self.subscriptions.get(&id).cloned() else { return };
-        self.send_control(&ClientRepr { value: id, topic: &p, ..ClientRepr::new(ClientKind::Subscribe) });
+        let Some((p, flags)) = self.subscriptions.get(&id).cloned() else { return };
+        self.send_control(&ClientRepr { value: id, flags, topic: &p, ..ClientRepr::new(ClientKind::Subscribe) });
     }
 
     /// Sends a control frame, waiting briefly for room; a connection that

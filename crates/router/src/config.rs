@@ -18,6 +18,11 @@
 //! cert = "router.pem"             # certificate chain, PEM (relative: to this file)
 //! key = "router.key"              # its private key, PEM
 //!
+//! [router.cache]                  # the last-value cache (none without this table)
+//! patterns = ["md/>"]             # topics whose newest message is kept
+//! max_topics = 100000
+//! max_bytes = 268435456           # payload bytes, all topics together
+//!
 //! [router.limits]
 //! max_frame = 1049088             # largest client frame
 //! queue_bytes = 8388608           # per client, before the oldest deliveries are dropped
@@ -29,10 +34,12 @@
 //! default.
 
 use crate::access::{UserConfig, Users, UsersError};
+use crate::cache::CacheConfig;
 use crate::routing::Limits;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use tickwire_topic::Pattern;
 
 /// Routing agents a router may run.
 pub const MAX_AGENTS: usize = 64;
@@ -71,6 +78,8 @@ pub struct RouterConfig {
     pub limits: LimitsConfig,
     /// TLS on every TCP listener.
     pub tls: Option<TlsFiles>,
+    /// The last-value cache.
+    pub cache: Option<CacheTable>,
     /// The users (the file's top-level `[[users]]`, not a key of the
     /// table): none, every client is anonymous.
     #[serde(skip)]
@@ -85,6 +94,48 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     /// Its private key (PEM).
     pub key: PathBuf,
+}
+
+/// `[cache]`: the last-value cache.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheTable {
+    /// Topics whose newest message is kept.
+    pub patterns: Vec<String>,
+    /// Topics kept at most.
+    #[serde(default = "default_cache_topics")]
+    pub max_topics: usize,
+    /// Payload bytes kept at most.
+    #[serde(default = "default_cache_bytes")]
+    pub max_bytes: usize,
+}
+
+fn default_cache_topics() -> usize {
+    100_000
+}
+fn default_cache_bytes() -> usize {
+    256 << 20
+}
+
+impl CacheTable {
+    /// The cache's configuration.
+    ///
+    /// # Errors
+    /// [`ConfigError::Value`] for a pattern that breaks the topic rules.
+    pub fn to_config(&self) -> Result<CacheConfig, ConfigError> {
+        let patterns = self
+            .patterns
+            .iter()
+            .map(|p| {
+                Pattern::parse(p).map_err(|_| ConfigError::Value {
+                    key: "cache.patterns",
+                    value: p.clone(),
+                    why: "a topic pattern (see docs/topics.md)",
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(CacheConfig { patterns, max_topics: self.max_topics, max_bytes: self.max_bytes })
+    }
 }
 
 /// `[limits]`.
@@ -139,6 +190,7 @@ impl Default for RouterConfig {
             ipc_log_bytes: 4 << 20,
             limits: LimitsConfig::default(),
             tls: None,
+            cache: None,
             users: Vec::new(),
         }
     }
@@ -253,6 +305,12 @@ impl RouterConfig {
             return bad("agent_link_bytes", &self.agent_link_bytes, "at least limits.max_frame and at most 1 GiB");
         }
         Users::new(&self.users)?;
+        if let Some(c) = &self.cache {
+            c.to_config()?;
+            if c.patterns.is_empty() {
+                return bad("cache.patterns", &"[]", "at least one pattern");
+            }
+        }
         if self.name.is_empty() || self.name.len() > 100 {
             return bad("name", &self.name, "1 to 100 bytes");
         }

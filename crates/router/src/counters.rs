@@ -25,6 +25,8 @@ pub mod router {
     pub const FORWARDED: usize = 8;
     /// Refusals by authentication and ACLs.
     pub const FORBIDDEN: usize = 9;
+    /// Messages delivered from the last-value cache.
+    pub const CACHE_DELIVERIES: usize = 10;
 }
 
 /// One client session (`Kind::RouterClient`).

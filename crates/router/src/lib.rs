@@ -36,6 +36,7 @@
 
 pub mod access;
 pub mod agent;
+pub mod cache;
 pub mod config;
 pub mod counters;
 pub mod index;

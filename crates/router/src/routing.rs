@@ -4,6 +4,7 @@
 //! transports (`flush`); what a session's transport is does not matter here.
 
 use crate::access::{AuthRequest, Reach, Users};
+use crate::cache::LastValues;
 use crate::counters::{router as rc, topic as tc};
 use crate::index::SubscriptionIndex;
 use crate::peers::{Interest, Peers};
@@ -81,6 +82,8 @@ pub struct Totals {
     /// Refusals by authentication and ACLs (wrong passwords, publishes
     /// and subscriptions not allowed).
     pub forbidden: u64,
+    /// Messages delivered from the last-value cache.
+    pub cache_deliveries: u64,
 }
 
 impl std::ops::AddAssign for Totals {
@@ -94,6 +97,7 @@ impl std::ops::AddAssign for Totals {
         self.discards += o.discards;
         self.forwarded += o.forwarded;
         self.forbidden += o.forbidden;
+        self.cache_deliveries += o.cache_deliveries;
     }
 }
 
@@ -211,6 +215,8 @@ pub struct Router {
     /// Password checks to make ([`Router::take_auth_requests`]).
     pub(crate) auth_out: Vec<AuthRequest>,
     pub(crate) next_ticket: u64,
+    /// The last-value cache, if configured.
+    cache: Option<LastValues>,
 }
 
 impl Router {
@@ -240,6 +246,7 @@ impl Router {
             users: None,
             auth_out: Vec::new(),
             next_ticket: 0,
+            cache: None,
         }
     }
 
@@ -259,6 +266,24 @@ impl Router {
         r.peers = Some(peers);
         r.agents = agents.max(1);
         r
+    }
+
+    /// Keeps the last value of the topics `cache` is configured for. With
+    /// several routing agents, each keeps its own copy: it asks the others
+    /// for every message on those topics, as if a client of its own had
+    /// subscribed to them.
+    pub fn set_cache(&mut self, cache: LastValues) {
+        if let Some(peers) = &mut self.peers {
+            for p in cache.patterns() {
+                peers.hold(p);
+            }
+        }
+        self.cache = Some(cache);
+    }
+
+    /// The last-value cache.
+    pub fn cache(&self) -> Option<&LastValues> {
+        self.cache.as_ref()
     }
 
     /// The client id the world knows session `id` by (its number across
@@ -413,7 +438,16 @@ impl Router {
             }
             ClientKind::Subscribe => {
                 let sid = f.value();
-                if f.flags() & flags::CACHED != 0 {
+                if f.flags() & !flags::CACHED != 0 {
+                    return self.reject(
+                        id,
+                        RejectCode::Unsupported,
+                        sid.into(),
+                        "SUBSCRIBE takes only the CACHED flag",
+                    );
+                }
+                let cached = f.flags() & flags::CACHED != 0;
+                if cached && self.cache.is_none() {
                     return self.reject(id, RejectCode::Unsupported, sid.into(), "no last-value cache is configured");
                 }
                 let pattern = match Pattern::parse(f.topic()) {
@@ -443,6 +477,17 @@ impl Router {
                     }
                 }
                 self.index.insert(&pattern, id, sid);
+                if let (true, Some(cache)) = (cached, &self.cache) {
+                    // Before anything else reaches it: no gap, no duplicate.
+                    let mut n = 0;
+                    cache.each_match(&pattern, |topic, payload| {
+                        if !s.filtered || s.may(topic, false) {
+                            s.deliver(topic, payload, flags::CACHED, 0);
+                            n += 1;
+                        }
+                    });
+                    self.totals.cache_deliveries += n;
+                }
                 Ok(())
             }
             ClientKind::Unsubscribe => {
@@ -495,6 +540,9 @@ impl Router {
             );
         }
         let (n, discards) = deliver_all(&mut self.sessions, &mut self.backlog, targets, topic, payload, 0);
+        if let Some(c) = &mut self.cache {
+            c.update(topic, payload);
+        }
         let remote = match &mut self.peers {
             Some(p) => {
                 let before = (p.forwarded, p.link_discards);
@@ -535,6 +583,9 @@ impl Router {
     pub fn route_forwarded(&mut self, topic: &str, payload: &[u8], discarded: u32) {
         let targets = self.index.matches(topic);
         let (n, discards) = deliver_all(&mut self.sessions, &mut self.backlog, targets, topic, payload, discarded);
+        if let Some(c) = &mut self.cache {
+            c.update(topic, payload);
+        }
         self.totals.deliveries += n;
         self.totals.discards += discards;
         self.count_topic(topic, 0, n, payload.len() as u64);
@@ -598,6 +649,7 @@ impl Router {
             c.set(rc::DISCARDS, t.discards);
             c.set(rc::FORWARDED, t.forwarded);
             c.set(rc::FORBIDDEN, t.forbidden);
+            c.set(rc::CACHE_DELIVERIES, t.cache_deliveries);
         }
         for s in self.sessions.iter().flatten() {
             s.publish_counters();

@@ -250,6 +250,12 @@ impl Server {
             let wiring = Wiring { control, others, inbound, gone: gone_tx.clone(), auth: Arc::clone(&auth) };
             let mut agent = RoutingAgent::new(router, role, wiring)?;
             agent.router.set_users(users.clone());
+            if let Some(c) = &cfg.cache {
+                // Checked by `RouterConfig::check`.
+                if let Ok(c) = c.to_config() {
+                    agent.router.set_cache(crate::cache::LastValues::new(c));
+                }
+            }
             agents.push(agent);
         }
         Ok((agents, controls, gone))

@@ -100,3 +100,65 @@ fn three_agents_share_the_clients_and_route_between_them() {
     assert_eq!(t.connected, 6);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The last-value cache with two agents: the publisher on one, the
+/// subscriber on the other; subscribing with the cache while the
+/// publisher publishes as fast as it can gives the newest value flagged
+/// as cached, then every later message, none missing and none twice.
+#[test]
+fn the_cache_seam_holds_across_agents_while_publishing() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let dir = tempdir("agents-cache");
+    let cache =
+        tickwire_router::config::CacheTable { patterns: vec!["md/>".into()], max_topics: 10, max_bytes: 1 << 20 };
+    let r = start(&dir, RouterConfig { agents: 2, cache: Some(cache), ..RouterConfig::default() });
+    let mut publisher = client("ipc", &dir, "p");
+    publisher.wait_connected(Duration::from_secs(10)).unwrap();
+    let mut sub = client("ipc", &dir, "s");
+    sub.wait_connected(Duration::from_secs(10)).unwrap();
+    assert_ne!(publisher.client_id().unwrap() % 2, sub.client_id().unwrap() % 2, "one on each agent");
+
+    let (published, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+    let (count, halt) = (Arc::clone(&published), Arc::clone(&stop));
+    let pub_thread = std::thread::spawn(move || {
+        let started = Instant::now();
+        let mut seq = 0u64;
+        // Bounded: 10 s or 2M messages, whichever first.
+        while !halt.load(Ordering::Relaxed) && seq < 2_000_000 && started.elapsed() < Duration::from_secs(10) {
+            if publisher.publish("md/x", &seq.to_le_bytes()).is_ok() {
+                seq += 1;
+                count.store(seq, Ordering::Relaxed);
+            }
+            publisher.poll(|_| {}, 16);
+        }
+    });
+    // Mid-stream: once the cache surely holds a value.
+    while published.load(Ordering::Relaxed) < 20_000 {
+        std::thread::yield_now();
+    }
+    sub.subscribe_cached("md/>").unwrap();
+    let mut seqs: Vec<(u64, bool, u32)> = Vec::new();
+    let until = Instant::now() + Duration::from_secs(10);
+    while seqs.len() < 20_000 && Instant::now() < until {
+        sub.poll(
+            |e| {
+                if let ClientEvent::Message(m) = e {
+                    let seq = u64::from_le_bytes(m.payload.try_into().unwrap());
+                    seqs.push((seq, m.is_cached(), m.discarded));
+                }
+            },
+            256,
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    pub_thread.join().unwrap();
+    assert!(seqs.len() >= 1_000, "only {} messages", seqs.len());
+    assert!(seqs[0].1 && seqs[0].0 > 0, "first the cached value: {:?}", seqs[0]);
+    assert!(seqs[1..].iter().all(|s| !s.1), "then live only");
+    for w in seqs.windows(2) {
+        assert_eq!(w[1].0, w[0].0 + 1 + u64::from(w[1].2), "no gap, no duplicate at or after the seam: {w:?}");
+    }
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -253,3 +253,40 @@ fn messages_dropped_on_a_full_link_are_indicated_on_the_next_delivery() {
     let values: Vec<u32> = got.iter().filter(|f| f.0 == ClientKind::Deliver).map(|f| f.3).collect();
     assert_eq!(values, [0, 2], "the second delivery says two were dropped before it");
 }
+
+#[test]
+fn a_cached_subscription_gets_the_last_values_first_then_live_without_a_seam() {
+    use tickwire_router::cache::{CacheConfig, LastValues};
+    let mut r = Router::new("test", Limits::default(), None);
+    let patterns = vec![tickwire_topic::Pattern::parse("md/>").unwrap()];
+    r.set_cache(LastValues::new(CacheConfig { patterns, max_topics: 100, max_bytes: 1 << 20 }));
+    let (p, a) = (client(&mut r, "p", usize::MAX), client(&mut r, "a", usize::MAX));
+    for (t, body) in [("md/eu/VOD", &b"1"[..]), ("md/eu/VOD", b"2"), ("md/us/IBM", b"3"), ("fx/EURUSD", b"4")] {
+        r.handle_frame(p, &publish(t, body)).unwrap();
+    }
+    let cached = |id: u32, pattern: &str| {
+        frame(ClientRepr { value: id, flags: flags::CACHED, topic: pattern, ..ClientRepr::new(ClientKind::Subscribe) })
+    };
+    r.handle_frame(a, &cached(1, "md/eu/>")).unwrap();
+    r.handle_frame(p, &publish("md/eu/VOD", b"5")).unwrap();
+    assert_eq!(
+        deliveries(&mut r, a),
+        [("md/eu/VOD".into(), b"2".to_vec(), flags::CACHED), ("md/eu/VOD".into(), b"5".to_vec(), 0)],
+        "the newest value, flagged, then live: no gap, no duplicate"
+    );
+    assert_eq!(r.totals().cache_deliveries, 1);
+    // fx is not a cached pattern: nothing to send.
+    r.handle_frame(a, &cached(2, "fx/>")).unwrap();
+    assert!(deliveries(&mut r, a).is_empty());
+}
+
+/// (topic, payload, flags) of every DELIVER session `id` was sent.
+fn deliveries(r: &mut Router, id: u32) -> Vec<(String, Vec<u8>, u8)> {
+    let Outbound::Memory(m) = r.session_mut(id).unwrap().outbound_mut() else { panic!() };
+    std::mem::take(&mut m.frames)
+        .iter()
+        .map(|b| ClientFrame::new_checked(b).unwrap())
+        .filter(|f| f.kind() == ClientKind::Deliver)
+        .map(|f| (f.topic().to_owned(), f.body().to_vec(), f.flags()))
+        .collect()
+}

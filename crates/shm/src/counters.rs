@@ -181,7 +181,7 @@ pub const UDP_RECEIVER_NAMES: [&str; 9] = [
 ];
 
 /// Router totals, in index order (see `tickwire_router::counters`).
-pub const ROUTER_NAMES: [&str; 10] = [
+pub const ROUTER_NAMES: [&str; 11] = [
     "clients",
     "clients_connected",
     "clients_disconnected",
@@ -192,6 +192,7 @@ pub const ROUTER_NAMES: [&str; 10] = [
     "discards",
     "forwarded_to_agents",
     "forbidden",
+    "cache_deliveries",
 ];
 
 /// Router client values, in index order.
