@@ -26,6 +26,14 @@ struct FileConfig {
     router: Option<toml::Table>,
     /// The router's users (`tickwire_router::access`).
     users: Option<toml::Value>,
+    /// The router's Prometheus endpoint.
+    metrics: Option<FileMetrics>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileMetrics {
+    listen: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -64,6 +72,8 @@ pub struct Settings {
     pub router: Option<(PathBuf, toml::Table)>,
     /// The `[[users]]` array and the file it came from.
     pub users: Option<(PathBuf, toml::Value)>,
+    /// `[metrics] listen`: where the router serves Prometheus metrics.
+    pub metrics: Option<String>,
     /// The file read, if any (`tickwire router` reads it again on SIGHUP).
     pub path: Option<PathBuf>,
 }
@@ -75,6 +85,7 @@ impl Default for Settings {
             log: LogConfig::default(),
             router: None,
             users: None,
+            metrics: None,
             path: None,
         }
     }
@@ -94,6 +105,7 @@ pub fn load(path: Option<&Path>) -> Result<Settings, String> {
     }
     s.router = f.router.map(|t| (path.to_owned(), t));
     s.users = f.users.map(|u| (path.to_owned(), u));
+    s.metrics = f.metrics.map(|m| m.listen);
     s.path = Some(path.to_owned());
     if let Some(v) = &f.log.capacity {
         // Derived defaults (mtu, max_message) shrink to fit a small ring.

@@ -23,6 +23,9 @@ pub struct RouterArgs {
     /// Keep the last message of each topic this pattern matches, for subscribers that ask (repeat for several).
     #[arg(long)]
     cache: Vec<String>,
+    /// Serve Prometheus metrics on HOST:PORT at /metrics (loopback unless you say otherwise); off by default.
+    #[arg(long)]
+    metrics: Option<String>,
     /// Serve no shared-memory clients.
     #[arg(long)]
     no_ipc: bool,
@@ -137,6 +140,8 @@ pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
         cfg.tls = Some(tickwire_router::config::TlsFiles { cert: cert.clone(), key: key.clone() });
     }
     cfg.users = users(s)?;
+    cfg.metrics = a.metrics.clone().or_else(|| s.metrics.clone());
+    cfg.check().map_err(|e| e.to_string())?;
     if cfg.users.is_empty() {
         tracing::warn!("no [[users]] configured: every client is anonymous and may publish and subscribe to anything");
     }

@@ -15,6 +15,7 @@
 //! the server's own thread.
 
 use crate::access::{AuthResult, AuthWorker, Users};
+use crate::metrics::{ForwardingTime, SAMPLE_EVERY};
 use crate::peers::{Interest, LinkReader};
 use crate::routing::{Disconnect, Router, Totals};
 use crate::session::Outbound;
@@ -118,6 +119,10 @@ pub struct RoutingAgent {
     /// Where passwords are checked.
     auth: Arc<AuthWorker>,
     pub(crate) shared: Arc<AgentShared>,
+    /// Forwarding times, sampled, when metrics are on.
+    times: Option<Arc<ForwardingTime>>,
+    /// Frames until the next one timed.
+    countdown: u32,
     /// Duty cycles so far.
     cycle: u32,
     /// The clock at the last read (every [`CLOCK_EVERY`] cycles).
@@ -158,10 +163,18 @@ impl RoutingAgent {
             gone: wiring.gone,
             auth: wiring.auth,
             shared: Arc::new(AgentShared::default()),
+            times: None,
+            countdown: SAMPLE_EVERY,
             cycle: 0,
             now: tickwire_shm::os::monotonic_ns(),
             last_housekeeping: 0,
         })
+    }
+
+    /// Times one frame in [`SAMPLE_EVERY`] into a histogram for the
+    /// metrics; returns it.
+    pub(crate) fn time_forwarding(&mut self) -> Arc<ForwardingTime> {
+        Arc::clone(self.times.get_or_insert_with(Arc::default))
     }
 
     /// Where its passwords are checked (shared by every agent).
@@ -275,12 +288,12 @@ impl RoutingAgent {
         let mut i = 0;
         while let Some(input) = self.ipc.get_mut(i) {
             let id = input.id;
-            let router = &mut self.router;
+            let (router, times, countdown) = (&mut self.router, &self.times, &mut self.countdown);
             let mut why: Option<Disconnect> = None;
             let r = input.reader.poll(
                 |ev| match ev {
                     Event::Message(m) if why.is_none() => {
-                        if let Err(d) = router.handle_frame(id, m.payload) {
+                        if let Err(d) = handle(router, times, countdown, id, m.payload) {
                             why = Some(d);
                         }
                     }
@@ -321,9 +334,9 @@ impl RoutingAgent {
         for &t in &tokens {
             let id = t.0;
             let Some(Some(TcpInput { stream, reader })) = self.tcp.get_mut(id) else { continue };
-            let router = &mut self.router;
+            let (router, times, countdown) = (&mut self.router, &self.times, &mut self.countdown);
             let mut why: Option<Disconnect> = None;
-            let r = reader.read_from(&**stream, |f| match router.handle_frame(id as u32, f) {
+            let r = reader.read_from(&**stream, |f| match handle(router, times, countdown, id as u32, f) {
                 Ok(()) => true,
                 Err(d) => {
                     why = Some(d);
@@ -401,6 +414,28 @@ impl RoutingAgent {
         self.publish_counters();
         (clients, dropped)
     }
+}
+
+/// [`Router::handle_frame`], timed once in [`SAMPLE_EVERY`] frames when
+/// metrics are on.
+#[inline]
+fn handle(
+    router: &mut Router,
+    times: &Option<Arc<ForwardingTime>>,
+    countdown: &mut u32,
+    id: u32,
+    frame: &[u8],
+) -> Result<(), Disconnect> {
+    let Some(t) = times else { return router.handle_frame(id, frame) };
+    *countdown -= 1;
+    if *countdown > 0 {
+        return router.handle_frame(id, frame);
+    }
+    *countdown = SAMPLE_EVERY;
+    let start = tickwire_shm::os::monotonic_ns();
+    let r = router.handle_frame(id, frame);
+    t.record(tickwire_shm::os::monotonic_ns().saturating_sub(start));
+    r
 }
 
 impl tickwire_agent::Agent for RoutingAgent {

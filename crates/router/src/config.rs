@@ -84,6 +84,10 @@ pub struct RouterConfig {
     /// table): none, every client is anonymous.
     #[serde(skip)]
     pub users: Vec<UserConfig>,
+    /// Where to serve Prometheus metrics, `HOST:PORT` (the file's
+    /// top-level `[metrics] listen`, not a key of the table): none, off.
+    #[serde(skip)]
+    pub metrics: Option<String>,
 }
 
 /// `[tls]`: the certificate and key of a router whose TCP listeners speak TLS.
@@ -192,6 +196,7 @@ impl Default for RouterConfig {
             tls: None,
             cache: None,
             users: Vec::new(),
+            metrics: None,
         }
     }
 }
@@ -256,6 +261,16 @@ impl RouterConfig {
         Ok(users)
     }
 
+    /// The metrics listener's address.
+    ///
+    /// # Errors
+    /// [`ConfigError::Value`] for one that is not `HOST:PORT`.
+    pub fn metrics_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        let Some(m) = &self.metrics else { return Ok(None) };
+        let bad = || ConfigError::Value { key: "metrics.listen", value: m.clone(), why: "expected HOST:PORT" };
+        tickwire_transport::tcp::resolve(m).ok_or_else(bad).map(Some)
+    }
+
     /// The CPU routing agent `k` is pinned to, if any.
     pub fn agent_cpu(&self, k: usize) -> Option<usize> {
         match self.cpus.len() {
@@ -305,6 +320,7 @@ impl RouterConfig {
             return bad("agent_link_bytes", &self.agent_link_bytes, "at least limits.max_frame and at most 1 GiB");
         }
         Users::new(&self.users)?;
+        self.metrics_addr()?;
         if let Some(c) = &self.cache {
             c.to_config()?;
             if c.patterns.is_empty() {

@@ -41,6 +41,7 @@ pub mod config;
 pub mod counters;
 pub mod index;
 mod login;
+pub mod metrics;
 pub mod peers;
 pub mod queue;
 pub mod routing;

@@ -19,6 +19,7 @@
 use crate::access::{AuthWorker, UserConfig, Users, UsersError};
 use crate::agent::{AgentShared, Control, RoutingAgent, Wiring};
 use crate::config::RouterConfig;
+use crate::metrics::MetricsServer;
 use crate::peers::{link, Peers};
 use crate::routing::{Router, Totals};
 use std::collections::{HashMap, HashSet};
@@ -115,6 +116,8 @@ pub struct Server {
     gone: Receiver<(u32, String)>,
     last_housekeeping: u64,
     last_accept: u64,
+    /// The Prometheus endpoint, if configured.
+    metrics: Option<MetricsServer>,
 }
 
 impl std::fmt::Debug for Server {
@@ -176,6 +179,15 @@ impl Server {
         let (mut agents, controls, gone) =
             Self::agents(&cfg, &ctx, Arc::clone(&users)).map_err(|e| io(Path::new("router threads"), e))?;
         let shared: Vec<_> = agents.iter().map(|a| Arc::clone(&a.shared)).collect();
+        let metrics = match cfg.metrics_addr()? {
+            Some(addr) => {
+                let times = agents.iter_mut().map(RoutingAgent::time_forwarding).collect();
+                let m = MetricsServer::start(addr, Arc::clone(ctx.counters()), times)
+                    .map_err(|source| StartError::Io { what: format!("metrics on {addr}"), source })?;
+                Some(m)
+            }
+            None => None,
+        };
         let agent = agents.remove(0);
         let mut runners = Vec::new();
         for (k, a) in agents.into_iter().enumerate() {
@@ -205,6 +217,7 @@ impl Server {
             gone,
             last_housekeeping: 0,
             last_accept: 0,
+            metrics,
         })
     }
 
@@ -269,6 +282,9 @@ impl Server {
         }
         let scheme = if self.tls.is_some() { "tls" } else { "tcp" };
         parts.extend(self.listeners.iter().map(|(_, a)| format!("{scheme}://{a}")));
+        if let Some(m) = &self.metrics {
+            parts.push(format!("metrics on http://{}/metrics", m.addr()));
+        }
         let mut line = parts.join(", ");
         if self.controls.len() > 1 {
             line.push_str(&format!(" ({} routing agents)", self.controls.len()));
@@ -295,6 +311,11 @@ impl Server {
 
     fn agent_auth(&self) -> &AuthWorker {
         self.agent.auth()
+    }
+
+    /// The metrics endpoint's address, if on (port 0 resolved).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(MetricsServer::addr)
     }
 
     /// The TCP listeners' bound addresses (port 0 resolved).

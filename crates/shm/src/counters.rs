@@ -308,6 +308,11 @@ impl CountersFile {
     pub fn path(&self) -> Option<&Path> {
         self.map.path()
     }
+
+    /// The sets registered now (this process's own, read in place).
+    pub fn sets(&self) -> Vec<SetSnapshot> {
+        read_sets(&self.map)
+    }
 }
 
 impl Drop for CountersFile {
@@ -431,37 +436,42 @@ impl CountersReader {
 
     /// The sets currently registered.
     pub fn sets(&self) -> Vec<SetSnapshot> {
-        let mut out = Vec::new();
-        for i in 0..MAX_SETS {
-            let base = HEADER + i * SET_LEN;
-            if self.map.atomic_u32(base + META).load(Ordering::Acquire) != 1 {
-                continue;
-            }
-            let mut meta = [0u8; SET_LEN - META - 4];
-            // SAFETY: a registered set's metadata is written before its state
-            // (acquired above) and not again while it stays registered; a set
-            // freed and re-registered mid-copy gives a stale label, which the
-            // kind check and `stat` treat as display-only data.
-            unsafe { self.map.read_bytes(base + META + 4, &mut meta) };
-            let Some(kind) = Kind::from_u32(u32::from_le_bytes([meta[0], meta[1], meta[2], meta[3]])) else {
-                continue;
-            };
-            let label_bytes = &meta[12..12 + LABEL_MAX];
-            let n = label_bytes.iter().position(|&b| b == 0).unwrap_or(LABEL_MAX);
-            let mut values = [0u64; VALUES];
-            for (v, slot) in values.iter_mut().enumerate() {
-                *slot = self.map.atomic_u64(base + v * 8).load(Ordering::Relaxed);
-            }
-            out.push(SetSnapshot {
-                kind,
-                stream_id: u32::from_le_bytes([meta[4], meta[5], meta[6], meta[7]]),
-                session_id: u32::from_le_bytes([meta[8], meta[9], meta[10], meta[11]]),
-                label: String::from_utf8_lossy(&label_bytes[..n]).into_owned(),
-                values,
-            });
-        }
-        out
+        read_sets(&self.map)
     }
+}
+
+/// The sets registered in a counters file's mapping.
+fn read_sets(map: &MappedFile) -> Vec<SetSnapshot> {
+    let mut out = Vec::new();
+    for i in 0..MAX_SETS {
+        let base = HEADER + i * SET_LEN;
+        if map.atomic_u32(base + META).load(Ordering::Acquire) != 1 {
+            continue;
+        }
+        let mut meta = [0u8; SET_LEN - META - 4];
+        // SAFETY: a registered set's metadata is written before its state
+        // (acquired above) and not again while it stays registered; a set
+        // freed and re-registered mid-copy gives a stale label, which the
+        // kind check and `stat` treat as display-only data.
+        unsafe { map.read_bytes(base + META + 4, &mut meta) };
+        let Some(kind) = Kind::from_u32(u32::from_le_bytes([meta[0], meta[1], meta[2], meta[3]])) else {
+            continue;
+        };
+        let label_bytes = &meta[12..12 + LABEL_MAX];
+        let n = label_bytes.iter().position(|&b| b == 0).unwrap_or(LABEL_MAX);
+        let mut values = [0u64; VALUES];
+        for (v, slot) in values.iter_mut().enumerate() {
+            *slot = map.atomic_u64(base + v * 8).load(Ordering::Relaxed);
+        }
+        out.push(SetSnapshot {
+            kind,
+            stream_id: u32::from_le_bytes([meta[4], meta[5], meta[6], meta[7]]),
+            session_id: u32::from_le_bytes([meta[8], meta[9], meta[10], meta[11]]),
+            label: String::from_utf8_lossy(&label_bytes[..n]).into_owned(),
+            values,
+        });
+    }
+    out
 }
 
 #[cfg(test)]

@@ -17,6 +17,8 @@ pub struct Running {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<ShutdownReport>>,
     pub tcp: SocketAddr,
+    /// The metrics endpoint, if configured.
+    pub metrics: Option<SocketAddr>,
     reload: Sender<Vec<UserConfig>>,
 }
 
@@ -45,6 +47,7 @@ pub fn start(dir: &Path, cfg: RouterConfig) -> Running {
     let cfg = RouterConfig { dir: dir.into(), listen: vec!["tcp://127.0.0.1:0".into()], idle: "yield".into(), ..cfg };
     let mut server = Server::start(cfg).unwrap();
     let tcp = server.tcp_addrs()[0];
+    let metrics = server.metrics_addr();
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
     let (reload, users) = channel::<Vec<UserConfig>>();
@@ -59,7 +62,7 @@ pub fn start(dir: &Path, cfg: RouterConfig) -> Running {
         }
         server.shutdown(Duration::from_millis(200))
     });
-    Running { stop, thread: Some(thread), tcp, reload }
+    Running { stop, thread: Some(thread), tcp, metrics, reload }
 }
 
 pub fn tempdir(name: &str) -> PathBuf {

@@ -1,0 +1,273 @@
+//! Prometheus metrics: `GET /metrics` on a listener of its own.
+//!
+//! Off unless configured (`[metrics] listen = "127.0.0.1:9464"` beside
+//! `[router]`, or `tickwire router --metrics ADDR`). The routing agents
+//! pay nothing for it beyond what they already do: every value is read,
+//! at scrape time, from the counter sets the agents publish every 20 ms
+//! into the router's counters file (the ones `tickwire stat` shows), so a
+//! scrape sees values at most 20 ms old. The one thing measured for it is
+//! the forwarding latency ([`ForwardingTime`]), sampled.
+//!
+//! Names follow Prometheus' conventions: `tickwire_router_` first, base
+//! units (bytes, seconds), `_total` on counters:
+//! * `tickwire_router_clients`, `..._messages_in_total`, `..._deliveries_total`,
+//!   `..._discards_total`, `..._forbidden_total`, ... per routing agent
+//!   (label `router`);
+//! * `tickwire_router_client_messages_in_total`, `..._bytes_out_total`,
+//!   `..._queue_messages`, `..._queue_bytes`, `..._discards_total`,
+//!   `..._rejections_total`, `..._subscriptions` per client (labels
+//!   `client` and `name`);
+//! * `tickwire_router_topic_messages_in_total`, `..._deliveries_total`,
+//!   ... per topic (label `topic`; topics past `limits.topic_counters`
+//!   together as `(other topics)`);
+//! * `tickwire_router_forwarding_seconds`: a histogram of the time from
+//!   reading a client's frame to handing the message to every
+//!   subscriber's transport, one frame in 256.
+//!
+//! The text is the OpenMetrics format that `prometheus-client` writes.
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tickwire_shm::counters::{Kind, SetSnapshot};
+use tickwire_shm::CountersFile;
+
+/// Buckets of the forwarding-time histogram: 64 ns doubling to ~34 ms.
+const BUCKETS: usize = 20;
+/// The smallest bucket's upper bound, in nanoseconds.
+const FIRST_BUCKET_NS: u64 = 64;
+/// One frame in this many is timed.
+pub const SAMPLE_EVERY: u32 = 256;
+
+/// A histogram of forwarding times, written by one routing agent and read
+/// by the metrics thread.
+#[derive(Debug, Default)]
+pub struct ForwardingTime {
+    buckets: [AtomicU64; BUCKETS + 1],
+    sum_ns: AtomicU64,
+    count: AtomicU64,
+}
+
+impl ForwardingTime {
+    /// Records one time (its agent is the only writer: plain stores).
+    #[inline]
+    pub fn record(&self, ns: u64) {
+        let i = (ns.max(1).div_ceil(FIRST_BUCKET_NS).next_power_of_two().trailing_zeros() as usize).min(BUCKETS);
+        let bump = |a: &AtomicU64, by: u64| a.store(a.load(Ordering::Relaxed) + by, Ordering::Relaxed);
+        bump(&self.buckets[i], 1);
+        bump(&self.sum_ns, ns);
+        bump(&self.count, 1);
+    }
+}
+
+/// Reads the router's counter sets and histograms at each scrape.
+#[derive(Debug)]
+struct RouterCollector {
+    counters: Arc<CountersFile>,
+    times: Vec<Arc<ForwardingTime>>,
+}
+
+/// (metric suffix, help, counter or gauge) for each value of a kind's set.
+fn described(kind: Kind) -> &'static [(&'static str, &'static str, bool)] {
+    match kind {
+        Kind::Router => &[
+            ("clients", "Client sessions open.", false),
+            ("clients_connected", "Client sessions opened.", true),
+            ("clients_disconnected", "Client sessions closed, for any reason.", true),
+            ("protocol_violations", "Sessions closed for breaking the client protocol.", true),
+            ("messages_in", "Messages published into the router.", true),
+            ("messages_unwanted", "Messages no subscription wanted.", true),
+            ("deliveries", "Messages delivered, one per subscriber.", true),
+            ("discards", "Deliveries dropped by full queues.", true),
+            ("forwarded_to_agents", "Messages handed to other routing agents.", true),
+            ("forbidden", "Refusals by authentication and ACLs.", true),
+            ("cache_deliveries", "Messages delivered from the last-value cache.", true),
+        ],
+        Kind::RouterClient => &[
+            ("messages_in", "Frames read from the client.", true),
+            ("bytes_in", "Frame bytes read from the client.", true),
+            ("messages_out", "Messages handed to the client's transport.", true),
+            ("bytes_out", "Frame bytes handed to the client's transport.", true),
+            ("queue_messages", "Deliveries waiting in the client's queue.", false),
+            ("queue_bytes", "Bytes waiting in the client's queue.", false),
+            ("discards", "Deliveries dropped for the client (queue full).", true),
+            ("rejections", "Requests of the client refused.", true),
+            ("subscriptions", "Subscriptions the client holds.", false),
+        ],
+        Kind::RouterTopic => &[
+            ("messages_in", "Messages published on the topic.", true),
+            ("bytes_in", "Payload bytes published on the topic.", true),
+            ("deliveries", "Deliveries of the topic's messages.", true),
+            ("bytes_out", "Payload bytes delivered.", true),
+        ],
+        _ => &[],
+    }
+}
+
+impl Collector for RouterCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let sets = self.counters.sets();
+        for (kind, prefix) in [
+            (Kind::Router, "tickwire_router"),
+            (Kind::RouterClient, "tickwire_router_client"),
+            (Kind::RouterTopic, "tickwire_router_topic"),
+        ] {
+            let of_kind: Vec<&SetSnapshot> = sets.iter().filter(|s| s.kind == kind).collect();
+            for (i, (name, help, counter)) in described(kind).iter().enumerate() {
+                let full = format!("{prefix}_{name}");
+                let ty = if *counter { MetricType::Counter } else { MetricType::Gauge };
+                let mut family = encoder.encode_descriptor(&full, help, None, ty)?;
+                for s in &of_kind {
+                    let labels: Vec<(&str, String)> = match kind {
+                        Kind::Router => vec![("router", s.label.clone())],
+                        Kind::RouterClient => {
+                            vec![("client", s.stream_id.to_string()), ("name", s.label.clone())]
+                        }
+                        _ => vec![("topic", s.label.clone())],
+                    };
+                    let v = s.values[i];
+                    let metric = family.encode_family(&labels)?;
+                    if *counter {
+                        ConstCounter::new(v).encode(metric)?;
+                    } else {
+                        ConstGauge::new(v as i64).encode(metric)?;
+                    }
+                }
+            }
+        }
+        let mut buckets = [0u64; BUCKETS + 1];
+        let (mut sum_ns, mut count) = (0u64, 0u64);
+        for t in &self.times {
+            for (b, a) in buckets.iter_mut().zip(&t.buckets) {
+                *b += a.load(Ordering::Relaxed);
+            }
+            sum_ns += t.sum_ns.load(Ordering::Relaxed);
+            count += t.count.load(Ordering::Relaxed);
+        }
+        let bounds: Vec<(f64, u64)> = buckets
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let le = if i == BUCKETS { f64::MAX } else { (FIRST_BUCKET_NS << i) as f64 * 1e-9 };
+                (le, n)
+            })
+            .collect();
+        let help = "Time from reading a client's frame to handing the message to every subscriber's transport (1 frame in 256).";
+        let mut h =
+            encoder.encode_descriptor("tickwire_router_forwarding_seconds", help, None, MetricType::Histogram)?;
+        h.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum_ns as f64 * 1e-9, count, &bounds, None)
+    }
+}
+
+/// The `/metrics` listener and its thread.
+#[derive(Debug)]
+pub struct MetricsServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl MetricsServer {
+    /// Listens on `addr` and serves the router's metrics from `counters`
+    /// (its counters file, read in place) and `times` (one per routing agent).
+    ///
+    /// # Errors
+    /// The address cannot be bound, or the thread cannot start.
+    pub fn start(
+        addr: SocketAddr,
+        counters: Arc<CountersFile>,
+        times: Vec<Arc<ForwardingTime>>,
+    ) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(RouterCollector { counters, times }));
+        std::thread::Builder::new().name("router-metrics".into()).spawn(move || {
+            for conn in listener.incoming() {
+                if flag.load(Ordering::Relaxed) {
+                    return;
+                }
+                if let Ok(c) = conn {
+                    if let Err(e) = serve(c, &registry) {
+                        tracing::debug!("metrics: {e}");
+                    }
+                }
+            }
+        })?;
+        Ok(Self { addr, stop })
+    }
+
+    /// Where it listens (port 0 resolved).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wakes the accepting thread so it sees the flag.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(100));
+    }
+}
+
+/// Answers one HTTP request: `GET /metrics`, anything else 404 or 405.
+fn serve(mut c: TcpStream, registry: &Registry) -> std::io::Result<()> {
+    c.set_read_timeout(Some(Duration::from_secs(2)))?;
+    c.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut req = Vec::with_capacity(1024);
+    let mut buf = [0u8; 1024];
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = c.read(&mut buf)?;
+        if n == 0 || req.len() + n > 8192 {
+            return Ok(());
+        }
+        req.extend_from_slice(&buf[..n]);
+    }
+    let line = req.split(|&b| b == b'\r').next().unwrap_or_default();
+    let mut words = line.split(|&b| b == b' ');
+    let (method, path) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
+    let (status, body, ty) = match (method, path) {
+        (b"GET", b"/metrics") => {
+            let mut text = String::new();
+            match prometheus_client::encoding::text::encode(&mut text, registry) {
+                Ok(()) => ("200 OK", text, "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+                Err(e) => ("500 Internal Server Error", format!("{e}\n"), "text/plain"),
+            }
+        }
+        (b"GET", _) => ("404 Not Found", "tickwire router: metrics are at /metrics\n".into(), "text/plain"),
+        _ => ("405 Method Not Allowed", "GET only\n".into(), "text/plain"),
+    };
+    write!(
+        c,
+        "HTTP/1.1 {status}\r\nContent-Type: {ty}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )?;
+    c.write_all(body.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwarding_times_fall_in_doubling_buckets() {
+        let t = ForwardingTime::default();
+        for ns in [1, 64, 65, 128, 129, 1_000_000_000] {
+            t.record(ns);
+        }
+        let b: Vec<u64> = t.buckets.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+        assert_eq!(&b[..3], &[2, 2, 1], "<=64, <=128, <=256");
+        assert_eq!(b[BUCKETS], 1, "a second: past the last bound");
+        assert_eq!(t.count.load(Ordering::Relaxed), 6);
+    }
+}
