@@ -74,6 +74,9 @@ pub struct RouterArgs {
     /// Every subscriber on md/> (each message delivered to all), instead of one topic each.
     #[arg(long)]
     fanout: bool,
+    /// Also measure a second router with a user, topic ACLs and the metrics endpoint on, interleaved in the same rounds.
+    #[arg(long)]
+    secure: bool,
     /// Offered rates in messages per second, all publishers together, each measured in turn (e.g. 1M,5M).
     #[arg(long, default_value = "1M", value_delimiter = ',', value_parser = crate::units::parse_rate)]
     rate: Vec<u64>,
@@ -609,6 +612,7 @@ impl LabCmd {
                     dir,
                     log_bytes: a.capacity,
                     floor: !a.no_floor,
+                    secure: a.secure,
                 },
                 output: a.common.output(&a.hlog, &a.plot),
             },

@@ -79,6 +79,7 @@ impl Harness {
         (publishers, subscribers): (usize, usize),
         fanout: bool,
         log_bytes: usize,
+        login: Option<(&str, &str)>,
     ) -> Result<Self, LabError> {
         if publishers == 0 || subscribers == 0 || (!fanout && publishers != subscribers) {
             return Err(LabError::Usage(
@@ -86,7 +87,14 @@ impl Harness {
             ));
         }
         let open = |name: String| {
-            let opts = ClientOptions { name, dir: dir.to_owned(), log_bytes, ..ClientOptions::default() };
+            let opts = ClientOptions {
+                name,
+                dir: dir.to_owned(),
+                log_bytes,
+                user: login.map(|l| l.0.to_owned()),
+                password: login.map(|l| l.1.to_owned()),
+                ..ClientOptions::default()
+            };
             Client::connect(uri, opts).map_err(|e| client_err(uri, e))
         };
         let topics: Vec<String> = (0..publishers).map(topic).collect();

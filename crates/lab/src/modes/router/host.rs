@@ -38,7 +38,14 @@ pub struct HostSpec {
     pub tcp: bool,
     /// Bytes of each shared-memory client's log out of the router.
     pub log_bytes: usize,
+    /// Users, topic ACLs and the metrics endpoint on: one user,
+    /// [`LAB_USER`], who may publish and read `md/*` (so a fan-out
+    /// subscriber's `md/>` has each topic checked before delivery).
+    pub secure: bool,
 }
+
+/// The user a secure router's clients log in as, and its password.
+pub const LAB_USER: (&str, &str) = ("lab", "lab-password");
 
 /// What the router says after each round.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,6 +104,18 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
         listen: if spec.tcp { vec!["tcp://127.0.0.1:0".into()] } else { Vec::new() },
         ipc_log_bytes: spec.log_bytes,
         ..RouterConfig::default()
+    };
+    let cfg = if spec.secure {
+        let hash = tickwire_router::access::hash_password(LAB_USER.1.as_bytes()).map_err(LabError::Worker)?;
+        let user = tickwire_router::access::UserConfig {
+            name: LAB_USER.0.into(),
+            password_hash: hash,
+            publish: vec!["md/*".into()],
+            subscribe: vec!["md/*".into()],
+        };
+        RouterConfig { users: vec![user], metrics: Some("127.0.0.1:0".into()), ..cfg }
+    } else {
+        cfg
     };
     let mut server = Server::start(cfg).map_err(|e| LabError::Worker(format!("router: {e}")))?;
     match server.tcp_addrs().first() {

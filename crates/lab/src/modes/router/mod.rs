@@ -66,6 +66,9 @@ pub struct RouterLab {
     pub log_bytes: usize,
     /// Measure the forwarding floor (without: no ratios).
     pub floor: bool,
+    /// Also measure a second router with users, topic ACLs and the
+    /// metrics endpoint on, interleaved in the same rounds.
+    pub secure: bool,
 }
 
 /// One rate's results.
@@ -73,7 +76,8 @@ pub struct RouterLab {
 pub struct RateResult {
     /// Offered rate.
     pub rate: u64,
-    /// The router's full and pause-free rows, then the floor's (if measured).
+    /// The router's full and pause-free rows, then the floor's (if
+    /// measured), then the secure router's (`--secure`).
     pub rows: Vec<Measured>,
     /// Discards announced to subscribers.
     pub discarded: u64,
@@ -118,52 +122,80 @@ pub fn run(o: &RouterLab, machine: &Machine) -> Result<Vec<RateResult>, LabError
     let tag = crate::run_tag();
     let router_dir = o.dir.join(format!("{tag}-router"));
     let pauses = o.dir.join(format!("{tag}-router.pauses"));
-    let spec = HostSpec {
-        dir: router_dir.clone(),
-        cpu: o.cpus.remote,
-        tcp: o.transport == Transport::Tcp,
-        log_bytes: o.log_bytes,
-    };
+    let secure_dir = o.dir.join(format!("{tag}-router-secure"));
     let result = (|| {
-        let mut router = WorkerProcess::spawn(&Role::RouterHost(spec))?;
-        let listening = router.read_line()?;
-        let uri = match listening.strip_prefix("listening ") {
-            Some("ipc") => "ipc".to_owned(),
-            Some(addr) => format!("tcp://{addr}"),
-            None => return Err(LabError::Worker(format!("router host said {listening:?}"))),
-        };
-        let mut h = harness::Harness::connect(&uri, &router_dir, (o.publishers, o.subscribers), o.fanout, o.log_bytes)?;
+        let mut plain = Router::start(o, &router_dir, false)?;
+        let mut secure = if o.secure { Some(Router::start(o, &secure_dir, true)?) } else { None };
         let mut out = Vec::new();
         for &rate in &o.rates {
             if crate::stop_requested() {
                 break;
             }
-            out.push(one_rate(o, rate, &mut h, &mut router, &pauses, machine)?);
+            out.push(one_rate(o, rate, &mut plain, secure.as_mut(), &pauses, machine)?);
         }
-        h.close();
-        router.write_line("stop")?;
-        router.finish(Duration::from_secs(10))?;
+        for r in std::iter::once(plain).chain(secure) {
+            r.stop()?;
+        }
         Ok(out)
     })();
-    // Everything in it is this run's: the router's and the clients' files.
+    // Everything in them is this run's: the routers' and the clients' files.
     let _ = std::fs::remove_dir_all(&router_dir);
+    let _ = std::fs::remove_dir_all(&secure_dir);
     let _ = std::fs::remove_file(&pauses);
     result
+}
+
+/// A router under test: its worker process and the harness's clients.
+struct Router {
+    process: WorkerProcess,
+    harness: harness::Harness,
+}
+
+impl Router {
+    fn start(o: &RouterLab, dir: &std::path::Path, secure: bool) -> Result<Self, LabError> {
+        let spec = HostSpec {
+            dir: dir.to_owned(),
+            cpu: o.cpus.remote,
+            tcp: o.transport == Transport::Tcp,
+            log_bytes: o.log_bytes,
+            secure,
+        };
+        let mut process = WorkerProcess::spawn(&Role::RouterHost(spec))?;
+        let listening = process.read_line()?;
+        let uri = match listening.strip_prefix("listening ") {
+            Some("ipc") => "ipc".to_owned(),
+            Some(addr) => format!("tcp://{addr}"),
+            None => return Err(LabError::Worker(format!("router host said {listening:?}"))),
+        };
+        let login = secure.then_some(host::LAB_USER);
+        let shape = (o.publishers, o.subscribers);
+        let harness = harness::Harness::connect(&uri, dir, shape, o.fanout, o.log_bytes, login)?;
+        Ok(Self { process, harness })
+    }
+
+    fn stop(mut self) -> Result<(), LabError> {
+        self.harness.close();
+        self.process.write_line("stop")?;
+        self.process.finish(Duration::from_secs(10))?;
+        Ok(())
+    }
 }
 
 fn one_rate(
     o: &RouterLab,
     rate: u64,
-    h: &mut harness::Harness,
-    router: &mut WorkerProcess,
+    plain: &mut Router,
+    mut secure: Option<&mut Router>,
     pauses: &std::path::Path,
     machine: &Machine,
 ) -> Result<RateResult, LabError> {
     let rounds = o.rounds.max(1);
     let per_round = (o.duration / rounds as u32).max(Duration::from_millis(50));
     let wall = SystemTime::now();
-    let (mut mine, mut floor_totals) = (RunTotals::new(), RunTotals::new());
+    let (mut mine, mut floor_totals, mut secured) = (RunTotals::new(), RunTotals::new(), RunTotals::new());
     let (mut discarded, mut host) = (0, Vec::new());
+    let h = &mut plain.harness;
+    let router = &mut plain.process;
     let bar = crate::progress(rounds as u64, &format!("router {rate} msg/s (rounds)"));
     for _ in 0..rounds {
         if crate::stop_requested() {
@@ -177,6 +209,11 @@ fn one_rate(
         mine.add_report(r.published, &SinkReport::of(&r.split))?;
         discarded += r.discarded;
         host.push(r.host);
+        if let Some(s) = secure.as_deref_mut() {
+            let r = s.harness.round((rate, o.size, per_round), o.cpus, &mut s.process, pauses)?;
+            secured.add_report(r.published, &SinkReport::of(&r.split))?;
+            discarded += r.discarded;
+        }
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -191,6 +228,10 @@ fn one_rate(
         rows.extend([all, free, f_all, f_free]);
     } else {
         rows.extend([all, free]);
+    }
+    if secure.is_some() {
+        let [s_all, s_free] = secured.rows("router+acl", transport, None, &shape(h.fan), machine, wall);
+        rows.extend([s_all, s_free]);
     }
     Ok(RateResult { rate, rows, discarded, host })
 }
@@ -284,6 +325,22 @@ pub fn print(o: &RouterLab, results: &[RateResult], out: &Output, machine: &Mach
         let rows: Vec<LatencyRow> = r.rows.iter().map(|m| m.row.clone()).collect();
         print!("{}", crate::output::report::table(&rows));
         println!("{}", print::pauses_line(row));
+        if o.secure {
+            let secure = &r.rows[r.rows.len() - 2..];
+            for (label, plain, with) in [("all", &r.rows[0].row, &secure[0].row), ("pause-free", &r.rows[1].row, &secure[1].row)] {
+                println!(
+                    "users, ACLs and metrics on ({label}): median {} ns against {} ns off ({:.3}x), mean {:.0} against {:.0} ns, \
+                     p99.9 {} against {} ns, same run",
+                    with.p50_ns,
+                    plain.p50_ns,
+                    with.p50_ns as f64 / plain.p50_ns.max(1) as f64,
+                    with.mean_ns,
+                    plain.mean_ns,
+                    with.p999_ns,
+                    plain.p999_ns
+                );
+            }
+        }
     }
     match results.iter().rfind(|r| r.sustained()) {
         Some(r) => println!("\nhighest rate sustained: {} msg/s (of those offered)", r.rate),
