@@ -99,6 +99,8 @@ impl Router {
     /// may read.
     pub fn set_users(&mut self, users: Option<Arc<Users>>) -> Vec<(u32, Disconnect)> {
         self.users = users.filter(|u| !u.is_empty());
+        self.readable.clear();
+        self.any_filtered = false;
         let mut ending = Vec::new();
         for id in 0..self.sessions.len() as u32 {
             let Some(Some(s)) = self.sessions.get_mut(id as usize) else { continue };
@@ -145,13 +147,17 @@ impl Router {
         for (&sid, p) in &s.subscriptions {
             match user.subscribe.reach(p) {
                 Reach::All => {}
-                Reach::Some => s.filtered = true,
+                Reach::Some => {
+                    s.filtered = true;
+                    self.any_filtered = true;
+                }
                 Reach::None => gone.push(sid),
             }
         }
         for sid in gone {
             let Some(p) = s.subscriptions.remove(&sid) else { continue };
             self.index.remove(&p, id, sid);
+            self.readable.clear();
             if let Some(peers) = &mut self.peers {
                 peers.release(&p);
             }

@@ -144,10 +144,6 @@ fn deliver_all(
     let (mut n, mut discards) = (0u64, 0u64);
     for &c in targets {
         if let Some(Some(s)) = sessions.get_mut(c as usize) {
-            // A wildcard reaching topics its user may not read: each checked.
-            if s.filtered && !s.may(topic, false) {
-                continue;
-            }
             n += 1;
             discards += u64::from(s.deliver(topic, payload, 0, discarded));
             if !s.in_backlog && s.needs_flush() {
@@ -157,6 +153,35 @@ fn deliver_all(
         }
     }
     (n, discards)
+}
+
+/// Topics whose readable subscribers are remembered, beyond which that
+/// memory starts again.
+const READABLE_LIMIT: usize = 64 * 1024;
+
+/// `targets` (the sessions whose patterns match `topic`) less those whose
+/// user may not read it (a wildcard wider than its ACL), remembered per
+/// topic in `cache` until a subscription or the users change: one lookup
+/// per message, not one per delivery.
+#[inline]
+fn readable<'a>(
+    targets: &[u32],
+    cache: &'a mut FxHashMap<Box<str>, Box<[u32]>>,
+    sessions: &mut [Option<Session>],
+    topic: &str,
+) -> &'a [u32] {
+    if !cache.contains_key(topic) {
+        if cache.len() >= READABLE_LIMIT {
+            cache.clear();
+        }
+        let mut may = |c: &u32| match sessions.get_mut(*c as usize) {
+            Some(Some(s)) => !s.filtered || s.may(topic, false),
+            _ => false,
+        };
+        let list: Box<[u32]> = targets.iter().copied().filter(|c| may(c)).collect();
+        cache.insert(topic.into(), list);
+    }
+    cache.get(topic).map_or(&[], |l| l)
 }
 
 /// Frames a client may send while its password is being checked.
@@ -217,6 +242,11 @@ pub struct Router {
     pub(crate) next_ticket: u64,
     /// The last-value cache, if configured.
     cache: Option<LastValues>,
+    /// Some session's subscription reaches topics its user may not read:
+    /// deliveries go through [`readable`].
+    pub(crate) any_filtered: bool,
+    /// See [`readable`].
+    pub(crate) readable: FxHashMap<Box<str>, Box<[u32]>>,
 }
 
 impl Router {
@@ -247,6 +277,8 @@ impl Router {
             auth_out: Vec::new(),
             next_ticket: 0,
             cache: None,
+            any_filtered: false,
+            readable: FxHashMap::default(),
         }
     }
 
@@ -350,6 +382,7 @@ impl Router {
         }
         for (sid, p) in s.subscriptions.drain() {
             self.index.remove(&p, id, sid);
+            self.readable.clear();
             if let Some(peers) = &mut self.peers {
                 peers.release(&p);
             }
@@ -460,7 +493,10 @@ impl Router {
                         self.totals.forbidden += 1;
                         return self.reject(id, RejectCode::Forbidden, sid.into(), &why);
                     }
-                    Some(Reach::Some) => s.filtered = true,
+                    Some(Reach::Some) => {
+                        s.filtered = true;
+                        self.any_filtered = true;
+                    }
                     _ => {}
                 }
                 if s.subscriptions.len() >= self.limits.max_subscriptions && !s.subscriptions.contains_key(&sid) {
@@ -472,11 +508,13 @@ impl Router {
                 }
                 if let Some(old) = s.subscriptions.insert(sid, pattern.clone()) {
                     self.index.remove(&old, id, sid);
+                    self.readable.clear();
                     if let Some(peers) = &mut self.peers {
                         peers.release(&old);
                     }
                 }
                 self.index.insert(&pattern, id, sid);
+                self.readable.clear();
                 if let (true, Some(cache)) = (cached, &self.cache) {
                     // Before anything else reaches it: no gap, no duplicate.
                     let mut n = 0;
@@ -493,6 +531,7 @@ impl Router {
             ClientKind::Unsubscribe => {
                 if let Some(p) = s.subscriptions.remove(&f.value()) {
                     self.index.remove(&p, id, f.value());
+                    self.readable.clear();
                     if let Some(peers) = &mut self.peers {
                         peers.release(&p);
                     }
@@ -539,6 +578,10 @@ impl Router {
                 &format!("user {user:?} may not publish on {topic}"),
             );
         }
+        let targets = match self.any_filtered {
+            true => readable(targets, &mut self.readable, &mut self.sessions, topic),
+            false => targets,
+        };
         let (n, discards) = deliver_all(&mut self.sessions, &mut self.backlog, targets, topic, payload, 0);
         if let Some(c) = &mut self.cache {
             c.update(topic, payload);
@@ -582,6 +625,10 @@ impl Router {
     /// the discard indication it carries.
     pub fn route_forwarded(&mut self, topic: &str, payload: &[u8], discarded: u32) {
         let targets = self.index.matches(topic);
+        let targets = match self.any_filtered {
+            true => readable(targets, &mut self.readable, &mut self.sessions, topic),
+            false => targets,
+        };
         let (n, discards) = deliver_all(&mut self.sessions, &mut self.backlog, targets, topic, payload, discarded);
         if let Some(c) = &mut self.cache {
             c.update(topic, payload);
