@@ -25,6 +25,7 @@
 //! argon2 check takes tens of milliseconds by design): see
 //! [`AuthWorker`].
 
+use crate::session::SlowConsumer;
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -45,6 +46,10 @@ pub struct UserConfig {
     /// Patterns of the topics it may read.
     #[serde(default)]
     pub subscribe: Vec<String>,
+    /// What happens to its sessions when their queue is full (the
+    /// router's `limits.slow_consumer` if not given).
+    #[serde(default)]
+    pub slow_consumer: Option<SlowConsumer>,
 }
 
 /// Why a `[[users]]` entry was refused.
@@ -136,6 +141,8 @@ pub struct User {
     pub publish: Acl,
     /// What it may read.
     pub subscribe: Acl,
+    /// Its sessions' slow-consumer policy, if it has its own.
+    pub slow_consumer: Option<SlowConsumer>,
 }
 
 impl User {
@@ -190,6 +197,7 @@ impl Users {
                 hash: c.password_hash.clone(),
                 publish: acl("publish", &c.publish)?,
                 subscribe: acl("subscribe", &c.subscribe)?,
+                slow_consumer: c.slow_consumer,
             };
             if by_name.insert(c.name.clone(), Arc::new(user)).is_some() {
                 return Err(bad("name", "given twice".into()));
@@ -394,8 +402,13 @@ mod tests {
     fn passwords_verify_against_their_hash_only() {
         let hash = hash_password(b"s3cret").unwrap();
         assert!(hash.starts_with("$argon2id$"), "{hash}");
-        let cfg =
-            UserConfig { name: "desk".into(), password_hash: hash, publish: vec![], subscribe: vec!["md/>".into()] };
+        let cfg = UserConfig {
+            name: "desk".into(),
+            password_hash: hash,
+            publish: vec![],
+            subscribe: vec!["md/>".into()],
+            slow_consumer: None,
+        };
         let users = Users::new(std::slice::from_ref(&cfg)).unwrap();
         assert_eq!(users.verify("desk", b"s3cret").unwrap().name, "desk");
         let e = users.verify("desk", b"wrong").unwrap_err();

@@ -39,6 +39,8 @@ const HOUSEKEEPING_NS: u64 = 20_000_000;
 /// The duty cycle reads the clock once in this many cycles: on a VM a
 /// clock read costs as much as polling several clients.
 pub(crate) const CLOCK_EVERY: u32 = 16;
+/// How long a slow consumer's CLOSE may wait for it to read, ns.
+const CLOSE_WAIT_NS: u64 = 5_000_000_000;
 /// An idle shared-memory client's log is checked for its end once in this
 /// many cycles.
 const END_CHECK_EVERY: u32 = 64;
@@ -123,6 +125,9 @@ pub struct RoutingAgent {
     times: Option<Arc<ForwardingTime>>,
     /// Frames until the next one timed.
     countdown: u32,
+    /// Sessions being closed whose CLOSE waits for room: (session,
+    /// deadline, why).
+    closing: Vec<(u32, u64, Disconnect)>,
     /// Duty cycles so far.
     cycle: u32,
     /// The clock at the last read (every [`CLOCK_EVERY`] cycles).
@@ -165,6 +170,7 @@ impl RoutingAgent {
             shared: Arc::new(AgentShared::default()),
             times: None,
             countdown: SAMPLE_EVERY,
+            closing: Vec::new(),
             cycle: 0,
             now: tickwire_shm::os::monotonic_ns(),
             last_housekeeping: 0,
@@ -202,6 +208,11 @@ impl RoutingAgent {
             });
         }
         work += self.router.flush(&mut self.failed);
+        for (id, why) in self.router.take_slow() {
+            if self.router.begin_close(id, &why) {
+                self.closing.push((id, self.now + CLOSE_WAIT_NS, why));
+            }
+        }
         while let Some((id, why)) = self.failed.pop() {
             self.close(id, &Disconnect { code: RejectCode::Normal, reason: format!("connection failed: {why}") });
         }
@@ -215,6 +226,9 @@ impl RoutingAgent {
                 for tx in self.others.iter().flatten() {
                     let _ = tx.send(Control::Interest(change.clone()));
                 }
+            }
+            if !self.closing.is_empty() {
+                self.finish_closing();
             }
             if self.now.saturating_sub(self.last_housekeeping) >= HOUSEKEEPING_NS {
                 self.last_housekeeping = self.now;
@@ -230,6 +244,23 @@ impl RoutingAgent {
         if let Ok(mut t) = self.shared.totals.lock() {
             *t = self.router.totals();
         }
+    }
+
+    /// Ends the closing sessions whose CLOSE has gone or whose time is up.
+    fn finish_closing(&mut self) {
+        let mut list = std::mem::take(&mut self.closing);
+        list.retain(|(id, deadline, why)| {
+            // Gone meanwhile (and perhaps its slot taken by a new client).
+            if !self.router.is_closing(*id) {
+                return false;
+            }
+            if self.router.close_sent(*id) || self.now >= *deadline {
+                self.close(*id, why);
+                return false;
+            }
+            true
+        });
+        self.closing.extend(list);
     }
 
     fn take_control(&mut self) -> usize {

@@ -28,6 +28,7 @@
 //! queue_bytes = 8388608           # per client, before the oldest deliveries are dropped
 //! max_subscriptions = 10000       # per client
 //! topic_counters = 64             # topics with their own counters in `tickwire stat`
+//! slow_consumer = "drop-oldest"   # a client whose queue is full: drop-oldest | disconnect
 //! ```
 //!
 //! Unknown keys are refused, naming the key, so a typo is not silently a
@@ -36,6 +37,7 @@
 use crate::access::{UserConfig, Users, UsersError};
 use crate::cache::CacheConfig;
 use crate::routing::Limits;
+use crate::session::SlowConsumer;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -154,6 +156,8 @@ pub struct LimitsConfig {
     pub max_subscriptions: usize,
     /// See [`Limits::topic_counters`].
     pub topic_counters: usize,
+    /// See [`Limits::slow_consumer`].
+    pub slow_consumer: SlowConsumer,
 }
 
 impl Default for LimitsConfig {
@@ -164,6 +168,7 @@ impl Default for LimitsConfig {
             queue_bytes: l.queue_bytes,
             max_subscriptions: l.max_subscriptions,
             topic_counters: l.topic_counters,
+            slow_consumer: l.slow_consumer,
         }
     }
 }
@@ -175,6 +180,7 @@ impl From<&LimitsConfig> for Limits {
             queue_bytes: c.queue_bytes,
             max_subscriptions: c.max_subscriptions,
             topic_counters: c.topic_counters,
+            slow_consumer: c.slow_consumer,
         }
     }
 }

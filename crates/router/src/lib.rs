@@ -54,4 +54,4 @@ pub use config::RouterConfig;
 pub use index::SubscriptionIndex;
 pub use routing::{Disconnect, Limits, Router, Totals};
 pub use server::{Server, ShutdownReport, StartError};
-pub use session::{MemoryOut, Outbound, Session};
+pub use session::{MemoryOut, Outbound, Session, SlowConsumer};

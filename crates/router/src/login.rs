@@ -65,6 +65,7 @@ impl Router {
     /// [`Disconnect`] (`Forbidden`) for a wrong password, or what a held
     /// frame caused.
     pub fn handle_auth(&mut self, r: AuthResult) -> Result<(), Disconnect> {
+        let default_policy = self.limits().slow_consumer;
         let Some(Some(s)) = self.sessions.get_mut(r.session as usize) else { return Ok(()) };
         if s.ticket != Some(r.ticket) {
             return Ok(()); // an earlier session in this slot
@@ -81,6 +82,7 @@ impl Router {
                 Err(Disconnect { code: RejectCode::Forbidden, reason: why })
             }
             Ok(user) => {
+                s.policy = user.slow_consumer.unwrap_or(default_policy);
                 s.user = Some(user);
                 let held = std::mem::take(&mut s.held);
                 self.welcome(r.session)?;
@@ -102,6 +104,7 @@ impl Router {
         self.readable.clear();
         self.any_filtered = false;
         let mut ending = Vec::new();
+        let default_policy = self.limits().slow_consumer;
         for id in 0..self.sessions.len() as u32 {
             let Some(Some(s)) = self.sessions.get_mut(id as usize) else { continue };
             // Not yet welcomed: `handle_auth` holds it to the new users.
@@ -128,6 +131,7 @@ impl Router {
                     }
                 },
             };
+            s.policy = now.as_ref().and_then(|u| u.slow_consumer).unwrap_or(default_policy);
             s.user = now;
             self.recheck_subscriptions(id);
         }

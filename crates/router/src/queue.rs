@@ -117,6 +117,15 @@ impl OutQueue {
         }
     }
 
+    /// Drops every queued frame (counted as dropped); returns how many.
+    pub fn clear(&mut self) -> usize {
+        let n = self.frames;
+        self.dropped += n as u64;
+        self.buf.clear();
+        (self.head, self.frames) = (0, 0);
+        n
+    }
+
     /// Every queued byte, prefixes included, oldest first (what a TCP
     /// connection writes).
     pub fn as_bytes(&self) -> &[u8] {

@@ -8,7 +8,7 @@ use crate::cache::LastValues;
 use crate::counters::{router as rc, topic as tc};
 use crate::index::SubscriptionIndex;
 use crate::peers::{Interest, Peers};
-use crate::session::{Outbound, Session};
+use crate::session::{Outbound, Session, SlowConsumer};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use tickwire_shm::counters::Kind;
@@ -29,11 +29,20 @@ pub struct Limits {
     pub max_subscriptions: usize,
     /// Topics given their own counter set (the rest are counted together).
     pub topic_counters: usize,
+    /// What happens to a client whose queue is full (unless its user says
+    /// otherwise).
+    pub slow_consumer: SlowConsumer,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_frame: (1 << 20) + 512, queue_bytes: 8 << 20, max_subscriptions: 10_000, topic_counters: 64 }
+        Self {
+            max_frame: (1 << 20) + 512,
+            queue_bytes: 8 << 20,
+            max_subscriptions: 10_000,
+            topic_counters: 64,
+            slow_consumer: SlowConsumer::DropOldest,
+        }
     }
 }
 
@@ -135,7 +144,7 @@ fn mark(sessions: &mut [Option<Session>], backlog: &mut Vec<u32>, id: u32) {
 #[inline]
 fn deliver_all(
     sessions: &mut [Option<Session>],
-    backlog: &mut Vec<u32>,
+    (backlog, slow): (&mut Vec<u32>, &mut Vec<u32>),
     targets: &[u32],
     topic: &str,
     payload: &[u8],
@@ -145,7 +154,11 @@ fn deliver_all(
     for &c in targets {
         if let Some(Some(s)) = sessions.get_mut(c as usize) {
             n += 1;
-            discards += u64::from(s.deliver(topic, payload, 0, discarded));
+            let dropped = s.deliver(topic, payload, 0, discarded);
+            if dropped > 0 && s.policy == SlowConsumer::Disconnect {
+                slow.push(c);
+            }
+            discards += u64::from(dropped);
             if !s.in_backlog && s.needs_flush() {
                 s.in_backlog = true;
                 backlog.push(c);
@@ -247,6 +260,9 @@ pub struct Router {
     pub(crate) any_filtered: bool,
     /// See [`readable`].
     pub(crate) readable: FxHashMap<Box<str>, Box<[u32]>>,
+    /// Sessions whose queue overflowed under [`SlowConsumer::Disconnect`]
+    /// ([`Router::take_slow`]).
+    slow: Vec<u32>,
 }
 
 impl Router {
@@ -279,6 +295,7 @@ impl Router {
             cache: None,
             any_filtered: false,
             readable: FxHashMap::default(),
+            slow: Vec::new(),
         }
     }
 
@@ -357,7 +374,8 @@ impl Router {
     /// Opens a session whose frames go to `out`; `peer` says where it is.
     /// The client's first frame must be HELLO.
     pub fn attach(&mut self, out: Outbound, peer: String) -> u32 {
-        let s = Session::new(out, peer, self.limits.queue_bytes, None);
+        let mut s = Session::new(out, peer, self.limits.queue_bytes, None);
+        s.policy = self.limits.slow_consumer;
         self.totals.connected += 1;
         match self.free.pop() {
             Some(id) => {
@@ -387,7 +405,8 @@ impl Router {
                 peers.release(&p);
             }
         }
-        if why.code != RejectCode::Normal {
+        // A closing session's CLOSE is already on its way.
+        if why.code != RejectCode::Normal && !s.closing {
             let close = ClientRepr {
                 value: why.code as u32,
                 body: why.reason.as_bytes(),
@@ -401,6 +420,47 @@ impl Router {
         }
         s.publish_counters();
         Some(s)
+    }
+
+    /// Starts ending session `id` for a reason its client should hear
+    /// although it is not reading (a slow consumer): its subscriptions go
+    /// now and its queued deliveries are dropped (counted), so its CLOSE is
+    /// the next thing it reads after what its transport already holds. The
+    /// agent ends the session ([`Router::disconnect`]) once
+    /// [`Router::close_sent`], or at a deadline. False if it is gone or
+    /// already closing.
+    pub fn begin_close(&mut self, id: u32, why: &Disconnect) -> bool {
+        let Some(Some(s)) = self.sessions.get_mut(id as usize) else { return false };
+        if s.closing {
+            return false;
+        }
+        s.closing = true;
+        for (sid, p) in s.subscriptions.drain() {
+            self.index.remove(&p, id, sid);
+            self.readable.clear();
+            if let Some(peers) = &mut self.peers {
+                peers.release(&p);
+            }
+        }
+        let dropped = s.queue.clear() as u64;
+        s.stats.discards += dropped;
+        self.totals.discards += dropped;
+        let close =
+            ClientRepr { value: why.code as u32, body: why.reason.as_bytes(), ..ClientRepr::new(ClientKind::Close) };
+        s.send_control(&close);
+        mark(&mut self.sessions, &mut self.backlog, id);
+        true
+    }
+
+    /// Whether closing session `id` has sent its CLOSE (or is gone, or
+    /// not closing).
+    pub fn close_sent(&self, id: u32) -> bool {
+        self.session(id).is_none_or(|s| !s.closing || s.drained())
+    }
+
+    /// Whether session `id` is closing ([`Router::begin_close`]).
+    pub fn is_closing(&self, id: u32) -> bool {
+        self.session(id).is_some_and(|s| s.closing)
     }
 
     /// Acts on one frame from session `id`.
@@ -582,7 +642,8 @@ impl Router {
             true => readable(targets, &mut self.readable, &mut self.sessions, topic),
             false => targets,
         };
-        let (n, discards) = deliver_all(&mut self.sessions, &mut self.backlog, targets, topic, payload, 0);
+        let (n, discards) =
+            deliver_all(&mut self.sessions, (&mut self.backlog, &mut self.slow), targets, topic, payload, 0);
         if let Some(c) = &mut self.cache {
             c.update(topic, payload);
         }
@@ -629,7 +690,8 @@ impl Router {
             true => readable(targets, &mut self.readable, &mut self.sessions, topic),
             false => targets,
         };
-        let (n, discards) = deliver_all(&mut self.sessions, &mut self.backlog, targets, topic, payload, discarded);
+        let (n, discards) =
+            deliver_all(&mut self.sessions, (&mut self.backlog, &mut self.slow), targets, topic, payload, discarded);
         if let Some(c) = &mut self.cache {
             c.update(topic, payload);
         }
@@ -648,6 +710,20 @@ impl Router {
     /// This agent's interest changes since the last call, for the others.
     pub fn take_announcements(&mut self) -> Vec<Interest> {
         self.peers.as_mut().map(Peers::take_announcements).unwrap_or_default()
+    }
+
+    /// Sessions to end because their queue overflowed and their policy
+    /// is [`SlowConsumer::Disconnect`], each once, with why.
+    pub fn take_slow(&mut self) -> Vec<(u32, Disconnect)> {
+        if self.slow.is_empty() {
+            return Vec::new();
+        }
+        let mut ids = std::mem::take(&mut self.slow);
+        ids.sort_unstable();
+        ids.dedup();
+        let bytes = self.limits.queue_bytes;
+        let why = format!("slow consumer: its queue of {bytes} bytes is full (policy disconnect)");
+        ids.into_iter().map(|id| (id, Disconnect { code: RejectCode::Limit, reason: why.clone() })).collect()
     }
 
     /// Has [`Router::flush`] visit session `id` (its transport holds bytes

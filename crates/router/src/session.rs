@@ -148,11 +148,30 @@ pub struct Session {
     pub(crate) filtered: bool,
     /// Topics checked against its user's ACLs: (may publish, may read).
     pub(crate) access: FxHashMap<Box<str>, (bool, bool)>,
+    /// What happens when its queue is full.
+    pub policy: SlowConsumer,
+    /// Being closed ([`crate::Router::begin_close`]): nothing more is
+    /// delivered; its CLOSE waits for room.
+    pub(crate) closing: bool,
     /// In the router's list of sessions with frames waiting.
     pub(crate) in_backlog: bool,
     /// Totals.
     pub stats: SessionStats,
     pub(crate) counters: Option<CounterSet>,
+}
+
+/// What the router does when a client's queue is full (it reads slower
+/// than its messages come).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SlowConsumer {
+    /// Drop its oldest queued messages; the next one it receives carries
+    /// the count (Solace's discard indication).
+    #[default]
+    DropOldest,
+    /// End its session with a CLOSE saying why (`Limit`): a client that
+    /// must see every message or none.
+    Disconnect,
 }
 
 /// Topics a session remembers its ACL answers for (then it starts again).
@@ -174,6 +193,8 @@ impl Session {
             held: Vec::new(),
             filtered: false,
             access: FxHashMap::default(),
+            policy: SlowConsumer::DropOldest,
+            closing: false,
             in_backlog: false,
             stats: SessionStats::default(),
             counters,
@@ -221,6 +242,12 @@ impl Session {
         } else {
             r
         }
+    }
+
+    /// Whether everything queued for its transport has gone (a closing
+    /// session's CLOSE included).
+    pub(crate) fn drained(&self) -> bool {
+        self.queue.is_empty() && self.control.is_empty() && !matches!(&self.out, Outbound::Tcp(t) if t.has_pending())
     }
 
     /// Whether frames wait for its transport (queued deliveries, control

@@ -234,6 +234,71 @@ fn a_stalled_subscriber_loses_its_oldest_and_the_others_do_not_wait() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Under `slow_consumer = "disconnect"` a subscriber that stops reading
+/// for 2.5 s is closed, saying why, and the others do not wait for it.
+#[test]
+fn a_stalled_subscriber_under_the_disconnect_policy_is_closed_and_the_others_do_not_wait() {
+    let dir = tempdir("stalled-disconnect");
+    let limits = tickwire_router::config::LimitsConfig {
+        queue_bytes: 64 << 10,
+        max_frame: 16 << 10,
+        slow_consumer: tickwire_router::SlowConsumer::Disconnect,
+        ..Default::default()
+    };
+    let r = start(&dir, RouterConfig { ipc_log_bytes: 64 << 10, limits, ..RouterConfig::default() });
+    let (mut slow, mut fast, mut publ) =
+        (client("ipc", &dir, "slow"), client("ipc", &dir, "fast"), client("ipc", &dir, "p"));
+    slow.subscribe("md/>").unwrap();
+    fast.subscribe("md/>").unwrap();
+    for c in [&mut slow, &mut fast, &mut publ] {
+        c.wait_connected(Duration::from_secs(5)).unwrap();
+    }
+    let (n, begin) = (20_000u64, Instant::now());
+    let (mut got, mut worst) = (0u64, Duration::ZERO);
+    for i in 0..n {
+        let due = begin + Duration::from_micros(i * 100); // 10k msg/s for 2 s
+        while Instant::now() < due {
+            fast.poll(
+                |e| {
+                    if let ClientEvent::Message(m) = e {
+                        got += 1;
+                        let sent = u64::from_le_bytes(m.payload[..8].try_into().unwrap());
+                        worst = worst.max(Duration::from_nanos(tickwire_shm::os::monotonic_ns() - sent));
+                    }
+                },
+                64,
+            );
+        }
+        let mut msg = [0u8; 150];
+        msg[..8].copy_from_slice(&tickwire_shm::os::monotonic_ns().to_le_bytes());
+        while publ.publish("md/eu/VOD", &msg).is_err() {
+            publ.poll(|_| {}, 1);
+        }
+    }
+    while got < n && begin.elapsed() < Duration::from_secs(10) {
+        fast.poll(|e| got += u64::from(matches!(e, ClientEvent::Message(_))), 64);
+    }
+    std::thread::sleep(Duration::from_millis(2500u64.saturating_sub(begin.elapsed().as_millis() as u64)));
+    assert_eq!(got, n, "the fast subscriber got everything");
+    assert!(worst < Duration::from_millis(500), "the fast subscriber waited {worst:?}");
+    // The slow one wakes to what it was sent before the CLOSE, then the CLOSE.
+    let mut why = String::new();
+    let until = Instant::now() + Duration::from_secs(5);
+    while why.is_empty() && Instant::now() < until {
+        slow.poll(
+            |e| {
+                if let ClientEvent::Disconnected { reason } = e {
+                    why = reason.to_owned();
+                }
+            },
+            256,
+        );
+    }
+    assert!(why.contains("slow consumer"), "{why:?}");
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn clients_wait_for_a_router_and_come_back_after_it_restarts() {
     let dir = tempdir("restart");

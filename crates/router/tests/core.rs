@@ -290,3 +290,41 @@ fn deliveries(r: &mut Router, id: u32) -> Vec<(String, Vec<u8>, u8)> {
         .map(|f| (f.topic().to_owned(), f.body().to_vec(), f.flags()))
         .collect()
 }
+
+#[test]
+fn under_the_disconnect_policy_a_stalled_client_is_closed_and_the_others_are_untouched() {
+    use tickwire_router::SlowConsumer;
+    let limits = Limits { queue_bytes: 290, slow_consumer: SlowConsumer::Disconnect, ..Limits::default() };
+    let mut r = Router::new("test", limits, None);
+    let p = client(&mut r, "p", usize::MAX);
+    let slow = client(&mut r, "slow", usize::MAX);
+    let fast = client(&mut r, "fast", usize::MAX);
+    for id in [slow, fast] {
+        r.handle_frame(id, &subscribe(1, "t")).unwrap();
+    }
+    let Outbound::Memory(m) = r.session_mut(slow).unwrap().outbound_mut() else { panic!() };
+    m.room = 0;
+    for i in 0u64..10 {
+        r.handle_frame(p, &publish("t", &i.to_le_bytes())).unwrap();
+    }
+    assert!(r.take_slow().is_empty(), "ten fit in its queue");
+    for i in 10u64..25 {
+        r.handle_frame(p, &publish("t", &i.to_le_bytes())).unwrap();
+    }
+    let slow_ones = r.take_slow();
+    assert_eq!(slow_ones.len(), 1, "once, however many overflowed");
+    assert_eq!((slow_ones[0].0, slow_ones[0].1.code), (slow, RejectCode::Limit));
+    assert!(slow_ones[0].1.reason.contains("slow consumer"), "{}", slow_ones[0].1.reason);
+    assert_eq!(topics(&drain(&mut r, fast)).len(), 25);
+    // Closing: its subscriptions and queue go at once, its CLOSE waits.
+    assert!(r.begin_close(slow, &slow_ones[0].1));
+    r.handle_frame(p, &publish("t", b"after")).unwrap();
+    assert_eq!(topics(&drain(&mut r, fast)), ["t"]);
+    assert!(!r.close_sent(slow), "no room yet");
+    let Outbound::Memory(m) = r.session_mut(slow).unwrap().outbound_mut() else { panic!() };
+    m.room = usize::MAX;
+    r.flush(&mut Vec::new());
+    assert!(r.close_sent(slow));
+    let last = drain(&mut r, slow).pop().unwrap();
+    assert_eq!((last.0, last.3), (ClientKind::Close, RejectCode::Limit as u32), "the CLOSE is next, no delivery");
+}

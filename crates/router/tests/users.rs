@@ -30,6 +30,7 @@ fn user(name: &str, password: &str, publish: &[&str], subscribe: &[&str]) -> Use
         password_hash: hash(password),
         publish: publish.iter().map(|s| (*s).to_owned()).collect(),
         subscribe: subscribe.iter().map(|s| (*s).to_owned()).collect(),
+        slow_consumer: None,
     }
 }
 

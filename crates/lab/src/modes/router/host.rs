@@ -112,6 +112,7 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
             password_hash: hash,
             publish: vec!["md/*".into()],
             subscribe: vec!["md/*".into()],
+            slow_consumer: None,
         };
         RouterConfig { users: vec![user], metrics: Some("127.0.0.1:0".into()), ..cfg }
     } else {

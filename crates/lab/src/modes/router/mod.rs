@@ -327,7 +327,9 @@ pub fn print(o: &RouterLab, results: &[RateResult], out: &Output, machine: &Mach
         println!("{}", print::pauses_line(row));
         if o.secure {
             let secure = &r.rows[r.rows.len() - 2..];
-            for (label, plain, with) in [("all", &r.rows[0].row, &secure[0].row), ("pause-free", &r.rows[1].row, &secure[1].row)] {
+            for (label, plain, with) in
+                [("all", &r.rows[0].row, &secure[0].row), ("pause-free", &r.rows[1].row, &secure[1].row)]
+            {
                 println!(
                     "users, ACLs and metrics on ({label}): median {} ns against {} ns off ({:.3}x), mean {:.0} against {:.0} ns, \
                      p99.9 {} against {} ns, same run",
