@@ -57,6 +57,59 @@ pub struct RouterArgs {
 enum RouterAction {
     /// Read a password on standard input (its first line) and print its argon2id hash for a [[users]] entry.
     HashPassword,
+    /// List the router's clients (in --dir): subscriptions, queue depths, policies; as of at most a second ago.
+    Status {
+        /// One JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `tickwire router status`.
+fn status(s: &Settings, json: bool) -> Result<(), String> {
+    let st = tickwire_router::status::read(&s.dir).map_err(|e| e.to_string())?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&st).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    let t = &st.totals;
+    println!(
+        "router {:?} (pid {}, {} routing agent(s)): {}\n{} client(s); {} message(s) in, {} deliveries, {} discarded, {} refused",
+        st.name,
+        st.pid,
+        st.agents,
+        st.listening,
+        st.clients.len(),
+        t.messages_in,
+        t.deliveries,
+        t.discards,
+        t.forbidden
+    );
+    if st.clients.is_empty() {
+        return Ok(());
+    }
+    println!(
+        "{:>6} {:<24} {:<20} {:<10} {:>5} {:>9} {:>10} {:<11} {:>10} {:>10} {:>8}  SUBSCRIPTIONS",
+        "CLIENT", "NAME", "PEER", "USER", "AGENT", "QUEUED", "QBYTES", "POLICY", "IN", "OUT", "DISCARDS"
+    );
+    for c in &st.clients {
+        println!(
+            "{:>6} {:<24} {:<20} {:<10} {:>5} {:>9} {:>10} {:<11} {:>10} {:>10} {:>8}  {}",
+            c.client,
+            c.name,
+            c.peer,
+            c.user.as_deref().unwrap_or("-"),
+            c.agent,
+            c.queue_messages,
+            c.queue_bytes,
+            c.slow_consumer,
+            c.messages_in,
+            c.messages_out,
+            c.discards,
+            c.subscriptions.join(" ")
+        );
+    }
+    Ok(())
 }
 
 /// `tickwire router hash-password`.
@@ -93,8 +146,10 @@ fn reload(s: &Settings, server: &mut Server) {
 }
 
 pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
-    if let Some(RouterAction::HashPassword) = a.action {
-        return hash_password();
+    match a.action {
+        Some(RouterAction::HashPassword) => return hash_password(),
+        Some(RouterAction::Status { json }) => return status(s, json),
+        None => {}
     }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TICKWIRE_LOG").unwrap_or_else(|_| "info".into()))

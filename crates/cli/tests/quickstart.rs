@@ -362,3 +362,34 @@ fn router_last_value_cache_from_the_command_line() {
     drop((late, router));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `tickwire router status`: the clients, their subscriptions and queues,
+/// as a table and as JSON; and a clear answer when no router runs.
+#[test]
+fn router_status_lists_clients_and_their_subscriptions() {
+    let d = dir("status");
+    let out = Command::new(BIN).args(["--dir", &d, "router", "status"]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no router serves"));
+    let router = Live::spawn(&["--dir", &d, "router", "--no-tcp"]);
+    router.says("router listening");
+    let sub = Live::spawn(&["--dir", &d, "sub", "--router", "ipc", "--topic", "md/eu/>"]);
+    sub.says("subscribed to md/eu/>");
+    // Written every second.
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    let json = loop {
+        let out = Command::new(BIN).args(["--dir", &d, "router", "status", "--json"]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.contains("md/eu/>") || std::time::Instant::now() > until {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["clients"][0]["subscriptions"][0], "md/eu/>", "{json}");
+    assert_eq!(v["clients"][0]["slow_consumer"], "drop-oldest");
+    let table = Command::new(BIN).args(["--dir", &d, "router", "status"]).output().unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("1 client(s)") && table.contains("SUBSCRIPTIONS") && table.contains("md/eu/>"), "{table}");
+    drop((sub, router));
+    let _ = std::fs::remove_dir_all(&d);
+}

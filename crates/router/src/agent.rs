@@ -19,6 +19,7 @@ use crate::metrics::{ForwardingTime, SAMPLE_EVERY};
 use crate::peers::{Interest, LinkReader};
 use crate::routing::{Disconnect, Router, Totals};
 use crate::session::Outbound;
+use crate::status::ClientStatus;
 use crate::tcp::TcpOut;
 use mio::{Events, Interest as Readiness, Poll, Token};
 use std::net::SocketAddr;
@@ -39,6 +40,9 @@ const HOUSEKEEPING_NS: u64 = 20_000_000;
 /// The duty cycle reads the clock once in this many cycles: on a VM a
 /// clock read costs as much as polling several clients.
 pub(crate) const CLOCK_EVERY: u32 = 16;
+/// Sessions are described for `tickwire router status` once in this many
+/// housekeepings (about a second).
+const STATUS_EVERY: u32 = 50;
 /// How long a slow consumer's CLOSE may wait for it to read, ns.
 const CLOSE_WAIT_NS: u64 = 5_000_000_000;
 /// An idle shared-memory client's log is checked for its end once in this
@@ -80,6 +84,8 @@ pub(crate) struct AgentShared {
     pub(crate) closed: AtomicUsize,
     /// Its totals, copied at every housekeeping.
     pub(crate) totals: Mutex<Totals>,
+    /// Its sessions, described about once a second.
+    pub(crate) status: Mutex<Vec<ClientStatus>>,
 }
 
 /// A shared-memory client's log into the router.
@@ -133,6 +139,8 @@ pub struct RoutingAgent {
     /// The clock at the last read (every [`CLOCK_EVERY`] cycles).
     now: u64,
     last_housekeeping: u64,
+    /// Housekeepings so far.
+    housekeeping: u32,
 }
 
 impl std::fmt::Debug for RoutingAgent {
@@ -174,6 +182,7 @@ impl RoutingAgent {
             cycle: 0,
             now: tickwire_shm::os::monotonic_ns(),
             last_housekeeping: 0,
+            housekeeping: 0,
         })
     }
 
@@ -233,6 +242,13 @@ impl RoutingAgent {
             if self.now.saturating_sub(self.last_housekeeping) >= HOUSEKEEPING_NS {
                 self.last_housekeeping = self.now;
                 self.publish_counters();
+                self.housekeeping = self.housekeeping.wrapping_add(1);
+                if self.housekeeping.is_multiple_of(STATUS_EVERY) {
+                    let status = self.router.client_status();
+                    if let Ok(mut s) = self.shared.status.lock() {
+                        *s = status;
+                    }
+                }
             }
         }
         work

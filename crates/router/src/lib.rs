@@ -47,6 +47,7 @@ pub mod queue;
 pub mod routing;
 pub mod server;
 pub mod session;
+pub mod status;
 pub mod tcp;
 
 pub use agent::RoutingAgent;

@@ -22,6 +22,7 @@ use crate::config::RouterConfig;
 use crate::metrics::MetricsServer;
 use crate::peers::{link, Peers};
 use crate::routing::{Router, Totals};
+use crate::status::{RouterStatus, STATUS_FILE};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
@@ -40,6 +41,9 @@ use tickwire_wire::client::{IPC_IN_CHANNEL, IPC_OUT_CHANNEL};
 const HOUSEKEEPING_NS: u64 = 20_000_000;
 /// How often to accept TCP connections.
 const ACCEPT_NS: u64 = 1_000_000;
+/// `router-status.json` is written once in this many housekeepings (a
+/// second).
+const STATUS_EVERY: u32 = 50;
 
 /// Why a router could not start.
 #[derive(Debug, thiserror::Error)]
@@ -116,6 +120,8 @@ pub struct Server {
     gone: Receiver<(u32, String)>,
     last_housekeeping: u64,
     last_accept: u64,
+    /// Housekeepings so far.
+    housekeeping: u32,
     /// The Prometheus endpoint, if configured.
     metrics: Option<MetricsServer>,
 }
@@ -217,6 +223,7 @@ impl Server {
             gone,
             last_housekeeping: 0,
             last_accept: 0,
+            housekeeping: 0,
             metrics,
         })
     }
@@ -365,9 +372,32 @@ impl Server {
                 if self.cfg.ipc {
                     work += self.scan_ipc();
                 }
+                self.housekeeping = self.housekeeping.wrapping_add(1);
+                if self.housekeeping.is_multiple_of(STATUS_EVERY) {
+                    self.write_status();
+                }
             }
         }
         work
+    }
+
+    /// Writes `DIR/router-status.json` from every agent's description.
+    fn write_status(&self) {
+        let mut clients: Vec<_> =
+            self.shared.iter().filter_map(|s| s.status.lock().ok().map(|v| v.clone())).flatten().collect();
+        clients.sort_by_key(|c| c.client);
+        let status = RouterStatus {
+            name: self.cfg.name.clone(),
+            pid: std::process::id(),
+            as_of_ms: crate::status::now_ms(),
+            agents: self.controls.len(),
+            listening: self.describe(),
+            totals: self.totals().into(),
+            clients,
+        };
+        if let Err(e) = crate::status::write(&self.cfg.dir, &status) {
+            tracing::warn!("{}: {e}", self.cfg.dir.join(STATUS_FILE).display());
+        }
     }
 
     /// The agent to give a new client: the one serving the fewest.
@@ -493,6 +523,7 @@ impl Server {
             report.dropped += dropped;
             report.totals += a.router.totals();
         }
+        let _ = std::fs::remove_file(self.cfg.dir.join(STATUS_FILE));
         let _ = std::fs::remove_file(self.cfg.dir.join("router.lock"));
         report
     }

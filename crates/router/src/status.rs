@@ -1,0 +1,225 @@
+//! `tickwire router status`: what the router serves, as of at most a second
+//! ago, in `DIR/router-status.json`.
+//!
+//! Every routing agent describes its sessions about once a second
+//! ([`ClientStatus`]); the server thread writes them, with the router's
+//! totals, to the file (a new file renamed over the old one, so a reader
+//! never sees half of one). The router made the file and removes it when it
+//! stops. `tickwire router status` reads it (a table, or `--json`).
+
+use crate::routing::{Router, Totals};
+use crate::session::SlowConsumer;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The file's name in the router's directory.
+pub const STATUS_FILE: &str = "router-status.json";
+
+/// One client session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientStatus {
+    /// Its id (as in WELCOME, the logs and `tickwire stat`).
+    pub client: u32,
+    /// The name it gave in HELLO.
+    pub name: String,
+    /// Where it is: `ipc pid N` or `tcp ADDR`.
+    pub peer: String,
+    /// Its user, when users are configured.
+    pub user: Option<String>,
+    /// The routing agent serving it.
+    pub agent: u32,
+    /// Its subscriptions' patterns.
+    pub subscriptions: Vec<String>,
+    /// Deliveries waiting in its queue.
+    pub queue_messages: usize,
+    /// Their bytes.
+    pub queue_bytes: usize,
+    /// What happens when its queue is full.
+    pub slow_consumer: String,
+    /// Frames read from it.
+    pub messages_in: u64,
+    /// Messages handed to its transport.
+    pub messages_out: u64,
+    /// Deliveries dropped for it.
+    pub discards: u64,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouterStatus {
+    /// The router's name.
+    pub name: String,
+    /// Its process.
+    pub pid: u32,
+    /// When this was written, milliseconds since the Unix epoch.
+    pub as_of_ms: u64,
+    /// Routing agents.
+    pub agents: usize,
+    /// What it listens on.
+    pub listening: String,
+    /// Every agent's totals, added up.
+    pub totals: StatusTotals,
+    /// Its clients, by id.
+    pub clients: Vec<ClientStatus>,
+}
+
+/// [`Totals`] in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct StatusTotals {
+    /// Messages published.
+    pub messages_in: u64,
+    /// Deliveries.
+    pub deliveries: u64,
+    /// Deliveries dropped by full queues.
+    pub discards: u64,
+    /// Messages nobody wanted.
+    pub unwanted: u64,
+    /// Sessions opened and closed.
+    pub connected: u64,
+    /// See [`Totals::disconnected`].
+    pub disconnected: u64,
+    /// Refusals by authentication and ACLs.
+    pub forbidden: u64,
+}
+
+impl From<Totals> for StatusTotals {
+    fn from(t: Totals) -> Self {
+        Self {
+            messages_in: t.messages_in,
+            deliveries: t.deliveries,
+            discards: t.discards,
+            unwanted: t.unwanted,
+            connected: t.connected,
+            disconnected: t.disconnected,
+            forbidden: t.forbidden,
+        }
+    }
+}
+
+impl Router {
+    /// Describes every session of this routing agent.
+    pub fn client_status(&self) -> Vec<ClientStatus> {
+        let mut out = Vec::new();
+        for id in self.session_ids() {
+            let Some(s) = self.session(id) else { continue };
+            let mut subscriptions: Vec<String> = s.subscriptions.values().map(|p| p.as_str().to_owned()).collect();
+            subscriptions.sort();
+            out.push(ClientStatus {
+                client: self.client_id(id),
+                name: s.name.clone(),
+                peer: s.peer.clone(),
+                user: s.user().map(str::to_owned),
+                agent: self.me,
+                subscriptions,
+                queue_messages: s.queued(),
+                queue_bytes: s.queue.bytes(),
+                slow_consumer: match s.policy {
+                    SlowConsumer::DropOldest => "drop-oldest".into(),
+                    SlowConsumer::Disconnect => "disconnect".into(),
+                },
+                messages_in: s.stats.messages_in,
+                messages_out: s.stats.messages_out,
+                discards: s.stats.discards,
+            });
+        }
+        out
+    }
+}
+
+/// Writes `status` to `DIR/router-status.json` (a temporary file renamed
+/// over it).
+///
+/// # Errors
+/// The file cannot be written.
+pub fn write(dir: &Path, status: &RouterStatus) -> std::io::Result<()> {
+    let path = dir.join(STATUS_FILE);
+    let tmp = dir.join(format!(".{STATUS_FILE}.{}", std::process::id()));
+    let text = serde_json::to_vec_pretty(status).map_err(std::io::Error::other)?;
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, &path)
+}
+
+/// Why a status could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// No router serves the directory.
+    #[error("no router serves {0} (no {STATUS_FILE} there; is the router running with this --dir?)")]
+    NoRouter(PathBuf),
+    /// The router that wrote the file stopped without removing it (killed).
+    #[error("no router serves {dir}: its {STATUS_FILE} is {age_s} s old (pid {pid}, killed?)")]
+    Stale {
+        /// The directory.
+        dir: PathBuf,
+        /// Its writer.
+        pid: u32,
+        /// Seconds since it was written.
+        age_s: u64,
+    },
+    /// The file is not a status.
+    #[error("{path}: {why}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+}
+
+/// Reads the status of the router serving `dir`.
+///
+/// # Errors
+/// [`StatusError`]: no router, or a file that is not a status.
+pub fn read(dir: &Path) -> Result<RouterStatus, StatusError> {
+    let path = dir.join(STATUS_FILE);
+    let text = match std::fs::read(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(StatusError::NoRouter(dir.into())),
+        Err(e) => return Err(StatusError::Unreadable { path, why: e.to_string() }),
+    };
+    let status: RouterStatus =
+        serde_json::from_slice(&text).map_err(|e| StatusError::Unreadable { path, why: e.to_string() })?;
+    let age_s = now_ms().saturating_sub(status.as_of_ms) / 1000;
+    if age_s > STALE_S {
+        return Err(StatusError::Stale { dir: dir.into(), pid: status.pid, age_s });
+    }
+    Ok(status)
+}
+
+/// A status older than this (seconds) is a dead router's: it is rewritten
+/// every second.
+const STALE_S: u64 = 5;
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_round_trips_and_a_dead_routers_is_refused() {
+        let dir = std::env::temp_dir().join(format!("tw-status-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(matches!(read(&dir), Err(StatusError::NoRouter(_))));
+        let mut st = RouterStatus {
+            name: "r".into(),
+            pid: 42,
+            as_of_ms: now_ms(),
+            agents: 1,
+            listening: "ipc".into(),
+            totals: StatusTotals::default(),
+            clients: Vec::new(),
+        };
+        write(&dir, &st).unwrap();
+        assert_eq!(read(&dir).unwrap(), st);
+        st.as_of_ms -= 60_000;
+        write(&dir, &st).unwrap();
+        let e = read(&dir).unwrap_err().to_string();
+        assert!(e.contains("60 s old") && e.contains("pid 42"), "{e}");
+        std::fs::write(dir.join(STATUS_FILE), "{").unwrap();
+        assert!(read(&dir).unwrap_err().to_string().contains(STATUS_FILE));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
