@@ -102,7 +102,7 @@ fn status(s: &Settings, json: bool) -> Result<(), String> {
             c.agent,
             c.queue_messages,
             c.queue_bytes,
-            c.slow_consumer,
+            if c.held { format!("{} HELD", c.slow_consumer) } else { c.slow_consumer.clone() },
             c.messages_in,
             c.messages_out,
             c.discards,

@@ -332,9 +332,15 @@ impl RoutingAgent {
     fn poll_ipc(&mut self) -> usize {
         let mut work = 0;
         let check_end = self.cycle.is_multiple_of(END_CHECK_EVERY);
+        let any_held = self.router.any_held();
         let mut i = 0;
         while let Some(input) = self.ipc.get_mut(i) {
             let id = input.id;
+            // Held by a back-pressure client: its log waits (and fills).
+            if any_held && self.router.is_held(id) {
+                i += 1;
+                continue;
+            }
             let (router, times, countdown) = (&mut self.router, &self.times, &mut self.countdown);
             let mut why: Option<Disconnect> = None;
             let r = input.reader.poll(
@@ -378,8 +384,13 @@ impl RoutingAgent {
         tokens.clear();
         tokens.extend(self.events.iter().map(|e| e.token()));
         let mut work = 0;
+        let any_held = self.router.any_held();
         for &t in &tokens {
             let id = t.0;
+            // Held by a back-pressure client: its socket's buffers fill.
+            if any_held && self.router.is_held(id as u32) {
+                continue;
+            }
             let Some(Some(TcpInput { stream, reader })) = self.tcp.get_mut(id) else { continue };
             let (router, times, countdown) = (&mut self.router, &self.times, &mut self.countdown);
             let mut why: Option<Disconnect> = None;

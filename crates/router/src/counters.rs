@@ -27,6 +27,8 @@ pub mod router {
     pub const FORBIDDEN: usize = 9;
     /// Messages delivered from the last-value cache.
     pub const CACHE_DELIVERIES: usize = 10;
+    /// Times a publisher was held by a back-pressure client.
+    pub const BACK_PRESSURED: usize = 11;
 }
 
 /// One client session (`Kind::RouterClient`).

@@ -90,6 +90,7 @@ fn described(kind: Kind) -> &'static [(&'static str, &'static str, bool)] {
             ("forwarded_to_agents", "Messages handed to other routing agents.", true),
             ("forbidden", "Refusals by authentication and ACLs.", true),
             ("cache_deliveries", "Messages delivered from the last-value cache.", true),
+            ("publishers_held", "Times a publisher was held by a back-pressure client.", true),
         ],
         Kind::RouterClient => &[
             ("messages_in", "Frames read from the client.", true),

@@ -59,10 +59,30 @@ impl OutQueue {
     /// Appends `repr` (a DELIVER), dropping the oldest frames first if it
     /// would not fit; returns how many were dropped.
     pub fn push(&mut self, repr: &ClientRepr<'_>) -> u32 {
+        self.push_with(repr, true)
+    }
+
+    /// Appends `repr` past the bound if need be, dropping nothing (a
+    /// back-pressure client: its publishers are held instead).
+    pub fn push_keep(&mut self, repr: &ClientRepr<'_>) {
+        self.push_with(repr, false);
+    }
+
+    /// Whether it holds more than its bound.
+    pub fn is_over(&self) -> bool {
+        self.bytes() > self.limit
+    }
+
+    /// Whether it holds at most half its bound.
+    pub fn is_below_half(&self) -> bool {
+        self.bytes() <= self.limit / 2
+    }
+
+    fn push_with(&mut self, repr: &ClientRepr<'_>, drop_oldest: bool) -> u32 {
         let need = PREFIX + repr.buffer_len();
         let mut dropped = 0u32;
         let mut carried = 0u32;
-        while self.frames > 0 && self.bytes() + need > self.limit {
+        while drop_oldest && self.frames > 0 && self.bytes() + need > self.limit {
             let len = self.frame_len_at(self.head);
             let frame = &self.buf[self.head + PREFIX..self.head + PREFIX + len];
             carried = carried.saturating_add(client::value_of(frame)).saturating_add(1);

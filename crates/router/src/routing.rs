@@ -93,6 +93,8 @@ pub struct Totals {
     pub forbidden: u64,
     /// Messages delivered from the last-value cache.
     pub cache_deliveries: u64,
+    /// Times a publisher was held by a back-pressure client.
+    pub back_pressured: u64,
 }
 
 impl std::ops::AddAssign for Totals {
@@ -107,6 +109,7 @@ impl std::ops::AddAssign for Totals {
         self.forwarded += o.forwarded;
         self.forbidden += o.forbidden;
         self.cache_deliveries += o.cache_deliveries;
+        self.back_pressured += o.back_pressured;
     }
 }
 
@@ -144,19 +147,20 @@ fn mark(sessions: &mut [Option<Session>], backlog: &mut Vec<u32>, id: u32) {
 #[inline]
 fn deliver_all(
     sessions: &mut [Option<Session>],
-    (backlog, slow): (&mut Vec<u32>, &mut Vec<u32>),
+    (backlog, slow, held): (&mut Vec<u32>, &mut Vec<u32>, &mut Vec<u32>),
     targets: &[u32],
-    topic: &str,
-    payload: &[u8],
-    discarded: u32,
+    (topic, payload): (&str, &[u8]),
+    (discarded, local): (u32, bool),
 ) -> (u64, u64) {
     let (mut n, mut discards) = (0u64, 0u64);
     for &c in targets {
         if let Some(Some(s)) = sessions.get_mut(c as usize) {
             n += 1;
-            let dropped = s.deliver(topic, payload, 0, discarded);
-            if dropped > 0 && s.policy == SlowConsumer::Disconnect {
-                slow.push(c);
+            let dropped = s.deliver(topic, payload, 0, discarded, local);
+            match s.policy {
+                SlowConsumer::Disconnect if dropped > 0 => slow.push(c),
+                SlowConsumer::BackPressure if local && s.queue.is_over() => held.push(c),
+                _ => {}
             }
             discards += u64::from(dropped);
             if !s.in_backlog && s.needs_flush() {
@@ -237,6 +241,8 @@ pub struct Router {
     pub(crate) backlog: Vec<u32>,
     /// The backlog being flushed (kept: no allocation per flush).
     flushing: Vec<u32>,
+    /// Publishers to let go after a flush (kept).
+    releasing: Vec<(u32, u64)>,
     topics: FxHashMap<Box<str>, TopicStat>,
     other_topics: TopicStat,
     pub(crate) totals: Totals,
@@ -263,6 +269,13 @@ pub struct Router {
     /// Sessions whose queue overflowed under [`SlowConsumer::Disconnect`]
     /// ([`Router::take_slow`]).
     slow: Vec<u32>,
+    /// Back-pressure sessions over their bound after one delivery (kept:
+    /// no allocation per message).
+    held: Vec<u32>,
+    /// Publishers held by back-pressure sessions, counted with
+    /// repetition; 0: nothing held, nothing to check.
+    holds: usize,
+    next_serial: u64,
 }
 
 impl Router {
@@ -281,6 +294,7 @@ impl Router {
             free: Vec::new(),
             backlog: Vec::new(),
             flushing: Vec::new(),
+            releasing: Vec::new(),
             topics: FxHashMap::default(),
             other_topics,
             totals: Totals::default(),
@@ -296,6 +310,9 @@ impl Router {
             any_filtered: false,
             readable: FxHashMap::default(),
             slow: Vec::new(),
+            held: Vec::new(),
+            holds: 0,
+            next_serial: 0,
         }
     }
 
@@ -376,6 +393,8 @@ impl Router {
     pub fn attach(&mut self, out: Outbound, peer: String) -> u32 {
         let mut s = Session::new(out, peer, self.limits.queue_bytes, None);
         s.policy = self.limits.slow_consumer;
+        s.serial = self.next_serial;
+        self.next_serial += 1;
         self.totals.connected += 1;
         match self.free.pop() {
             Some(id) => {
@@ -395,6 +414,8 @@ impl Router {
     pub fn disconnect(&mut self, id: u32, why: &Disconnect) -> Option<Session> {
         let mut s = self.sessions.get_mut(id as usize)?.take()?;
         self.free.push(id);
+        let holding = std::mem::take(&mut s.holding);
+        self.release(&holding);
         if s.in_backlog {
             self.backlog.retain(|&b| b != id);
         }
@@ -580,7 +601,7 @@ impl Router {
                     let mut n = 0;
                     cache.each_match(&pattern, |topic, payload| {
                         if !s.filtered || s.may(topic, false) {
-                            s.deliver(topic, payload, flags::CACHED, 0);
+                            s.deliver(topic, payload, flags::CACHED, 0, false);
                             n += 1;
                         }
                     });
@@ -642,8 +663,11 @@ impl Router {
             true => readable(targets, &mut self.readable, &mut self.sessions, topic),
             false => targets,
         };
-        let (n, discards) =
-            deliver_all(&mut self.sessions, (&mut self.backlog, &mut self.slow), targets, topic, payload, 0);
+        let queues = (&mut self.backlog, &mut self.slow, &mut self.held);
+        let (n, discards) = deliver_all(&mut self.sessions, queues, targets, (topic, payload), (0, true));
+        if !self.held.is_empty() {
+            self.hold(from);
+        }
         if let Some(c) = &mut self.cache {
             c.update(topic, payload);
         }
@@ -690,8 +714,8 @@ impl Router {
             true => readable(targets, &mut self.readable, &mut self.sessions, topic),
             false => targets,
         };
-        let (n, discards) =
-            deliver_all(&mut self.sessions, (&mut self.backlog, &mut self.slow), targets, topic, payload, discarded);
+        let queues = (&mut self.backlog, &mut self.slow, &mut self.held);
+        let (n, discards) = deliver_all(&mut self.sessions, queues, targets, (topic, payload), (discarded, false));
         if let Some(c) = &mut self.cache {
             c.update(topic, payload);
         }
@@ -748,13 +772,73 @@ impl Router {
                     failed.push((id, why.clone()));
                 }
             }
+            if !s.holding.is_empty() && s.queue.is_below_half() {
+                self.releasing.append(&mut s.holding);
+            }
             s.in_backlog = s.needs_flush();
             if s.in_backlog {
                 self.backlog.push(id);
             }
         }
         self.flushing.clear();
+        if !self.releasing.is_empty() {
+            let list = std::mem::take(&mut self.releasing);
+            self.release(&list);
+            self.releasing = list;
+            self.releasing.clear();
+        }
         n
+    }
+
+    /// Publisher `from` sent the back-pressure sessions in `held` past
+    /// their bound: it is not read until they have read half their queue.
+    fn hold(&mut self, from: u32) {
+        let serial = match self.sessions.get(from as usize) {
+            Some(Some(p)) => p.serial,
+            _ => return self.held.clear(),
+        };
+        let mut newly = 0u32;
+        for &c in &self.held {
+            if let Some(Some(s)) = self.sessions.get_mut(c as usize) {
+                if !s.holding.contains(&(from, serial)) {
+                    s.holding.push((from, serial));
+                    newly += 1;
+                }
+            }
+        }
+        self.held.clear();
+        if newly > 0 {
+            if let Some(Some(p)) = self.sessions.get_mut(from as usize) {
+                p.paused_by += newly;
+            }
+            self.holds += newly as usize;
+            self.totals.back_pressured += u64::from(newly);
+        }
+    }
+
+    /// Lets go of the publishers in `list` ((session, serial)), once each.
+    fn release(&mut self, list: &[(u32, u64)]) {
+        for &(id, serial) in list {
+            self.holds = self.holds.saturating_sub(1);
+            if let Some(Some(p)) = self.sessions.get_mut(id as usize) {
+                if p.serial == serial {
+                    p.paused_by = p.paused_by.saturating_sub(1);
+                }
+            }
+        }
+    }
+
+    /// Whether any publisher is held (then [`Router::is_held`] says which).
+    #[inline]
+    pub fn any_held(&self) -> bool {
+        self.holds > 0
+    }
+
+    /// Whether session `id`'s frames must not be read now: a back-pressure
+    /// client it publishes to has not read enough.
+    #[inline]
+    pub fn is_held(&self, id: u32) -> bool {
+        matches!(self.sessions.get(id as usize), Some(Some(s)) if s.paused_by > 0)
     }
 
     /// Copies every total into the counters file (call a few times a
@@ -773,6 +857,7 @@ impl Router {
             c.set(rc::FORWARDED, t.forwarded);
             c.set(rc::FORBIDDEN, t.forbidden);
             c.set(rc::CACHE_DELIVERIES, t.cache_deliveries);
+            c.set(rc::BACK_PRESSURED, t.back_pressured);
         }
         for s in self.sessions.iter().flatten() {
             s.publish_counters();

@@ -153,6 +153,13 @@ pub struct Session {
     /// Being closed ([`crate::Router::begin_close`]): nothing more is
     /// delivered; its CLOSE waits for room.
     pub(crate) closing: bool,
+    /// Unique among this router's sessions (a slot's sessions differ).
+    pub(crate) serial: u64,
+    /// Back-pressure clients holding this one (its frames are not read
+    /// while any does).
+    pub(crate) paused_by: u32,
+    /// Publishers this back-pressure client holds: (session, serial).
+    pub(crate) holding: Vec<(u32, u64)>,
     /// In the router's list of sessions with frames waiting.
     pub(crate) in_backlog: bool,
     /// Totals.
@@ -172,6 +179,9 @@ pub enum SlowConsumer {
     /// End its session with a CLOSE saying why (`Limit`): a client that
     /// must see every message or none.
     Disconnect,
+    /// Keep its messages and stop reading the publishers that send it
+    /// more (on its routing agent) until it has read half its queue.
+    BackPressure,
 }
 
 /// Topics a session remembers its ACL answers for (then it starts again).
@@ -195,6 +205,9 @@ impl Session {
             access: FxHashMap::default(),
             policy: SlowConsumer::DropOldest,
             closing: false,
+            serial: 0,
+            paused_by: 0,
+            holding: Vec::new(),
             in_backlog: false,
             stats: SessionStats::default(),
             counters,
@@ -276,9 +289,11 @@ impl Session {
     /// Delivers one message: straight to the transport when nothing waits,
     /// else behind the queue (dropping its oldest if full). `discarded` is
     /// the discard indication it carries (messages dropped before it on
-    /// the way here). Returns the messages dropped.
+    /// the way here); `holdable`, whether its publisher can be held (it is
+    /// on this routing agent): then a back-pressure client's queue keeps
+    /// it past the bound. Returns the messages dropped.
     #[inline]
-    pub(crate) fn deliver(&mut self, topic: &str, payload: &[u8], flags: u8, discarded: u32) -> u32 {
+    pub(crate) fn deliver(&mut self, topic: &str, payload: &[u8], flags: u8, discarded: u32, holdable: bool) -> u32 {
         let sequence = self.next_sequence;
         self.next_sequence += 1;
         let repr = ClientRepr { kind: ClientKind::Deliver, flags, value: discarded, sequence, topic, body: payload };
@@ -295,6 +310,10 @@ impl Session {
                 }
                 Sent::Full => {}
             }
+        }
+        if self.policy == SlowConsumer::BackPressure && holdable {
+            self.queue.push_keep(&repr);
+            return 0;
         }
         let dropped = self.queue.push(&repr);
         self.stats.discards += u64::from(dropped);

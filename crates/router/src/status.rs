@@ -36,6 +36,9 @@ pub struct ClientStatus {
     pub queue_bytes: usize,
     /// What happens when its queue is full.
     pub slow_consumer: String,
+    /// Its frames are not being read: a back-pressure client it publishes
+    /// to is behind.
+    pub held: bool,
     /// Frames read from it.
     pub messages_in: u64,
     /// Messages handed to its transport.
@@ -116,7 +119,9 @@ impl Router {
                 slow_consumer: match s.policy {
                     SlowConsumer::DropOldest => "drop-oldest".into(),
                     SlowConsumer::Disconnect => "disconnect".into(),
+                    SlowConsumer::BackPressure => "back-pressure".into(),
                 },
+                held: s.paused_by > 0,
                 messages_in: s.stats.messages_in,
                 messages_out: s.stats.messages_out,
                 discards: s.stats.discards,

@@ -299,6 +299,94 @@ fn a_stalled_subscriber_under_the_disconnect_policy_is_closed_and_the_others_do_
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Under `slow_consumer = "back-pressure"` a subscriber that stops
+/// reading for 2.5 s loses nothing: the publisher it shares is held (its
+/// publishes come back `BackPressured`), and a publisher on another topic,
+/// with its own subscriber, goes on as if nothing happened.
+#[test]
+fn a_stalled_subscriber_under_back_pressure_holds_its_publisher_only() {
+    use tickwire_client::PublishError;
+    let dir = tempdir("stalled-back-pressure");
+    let limits = tickwire_router::config::LimitsConfig {
+        queue_bytes: 64 << 10,
+        max_frame: 16 << 10,
+        slow_consumer: tickwire_router::SlowConsumer::BackPressure,
+        ..Default::default()
+    };
+    let r = start(&dir, RouterConfig { ipc_log_bytes: 64 << 10, limits, ..RouterConfig::default() });
+    let opts = |name: &str| ClientOptions {
+        name: name.into(),
+        dir: dir.clone(),
+        log_bytes: 64 << 10,
+        ..ClientOptions::default()
+    };
+    let connect = |name: &str| Client::connect("ipc", opts(name)).unwrap();
+    let (mut slow, mut fast, mut pub_a, mut pub_b) = (connect("slow"), connect("fast"), connect("a"), connect("b"));
+    slow.subscribe("md/a").unwrap();
+    fast.subscribe("md/b").unwrap();
+    for c in [&mut slow, &mut fast, &mut pub_a, &mut pub_b] {
+        c.wait_connected(Duration::from_secs(5)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let (n, begin) = (20_000u64, Instant::now());
+    let (mut next_a, mut held_a, mut got_b, mut worst_b) = (0u64, 0u64, 0u64, Duration::ZERO);
+    for i in 0..n {
+        let due = begin + Duration::from_micros(i * 100); // each at 10k msg/s for 2 s
+        while Instant::now() < due {
+            fast.poll(
+                |e| {
+                    if let ClientEvent::Message(m) = e {
+                        got_b += 1;
+                        let sent = u64::from_le_bytes(m.payload[8..16].try_into().unwrap());
+                        worst_b = worst_b.max(Duration::from_nanos(tickwire_shm::os::monotonic_ns() - sent));
+                    }
+                },
+                64,
+            );
+        }
+        let mut msg = [0u8; 150];
+        msg[8..16].copy_from_slice(&tickwire_shm::os::monotonic_ns().to_le_bytes());
+        msg[..8].copy_from_slice(&i.to_le_bytes());
+        while pub_b.publish("md/b", &msg).is_err() {
+            pub_b.poll(|_| {}, 1);
+        }
+        // A goes as fast as it is let: held while the slow one sleeps.
+        msg[..8].copy_from_slice(&next_a.to_le_bytes());
+        match pub_a.publish("md/a", &msg) {
+            Ok(()) => next_a += 1,
+            Err(PublishError::BackPressured) => held_a += 1,
+            Err(e) => panic!("{e}"),
+        }
+        pub_a.poll(|_| {}, 1);
+    }
+    while got_b < n && begin.elapsed() < Duration::from_secs(10) {
+        fast.poll(|e| got_b += u64::from(matches!(e, ClientEvent::Message(_))), 64);
+    }
+    std::thread::sleep(Duration::from_millis(2500u64.saturating_sub(begin.elapsed().as_millis() as u64)));
+    assert_eq!(got_b, n, "the other topic's subscriber got everything");
+    assert!(worst_b < Duration::from_millis(500), "and did not wait: {worst_b:?}");
+    assert!(held_a > 0, "the shared publisher was held (BackPressured)");
+    // The slow one wakes: every message A published, in order, none dropped.
+    let (mut seqs, mut discarded) = (Vec::new(), 0u64);
+    let until = Instant::now() + Duration::from_secs(10);
+    while (seqs.len() as u64) < next_a && Instant::now() < until {
+        slow.poll(
+            |e| {
+                if let ClientEvent::Message(m) = e {
+                    discarded += u64::from(m.discarded);
+                    seqs.push(u64::from_le_bytes(m.payload[..8].try_into().unwrap()));
+                }
+            },
+            256,
+        );
+    }
+    assert_eq!(discarded, 0);
+    assert_eq!(seqs, (0..next_a).collect::<Vec<_>>(), "every held message, in order");
+    let report = r.stop();
+    assert!(report.totals.back_pressured > 0 && report.totals.discards == 0, "{:?}", report.totals);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn clients_wait_for_a_router_and_come_back_after_it_restarts() {
     let dir = tempdir("restart");

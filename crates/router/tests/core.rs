@@ -328,3 +328,38 @@ fn under_the_disconnect_policy_a_stalled_client_is_closed_and_the_others_are_unt
     let last = drain(&mut r, slow).pop().unwrap();
     assert_eq!((last.0, last.3), (ClientKind::Close, RejectCode::Limit as u32), "the CLOSE is next, no delivery");
 }
+
+#[test]
+fn under_back_pressure_nothing_is_dropped_and_the_publisher_is_held_until_half_is_read() {
+    use tickwire_router::SlowConsumer;
+    let limits = Limits { queue_bytes: 290, slow_consumer: SlowConsumer::BackPressure, ..Limits::default() };
+    let mut r = Router::new("test", limits, None);
+    let (p, other) = (client(&mut r, "p", usize::MAX), client(&mut r, "other", usize::MAX));
+    let slow = client(&mut r, "slow", usize::MAX);
+    r.handle_frame(slow, &subscribe(1, "t")).unwrap();
+    let Outbound::Memory(m) = r.session_mut(slow).unwrap().outbound_mut() else { panic!() };
+    m.room = 0;
+    // Ten fit in its 290 bytes; the eleventh goes past: p is held.
+    for i in 0u64..11 {
+        assert!(!r.is_held(p), "not before the bound is passed ({i})");
+        r.handle_frame(p, &publish("t", &i.to_le_bytes())).unwrap();
+    }
+    assert!(r.any_held() && r.is_held(p) && !r.is_held(other));
+    assert_eq!((r.session(slow).unwrap().queued(), r.totals().discards), (11, 0), "kept, not dropped");
+    assert_eq!(r.totals().back_pressured, 1);
+    // It reads: below half its bound, p is let go; every message arrives.
+    let Outbound::Memory(m) = r.session_mut(slow).unwrap().outbound_mut() else { panic!() };
+    m.room = usize::MAX;
+    r.flush(&mut Vec::new());
+    assert!(!r.any_held() && !r.is_held(p));
+    let got = drain(&mut r, slow);
+    let seqs: Vec<u64> = got
+        .iter()
+        .filter(|f| f.0 == ClientKind::Deliver)
+        .map(|f| u64::from_le_bytes(f.2[..8].try_into().unwrap()))
+        .collect();
+    assert_eq!(seqs, (0..11).collect::<Vec<_>>());
+    // A held publisher's slot taken by a new session is not let go twice.
+    r.disconnect(slow, &Disconnect { code: RejectCode::Normal, reason: "bye".into() });
+    assert!(!r.any_held());
+}

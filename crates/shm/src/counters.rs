@@ -181,7 +181,7 @@ pub const UDP_RECEIVER_NAMES: [&str; 9] = [
 ];
 
 /// Router totals, in index order (see `tickwire_router::counters`).
-pub const ROUTER_NAMES: [&str; 11] = [
+pub const ROUTER_NAMES: [&str; 12] = [
     "clients",
     "clients_connected",
     "clients_disconnected",
@@ -193,6 +193,7 @@ pub const ROUTER_NAMES: [&str; 11] = [
     "forwarded_to_agents",
     "forbidden",
     "cache_deliveries",
+    "publishers_held",
 ];
 
 /// Router client values, in index order.
