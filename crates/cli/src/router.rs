@@ -26,6 +26,9 @@ pub struct RouterArgs {
     /// Serve Prometheus metrics on HOST:PORT at /metrics (loopback unless you say otherwise); off by default.
     #[arg(long)]
     metrics: Option<String>,
+    /// What to do with a client whose queue is full: drop-oldest, disconnect or back-pressure [default: drop-oldest].
+    #[arg(long, value_parser = parse_policy)]
+    slow_consumer: Option<tickwire_router::SlowConsumer>,
     /// Serve no shared-memory clients.
     #[arg(long)]
     no_ipc: bool,
@@ -112,6 +115,16 @@ fn status(s: &Settings, json: bool) -> Result<(), String> {
     Ok(())
 }
 
+fn parse_policy(s: &str) -> Result<tickwire_router::SlowConsumer, String> {
+    use tickwire_router::SlowConsumer::*;
+    match s {
+        "drop-oldest" => Ok(DropOldest),
+        "disconnect" => Ok(Disconnect),
+        "back-pressure" => Ok(BackPressure),
+        _ => Err(format!("{s:?}: one of drop-oldest, disconnect, back-pressure")),
+    }
+}
+
 /// `tickwire router hash-password`.
 fn hash_password() -> Result<(), String> {
     let mut line = String::new();
@@ -168,6 +181,9 @@ pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
     }
     if a.no_ipc {
         cfg.ipc = false;
+    }
+    if let Some(p) = a.slow_consumer {
+        cfg.limits.slow_consumer = p;
     }
     if !a.cache.is_empty() {
         let table = cfg.cache.get_or_insert_with(|| tickwire_router::config::CacheTable {

@@ -28,7 +28,7 @@
 //! queue_bytes = 8388608           # per client, before the oldest deliveries are dropped
 //! max_subscriptions = 10000       # per client
 //! topic_counters = 64             # topics with their own counters in `tickwire stat`
-//! slow_consumer = "drop-oldest"   # a client whose queue is full: drop-oldest | disconnect
+//! slow_consumer = "drop-oldest"   # a client whose queue is full: drop-oldest | disconnect | back-pressure
 //! ```
 //!
 //! Unknown keys are refused, naming the key, so a typo is not silently a

@@ -150,6 +150,53 @@ fn malformed_frames_close_only_the_client_that_sent_them() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// What a subscriber that keeps up saw during [`stall`].
+#[derive(Default)]
+struct Timed {
+    got: u64,
+    discards: u64,
+    /// The longest a message took (its send time is at bytes 8..16).
+    worst: Duration,
+}
+
+impl Timed {
+    fn poll(&mut self, c: &mut Client) {
+        c.poll(
+            |e| {
+                if let ClientEvent::Message(m) = e {
+                    self.got += 1;
+                    self.discards += u64::from(m.discarded);
+                    let sent = u64::from_le_bytes(m.payload[8..16].try_into().unwrap());
+                    self.worst = self.worst.max(Duration::from_nanos(tickwire_shm::os::monotonic_ns() - sent));
+                }
+            },
+            64,
+        );
+    }
+}
+
+/// The 2.5 s a slow subscriber sleeps through: `publish` is handed `n`
+/// 150-byte messages at 10k msg/s (sequence number at 0..8, send time at
+/// 8..16) while `fast` is read into `seen`; then `fast` is read until it
+/// has all of them, and the 2.5 s are waited out.
+fn stall(n: u64, seen: &mut Timed, fast: &mut Client, mut publish: impl FnMut(&mut [u8; 150])) {
+    let begin = Instant::now();
+    for i in 0..n {
+        let due = begin + Duration::from_micros(i * 100);
+        while Instant::now() < due {
+            seen.poll(fast);
+        }
+        let mut msg = [0u8; 150];
+        msg[..8].copy_from_slice(&i.to_le_bytes());
+        msg[8..16].copy_from_slice(&tickwire_shm::os::monotonic_ns().to_le_bytes());
+        publish(&mut msg);
+    }
+    while seen.got < n && begin.elapsed() < Duration::from_secs(10) {
+        seen.poll(fast);
+    }
+    std::thread::sleep(Duration::from_millis(2500u64.saturating_sub(begin.elapsed().as_millis() as u64)));
+}
+
 #[test]
 fn a_stalled_subscriber_loses_its_oldest_and_the_others_do_not_wait() {
     let dir = tempdir("stalled");
@@ -174,39 +221,15 @@ fn a_stalled_subscriber_loses_its_oldest_and_the_others_do_not_wait() {
     // The slow one stops reading for 2.5 s while 20,000 messages go by
     // (about 3 MB: far more than its 64 KiB log and 64 KiB queue hold).
     let n = 20_000u64;
-    let mut worst = Duration::ZERO;
-    let begin = Instant::now();
-    let mut got = 0u64;
-    let mut discards_seen_by_fast = 0u64;
-    for i in 0..n {
-        let due = begin + Duration::from_micros(i * 100); // 10k msg/s for 2 s
-        while Instant::now() < due {
-            fast.poll(
-                |e| {
-                    if let ClientEvent::Message(m) = e {
-                        got += 1;
-                        discards_seen_by_fast += u64::from(m.discarded);
-                        let sent = u64::from_le_bytes(m.payload[8..16].try_into().unwrap());
-                        let lat = Duration::from_nanos(tickwire_shm::os::monotonic_ns() - sent);
-                        worst = worst.max(lat);
-                    }
-                },
-                64,
-            );
-        }
-        let mut msg = [0u8; 150];
-        msg[..8].copy_from_slice(&i.to_le_bytes());
-        msg[8..16].copy_from_slice(&tickwire_shm::os::monotonic_ns().to_le_bytes());
-        while publ.publish("md/eu/VOD", &msg).is_err() {
+    let mut fast_side = Timed::default();
+    stall(n, &mut fast_side, &mut fast, |msg| {
+        while publ.publish("md/eu/VOD", msg).is_err() {
             publ.poll(|_| {}, 1);
         }
-    }
-    while got < n && begin.elapsed() < Duration::from_secs(10) {
-        fast.poll(|e| got += u64::from(matches!(e, ClientEvent::Message(_))), 64);
-    }
-    std::thread::sleep(Duration::from_millis(2500u64.saturating_sub(begin.elapsed().as_millis() as u64)));
-    assert_eq!(got, n, "the fast subscriber got everything");
-    assert_eq!(discards_seen_by_fast, 0);
+    });
+    let worst = fast_side.worst;
+    assert_eq!(fast_side.got, n, "the fast subscriber got everything");
+    assert_eq!(fast_side.discards, 0);
     // Generous: a host pause can take milliseconds, but waiting on the
     // stalled one would take seconds.
     assert!(worst < Duration::from_millis(500), "the fast subscriber waited {worst:?}");
@@ -253,34 +276,14 @@ fn a_stalled_subscriber_under_the_disconnect_policy_is_closed_and_the_others_do_
     for c in [&mut slow, &mut fast, &mut publ] {
         c.wait_connected(Duration::from_secs(5)).unwrap();
     }
-    let (n, begin) = (20_000u64, Instant::now());
-    let (mut got, mut worst) = (0u64, Duration::ZERO);
-    for i in 0..n {
-        let due = begin + Duration::from_micros(i * 100); // 10k msg/s for 2 s
-        while Instant::now() < due {
-            fast.poll(
-                |e| {
-                    if let ClientEvent::Message(m) = e {
-                        got += 1;
-                        let sent = u64::from_le_bytes(m.payload[..8].try_into().unwrap());
-                        worst = worst.max(Duration::from_nanos(tickwire_shm::os::monotonic_ns() - sent));
-                    }
-                },
-                64,
-            );
-        }
-        let mut msg = [0u8; 150];
-        msg[..8].copy_from_slice(&tickwire_shm::os::monotonic_ns().to_le_bytes());
-        while publ.publish("md/eu/VOD", &msg).is_err() {
+    let (n, mut fast_side) = (20_000u64, Timed::default());
+    stall(n, &mut fast_side, &mut fast, |msg| {
+        while publ.publish("md/eu/VOD", msg).is_err() {
             publ.poll(|_| {}, 1);
         }
-    }
-    while got < n && begin.elapsed() < Duration::from_secs(10) {
-        fast.poll(|e| got += u64::from(matches!(e, ClientEvent::Message(_))), 64);
-    }
-    std::thread::sleep(Duration::from_millis(2500u64.saturating_sub(begin.elapsed().as_millis() as u64)));
-    assert_eq!(got, n, "the fast subscriber got everything");
-    assert!(worst < Duration::from_millis(500), "the fast subscriber waited {worst:?}");
+    });
+    assert_eq!(fast_side.got, n, "the fast subscriber got everything");
+    assert!(fast_side.worst < Duration::from_millis(500), "the fast subscriber waited {:?}", fast_side.worst);
     // The slow one wakes to what it was sent before the CLOSE, then the CLOSE.
     let mut why = String::new();
     let until = Instant::now() + Duration::from_secs(5);
@@ -328,43 +331,23 @@ fn a_stalled_subscriber_under_back_pressure_holds_its_publisher_only() {
         c.wait_connected(Duration::from_secs(5)).unwrap();
     }
     std::thread::sleep(Duration::from_millis(50));
-    let (n, begin) = (20_000u64, Instant::now());
-    let (mut next_a, mut held_a, mut got_b, mut worst_b) = (0u64, 0u64, 0u64, Duration::ZERO);
-    for i in 0..n {
-        let due = begin + Duration::from_micros(i * 100); // each at 10k msg/s for 2 s
-        while Instant::now() < due {
-            fast.poll(
-                |e| {
-                    if let ClientEvent::Message(m) = e {
-                        got_b += 1;
-                        let sent = u64::from_le_bytes(m.payload[8..16].try_into().unwrap());
-                        worst_b = worst_b.max(Duration::from_nanos(tickwire_shm::os::monotonic_ns() - sent));
-                    }
-                },
-                64,
-            );
-        }
-        let mut msg = [0u8; 150];
-        msg[8..16].copy_from_slice(&tickwire_shm::os::monotonic_ns().to_le_bytes());
-        msg[..8].copy_from_slice(&i.to_le_bytes());
-        while pub_b.publish("md/b", &msg).is_err() {
+    let (n, mut fast_side) = (20_000u64, Timed::default());
+    let (mut next_a, mut held_a) = (0u64, 0u64);
+    stall(n, &mut fast_side, &mut fast, |msg| {
+        while pub_b.publish("md/b", msg).is_err() {
             pub_b.poll(|_| {}, 1);
         }
         // A goes as fast as it is let: held while the slow one sleeps.
         msg[..8].copy_from_slice(&next_a.to_le_bytes());
-        match pub_a.publish("md/a", &msg) {
+        match pub_a.publish("md/a", msg) {
             Ok(()) => next_a += 1,
             Err(PublishError::BackPressured) => held_a += 1,
             Err(e) => panic!("{e}"),
         }
         pub_a.poll(|_| {}, 1);
-    }
-    while got_b < n && begin.elapsed() < Duration::from_secs(10) {
-        fast.poll(|e| got_b += u64::from(matches!(e, ClientEvent::Message(_))), 64);
-    }
-    std::thread::sleep(Duration::from_millis(2500u64.saturating_sub(begin.elapsed().as_millis() as u64)));
-    assert_eq!(got_b, n, "the other topic's subscriber got everything");
-    assert!(worst_b < Duration::from_millis(500), "and did not wait: {worst_b:?}");
+    });
+    assert_eq!(fast_side.got, n, "the other topic's subscriber got everything");
+    assert!(fast_side.worst < Duration::from_millis(500), "and did not wait: {:?}", fast_side.worst);
     assert!(held_a > 0, "the shared publisher was held (BackPressured)");
     // The slow one wakes: every message A published, in order, none dropped.
     let (mut seqs, mut discarded) = (Vec::new(), 0u64);
