@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tickwire_client::{Client, ClientEvent, ClientOptions};
-use tickwire_router::{RouterConfig, Server};
+use tickwire_router::{RouterConfig, Server, SlowConsumer};
 use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION, IPC_IN_CHANNEL};
 
 #[test]
@@ -150,6 +150,18 @@ fn malformed_frames_close_only_the_client_that_sent_them() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A router whose clients' logs and queues hold 64 KiB: a subscriber that
+/// stops reading fills them within a second at 10k msg/s.
+fn start_small(dir: &Path, slow_consumer: SlowConsumer) -> common::Running {
+    let limits = tickwire_router::config::LimitsConfig {
+        queue_bytes: 64 << 10,
+        max_frame: 16 << 10,
+        slow_consumer,
+        ..Default::default()
+    };
+    start(dir, RouterConfig { ipc_log_bytes: 64 << 10, limits, ..RouterConfig::default() })
+}
+
 /// What a subscriber that keeps up saw during [`stall`].
 #[derive(Default)]
 struct Timed {
@@ -200,16 +212,7 @@ fn stall(n: u64, seen: &mut Timed, fast: &mut Client, mut publish: impl FnMut(&m
 #[test]
 fn a_stalled_subscriber_loses_its_oldest_and_the_others_do_not_wait() {
     let dir = tempdir("stalled");
-    let cfg = RouterConfig {
-        ipc_log_bytes: 64 << 10,
-        limits: tickwire_router::config::LimitsConfig {
-            queue_bytes: 64 << 10,
-            max_frame: 16 << 10,
-            ..Default::default()
-        },
-        ..RouterConfig::default()
-    };
-    let r = start(&dir, cfg);
+    let r = start_small(&dir, SlowConsumer::DropOldest);
     let mut slow = client("ipc", &dir, "slow");
     let mut fast = client("ipc", &dir, "fast");
     let mut publ = client("ipc", &dir, "pub");
@@ -262,13 +265,7 @@ fn a_stalled_subscriber_loses_its_oldest_and_the_others_do_not_wait() {
 #[test]
 fn a_stalled_subscriber_under_the_disconnect_policy_is_closed_and_the_others_do_not_wait() {
     let dir = tempdir("stalled-disconnect");
-    let limits = tickwire_router::config::LimitsConfig {
-        queue_bytes: 64 << 10,
-        max_frame: 16 << 10,
-        slow_consumer: tickwire_router::SlowConsumer::Disconnect,
-        ..Default::default()
-    };
-    let r = start(&dir, RouterConfig { ipc_log_bytes: 64 << 10, limits, ..RouterConfig::default() });
+    let r = start_small(&dir, SlowConsumer::Disconnect);
     let (mut slow, mut fast, mut publ) =
         (client("ipc", &dir, "slow"), client("ipc", &dir, "fast"), client("ipc", &dir, "p"));
     slow.subscribe("md/>").unwrap();
@@ -310,13 +307,7 @@ fn a_stalled_subscriber_under_the_disconnect_policy_is_closed_and_the_others_do_
 fn a_stalled_subscriber_under_back_pressure_holds_its_publisher_only() {
     use tickwire_client::PublishError;
     let dir = tempdir("stalled-back-pressure");
-    let limits = tickwire_router::config::LimitsConfig {
-        queue_bytes: 64 << 10,
-        max_frame: 16 << 10,
-        slow_consumer: tickwire_router::SlowConsumer::BackPressure,
-        ..Default::default()
-    };
-    let r = start(&dir, RouterConfig { ipc_log_bytes: 64 << 10, limits, ..RouterConfig::default() });
+    let r = start_small(&dir, SlowConsumer::BackPressure);
     let opts = |name: &str| ClientOptions {
         name: name.into(),
         dir: dir.clone(),

@@ -1,6 +1,6 @@
 //! The routing core driven without I/O: sessions on in-memory transports.
 
-use tickwire_router::{Disconnect, Limits, MemoryOut, Outbound, Router};
+use tickwire_router::{Disconnect, Limits, MemoryOut, Outbound, Router, SlowConsumer};
 use tickwire_wire::client::{flags, ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION};
 use tickwire_wire::ClientFrame;
 
@@ -129,10 +129,12 @@ fn bad_requests_are_rejected_and_bad_frames_disconnect() {
     assert!(String::from_utf8_lossy(f.body()).contains("client protocol 99"));
 }
 
-#[test]
-fn a_stalled_client_loses_its_oldest_and_hears_how_many() {
-    // Each queued delivery: 4 + 16 + 1 + 8 = 29 bytes; room for 10.
-    let mut r = Router::new("test", Limits { queue_bytes: 290, ..Limits::default() }, None);
+/// A router whose clients' queues hold 290 bytes (each queued delivery of
+/// an 8-byte message on `t`: 4 + 16 + 1 + 8 = 29 bytes, so 10), and a
+/// publisher, a subscriber that reads nothing and one that reads all, both
+/// on `t`.
+fn stalled(slow_consumer: SlowConsumer) -> (Router, u32, u32, u32) {
+    let mut r = Router::new("test", Limits { queue_bytes: 290, slow_consumer, ..Limits::default() }, None);
     let p = client(&mut r, "p", usize::MAX);
     let slow = client(&mut r, "slow", usize::MAX);
     let fast = client(&mut r, "fast", usize::MAX);
@@ -141,6 +143,12 @@ fn a_stalled_client_loses_its_oldest_and_hears_how_many() {
     }
     let Outbound::Memory(m) = r.session_mut(slow).unwrap().outbound_mut() else { panic!() };
     m.room = 0;
+    (r, p, slow, fast)
+}
+
+#[test]
+fn a_stalled_client_loses_its_oldest_and_hears_how_many() {
+    let (mut r, p, slow, fast) = stalled(SlowConsumer::DropOldest);
     for i in 0u64..25 {
         r.handle_frame(p, &publish("t", &i.to_le_bytes())).unwrap();
     }
@@ -293,17 +301,7 @@ fn deliveries(r: &mut Router, id: u32) -> Vec<(String, Vec<u8>, u8)> {
 
 #[test]
 fn under_the_disconnect_policy_a_stalled_client_is_closed_and_the_others_are_untouched() {
-    use tickwire_router::SlowConsumer;
-    let limits = Limits { queue_bytes: 290, slow_consumer: SlowConsumer::Disconnect, ..Limits::default() };
-    let mut r = Router::new("test", limits, None);
-    let p = client(&mut r, "p", usize::MAX);
-    let slow = client(&mut r, "slow", usize::MAX);
-    let fast = client(&mut r, "fast", usize::MAX);
-    for id in [slow, fast] {
-        r.handle_frame(id, &subscribe(1, "t")).unwrap();
-    }
-    let Outbound::Memory(m) = r.session_mut(slow).unwrap().outbound_mut() else { panic!() };
-    m.room = 0;
+    let (mut r, p, slow, fast) = stalled(SlowConsumer::Disconnect);
     for i in 0u64..10 {
         r.handle_frame(p, &publish("t", &i.to_le_bytes())).unwrap();
     }
@@ -331,7 +329,6 @@ fn under_the_disconnect_policy_a_stalled_client_is_closed_and_the_others_are_unt
 
 #[test]
 fn under_back_pressure_nothing_is_dropped_and_the_publisher_is_held_until_half_is_read() {
-    use tickwire_router::SlowConsumer;
     let limits = Limits { queue_bytes: 290, slow_consumer: SlowConsumer::BackPressure, ..Limits::default() };
     let mut r = Router::new("test", limits, None);
     let (p, other) = (client(&mut r, "p", usize::MAX), client(&mut r, "other", usize::MAX));
