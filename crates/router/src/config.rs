@@ -29,6 +29,7 @@
 //! max_subscriptions = 10000       # per client
 //! topic_counters = 64             # topics with their own counters in `tickwire stat`
 //! slow_consumer = "drop-oldest"   # a client whose queue is full: drop-oldest | disconnect | back-pressure
+//! conflate = ["md/>"]             # a lagging client gets only the newest queued message of these topics
 //! ```
 //!
 //! Unknown keys are refused, naming the key, so a typo is not silently a
@@ -158,6 +159,8 @@ pub struct LimitsConfig {
     pub topic_counters: usize,
     /// See [`Limits::slow_consumer`].
     pub slow_consumer: SlowConsumer,
+    /// See [`Limits::conflate`].
+    pub conflate: Vec<String>,
 }
 
 impl Default for LimitsConfig {
@@ -169,6 +172,7 @@ impl Default for LimitsConfig {
             max_subscriptions: l.max_subscriptions,
             topic_counters: l.topic_counters,
             slow_consumer: l.slow_consumer,
+            conflate: Vec::new(),
         }
     }
 }
@@ -181,6 +185,8 @@ impl From<&LimitsConfig> for Limits {
             max_subscriptions: c.max_subscriptions,
             topic_counters: c.topic_counters,
             slow_consumer: c.slow_consumer,
+            // Checked by `RouterConfig::check`.
+            conflate: c.conflate.iter().filter_map(|p| Pattern::parse(p).ok()).collect(),
         }
     }
 }
@@ -326,6 +332,9 @@ impl RouterConfig {
             return bad("agent_link_bytes", &self.agent_link_bytes, "at least limits.max_frame and at most 1 GiB");
         }
         Users::new(&self.users)?;
+        if let Some(p) = l.conflate.iter().find(|p| Pattern::parse(p).is_err()) {
+            return bad("limits.conflate", p, "topic patterns (see docs/topics.md)");
+        }
         self.metrics_addr()?;
         if let Some(c) = &self.cache {
             c.to_config()?;

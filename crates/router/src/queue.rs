@@ -11,6 +11,7 @@
 //! first after them: Solace's discard indication, carried on the next
 //! message the client receives.
 
+use rustc_hash::FxHashMap;
 use tickwire_wire::client::{self, ClientRepr};
 
 /// Length prefix bytes before each queued frame.
@@ -24,13 +25,18 @@ pub struct OutQueue {
     frames: usize,
     limit: usize,
     dropped: u64,
+    /// Bytes ever appended before `buf[0]` (a frame's position in `latest`
+    /// less this is its index in `buf`).
+    base: u64,
+    /// Conflated topics: the position of each one's newest queued frame.
+    latest: FxHashMap<Box<str>, u64>,
 }
 
 impl OutQueue {
     /// A queue holding at most `limit` bytes (prefixes included); one frame
     /// larger than the limit is still accepted alone.
     pub fn new(limit: usize) -> Self {
-        Self { buf: Vec::new(), head: 0, frames: 0, limit, dropped: 0 }
+        Self { buf: Vec::new(), head: 0, frames: 0, limit, dropped: 0, base: 0, latest: FxHashMap::default() }
     }
 
     /// Queued frames.
@@ -60,6 +66,36 @@ impl OutQueue {
     /// would not fit; returns how many were dropped.
     pub fn push(&mut self, repr: &ClientRepr<'_>) -> u32 {
         self.push_with(repr, true)
+    }
+
+    /// [`OutQueue::push`], remembering the frame as its topic's newest for
+    /// [`OutQueue::replace`].
+    pub fn push_conflated(&mut self, repr: &ClientRepr<'_>) -> u32 {
+        let dropped = self.push_with(repr, true);
+        let at = self.base + (self.buf.len() - PREFIX - repr.buffer_len()) as u64;
+        self.latest.insert(repr.topic.into(), at);
+        dropped
+    }
+
+    /// Conflation: overwrites the payload of `topic`'s newest queued frame
+    /// with `payload`, if it is still queued and the same size (fixed-size
+    /// market data); it keeps its place, sequence and discard count.
+    /// Whether it did.
+    pub fn replace(&mut self, topic: &str, payload: &[u8]) -> bool {
+        let Some(&at) = self.latest.get(topic) else { return false };
+        let idx = at.checked_sub(self.base).map(|i| i as usize);
+        let Some(idx) = idx.filter(|&i| i >= self.head && i + PREFIX <= self.buf.len()) else {
+            self.latest.remove(topic);
+            return false;
+        };
+        let len = self.frame_len_at(idx);
+        let frame = &mut self.buf[idx + PREFIX..idx + PREFIX + len];
+        let body = client::HEADER_LEN + topic.len();
+        if len != body + payload.len() || frame.get(client::HEADER_LEN..body) != Some(topic.as_bytes()) {
+            return false;
+        }
+        frame[body..].copy_from_slice(payload);
+        true
     }
 
     /// Appends `repr` past the bound if need be, dropping nothing (a
@@ -100,6 +136,7 @@ impl OutQueue {
         }
         if self.head > 0 && self.head >= self.buf.len() / 2 {
             self.buf.drain(..self.head);
+            self.base += self.head as u64;
             self.head = 0;
         }
         let at = self.buf.len();
@@ -130,10 +167,17 @@ impl OutQueue {
         if self.frames > 0 {
             self.head += PREFIX + self.frame_len_at(self.head);
             self.frames -= 1;
-            if self.frames == 0 {
-                self.buf.clear();
-                self.head = 0;
-            }
+            self.reset_if_empty();
+        }
+    }
+
+    /// An empty queue starts its buffer again.
+    fn reset_if_empty(&mut self) {
+        if self.frames == 0 {
+            self.base += self.buf.len() as u64;
+            self.buf.clear();
+            self.head = 0;
+            self.latest.clear();
         }
     }
 
@@ -141,8 +185,8 @@ impl OutQueue {
     pub fn clear(&mut self) -> usize {
         let n = self.frames;
         self.dropped += n as u64;
-        self.buf.clear();
-        (self.head, self.frames) = (0, 0);
+        self.frames = 0;
+        self.reset_if_empty();
         n
     }
 
@@ -170,10 +214,7 @@ impl OutQueue {
             n -= whole;
             self.head += whole;
         }
-        if self.frames == 0 {
-            self.buf.clear();
-            self.head = 0;
-        }
+        self.reset_if_empty();
         frames
     }
 }
@@ -217,6 +258,46 @@ mod tests {
         assert_eq!(front(&q), (1, 1));
         assert_eq!(q.push(&deliver(2)), 1);
         assert_eq!(front(&q), (2, 2));
+    }
+
+    #[test]
+    fn conflation_overwrites_the_newest_queued_frame_of_a_topic_in_place() {
+        let frame = |topic: &'static str, body: &'static [u8], seq| ClientRepr {
+            sequence: seq,
+            topic,
+            body,
+            ..ClientRepr::new(ClientKind::Deliver)
+        };
+        // Room for six 22-byte frames: the oldest go as it fills.
+        let mut q = OutQueue::new(150);
+        q.push_conflated(&frame("a", b"1", 0));
+        q.push_conflated(&frame("b", b"1", 1));
+        assert!(q.replace("a", b"2"), "same size: in place");
+        assert!(!q.replace("a", b"22"), "another size: not");
+        assert!(!q.replace("c", b"1"), "never queued");
+        let bodies = |q: &OutQueue| -> Vec<(String, Vec<u8>, u64)> {
+            let mut out = Vec::new();
+            let mut rest = q.as_bytes();
+            while !rest.is_empty() {
+                let len = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
+                let f = ClientFrame::new_checked(&rest[4..4 + len]).unwrap();
+                out.push((f.topic().to_owned(), f.body().to_vec(), f.sequence()));
+                rest = &rest[4 + len..];
+            }
+            out
+        };
+        assert_eq!(bodies(&q), [("a".into(), b"2".to_vec(), 0), ("b".into(), b"1".to_vec(), 1)]);
+        // Filling past the bound drops "a"'s frame: replacing it is refused,
+        // and the positions of those left stay right after the buffer moves.
+        for s in 2..8 {
+            q.push_conflated(&frame("c", b"1", s));
+        }
+        assert!(!q.replace("a", b"3") && !q.replace("b", b"3"));
+        assert!(q.replace("c", b"9"));
+        assert_eq!(bodies(&q).len(), 6);
+        assert_eq!(bodies(&q).last().unwrap(), &("c".into(), b"9".to_vec(), 7));
+        q.clear();
+        assert!(!q.replace("c", b"1"));
     }
 
     #[test]

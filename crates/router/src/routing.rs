@@ -32,6 +32,9 @@ pub struct Limits {
     /// What happens to a client whose queue is full (unless its user says
     /// otherwise).
     pub slow_consumer: SlowConsumer,
+    /// Topics conflated for a lagging client: a message replaces the
+    /// newest one of its topic still queued for it.
+    pub conflate: Vec<Pattern>,
 }
 
 impl Default for Limits {
@@ -42,6 +45,7 @@ impl Default for Limits {
             max_subscriptions: 10_000,
             topic_counters: 64,
             slow_consumer: SlowConsumer::DropOldest,
+            conflate: Vec::new(),
         }
     }
 }
@@ -150,13 +154,13 @@ fn deliver_all(
     (backlog, slow, held): (&mut Vec<u32>, &mut Vec<u32>, &mut Vec<u32>),
     targets: &[u32],
     (topic, payload): (&str, &[u8]),
-    (discarded, local): (u32, bool),
+    (discarded, local, conflate): (u32, bool, bool),
 ) -> (u64, u64) {
     let (mut n, mut discards) = (0u64, 0u64);
     for &c in targets {
         if let Some(Some(s)) = sessions.get_mut(c as usize) {
             n += 1;
-            let dropped = s.deliver(topic, payload, 0, discarded, local);
+            let dropped = s.deliver(topic, payload, 0, discarded, (local, conflate));
             match s.policy {
                 SlowConsumer::Disconnect if dropped > 0 => slow.push(c),
                 SlowConsumer::BackPressure if local && s.queue.is_over() => held.push(c),
@@ -170,6 +174,24 @@ fn deliver_all(
         }
     }
     (n, discards)
+}
+
+/// Whether `topic` is conflated: never without patterns; else one lookup
+/// for a topic seen before.
+#[inline]
+fn conflated(patterns: &[Pattern], seen: &mut FxHashMap<Box<str>, bool>, topic: &str) -> bool {
+    if patterns.is_empty() {
+        return false;
+    }
+    if let Some(&c) = seen.get(topic) {
+        return c;
+    }
+    if seen.len() >= READABLE_LIMIT {
+        seen.clear();
+    }
+    let c = patterns.iter().any(|p| p.matches(topic));
+    seen.insert(topic.into(), c);
+    c
 }
 
 /// Topics whose readable subscribers are remembered, beyond which that
@@ -243,6 +265,8 @@ pub struct Router {
     flushing: Vec<u32>,
     /// Publishers to let go after a flush (kept).
     releasing: Vec<(u32, u64)>,
+    /// Topics seen, and whether `limits.conflate` covers them.
+    conflated: FxHashMap<Box<str>, bool>,
     topics: FxHashMap<Box<str>, TopicStat>,
     other_topics: TopicStat,
     pub(crate) totals: Totals,
@@ -295,6 +319,7 @@ impl Router {
             backlog: Vec::new(),
             flushing: Vec::new(),
             releasing: Vec::new(),
+            conflated: FxHashMap::default(),
             topics: FxHashMap::default(),
             other_topics,
             totals: Totals::default(),
@@ -601,7 +626,7 @@ impl Router {
                     let mut n = 0;
                     cache.each_match(&pattern, |topic, payload| {
                         if !s.filtered || s.may(topic, false) {
-                            s.deliver(topic, payload, flags::CACHED, 0, false);
+                            s.deliver(topic, payload, flags::CACHED, 0, (false, false));
                             n += 1;
                         }
                     });
@@ -664,7 +689,8 @@ impl Router {
             false => targets,
         };
         let queues = (&mut self.backlog, &mut self.slow, &mut self.held);
-        let (n, discards) = deliver_all(&mut self.sessions, queues, targets, (topic, payload), (0, true));
+        let conflate = conflated(&self.limits.conflate, &mut self.conflated, topic);
+        let (n, discards) = deliver_all(&mut self.sessions, queues, targets, (topic, payload), (0, true, conflate));
         if !self.held.is_empty() {
             self.hold(from);
         }
@@ -715,7 +741,9 @@ impl Router {
             false => targets,
         };
         let queues = (&mut self.backlog, &mut self.slow, &mut self.held);
-        let (n, discards) = deliver_all(&mut self.sessions, queues, targets, (topic, payload), (discarded, false));
+        let conflate = conflated(&self.limits.conflate, &mut self.conflated, topic);
+        let (n, discards) =
+            deliver_all(&mut self.sessions, queues, targets, (topic, payload), (discarded, false, conflate));
         if let Some(c) = &mut self.cache {
             c.update(topic, payload);
         }

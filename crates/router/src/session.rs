@@ -122,6 +122,9 @@ pub struct SessionStats {
     pub discards: u64,
     /// Requests refused (REJECT).
     pub rejects: u64,
+    /// Queued messages replaced by a newer one of their topic
+    /// (conflation).
+    pub conflated: u64,
 }
 
 /// A client session.
@@ -291,9 +294,22 @@ impl Session {
     /// the discard indication it carries (messages dropped before it on
     /// the way here); `holdable`, whether its publisher can be held (it is
     /// on this routing agent): then a back-pressure client's queue keeps
-    /// it past the bound. Returns the messages dropped.
+    /// it past the bound; `conflate`, whether its topic is conflated: then
+    /// it replaces the topic's newest queued message if there is one (of
+    /// the same size). Returns the messages dropped.
     #[inline]
-    pub(crate) fn deliver(&mut self, topic: &str, payload: &[u8], flags: u8, discarded: u32, holdable: bool) -> u32 {
+    pub(crate) fn deliver(
+        &mut self,
+        topic: &str,
+        payload: &[u8],
+        flags: u8,
+        discarded: u32,
+        (holdable, conflate): (bool, bool),
+    ) -> u32 {
+        if conflate && !self.queue.is_empty() && discarded == 0 && self.queue.replace(topic, payload) {
+            self.stats.conflated += 1;
+            return 0;
+        }
         let sequence = self.next_sequence;
         self.next_sequence += 1;
         let repr = ClientRepr { kind: ClientKind::Deliver, flags, value: discarded, sequence, topic, body: payload };
@@ -315,7 +331,7 @@ impl Session {
             self.queue.push_keep(&repr);
             return 0;
         }
-        let dropped = self.queue.push(&repr);
+        let dropped = if conflate { self.queue.push_conflated(&repr) } else { self.queue.push(&repr) };
         self.stats.discards += u64::from(dropped);
         dropped
     }

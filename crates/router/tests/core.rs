@@ -360,3 +360,27 @@ fn under_back_pressure_nothing_is_dropped_and_the_publisher_is_held_until_half_i
     r.disconnect(slow, &Disconnect { code: RejectCode::Normal, reason: "bye".into() });
     assert!(!r.any_held());
 }
+
+#[test]
+fn a_lagging_client_gets_only_the_newest_message_of_a_conflated_topic() {
+    let conflate = vec![tickwire_topic::Pattern::parse("md/>").unwrap()];
+    let mut r = Router::new("test", Limits { conflate, ..Limits::default() }, None);
+    let (p, lag, fast) =
+        (client(&mut r, "p", usize::MAX), client(&mut r, "lag", usize::MAX), client(&mut r, "fast", usize::MAX));
+    for id in [lag, fast] {
+        r.handle_frame(id, &subscribe(1, ">")).unwrap();
+    }
+    let Outbound::Memory(m) = r.session_mut(lag).unwrap().outbound_mut() else { panic!() };
+    m.room = 0;
+    for (t, v) in [("md/a", b"1"), ("md/b", b"1"), ("md/a", b"2"), ("fx/x", b"1"), ("md/a", b"3"), ("fx/x", b"2")] {
+        r.handle_frame(p, &publish(t, v)).unwrap();
+    }
+    assert_eq!(topics(&drain(&mut r, fast)).len(), 6, "a client that keeps up gets every one");
+    let Outbound::Memory(m) = r.session_mut(lag).unwrap().outbound_mut() else { panic!() };
+    m.room = usize::MAX;
+    r.flush(&mut Vec::new());
+    let got: Vec<(String, Vec<u8>)> = deliveries(&mut r, lag).into_iter().map(|d| (d.0, d.1)).collect();
+    let want = [("md/a", b"3"), ("md/b", b"1"), ("fx/x", b"1"), ("fx/x", b"2")];
+    assert_eq!(got, want.map(|(t, v)| (t.to_owned(), v.to_vec())), "md/a's newest in md/a's place; fx/x not conflated");
+    assert_eq!(r.session(lag).unwrap().stats.conflated, 2);
+}
