@@ -71,10 +71,14 @@ impl Router {
             return Ok(()); // an earlier session in this slot
         }
         s.ticket = None;
-        // Checked against the users of its time; held to today's.
-        let user = r.outcome.and_then(|u| match self.users.as_ref().and_then(|us| us.get(&u.name)) {
-            Some(now) if now.same_login(&u) => Ok(Arc::clone(now)),
-            _ => Err(format!("user {:?} changed while its password was checked", u.name)),
+        // Checked against the users of its time; held to today's (none
+        // now: everyone is anonymous).
+        let user = r.outcome.and_then(|u| match &self.users {
+            None => Ok(None),
+            Some(us) => match us.get(&u.name) {
+                Some(now) if now.same_login(&u) => Ok(Some(Arc::clone(now))),
+                _ => Err(format!("user {:?} changed while its password was checked", u.name)),
+            },
         });
         match user {
             Err(why) => {
@@ -82,11 +86,11 @@ impl Router {
                 Err(Disconnect { code: RejectCode::Forbidden, reason: why })
             }
             Ok(user) => {
-                s.policy = user.slow_consumer.unwrap_or(default_policy);
-                s.user = Some(user);
-                let held = std::mem::take(&mut s.held);
+                s.policy = user.as_ref().and_then(|u| u.slow_consumer).unwrap_or(default_policy);
+                s.user = user;
+                let unchecked = std::mem::take(&mut s.unchecked);
                 self.welcome(r.session)?;
-                for f in held {
+                for f in unchecked {
                     self.handle_frame(r.session, &f)?;
                 }
                 Ok(())

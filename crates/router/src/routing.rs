@@ -224,20 +224,22 @@ fn readable<'a>(
 }
 
 /// Frames a client may send while its password is being checked.
-const HELD_FRAMES: usize = 256;
+const UNCHECKED_FRAMES: usize = 256;
 /// Their bytes.
-const HELD_BYTES: usize = 1 << 20;
+const UNCHECKED_BYTES: usize = 1 << 20;
 
 /// Keeps a frame read while the session's password is being checked.
-fn hold(s: &mut Session, bytes: &[u8]) -> Result<(), Disconnect> {
-    let held: usize = s.held.iter().map(Vec::len).sum();
-    if s.held.len() >= HELD_FRAMES || held + bytes.len() > HELD_BYTES {
+fn keep_unchecked(s: &mut Session, bytes: &[u8]) -> Result<(), Disconnect> {
+    let kept: usize = s.unchecked.iter().map(Vec::len).sum();
+    if s.unchecked.len() >= UNCHECKED_FRAMES || kept + bytes.len() > UNCHECKED_BYTES {
         return Err(Disconnect {
             code: RejectCode::Limit,
-            reason: format!("over {HELD_FRAMES} frames or {HELD_BYTES} bytes sent before its password was checked"),
+            reason: format!(
+                "over {UNCHECKED_FRAMES} frames or {UNCHECKED_BYTES} bytes sent before its password was checked"
+            ),
         });
     }
-    s.held.push(bytes.to_vec());
+    s.unchecked.push(bytes.to_vec());
     Ok(())
 }
 
@@ -529,7 +531,7 @@ impl Router {
             return Err(Disconnect::protocol(format!("no session {id}")));
         };
         if s.ticket.is_some() {
-            return hold(s, bytes);
+            return keep_unchecked(s, bytes);
         }
         s.stats.messages_in += 1;
         s.stats.bytes_in += bytes.len() as u64;

@@ -145,7 +145,7 @@ pub struct Session {
     /// Its password is being checked: the check's ticket.
     pub(crate) ticket: Option<u64>,
     /// Frames read while its password was being checked, in order.
-    pub(crate) held: Vec<Vec<u8>>,
+    pub(crate) unchecked: Vec<Vec<u8>>,
     /// Some subscription reaches topics its user may not read: each
     /// delivery is checked.
     pub(crate) filtered: bool,
@@ -203,7 +203,7 @@ impl Session {
             hello: false,
             user: None,
             ticket: None,
-            held: Vec::new(),
+            unchecked: Vec::new(),
             filtered: false,
             access: FxHashMap::default(),
             policy: SlowConsumer::DropOldest,

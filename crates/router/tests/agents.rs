@@ -118,6 +118,18 @@ fn the_cache_seam_holds_across_agents_while_publishing() {
     let mut sub = client("ipc", &dir, "s");
     sub.wait_connected(Duration::from_secs(10)).unwrap();
     assert_ne!(publisher.client_id().unwrap() % 2, sub.client_id().unwrap() % 2, "one on each agent");
+    // A plain subscriber on the subscriber's agent: once it has a message,
+    // that agent's copy of the cache holds a value.
+    let mut filler = client("ipc", &dir, "filler");
+    filler.wait_connected(Duration::from_secs(10)).unwrap();
+    let mut watch = client("ipc", &dir, "watch");
+    watch.subscribe("md/>").unwrap();
+    watch.wait_connected(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        watch.client_id().unwrap() % 2,
+        sub.client_id().unwrap() % 2,
+        "the fourth client joins the second agent"
+    );
 
     let (published, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
     let (count, halt) = (Arc::clone(&published), Arc::clone(&stop));
@@ -133,9 +145,12 @@ fn the_cache_seam_holds_across_agents_while_publishing() {
             publisher.poll(|_| {}, 16);
         }
     });
-    // Mid-stream: once the cache surely holds a value.
-    while published.load(Ordering::Relaxed) < 20_000 {
-        std::thread::yield_now();
+    // Mid-stream: once the subscriber's agent has routed a message.
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut seen = 0;
+    while seen == 0 {
+        assert!(Instant::now() < until, "nothing reached the second agent");
+        watch.poll(|e| seen += usize::from(matches!(e, ClientEvent::Message(_))), 64);
     }
     sub.subscribe_cached("md/>").unwrap();
     let mut seqs: Vec<(u64, bool, u32)> = Vec::new();
