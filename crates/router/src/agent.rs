@@ -15,9 +15,10 @@
 //! the server's own thread.
 
 use crate::access::{AuthResult, AuthWorker, Users};
+use crate::counters::Totals;
 use crate::metrics::{ForwardingTime, SAMPLE_EVERY};
 use crate::peers::{Interest, LinkReader};
-use crate::routing::{Disconnect, Router, Totals};
+use crate::routing::{Disconnect, Router};
 use crate::session::Outbound;
 use crate::status::ClientStatus;
 use crate::tcp::TcpOut;

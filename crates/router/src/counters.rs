@@ -1,5 +1,122 @@
-//! Indices of the router's values in its counter sets (the names are
-//! `tickwire_shm::counters::ROUTER_*_NAMES`, shown by `tickwire stat`).
+//! The router's counts: its totals and per-topic counts, and the indices
+//! of its values in its counter sets (the names are
+//! `tickwire_shm::counters::ROUTER_*_NAMES`, shown by `tickwire stat` and
+//! the metrics).
+
+use crate::routing::Router;
+use router as rc;
+use tickwire_shm::counters::Kind;
+use tickwire_shm::CounterSet;
+use topic as tc;
+
+/// The router's totals (mirrored into its counter set).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    /// Sessions opened.
+    pub connected: u64,
+    /// Sessions closed.
+    pub disconnected: u64,
+    /// Sessions closed for protocol violations.
+    pub violations: u64,
+    /// Messages published.
+    pub messages_in: u64,
+    /// Messages nobody subscribed to.
+    pub unwanted: u64,
+    /// Deliveries made or queued.
+    pub deliveries: u64,
+    /// Deliveries dropped by full queues (and messages dropped for
+    /// another routing agent whose link was full).
+    pub discards: u64,
+    /// Messages handed to other routing agents.
+    pub forwarded: u64,
+    /// Refusals by authentication and ACLs (wrong passwords, publishes
+    /// and subscriptions not allowed).
+    pub forbidden: u64,
+    /// Messages delivered from the last-value cache.
+    pub cache_deliveries: u64,
+    /// Times a publisher was held by a back-pressure client.
+    pub back_pressured: u64,
+}
+
+impl std::ops::AddAssign for Totals {
+    fn add_assign(&mut self, o: Self) {
+        self.connected += o.connected;
+        self.disconnected += o.disconnected;
+        self.violations += o.violations;
+        self.messages_in += o.messages_in;
+        self.unwanted += o.unwanted;
+        self.deliveries += o.deliveries;
+        self.discards += o.discards;
+        self.forwarded += o.forwarded;
+        self.forbidden += o.forbidden;
+        self.cache_deliveries += o.cache_deliveries;
+        self.back_pressured += o.back_pressured;
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct TopicStat {
+    pub(crate) values: [u64; 4],
+    pub(crate) set: Option<CounterSet>,
+}
+
+impl TopicStat {
+    /// Counts `m` messages in (0 or 1) of `len` payload bytes, delivered
+    /// `n` times.
+    #[inline]
+    fn add(&mut self, m: u64, n: u64, len: u64) {
+        self.values[tc::MESSAGES_IN] += m;
+        self.values[tc::BYTES_IN] += m * len;
+        self.values[tc::DELIVERIES] += n;
+        self.values[tc::BYTES_OUT] += n * len;
+    }
+}
+
+impl Router {
+    /// Counts on `topic`'s counters (see [`TopicStat::add`]): one lookup
+    /// for a topic already counted (every message but the first of each).
+    #[inline]
+    pub(crate) fn count_topic(&mut self, topic: &str, m: u64, n: u64, len: u64) {
+        if let Some(stat) = self.topics.get_mut(topic) {
+            stat.add(m, n, len);
+        } else if self.topics.len() < self.limits.topic_counters {
+            let set = self.counters.as_ref().and_then(|c| c.allocate(Kind::RouterTopic, 0, 0, topic).ok());
+            let mut stat = TopicStat { values: [0; 4], set };
+            stat.add(m, n, len);
+            self.topics.insert(topic.into(), stat);
+        } else {
+            self.other_topics.add(m, n, len);
+        }
+    }
+
+    /// Copies every total into the counters file (call a few times a
+    /// second, off the per-message path).
+    pub fn publish_counters(&self) {
+        if let Some(c) = &self.totals_set {
+            let t = &self.totals;
+            c.set(rc::CLIENTS, self.clients() as u64);
+            c.set(rc::CONNECTED, t.connected);
+            c.set(rc::DISCONNECTED, t.disconnected);
+            c.set(rc::VIOLATIONS, t.violations);
+            c.set(rc::MESSAGES_IN, t.messages_in);
+            c.set(rc::UNWANTED, t.unwanted);
+            c.set(rc::DELIVERIES, t.deliveries);
+            c.set(rc::DISCARDS, t.discards);
+            c.set(rc::FORWARDED, t.forwarded);
+            c.set(rc::FORBIDDEN, t.forbidden);
+            c.set(rc::CACHE_DELIVERIES, t.cache_deliveries);
+            c.set(rc::BACK_PRESSURED, t.back_pressured);
+        }
+        for s in self.sessions.iter().flatten() {
+            s.publish_counters();
+        }
+        for t in self.topics.values().chain(std::iter::once(&self.other_topics)) {
+            if let Some(set) = &t.set {
+                set.set_all(&t.values);
+            }
+        }
+    }
+}
 
 /// The router's totals (`Kind::Router`).
 pub mod router {

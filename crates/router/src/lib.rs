@@ -16,9 +16,14 @@
 //!   indication.
 //! * [`session`]: one client: its transport ([`Outbound`]), queue,
 //!   subscriptions and counters.
+//! * [`cache`]: the last-value cache; [`access`]: users, passwords
+//!   (checked on a thread of their own) and topic ACLs.
 //! * [`routing`]: the core, no I/O of its own: [`Router::handle_frame`]
 //!   validates each client frame (the client protocol of
 //!   `tickwire_wire::client`) and routes; [`Router::flush`] moves queues.
+//!   Beside it, in private modules extending [`Router`]: the delivery loop
+//!   (`fanout`), logging in (`login`), the slow-consumer policies
+//!   (`slow`); and [`counters`], its totals and counter sets.
 //! * [`peers`]: with several routing agents, the patterns the other
 //!   agents' clients hold and the rings that carry messages to them.
 //! * [`tcp`]: length-prefixed frames on non-blocking sockets.
@@ -27,6 +32,8 @@
 //! * [`server`]: finds shared-memory clients, accepts TCP ones, and hands
 //!   each to the agent serving the fewest; runs the first agent and starts
 //!   the others; [`config`] is its `router.toml`.
+//! * [`metrics`] (Prometheus, read from the counter sets) and [`status`]
+//!   (`tickwire router status`): what operators see.
 //!
 //! Everything a client sends is untrusted: a malformed, oversized or
 //! out-of-order frame ends that client's session with a CLOSE naming the
@@ -39,6 +46,7 @@ pub mod agent;
 pub mod cache;
 pub mod config;
 pub mod counters;
+mod fanout;
 pub mod index;
 mod login;
 pub mod metrics;
@@ -47,12 +55,14 @@ pub mod queue;
 pub mod routing;
 pub mod server;
 pub mod session;
+mod slow;
 pub mod status;
 pub mod tcp;
 
 pub use agent::RoutingAgent;
 pub use config::RouterConfig;
+pub use counters::Totals;
 pub use index::SubscriptionIndex;
-pub use routing::{Disconnect, Limits, Router, Totals};
+pub use routing::{Disconnect, Limits, Router};
 pub use server::{Server, ShutdownReport, StartError};
 pub use session::{MemoryOut, Outbound, Session, SlowConsumer};

@@ -10,6 +10,26 @@ use std::sync::Arc;
 use tickwire_shm::counters::Kind;
 use tickwire_wire::client::{credentials, ClientKind, ClientRepr, RejectCode};
 
+/// Frames a client may send while its password is being checked.
+const UNCHECKED_FRAMES: usize = 256;
+/// Their bytes.
+const UNCHECKED_BYTES: usize = 1 << 20;
+
+/// Keeps a frame read while the session's password is being checked.
+pub(crate) fn keep_unchecked(s: &mut Session, bytes: &[u8]) -> Result<(), Disconnect> {
+    let kept: usize = s.unchecked.iter().map(Vec::len).sum();
+    if s.unchecked.len() >= UNCHECKED_FRAMES || kept + bytes.len() > UNCHECKED_BYTES {
+        return Err(Disconnect {
+            code: RejectCode::Limit,
+            reason: format!(
+                "over {UNCHECKED_FRAMES} frames or {UNCHECKED_BYTES} bytes sent before its password was checked"
+            ),
+        });
+    }
+    s.unchecked.push(bytes.to_vec());
+    Ok(())
+}
+
 impl Router {
     /// Sends WELCOME to session `id` (its HELLO accepted) and gives it its
     /// counters.

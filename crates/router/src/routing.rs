@@ -5,8 +5,10 @@
 
 use crate::access::{AuthRequest, Reach, Users};
 use crate::cache::LastValues;
-use crate::counters::{router as rc, topic as tc};
+use crate::counters::{TopicStat, Totals};
+use crate::fanout::{conflated, deliver_all, readable};
 use crate::index::SubscriptionIndex;
+use crate::login::keep_unchecked;
 use crate::peers::{Interest, Peers};
 use crate::session::{Outbound, Session, SlowConsumer};
 use rustc_hash::FxHashMap;
@@ -72,175 +74,15 @@ impl std::fmt::Display for Disconnect {
     }
 }
 
-/// The router's totals (mirrored into its counter set).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Totals {
-    /// Sessions opened.
-    pub connected: u64,
-    /// Sessions closed.
-    pub disconnected: u64,
-    /// Sessions closed for protocol violations.
-    pub violations: u64,
-    /// Messages published.
-    pub messages_in: u64,
-    /// Messages nobody subscribed to.
-    pub unwanted: u64,
-    /// Deliveries made or queued.
-    pub deliveries: u64,
-    /// Deliveries dropped by full queues (and messages dropped for
-    /// another routing agent whose link was full).
-    pub discards: u64,
-    /// Messages handed to other routing agents.
-    pub forwarded: u64,
-    /// Refusals by authentication and ACLs (wrong passwords, publishes
-    /// and subscriptions not allowed).
-    pub forbidden: u64,
-    /// Messages delivered from the last-value cache.
-    pub cache_deliveries: u64,
-    /// Times a publisher was held by a back-pressure client.
-    pub back_pressured: u64,
-}
-
-impl std::ops::AddAssign for Totals {
-    fn add_assign(&mut self, o: Self) {
-        self.connected += o.connected;
-        self.disconnected += o.disconnected;
-        self.violations += o.violations;
-        self.messages_in += o.messages_in;
-        self.unwanted += o.unwanted;
-        self.deliveries += o.deliveries;
-        self.discards += o.discards;
-        self.forwarded += o.forwarded;
-        self.forbidden += o.forbidden;
-        self.cache_deliveries += o.cache_deliveries;
-        self.back_pressured += o.back_pressured;
-    }
-}
-
-#[derive(Debug, Default)]
-struct TopicStat {
-    values: [u64; 4],
-    set: Option<CounterSet>,
-}
-
-impl TopicStat {
-    /// Counts `m` messages in (0 or 1) of `len` payload bytes, delivered
-    /// `n` times.
-    #[inline]
-    fn add(&mut self, m: u64, n: u64, len: u64) {
-        self.values[tc::MESSAGES_IN] += m;
-        self.values[tc::BYTES_IN] += m * len;
-        self.values[tc::DELIVERIES] += n;
-        self.values[tc::BYTES_OUT] += n * len;
-    }
-}
-
 /// Puts session `id` in the backlog if frames wait for its transport.
 #[inline]
-fn mark(sessions: &mut [Option<Session>], backlog: &mut Vec<u32>, id: u32) {
+pub(crate) fn mark(sessions: &mut [Option<Session>], backlog: &mut Vec<u32>, id: u32) {
     if let Some(Some(s)) = sessions.get_mut(id as usize) {
         if !s.in_backlog && s.needs_flush() {
             s.in_backlog = true;
             backlog.push(id);
         }
     }
-}
-
-/// Delivers a message to each of `targets` (session slots), putting those
-/// left with frames waiting in the backlog; returns (deliveries, discards).
-#[inline]
-fn deliver_all(
-    sessions: &mut [Option<Session>],
-    (backlog, slow, held): (&mut Vec<u32>, &mut Vec<u32>, &mut Vec<u32>),
-    targets: &[u32],
-    (topic, payload): (&str, &[u8]),
-    (discarded, local, conflate): (u32, bool, bool),
-) -> (u64, u64) {
-    let (mut n, mut discards) = (0u64, 0u64);
-    for &c in targets {
-        if let Some(Some(s)) = sessions.get_mut(c as usize) {
-            n += 1;
-            let dropped = s.deliver(topic, payload, 0, discarded, (local, conflate));
-            match s.policy {
-                SlowConsumer::Disconnect if dropped > 0 => slow.push(c),
-                SlowConsumer::BackPressure if local && s.queue.is_over() => held.push(c),
-                _ => {}
-            }
-            discards += u64::from(dropped);
-            if !s.in_backlog && s.needs_flush() {
-                s.in_backlog = true;
-                backlog.push(c);
-            }
-        }
-    }
-    (n, discards)
-}
-
-/// Whether `topic` is conflated: never without patterns; else one lookup
-/// for a topic seen before.
-#[inline]
-fn conflated(patterns: &[Pattern], seen: &mut FxHashMap<Box<str>, bool>, topic: &str) -> bool {
-    if patterns.is_empty() {
-        return false;
-    }
-    if let Some(&c) = seen.get(topic) {
-        return c;
-    }
-    if seen.len() >= READABLE_LIMIT {
-        seen.clear();
-    }
-    let c = patterns.iter().any(|p| p.matches(topic));
-    seen.insert(topic.into(), c);
-    c
-}
-
-/// Topics whose readable subscribers are remembered, beyond which that
-/// memory starts again.
-const READABLE_LIMIT: usize = 64 * 1024;
-
-/// `targets` (the sessions whose patterns match `topic`) less those whose
-/// user may not read it (a wildcard wider than its ACL), remembered per
-/// topic in `cache` until a subscription or the users change: one lookup
-/// per message, not one per delivery.
-#[inline]
-fn readable<'a>(
-    targets: &[u32],
-    cache: &'a mut FxHashMap<Box<str>, Box<[u32]>>,
-    sessions: &mut [Option<Session>],
-    topic: &str,
-) -> &'a [u32] {
-    if !cache.contains_key(topic) {
-        if cache.len() >= READABLE_LIMIT {
-            cache.clear();
-        }
-        let mut may = |c: &u32| match sessions.get_mut(*c as usize) {
-            Some(Some(s)) => !s.filtered || s.may(topic, false),
-            _ => false,
-        };
-        let list: Box<[u32]> = targets.iter().copied().filter(|c| may(c)).collect();
-        cache.insert(topic.into(), list);
-    }
-    cache.get(topic).map_or(&[], |l| l)
-}
-
-/// Frames a client may send while its password is being checked.
-const UNCHECKED_FRAMES: usize = 256;
-/// Their bytes.
-const UNCHECKED_BYTES: usize = 1 << 20;
-
-/// Keeps a frame read while the session's password is being checked.
-fn keep_unchecked(s: &mut Session, bytes: &[u8]) -> Result<(), Disconnect> {
-    let kept: usize = s.unchecked.iter().map(Vec::len).sum();
-    if s.unchecked.len() >= UNCHECKED_FRAMES || kept + bytes.len() > UNCHECKED_BYTES {
-        return Err(Disconnect {
-            code: RejectCode::Limit,
-            reason: format!(
-                "over {UNCHECKED_FRAMES} frames or {UNCHECKED_BYTES} bytes sent before its password was checked"
-            ),
-        });
-    }
-    s.unchecked.push(bytes.to_vec());
-    Ok(())
 }
 
 /// Queues a control frame for `s`.
@@ -256,7 +98,7 @@ pub(crate) fn control(s: &mut Session, repr: &ClientRepr<'_>) -> Result<(), Disc
 #[derive(Debug)]
 pub struct Router {
     pub(crate) name: String,
-    limits: Limits,
+    pub(crate) limits: Limits,
     pub(crate) index: SubscriptionIndex<u32>,
     pub(crate) sessions: Vec<Option<Session>>,
     free: Vec<u32>,
@@ -269,11 +111,11 @@ pub struct Router {
     releasing: Vec<(u32, u64)>,
     /// Topics seen, and whether `limits.conflate` covers them.
     conflated: FxHashMap<Box<str>, bool>,
-    topics: FxHashMap<Box<str>, TopicStat>,
-    other_topics: TopicStat,
+    pub(crate) topics: FxHashMap<Box<str>, TopicStat>,
+    pub(crate) other_topics: TopicStat,
     pub(crate) totals: Totals,
     pub(crate) counters: Option<Arc<CountersFile>>,
-    totals_set: Option<CounterSet>,
+    pub(crate) totals_set: Option<CounterSet>,
     /// The other routing agents (none when this is the only one).
     pub(crate) peers: Option<Peers>,
     /// Routing agents, and which one this is: session `id` here is client
@@ -294,13 +136,13 @@ pub struct Router {
     pub(crate) readable: FxHashMap<Box<str>, Box<[u32]>>,
     /// Sessions whose queue overflowed under [`SlowConsumer::Disconnect`]
     /// ([`Router::take_slow`]).
-    slow: Vec<u32>,
+    pub(crate) slow: Vec<u32>,
     /// Back-pressure sessions over their bound after one delivery (kept:
     /// no allocation per message).
-    held: Vec<u32>,
+    pub(crate) held: Vec<u32>,
     /// Publishers held by back-pressure sessions, counted with
     /// repetition; 0: nothing held, nothing to check.
-    holds: usize,
+    pub(crate) holds: usize,
     next_serial: u64,
 }
 
@@ -468,47 +310,6 @@ impl Router {
         }
         s.publish_counters();
         Some(s)
-    }
-
-    /// Starts ending session `id` for a reason its client should hear
-    /// although it is not reading (a slow consumer): its subscriptions go
-    /// now and its queued deliveries are dropped (counted), so its CLOSE is
-    /// the next thing it reads after what its transport already holds. The
-    /// agent ends the session ([`Router::disconnect`]) once
-    /// [`Router::close_sent`], or at a deadline. False if it is gone or
-    /// already closing.
-    pub fn begin_close(&mut self, id: u32, why: &Disconnect) -> bool {
-        let Some(Some(s)) = self.sessions.get_mut(id as usize) else { return false };
-        if s.closing {
-            return false;
-        }
-        s.closing = true;
-        for (sid, p) in s.subscriptions.drain() {
-            self.index.remove(&p, id, sid);
-            self.readable.clear();
-            if let Some(peers) = &mut self.peers {
-                peers.release(&p);
-            }
-        }
-        let dropped = s.queue.clear() as u64;
-        s.stats.discards += dropped;
-        self.totals.discards += dropped;
-        let close =
-            ClientRepr { value: why.code as u32, body: why.reason.as_bytes(), ..ClientRepr::new(ClientKind::Close) };
-        s.send_control(&close);
-        mark(&mut self.sessions, &mut self.backlog, id);
-        true
-    }
-
-    /// Whether closing session `id` has sent its CLOSE (or is gone, or
-    /// not closing).
-    pub fn close_sent(&self, id: u32) -> bool {
-        self.session(id).is_none_or(|s| !s.closing || s.drained())
-    }
-
-    /// Whether session `id` is closing ([`Router::begin_close`]).
-    pub fn is_closing(&self, id: u32) -> bool {
-        self.session(id).is_some_and(|s| s.closing)
     }
 
     /// Acts on one frame from session `id`.
@@ -717,22 +518,6 @@ impl Router {
         Ok(())
     }
 
-    /// Counts on `topic`'s counters (see [`TopicStat::add`]): one lookup
-    /// for a topic already counted (every message but the first of each).
-    #[inline]
-    fn count_topic(&mut self, topic: &str, m: u64, n: u64, len: u64) {
-        if let Some(stat) = self.topics.get_mut(topic) {
-            stat.add(m, n, len);
-        } else if self.topics.len() < self.limits.topic_counters {
-            let set = self.counters.as_ref().and_then(|c| c.allocate(Kind::RouterTopic, 0, 0, topic).ok());
-            let mut stat = TopicStat { values: [0; 4], set };
-            stat.add(m, n, len);
-            self.topics.insert(topic.into(), stat);
-        } else {
-            self.other_topics.add(m, n, len);
-        }
-    }
-
     /// Delivers a message another routing agent's client published (see
     /// [`crate::peers`]) to this agent's matching clients; `discarded` is
     /// the discard indication it carries.
@@ -764,20 +549,6 @@ impl Router {
     /// This agent's interest changes since the last call, for the others.
     pub fn take_announcements(&mut self) -> Vec<Interest> {
         self.peers.as_mut().map(Peers::take_announcements).unwrap_or_default()
-    }
-
-    /// Sessions to end because their queue overflowed and their policy
-    /// is [`SlowConsumer::Disconnect`], each once, with why.
-    pub fn take_slow(&mut self) -> Vec<(u32, Disconnect)> {
-        if self.slow.is_empty() {
-            return Vec::new();
-        }
-        let mut ids = std::mem::take(&mut self.slow);
-        ids.sort_unstable();
-        ids.dedup();
-        let bytes = self.limits.queue_bytes;
-        let why = format!("slow consumer: its queue of {bytes} bytes is full (policy disconnect)");
-        ids.into_iter().map(|id| (id, Disconnect { code: RejectCode::Limit, reason: why.clone() })).collect()
     }
 
     /// Has [`Router::flush`] visit session `id` (its transport holds bytes
@@ -818,84 +589,5 @@ impl Router {
             self.releasing.clear();
         }
         n
-    }
-
-    /// Publisher `from` sent the back-pressure sessions in `held` past
-    /// their bound: it is not read until they have read half their queue.
-    fn hold(&mut self, from: u32) {
-        let serial = match self.sessions.get(from as usize) {
-            Some(Some(p)) => p.serial,
-            _ => return self.held.clear(),
-        };
-        let mut newly = 0u32;
-        for &c in &self.held {
-            if let Some(Some(s)) = self.sessions.get_mut(c as usize) {
-                if !s.holding.contains(&(from, serial)) {
-                    s.holding.push((from, serial));
-                    newly += 1;
-                }
-            }
-        }
-        self.held.clear();
-        if newly > 0 {
-            if let Some(Some(p)) = self.sessions.get_mut(from as usize) {
-                p.paused_by += newly;
-            }
-            self.holds += newly as usize;
-            self.totals.back_pressured += u64::from(newly);
-        }
-    }
-
-    /// Lets go of the publishers in `list` ((session, serial)), once each.
-    fn release(&mut self, list: &[(u32, u64)]) {
-        for &(id, serial) in list {
-            self.holds = self.holds.saturating_sub(1);
-            if let Some(Some(p)) = self.sessions.get_mut(id as usize) {
-                if p.serial == serial {
-                    p.paused_by = p.paused_by.saturating_sub(1);
-                }
-            }
-        }
-    }
-
-    /// Whether any publisher is held (then [`Router::is_held`] says which).
-    #[inline]
-    pub fn any_held(&self) -> bool {
-        self.holds > 0
-    }
-
-    /// Whether session `id`'s frames must not be read now: a back-pressure
-    /// client it publishes to has not read enough.
-    #[inline]
-    pub fn is_held(&self, id: u32) -> bool {
-        matches!(self.sessions.get(id as usize), Some(Some(s)) if s.paused_by > 0)
-    }
-
-    /// Copies every total into the counters file (call a few times a
-    /// second, off the per-message path).
-    pub fn publish_counters(&self) {
-        if let Some(c) = &self.totals_set {
-            let t = &self.totals;
-            c.set(rc::CLIENTS, self.clients() as u64);
-            c.set(rc::CONNECTED, t.connected);
-            c.set(rc::DISCONNECTED, t.disconnected);
-            c.set(rc::VIOLATIONS, t.violations);
-            c.set(rc::MESSAGES_IN, t.messages_in);
-            c.set(rc::UNWANTED, t.unwanted);
-            c.set(rc::DELIVERIES, t.deliveries);
-            c.set(rc::DISCARDS, t.discards);
-            c.set(rc::FORWARDED, t.forwarded);
-            c.set(rc::FORBIDDEN, t.forbidden);
-            c.set(rc::CACHE_DELIVERIES, t.cache_deliveries);
-            c.set(rc::BACK_PRESSURED, t.back_pressured);
-        }
-        for s in self.sessions.iter().flatten() {
-            s.publish_counters();
-        }
-        for t in self.topics.values().chain(std::iter::once(&self.other_topics)) {
-            if let Some(set) = &t.set {
-                set.set_all(&t.values);
-            }
-        }
     }
 }

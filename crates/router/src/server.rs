@@ -19,9 +19,10 @@
 use crate::access::{AuthWorker, UserConfig, Users, UsersError};
 use crate::agent::{AgentShared, Control, RoutingAgent, Wiring};
 use crate::config::RouterConfig;
+use crate::counters::Totals;
 use crate::metrics::MetricsServer;
 use crate::peers::{link, Peers};
-use crate::routing::{Router, Totals};
+use crate::routing::Router;
 use crate::status::{RouterStatus, STATUS_FILE};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;

@@ -7,7 +7,8 @@
 //! never sees half of one). The router made the file and removes it when it
 //! stops. `tickwire router status` reads it (a table, or `--json`).
 
-use crate::routing::{Router, Totals};
+use crate::counters::Totals;
+use crate::routing::Router;
 use crate::session::SlowConsumer;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

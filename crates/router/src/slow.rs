@@ -1,0 +1,117 @@
+//! Slow consumers ([`SlowConsumer`](crate::SlowConsumer)): what the
+//! routing core does when a client's queue is full. `drop-oldest` lives in
+//! the queue itself ([`crate::queue`]); here are `disconnect` (the session
+//! is closed, its CLOSE sent before it goes) and `back-pressure` (the
+//! publishers that send it past its bound are held, not read, until it has
+//! read half).
+
+use crate::routing::{mark, Disconnect, Router};
+use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode};
+
+impl Router {
+    /// Starts ending session `id` for a reason its client should hear
+    /// although it is not reading (a slow consumer): its subscriptions go
+    /// now and its queued deliveries are dropped (counted), so its CLOSE is
+    /// the next thing it reads after what its transport already holds. The
+    /// agent ends the session ([`Router::disconnect`]) once
+    /// [`Router::close_sent`], or at a deadline. False if it is gone or
+    /// already closing.
+    pub fn begin_close(&mut self, id: u32, why: &Disconnect) -> bool {
+        let Some(Some(s)) = self.sessions.get_mut(id as usize) else { return false };
+        if s.closing {
+            return false;
+        }
+        s.closing = true;
+        for (sid, p) in s.subscriptions.drain() {
+            self.index.remove(&p, id, sid);
+            self.readable.clear();
+            if let Some(peers) = &mut self.peers {
+                peers.release(&p);
+            }
+        }
+        let dropped = s.queue.clear() as u64;
+        s.stats.discards += dropped;
+        self.totals.discards += dropped;
+        let close =
+            ClientRepr { value: why.code as u32, body: why.reason.as_bytes(), ..ClientRepr::new(ClientKind::Close) };
+        s.send_control(&close);
+        mark(&mut self.sessions, &mut self.backlog, id);
+        true
+    }
+
+    /// Whether closing session `id` has sent its CLOSE (or is gone, or
+    /// not closing).
+    pub fn close_sent(&self, id: u32) -> bool {
+        self.session(id).is_none_or(|s| !s.closing || s.drained())
+    }
+
+    /// Whether session `id` is closing ([`Router::begin_close`]).
+    pub fn is_closing(&self, id: u32) -> bool {
+        self.session(id).is_some_and(|s| s.closing)
+    }
+
+    /// Sessions to end because their queue overflowed and their policy
+    /// is [`SlowConsumer::Disconnect`], each once, with why.
+    pub fn take_slow(&mut self) -> Vec<(u32, Disconnect)> {
+        if self.slow.is_empty() {
+            return Vec::new();
+        }
+        let mut ids = std::mem::take(&mut self.slow);
+        ids.sort_unstable();
+        ids.dedup();
+        let bytes = self.limits.queue_bytes;
+        let why = format!("slow consumer: its queue of {bytes} bytes is full (policy disconnect)");
+        ids.into_iter().map(|id| (id, Disconnect { code: RejectCode::Limit, reason: why.clone() })).collect()
+    }
+
+    /// Publisher `from` sent the back-pressure sessions in `held` past
+    /// their bound: it is not read until they have read half their queue.
+    pub(crate) fn hold(&mut self, from: u32) {
+        let serial = match self.sessions.get(from as usize) {
+            Some(Some(p)) => p.serial,
+            _ => return self.held.clear(),
+        };
+        let mut newly = 0u32;
+        for &c in &self.held {
+            if let Some(Some(s)) = self.sessions.get_mut(c as usize) {
+                if !s.holding.contains(&(from, serial)) {
+                    s.holding.push((from, serial));
+                    newly += 1;
+                }
+            }
+        }
+        self.held.clear();
+        if newly > 0 {
+            if let Some(Some(p)) = self.sessions.get_mut(from as usize) {
+                p.paused_by += newly;
+            }
+            self.holds += newly as usize;
+            self.totals.back_pressured += u64::from(newly);
+        }
+    }
+
+    /// Lets go of the publishers in `list` ((session, serial)), once each.
+    pub(crate) fn release(&mut self, list: &[(u32, u64)]) {
+        for &(id, serial) in list {
+            self.holds = self.holds.saturating_sub(1);
+            if let Some(Some(p)) = self.sessions.get_mut(id as usize) {
+                if p.serial == serial {
+                    p.paused_by = p.paused_by.saturating_sub(1);
+                }
+            }
+        }
+    }
+
+    /// Whether any publisher is held (then [`Router::is_held`] says which).
+    #[inline]
+    pub fn any_held(&self) -> bool {
+        self.holds > 0
+    }
+
+    /// Whether session `id`'s frames must not be read now: a back-pressure
+    /// client it publishes to has not read enough.
+    #[inline]
+    pub fn is_held(&self, id: u32) -> bool {
+        matches!(self.sessions.get(id as usize), Some(Some(s)) if s.paused_by > 0)
+    }
+}
