@@ -6,12 +6,12 @@
 //! 2. with TCP sessions open, one `epoll_wait(0)` for readable sockets;
 //! 3. take what the other routing agents forwarded (their links);
 //! 4. flush the sessions that have frames waiting;
-//! 5. once in [`CLOCK_EVERY`] cycles: read the clock, take new clients and
+//! 5. once in `CLOCK_EVERY` (16) cycles: read the clock, take new clients and
 //!    interest changes from its control channel, tell the other agents
 //!    about its own, and every 20 ms publish counters.
 //!
 //! The [`Server`](crate::Server) finds clients and hands each to an agent
-//! ([`Control::Ipc`], [`Control::Tcp`]); a router with one agent runs it on
+//! (through its control channel); a router with one agent runs it on
 //! the server's own thread.
 
 use crate::access::{AuthResult, AuthWorker, Users};

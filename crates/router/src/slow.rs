@@ -51,7 +51,7 @@ impl Router {
     }
 
     /// Sessions to end because their queue overflowed and their policy
-    /// is [`SlowConsumer::Disconnect`], each once, with why.
+    /// is [`SlowConsumer::Disconnect`](crate::SlowConsumer::Disconnect), each once, with why.
     pub fn take_slow(&mut self) -> Vec<(u32, Disconnect)> {
         if self.slow.is_empty() {
             return Vec::new();
