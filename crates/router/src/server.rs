@@ -23,7 +23,7 @@ use crate::counters::Totals;
 use crate::metrics::MetricsServer;
 use crate::peers::{link, Peers};
 use crate::routing::Router;
-use crate::status::{RouterStatus, STATUS_FILE};
+use crate::status::{RouterStatus, StatusWriter, STATUS_FILE};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
@@ -42,9 +42,6 @@ use tickwire_wire::client::{IPC_IN_CHANNEL, IPC_OUT_CHANNEL};
 const HOUSEKEEPING_NS: u64 = 20_000_000;
 /// How often to accept TCP connections.
 const ACCEPT_NS: u64 = 1_000_000;
-/// `router-status.json` is written once in this many housekeepings (a
-/// second).
-const STATUS_EVERY: u32 = 50;
 
 /// Why a router could not start.
 #[derive(Debug, thiserror::Error)]
@@ -121,10 +118,10 @@ pub struct Server {
     gone: Receiver<(u32, String)>,
     last_housekeeping: u64,
     last_accept: u64,
-    /// Housekeepings so far.
-    housekeeping: u32,
     /// The Prometheus endpoint, if configured.
     metrics: Option<MetricsServer>,
+    /// Writes `router-status.json`.
+    status: Option<StatusWriter>,
 }
 
 impl std::fmt::Debug for Server {
@@ -208,7 +205,7 @@ impl Server {
             runners.push(runner);
         }
         let n = controls.len();
-        Ok(Self {
+        let mut server = Self {
             agent,
             runners,
             controls,
@@ -224,9 +221,22 @@ impl Server {
             gone,
             last_housekeeping: 0,
             last_accept: 0,
-            housekeeping: 0,
             metrics,
-        })
+            status: None,
+        };
+        let base = RouterStatus {
+            name: server.cfg.name.clone(),
+            pid: std::process::id(),
+            as_of_ms: 0,
+            agents: server.controls.len(),
+            listening: server.describe(),
+            totals: Default::default(),
+            clients: Vec::new(),
+        };
+        let writer = StatusWriter::start(server.cfg.dir.clone(), base, server.shared.clone())
+            .map_err(|e| io(Path::new("router-status thread"), e))?;
+        server.status = Some(writer);
+        Ok(server)
     }
 
     /// Makes the routing agents, their links and channels.
@@ -373,32 +383,9 @@ impl Server {
                 if self.cfg.ipc {
                     work += self.scan_ipc();
                 }
-                self.housekeeping = self.housekeeping.wrapping_add(1);
-                if self.housekeeping.is_multiple_of(STATUS_EVERY) {
-                    self.write_status();
-                }
             }
         }
         work
-    }
-
-    /// Writes `DIR/router-status.json` from every agent's description.
-    fn write_status(&self) {
-        let mut clients: Vec<_> =
-            self.shared.iter().filter_map(|s| s.status.lock().ok().map(|v| v.clone())).flatten().collect();
-        clients.sort_by_key(|c| c.client);
-        let status = RouterStatus {
-            name: self.cfg.name.clone(),
-            pid: std::process::id(),
-            as_of_ms: crate::status::now_ms(),
-            agents: self.controls.len(),
-            listening: self.describe(),
-            totals: self.totals().into(),
-            clients,
-        };
-        if let Err(e) = crate::status::write(&self.cfg.dir, &status) {
-            tracing::warn!("{}: {e}", self.cfg.dir.join(STATUS_FILE).display());
-        }
     }
 
     /// The agent to give a new client: the one serving the fewest.
@@ -524,9 +511,23 @@ impl Server {
             report.dropped += dropped;
             report.totals += a.router.totals();
         }
+        // The writer first: it must not write the file again.
+        self.status = None;
         let _ = std::fs::remove_file(self.cfg.dir.join(STATUS_FILE));
         let _ = std::fs::remove_file(self.cfg.dir.join("router.lock"));
         report
+    }
+}
+
+impl Drop for Server {
+    /// A server dropped without [`Server::shutdown`] still stops the
+    /// routing agents on threads of their own.
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            for r in self.runners.drain(..) {
+                drop(r.stop());
+            }
+        }
     }
 }
 

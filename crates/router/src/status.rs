@@ -2,16 +2,23 @@
 //! ago, in `DIR/router-status.json`.
 //!
 //! Every routing agent describes its sessions about once a second
-//! ([`ClientStatus`]); the server thread writes them, with the router's
-//! totals, to the file (a new file renamed over the old one, so a reader
-//! never sees half of one). The router made the file and removes it when it
-//! stops. `tickwire router status` reads it (a table, or `--json`).
+//! ([`ClientStatus`]); a thread of the router's own ([`StatusWriter`], off
+//! the routing agents' threads: file I/O takes tens of microseconds) writes
+//! them, with the router's totals, to the file (a new file renamed over the
+//! old one, so a reader never sees half of one). The router made the file
+//! and removes it when it stops. `tickwire router status` reads it (a
+//! table, or `--json`).
 
+use crate::agent::AgentShared;
 use crate::counters::Totals;
 use crate::routing::Router;
 use crate::session::SlowConsumer;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// The file's name in the router's directory.
 pub const STATUS_FILE: &str = "router-status.json";
@@ -143,6 +150,56 @@ pub fn write(dir: &Path, status: &RouterStatus) -> std::io::Result<()> {
     let text = serde_json::to_vec_pretty(status).map_err(std::io::Error::other)?;
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, &path)
+}
+
+/// The thread that writes `router-status.json` once a second.
+#[derive(Debug)]
+pub(crate) struct StatusWriter {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl StatusWriter {
+    /// Writes `base` (its clients and totals filled in from the agents'
+    /// `shared` descriptions) into `dir` every second, from now until
+    /// dropped.
+    pub(crate) fn start(dir: PathBuf, base: RouterStatus, shared: Vec<Arc<AgentShared>>) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new().name("router-status".into()).spawn(move || loop {
+            std::thread::park_timeout(Duration::from_secs(1));
+            if flag.load(Ordering::Relaxed) {
+                return;
+            }
+            let mut status = base.clone();
+            let mut totals = Totals::default();
+            for s in &shared {
+                if let Ok(t) = s.totals.lock() {
+                    totals += *t;
+                }
+                if let Ok(c) = s.status.lock() {
+                    status.clients.extend(c.iter().cloned());
+                }
+            }
+            status.clients.sort_by_key(|c| c.client);
+            status.totals = totals.into();
+            status.as_of_ms = now_ms();
+            if let Err(e) = write(&dir, &status) {
+                tracing::warn!("{}: {e}", dir.join(STATUS_FILE).display());
+            }
+        })?;
+        Ok(Self { stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for StatusWriter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
 }
 
 /// Why a status could not be read.
