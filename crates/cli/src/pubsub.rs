@@ -88,7 +88,7 @@ pub struct SubArgs {
     /// ipc: lossy: never hold the publisher back; report losses instead.
     #[arg(long)]
     pub(crate) lossy: bool,
-    /// Check the leading sequence numbers of generated messages.
+    /// Check the leading sequence numbers of generated messages (with --router: per topic, one publisher each; a gap the router did not announce or a duplicate fails).
     #[arg(long)]
     pub(crate) verify: bool,
     /// Idle strategy: spin, yield, backoff, park.

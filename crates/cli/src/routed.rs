@@ -178,7 +178,9 @@ struct Seen {
     gaps: u64,
     duplicates: u64,
     cached: u64,
-    expect: Option<u64>,
+    /// The next sequence number expected on each topic (one publisher per
+    /// topic, as `tickwire pub --router` publishes).
+    expect: std::collections::HashMap<String, u64>,
     failure: Option<String>,
 }
 
@@ -204,12 +206,17 @@ fn on_event(seen: &mut Seen, a: &SubArgs, pattern: &str, uri: &str, e: ClientEve
             seen.cached += u64::from(m.is_cached());
             if a.verify && m.payload.len() >= 8 {
                 let seq = u64::from_le_bytes(m.payload[..8].try_into().unwrap_or_default());
-                match seen.expect {
-                    Some(x) if seq < x => seen.duplicates += 1,
-                    Some(x) if seq > x => seen.gaps += 1,
-                    _ => {}
+                let next = seen.expect.entry(m.topic.to_owned()).or_insert(seq);
+                // Generated messages count from 0: a publisher started again.
+                if seq == 0 {
+                    *next = 0;
                 }
-                seen.expect = Some(seen.expect.map_or(seq + 1, |x| x.max(seq + 1)));
+                match seq.cmp(next) {
+                    std::cmp::Ordering::Less => seen.duplicates += 1,
+                    std::cmp::Ordering::Greater => seen.gaps += 1,
+                    std::cmp::Ordering::Equal => {}
+                }
+                *next = (*next).max(seq + 1);
             }
             if a.print {
                 let tag = if m.is_cached() { " (cached)" } else { "" };
