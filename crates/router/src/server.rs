@@ -200,9 +200,16 @@ impl Server {
                 value: cfg.idle.clone(),
                 why: "one of spin, yield, backoff, park",
             })?;
-            let runner = AgentRunner::start(a, idle, cfg.agent_cpu(k + 1))
-                .map_err(|source| StartError::Agent { agent: k + 1, source })?;
-            runners.push(runner);
+            match AgentRunner::start(a, idle, cfg.agent_cpu(k + 1)) {
+                Ok(runner) => runners.push(runner),
+                Err(source) => {
+                    // The agents already running stop with the start.
+                    for r in runners.drain(..) {
+                        drop(r.stop());
+                    }
+                    return Err(StartError::Agent { agent: k + 1, source });
+                }
+            }
         }
         let n = controls.len();
         let mut server = Self {
