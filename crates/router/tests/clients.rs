@@ -187,6 +187,26 @@ impl Timed {
     }
 }
 
+/// The slow subscriber reads again, until `done` says it has what it should
+/// (or `wait` passes): the sequence numbers it got, and the discards it was
+/// told of.
+fn wake(c: &mut Client, wait: Duration, done: impl Fn(&[u64]) -> bool) -> (Vec<u64>, u64) {
+    let (mut seqs, mut discarded) = (Vec::new(), 0u64);
+    let until = Instant::now() + wait;
+    while !done(&seqs) && Instant::now() < until {
+        c.poll(
+            |e| {
+                if let ClientEvent::Message(m) = e {
+                    discarded += u64::from(m.discarded);
+                    seqs.push(u64::from_le_bytes(m.payload[..8].try_into().unwrap()));
+                }
+            },
+            256,
+        );
+    }
+    (seqs, discarded)
+}
+
 /// The 2.5 s a slow subscriber sleeps through: `publish` is handed `n`
 /// 150-byte messages at 10k msg/s (sequence number at 0..8, send time at
 /// 8..16) while `fast` is read into `seen`; then `fast` is read until it
@@ -238,20 +258,7 @@ fn a_stalled_subscriber_loses_its_oldest_and_the_others_do_not_wait() {
     assert!(worst < Duration::from_millis(500), "the fast subscriber waited {worst:?}");
     // The slow one wakes: the oldest were dropped, and the first message
     // after the hole says how many.
-    let mut seqs = Vec::new();
-    let mut discarded = 0u64;
-    let until = Instant::now() + Duration::from_secs(5);
-    while seqs.last() != Some(&(n - 1)) && Instant::now() < until {
-        slow.poll(
-            |e| {
-                if let ClientEvent::Message(m) = e {
-                    discarded += u64::from(m.discarded);
-                    seqs.push(u64::from_le_bytes(m.payload[..8].try_into().unwrap()));
-                }
-            },
-            256,
-        );
-    }
+    let (seqs, discarded) = wake(&mut slow, Duration::from_secs(5), |seqs| seqs.last() == Some(&(n - 1)));
     assert_eq!(seqs.last(), Some(&(n - 1)), "the newest messages reach the slow subscriber");
     assert!(discarded > 0, "the slow subscriber heard of its discards");
     assert_eq!(seqs.len() as u64 + discarded, n, "every message is delivered or counted as discarded");
@@ -341,19 +348,7 @@ fn a_stalled_subscriber_under_back_pressure_holds_its_publisher_only() {
     assert!(fast_side.worst < Duration::from_millis(500), "and did not wait: {:?}", fast_side.worst);
     assert!(held_a > 0, "the shared publisher was held (BackPressured)");
     // The slow one wakes: every message A published, in order, none dropped.
-    let (mut seqs, mut discarded) = (Vec::new(), 0u64);
-    let until = Instant::now() + Duration::from_secs(10);
-    while (seqs.len() as u64) < next_a && Instant::now() < until {
-        slow.poll(
-            |e| {
-                if let ClientEvent::Message(m) = e {
-                    discarded += u64::from(m.discarded);
-                    seqs.push(u64::from_le_bytes(m.payload[..8].try_into().unwrap()));
-                }
-            },
-            256,
-        );
-    }
+    let (seqs, discarded) = wake(&mut slow, Duration::from_secs(10), |seqs| seqs.len() as u64 >= next_a);
     assert_eq!(discarded, 0);
     assert_eq!(seqs, (0..next_a).collect::<Vec<_>>(), "every held message, in order");
     let report = r.stop();
