@@ -27,7 +27,7 @@ pub struct RouterArgs {
     #[arg(long)]
     metrics: Option<String>,
     /// What to do with a client whose queue is full: drop-oldest, disconnect or back-pressure [default: drop-oldest].
-    #[arg(long, value_parser = parse_policy)]
+    #[arg(long, value_parser = str::parse::<tickwire_router::SlowConsumer>)]
     slow_consumer: Option<tickwire_router::SlowConsumer>,
     /// Serve no shared-memory clients.
     #[arg(long)]
@@ -115,16 +115,6 @@ fn status(s: &Settings, json: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn parse_policy(s: &str) -> Result<tickwire_router::SlowConsumer, String> {
-    use tickwire_router::SlowConsumer::*;
-    match s {
-        "drop-oldest" => Ok(DropOldest),
-        "disconnect" => Ok(Disconnect),
-        "back-pressure" => Ok(BackPressure),
-        _ => Err(format!("{s:?}: one of drop-oldest, disconnect, back-pressure")),
-    }
-}
-
 /// `tickwire router hash-password`.
 fn hash_password() -> Result<(), String> {
     let mut line = String::new();
@@ -186,11 +176,7 @@ pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
         cfg.limits.slow_consumer = p;
     }
     if !a.cache.is_empty() {
-        let table = cfg.cache.get_or_insert_with(|| tickwire_router::config::CacheTable {
-            patterns: Vec::new(),
-            max_topics: 100_000,
-            max_bytes: 256 << 20,
-        });
+        let table = cfg.cache.get_or_insert_with(|| tickwire_router::config::CacheTable::of(Vec::new()));
         table.patterns.clone_from(&a.cache);
     }
     if a.cpu.is_some() {

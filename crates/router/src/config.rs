@@ -125,6 +125,11 @@ fn default_cache_bytes() -> usize {
 }
 
 impl CacheTable {
+    /// A cache of `patterns` with the default limits.
+    pub fn of(patterns: Vec<String>) -> Self {
+        Self { patterns, max_topics: default_cache_topics(), max_bytes: default_cache_bytes() }
+    }
+
     /// The cache's configuration.
     ///
     /// # Errors

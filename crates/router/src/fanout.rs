@@ -31,10 +31,7 @@ pub(crate) fn deliver_all(
                 _ => {}
             }
             discards += u64::from(dropped);
-            if !s.in_backlog && s.needs_flush() {
-                s.in_backlog = true;
-                backlog.push(c);
-            }
+            s.mark(c, backlog);
         }
     }
     (n, discards)

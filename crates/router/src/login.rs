@@ -199,14 +199,6 @@ impl Router {
             };
             let _ = control(s, &r);
         }
-        mark(s, &mut self.backlog, id);
-    }
-}
-
-/// Puts `s` (session `id`) in the backlog if frames wait for it.
-fn mark(s: &mut Session, backlog: &mut Vec<u32>, id: u32) {
-    if !s.in_backlog && s.needs_flush() {
-        s.in_backlog = true;
-        backlog.push(id);
+        s.mark(id, &mut self.backlog);
     }
 }

@@ -78,10 +78,7 @@ impl std::fmt::Display for Disconnect {
 #[inline]
 pub(crate) fn mark(sessions: &mut [Option<Session>], backlog: &mut Vec<u32>, id: u32) {
     if let Some(Some(s)) = sessions.get_mut(id as usize) {
-        if !s.in_backlog && s.needs_flush() {
-            s.in_backlog = true;
-            backlog.push(id);
-        }
+        s.mark(id, backlog);
     }
 }
 

@@ -193,13 +193,13 @@ impl Server {
             None => None,
         };
         let agent = agents.remove(0);
+        let idle = Idle::parse(&cfg.idle).map_err(|_| crate::config::ConfigError::Value {
+            key: "idle",
+            value: cfg.idle.clone(),
+            why: "one of spin, yield, backoff, park",
+        })?;
         let mut runners = Vec::new();
         for (k, a) in agents.into_iter().enumerate() {
-            let idle = Idle::parse(&cfg.idle).map_err(|_| crate::config::ConfigError::Value {
-                key: "idle",
-                value: cfg.idle.clone(),
-                why: "one of spin, yield, backoff, park",
-            })?;
             match AgentRunner::start(a, idle, cfg.agent_cpu(k + 1)) {
                 Ok(runner) => runners.push(runner),
                 Err(source) => {

@@ -187,6 +187,27 @@ pub enum SlowConsumer {
     BackPressure,
 }
 
+impl SlowConsumer {
+    /// Its name in the config file, on the command line and in status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::DropOldest => "drop-oldest",
+            Self::Disconnect => "disconnect",
+            Self::BackPressure => "back-pressure",
+        }
+    }
+}
+
+impl std::str::FromStr for SlowConsumer {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        [Self::DropOldest, Self::Disconnect, Self::BackPressure]
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| format!("{s:?}: one of drop-oldest, disconnect, back-pressure"))
+    }
+}
+
 /// Topics a session remembers its ACL answers for (then it starts again).
 const ACCESS_CACHE: usize = 4096;
 
@@ -260,10 +281,14 @@ impl Session {
         }
     }
 
-    /// Whether everything queued for its transport has gone (a closing
-    /// session's CLOSE included).
-    pub(crate) fn drained(&self) -> bool {
-        self.queue.is_empty() && self.control.is_empty() && !matches!(&self.out, Outbound::Tcp(t) if t.has_pending())
+    /// Puts it (session `id`) in the router's `backlog` if frames wait
+    /// for its transport and it is not there yet.
+    #[inline]
+    pub(crate) fn mark(&mut self, id: u32, backlog: &mut Vec<u32>) {
+        if !self.in_backlog && self.needs_flush() {
+            self.in_backlog = true;
+            backlog.push(id);
+        }
     }
 
     /// Whether frames wait for its transport (queued deliveries, control

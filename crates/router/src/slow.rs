@@ -42,7 +42,7 @@ impl Router {
     /// Whether closing session `id` has sent its CLOSE (or is gone, or
     /// not closing).
     pub fn close_sent(&self, id: u32) -> bool {
-        self.session(id).is_none_or(|s| !s.closing || s.drained())
+        self.session(id).is_none_or(|s| !s.closing || !s.needs_flush())
     }
 
     /// Whether session `id` is closing ([`Router::begin_close`]).

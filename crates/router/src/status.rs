@@ -12,7 +12,6 @@
 use crate::agent::AgentShared;
 use crate::counters::Totals;
 use crate::routing::Router;
-use crate::session::SlowConsumer;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -124,11 +123,7 @@ impl Router {
                 subscriptions,
                 queue_messages: s.queued(),
                 queue_bytes: s.queue.bytes(),
-                slow_consumer: match s.policy {
-                    SlowConsumer::DropOldest => "drop-oldest".into(),
-                    SlowConsumer::Disconnect => "disconnect".into(),
-                    SlowConsumer::BackPressure => "back-pressure".into(),
-                },
+                slow_consumer: s.policy.as_str().into(),
                 held: s.paused_by > 0,
                 messages_in: s.stats.messages_in,
                 messages_out: s.stats.messages_out,
