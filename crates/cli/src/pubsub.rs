@@ -115,6 +115,9 @@ pub struct SubArgs {
     /// With --router: first receive the last value of every cached topic the pattern matches (flagged "(cached)").
     #[arg(long, requires = "router")]
     pub(crate) cached: bool,
+    /// With --router: ask for this slow-consumer policy (drop-oldest, disconnect, back-pressure) [default: the router's; its config may fix one for --user].
+    #[arg(long, requires = "router", value_parser = str::parse::<tickwire_client::SlowConsumer>)]
+    pub(crate) slow_consumer: Option<tickwire_client::SlowConsumer>,
 }
 
 fn parse_channel(s: &str) -> Result<Channel, String> {

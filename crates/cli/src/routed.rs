@@ -37,7 +37,16 @@ impl Login {
     }
 }
 
-fn connect(s: &Settings, uri: &str, role: &str, tls_ca: Option<&Path>, login: &Login) -> Result<Client, String> {
+/// Connects as `role` ("pub" or "sub"); `opts` carries what only one of
+/// them sets.
+fn connect(
+    s: &Settings,
+    uri: &str,
+    role: &str,
+    tls_ca: Option<&Path>,
+    login: &Login,
+    opts: ClientOptions,
+) -> Result<Client, String> {
     if uri.starts_with("tls://") && tls_ca.is_none() {
         return Err(format!("{uri} needs --tls-ca FILE: the certificate (PEM) the router's must chain to"));
     }
@@ -48,7 +57,7 @@ fn connect(s: &Settings, uri: &str, role: &str, tls_ca: Option<&Path>, login: &L
         tls_ca: tls_ca.map(Path::to_path_buf),
         user: credentials.as_ref().map(|c| c.0.clone()),
         password: credentials.map(|c| c.1),
-        ..ClientOptions::default()
+        ..opts
     };
     Client::connect(uri, opts).map_err(|e| e.to_string())
 }
@@ -102,15 +111,46 @@ fn check_rejected(client: &mut Client, wait: Duration) -> Result<(), String> {
     }
 }
 
-fn publish_one(client: &mut Client, topic: &str, msg: &[u8]) -> Result<(), String> {
+/// How long a publisher waited for the router to read (back-pressure:
+/// its log or socket was full).
+#[derive(Debug, Default)]
+struct Held {
+    times: u64,
+    total: Duration,
+}
+
+impl Held {
+    /// Says so, if it waited: the router holds a publisher for a
+    /// back-pressure subscriber that is behind.
+    fn report(&self) {
+        if self.times > 0 {
+            eprintln!(
+                "back-pressured {} times, {:.1} ms in all: the router read slower than this publisher \
+                 (a back-pressure subscriber behind, or the router busy)",
+                self.times,
+                self.total.as_secs_f64() * 1e3
+            );
+        }
+    }
+}
+
+fn publish_one(client: &mut Client, topic: &str, msg: &[u8], held: &mut Held) -> Result<(), String> {
     let t = Instant::now();
+    let mut waited = false;
     loop {
         match client.publish(topic, msg) {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                if waited {
+                    held.times += 1;
+                    held.total += t.elapsed();
+                }
+                return Ok(());
+            }
             Err(PublishError::BadTopic(e)) => return Err(e.to_string()),
             Err(_) if stopped() => return Err("stopped (Ctrl-C) while a message waited".into()),
             Err(e) if t.elapsed() > Duration::from_secs(30) => return Err(format!("{e} for 30 s")),
             Err(_) => {
+                waited = true;
                 client.poll(|_| {}, 16);
                 std::hint::spin_loop();
             }
@@ -124,17 +164,18 @@ pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
         return Err("--router needs --topic".into());
     }
     tickwire_topic::check_topic(&a.topic).map_err(|e| e.to_string())?;
-    let mut client = connect(s, uri, "pub", a.tls_ca.as_deref(), &a.login)?;
+    let mut client = connect(s, uri, "pub", a.tls_ca.as_deref(), &a.login, ClientOptions::default())?;
     if !wait(&mut client, a.wait, |_| {})? {
         return Ok(());
     }
     eprintln!("publishing on {} through the router at {uri}", a.topic);
     let start = Instant::now();
     let mut sent = 0u64;
+    let mut held = Held::default();
     if a.stdin {
         for line in std::io::stdin().lock().lines() {
             let line = line.map_err(|e| format!("reading stdin: {e}"))?;
-            publish_one(&mut client, &a.topic, line.as_bytes())?;
+            publish_one(&mut client, &a.topic, line.as_bytes(), &mut held)?;
             sent += 1;
             check_rejected(&mut client, Duration::ZERO)?;
             if stopped() {
@@ -154,7 +195,7 @@ pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
                 }
             }
             msg[..8].copy_from_slice(&sent.to_le_bytes());
-            publish_one(&mut client, &a.topic, &msg)?;
+            publish_one(&mut client, &a.topic, &msg, &mut held)?;
             sent += 1;
             if sent % 256 == 0 {
                 check_rejected(&mut client, Duration::ZERO)?;
@@ -166,6 +207,7 @@ pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
     check_rejected(&mut client, Duration::from_millis(50))?;
     client.close();
     eprintln!("published {sent} messages in {secs:.3} s ({:.0} msg/s)", sent as f64 / secs);
+    held.report();
     Ok(())
 }
 
@@ -233,7 +275,8 @@ fn on_event(seen: &mut Seen, a: &SubArgs, pattern: &str, uri: &str, e: ClientEve
 pub fn subscribe(s: &Settings, a: &SubArgs, uri: &str) -> Result<(), String> {
     install_ctrl_c();
     let pattern = a.topic.as_deref().ok_or("--router needs --topic PATTERN")?;
-    let mut client = connect(s, uri, "sub", a.tls_ca.as_deref(), &a.login)?;
+    let opts = ClientOptions { slow_consumer: a.slow_consumer, ..ClientOptions::default() };
+    let mut client = connect(s, uri, "sub", a.tls_ca.as_deref(), &a.login, opts)?;
     if a.cached {
         client.subscribe_cached(pattern).map_err(|e| e.to_string())?;
     } else {

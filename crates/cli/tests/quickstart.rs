@@ -393,3 +393,47 @@ fn router_status_lists_clients_and_their_subscriptions() {
     drop((sub, router));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// docs/configuration.md's back-pressure example: a subscriber that asks
+/// for back-pressure and stops reading holds the publisher for
+/// `back_pressure_timeout`, then is disconnected; the publisher says it
+/// was held.
+#[test]
+fn a_back_pressure_subscriber_from_the_command_line() {
+    let d = dir("back-pressure");
+    std::fs::create_dir_all(&d).unwrap();
+    let config = format!("{d}/router.toml");
+    let toml = "[router]\nlisten = []\n[router.limits]\nback_pressure_timeout = \"1s\"\nqueue_bytes = 65536\nmax_frame = 16384\n";
+    std::fs::write(&config, toml).unwrap();
+    let router = Live::spawn(&["--dir", &d, "--config", &config, "router"]);
+    router.says("router listening");
+    let sub = Live::spawn(&[
+        "--dir",
+        &d,
+        "sub",
+        "--router",
+        "ipc",
+        "--topic",
+        "orders/>",
+        "--slow-consumer",
+        "back-pressure",
+    ]);
+    sub.says("subscribed to orders/>");
+    let signal = |sig: &str| {
+        let ok = Command::new("kill").args([sig, &sub.child.id().to_string()]).status().unwrap().success();
+        assert!(ok, "kill {sig}");
+    };
+    signal("-STOP");
+    let out = Command::new(BIN)
+        .args(["--dir", &d, "pub", "--router", "ipc", "--topic", "orders/desk/1", "--rate", "100k", "--duration", "3s"])
+        .output()
+        .unwrap();
+    signal("-CONT");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("back-pressured"), "the publisher says it was held: {err}");
+    router.says("held 1 publisher(s) for 1s");
+    sub.says("back_pressure_timeout");
+    drop((sub, router));
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tickwire_shm::Context;
 use tickwire_topic::{check_topic, Pattern, TopicError};
-use tickwire_wire::client::{credentials, flags, ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION};
+use tickwire_wire::client::{
+    credentials, flags, ClientKind, ClientRepr, RejectCode, SlowConsumer, CLIENT_PROTOCOL_VERSION,
+};
 use tickwire_wire::ClientFrame;
 
 /// Where the router is.
@@ -81,6 +83,10 @@ pub struct ClientOptions {
     pub user: Option<String>,
     /// The user's password.
     pub password: Option<String>,
+    /// The slow-consumer policy to ask the router for (`None`: the
+    /// router's). A policy the router's config gives this client's user
+    /// wins.
+    pub slow_consumer: Option<SlowConsumer>,
 }
 
 impl Default for ClientOptions {
@@ -95,6 +101,7 @@ impl Default for ClientOptions {
             tls_ca: None,
             user: None,
             password: None,
+            slow_consumer: None,
         }
     }
 }
@@ -528,6 +535,7 @@ impl Client {
                 value: CLIENT_PROTOCOL_VERSION,
                 topic: &name,
                 body: &credentials,
+                flags: self.opts.slow_consumer.map_or(0, SlowConsumer::hello_flags),
                 ..ClientRepr::new(ClientKind::Hello)
             });
             for id in self.subscriptions.keys().copied().collect::<Vec<_>>() {

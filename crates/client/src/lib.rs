@@ -39,4 +39,4 @@ mod client;
 mod conn;
 
 pub use client::{Client, ClientClaim, ClientError, ClientEvent, ClientOptions, Delivery, PublishError, RouterUri};
-pub use tickwire_wire::client::{flags, RejectCode};
+pub use tickwire_wire::client::{flags, RejectCode, SlowConsumer};

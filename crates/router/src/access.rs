@@ -25,12 +25,12 @@
 //! argon2 check takes tens of milliseconds by design): see
 //! [`AuthWorker`].
 
-use crate::session::SlowConsumer;
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use tickwire_topic::{Level, Pattern};
+use tickwire_wire::client::SlowConsumer;
 
 /// One `[[users]]` entry of the config file.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -219,9 +219,7 @@ impl RoutingAgent {
         }
         work += self.router.flush(&mut self.failed);
         for (id, why) in self.router.take_slow() {
-            if self.router.begin_close(id, &why) {
-                self.closing.push((id, self.now + CLOSE_WAIT_NS, why));
-            }
+            self.begin_close(id, why);
         }
         while let Some((id, why)) = self.failed.pop() {
             self.close(id, &Disconnect { code: RejectCode::Normal, reason: format!("connection failed: {why}") });
@@ -242,6 +240,9 @@ impl RoutingAgent {
             }
             if self.now.saturating_sub(self.last_housekeeping) >= HOUSEKEEPING_NS {
                 self.last_housekeeping = self.now;
+                for (id, why) in self.router.take_stuck(self.now) {
+                    self.begin_close(id, why);
+                }
                 self.publish_counters();
                 self.housekeeping = self.housekeeping.wrapping_add(1);
                 if self.housekeeping.is_multiple_of(STATUS_EVERY) {
@@ -260,6 +261,15 @@ impl RoutingAgent {
         self.router.publish_counters();
         if let Ok(mut t) = self.shared.totals.lock() {
             *t = self.router.totals();
+        }
+    }
+
+    /// Starts ending slow consumer `id` ([`Router::begin_close`]); it is
+    /// let go once its CLOSE is sent, or after [`CLOSE_WAIT_NS`].
+    fn begin_close(&mut self, id: u32, why: Disconnect) {
+        if self.router.begin_close(id, &why) {
+            tracing::warn!(client = self.router.client_id(id), reason = %why.reason, "closing a slow consumer");
+            self.closing.push((id, self.now + CLOSE_WAIT_NS, why));
         }
     }
 

@@ -30,6 +30,7 @@
 //! topic_counters = 64             # topics with their own counters in `tickwire stat`
 //! slow_consumer = "drop-oldest"   # a client whose queue is full: drop-oldest | disconnect | back-pressure
 //! conflate = ["md/>"]             # a lagging client gets only the newest queued message of these topics
+//! back_pressure_timeout = "5s"     # a back-pressure client holding publishers longer is disconnected ("never")
 //! ```
 //!
 //! Unknown keys are refused, naming the key, so a typo is not silently a
@@ -38,11 +39,12 @@
 use crate::access::{UserConfig, Users, UsersError};
 use crate::cache::CacheConfig;
 use crate::routing::Limits;
-use crate::session::SlowConsumer;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 use tickwire_topic::Pattern;
+use tickwire_wire::client::SlowConsumer;
 
 /// Routing agents a router may run.
 pub const MAX_AGENTS: usize = 64;
@@ -166,6 +168,20 @@ pub struct LimitsConfig {
     pub slow_consumer: SlowConsumer,
     /// See [`Limits::conflate`].
     pub conflate: Vec<String>,
+    /// See [`Limits::back_pressure_timeout`]: a duration (`"5s"`,
+    /// `"500ms"`) or `"never"`.
+    pub back_pressure_timeout: String,
+}
+
+/// `limits.back_pressure_timeout` read: `None` for `"never"`.
+fn back_pressure_timeout(v: &str) -> Result<Option<Duration>, ()> {
+    if v == "never" {
+        return Ok(None);
+    }
+    match humantime::parse_duration(v) {
+        Ok(d) if d >= Duration::from_millis(1) => Ok(Some(d)),
+        _ => Err(()),
+    }
 }
 
 impl Default for LimitsConfig {
@@ -178,6 +194,9 @@ impl Default for LimitsConfig {
             topic_counters: l.topic_counters,
             slow_consumer: l.slow_consumer,
             conflate: Vec::new(),
+            back_pressure_timeout: l
+                .back_pressure_timeout
+                .map_or_else(|| "never".into(), |d| humantime::format_duration(d).to_string()),
         }
     }
 }
@@ -192,6 +211,8 @@ impl From<&LimitsConfig> for Limits {
             slow_consumer: c.slow_consumer,
             // Checked by `RouterConfig::check`.
             conflate: c.conflate.iter().filter_map(|p| Pattern::parse(p).ok()).collect(),
+            back_pressure_timeout: back_pressure_timeout(&c.back_pressure_timeout)
+                .unwrap_or(Limits::default().back_pressure_timeout),
         }
     }
 }
@@ -339,6 +360,13 @@ impl RouterConfig {
         Users::new(&self.users)?;
         if let Some(p) = l.conflate.iter().find(|p| Pattern::parse(p).is_err()) {
             return bad("limits.conflate", p, "topic patterns (see docs/topics.md)");
+        }
+        if back_pressure_timeout(&l.back_pressure_timeout).is_err() {
+            return bad(
+                "limits.back_pressure_timeout",
+                &l.back_pressure_timeout,
+                "a duration of at least 1ms (\"5s\", \"500ms\") or \"never\"",
+            );
         }
         self.metrics_addr()?;
         if let Some(c) = &self.cache {

@@ -36,6 +36,9 @@ pub struct Totals {
     pub cache_deliveries: u64,
     /// Times a publisher was held by a back-pressure client.
     pub back_pressured: u64,
+    /// Sessions ended as slow consumers (policy `disconnect`, or
+    /// `back-pressure` past its timeout).
+    pub slow_disconnected: u64,
 }
 
 impl std::ops::AddAssign for Totals {
@@ -51,6 +54,7 @@ impl std::ops::AddAssign for Totals {
         self.forbidden += o.forbidden;
         self.cache_deliveries += o.cache_deliveries;
         self.back_pressured += o.back_pressured;
+        self.slow_disconnected += o.slow_disconnected;
     }
 }
 
@@ -106,6 +110,7 @@ impl Router {
             c.set(rc::FORBIDDEN, t.forbidden);
             c.set(rc::CACHE_DELIVERIES, t.cache_deliveries);
             c.set(rc::BACK_PRESSURED, t.back_pressured);
+            c.set(rc::SLOW_DISCONNECTED, t.slow_disconnected);
         }
         for s in self.sessions.iter().flatten() {
             s.publish_counters();
@@ -146,6 +151,8 @@ pub mod router {
     pub const CACHE_DELIVERIES: usize = 10;
     /// Times a publisher was held by a back-pressure client.
     pub const BACK_PRESSURED: usize = 11;
+    /// [`Totals::slow_disconnected`](super::Totals::slow_disconnected).
+    pub const SLOW_DISCONNECTED: usize = 12;
 }
 
 /// One client session (`Kind::RouterClient`).

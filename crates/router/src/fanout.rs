@@ -2,9 +2,10 @@
 //! per-topic answers it needs (which subscribers may read a topic, whether
 //! a topic is conflated), each one hash lookup per message.
 
-use crate::session::{Session, SlowConsumer};
+use crate::session::Session;
 use rustc_hash::FxHashMap;
 use tickwire_topic::Pattern;
+use tickwire_wire::client::SlowConsumer;
 
 /// Topics whose readable subscribers are remembered, beyond which that
 /// memory starts again.

@@ -65,4 +65,5 @@ pub use counters::Totals;
 pub use index::SubscriptionIndex;
 pub use routing::{Disconnect, Limits, Router};
 pub use server::{Server, ShutdownReport, StartError};
-pub use session::{MemoryOut, Outbound, Session, SlowConsumer};
+pub use session::{MemoryOut, Outbound, Session};
+pub use tickwire_wire::client::SlowConsumer;

@@ -106,8 +106,8 @@ impl Router {
                 Err(Disconnect { code: RejectCode::Forbidden, reason: why })
             }
             Ok(user) => {
-                s.policy = user.as_ref().and_then(|u| u.slow_consumer).unwrap_or(default_policy);
                 s.user = user;
+                s.choose_policy(default_policy);
                 let unchecked = std::mem::take(&mut s.unchecked);
                 self.welcome(r.session)?;
                 for f in unchecked {
@@ -155,8 +155,8 @@ impl Router {
                     }
                 },
             };
-            s.policy = now.as_ref().and_then(|u| u.slow_consumer).unwrap_or(default_policy);
             s.user = now;
+            s.choose_policy(default_policy);
             self.recheck_subscriptions(id);
         }
         self.totals.forbidden += ending.len() as u64;

@@ -91,6 +91,7 @@ fn described(kind: Kind) -> &'static [(&'static str, &'static str, bool)] {
             ("forbidden", "Refusals by authentication and ACLs.", true),
             ("cache_deliveries", "Messages delivered from the last-value cache.", true),
             ("publishers_held", "Times a publisher was held by a back-pressure client.", true),
+            ("slow_consumers_disconnected", "Sessions ended as slow consumers.", true),
         ],
         Kind::RouterClient => &[
             ("messages_in", "Frames read from the client.", true),

@@ -10,12 +10,14 @@ use crate::fanout::{conflated, deliver_all, readable};
 use crate::index::SubscriptionIndex;
 use crate::login::keep_unchecked;
 use crate::peers::{Interest, Peers};
-use crate::session::{Outbound, Session, SlowConsumer};
+use crate::session::{Outbound, Session};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
+use std::time::Duration;
 use tickwire_shm::counters::Kind;
 use tickwire_shm::{CounterSet, CountersFile};
 use tickwire_topic::{check_topic, Pattern};
+use tickwire_wire::client::SlowConsumer;
 use tickwire_wire::client::{flags, ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION};
 use tickwire_wire::ClientFrame;
 
@@ -37,6 +39,9 @@ pub struct Limits {
     /// Topics conflated for a lagging client: a message replaces the
     /// newest one of its topic still queued for it.
     pub conflate: Vec<Pattern>,
+    /// How long a back-pressure client may hold publishers before it is
+    /// disconnected as a slow consumer (`None`: for ever).
+    pub back_pressure_timeout: Option<Duration>,
 }
 
 impl Default for Limits {
@@ -48,6 +53,7 @@ impl Default for Limits {
             topic_counters: 64,
             slow_consumer: SlowConsumer::DropOldest,
             conflate: Vec::new(),
+            back_pressure_timeout: Some(Duration::from_secs(5)),
         }
     }
 }
@@ -370,6 +376,8 @@ impl Router {
                 }
                 s.hello = true;
                 s.name = f.topic().to_owned();
+                s.asked = SlowConsumer::from_hello_flags(f.flags());
+                s.choose_policy(self.limits.slow_consumer);
                 if self.users.is_some() {
                     return self.ask_password(id, f.body());
                 }
@@ -572,6 +580,7 @@ impl Router {
             }
             if !s.holding.is_empty() && s.queue.is_below_half() {
                 self.releasing.append(&mut s.holding);
+                s.holding_since = 0;
             }
             s.in_backlog = s.needs_flush();
             if s.in_backlog {

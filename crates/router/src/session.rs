@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use tickwire_shm::{CounterSet, LogAppender, OfferError};
 use tickwire_topic::Pattern;
-use tickwire_wire::client::{ClientKind, ClientRepr};
+use tickwire_wire::client::{ClientKind, ClientRepr, SlowConsumer};
 
 /// Control frames (WELCOME, REJECT, CLOSE) a session may have waiting; a
 /// client that lets more pile up is disconnected as stuck.
@@ -151,8 +151,13 @@ pub struct Session {
     pub(crate) filtered: bool,
     /// Topics checked against its user's ACLs: (may publish, may read).
     pub(crate) access: FxHashMap<Box<str>, (bool, bool)>,
-    /// What happens when its queue is full.
+    /// What happens when its queue is full ([`Session::choose_policy`]).
     pub policy: SlowConsumer,
+    /// The policy its client asked for in HELLO.
+    pub(crate) asked: Option<SlowConsumer>,
+    /// When the housekeeping first saw it holding publishers (monotonic
+    /// ns; 0: not holding).
+    pub(crate) holding_since: u64,
     /// Being closed ([`crate::Router::begin_close`]): nothing more is
     /// delivered; its CLOSE waits for room.
     pub(crate) closing: bool,
@@ -168,44 +173,6 @@ pub struct Session {
     /// Totals.
     pub stats: SessionStats,
     pub(crate) counters: Option<CounterSet>,
-}
-
-/// What the router does when a client's queue is full (it reads slower
-/// than its messages come).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SlowConsumer {
-    /// Drop its oldest queued messages; the next one it receives carries
-    /// the count (Solace's discard indication).
-    #[default]
-    DropOldest,
-    /// End its session with a CLOSE saying why (`Limit`): a client that
-    /// must see every message or none.
-    Disconnect,
-    /// Keep its messages and stop reading the publishers that send it
-    /// more (on its routing agent) until it has read half its queue.
-    BackPressure,
-}
-
-impl SlowConsumer {
-    /// Its name in the config file, on the command line and in status.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::DropOldest => "drop-oldest",
-            Self::Disconnect => "disconnect",
-            Self::BackPressure => "back-pressure",
-        }
-    }
-}
-
-impl std::str::FromStr for SlowConsumer {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        [Self::DropOldest, Self::Disconnect, Self::BackPressure]
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| format!("{s:?}: one of drop-oldest, disconnect, back-pressure"))
-    }
 }
 
 /// Topics a session remembers its ACL answers for (then it starts again).
@@ -228,6 +195,8 @@ impl Session {
             filtered: false,
             access: FxHashMap::default(),
             policy: SlowConsumer::DropOldest,
+            asked: None,
+            holding_since: 0,
             closing: false,
             serial: 0,
             paused_by: 0,
@@ -236,6 +205,13 @@ impl Session {
             stats: SessionStats::default(),
             counters,
         }
+    }
+
+    /// Sets its slow-consumer policy: its user's, if the config gives the
+    /// user one, else what its client asked for, else `default` (the
+    /// router's).
+    pub(crate) fn choose_policy(&mut self, default: SlowConsumer) {
+        self.policy = self.user.as_ref().and_then(|u| u.slow_consumer).or(self.asked).unwrap_or(default);
     }
 
     /// Subscriptions held.

@@ -22,6 +22,7 @@ impl Router {
             return false;
         }
         s.closing = true;
+        self.totals.slow_disconnected += 1;
         for (sid, p) in s.subscriptions.drain() {
             self.index.remove(&p, id, sid);
             self.readable.clear();
@@ -62,6 +63,38 @@ impl Router {
         let bytes = self.limits.queue_bytes;
         let why = format!("slow consumer: its queue of {bytes} bytes is full (policy disconnect)");
         ids.into_iter().map(|id| (id, Disconnect { code: RejectCode::Limit, reason: why.clone() })).collect()
+    }
+
+    /// Back-pressure sessions that have held publishers for longer than
+    /// [`Limits::back_pressure_timeout`](crate::Limits::back_pressure_timeout)
+    /// at `now` (monotonic ns), each once, with why: the agent ends them as
+    /// slow consumers, which lets their publishers go. Called from
+    /// housekeeping (a hold is first seen there, so the timeout is met
+    /// within one housekeeping period).
+    pub fn take_stuck(&mut self, now: u64) -> Vec<(u32, Disconnect)> {
+        let Some(timeout) = self.limits.back_pressure_timeout else { return Vec::new() };
+        if self.holds == 0 {
+            return Vec::new();
+        }
+        let limit = timeout.as_nanos() as u64;
+        let mut stuck = Vec::new();
+        for (id, s) in self.sessions.iter_mut().enumerate() {
+            let Some(s) = s else { continue };
+            if s.holding.is_empty() || s.closing {
+                continue;
+            }
+            if s.holding_since == 0 {
+                s.holding_since = now.max(1);
+            } else if now.saturating_sub(s.holding_since) >= limit {
+                let why = format!(
+                    "slow consumer: held {} publisher(s) for {} (policy back-pressure, back_pressure_timeout)",
+                    s.holding.len(),
+                    humantime::format_duration(timeout)
+                );
+                stuck.push((id as u32, Disconnect { code: RejectCode::Limit, reason: why }));
+            }
+        }
+        stuck
     }
 
     /// Publisher `from` sent the back-pressure sessions in `held` past

@@ -356,6 +356,71 @@ fn a_stalled_subscriber_under_back_pressure_holds_its_publisher_only() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A subscriber that asks for back-pressure in its HELLO (the router's
+/// default is drop-oldest) and never reads again holds its publisher for
+/// `back_pressure_timeout`, then is disconnected, saying why, and the
+/// publisher goes on.
+#[test]
+fn a_subscriber_that_holds_its_publisher_past_the_timeout_is_disconnected() {
+    use tickwire_client::PublishError;
+    let dir = tempdir("back-pressure-timeout");
+    let limits = tickwire_router::config::LimitsConfig {
+        queue_bytes: 64 << 10,
+        max_frame: 16 << 10,
+        back_pressure_timeout: "1s".into(),
+        ..Default::default()
+    };
+    let r = start(&dir, RouterConfig { ipc_log_bytes: 64 << 10, limits, ..RouterConfig::default() });
+    let opts = |name: &str, slow_consumer| ClientOptions {
+        name: name.into(),
+        dir: dir.clone(),
+        log_bytes: 64 << 10,
+        slow_consumer,
+        ..ClientOptions::default()
+    };
+    let mut slow = Client::connect("ipc", opts("slow", Some(SlowConsumer::BackPressure))).unwrap();
+    let mut publ = Client::connect("ipc", opts("p", None)).unwrap();
+    slow.subscribe("md/a").unwrap();
+    for c in [&mut slow, &mut publ] {
+        c.wait_connected(Duration::from_secs(5)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    // Publish flat out: the longest run of BackPressured is the hold (a
+    // full log waiting for the router's next read is far shorter), and it
+    // ends with the timeout.
+    let (start_at, msg) = (Instant::now(), [0u8; 150]);
+    let (mut since, mut longest) = (None::<Instant>, Duration::ZERO);
+    while longest < Duration::from_millis(500) && start_at.elapsed() < Duration::from_secs(10) {
+        match publ.publish("md/a", &msg) {
+            Ok(()) => longest = longest.max(since.take().map_or(Duration::ZERO, |t| t.elapsed())),
+            Err(PublishError::BackPressured) => {
+                since.get_or_insert_with(Instant::now);
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            Err(e) => panic!("{e}"),
+        }
+        publ.poll(|_| {}, 16);
+    }
+    // 1 s, seen at a 20 ms housekeeping; a host pause may add a little.
+    assert!(longest >= Duration::from_millis(900) && longest < Duration::from_secs(5), "held for {longest:?}");
+    let mut why = String::new();
+    let until = Instant::now() + Duration::from_secs(5);
+    while why.is_empty() && Instant::now() < until {
+        slow.poll(
+            |e| {
+                if let ClientEvent::Disconnected { reason } = e {
+                    why = reason.to_owned();
+                }
+            },
+            256,
+        );
+    }
+    assert!(why.contains("back_pressure_timeout"), "{why:?}");
+    let report = r.stop();
+    assert!(report.totals.back_pressured > 0 && report.totals.slow_disconnected == 1, "{:?}", report.totals);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn clients_wait_for_a_router_and_come_back_after_it_restarts() {
     let dir = tempdir("restart");

@@ -362,6 +362,73 @@ fn under_back_pressure_nothing_is_dropped_and_the_publisher_is_held_until_half_i
 }
 
 #[test]
+fn a_back_pressure_client_that_holds_publishers_past_the_timeout_is_ended_and_they_go_on() {
+    let (mut r, p, slow, fast) = stalled(SlowConsumer::BackPressure);
+    for i in 0u64..11 {
+        r.handle_frame(p, &publish("t", &i.to_le_bytes())).unwrap();
+    }
+    assert!(r.is_held(p));
+    let s = 1_000_000_000u64; // a second, in ns
+    assert!(r.take_stuck(100 * s).is_empty(), "a hold is first seen");
+    assert!(r.take_stuck(104 * s).is_empty(), "4 s: within the 5 s default");
+    let stuck = r.take_stuck(105 * s);
+    assert_eq!(stuck.len(), 1);
+    assert_eq!((stuck[0].0, stuck[0].1.code), (slow, RejectCode::Limit));
+    assert!(stuck[0].1.reason.contains("back_pressure_timeout"), "{}", stuck[0].1.reason);
+    assert!(r.begin_close(slow, &stuck[0].1));
+    assert_eq!(r.totals().slow_disconnected, 1);
+    r.flush(&mut Vec::new());
+    assert!(!r.is_held(p) && !r.any_held(), "its publisher is let go");
+    r.handle_frame(p, &publish("t", b"after")).unwrap();
+    assert_eq!(topics(&drain(&mut r, fast)).len(), 12);
+    assert!(r.take_stuck(200 * s).is_empty());
+}
+
+#[test]
+fn a_hold_that_ends_in_time_starts_the_clock_again() {
+    let (mut r, p, slow, _) = stalled(SlowConsumer::BackPressure);
+    let s = 1_000_000_000u64;
+    for round in 0..3u64 {
+        for i in 0u64..11 {
+            r.handle_frame(p, &publish("t", &i.to_le_bytes())).unwrap();
+        }
+        assert!(r.is_held(p));
+        assert!(r.take_stuck(round * 10 * s + 1).is_empty());
+        assert!(r.take_stuck(round * 10 * s + 4 * s).is_empty());
+        // It reads everything, then stalls again.
+        let Outbound::Memory(m) = r.session_mut(slow).unwrap().outbound_mut() else { panic!() };
+        m.room = usize::MAX;
+        r.flush(&mut Vec::new());
+        assert!(!r.is_held(p));
+        drain(&mut r, slow);
+        let Outbound::Memory(m) = r.session_mut(slow).unwrap().outbound_mut() else { panic!() };
+        m.room = 0;
+    }
+}
+
+#[test]
+fn a_client_asks_for_its_slow_consumer_policy_in_hello() {
+    let mut r = Router::new("test", Limits::default(), None);
+    for (asked, policy) in [
+        (None, SlowConsumer::DropOldest),
+        (Some(SlowConsumer::Disconnect), SlowConsumer::Disconnect),
+        (Some(SlowConsumer::BackPressure), SlowConsumer::BackPressure),
+        (Some(SlowConsumer::DropOldest), SlowConsumer::DropOldest),
+    ] {
+        let id = r.attach(Outbound::Memory(MemoryOut { frames: Vec::new(), room: usize::MAX }), "test".into());
+        let flags = asked.map_or(0, SlowConsumer::hello_flags);
+        let hello = frame(ClientRepr {
+            value: CLIENT_PROTOCOL_VERSION,
+            topic: "c",
+            flags,
+            ..ClientRepr::new(ClientKind::Hello)
+        });
+        r.handle_frame(id, &hello).unwrap();
+        assert_eq!(r.session(id).unwrap().policy, policy, "asked {asked:?}");
+    }
+}
+
+#[test]
 fn a_lagging_client_gets_only_the_newest_message_of_a_conflated_topic() {
     let conflate = vec![tickwire_topic::Pattern::parse("md/>").unwrap()];
     let mut r = Router::new("test", Limits { conflate, ..Limits::default() }, None);

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tickwire_client::{Client, ClientError, ClientEvent, ClientOptions};
 use tickwire_router::access::{hash_password, UserConfig};
-use tickwire_router::RouterConfig;
+use tickwire_router::{RouterConfig, SlowConsumer};
 use tickwire_wire::client::RejectCode;
 
 /// Hashing is slow by design: once per test binary.
@@ -39,11 +39,22 @@ fn users() -> Vec<UserConfig> {
 }
 
 fn connect(uri: &str, dir: &Path, name: &str, creds: Option<(&str, &str)>) -> Result<Client, ClientError> {
+    connect_asking(uri, dir, name, creds, None)
+}
+
+fn connect_asking(
+    uri: &str,
+    dir: &Path,
+    name: &str,
+    creds: Option<(&str, &str)>,
+    slow_consumer: Option<SlowConsumer>,
+) -> Result<Client, ClientError> {
     let opts = ClientOptions {
         name: name.into(),
         dir: dir.into(),
         user: creds.map(|c| c.0.to_owned()),
         password: creds.map(|c| c.1.to_owned()),
+        slow_consumer,
         ..ClientOptions::default()
     };
     let mut c = Client::connect(uri, opts)?;
@@ -132,6 +143,34 @@ fn a_reload_takes_effect_for_connected_clients() {
         feed.poll(|_| {}, 64);
     }
     assert!(feed.refused().is_some_and(|w| w.contains("removed")), "{:?}", feed.refused());
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_client_asks_for_its_slow_consumer_policy_and_its_users_policy_wins() {
+    let dir = tempdir("policy");
+    let mut us = users();
+    us[1].slow_consumer = Some(SlowConsumer::Disconnect);
+    let r = start(&dir, RouterConfig { users: us, ..RouterConfig::default() });
+    let tcp = format!("tcp://{}", r.tcp);
+    let asks = Some(SlowConsumer::BackPressure);
+    let _feed = connect_asking("ipc", &dir, "feed", Some(("feed", "feed-pw")), asks).unwrap();
+    let _desk = connect_asking(&tcp, &dir, "desk", Some(("desk", "desk-pw")), asks).unwrap();
+    let _plain = connect("ipc", &dir, "plain", Some(("feed", "feed-pw"))).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let policies = loop {
+        let clients = tickwire_router::status::read(&dir).map(|s| s.clients).unwrap_or_default();
+        if clients.len() == 3 {
+            let mut p: Vec<(String, String)> = clients.into_iter().map(|c| (c.name, c.slow_consumer)).collect();
+            p.sort();
+            break p;
+        }
+        assert!(Instant::now() < until, "router status never listed the three clients");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let want = [("desk", "disconnect"), ("feed", "back-pressure"), ("plain", "drop-oldest")];
+    assert_eq!(policies, want.map(|(n, p)| (n.to_owned(), p.to_owned())), "(client, policy)");
     drop(r);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -181,7 +181,7 @@ pub const UDP_RECEIVER_NAMES: [&str; 9] = [
 ];
 
 /// Router totals, in index order (see `tickwire_router::counters`).
-pub const ROUTER_NAMES: [&str; 12] = [
+pub const ROUTER_NAMES: [&str; 13] = [
     "clients",
     "clients_connected",
     "clients_disconnected",
@@ -194,6 +194,7 @@ pub const ROUTER_NAMES: [&str; 12] = [
     "forbidden",
     "cache_deliveries",
     "publishers_held",
+    "slow_consumers_disconnected",
 ];
 
 /// Router client values, in index order.

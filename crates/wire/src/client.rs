@@ -20,7 +20,7 @@
 //!
 //! | kind | from | value | sequence | topic | body |
 //! | --- | --- | --- | --- | --- | --- |
-//! | HELLO | client | protocol version | 0 | client name | credentials (opaque; empty today) |
+//! | HELLO | client | protocol version | 0 | client name | credentials ([`credentials`]) |
 //! | WELCOME | router | client id | 0 | | router name |
 //! | SUBSCRIBE | client | subscription id | 0 | pattern | |
 //! | UNSUBSCRIBE | client | subscription id | 0 | | |
@@ -32,8 +32,9 @@
 //!
 //! Flags: [`flags::GUARANTEED`] (PUBLISH, DELIVER: guaranteed delivery),
 //! [`flags::CACHED`] (DELIVER: from the last-value cache; SUBSCRIBE: send
-//! the cached values first). Unknown flags are refused, so a flag can gain a
-//! meaning later without an old peer misreading it.
+//! the cached values first), [`flags::SLOW_CONSUMER`] (HELLO: the
+//! [`SlowConsumer`] policy the client asks for). Unknown flags are refused,
+//! so a flag can gain a meaning later without an old peer misreading it.
 
 use crate::field::{put_u16, put_u32, put_u64, u16_at, u32_at, u64_at};
 use crate::MAX_TOPIC_LENGTH;
@@ -66,8 +67,81 @@ pub mod flags {
     /// DELIVER: the message comes from the last-value cache.
     /// SUBSCRIBE: deliver the cached values of matching topics first.
     pub const CACHED: u8 = 0x02;
+    /// HELLO: two bits naming the [`SlowConsumer`](super::SlowConsumer)
+    /// policy the client asks for (0: the router's choice).
+    pub const SLOW_CONSUMER: u8 = 0x0C;
     /// Every flag this version knows.
-    pub const KNOWN: u8 = GUARANTEED | CACHED;
+    pub const KNOWN: u8 = GUARANTEED | CACHED | SLOW_CONSUMER;
+}
+
+/// What the router does when a client's queue is full (it reads slower
+/// than its messages come). A client may ask for one in HELLO; a policy
+/// its user is given in the router's config wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
+pub enum SlowConsumer {
+    /// Drop its oldest queued messages; the next one it receives carries
+    /// the count (Solace's discard indication).
+    #[default]
+    DropOldest,
+    /// End its session with a CLOSE saying why (`Limit`): a client that
+    /// must see every message or none.
+    Disconnect,
+    /// Keep its messages and stop reading the publishers that send it
+    /// more until it has read half its queue (bounded by the router's
+    /// `back_pressure_timeout`, after which it is disconnected).
+    BackPressure,
+}
+
+impl SlowConsumer {
+    /// Every policy.
+    pub const ALL: [Self; 3] = [Self::DropOldest, Self::Disconnect, Self::BackPressure];
+
+    /// Its name in the config file, on the command line and in status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::DropOldest => "drop-oldest",
+            Self::Disconnect => "disconnect",
+            Self::BackPressure => "back-pressure",
+        }
+    }
+
+    /// HELLO's flags asking for this policy.
+    pub fn hello_flags(self) -> u8 {
+        let code = match self {
+            Self::DropOldest => 1,
+            Self::Disconnect => 2,
+            Self::BackPressure => 3,
+        };
+        code << flags::SLOW_CONSUMER.trailing_zeros()
+    }
+
+    /// The policy HELLO's `flags` ask for, if any.
+    pub fn from_hello_flags(f: u8) -> Option<Self> {
+        match (f & flags::SLOW_CONSUMER) >> flags::SLOW_CONSUMER.trailing_zeros() {
+            1 => Some(Self::DropOldest),
+            2 => Some(Self::Disconnect),
+            3 => Some(Self::BackPressure),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for SlowConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for SlowConsumer {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| format!("{s:?}: one of drop-oldest, disconnect, back-pressure"))
+    }
 }
 
 /// What a frame is.

@@ -61,7 +61,7 @@ pub mod stamp;
 
 mod repr;
 
-pub use client::{ClientFrame, ClientFrameError, ClientKind, ClientRepr, RejectCode};
+pub use client::{ClientFrame, ClientFrameError, ClientKind, ClientRepr, RejectCode, SlowConsumer};
 pub use data::{DataFrame, DataRepr, PadFrame, PadRepr};
 pub use error_frame::{ErrorFrame, ErrorRepr};
 pub use fragment::{Fragment, Fragmenter};
