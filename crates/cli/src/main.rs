@@ -41,8 +41,38 @@ enum Cmd {
     Stat(stat::StatArgs),
     /// Remove files left behind by dead processes.
     Clean,
+    /// The router's journal (guaranteed delivery).
+    Journal(JournalArgs),
     /// The latency lab.
     Lab(LabArgs),
+}
+
+#[derive(Debug, Args)]
+struct JournalArgs {
+    #[command(subcommand)]
+    cmd: JournalCmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum JournalCmd {
+    /// List a journal's segments, their records and any damage (CRC failures, a torn tail), changing nothing.
+    Inspect {
+        /// The journal's directory (the router's --journal).
+        dir: PathBuf,
+    },
+}
+
+fn journal(cmd: &JournalCmd) -> Result<(), String> {
+    match cmd {
+        JournalCmd::Inspect { dir } => {
+            if !dir.is_dir() {
+                return Err(format!("{}: no such directory", dir.display()));
+            }
+            let report = tickwire_journal::inspect::inspect(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            println!("{report}");
+            Ok(())
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -72,6 +102,7 @@ fn main() -> ExitCode {
         Cmd::Router(a) => router::run(&settings, &a),
         Cmd::Stat(a) => stat::run(&settings, &a),
         Cmd::Clean => stat::clean(&settings),
+        Cmd::Journal(a) => journal(&a.cmd),
         Cmd::Lab(a) => lab::run(&settings, a.cmd),
     };
     match result {

@@ -65,6 +65,9 @@ pub struct PubArgs {
     pub(crate) tls_ca: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub(crate) login: crate::routed::Login,
+    /// With --router: publish in guaranteed mode (stored by the router's journal, acknowledged, resent across router restarts); prints "acknowledged N" at the end.
+    #[arg(long, requires = "router")]
+    pub(crate) guaranteed: bool,
 }
 
 /// Options of `tickwire sub`.
@@ -118,6 +121,12 @@ pub struct SubArgs {
     /// With --router: ask for this slow-consumer policy (drop-oldest, disconnect, back-pressure) [default: the router's; its config may fix one for --user].
     #[arg(long, requires = "router", value_parser = str::parse::<tickwire_client::SlowConsumer>)]
     pub(crate) slow_consumer: Option<tickwire_client::SlowConsumer>,
+    /// With --router: a durable subscription of this name (the router keeps its place; guaranteed messages only; each acknowledged).
+    #[arg(long, requires = "router", conflicts_with = "cached")]
+    pub(crate) durable: Option<String>,
+    /// With --durable: acknowledge each message this long after it arrived (a slow consumer) [default: at once].
+    #[arg(long, requires = "durable", value_parser = parse_duration)]
+    pub(crate) ack_delay: Option<Duration>,
 }
 
 fn parse_channel(s: &str) -> Result<Channel, String> {

@@ -158,6 +158,56 @@ fn publish_one(client: &mut Client, topic: &str, msg: &[u8], held: &mut Held) ->
     }
 }
 
+/// [`publish_one`] in guaranteed mode: the message waits in the client's
+/// window until the router acknowledges it, so only a full window waits
+/// (for as long as the router is away).
+fn publish_guaranteed_one(client: &mut Client, topic: &str, msg: &[u8], held: &mut Held) -> Result<(), String> {
+    let t = Instant::now();
+    let (mut waited, mut said) = (false, false);
+    loop {
+        match client.publish_guaranteed(topic, msg) {
+            Ok(_) => {
+                if waited {
+                    held.times += 1;
+                    held.total += t.elapsed();
+                }
+                if said {
+                    eprintln!("the router is back: publishing again");
+                }
+                return Ok(());
+            }
+            Err(PublishError::BadTopic(e)) => return Err(e.to_string()),
+            Err(_) if stopped() => return Err("stopped (Ctrl-C) while the window was full".into()),
+            Err(e) => {
+                waited = true;
+                if t.elapsed() > Duration::from_secs(1) && !said {
+                    eprintln!("{e}; waiting for the router at {}", client.uri());
+                    said = true;
+                }
+                if client.poll(|_| {}, 256) == 0 {
+                    client.park(Duration::from_micros(100));
+                }
+            }
+        }
+    }
+}
+
+/// At the end of a guaranteed run: waits (30 s at most, or until Ctrl-C)
+/// for the router to acknowledge everything, then says how far it got.
+fn finish_guaranteed(client: &mut Client) -> Result<(), String> {
+    let until = Instant::now() + Duration::from_secs(30);
+    while client.unacknowledged() > 0 && Instant::now() < until && !stopped() {
+        if client.poll(|_| {}, 256) == 0 {
+            client.park(Duration::from_millis(1));
+        }
+    }
+    eprintln!("acknowledged {}", client.acknowledged());
+    match client.unacknowledged() {
+        0 => Ok(()),
+        n => Err(format!("{n} guaranteed publishes were not acknowledged (is the router there?)")),
+    }
+}
+
 pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
     install_ctrl_c();
     if a.topic.is_empty() {
@@ -175,7 +225,11 @@ pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
     if a.stdin {
         for line in std::io::stdin().lock().lines() {
             let line = line.map_err(|e| format!("reading stdin: {e}"))?;
-            publish_one(&mut client, &a.topic, line.as_bytes(), &mut held)?;
+            if a.guaranteed {
+                publish_guaranteed_one(&mut client, &a.topic, line.as_bytes(), &mut held)?;
+            } else {
+                publish_one(&mut client, &a.topic, line.as_bytes(), &mut held)?;
+            }
             sent += 1;
             check_rejected(&mut client, Duration::ZERO)?;
             if stopped() {
@@ -187,6 +241,12 @@ pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
         let duration = a.duration.unwrap_or(if a.count.is_some() { Duration::MAX } else { Duration::from_secs(5) });
         let interval = a.rate.map(|r| Duration::from_secs_f64(1.0 / r as f64));
         let mut msg = vec![0u8; a.size];
+        // Guaranteed: this run's tag after the sequence number, so that a
+        // durable subscriber checks each publisher's stream on its own.
+        if a.guaranteed && a.size >= 16 {
+            let tag = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), start);
+            msg[8..16].copy_from_slice(&tag.to_le_bytes());
+        }
         while sent < limit && start.elapsed() < duration && !stopped() {
             if let Some(iv) = interval {
                 let due = start + iv.mul_f64(sent as f64);
@@ -195,7 +255,14 @@ pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
                 }
             }
             msg[..8].copy_from_slice(&sent.to_le_bytes());
-            publish_one(&mut client, &a.topic, &msg, &mut held)?;
+            if a.guaranteed {
+                publish_guaranteed_one(&mut client, &a.topic, &msg, &mut held)?;
+                if sent % 64 == 0 {
+                    client.poll(|_| {}, 256);
+                }
+            } else {
+                publish_one(&mut client, &a.topic, &msg, &mut held)?;
+            }
             sent += 1;
             if sent % 256 == 0 {
                 check_rejected(&mut client, Duration::ZERO)?;
@@ -205,10 +272,11 @@ pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     // A refusal comes back within microseconds: wait a little for one.
     check_rejected(&mut client, Duration::from_millis(50))?;
-    client.close();
     eprintln!("published {sent} messages in {secs:.3} s ({:.0} msg/s)", sent as f64 / secs);
     held.report();
-    Ok(())
+    let done = if a.guaranteed { finish_guaranteed(&mut client) } else { Ok(()) };
+    client.close();
+    done
 }
 
 /// What a routed subscriber has seen.
@@ -220,9 +288,15 @@ struct Seen {
     gaps: u64,
     duplicates: u64,
     cached: u64,
-    /// The next sequence number expected on each topic (one publisher per
-    /// topic, as `tickwire pub --router` publishes).
-    expect: std::collections::HashMap<String, u64>,
+    /// Guaranteed: messages seen again, flagged as redelivered.
+    redeliveries: u64,
+    /// Guaranteed: messages the router said are lost (retention).
+    lost: u64,
+    /// The next sequence number expected from each publisher: by topic, and
+    /// for guaranteed messages by topic and the run's tag (bytes 8..16).
+    expect: std::collections::HashMap<(String, u64), u64>,
+    /// Guaranteed deliveries to acknowledge: (subscription, sequence, when).
+    acks: std::collections::VecDeque<(u32, u64, Instant)>,
     failure: Option<String>,
 }
 
@@ -233,6 +307,10 @@ fn on_event(seen: &mut Seen, a: &SubArgs, pattern: &str, uri: &str, e: ClientEve
         }
         ClientEvent::Disconnected { reason } => eprintln!("{reason}; waiting for the router to come back"),
         ClientEvent::Rejected { reason, .. } => seen.failure = Some(format!("the router refused: {reason}")),
+        ClientEvent::Lost { from, to, .. } => {
+            eprintln!("the router lost messages {from} to {to} of this durable subscription (retention removed them)");
+            seen.lost += to - from + 1;
+        }
         // --count: the rest of the last batch is not taken.
         ClientEvent::Message(_) if a.count.is_some_and(|c| seen.msgs >= c) => {}
         ClientEvent::Message(m) => {
@@ -246,14 +324,23 @@ fn on_event(seen: &mut Seen, a: &SubArgs, pattern: &str, uri: &str, e: ClientEve
                 );
             }
             seen.cached += u64::from(m.is_cached());
+            if let Some(sub) = m.subscription {
+                seen.acks.push_back((sub, m.sequence, Instant::now()));
+            }
             if a.verify && m.payload.len() >= 8 {
                 let seq = u64::from_le_bytes(m.payload[..8].try_into().unwrap_or_default());
-                let next = seen.expect.entry(m.topic.to_owned()).or_insert(seq);
-                // Generated messages count from 0: a publisher started again.
-                if seq == 0 {
+                let tag = match m.payload.get(8..16) {
+                    Some(t) if m.is_guaranteed() => u64::from_le_bytes(t.try_into().unwrap_or_default()),
+                    _ => 0,
+                };
+                let next = seen.expect.entry((m.topic.to_owned(), tag)).or_insert(seq);
+                // Generated messages count from 0: a publisher started again
+                // (a guaranteed one has a tag of its own).
+                if seq == 0 && !m.is_guaranteed() {
                     *next = 0;
                 }
                 match seq.cmp(next) {
+                    std::cmp::Ordering::Less if m.is_redelivered() => seen.redeliveries += 1,
                     std::cmp::Ordering::Less => seen.duplicates += 1,
                     std::cmp::Ordering::Greater => seen.gaps += 1,
                     std::cmp::Ordering::Equal => {}
@@ -272,12 +359,33 @@ fn on_event(seen: &mut Seen, a: &SubArgs, pattern: &str, uri: &str, e: ClientEve
     }
 }
 
+/// Acknowledges (cumulatively, per subscription) the guaranteed deliveries
+/// that arrived at least `delay` ago.
+fn acknowledge(client: &mut Client, acks: &mut std::collections::VecDeque<(u32, u64, Instant)>, delay: Duration) {
+    let mut last: Vec<(u32, u64)> = Vec::new();
+    while let Some(&(sub, seq, at)) = acks.front() {
+        if at.elapsed() < delay {
+            break;
+        }
+        acks.pop_front();
+        match last.iter_mut().find(|l| l.0 == sub) {
+            Some(l) => l.1 = l.1.max(seq),
+            None => last.push((sub, seq)),
+        }
+    }
+    for (sub, seq) in last {
+        client.ack(sub, seq);
+    }
+}
+
 pub fn subscribe(s: &Settings, a: &SubArgs, uri: &str) -> Result<(), String> {
     install_ctrl_c();
     let pattern = a.topic.as_deref().ok_or("--router needs --topic PATTERN")?;
     let opts = ClientOptions { slow_consumer: a.slow_consumer, ..ClientOptions::default() };
     let mut client = connect(s, uri, "sub", a.tls_ca.as_deref(), &a.login, opts)?;
-    if a.cached {
+    if let Some(name) = &a.durable {
+        client.subscribe_durable(pattern, name).map_err(|e| e.to_string())?;
+    } else if a.cached {
         client.subscribe_cached(pattern).map_err(|e| e.to_string())?;
     } else {
         client.subscribe(pattern).map_err(|e| e.to_string())?;
@@ -291,14 +399,23 @@ pub fn subscribe(s: &Settings, a: &SubArgs, uri: &str) -> Result<(), String> {
     while !stopped() && !a.duration.is_some_and(|d| start.elapsed() >= d) && seen.msgs < limit && seen.failure.is_none()
     {
         if client.poll(|e| on_event(&mut seen, a, pattern, uri, e), 256) == 0 {
-            client.park(Duration::from_millis(10));
+            client.park(Duration::from_millis(if seen.acks.is_empty() { 10 } else { 1 }));
         }
+        acknowledge(&mut client, &mut seen.acks, a.ack_delay.unwrap_or(Duration::ZERO));
         if let Some(why) = client.refused() {
             seen.failure = Some(format!("the router at {uri} refused this client: {why}"));
         }
     }
     let cached = if a.cached { format!(" ({} from the cache)", seen.cached) } else { String::new() };
-    let dups = if a.verify { format!(", {} duplicates", seen.duplicates) } else { String::new() };
+    acknowledge(&mut client, &mut seen.acks, Duration::ZERO);
+    let dups = match (a.verify, &a.durable) {
+        (true, Some(_)) => format!(
+            ", {} redeliveries (flagged), {} unflagged duplicates, {} lost",
+            seen.redeliveries, seen.duplicates, seen.lost
+        ),
+        (true, None) => format!(", {} duplicates", seen.duplicates),
+        _ => String::new(),
+    };
     eprintln!(
         "received {} messages{cached}, {} bytes; the router discarded {} for this subscriber; {} gaps{dups}",
         seen.msgs, seen.bytes, seen.discarded, seen.gaps
@@ -306,6 +423,9 @@ pub fn subscribe(s: &Settings, a: &SubArgs, uri: &str) -> Result<(), String> {
     // Gaps the router said it made (a queue full) are not failures.
     if a.verify && ((seen.gaps > 0 && seen.discarded == 0) || seen.duplicates > 0) && seen.failure.is_none() {
         seen.failure = Some(format!("{} gaps and {} duplicates in the sequence numbers", seen.gaps, seen.duplicates));
+    }
+    if a.verify && seen.lost > 0 && seen.failure.is_none() {
+        seen.failure = Some(format!("{} messages lost (retention)", seen.lost));
     }
     client.close();
     match seen.failure {

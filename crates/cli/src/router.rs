@@ -50,6 +50,15 @@ pub struct RouterArgs {
     /// The private key (PEM) of --tls-cert.
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
+    /// Keep a journal in DIR: guaranteed publishes and durable subscriptions ([router.journal] in the config).
+    #[arg(long)]
+    journal: Option<std::path::PathBuf>,
+    /// With --journal: when a message is durable: os (page cache: survives a crash, not a power cut), group, fsync [default: group].
+    #[arg(long, requires = "journal", value_parser = ["os", "group", "fsync"])]
+    sync: Option<String>,
+    /// With --journal: start despite damage before the journal's tail (the damaged records are skipped and reported).
+    #[arg(long)]
+    journal_skip_corrupt: bool,
     /// How long a shutdown may spend delivering what is queued.
     #[arg(long, default_value = "1s", value_parser = crate::units::parse_duration)]
     drain: Duration,
@@ -66,6 +75,44 @@ enum RouterAction {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// The journal's lines of `tickwire router status`.
+fn journal_status(j: &tickwire_router::status::JournalStatus) {
+    let s = &j.stats;
+    println!(
+        "journal {} (sync {}): {} segment(s), {} bytes, sequences {} to {} ({} durable, ack lag {}); \
+         append p50 {} ns p99 {} ns; fsync p50 {} ns p99 {} ns",
+        j.dir,
+        j.sync,
+        j.segments,
+        j.bytes,
+        j.first,
+        j.last,
+        j.durable,
+        j.ack_lag,
+        j.append_p50_ns,
+        j.append_p99_ns,
+        j.fsync_p50_ns,
+        j.fsync_p99_ns
+    );
+    println!(
+        "guaranteed: {} stored, {} duplicates dropped, {} deliveries, {} redeliveries, {} dead letters, {} losses",
+        s.stored, s.duplicates, s.deliveries, s.redeliveries, s.dead_letters, s.losses
+    );
+    if !j.durables.is_empty() {
+        println!(
+            "{:<24} {:<20} {:>12} {:>10} {:>9} {:>7}",
+            "DURABLE", "PATTERN", "ACKED", "BACKLOG", "IN FLIGHT", "CLIENT"
+        );
+        for d in &j.durables {
+            let client = d.client.map_or_else(|| "-".into(), |c| c.to_string());
+            println!(
+                "{:<24} {:<20} {:>12} {:>10} {:>9} {:>7}",
+                d.name, d.pattern, d.acked, d.backlog, d.in_flight, client
+            );
+        }
+    }
 }
 
 /// `tickwire router status`.
@@ -88,6 +135,9 @@ fn status(s: &Settings, json: bool) -> Result<(), String> {
         t.discards,
         t.forbidden
     );
+    if let Some(j) = &st.journal {
+        journal_status(j);
+    }
     if st.clients.is_empty() {
         return Ok(());
     }
@@ -195,6 +245,16 @@ pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
     }
     if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
         cfg.tls = Some(tickwire_router::config::TlsFiles { cert: cert.clone(), key: key.clone() });
+    }
+    if let Some(dir) = &a.journal {
+        let t = cfg.journal.get_or_insert_with(|| tickwire_router::config::JournalTable::at(dir));
+        t.dir.clone_from(dir);
+    }
+    if let Some(t) = &mut cfg.journal {
+        if let Some(sync) = &a.sync {
+            t.sync.clone_from(sync);
+        }
+        t.skip_corrupt |= a.journal_skip_corrupt;
     }
     cfg.users = users(s)?;
     cfg.metrics = a.metrics.clone().or_else(|| s.metrics.clone());

@@ -1,6 +1,7 @@
 //! [`Client`]: connect, publish, subscribe, poll, reconnect.
 
 use crate::conn::{ClaimInner, Conn, SendError};
+use crate::guaranteed::Outbox;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,7 +9,8 @@ use std::time::{Duration, Instant};
 use tickwire_shm::Context;
 use tickwire_topic::{check_topic, Pattern, TopicError};
 use tickwire_wire::client::{
-    credentials, flags, ClientKind, ClientRepr, RejectCode, SlowConsumer, CLIENT_PROTOCOL_VERSION,
+    credentials, flags, split_guaranteed_value, ClientKind, ClientRepr, RejectCode, SlowConsumer,
+    CLIENT_PROTOCOL_VERSION,
 };
 use tickwire_wire::ClientFrame;
 
@@ -87,6 +89,9 @@ pub struct ClientOptions {
     /// router's). A policy the router's config gives this client's user
     /// wins.
     pub slow_consumer: Option<SlowConsumer>,
+    /// Guaranteed publishes that may await acknowledgement at once
+    /// ([`Client::publish_guaranteed`]).
+    pub guaranteed_window: usize,
 }
 
 impl Default for ClientOptions {
@@ -102,6 +107,7 @@ impl Default for ClientOptions {
             user: None,
             password: None,
             slow_consumer: None,
+            guaranteed_window: 8192,
         }
     }
 }
@@ -153,6 +159,10 @@ pub enum PublishError {
     /// The topic breaks the rules (not worth retrying).
     #[error(transparent)]
     BadTopic(#[from] TopicError),
+    /// This many guaranteed publishes await acknowledgement
+    /// (`guaranteed_window`); poll and try again.
+    #[error("{0} guaranteed publishes await the router's acknowledgement (the window is full)")]
+    WindowFull(usize),
 }
 
 /// A message the router delivered.
@@ -167,11 +177,26 @@ pub struct Delivery<'a> {
     /// Messages for this client the router dropped just before this one
     /// (its queue was full): Solace's discard indication.
     pub discarded: u32,
-    /// This client's delivery sequence (discarded messages took numbers too).
+    /// This client's delivery sequence (discarded messages took numbers
+    /// too); for a guaranteed delivery, the journal's sequence (what
+    /// [`Client::ack`] takes).
     pub sequence: u64,
+    /// A guaranteed delivery's durable subscription.
+    pub subscription: Option<u32>,
+    /// A guaranteed delivery's delivery count (1 the first time).
+    pub deliveries: u32,
 }
 
 impl Delivery<'_> {
+    /// Whether it is a guaranteed delivery of a durable subscription (to
+    /// acknowledge with [`Client::ack`]).
+    pub fn is_guaranteed(&self) -> bool {
+        self.flags & flags::GUARANTEED != 0
+    }
+    /// Whether it may have been delivered before (a redelivery).
+    pub fn is_redelivered(&self) -> bool {
+        self.flags & flags::REDELIVERED != 0
+    }
     /// Whether it came from the last-value cache.
     pub fn is_cached(&self) -> bool {
         self.flags & flags::CACHED != 0
@@ -200,6 +225,16 @@ pub enum ClientEvent<'a> {
         /// Why, for people.
         reason: &'a str,
     },
+    /// Messages a durable subscription will never receive (retention
+    /// removed them before it read them): journal sequences `from..=to`.
+    Lost {
+        /// The durable subscription.
+        subscription: u32,
+        /// First sequence lost.
+        from: u64,
+        /// Last sequence lost.
+        to: u64,
+    },
     /// The router went away or closed the session; the client reconnects.
     Disconnected {
         /// Why.
@@ -208,7 +243,7 @@ pub enum ClientEvent<'a> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
+pub(crate) enum State {
     /// No connection; try at `next_attempt`.
     Waiting,
     /// Connection made, HELLO not sent (shared memory: router not attached).
@@ -222,15 +257,17 @@ enum State {
 /// A connection to a router that survives the router's restarts.
 pub struct Client {
     uri: RouterUri,
-    opts: ClientOptions,
+    pub(crate) opts: ClientOptions,
     ctx: Option<Context>,
     tls: Option<std::sync::Arc<tickwire_transport::tls::ClientConfig>>,
-    conn: Option<Conn>,
-    state: State,
+    pub(crate) conn: Option<Conn>,
+    pub(crate) state: State,
     next_attempt: Instant,
     last_error: String,
-    /// Subscriptions by id: pattern and SUBSCRIBE flags.
-    subscriptions: BTreeMap<u32, (String, u8)>,
+    /// Subscriptions by id: pattern, SUBSCRIBE flags and body (a durable's name).
+    subscriptions: BTreeMap<u32, (String, u8, String)>,
+    /// Guaranteed publishes awaiting acknowledgement.
+    pub(crate) outbox: Outbox,
     next_subscription: u32,
     next_sequence: u64,
     router_name: String,
@@ -314,6 +351,7 @@ impl Client {
             client_id: 0,
             pending: None,
             refused: None,
+            outbox: Outbox::new(),
         };
         c.advance();
         Ok(c)
@@ -404,11 +442,29 @@ impl Client {
         self.subscribe_with(pattern, flags::CACHED)
     }
 
+    /// A durable subscription named `name` to `pattern`: the router keeps
+    /// its place in its journal while this client is away (or the router
+    /// restarts), delivers in order every guaranteed message published on
+    /// a matching topic (flagged [`Delivery::is_guaranteed`]), and sends
+    /// again what [`Client::ack`] did not acknowledge, flagged
+    /// [`Delivery::is_redelivered`]. (Bound again after every reconnection.)
+    ///
+    /// # Errors
+    /// As [`Client::subscribe`]; a router without a journal, or with the
+    /// name bound elsewhere, refuses it with a [`ClientEvent::Rejected`].
+    pub fn subscribe_durable(&mut self, pattern: &str, name: &str) -> Result<u32, ClientError> {
+        self.subscribe_with_body(pattern, flags::DURABLE, name)
+    }
+
     fn subscribe_with(&mut self, pattern: &str, flags: u8) -> Result<u32, ClientError> {
+        self.subscribe_with_body(pattern, flags, "")
+    }
+
+    fn subscribe_with_body(&mut self, pattern: &str, flags: u8, body: &str) -> Result<u32, ClientError> {
         Pattern::parse(pattern)?;
         let id = self.next_subscription;
         self.next_subscription += 1;
-        self.subscriptions.insert(id, (pattern.to_owned(), flags));
+        self.subscriptions.insert(id, (pattern.to_owned(), flags, body.to_owned()));
         if matches!(self.state, State::Greeting | State::Connected) {
             self.send_subscribe(id);
         }
@@ -423,13 +479,15 @@ impl Client {
     }
 
     fn send_subscribe(&mut self, id: u32) {
-        let Some((p, flags)) = self.subscriptions.get(&id).cloned() else { return };
-        self.send_control(&ClientRepr { value: id, flags, topic: &p, ..ClientRepr::new(ClientKind::Subscribe) });
+        let Some((p, flags, body)) = self.subscriptions.get(&id).cloned() else { return };
+        let f =
+            ClientRepr { value: id, flags, topic: &p, body: body.as_bytes(), ..ClientRepr::new(ClientKind::Subscribe) };
+        self.send_control(&f);
     }
 
     /// Sends a control frame, waiting briefly for room; a connection that
     /// stays full or breaks is dropped (and re-made, subscriptions and all).
-    fn send_control(&mut self, repr: &ClientRepr<'_>) {
+    pub(crate) fn send_control(&mut self, repr: &ClientRepr<'_>) {
         let Some(conn) = &mut self.conn else { return };
         let until = Instant::now() + Duration::from_secs(1);
         loop {
@@ -443,8 +501,9 @@ impl Client {
         }
     }
 
-    fn lose(&mut self, why: String) {
+    pub(crate) fn lose(&mut self, why: String) {
         let was = self.state;
+        self.outbox.restart();
         self.conn = None;
         self.state = State::Waiting;
         self.next_attempt = Instant::now() + self.opts.reconnect_interval;
@@ -533,6 +592,7 @@ impl Client {
             };
             self.send_control(&ClientRepr {
                 value: CLIENT_PROTOCOL_VERSION,
+                sequence: self.outbox.publisher,
                 topic: &name,
                 body: &credentials,
                 flags: self.opts.slow_consumer.map_or(0, SlowConsumer::hello_flags),
@@ -556,6 +616,7 @@ impl Client {
         let Some(conn) = &mut self.conn else { return events };
         let mut broken: Option<String> = None;
         let mut forbidden: Option<String> = None;
+        let mut acked = 0u64;
         let state = &mut self.state;
         let router_name = &mut self.router_name;
         let client_id = &mut self.client_id;
@@ -573,13 +634,27 @@ impl Client {
                 };
                 events += 1;
                 match f.kind() {
-                    ClientKind::Deliver => handler(ClientEvent::Message(Delivery {
-                        topic: f.topic(),
-                        payload: f.body(),
-                        flags: f.flags(),
-                        discarded: f.value(),
-                        sequence: f.sequence(),
-                    })),
+                    ClientKind::Deliver => {
+                        let guaranteed = f.flags() & flags::GUARANTEED != 0;
+                        let (subscription, deliveries) = split_guaranteed_value(f.value());
+                        handler(ClientEvent::Message(Delivery {
+                            topic: f.topic(),
+                            payload: f.body(),
+                            flags: f.flags(),
+                            discarded: if guaranteed { 0 } else { f.value() },
+                            sequence: f.sequence(),
+                            subscription: guaranteed.then_some(subscription),
+                            deliveries: if guaranteed { deliveries } else { 1 },
+                        }));
+                    }
+                    ClientKind::Ack => acked = acked.max(f.sequence()),
+                    ClientKind::Loss => {
+                        let to = f
+                            .body()
+                            .get(..8)
+                            .map_or(f.sequence(), |b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
+                        handler(ClientEvent::Lost { subscription: f.value(), from: f.sequence(), to });
+                    }
                     ClientKind::Welcome => {
                         *state = State::Connected;
                         *router_name = String::from_utf8_lossy(f.body()).into_owned();
@@ -610,6 +685,7 @@ impl Client {
         if let Some(why) = forbidden {
             self.refused = Some(why);
         }
+        self.outbox.ack(acked);
         match r {
             Err(SendError::Broken(why)) => {
                 broken.get_or_insert(why);
@@ -626,6 +702,9 @@ impl Client {
                 handler(ClientEvent::Disconnected { reason: &why });
                 events += 1;
             }
+        }
+        if !self.outbox.is_empty() {
+            self.pump();
         }
         events
     }

@@ -37,6 +37,7 @@
 
 mod client;
 mod conn;
+mod guaranteed;
 
 pub use client::{Client, ClientClaim, ClientError, ClientEvent, ClientOptions, Delivery, PublishError, RouterUri};
 pub use tickwire_wire::client::{flags, RejectCode, SlowConsumer};

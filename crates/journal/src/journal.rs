@@ -405,6 +405,11 @@ impl Journal {
         }
     }
 
+    /// The last sequence appended (written or not).
+    pub fn last_appended(&self) -> u64 {
+        self.next - 1
+    }
+
     /// The last sequence written.
     pub fn written(&self) -> u64 {
         self.written

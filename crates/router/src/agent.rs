@@ -87,6 +87,8 @@ pub(crate) struct AgentShared {
     pub(crate) totals: Mutex<Totals>,
     /// Its sessions, described about once a second.
     pub(crate) status: Mutex<Vec<ClientStatus>>,
+    /// Its journal, described at the same time (if it has one).
+    pub(crate) journal: Mutex<Option<crate::status::JournalStatus>>,
 }
 
 /// A shared-memory client's log into the router.
@@ -217,6 +219,7 @@ impl RoutingAgent {
                 router.route_forwarded(topic, payload, discarded);
             });
         }
+        work += self.router.poll_guaranteed(self.now);
         work += self.router.flush(&mut self.failed);
         for (id, why) in self.router.take_slow() {
             self.begin_close(id, why);
@@ -243,12 +246,17 @@ impl RoutingAgent {
                 for (id, why) in self.router.take_stuck(self.now) {
                     self.begin_close(id, why);
                 }
+                self.router.guaranteed_housekeeping(self.now);
                 self.publish_counters();
                 self.housekeeping = self.housekeeping.wrapping_add(1);
                 if self.housekeeping.is_multiple_of(STATUS_EVERY) {
                     let status = self.router.client_status();
                     if let Ok(mut s) = self.shared.status.lock() {
                         *s = status;
+                    }
+                    let journal = self.router.journal_status();
+                    if let Ok(mut j) = self.shared.journal.lock() {
+                        *j = journal;
                     }
                 }
             }

@@ -23,6 +23,19 @@
 //! max_topics = 100000
 //! max_bytes = 268435456           # payload bytes, all topics together
 //!
+//! [router.journal]                # guaranteed delivery (none without this table)
+//! dir = "journal"                 # its segments and durable positions (relative: to this file)
+//! sync = "group"                  # os (page cache: survives a crash, not a power cut) | group | fsync
+//! group_interval = "200us"        # group commit: an fsync at most this often …
+//! group_messages = 1000           # … or once this many records wait
+//! segment_bytes = 67108864        # a segment rolls at this size
+//! retain_bytes = 1073741824       # whole segments removed, oldest first, past this (0: no limit)
+//! retain_age = "forever"          # … or older than this ("7d")
+//! skip_corrupt = false            # start despite damage before the tail (reported, skipped)
+//! window = 1024                   # unacknowledged deliveries per durable subscription
+//! ack_timeout = "30s"             # a delivery unacknowledged this long is sent again
+//! max_deliveries = 10             # then it goes to the topic dead/NAME
+//!
 //! [router.limits]
 //! max_frame = 1049088             # largest client frame
 //! queue_bytes = 8388608           # per client, before the oldest deliveries are dropped
@@ -38,11 +51,13 @@
 
 use crate::access::{UserConfig, Users, UsersError};
 use crate::cache::CacheConfig;
+use crate::guaranteed::GuaranteedConfig;
 use crate::routing::Limits;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tickwire_journal::{JournalConfig, SyncPolicy};
 use tickwire_topic::Pattern;
 use tickwire_wire::client::SlowConsumer;
 
@@ -85,6 +100,8 @@ pub struct RouterConfig {
     pub tls: Option<TlsFiles>,
     /// The last-value cache.
     pub cache: Option<CacheTable>,
+    /// The journal: guaranteed delivery and durable subscriptions.
+    pub journal: Option<JournalTable>,
     /// The users (the file's top-level `[[users]]`, not a key of the
     /// table): none, every client is anonymous.
     #[serde(skip)]
@@ -117,6 +134,112 @@ pub struct CacheTable {
     /// Payload bytes kept at most.
     #[serde(default = "default_cache_bytes")]
     pub max_bytes: usize,
+}
+
+/// `[journal]`: guaranteed delivery (see `tickwire_journal`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JournalTable {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// `os`, `group` or `fsync`.
+    pub sync: String,
+    /// Group commit: the longest a record waits for its fsync.
+    pub group_interval: String,
+    /// Group commit: records that start an fsync sooner.
+    pub group_messages: u64,
+    /// Segment size, bytes.
+    pub segment_bytes: u64,
+    /// Bytes kept (0: no limit).
+    pub retain_bytes: u64,
+    /// Age kept (`"7d"`; `"forever"`: no limit).
+    pub retain_age: String,
+    /// Start despite damage before the journal's tail (skipped, reported).
+    pub skip_corrupt: bool,
+    /// Unacknowledged deliveries per durable subscription.
+    pub window: usize,
+    /// A delivery unacknowledged this long is sent again.
+    pub ack_timeout: String,
+    /// Deliveries of one message before it goes to `dead/NAME`.
+    pub max_deliveries: u32,
+}
+
+impl Default for JournalTable {
+    fn default() -> Self {
+        let j = JournalConfig::new("");
+        let g = GuaranteedConfig::default();
+        Self {
+            dir: PathBuf::new(),
+            sync: "group".into(),
+            group_interval: "200us".into(),
+            group_messages: 1000,
+            segment_bytes: j.segment_bytes,
+            retain_bytes: j.retain_bytes.unwrap_or(0),
+            retain_age: "forever".into(),
+            skip_corrupt: false,
+            window: g.window,
+            ack_timeout: humantime::format_duration(g.ack_timeout).to_string(),
+            max_deliveries: g.max_deliveries,
+        }
+    }
+}
+
+impl JournalTable {
+    /// A journal in `dir` with the defaults.
+    pub fn at(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into(), ..Self::default() }
+    }
+
+    /// The journal's and guaranteed delivery's configuration.
+    ///
+    /// # Errors
+    /// [`ConfigError::Value`] naming the bad key.
+    pub fn to_config(&self) -> Result<(JournalConfig, GuaranteedConfig), ConfigError> {
+        let bad = |key: &'static str, value: &dyn std::fmt::Display, why: &'static str| ConfigError::Value {
+            key,
+            value: value.to_string(),
+            why,
+        };
+        let duration = |key, v: &str| {
+            humantime::parse_duration(v).map_err(|_| bad(key, &v, "a duration such as 200us, 30s or 7d"))
+        };
+        if self.dir.as_os_str().is_empty() {
+            return Err(bad("journal.dir", &"", "the journal's directory"));
+        }
+        let sync = match self.sync.as_str() {
+            "os" => SyncPolicy::Os,
+            "fsync" => SyncPolicy::Fsync,
+            "group" => SyncPolicy::Group {
+                interval: duration("journal.group_interval", &self.group_interval)?,
+                messages: self.group_messages.max(1),
+            },
+            other => return Err(bad("journal.sync", &other, "one of os, group, fsync")),
+        };
+        if self.segment_bytes < 64 << 10 {
+            return Err(bad("journal.segment_bytes", &self.segment_bytes, "at least 65536"));
+        }
+        if self.window == 0 || self.max_deliveries == 0 {
+            return Err(bad("journal.window", &self.window, "window and max_deliveries at least 1"));
+        }
+        let retain_age = match self.retain_age.as_str() {
+            "forever" => None,
+            v => Some(duration("journal.retain_age", v)?),
+        };
+        let j = JournalConfig {
+            dir: self.dir.clone(),
+            segment_bytes: self.segment_bytes,
+            retain_bytes: (self.retain_bytes > 0).then_some(self.retain_bytes),
+            retain_age,
+            sync,
+            skip_corrupt: self.skip_corrupt,
+        };
+        let g = GuaranteedConfig {
+            window: self.window,
+            ack_timeout: duration("journal.ack_timeout", &self.ack_timeout)?,
+            max_deliveries: self.max_deliveries,
+        };
+        Ok((j, g))
+    }
 }
 
 fn default_cache_topics() -> usize {
@@ -233,6 +356,7 @@ impl Default for RouterConfig {
             limits: LimitsConfig::default(),
             tls: None,
             cache: None,
+            journal: None,
             users: Vec::new(),
             metrics: None,
         }
@@ -281,6 +405,9 @@ impl RouterConfig {
         if let (Some(t), Some(base)) = (&mut cfg.tls, path.parent()) {
             t.cert = base.join(&t.cert);
             t.key = base.join(&t.key);
+        }
+        if let (Some(j), Some(base)) = (&mut cfg.journal, path.parent()) {
+            j.dir = base.join(&j.dir);
         }
         cfg.check()?;
         Ok(cfg)
@@ -369,6 +496,12 @@ impl RouterConfig {
             );
         }
         self.metrics_addr()?;
+        if let Some(j) = &self.journal {
+            j.to_config()?;
+            if self.agents > 1 {
+                return bad("agents", &self.agents, "1 with a journal (guaranteed delivery runs on one routing agent)");
+            }
+        }
         if let Some(c) = &self.cache {
             c.to_config()?;
             if c.patterns.is_empty() {

@@ -24,6 +24,9 @@
 //!   Beside it, in private modules extending [`Router`]: the delivery loop
 //!   (`fanout`), logging in (`login`), the slow-consumer policies
 //!   (`slow`); and [`counters`], its totals and counter sets.
+//! * [`guaranteed`]: guaranteed publishes stored in the journal
+//!   (`tickwire_journal`) and acknowledged when durable; [`durable`]
+//!   subscriptions replayed from it, acknowledged, redelivered.
 //! * [`peers`]: with several routing agents, the patterns the other
 //!   agents' clients hold and the rings that carry messages to them.
 //! * [`tcp`]: length-prefixed frames on non-blocking sockets.
@@ -46,7 +49,9 @@ pub mod agent;
 pub mod cache;
 pub mod config;
 pub mod counters;
+pub mod durable;
 mod fanout;
+pub mod guaranteed;
 pub mod index;
 mod login;
 pub mod metrics;

@@ -147,6 +147,8 @@ pub struct Router {
     /// repetition; 0: nothing held, nothing to check.
     pub(crate) holds: usize,
     next_serial: u64,
+    /// The journal and durable subscriptions, if configured.
+    pub(crate) guaranteed: Option<Box<crate::guaranteed::Guaranteed>>,
 }
 
 impl Router {
@@ -185,6 +187,7 @@ impl Router {
             held: Vec::new(),
             holds: 0,
             next_serial: 0,
+            guaranteed: None,
         }
     }
 
@@ -284,6 +287,7 @@ impl Router {
     /// offered to it (unless the client closed), and the session is handed
     /// back for the caller to drop (closing its transport).
     pub fn disconnect(&mut self, id: u32, why: &Disconnect) -> Option<Session> {
+        self.unbind_durables(id, None);
         let mut s = self.sessions.get_mut(id as usize)?.take()?;
         self.free.push(id);
         let holding = std::mem::take(&mut s.holding);
@@ -352,12 +356,7 @@ impl Router {
         match f.kind() {
             ClientKind::Publish => {
                 if f.flags() & flags::GUARANTEED != 0 {
-                    return self.reject(
-                        id,
-                        RejectCode::Unsupported,
-                        f.sequence(),
-                        "guaranteed delivery is not enabled",
-                    );
+                    return self.publish_guaranteed(id, f.topic(), f.body(), f.sequence());
                 }
                 self.route(id, f.topic(), f.body(), f.sequence())
             }
@@ -377,6 +376,7 @@ impl Router {
                 s.hello = true;
                 s.name = f.topic().to_owned();
                 s.asked = SlowConsumer::from_hello_flags(f.flags());
+                s.publisher = f.sequence();
                 s.choose_policy(self.limits.slow_consumer);
                 if self.users.is_some() {
                     return self.ask_password(id, f.body());
@@ -385,12 +385,15 @@ impl Router {
             }
             ClientKind::Subscribe => {
                 let sid = f.value();
+                if f.flags() == flags::DURABLE {
+                    return self.subscribe_durable(id, sid, f.topic(), f.body());
+                }
                 if f.flags() & !flags::CACHED != 0 {
                     return self.reject(
                         id,
                         RejectCode::Unsupported,
                         sid.into(),
-                        "SUBSCRIBE takes only the CACHED flag",
+                        "SUBSCRIBE takes the CACHED flag or the DURABLE flag alone",
                     );
                 }
                 let cached = f.flags() & flags::CACHED != 0;
@@ -443,6 +446,8 @@ impl Router {
                 Ok(())
             }
             ClientKind::Unsubscribe => {
+                self.unbind_durables(id, Some(f.value()));
+                let Some(Some(s)) = self.sessions.get_mut(id as usize) else { return Ok(()) };
                 if let Some(p) = s.subscriptions.remove(&f.value()) {
                     self.index.remove(&p, id, f.value());
                     self.readable.clear();
@@ -452,13 +457,15 @@ impl Router {
                 }
                 Ok(())
             }
-            // Nothing is sent guaranteed yet, so there is nothing to settle.
-            ClientKind::Ack => Ok(()),
+            ClientKind::Ack => {
+                self.handle_ack(id, f.value(), f.sequence());
+                Ok(())
+            }
             ClientKind::Close => Err(Disconnect {
                 code: RejectCode::Normal,
                 reason: format!("client closed: {}", String::from_utf8_lossy(f.body())),
             }),
-            k @ (ClientKind::Welcome | ClientKind::Deliver | ClientKind::Reject) => {
+            k @ (ClientKind::Welcome | ClientKind::Deliver | ClientKind::Reject | ClientKind::Loss) => {
                 Err(Disconnect::protocol(format!("{k:?} is the router's to send, not a client's")))
             }
         }
@@ -475,7 +482,7 @@ impl Router {
     /// Delivers a publish to every session whose patterns match `topic`,
     /// once each.
     #[inline]
-    fn route(&mut self, from: u32, topic: &str, payload: &[u8], sequence: u64) -> Result<(), Disconnect> {
+    pub(crate) fn route(&mut self, from: u32, topic: &str, payload: &[u8], sequence: u64) -> Result<(), Disconnect> {
         let targets = match self.index.lookup(topic, check_topic) {
             Ok(t) => t,
             Err(e) => return self.reject(from, RejectCode::BadTopic, sequence, &e.to_string()),

@@ -20,6 +20,7 @@ use crate::access::{AuthWorker, UserConfig, Users, UsersError};
 use crate::agent::{AgentShared, Control, RoutingAgent, Wiring};
 use crate::config::RouterConfig;
 use crate::counters::Totals;
+use crate::guaranteed::Guaranteed;
 use crate::metrics::MetricsServer;
 use crate::peers::{link, Peers};
 use crate::routing::Router;
@@ -70,6 +71,9 @@ pub enum StartError {
     /// The shared-memory directory could not be opened.
     #[error(transparent)]
     Shm(#[from] tickwire_shm::ShmError),
+    /// The journal cannot be opened (damage, a lock, I/O).
+    #[error(transparent)]
+    Journal(#[from] tickwire_journal::JournalError),
     /// The TLS certificate or key is unusable.
     #[error("[router.tls] {0}")]
     Tls(#[from] TlsError),
@@ -180,8 +184,23 @@ impl Server {
             None => None,
         };
         let users = Arc::new(Users::new(&cfg.users).map_err(crate::config::ConfigError::from)?);
+        let guaranteed = match &cfg.journal {
+            Some(t) => {
+                let (j, g) = t.to_config()?;
+                let (g, recovery) = Guaranteed::open(j, g)?;
+                match &recovery.cut {
+                    Some(_) => tracing::warn!("journal {}: {recovery}", t.dir.display()),
+                    None => tracing::info!("journal {}: {recovery}", t.dir.display()),
+                }
+                Some(g)
+            }
+            None => None,
+        };
         let (mut agents, controls, gone) =
             Self::agents(&cfg, &ctx, Arc::clone(&users)).map_err(|e| io(Path::new("router threads"), e))?;
+        if let (Some(g), Some(a)) = (guaranteed, agents.first_mut()) {
+            a.router.set_guaranteed(g);
+        }
         let shared: Vec<_> = agents.iter().map(|a| Arc::clone(&a.shared)).collect();
         let metrics = match cfg.metrics_addr()? {
             Some(addr) => {
@@ -239,6 +258,7 @@ impl Server {
             listening: server.describe(),
             totals: Default::default(),
             clients: Vec::new(),
+            journal: None,
         };
         let writer = StatusWriter::start(server.cfg.dir.clone(), base, server.shared.clone())
             .map_err(|e| io(Path::new("router-status thread"), e))?;

@@ -153,6 +153,9 @@ pub struct Session {
     pub(crate) access: FxHashMap<Box<str>, (bool, bool)>,
     /// What happens when its queue is full ([`Session::choose_policy`]).
     pub policy: SlowConsumer,
+    /// Its publisher id from HELLO (0: none): the key, with the publish
+    /// sequence, that a guaranteed resend is recognised by.
+    pub(crate) publisher: u64,
     /// The policy its client asked for in HELLO.
     pub(crate) asked: Option<SlowConsumer>,
     /// When the housekeeping first saw it holding publishers (monotonic
@@ -195,6 +198,7 @@ impl Session {
             filtered: false,
             access: FxHashMap::default(),
             policy: SlowConsumer::DropOldest,
+            publisher: 0,
             asked: None,
             holding_since: 0,
             closing: false,
@@ -275,6 +279,13 @@ impl Session {
         !self.queue.is_empty()
             || !self.control.is_empty()
             || matches!(&self.out, Outbound::Tcp(t) if t.has_pending() || t.failed.is_some())
+    }
+
+    /// Whether control frames may be queued freely (guaranteed deliveries
+    /// go as control frames, while this holds).
+    #[inline]
+    pub(crate) fn has_control_room(&self) -> bool {
+        self.control.len() < MAX_CONTROL_QUEUED / 2
     }
 
     /// Queues a control frame (sent before any queued delivery).

@@ -71,6 +71,59 @@ pub struct RouterStatus {
     pub totals: StatusTotals,
     /// Its clients, by id.
     pub clients: Vec<ClientStatus>,
+    /// Its journal, if it keeps one.
+    #[serde(default)]
+    pub journal: Option<JournalStatus>,
+}
+
+/// The journal and its durable subscriptions, in the file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct JournalStatus {
+    /// Its directory.
+    pub dir: String,
+    /// Its sync policy.
+    pub sync: String,
+    /// Segments and bytes held.
+    pub segments: usize,
+    /// See `segments`.
+    pub bytes: u64,
+    /// The first and last sequence held, and the last durable.
+    pub first: u64,
+    /// See `first`.
+    pub last: u64,
+    /// See `first`.
+    pub durable: u64,
+    /// Batch writes: median and p99, ns (bucket bounds).
+    pub append_p50_ns: u64,
+    /// See `append_p50_ns`.
+    pub append_p99_ns: u64,
+    /// fsyncs: median and p99, ns (bucket bounds; 0 under `os`).
+    pub fsync_p50_ns: u64,
+    /// See `fsync_p50_ns`.
+    pub fsync_p99_ns: u64,
+    /// Counts since start.
+    pub stats: crate::guaranteed::GuaranteedStats,
+    /// Publishers awaiting acknowledgement: records not yet durable.
+    pub ack_lag: u64,
+    /// Each durable subscription.
+    pub durables: Vec<DurableStatus>,
+}
+
+/// One durable subscription, in the file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DurableStatus {
+    /// Its name and pattern.
+    pub name: String,
+    /// See `name`.
+    pub pattern: String,
+    /// Everything up to this journal sequence is acknowledged.
+    pub acked: u64,
+    /// Journal records after `acked` (its backlog, bounded by retention).
+    pub backlog: u64,
+    /// Delivered, not yet acknowledged.
+    pub in_flight: usize,
+    /// The client it is bound to, if any.
+    pub client: Option<u32>,
 }
 
 /// [`Totals`] in the file.
@@ -175,6 +228,9 @@ impl StatusWriter {
                 if let Ok(c) = s.status.lock() {
                     status.clients.extend(c.iter().cloned());
                 }
+                if let Ok(j) = s.journal.lock() {
+                    status.journal = status.journal.take().or_else(|| j.clone());
+                }
             }
             status.clients.sort_by_key(|c| c.client);
             status.totals = totals.into();
@@ -269,6 +325,7 @@ mod tests {
             listening: "ipc".into(),
             totals: StatusTotals::default(),
             clients: Vec::new(),
+            journal: None,
         };
         write(&dir, &st).unwrap();
         assert_eq!(read(&dir).unwrap(), st);

@@ -20,17 +20,21 @@
 //!
 //! | kind | from | value | sequence | topic | body |
 //! | --- | --- | --- | --- | --- | --- |
-//! | HELLO | client | protocol version | 0 | client name | credentials ([`credentials`]) |
+//! | HELLO | client | protocol version | publisher id (random, nonzero; 0: none) | client name | credentials ([`credentials`]) |
 //! | WELCOME | router | client id | 0 | | router name |
-//! | SUBSCRIBE | client | subscription id | 0 | pattern | |
+//! | SUBSCRIBE | client | subscription id | 0 | pattern | durable name (with `DURABLE`) |
 //! | UNSUBSCRIBE | client | subscription id | 0 | | |
-//! | PUBLISH | client | 0 | publisher's sequence | topic | payload |
-//! | DELIVER | router | messages discarded just before this one | delivery sequence | topic | payload |
-//! | ACK | either | 0 | sequence acknowledged | | |
+//! | PUBLISH | client | 0 | publisher's sequence (`GUARANTEED`: 1, 2, … per publisher id) | topic | payload |
+//! | DELIVER | router | messages discarded just before this one (`GUARANTEED`: [`guaranteed_value`]) | delivery sequence (`GUARANTEED`: journal sequence) | topic | payload |
+//! | ACK | router | 0 | publisher's sequence: every guaranteed publish up to it is stored | | |
+//! | ACK | client | durable subscription id | journal sequence: every delivery of it up to this is done | | |
 //! | REJECT | router | [`RejectCode`] | request's id or sequence | | reason (UTF-8) |
 //! | CLOSE | either | [`RejectCode`] | 0 | | reason (UTF-8) |
+//! | LOSS | router | durable subscription id | first journal sequence lost | | last sequence lost (u64 LE) |
 //!
 //! Flags: [`flags::GUARANTEED`] (PUBLISH, DELIVER: guaranteed delivery),
+//! [`flags::DURABLE`] (SUBSCRIBE: a durable subscription, named in the
+//! body), [`flags::REDELIVERED`] (DELIVER: may have been delivered before),
 //! [`flags::CACHED`] (DELIVER: from the last-value cache; SUBSCRIBE: send
 //! the cached values first), [`flags::SLOW_CONSUMER`] (HELLO: the
 //! [`SlowConsumer`] policy the client asks for). Unknown flags are refused,
@@ -70,8 +74,24 @@ pub mod flags {
     /// HELLO: two bits naming the [`SlowConsumer`](super::SlowConsumer)
     /// policy the client asks for (0: the router's choice).
     pub const SLOW_CONSUMER: u8 = 0x0C;
+    /// SUBSCRIBE: a durable subscription, its name in the body.
+    pub const DURABLE: u8 = 0x10;
+    /// DELIVER (guaranteed): this message may have been delivered before
+    /// (its delivery count is above 1, or the router restarted since).
+    pub const REDELIVERED: u8 = 0x20;
     /// Every flag this version knows.
-    pub const KNOWN: u8 = GUARANTEED | CACHED | SLOW_CONSUMER;
+    pub const KNOWN: u8 = GUARANTEED | CACHED | SLOW_CONSUMER | DURABLE | REDELIVERED;
+}
+
+/// A guaranteed DELIVER's `value`: the durable subscription's id (low 24
+/// bits) and the delivery count (high 8 bits, 255 at most).
+pub fn guaranteed_value(subscription: u32, deliveries: u32) -> u32 {
+    (subscription & 0x00FF_FFFF) | (deliveries.min(255) << 24)
+}
+
+/// A guaranteed DELIVER's `value` read: (subscription id, delivery count).
+pub fn split_guaranteed_value(v: u32) -> (u32, u32) {
+    (v & 0x00FF_FFFF, v >> 24)
 }
 
 /// What the router does when a client's queue is full (it reads slower
@@ -166,6 +186,8 @@ pub enum ClientKind {
     Reject = 8,
     /// The session ends, with a reason.
     Close = 9,
+    /// Messages a durable subscription can no longer receive.
+    Loss = 10,
 }
 
 impl ClientKind {
@@ -181,6 +203,7 @@ impl ClientKind {
             7 => Ack,
             8 => Reject,
             9 => Close,
+            10 => Loss,
             _ => return None,
         })
     }

@@ -1,0 +1,308 @@
+//! Durable subscriptions: a named subscription whose position in the
+//! journal the router keeps. Its messages are delivered in order from the
+//! journal (everything it missed while away, then live, with no seam: it
+//! is the same read), each acknowledged by the subscriber (cumulatively);
+//! what is not acknowledged is sent again after a reconnect, a restart or
+//! the acknowledgement timeout, flagged `REDELIVERED` with its delivery
+//! count; past `max_deliveries` a message goes to `dead/NAME`. What
+//! retention removed before it was delivered comes as a LOSS event.
+
+use crate::routing::{control, Disconnect, Router};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use tickwire_journal::{Journal, JournalError, Read, Reader};
+use tickwire_topic::Pattern;
+use tickwire_wire::client::{flags, guaranteed_value, ClientKind, ClientRepr, RejectCode};
+
+/// What is saved of a durable subscription ([`crate::guaranteed::DURABLES_FILE`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DurableState {
+    /// Its name.
+    pub name: String,
+    /// Its topic pattern.
+    pub pattern: String,
+    /// Every message up to this journal sequence is acknowledged.
+    pub acked: u64,
+}
+
+impl DurableState {
+    pub(crate) fn load(path: &Path) -> Result<Vec<Self>, JournalError> {
+        let io = |source| JournalError::Io { path: path.to_path_buf(), source };
+        match std::fs::read(path) {
+            Ok(b) => serde_json::from_slice(&b)
+                .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(io(e)),
+        }
+    }
+
+    pub(crate) fn save(path: &Path, all: &[Self]) -> std::io::Result<()> {
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(all).map_err(std::io::Error::other)?)?;
+        std::fs::rename(&tmp, path)
+    }
+}
+
+/// A durable subscription's live state.
+#[derive(Debug)]
+pub(crate) struct Durable {
+    pub(crate) name: String,
+    pattern: Pattern,
+    /// Every message up to this sequence is acknowledged.
+    pub(crate) acked: u64,
+    reader: Reader,
+    /// Delivered, not acknowledged: (sequence, when sent, monotonic ns).
+    inflight: VecDeque<(u64, u64)>,
+    /// Deliveries made of each unacknowledged sequence.
+    counts: BTreeMap<u64, u32>,
+    /// The session it is bound to: (session, serial, subscription id).
+    pub(crate) bound: Option<(u32, u64, u32)>,
+    /// Loaded at start: its deliveries up to the journal's end then may
+    /// have been made before the restart.
+    restored: bool,
+}
+
+impl Durable {
+    fn new(name: String, pattern: Pattern, acked: u64, restored: bool) -> Self {
+        Self {
+            name,
+            pattern,
+            acked,
+            reader: Reader::new(acked + 1),
+            inflight: VecDeque::new(),
+            counts: BTreeMap::new(),
+            bound: None,
+            restored,
+        }
+    }
+
+    pub(crate) fn restore(s: DurableState, _journal: &Journal) -> Option<Self> {
+        match Pattern::parse(&s.pattern) {
+            Ok(p) => Some(Self::new(s.name, p, s.acked, true)),
+            Err(e) => {
+                tracing::warn!(durable = %s.name, pattern = %s.pattern, error = %e, "durable subscription dropped");
+                None
+            }
+        }
+    }
+
+    pub(crate) fn state(&self) -> DurableState {
+        DurableState { name: self.name.clone(), pattern: self.pattern.to_string(), acked: self.acked }
+    }
+
+    /// Messages waiting for it: up to `last` (the journal's durable end).
+    pub(crate) fn backlog(&self, last: u64) -> u64 {
+        last.saturating_sub(self.acked)
+    }
+
+    /// Unacknowledged deliveries.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Sends again everything from the oldest unacknowledged delivery if it
+    /// has waited `timeout` ns; returns how many were in flight.
+    pub(crate) fn expire(&mut self, now: u64, timeout: u64) -> u64 {
+        match self.inflight.front() {
+            Some(&(seq, sent)) if self.bound.is_some() && now.saturating_sub(sent) >= timeout => {
+                let n = self.inflight.len() as u64;
+                self.reader.seek(seq);
+                self.inflight.clear();
+                n
+            }
+            _ => 0,
+        }
+    }
+
+    fn unbind(&mut self) {
+        self.bound = None;
+        self.inflight.clear();
+    }
+}
+
+/// Durable names: 1 to 64 of `A-Z a-z 0-9 _ . -` (they become a file key
+/// and the topic `dead/NAME`).
+fn valid_name(n: &str) -> bool {
+    (1..=64).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+}
+
+impl Router {
+    /// SUBSCRIBE with `DURABLE`: binds session `id`'s subscription `sid` to
+    /// the durable subscription `name` (made now, from the journal's end,
+    /// if new); delivery starts after its last acknowledged message.
+    pub(crate) fn subscribe_durable(
+        &mut self,
+        id: u32,
+        sid: u32,
+        pattern: &str,
+        name: &[u8],
+    ) -> Result<(), Disconnect> {
+        let seq = u64::from(sid);
+        if self.guaranteed.is_none() {
+            return self.reject(id, RejectCode::Unsupported, seq, "durable subscriptions need a journal");
+        }
+        let name = match std::str::from_utf8(name) {
+            Ok(n) if valid_name(n) => n.to_owned(),
+            _ => return self.reject(id, RejectCode::Protocol, seq, "a durable name is 1 to 64 of A-Z a-z 0-9 _ . -"),
+        };
+        let p = match Pattern::parse(pattern) {
+            Ok(p) => p,
+            Err(e) => return self.reject(id, RejectCode::BadTopic, seq, &e.to_string()),
+        };
+        let Some(Some(s)) = self.sessions.get(id as usize) else { return Ok(()) };
+        let serial = s.serial;
+        if let Some(user) = s.user.as_ref() {
+            if user.subscribe.reach(&p) == crate::access::Reach::None {
+                self.totals.forbidden += 1;
+                let why = format!("user {:?} may read no topic {pattern} matches", user.name);
+                return self.reject(id, RejectCode::Forbidden, seq, &why);
+            }
+        }
+        let Some(g) = self.guaranteed.as_deref_mut() else { return Ok(()) };
+        let live = |b: Option<(u32, u64, u32)>| {
+            b.is_some_and(|(bid, bserial, _)| {
+                matches!(self.sessions.get(bid as usize), Some(Some(x)) if x.serial == bserial) && bid != id
+            })
+        };
+        if let Some(d) = g.durables.get(&name) {
+            if d.pattern != p {
+                let why = format!("durable {name} is for {}, not {pattern}", d.pattern);
+                return self.reject(id, RejectCode::Unsupported, seq, &why);
+            }
+            if live(d.bound) {
+                return self.reject(id, RejectCode::Limit, seq, &format!("durable {name} is in use by another client"));
+            }
+        } else {
+            let from = g.journal.last_appended();
+            g.durables.insert(name.clone(), Durable::new(name.clone(), p, from, false));
+            g.dirty = true;
+            g.save();
+        }
+        let Some(d) = g.durables.get_mut(&name) else { return Ok(()) };
+        d.unbind();
+        d.bound = Some((id, serial, sid));
+        d.reader.seek(d.acked + 1);
+        tracing::info!(durable = %name, client = id, from = d.acked + 1, "durable subscription bound");
+        Ok(())
+    }
+
+    /// Lets go of session `id`'s durable subscriptions (`sid`: only that
+    /// one); they keep their position.
+    pub(crate) fn unbind_durables(&mut self, id: u32, sid: Option<u32>) {
+        let Some(g) = self.guaranteed.as_deref_mut() else { return };
+        for d in g.durables.values_mut() {
+            if d.bound.is_some_and(|(b, _, s)| b == id && sid.is_none_or(|x| x == s)) {
+                d.unbind();
+            }
+        }
+    }
+
+    /// ACK from session `id`: every delivery of its durable subscription
+    /// `sid` up to journal sequence `seq` is done.
+    pub(crate) fn handle_ack(&mut self, id: u32, sid: u32, seq: u64) {
+        let Some(g) = self.guaranteed.as_deref_mut() else { return };
+        let Some(d) = g.durables.values_mut().find(|d| d.bound.is_some_and(|(b, _, s)| b == id && s == sid)) else {
+            return;
+        };
+        let upto = seq.min(d.reader.position().saturating_sub(1));
+        if upto > d.acked {
+            d.acked = upto;
+            d.inflight.retain(|&(s, _)| s > upto);
+            d.counts = d.counts.split_off(&(upto + 1));
+            g.dirty = true;
+        }
+    }
+
+    /// Delivers what each bound durable subscription has room for.
+    pub(crate) fn deliver_durables(&mut self, now: u64) -> usize {
+        let Router { guaranteed, sessions, backlog, users, .. } = self;
+        let Some(g) = guaranteed.as_deref_mut() else { return 0 };
+        if g.durables.is_empty() {
+            return 0;
+        }
+        let limit = g.journal.durable();
+        let mut work = 0;
+        let mut dead: Vec<(String, Vec<u8>)> = Vec::new();
+        for d in g.durables.values_mut() {
+            let Some((id, serial, sid)) = d.bound else { continue };
+            let Some(Some(s)) = sessions.get_mut(id as usize) else {
+                d.unbind();
+                continue;
+            };
+            if s.serial != serial {
+                d.unbind();
+                continue;
+            }
+            let mut sent = 0;
+            while d.inflight.len() < g.cfg.window && s.has_control_room() {
+                let r = match d.reader.next(&g.journal, limit) {
+                    Ok(Read::End) => break,
+                    Ok(Read::Lost { from, to }) => {
+                        let loss = ClientRepr {
+                            value: sid,
+                            sequence: from,
+                            body: &to.to_le_bytes(),
+                            ..ClientRepr::new(ClientKind::Loss)
+                        };
+                        let _ = control(s, &loss);
+                        g.stats.losses += 1;
+                        tracing::warn!(durable = %d.name, from, to, "durable subscription: messages lost to retention");
+                        sent += 1;
+                        continue;
+                    }
+                    Ok(Read::Record(r)) => r,
+                    Err(e) => {
+                        tracing::error!(durable = %d.name, error = %e, "durable subscription: journal unreadable");
+                        break;
+                    }
+                };
+                let seq = r.sequence();
+                if !d.pattern.matches(r.topic()) || (users.is_some() && !s.may(r.topic(), false)) {
+                    continue;
+                }
+                let count = d.counts.entry(seq).or_insert(0);
+                *count += 1;
+                if *count > g.cfg.max_deliveries {
+                    d.counts.remove(&seq);
+                    dead.push((format!("dead/{}", d.name), r.payload().to_vec()));
+                    continue;
+                }
+                let count = *count;
+                let redelivered = count > 1 || (d.restored && seq <= g.recovered);
+                let f = ClientRepr {
+                    flags: flags::GUARANTEED | if redelivered { flags::REDELIVERED } else { 0 },
+                    value: guaranteed_value(sid, count),
+                    sequence: seq,
+                    topic: r.topic(),
+                    body: r.payload(),
+                    ..ClientRepr::new(ClientKind::Deliver)
+                };
+                let _ = control(s, &f);
+                d.inflight.push_back((seq, now));
+                g.stats.deliveries += 1;
+                g.stats.redeliveries += u64::from(redelivered);
+                sent += 1;
+            }
+            if d.inflight.is_empty() {
+                // Everything before the reader is delivered and acknowledged,
+                // or not for it.
+                let done = d.reader.position().saturating_sub(1);
+                if done > d.acked {
+                    d.acked = done;
+                    g.dirty = true;
+                }
+            }
+            if sent > 0 {
+                s.mark(id, backlog);
+            }
+            work += sent;
+        }
+        for (topic, payload) in dead {
+            g.stats.dead_letters += 1;
+            if let Err(e) = g.journal.append(0, 0, &topic, &payload) {
+                tracing::warn!(error = %e, topic, "dead letter not stored");
+            }
+        }
+        work
+    }
+}

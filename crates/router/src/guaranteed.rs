@@ -1,0 +1,320 @@
+//! Guaranteed delivery: publishes marked `GUARANTEED` are appended to the
+//! journal ([`tickwire_journal`]) and acknowledged to their publisher once
+//! durable by the sync policy; a publisher's resends (after a reconnect or
+//! a router restart) are recognised by (publisher id, sequence) and stored
+//! once. Durable subscriptions, which replay the journal, are in
+//! [`crate::durable`].
+//!
+//! Everything here runs on the routing agent's thread; the only system
+//! calls are the journal's one `pwrite` per duty cycle with publishes, and
+//! the durable subscriptions' reads (from the page cache, in 256 KiB
+//! chunks). fsyncs run on the journal's own thread.
+
+use crate::durable::{Durable, DurableState};
+use crate::routing::{control, Disconnect, Router};
+use crate::status::{DurableStatus, JournalStatus};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::time::Duration;
+use tickwire_journal::{Journal, JournalConfig, JournalError, Recovery};
+use tickwire_topic::check_topic;
+use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode};
+
+/// How guaranteed delivery behaves, beyond the journal's own settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuaranteedConfig {
+    /// Deliveries a durable subscription may have unacknowledged.
+    pub window: usize,
+    /// A delivery unacknowledged this long is sent again (with every one
+    /// after it).
+    pub ack_timeout: Duration,
+    /// A message delivered this many times without an acknowledgement
+    /// goes to the dead-letter topic `dead/NAME` instead.
+    pub max_deliveries: u32,
+}
+
+impl Default for GuaranteedConfig {
+    fn default() -> Self {
+        Self { window: 1024, ack_timeout: Duration::from_secs(30), max_deliveries: 10 }
+    }
+}
+
+/// Counts, since start.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GuaranteedStats {
+    /// Guaranteed publishes stored.
+    pub stored: u64,
+    /// Resends recognised and not stored again.
+    pub duplicates: u64,
+    /// Acknowledgements sent to publishers.
+    pub publisher_acks: u64,
+    /// Guaranteed deliveries to durable subscriptions (redeliveries too).
+    pub deliveries: u64,
+    /// Deliveries sent again (after a reconnect, a restart or a timeout).
+    pub redeliveries: u64,
+    /// Messages moved to a dead-letter topic.
+    pub dead_letters: u64,
+    /// Loss events sent (retention removed what a subscription needed).
+    pub losses: u64,
+}
+
+/// The journal, its publishers and durable subscriptions.
+#[derive(Debug)]
+pub struct Guaranteed {
+    pub(crate) journal: Journal,
+    pub(crate) cfg: GuaranteedConfig,
+    /// Each publisher's highest sequence stored.
+    stored: HashMap<u64, u64>,
+    /// Publishes appended and awaiting durability, in journal order:
+    /// (journal sequence, session, session serial, publisher sequence).
+    awaiting: VecDeque<(u64, u32, u64, u64)>,
+    pub(crate) durables: BTreeMap<String, Durable>,
+    /// The journal's last sequence at start: a delivery up to it after a
+    /// restart may have been made before, and is flagged so.
+    pub(crate) recovered: u64,
+    state_path: PathBuf,
+    pub(crate) dirty: bool,
+    pub(crate) stats: GuaranteedStats,
+    /// The journal failed (a write or an fsync): nothing more is
+    /// acknowledged, and guaranteed publishes are refused.
+    failed: Option<String>,
+}
+
+/// The file, in the journal's directory, holding each durable
+/// subscription's pattern and acknowledged position.
+pub const DURABLES_FILE: &str = "durables.json";
+
+impl Guaranteed {
+    /// Opens the journal (recovering it) and the durable subscriptions'
+    /// state beside it.
+    ///
+    /// # Errors
+    /// [`JournalError`] from the journal; an unreadable durables file is
+    /// [`JournalError::Io`].
+    pub fn open(journal: JournalConfig, cfg: GuaranteedConfig) -> Result<(Self, Recovery), JournalError> {
+        let state_path = journal.dir.join(DURABLES_FILE);
+        let (journal, recovery) = Journal::open(journal)?;
+        let durables = DurableState::load(&state_path)?
+            .into_iter()
+            .filter_map(|d| Durable::restore(d, &journal).map(|x| (x.name.clone(), x)))
+            .collect();
+        let g = Self {
+            recovered: journal.written(),
+            journal,
+            cfg,
+            stored: recovery.publishers.clone(),
+            awaiting: VecDeque::new(),
+            durables,
+            state_path,
+            dirty: false,
+            stats: GuaranteedStats::default(),
+            failed: None,
+        };
+        Ok((g, recovery))
+    }
+
+    /// The journal.
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    /// The counts.
+    pub fn stats(&self) -> GuaranteedStats {
+        self.stats
+    }
+
+    /// Why the journal stopped taking publishes, if it did.
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    fn fail(&mut self, e: &JournalError) {
+        if self.failed.is_none() {
+            tracing::error!(error = %e, "journal failed: guaranteed publishes are refused from now on");
+            self.failed = Some(e.to_string());
+        }
+    }
+
+    /// Saves the durable subscriptions' positions if they moved
+    /// (write-then-rename: a crash leaves the old file or the new one).
+    pub(crate) fn save(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        let state: Vec<DurableState> = self.durables.values().map(Durable::state).collect();
+        match DurableState::save(&self.state_path, &state) {
+            Ok(()) => self.dirty = false,
+            Err(e) => tracing::warn!(error = %e, "durable subscriptions' positions not saved"),
+        }
+    }
+}
+
+impl Drop for Guaranteed {
+    fn drop(&mut self) {
+        // What was appended goes out (it is not acknowledged; its publisher
+        // resends it, and the resend is recognised), and the positions are
+        // kept.
+        let _ = self.journal.write();
+        self.save();
+    }
+}
+
+impl Router {
+    /// Takes guaranteed publishes into `g`'s journal and serves its durable
+    /// subscriptions.
+    pub fn set_guaranteed(&mut self, g: Guaranteed) {
+        self.guaranteed = Some(Box::new(g));
+    }
+
+    /// The guaranteed-delivery state, if a journal is configured.
+    pub fn guaranteed(&self) -> Option<&Guaranteed> {
+        self.guaranteed.as_deref()
+    }
+
+    /// A guaranteed PUBLISH from session `id`: stored once per (publisher,
+    /// sequence), acknowledged when durable ([`Router::poll_guaranteed`]),
+    /// and routed at once to the direct subscribers.
+    pub(crate) fn publish_guaranteed(
+        &mut self,
+        id: u32,
+        topic: &str,
+        payload: &[u8],
+        seq: u64,
+    ) -> Result<(), Disconnect> {
+        let Some(g) = self.guaranteed.as_deref_mut() else {
+            return self.reject(id, RejectCode::Unsupported, seq, "guaranteed delivery is not enabled (no journal)");
+        };
+        if let Some(why) = &g.failed {
+            let why = format!("the journal failed: {why}");
+            return self.reject(id, RejectCode::Unsupported, seq, &why);
+        }
+        let Some(Some(s)) = self.sessions.get_mut(id as usize) else { return Ok(()) };
+        let (publisher, serial) = (s.publisher, s.serial);
+        if publisher == 0 {
+            let why = "a guaranteed publish needs a publisher id in HELLO";
+            return self.reject(id, RejectCode::Protocol, seq, why);
+        }
+        if let Err(e) = check_topic(topic) {
+            return self.reject(id, RejectCode::BadTopic, seq, &e.to_string());
+        }
+        if self.users.is_some() && !s.may(topic, true) {
+            let user = s.user().unwrap_or("").to_owned();
+            self.totals.forbidden += 1;
+            return self.reject(id, RejectCode::Forbidden, seq, &format!("user {user:?} may not publish on {topic}"));
+        }
+        let stored = g.stored.entry(publisher).or_insert(0);
+        if seq <= *stored {
+            // A resend: acknowledged once everything before it is durable.
+            g.stats.duplicates += 1;
+            g.awaiting.push_back((g.journal.last_appended(), id, serial, seq));
+            return Ok(());
+        }
+        *stored = seq;
+        let at = match g.journal.append(publisher, seq, topic, payload) {
+            Ok(at) => at,
+            Err(e @ JournalError::Record(_)) => return self.reject(id, RejectCode::TooLarge, seq, &e.to_string()),
+            Err(e) => {
+                g.fail(&e);
+                return self.reject(id, RejectCode::Unsupported, seq, &e.to_string());
+            }
+        };
+        g.stats.stored += 1;
+        g.awaiting.push_back((at, id, serial, seq));
+        self.route(id, topic, payload, seq)
+    }
+
+    /// Writes what was appended (one `pwrite`), acknowledges the publishes
+    /// now durable, and delivers to the durable subscriptions what they
+    /// have room for; `now` is the monotonic clock in ns. Returns the work
+    /// done.
+    pub fn poll_guaranteed(&mut self, now: u64) -> usize {
+        let Some(g) = self.guaranteed.as_deref_mut() else { return 0 };
+        let mut work = 0;
+        if g.journal.has_pending() {
+            if let Err(e) = g.journal.write() {
+                g.fail(&e);
+            }
+            work += 1;
+        }
+        if g.failed.is_none() && !g.awaiting.is_empty() {
+            let durable = g.journal.durable();
+            let mut acks: Vec<(u32, u64, u64)> = Vec::new();
+            while let Some(&(at, id, serial, seq)) = g.awaiting.front() {
+                if at > durable {
+                    break;
+                }
+                g.awaiting.pop_front();
+                match acks.iter_mut().find(|a| a.0 == id && a.1 == serial) {
+                    Some(a) => a.2 = a.2.max(seq),
+                    None => acks.push((id, serial, seq)),
+                }
+            }
+            for (id, serial, seq) in acks {
+                let Some(Some(s)) = self.sessions.get_mut(id as usize) else { continue };
+                if s.serial != serial {
+                    continue; // gone; it resends after reconnecting
+                }
+                let ack = ClientRepr { sequence: seq, ..ClientRepr::new(ClientKind::Ack) };
+                if control(s, &ack).is_ok() {
+                    g.stats.publisher_acks += 1;
+                }
+                s.mark(id, &mut self.backlog);
+                work += 1;
+            }
+        }
+        work + self.deliver_durables(now)
+    }
+
+    /// The journal and its durable subscriptions, for `tickwire router
+    /// status` (`None` without a journal).
+    pub fn journal_status(&self) -> Option<JournalStatus> {
+        let g = self.guaranteed.as_deref()?;
+        let j = &g.journal;
+        let durable = j.durable();
+        let fsync = j.fsync_latencies();
+        Some(JournalStatus {
+            dir: j.config().dir.display().to_string(),
+            sync: j.config().sync.name().into(),
+            segments: j.segment_count(),
+            bytes: j.bytes(),
+            first: j.first(),
+            last: j.written(),
+            durable,
+            append_p50_ns: j.append_latencies().quantile(0.5),
+            append_p99_ns: j.append_latencies().quantile(0.99),
+            fsync_p50_ns: fsync.map_or(0, |f| f.quantile(0.5)),
+            fsync_p99_ns: fsync.map_or(0, |f| f.quantile(0.99)),
+            stats: g.stats,
+            ack_lag: j.last_appended().saturating_sub(durable),
+            durables: g
+                .durables
+                .values()
+                .map(|d| {
+                    let s = d.state();
+                    DurableStatus {
+                        backlog: d.backlog(durable),
+                        in_flight: d.in_flight(),
+                        client: d.bound.map(|(id, _, _)| self.client_id(id)),
+                        name: s.name,
+                        pattern: s.pattern,
+                        acked: s.acked,
+                    }
+                })
+                .collect(),
+        })
+    }
+
+    /// Housekeeping (a few times a second): redeliveries after an
+    /// acknowledgement timeout, retention, and the durable positions saved.
+    pub fn guaranteed_housekeeping(&mut self, now: u64) {
+        let Some(g) = self.guaranteed.as_deref_mut() else { return };
+        let timeout = g.cfg.ack_timeout.as_nanos() as u64;
+        for d in g.durables.values_mut() {
+            g.stats.redeliveries += d.expire(now, timeout);
+        }
+        if let Err(e) = g.journal.enforce_retention() {
+            tracing::warn!(error = %e, "journal retention");
+        }
+        g.save();
+    }
+}
