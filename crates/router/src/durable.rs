@@ -23,9 +23,24 @@ pub struct DurableState {
     pub pattern: String,
     /// Every message up to this journal sequence is acknowledged.
     pub acked: u64,
+    /// No message after this sequence has been delivered: it is saved
+    /// before any delivery passes it (a lease of [`LEASE`] messages), so
+    /// that after a crash only what may really have been delivered is
+    /// flagged as redelivered.
+    #[serde(default)]
+    pub delivered_limit: u64,
 }
 
+/// How far past what it has delivered a durable subscription's saved
+/// [`DurableState::delivered_limit`] reaches (one save per this many
+/// deliveries).
+pub const LEASE: u64 = 4096;
+
 impl DurableState {
+    fn of(name: &str, pattern: &Pattern, acked: u64, delivered_limit: u64) -> Self {
+        Self { name: name.to_owned(), pattern: pattern.to_string(), acked, delivered_limit }
+    }
+
     pub(crate) fn load(path: &Path) -> Result<Vec<Self>, JournalError> {
         let io = |source| JournalError::Io { path: path.to_path_buf(), source };
         match std::fs::read(path) {
@@ -36,9 +51,10 @@ impl DurableState {
         }
     }
 
-    pub(crate) fn save(path: &Path, all: &[Self]) -> std::io::Result<()> {
+    pub(crate) fn save<'a>(path: &Path, all: impl Iterator<Item = &'a Self>) -> std::io::Result<()> {
+        let all: Vec<&Self> = all.collect();
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(all).map_err(std::io::Error::other)?)?;
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&all).map_err(std::io::Error::other)?)?;
         std::fs::rename(&tmp, path)
     }
 }
@@ -57,13 +73,15 @@ pub(crate) struct Durable {
     counts: BTreeMap<u64, u32>,
     /// The session it is bound to: (session, serial, subscription id).
     pub(crate) bound: Option<(u32, u64, u32)>,
-    /// Loaded at start: its deliveries up to the journal's end then may
-    /// have been made before the restart.
-    restored: bool,
+    /// Saved: no delivery went past this (see [`DurableState::delivered_limit`]).
+    pub(crate) lease: u64,
+    /// Loaded at start: its deliveries up to this may have been made before
+    /// the restart (0: none).
+    flag_upto: u64,
 }
 
 impl Durable {
-    fn new(name: String, pattern: Pattern, acked: u64, restored: bool) -> Self {
+    fn new(name: String, pattern: Pattern, acked: u64, lease: u64) -> Self {
         Self {
             name,
             pattern,
@@ -72,13 +90,21 @@ impl Durable {
             inflight: VecDeque::new(),
             counts: BTreeMap::new(),
             bound: None,
-            restored,
+            lease,
+            flag_upto: lease,
         }
     }
 
-    pub(crate) fn restore(s: DurableState, _journal: &Journal) -> Option<Self> {
+    pub(crate) fn restore(s: DurableState, journal: &Journal) -> Option<Self> {
         match Pattern::parse(&s.pattern) {
-            Ok(p) => Some(Self::new(s.name, p, s.acked, true)),
+            Ok(p) => {
+                let mut d = Self::new(s.name, p, s.acked, s.delivered_limit);
+                // Nothing past the journal's end was delivered; without a
+                // saved limit (an older file), anything up to it may have been.
+                let limit = if s.delivered_limit == 0 { u64::MAX } else { s.delivered_limit };
+                d.flag_upto = limit.min(journal.written());
+                Some(d)
+            }
             Err(e) => {
                 tracing::warn!(durable = %s.name, pattern = %s.pattern, error = %e, "durable subscription dropped");
                 None
@@ -87,7 +113,7 @@ impl Durable {
     }
 
     pub(crate) fn state(&self) -> DurableState {
-        DurableState { name: self.name.clone(), pattern: self.pattern.to_string(), acked: self.acked }
+        DurableState::of(&self.name, &self.pattern, self.acked, self.lease)
     }
 
     /// Messages waiting for it: up to `last` (the journal's durable end).
@@ -174,7 +200,7 @@ impl Router {
             }
         } else {
             let from = g.journal.last_appended();
-            g.durables.insert(name.clone(), Durable::new(name.clone(), p, from, false));
+            g.durables.insert(name.clone(), Durable::new(name.clone(), p, from, from));
             g.dirty = true;
             g.save();
         }
@@ -223,6 +249,7 @@ impl Router {
         let limit = g.journal.durable();
         let mut work = 0;
         let mut dead: Vec<(String, Vec<u8>)> = Vec::new();
+        let mut save = false;
         for d in g.durables.values_mut() {
             let Some((id, serial, sid)) = d.bound else { continue };
             let Some(Some(s)) = sessions.get_mut(id as usize) else {
@@ -268,7 +295,20 @@ impl Router {
                     continue;
                 }
                 let count = *count;
-                let redelivered = count > 1 || (d.restored && seq <= g.recovered);
+                let redelivered = count > 1 || seq <= d.flag_upto;
+                if seq > d.lease {
+                    d.lease = seq + LEASE;
+                    save = true;
+                }
+                if save {
+                    // Before this delivery passes the saved limit.
+                    // (Field by field: the reader's record is still borrowed.)
+                    g.saved.insert(d.name.clone(), DurableState::of(&d.name, &d.pattern, d.acked, d.lease));
+                    if let Err(e) = DurableState::save(&g.state_path, g.saved.values()) {
+                        tracing::warn!(durable = %d.name, error = %e, "delivered limit not saved");
+                    }
+                    save = false;
+                }
                 let f = ClientRepr {
                     flags: flags::GUARANTEED | if redelivered { flags::REDELIVERED } else { 0 },
                     value: guaranteed_value(sid, count),

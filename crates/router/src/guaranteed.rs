@@ -69,10 +69,9 @@ pub struct Guaranteed {
     /// (journal sequence, session, session serial, publisher sequence).
     awaiting: VecDeque<(u64, u32, u64, u64)>,
     pub(crate) durables: BTreeMap<String, Durable>,
-    /// The journal's last sequence at start: a delivery up to it after a
-    /// restart may have been made before, and is flagged so.
-    pub(crate) recovered: u64,
-    state_path: PathBuf,
+    pub(crate) state_path: PathBuf,
+    /// What was last saved of each durable subscription.
+    pub(crate) saved: BTreeMap<String, DurableState>,
     pub(crate) dirty: bool,
     pub(crate) stats: GuaranteedStats,
     /// The journal failed (a write or an fsync): nothing more is
@@ -99,13 +98,13 @@ impl Guaranteed {
             .filter_map(|d| Durable::restore(d, &journal).map(|x| (x.name.clone(), x)))
             .collect();
         let g = Self {
-            recovered: journal.written(),
             journal,
             cfg,
             stored: recovery.publishers.clone(),
             awaiting: VecDeque::new(),
             durables,
             state_path,
+            saved: BTreeMap::new(),
             dirty: false,
             stats: GuaranteedStats::default(),
             failed: None,
@@ -141,8 +140,8 @@ impl Guaranteed {
         if !self.dirty {
             return;
         }
-        let state: Vec<DurableState> = self.durables.values().map(Durable::state).collect();
-        match DurableState::save(&self.state_path, &state) {
+        self.saved = self.durables.values().map(|d| (d.name.clone(), d.state())).collect();
+        match DurableState::save(&self.state_path, self.saved.values()) {
             Ok(()) => self.dirty = false,
             Err(e) => tracing::warn!(error = %e, "durable subscriptions' positions not saved"),
         }

@@ -223,12 +223,27 @@ pub struct CountersFile {
 
 impl CountersFile {
     /// Creates `<dir>/counters-<pid>.twc`, replacing a stale one of a dead
-    /// process with the same pid.
+    /// process with the same pid; or, if this process has it open already
+    /// (a second `Context` on the same directory), shares that one: the
+    /// file is the process's, removed when its last user drops it.
     ///
     /// # Errors
     /// [`ShmError::Io`] if the directory or file cannot be created.
     pub fn create(dir: &Path) -> Result<Arc<Self>, ShmError> {
+        static OPEN: Mutex<Vec<(PathBuf, std::sync::Weak<CountersFile>)>> = Mutex::new(Vec::new());
         std::fs::create_dir_all(dir).map_err(|e| ShmError::io(dir, e))?;
+        let key = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+        let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+        open.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(c) = open.iter().find(|(d, _)| *d == key).and_then(|(_, w)| w.upgrade()) {
+            return Ok(c);
+        }
+        let c = Self::create_file(dir)?;
+        open.push((key, Arc::downgrade(&c)));
+        Ok(c)
+    }
+
+    fn create_file(dir: &Path) -> Result<Arc<Self>, ShmError> {
         let me = ProcessId::current();
         let path = counters_path(dir, me.pid);
         // Made whole under a temporary name, then renamed into place: no
