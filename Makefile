@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO_ENV := if [ -f $$HOME/.cargo/env ]; then . $$HOME/.cargo/env; fi;
 
-.PHONY: setup build demo test bench clean
+.PHONY: setup build demo test bench crash clean
 
 setup:
 	@./scripts/setup.sh
@@ -19,6 +19,12 @@ test: setup
 	@$(CARGO_ENV) cargo fmt --all -- --check
 	@$(CARGO_ENV) cargo clippy --release --all-targets -- -D warnings
 	@$(CARGO_ENV) cargo test --release --workspace
+
+# Guaranteed delivery's long crash run (make test runs 20 cycles with os):
+# the router kill -9'd 100 times under the os policy, then 30 under fsync.
+crash: setup
+	@$(CARGO_ENV) TICKWIRE_CRASH_CYCLES=100 cargo test --release -p tickwire-cli --test crash -- --nocapture
+	@$(CARGO_ENV) TICKWIRE_CRASH_CYCLES=30 TICKWIRE_CRASH_SYNC=fsync cargo test --release -p tickwire-cli --test crash -- --nocapture
 
 # The benchmark figures recorded in docs/PERFORMANCE.md.
 bench: build
