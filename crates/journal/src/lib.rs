@@ -29,6 +29,9 @@
 //! # Ok::<(), tickwire_journal::JournalError>(())
 //! ```
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
 pub mod inspect;
 mod journal;
 mod reader;
