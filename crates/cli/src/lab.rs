@@ -40,6 +40,8 @@ pub enum LabCmd {
     TopicMatch(TopicMatchArgs),
     /// The Solace scenario (paper 001) through the router, beside its forwarding floor.
     Router(RouterArgs),
+    /// Guaranteed publishing through the router per sync policy: peak rate, publish-to-ack and -delivery latency, beside this disk's fsync.
+    Guaranteed(GuaranteedArgs),
     /// Internal: the far side of a measurement.
     #[command(hide = true)]
     Worker {
@@ -61,6 +63,34 @@ pub struct TopicMatchArgs {
     /// One JSON object per size.
     #[arg(long)]
     json: bool,
+}
+
+/// Options of `lab guaranteed`.
+#[derive(Debug, Args)]
+pub struct GuaranteedArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Sync policies, each measured in turn.
+    #[arg(long, default_value = "os,group,fsync", value_delimiter = ',', value_parser = ["os", "group", "fsync"])]
+    sync: Vec<String>,
+    /// Publisher counts, each measured in turn.
+    #[arg(long, default_value = "1,10", value_delimiter = ',')]
+    publishers: Vec<usize>,
+    /// Payload bytes (at least 16).
+    #[arg(long, default_value = "100", value_parser = parse_size)]
+    size: usize,
+    /// The latency phase's offered rate, all publishers together.
+    #[arg(long, default_value = "20k", value_parser = crate::units::parse_rate)]
+    rate: u64,
+    /// Peak and latency phases together, per case, over all rounds.
+    #[arg(long, default_value = "6s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Rounds per case: fsync floor, peak, latency.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Where the journals go: a directory on the disk under test (not tmpfs).
+    #[arg(long, default_value = "/var/tmp")]
+    journal_dir: PathBuf,
 }
 
 /// Options of `lab router`.
@@ -482,6 +512,7 @@ impl LabCmd {
             LabCmd::SweepRate(a) => &a.common,
             LabCmd::TickToTrade(a) => &a.common,
             LabCmd::Router(a) => &a.common,
+            LabCmd::Guaranteed(a) => &a.common,
             LabCmd::Reproduce(a) => return Some((a.cpus, a.share_cpu)),
             LabCmd::Doctor(_) | LabCmd::Transfer(_) | LabCmd::TopicMatch(_) | LabCmd::Worker { .. } => return None,
         };
@@ -615,6 +646,20 @@ impl LabCmd {
                     secure: a.secure,
                 },
                 output: a.common.output(&a.hlog, &a.plot),
+            },
+            LabCmd::Guaranteed(a) => Request::Guaranteed {
+                run: tickwire_lab::modes::router::guaranteed::GuaranteedLab {
+                    syncs: a.sync,
+                    publishers: a.publishers,
+                    size: a.size,
+                    duration: a.duration,
+                    rate: a.rate,
+                    rounds: a.rounds,
+                    cpus: a.common.cpus,
+                    journal_dir: a.journal_dir,
+                    shm_dir: dir,
+                },
+                json: a.common.json,
             },
             LabCmd::Doctor(a) => Request::Doctor(DoctorRequest {
                 cpus: a.cpus,

@@ -441,8 +441,8 @@ impl Journal {
     }
 
     /// How long each fsync took (none under [`SyncPolicy::Os`]).
-    pub fn fsync_latencies(&self) -> Option<&Latencies> {
-        self.syncer.as_ref().map(|s| &s.shared.fsync)
+    pub fn fsync_latencies(&self) -> Option<Arc<Latencies>> {
+        self.syncer.as_ref().map(|s| Arc::clone(&s.shared.fsync))
     }
 
     /// Removes whole segments, oldest first, while the journal is over

@@ -124,7 +124,7 @@ pub(crate) struct Shared {
     /// The first fsync error, for good: a journal that could not sync
     /// must not acknowledge again.
     pub(crate) failed: Mutex<Option<String>>,
-    pub(crate) fsync: Latencies,
+    pub(crate) fsync: Arc<Latencies>,
 }
 
 /// The thread that fsyncs for [`SyncPolicy::Group`] and

@@ -47,6 +47,8 @@ pub enum Request {
     TopicMatch { sizes: Vec<usize>, rounds: usize, json: bool },
     /// The Solace scenario through the router, beside its forwarding floor.
     Router { run: crate::modes::router::RouterLab, output: Output },
+    /// `lab guaranteed`.
+    Guaranteed { run: crate::modes::router::guaranteed::GuaranteedLab, json: bool },
     /// The far side of a measurement.
     Worker(Role),
 }
@@ -140,6 +142,10 @@ pub fn run(request: Request) -> Result<(), LabError> {
             let machine = Machine::detect();
             let results = crate::modes::router::run(&run, &machine)?;
             crate::modes::router::print(&run, &results, &output, &machine)
+        }
+        Request::Guaranteed { run, json } => {
+            let results = crate::modes::router::guaranteed::run(&run)?;
+            crate::modes::router::guaranteed::print(&results, json)
         }
     }
 }

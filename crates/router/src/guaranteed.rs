@@ -261,7 +261,14 @@ impl Router {
                 work += 1;
             }
         }
-        work + self.deliver_durables(now)
+        let work = work + self.deliver_durables(now);
+        // Idle while an fsync is awaited: give the journal's sync thread
+        // the CPU (on a machine whose cores all spin, it would otherwise
+        // wait for the scheduler's tick to preempt a spinning thread).
+        if work == 0 && self.guaranteed.as_deref().is_some_and(|g| !g.awaiting.is_empty()) {
+            std::thread::yield_now();
+        }
+        work
     }
 
     /// The journal and its durable subscriptions, for `tickwire router
@@ -271,6 +278,7 @@ impl Router {
         let j = &g.journal;
         let durable = j.durable();
         let fsync = j.fsync_latencies();
+        let fsync = fsync.as_deref();
         Some(JournalStatus {
             dir: j.config().dir.display().to_string(),
             sync: j.config().sync.name().into(),

@@ -37,6 +37,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tickwire_journal::Latencies;
 use tickwire_shm::counters::{Kind, SetSnapshot};
 use tickwire_shm::CountersFile;
 
@@ -169,6 +170,95 @@ impl Collector for RouterCollector {
     }
 }
 
+/// What the metrics read of the journal: its status (refreshed with
+/// `router status`'s, about once a second) and its latency histograms.
+#[derive(Debug, Clone)]
+pub struct JournalMetrics {
+    pub(crate) status: Arc<crate::agent::AgentShared>,
+    pub(crate) append: Arc<Latencies>,
+    pub(crate) fsync: Option<Arc<Latencies>>,
+}
+
+impl Collector for JournalMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(j) = self.status.journal.lock().ok().and_then(|j| j.clone()) else { return Ok(()) };
+        let s = j.stats;
+        let gauges = [
+            ("tickwire_router_journal_bytes", "Bytes in the journal's segments.", j.bytes),
+            ("tickwire_router_journal_segments", "Segments held.", j.segments as u64),
+            (
+                "tickwire_router_journal_durable_sequence",
+                "The last journal sequence durable by the sync policy.",
+                j.durable,
+            ),
+            (
+                "tickwire_router_journal_ack_lag_records",
+                "Records appended and not yet durable (publishers awaiting acknowledgement).",
+                j.ack_lag,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            let f = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            ConstGauge::new(v as i64).encode(f)?;
+        }
+        let counters = [
+            ("tickwire_router_journal_stored", "Guaranteed publishes stored.", s.stored),
+            (
+                "tickwire_router_journal_duplicates",
+                "Resent guaranteed publishes recognised and not stored again.",
+                s.duplicates,
+            ),
+            ("tickwire_router_guaranteed_deliveries", "Guaranteed deliveries to durable subscriptions.", s.deliveries),
+            (
+                "tickwire_router_guaranteed_redeliveries",
+                "Guaranteed deliveries flagged as redelivered.",
+                s.redeliveries,
+            ),
+            ("tickwire_router_guaranteed_dead_letters", "Messages moved to a dead-letter topic.", s.dead_letters),
+            ("tickwire_router_guaranteed_losses", "Loss events sent to durable subscriptions.", s.losses),
+        ];
+        for (name, help, v) in counters {
+            let f = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            ConstCounter::new(v).encode(f)?;
+        }
+        for (name, help, pick) in [
+            (
+                "tickwire_router_durable_backlog_records",
+                "Journal records after a durable subscription's acknowledged position.",
+                0,
+            ),
+            ("tickwire_router_durable_in_flight", "Deliveries of a durable subscription awaiting acknowledgement.", 1),
+        ] {
+            let mut f = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for d in &j.durables {
+                let v = if pick == 0 { d.backlog } else { d.in_flight as u64 };
+                ConstGauge::new(v as i64).encode(f.encode_family(&[("durable", d.name.clone())])?)?;
+            }
+        }
+        let histograms = [
+            (
+                "tickwire_router_journal_append_seconds",
+                "Time of one batch write (pwrite) of the journal.",
+                Some(&self.append),
+            ),
+            ("tickwire_router_journal_fsync_seconds", "Time of one fdatasync of the journal.", self.fsync.as_ref()),
+        ];
+        for (name, help, l) in histograms {
+            let Some(l) = l else { continue };
+            let (buckets, count, sum_ns) = l.snapshot();
+            let last = buckets.len() - 1;
+            let bounds: Vec<(f64, u64)> = buckets
+                .iter()
+                .enumerate()
+                .map(|(i, &(le_ns, n))| (if i == last { f64::MAX } else { le_ns as f64 * 1e-9 }, n))
+                .collect();
+            let mut h = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+            h.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum_ns as f64 * 1e-9, count, &bounds, None)?;
+        }
+        Ok(())
+    }
+}
+
 /// The `/metrics` listener and its thread.
 #[derive(Debug)]
 pub struct MetricsServer {
@@ -186,6 +276,7 @@ impl MetricsServer {
         addr: SocketAddr,
         counters: Arc<CountersFile>,
         times: Vec<Arc<ForwardingTime>>,
+        journal: Option<JournalMetrics>,
     ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
@@ -193,6 +284,9 @@ impl MetricsServer {
         let flag = Arc::clone(&stop);
         let mut registry = Registry::default();
         registry.register_collector(Box::new(RouterCollector { counters, times }));
+        if let Some(j) = journal {
+            registry.register_collector(Box::new(j));
+        }
         std::thread::Builder::new().name("router-metrics".into()).spawn(move || {
             for conn in listener.incoming() {
                 if flag.load(Ordering::Relaxed) {

@@ -205,7 +205,15 @@ impl Server {
         let metrics = match cfg.metrics_addr()? {
             Some(addr) => {
                 let times = agents.iter_mut().map(RoutingAgent::time_forwarding).collect();
-                let m = MetricsServer::start(addr, Arc::clone(ctx.counters()), times)
+                let journal = agents.first().and_then(|a| {
+                    let j = a.router.guaranteed()?.journal();
+                    Some(crate::metrics::JournalMetrics {
+                        status: Arc::clone(&a.shared),
+                        append: j.append_latencies(),
+                        fsync: j.fsync_latencies(),
+                    })
+                });
+                let m = MetricsServer::start(addr, Arc::clone(ctx.counters()), times, journal)
                     .map_err(|source| StartError::Io { what: format!("metrics on {addr}"), source })?;
                 Some(m)
             }

@@ -77,3 +77,54 @@ fn metrics_are_scraped_and_parsed() {
     drop(r);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn journal_metrics_are_scraped_and_parsed() {
+    let dir = tempdir("metrics-journal");
+    let journal = Some(tickwire_router::config::JournalTable::at(dir.join("journal")));
+    let cfg =
+        RouterConfig { name: "j".into(), metrics: Some("127.0.0.1:0".into()), journal, ..RouterConfig::default() };
+    let r = start(&dir, cfg);
+    let addr = r.metrics.expect("metrics on");
+    let mut sub = client("ipc", &dir, "durable");
+    sub.subscribe_durable("orders/>", "desk").unwrap();
+    let mut publisher = client("ipc", &dir, "feed");
+    for c in [&mut sub, &mut publisher] {
+        c.wait_connected(Duration::from_secs(10)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    for i in 0..500u32 {
+        publisher.publish_guaranteed("orders/a", &i.to_le_bytes()).unwrap();
+    }
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while publisher.acknowledged() < 500 {
+        assert!(std::time::Instant::now() < until, "acknowledged {}", publisher.acknowledged());
+        publisher.poll(|_| {}, 64);
+    }
+    // The journal's status is refreshed about once a second.
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    let (scrape, body) = loop {
+        let (_, body) = get(addr, "/metrics");
+        let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).unwrap();
+        let stored =
+            scrape.samples.iter().find(|s| s.metric == "tickwire_router_journal_stored_total").map(|s| match s.value {
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
+                _ => f64::NAN,
+            });
+        if stored == Some(500.0) {
+            break (scrape, body);
+        }
+        assert!(std::time::Instant::now() < until, "no journal metrics: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Nothing read by the durable subscriber yet: all 500 wait for it.
+    assert_eq!(value(&scrape, "tickwire_router_durable_backlog_records", ("durable", "desk")), Some(500.0), "{body}");
+    let fsyncs =
+        scrape.samples.iter().find(|s| s.metric == "tickwire_router_journal_fsync_seconds").map(|s| match &s.value {
+            prometheus_parse::Value::Histogram(b) => b.last().map_or(0.0, |c| c.count),
+            _ => 0.0,
+        });
+    assert!(fsyncs.is_some_and(|n| n >= 1.0), "{fsyncs:?}\n{body}");
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -42,6 +42,9 @@ pub struct HostSpec {
     /// [`LAB_USER`], who may publish and read `md/*` (so a fan-out
     /// subscriber's `md/>` has each topic checked before delivery).
     pub secure: bool,
+    /// A journal (its directory, and sync policy): guaranteed delivery on.
+    #[serde(default)]
+    pub journal: Option<(PathBuf, String)>,
 }
 
 /// The user a secure router's clients log in as, and its password.
@@ -117,6 +120,18 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
         RouterConfig { users: vec![user], metrics: Some("127.0.0.1:0".into()), ..cfg }
     } else {
         cfg
+    };
+    let cfg = match &spec.journal {
+        Some((dir, sync)) => {
+            // No retention limit within a run: the run removes the journal.
+            let t = tickwire_router::config::JournalTable {
+                sync: sync.clone(),
+                retain_bytes: 0,
+                ..tickwire_router::config::JournalTable::at(dir)
+            };
+            RouterConfig { journal: Some(t), ..cfg }
+        }
+        None => cfg,
     };
     let mut server = Server::start(cfg).map_err(|e| LabError::Worker(format!("router: {e}")))?;
     match server.tcp_addrs().first() {

@@ -22,6 +22,7 @@
 //! While the floor runs, the router sleeps; its clients stay connected for
 //! the whole run, and the router reports its memory after every round.
 
+pub mod guaranteed;
 pub mod harness;
 pub mod host;
 
@@ -159,6 +160,7 @@ impl Router {
             tcp: o.transport == Transport::Tcp,
             log_bytes: o.log_bytes,
             secure,
+            journal: None,
         };
         let mut process = WorkerProcess::spawn(&Role::RouterHost(spec))?;
         let listening = process.read_line()?;

@@ -1,0 +1,482 @@
+//! `tickwire lab guaranteed`: guaranteed publishing through the router, for
+//! each sync policy, beside the disk's own fsync latency measured in the
+//! same run.
+//!
+//! The router ([`super::host`], with a journal in `dir`, which must be on
+//! the disk under test: tmpfs makes every fsync free) spins on
+//! `cpus.remote`; one thread on `cpus.local` drives P publishers, each on
+//! its own topic, and one durable subscriber on `md/>` that acknowledges
+//! what it receives at once. Each round, in this order:
+//! 1. **floor**: 200 × (`pwrite` 128 bytes, `fdatasync`) on a file beside
+//!    the journal: the disk's fsync latency now;
+//! 2. **peak**: the publishers publish as fast as their windows allow
+//!    (closed loop: a publisher whose window is full waits for
+//!    acknowledgements) for `duration / rounds`; the rate is the messages
+//!    acknowledged over the time until the last acknowledgement;
+//! 3. **latency**: open loop at `rate` (all publishers together; message
+//!    *i* due at `t0 + i / rate`, on publisher `i % P`):
+//!    publish-to-acknowledgement (from the intended time to the poll that
+//!    sees the acknowledgement) and publish-to-delivery (to the durable
+//!    subscriber's callback).
+
+use super::host::{HostReport, HostSpec};
+use crate::{Cpus, LabError, Role, WorkerProcess};
+use hdrhistogram::Histogram;
+use std::collections::VecDeque;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tickwire_agent::pin_current_thread;
+use tickwire_client::{Client, ClientEvent, ClientOptions, PublishError};
+use tickwire_shm::os::monotonic_ns;
+use tickwire_wire::stamp;
+
+/// A `lab guaranteed` run.
+#[derive(Debug, Clone)]
+pub struct GuaranteedLab {
+    /// Sync policies measured (`os`, `group`, `fsync`), each in turn.
+    pub syncs: Vec<String>,
+    /// Publisher counts measured, each in turn.
+    pub publishers: Vec<usize>,
+    /// Payload bytes (at least 16).
+    pub size: usize,
+    /// Peak and latency phases together, over all rounds, per case.
+    pub duration: Duration,
+    /// The latency phase's offered rate (all publishers together).
+    pub rate: u64,
+    /// Rounds per case.
+    pub rounds: usize,
+    /// The harness (`local`) and the router (`remote`).
+    pub cpus: Cpus,
+    /// Where the journals go: the disk under test.
+    pub journal_dir: PathBuf,
+    /// Where the router's shared-memory files go.
+    pub shm_dir: PathBuf,
+}
+
+/// Median, p99, p99.9 and max of a distribution, ns; and its count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Quantiles {
+    /// Values.
+    pub count: u64,
+    /// ns.
+    pub p50: u64,
+    /// ns.
+    pub p99: u64,
+    /// ns.
+    pub p999: u64,
+    /// ns.
+    pub max: u64,
+}
+
+impl Quantiles {
+    fn of(h: &Histogram<u64>) -> Self {
+        Self {
+            count: h.len(),
+            p50: h.value_at_quantile(0.5),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+        }
+    }
+}
+
+/// One case's results.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GuaranteedResult {
+    /// Sync policy.
+    pub sync: String,
+    /// Publishers.
+    pub publishers: usize,
+    /// The disk's fsync latency, in the same rounds.
+    pub fsync: Quantiles,
+    /// Acknowledged messages per second at peak, per round.
+    pub peak_rates: Vec<f64>,
+    /// The durable subscriber's deliveries per second while it caught up
+    /// after each peak, per round.
+    pub delivery_rates: Vec<f64>,
+    /// Publish to acknowledgement at `rate`.
+    pub ack: Quantiles,
+    /// Publish to delivery at `rate`.
+    pub deliver: Quantiles,
+    /// Latency-phase messages that could not go out on time (a full window).
+    pub late: u64,
+    /// The latency phase's offered rate.
+    pub rate: u64,
+    /// The router's report at the end.
+    pub host: HostReport,
+}
+
+impl GuaranteedResult {
+    /// The median peak rate.
+    pub fn peak(&self) -> f64 {
+        crate::output::report::median(self.peak_rates.clone())
+    }
+}
+
+fn hist() -> Histogram<u64> {
+    crate::output::report::histogram()
+}
+
+fn err(what: &str, e: impl std::fmt::Display) -> LabError {
+    LabError::Worker(format!("{what}: {e}"))
+}
+
+/// Runs every case.
+///
+/// # Errors
+/// Bad parameters, a router or client that fails to start, a phase that
+/// does not finish.
+pub fn run(o: &GuaranteedLab) -> Result<Vec<GuaranteedResult>, LabError> {
+    if o.size < stamp::LEN || o.rate == 0 || o.publishers.contains(&0) {
+        return Err(LabError::Usage("lab guaranteed needs --size >= 16, a rate and publishers above zero".into()));
+    }
+    let mut out = Vec::new();
+    for sync in &o.syncs {
+        for &p in &o.publishers {
+            if crate::stop_requested() {
+                return Ok(out);
+            }
+            out.push(one_case(o, sync, p)?);
+        }
+    }
+    Ok(out)
+}
+
+fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<GuaranteedResult, LabError> {
+    let tag = crate::run_tag();
+    let journal = o.journal_dir.join(format!("{tag}-journal-{sync}-{publishers}"));
+    let dir = o.shm_dir.join(format!("{tag}-guaranteed"));
+    let result = (|| {
+        let spec = HostSpec {
+            dir: dir.clone(),
+            cpu: o.cpus.remote,
+            tcp: false,
+            log_bytes: 4 << 20,
+            secure: false,
+            journal: Some((journal.clone(), sync.to_owned())),
+        };
+        let mut host = WorkerProcess::spawn(&Role::RouterHost(spec))?;
+        let listening = host.read_line()?;
+        if listening != "listening ipc" {
+            return Err(LabError::Worker(format!("router host said {listening:?}")));
+        }
+        let mut h = Harness::connect(&dir, publishers)?;
+        pin_current_thread(o.cpus.local)?;
+        host.write_line("wake")?;
+        let rounds = o.rounds.max(1);
+        let phase = (o.duration / (2 * rounds as u32)).max(Duration::from_millis(100));
+        let (mut fsync, mut ack, mut deliver) = (hist(), hist(), hist());
+        let mut r = GuaranteedResult {
+            sync: sync.to_owned(),
+            publishers,
+            fsync: Quantiles::default(),
+            peak_rates: Vec::new(),
+            delivery_rates: Vec::new(),
+            ack: Quantiles::default(),
+            deliver: Quantiles::default(),
+            late: 0,
+            rate: o.rate,
+            host: HostReport::default(),
+        };
+        let bar = crate::progress(rounds as u64, &format!("guaranteed, sync {sync}, {publishers} publisher(s)"));
+        for _ in 0..rounds {
+            if crate::stop_requested() {
+                break;
+            }
+            fsync_probe(&journal, 200, &mut fsync)?;
+            let (peak, delivery) = h.peak(o.size, phase)?;
+            r.peak_rates.push(peak);
+            r.delivery_rates.push(delivery);
+            r.late += h.latency((o.rate, o.size, phase), &mut ack, &mut deliver)?;
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        let pauses = o.shm_dir.join(format!("{tag}-guaranteed.pauses"));
+        host.write_line(&format!("sleep {}", pauses.display()))?;
+        let report = host.read_line()?;
+        let _ = std::fs::remove_file(&pauses);
+        r.host = serde_json::from_str(&report).map_err(|e| err("router report", e))?;
+        h.close();
+        host.write_line("stop")?;
+        host.finish(Duration::from_secs(30))?;
+        (r.fsync, r.ack, r.deliver) = (Quantiles::of(&fsync), Quantiles::of(&ack), Quantiles::of(&deliver));
+        Ok(r)
+    })();
+    // This run's files only.
+    let _ = std::fs::remove_dir_all(&journal);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// The disk's fsync latency: `n` × (a 128-byte `pwrite`, `fdatasync`) on a
+/// file of its own beside the journal.
+fn fsync_probe(journal: &Path, n: usize, into: &mut Histogram<u64>) -> Result<(), LabError> {
+    std::fs::create_dir_all(journal).map_err(|e| err("journal directory", e))?;
+    let path = journal.join("fsync-probe");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| err("fsync probe", e))?;
+    let block = [0x5au8; 128];
+    for i in 0..n {
+        let t = monotonic_ns();
+        f.write_all_at(&block, (i * 128) as u64).map_err(|e| err("fsync probe", e))?;
+        f.sync_data().map_err(|e| err("fsync probe", e))?;
+        let _ = into.record(monotonic_ns() - t);
+    }
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    Ok(())
+}
+
+/// The publishers and the durable subscriber, on one thread.
+struct Harness {
+    pubs: Vec<Client>,
+    topics: Vec<String>,
+    sub: Client,
+    /// The durable subscription's id.
+    sub_id: u32,
+    /// First deliveries the subscriber received, since connecting.
+    delivered: u64,
+}
+
+impl Harness {
+    fn connect(dir: &Path, publishers: usize) -> Result<Self, LabError> {
+        let opts = |name: String| ClientOptions {
+            name,
+            dir: dir.to_owned(),
+            log_bytes: 4 << 20,
+            guaranteed_window: (16_384 / publishers).max(256),
+            ..ClientOptions::default()
+        };
+        let mut sub = Client::connect("ipc", opts("lab-durable".into())).map_err(|e| err("subscriber", e))?;
+        let sub_id = sub.subscribe_durable("md/>", "lab").map_err(|e| err("subscriber", e))?;
+        sub.wait_connected(Duration::from_secs(10)).map_err(|e| err("subscriber", e))?;
+        let mut pubs = Vec::with_capacity(publishers);
+        for i in 0..publishers {
+            let mut c = Client::connect("ipc", opts(format!("lab-pub-{i}"))).map_err(|e| err("publisher", e))?;
+            c.wait_connected(Duration::from_secs(10)).map_err(|e| err("publisher", e))?;
+            pubs.push(c);
+        }
+        let topics = (0..publishers).map(crate::modes::oneway::topic).collect();
+        let mut h = Self { pubs, topics, sub, sub_id, delivered: 0 };
+        // The durable subscription is bound once a probe reaches it.
+        let mut probe = [0u8; stamp::LEN];
+        stamp::write(&mut probe, u64::MAX, 0);
+        h.pubs[0].publish_guaranteed(&h.topics[0], &probe).map_err(|e| err("probe", e))?;
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut seen = false;
+        while !seen {
+            if Instant::now() > until {
+                return Err(LabError::Worker("the durable subscription never received the probe".into()));
+            }
+            h.pubs[0].poll(|_| {}, 64);
+            h.poll_sub(|_| seen = true);
+        }
+        Ok(h)
+    }
+
+    /// Polls the subscriber: `each` gets every guaranteed first delivery's
+    /// payload; everything received is acknowledged.
+    fn poll_sub(&mut self, mut each: impl FnMut(&[u8])) -> usize {
+        let mut last = None;
+        let delivered = &mut self.delivered;
+        let n = self.sub.poll(
+            |e| {
+                if let ClientEvent::Message(m) = e {
+                    if m.is_guaranteed() {
+                        if !m.is_redelivered() {
+                            *delivered += 1;
+                            each(m.payload);
+                        }
+                        last = Some(m.sequence);
+                    }
+                }
+            },
+            256,
+        );
+        if let Some(seq) = last {
+            self.sub.ack(self.sub_id, seq);
+        }
+        n
+    }
+
+    fn acked(&self) -> u64 {
+        self.pubs.iter().map(Client::acknowledged).sum()
+    }
+
+    /// Waits (10 s at most) until every publish is acknowledged.
+    fn settle(&mut self) -> Result<(), LabError> {
+        let until = Instant::now() + Duration::from_secs(10);
+        while self.pubs.iter().any(|p| p.unacknowledged() > 0) {
+            if Instant::now() > until {
+                return Err(LabError::Worker("guaranteed publishes not acknowledged within 10 s".into()));
+            }
+            for p in &mut self.pubs {
+                p.poll(|_| {}, 256);
+            }
+            self.poll_sub(|_| {});
+        }
+        Ok(())
+    }
+
+    /// Closed loop for `d`: every publisher fills its window, again and
+    /// again. Returns messages acknowledged per second, and the durable
+    /// subscriber's deliveries per second until it has them all (the
+    /// latency phase starts with no backlog).
+    fn peak(&mut self, size: usize, d: Duration) -> Result<(f64, f64), LabError> {
+        let (before, delivered_before) = (self.acked(), self.delivered);
+        let start = Instant::now();
+        let mut msg = vec![0u8; size];
+        let mut seq = 0u64;
+        while start.elapsed() < d {
+            for i in 0..self.pubs.len() {
+                for _ in 0..64 {
+                    stamp::write(&mut msg, seq, 0);
+                    match self.pubs[i].publish_guaranteed(&self.topics[i], &msg) {
+                        Ok(_) => seq += 1,
+                        Err(PublishError::WindowFull(_)) => break,
+                        Err(e) => return Err(err("publish", e)),
+                    }
+                }
+                self.pubs[i].poll(|_| {}, 256);
+            }
+            self.poll_sub(|_| {});
+        }
+        self.settle()?;
+        let secs = start.elapsed().as_secs_f64();
+        let acked = self.acked() - before;
+        let until = Instant::now() + Duration::from_secs(120);
+        while self.delivered - delivered_before < acked {
+            if Instant::now() > until {
+                let got = self.delivered - delivered_before;
+                return Err(LabError::Worker(format!("the durable subscriber got {got} of {acked} in 120 s")));
+            }
+            self.poll_sub(|_| {});
+        }
+        Ok((acked as f64 / secs, acked as f64 / start.elapsed().as_secs_f64()))
+    }
+
+    /// Open loop at `rate` for `d`: publish-to-acknowledgement into `ack`,
+    /// publish-to-delivery into `deliver`. Returns the messages that went
+    /// out late (a full window).
+    fn latency(
+        &mut self,
+        (rate, size, d): (u64, usize, Duration),
+        ack: &mut Histogram<u64>,
+        deliver: &mut Histogram<u64>,
+    ) -> Result<u64, LabError> {
+        let p = self.pubs.len();
+        let mut waiting: Vec<VecDeque<(u64, u64)>> = vec![VecDeque::new(); p];
+        let mut msg = vec![0u8; size];
+        let total = (rate as f64 * d.as_secs_f64()) as u64;
+        let t0 = monotonic_ns() + 1_000_000;
+        let (mut i, mut late) = (0u64, 0u64);
+        let until = Instant::now() + d + Duration::from_secs(10);
+        let mut delivered = 0u64;
+        while (i < total || waiting.iter().any(|w| !w.is_empty()) || delivered < total) && Instant::now() < until {
+            let now = monotonic_ns();
+            if i < total {
+                let due = t0 + i * 1_000_000_000 / rate;
+                if now >= due {
+                    let k = (i % p as u64) as usize;
+                    stamp::write(&mut msg, i, due);
+                    match self.pubs[k].publish_guaranteed(&self.topics[k], &msg) {
+                        Ok(seq) => {
+                            waiting[k].push_back((seq, due));
+                            late += u64::from(now - due > 1_000_000);
+                            i += 1;
+                        }
+                        Err(PublishError::WindowFull(_)) => {}
+                        Err(e) => return Err(err("publish", e)),
+                    }
+                }
+            }
+            for (k, c) in self.pubs.iter_mut().enumerate() {
+                c.poll(|_| {}, 256);
+                let a = c.acknowledged();
+                let now = monotonic_ns();
+                while waiting[k].front().is_some_and(|w| w.0 <= a) {
+                    if let Some((_, due)) = waiting[k].pop_front() {
+                        let _ = ack.record(now.saturating_sub(due));
+                    }
+                }
+            }
+            self.poll_sub(|payload| {
+                if let Some(t) = stamp::intended_ns(payload).filter(|&t| t >= t0) {
+                    let _ = deliver.record(monotonic_ns().saturating_sub(t));
+                    delivered += 1;
+                }
+            });
+        }
+        if i < total || delivered < total {
+            return Err(LabError::Worker(format!(
+                "latency phase at {rate} msg/s: {i} of {total} published, {delivered} delivered within 10 s of its end"
+            )));
+        }
+        Ok(late)
+    }
+
+    fn close(self) {
+        for c in self.pubs {
+            c.close();
+        }
+        self.sub.close();
+    }
+}
+
+/// Prints the results as a table (or one JSON object per case).
+///
+/// # Errors
+/// JSON that cannot be written.
+pub fn print(results: &[GuaranteedResult], json: bool) -> Result<(), LabError> {
+    if json {
+        for r in results {
+            println!("{}", serde_json::to_string(r).map_err(|e| LabError::Usage(e.to_string()))?);
+        }
+        return Ok(());
+    }
+    let us = |ns: u64| ns as f64 / 1e3;
+    println!(
+        "{:<6} {:>4}  {:>21}  {:>12}  {:>12}  {:>27}  {:>8}  {:>27}",
+        "sync",
+        "pubs",
+        "fsync p50/p99 (µs)",
+        "peak msg/s",
+        "durable /s",
+        "to ack p50/p99/p99.9 (µs)",
+        "ack/fsync",
+        "to delivery p50/p99/p99.9"
+    );
+    for r in results {
+        let ratio = if r.fsync.p50 > 0 { r.ack.p50 as f64 / r.fsync.p50 as f64 } else { 0.0 };
+        println!(
+            "{:<6} {:>4}  {:>10.1}/{:<10.1}  {:>12.0}  {:>12.0}  {:>8.1}/{:>8.1}/{:>9.1}  {:>7.2}x  {:>8.1}/{:>8.1}/{:>9.1}",
+            r.sync,
+            r.publishers,
+            us(r.fsync.p50),
+            us(r.fsync.p99),
+            r.peak(),
+            crate::output::report::median(r.delivery_rates.clone()),
+            us(r.ack.p50),
+            us(r.ack.p99),
+            us(r.ack.p999),
+            ratio,
+            us(r.deliver.p50),
+            us(r.deliver.p99),
+            us(r.deliver.p999)
+        );
+    }
+    if let Some(r) = results.first() {
+        println!(
+            "(latency at {} msg/s, open loop; peak: closed loop, acknowledged messages per second, median of {} rounds)",
+            r.rate,
+            r.peak_rates.len()
+        );
+    }
+    Ok(())
+}
