@@ -100,6 +100,16 @@ fn journal_status(j: &tickwire_router::status::JournalStatus) {
         "guaranteed: {} stored, {} duplicates dropped, {} deliveries, {} redeliveries, {} dead letters, {} losses",
         s.stored, s.duplicates, s.deliveries, s.redeliveries, s.dead_letters, s.losses
     );
+    for p in &j.publishers {
+        println!(
+            "guaranteed publisher {} ({}): stored up to {}, acknowledged up to {} (lag {})",
+            p.publisher,
+            p.name,
+            p.stored,
+            p.acked,
+            p.stored.saturating_sub(p.acked)
+        );
+    }
     if !j.durables.is_empty() {
         println!(
             "{:<24} {:<20} {:>12} {:>10} {:>9} {:>7}",

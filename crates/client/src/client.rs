@@ -92,6 +92,9 @@ pub struct ClientOptions {
     /// Guaranteed publishes that may await acknowledgement at once
     /// ([`Client::publish_guaranteed`]).
     pub guaranteed_window: usize,
+    /// Topic patterns whose messages [`Client::publish`] sends guaranteed
+    /// (as [`Client::publish_guaranteed`] does).
+    pub guaranteed_topics: Vec<String>,
 }
 
 impl Default for ClientOptions {
@@ -108,6 +111,7 @@ impl Default for ClientOptions {
             password: None,
             slow_consumer: None,
             guaranteed_window: 8192,
+            guaranteed_topics: Vec::new(),
         }
     }
 }
@@ -268,6 +272,8 @@ pub struct Client {
     subscriptions: BTreeMap<u32, (String, u8, String)>,
     /// Guaranteed publishes awaiting acknowledgement.
     pub(crate) outbox: Outbox,
+    /// [`ClientOptions::guaranteed_topics`], parsed.
+    guaranteed_topics: Vec<Pattern>,
     next_subscription: u32,
     next_sequence: u64,
     router_name: String,
@@ -319,9 +325,11 @@ impl Client {
     /// # Errors
     /// [`ClientError::Uri`] for a bad URI, [`ClientError::Shm`] if the
     /// directory cannot be used, [`ClientError::Tls`] for `tls://` without
-    /// a readable `tls_ca`.
+    /// a readable `tls_ca`; [`ClientError::Topic`] for a
+    /// `guaranteed_topics` pattern that breaks the topic rules.
     pub fn connect(uri: &str, opts: ClientOptions) -> Result<Self, ClientError> {
         let uri: RouterUri = uri.parse()?;
+        let guaranteed_topics = opts.guaranteed_topics.iter().map(|p| Pattern::parse(p)).collect::<Result<_, _>>()?;
         let ctx = match uri {
             RouterUri::Ipc => Some(Context::new(&opts.dir)?),
             _ => None,
@@ -352,6 +360,7 @@ impl Client {
             pending: None,
             refused: None,
             outbox: Outbox::new(),
+            guaranteed_topics,
         };
         c.advance();
         Ok(c)
@@ -513,12 +522,16 @@ impl Client {
         self.last_error = why;
     }
 
-    /// Publishes `payload` on `topic`.
+    /// Publishes `payload` on `topic` (guaranteed if `topic` matches one of
+    /// [`ClientOptions::guaranteed_topics`]).
     ///
     /// # Errors
     /// [`PublishError`]: nothing was sent.
     #[inline]
     pub fn publish(&mut self, topic: &str, payload: &[u8]) -> Result<(), PublishError> {
+        if !self.guaranteed_topics.is_empty() && self.guaranteed_topics.iter().any(|p| p.matches(topic)) {
+            return self.publish_guaranteed(topic, payload).map(|_| ());
+        }
         check_topic(topic)?;
         if self.state != State::Connected {
             return Err(PublishError::NotConnected);

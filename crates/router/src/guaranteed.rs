@@ -12,7 +12,7 @@
 
 use crate::durable::{Durable, DurableState};
 use crate::routing::{control, Disconnect, Router};
-use crate::status::{DurableStatus, JournalStatus};
+use crate::status::{DurableStatus, JournalStatus, PublisherStatus};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -65,6 +65,9 @@ pub struct Guaranteed {
     pub(crate) cfg: GuaranteedConfig,
     /// Each publisher's highest sequence stored.
     stored: HashMap<u64, u64>,
+    /// Each publisher's highest sequence acknowledged (what the journal
+    /// held at start counts as acknowledged).
+    acked: HashMap<u64, u64>,
     /// Publishes appended and awaiting durability, in journal order:
     /// (journal sequence, session, session serial, publisher sequence).
     awaiting: VecDeque<(u64, u32, u64, u64)>,
@@ -101,6 +104,7 @@ impl Guaranteed {
             journal,
             cfg,
             stored: recovery.publishers.clone(),
+            acked: recovery.publishers.clone(),
             awaiting: VecDeque::new(),
             durables,
             state_path,
@@ -253,6 +257,8 @@ impl Router {
                 if s.serial != serial {
                     continue; // gone; it resends after reconnecting
                 }
+                let a = g.acked.entry(s.publisher).or_insert(0);
+                *a = (*a).max(seq);
                 let ack = ClientRepr { sequence: seq, ..ClientRepr::new(ClientKind::Ack) };
                 if control(s, &ack).is_ok() {
                     g.stats.publisher_acks += 1;
@@ -293,6 +299,17 @@ impl Router {
             fsync_p99_ns: fsync.map_or(0, |f| f.quantile(0.99)),
             stats: g.stats,
             ack_lag: j.last_appended().saturating_sub(durable),
+            publishers: self
+                .sessions
+                .iter()
+                .flatten()
+                .filter(|s| s.publisher != 0 && g.stored.contains_key(&s.publisher))
+                .map(|s| {
+                    let stored = g.stored.get(&s.publisher).copied().unwrap_or(0);
+                    let acked = g.acked.get(&s.publisher).copied().unwrap_or(0);
+                    PublisherStatus { publisher: format!("{:016x}", s.publisher), name: s.name.clone(), stored, acked }
+                })
+                .collect(),
             durables: g
                 .durables
                 .values()

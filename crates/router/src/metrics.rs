@@ -221,6 +221,17 @@ impl Collector for JournalMetrics {
             let f = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
             ConstCounter::new(v).encode(f)?;
         }
+        let mut f = encoder.encode_descriptor(
+            "tickwire_router_publisher_ack_lag_records",
+            "Guaranteed publishes of a connected publisher stored and not yet acknowledged.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for p in &j.publishers {
+            let lag = p.stored.saturating_sub(p.acked) as i64;
+            ConstGauge::new(lag)
+                .encode(f.encode_family(&[("publisher", p.publisher.clone()), ("name", p.name.clone())])?)?;
+        }
         for (name, help, pick) in [
             (
                 "tickwire_router_durable_backlog_records",

@@ -105,8 +105,25 @@ pub struct JournalStatus {
     pub stats: crate::guaranteed::GuaranteedStats,
     /// Publishers awaiting acknowledgement: records not yet durable.
     pub ack_lag: u64,
+    /// The guaranteed publishers connected now.
+    #[serde(default)]
+    pub publishers: Vec<PublisherStatus>,
     /// Each durable subscription.
     pub durables: Vec<DurableStatus>,
+}
+
+/// One guaranteed publisher, in the file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublisherStatus {
+    /// Its publisher id (hex) and client name.
+    pub publisher: String,
+    /// See `publisher`.
+    pub name: String,
+    /// Its highest sequence stored, and acknowledged: the difference is
+    /// its acknowledgement lag.
+    pub stored: u64,
+    /// See `stored`.
+    pub acked: u64,
 }
 
 /// One durable subscription, in the file.

@@ -88,13 +88,20 @@ fn journal_metrics_are_scraped_and_parsed() {
     let addr = r.metrics.expect("metrics on");
     let mut sub = client("ipc", &dir, "durable");
     sub.subscribe_durable("orders/>", "desk").unwrap();
-    let mut publisher = client("ipc", &dir, "feed");
+    // Guaranteed by topic: `publish` on orders/> goes guaranteed.
+    let opts = tickwire_client::ClientOptions {
+        name: "feed".into(),
+        dir: dir.clone(),
+        guaranteed_topics: vec!["orders/>".into()],
+        ..Default::default()
+    };
+    let mut publisher = tickwire_client::Client::connect("ipc", opts).unwrap();
     for c in [&mut sub, &mut publisher] {
         c.wait_connected(Duration::from_secs(10)).unwrap();
     }
     std::thread::sleep(Duration::from_millis(100));
     for i in 0..500u32 {
-        publisher.publish_guaranteed("orders/a", &i.to_le_bytes()).unwrap();
+        publisher.publish("orders/a", &i.to_le_bytes()).unwrap();
     }
     let until = std::time::Instant::now() + Duration::from_secs(10);
     while publisher.acknowledged() < 500 {

@@ -277,6 +277,8 @@ impl Harness {
             h.pubs[0].poll(|_| {}, 64);
             h.poll_sub(|_| seen = true);
         }
+        // And acknowledged: the first round counts from here.
+        h.settle()?;
         Ok(h)
     }
 
