@@ -69,6 +69,9 @@ pub(crate) struct Durable {
     reader: Reader,
     /// Delivered, not acknowledged: (sequence, when sent, monotonic ns).
     inflight: VecDeque<(u64, u64)>,
+    /// The highest sequence delivered (an acknowledgement beyond it is
+    /// cut to it).
+    sent_hw: u64,
     /// Deliveries made of each unacknowledged sequence.
     counts: BTreeMap<u64, u32>,
     /// The session it is bound to: (session, serial, subscription id).
@@ -88,6 +91,7 @@ impl Durable {
             acked,
             reader: Reader::new(acked + 1),
             inflight: VecDeque::new(),
+            sent_hw: acked,
             counts: BTreeMap::new(),
             bound: None,
             lease,
@@ -230,11 +234,15 @@ impl Router {
         let Some(d) = g.durables.values_mut().find(|d| d.bound.is_some_and(|(b, _, s)| b == id && s == sid)) else {
             return;
         };
-        let upto = seq.min(d.reader.position().saturating_sub(1));
+        // (The reader may be behind what was delivered: a redelivery.)
+        let upto = seq.min(d.sent_hw.max(d.reader.position().saturating_sub(1)));
         if upto > d.acked {
             d.acked = upto;
             d.inflight.retain(|&(s, _)| s > upto);
             d.counts = d.counts.split_off(&(upto + 1));
+            if d.reader.position() <= upto {
+                d.reader.seek(upto + 1); // what it was going to send again is done
+            }
             g.dirty = true;
         }
     }
@@ -319,6 +327,7 @@ impl Router {
                 };
                 let _ = control(s, &f);
                 d.inflight.push_back((seq, now));
+                d.sent_hw = d.sent_hw.max(seq);
                 g.stats.deliveries += 1;
                 g.stats.redeliveries += u64::from(redelivered);
                 sent += 1;

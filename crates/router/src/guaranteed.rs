@@ -205,14 +205,12 @@ impl Router {
             self.totals.forbidden += 1;
             return self.reject(id, RejectCode::Forbidden, seq, &format!("user {user:?} may not publish on {topic}"));
         }
-        let stored = g.stored.entry(publisher).or_insert(0);
-        if seq <= *stored {
+        if g.stored.get(&publisher).is_some_and(|&stored| seq <= stored) {
             // A resend: acknowledged once everything before it is durable.
             g.stats.duplicates += 1;
             g.awaiting.push_back((g.journal.last_appended(), id, serial, seq));
             return Ok(());
         }
-        *stored = seq;
         let at = match g.journal.append(publisher, seq, topic, payload) {
             Ok(at) => at,
             Err(e @ JournalError::Record(_)) => return self.reject(id, RejectCode::TooLarge, seq, &e.to_string()),
@@ -221,6 +219,8 @@ impl Router {
                 return self.reject(id, RejectCode::Unsupported, seq, &e.to_string());
             }
         };
+        // Only once it is in: a refused one is not a duplicate later.
+        g.stored.insert(publisher, seq);
         g.stats.stored += 1;
         g.awaiting.push_back((at, id, serial, seq));
         self.route(id, topic, payload, seq)

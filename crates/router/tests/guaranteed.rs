@@ -163,7 +163,12 @@ fn a_durable_subscription_is_acknowledged_and_redelivered_after_a_reconnect_and_
     r.guaranteed_housekeeping(2_000_000_000);
     r.poll_guaranteed(2_000_000_000);
     assert_eq!(delivered(&frames(&mut r, s)).iter().map(|d| (d.1, d.3)).collect::<Vec<_>>(), [(4, 3), (5, 3)]);
+    // Timed out again, and then the acknowledgement comes before the
+    // redelivery: nothing is sent again.
+    r.guaranteed_housekeeping(4_000_000_000);
     ack(&mut r, s, 1, again[1].0);
+    r.poll_guaranteed(4_000_000_000);
+    assert!(delivered(&frames(&mut r, s)).is_empty(), "acknowledged while a redelivery was due");
     r.guaranteed_housekeeping(10_000_000_000);
     r.poll_guaranteed(10_000_000_000);
     assert!(delivered(&frames(&mut r, s)).is_empty(), "all acknowledged");
