@@ -37,7 +37,9 @@
 
 mod client;
 mod conn;
+mod event;
 mod guaranteed;
+mod options;
 
 pub use client::{Client, ClientClaim, ClientError, ClientEvent, ClientOptions, Delivery, PublishError, RouterUri};
 pub use tickwire_wire::client::{flags, RejectCode, SlowConsumer};

@@ -103,7 +103,7 @@ pub struct Scan {
     pub end: u64,
     /// The sequence of the last valid record (`base - 1` if none).
     pub last: u64,
-    /// (sequence, offset) every [`INDEX_EVERY`] bytes or so.
+    /// (sequence, offset) every 64 KiB or so.
     pub index: Vec<(u64, u64)>,
     /// The first damaged record, if any.
     pub damage: Option<Damage>,

@@ -151,7 +151,7 @@ pub struct Session {
     pub(crate) filtered: bool,
     /// Topics checked against its user's ACLs: (may publish, may read).
     pub(crate) access: FxHashMap<Box<str>, (bool, bool)>,
-    /// What happens when its queue is full ([`Session::choose_policy`]).
+    /// What happens when its queue is full (its user's, its client's or the router's policy).
     pub policy: SlowConsumer,
     /// Its publisher id from HELLO (0: none): the key, with the publish
     /// sequence, that a guaranteed resend is recognised by.

@@ -2,7 +2,7 @@
 //! ago, in `DIR/router-status.json`.
 //!
 //! Every routing agent describes its sessions about once a second
-//! ([`ClientStatus`]); a thread of the router's own ([`StatusWriter`], off
+//! ([`ClientStatus`]); a thread of the router's own (`StatusWriter`, off
 //! the routing agents' threads: file I/O takes tens of microseconds) writes
 //! them, with the router's totals, to the file (a new file renamed over the
 //! old one, so a reader never sees half of one). The router made the file

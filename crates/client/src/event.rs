@@ -1,0 +1,137 @@
+//! What a client's calls return and its poll hands out: errors
+//! ([`ClientError`], [`PublishError`]), deliveries ([`Delivery`]) and
+//! events ([`ClientEvent`]).
+
+use std::time::Duration;
+use tickwire_topic::TopicError;
+use tickwire_wire::client::{flags, RejectCode};
+
+/// Why a client call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Not `ipc`, `tcp://HOST:PORT` or `tls://HOST:PORT`.
+    #[error("router URI {0:?}: expected ipc, tcp://HOST:PORT or tls://HOST:PORT")]
+    Uri(String),
+    /// The router's end refused this client for good ([`crate::Client::refused`]).
+    #[error("{uri} refused this client: {why}")]
+    Refused {
+        /// Where.
+        uri: String,
+        /// Why.
+        why: String,
+    },
+    /// `tls://` without a usable [`crate::ClientOptions::tls_ca`].
+    #[error("tls: {0}")]
+    Tls(String),
+    /// A pattern broke the topic rules.
+    #[error(transparent)]
+    Topic(#[from] TopicError),
+    /// The shared-memory directory could not be used.
+    #[error(transparent)]
+    Shm(#[from] tickwire_shm::ShmError),
+    /// `wait_connected` ran out of time.
+    #[error("no router answered at {uri} within {waited:?}{last}")]
+    Timeout {
+        /// Where.
+        uri: String,
+        /// How long.
+        waited: Duration,
+        /// The last connection error, if any.
+        last: String,
+    },
+}
+
+/// Why a publish was refused (nothing was sent; worth retrying unless said).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PublishError {
+    /// Not connected to a router (yet, or any more).
+    #[error("not connected to a router")]
+    NotConnected,
+    /// No room now; poll and try again.
+    #[error("back-pressured: the router has not read what came before")]
+    BackPressured,
+    /// The topic breaks the rules (not worth retrying).
+    #[error(transparent)]
+    BadTopic(#[from] TopicError),
+    /// This many guaranteed publishes await acknowledgement
+    /// (`guaranteed_window`); poll and try again.
+    #[error("{0} guaranteed publishes await the router's acknowledgement (the window is full)")]
+    WindowFull(usize),
+}
+
+/// A message the router delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery<'a> {
+    /// Its topic.
+    pub topic: &'a str,
+    /// Its payload.
+    pub payload: &'a [u8],
+    /// [`flags::CACHED`], [`flags::GUARANTEED`].
+    pub flags: u8,
+    /// Messages for this client the router dropped just before this one
+    /// (its queue was full): Solace's discard indication.
+    pub discarded: u32,
+    /// This client's delivery sequence (discarded messages took numbers
+    /// too); for a guaranteed delivery, the journal's sequence (what
+    /// [`crate::Client::ack`] takes).
+    pub sequence: u64,
+    /// A guaranteed delivery's durable subscription.
+    pub subscription: Option<u32>,
+    /// A guaranteed delivery's delivery count (1 the first time).
+    pub deliveries: u32,
+}
+
+impl Delivery<'_> {
+    /// Whether it is a guaranteed delivery of a durable subscription (to
+    /// acknowledge with [`crate::Client::ack`]).
+    pub fn is_guaranteed(&self) -> bool {
+        self.flags & flags::GUARANTEED != 0
+    }
+    /// Whether it may have been delivered before (a redelivery).
+    pub fn is_redelivered(&self) -> bool {
+        self.flags & flags::REDELIVERED != 0
+    }
+    /// Whether it came from the last-value cache.
+    pub fn is_cached(&self) -> bool {
+        self.flags & flags::CACHED != 0
+    }
+}
+
+/// What [`crate::Client::poll`] hands its handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientEvent<'a> {
+    /// The router accepted this client (after every start and reconnection;
+    /// subscriptions were sent again).
+    Connected {
+        /// The router's name.
+        router: &'a str,
+        /// This client's id at the router.
+        client_id: u32,
+    },
+    /// A message.
+    Message(Delivery<'a>),
+    /// The router refused a request; the session goes on.
+    Rejected {
+        /// Why, as a code.
+        code: RejectCode,
+        /// The subscription id or publish sequence refused.
+        request: u64,
+        /// Why, for people.
+        reason: &'a str,
+    },
+    /// Messages a durable subscription will never receive (retention
+    /// removed them before it read them): journal sequences `from..=to`.
+    Lost {
+        /// The durable subscription.
+        subscription: u32,
+        /// First sequence lost.
+        from: u64,
+        /// Last sequence lost.
+        to: u64,
+    },
+    /// The router went away or closed the session; the client reconnects.
+    Disconnected {
+        /// Why.
+        reason: &'a str,
+    },
+}

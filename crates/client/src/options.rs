@@ -1,0 +1,110 @@
+//! How a client connects: where the router is ([`RouterUri`]) and the
+//! client's settings ([`ClientOptions`]).
+
+use crate::ClientError;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+use tickwire_wire::client::SlowConsumer;
+
+/// Where the router is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouterUri {
+    /// Over shared memory, the router serving [`ClientOptions::dir`].
+    Ipc,
+    /// Over TCP.
+    Tcp(SocketAddr),
+    /// Over TLS on TCP (`tls://HOST:PORT`): the router's certificate must
+    /// name `host` and chain to [`ClientOptions::tls_ca`].
+    Tls {
+        /// Where.
+        addr: SocketAddr,
+        /// The name the router's certificate must hold.
+        host: String,
+    },
+}
+
+impl std::str::FromStr for RouterUri {
+    type Err = ClientError;
+    fn from_str(s: &str) -> Result<Self, ClientError> {
+        if s == "ipc" {
+            return Ok(RouterUri::Ipc);
+        }
+        let bad = || ClientError::Uri(s.into());
+        let (tls, rest) = match (s.strip_prefix("tcp://"), s.strip_prefix("tls://")) {
+            (Some(rest), _) => (false, rest),
+            (_, Some(rest)) => (true, rest),
+            _ => return Err(bad()),
+        };
+        let addr = tickwire_transport::tcp::resolve(rest).ok_or_else(bad)?;
+        if !tls {
+            return Ok(RouterUri::Tcp(addr));
+        }
+        let host = rest.rsplit_once(':').map_or(rest, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
+        Ok(RouterUri::Tls { addr, host: host.to_owned() })
+    }
+}
+
+impl std::fmt::Display for RouterUri {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RouterUri::Ipc => f.write_str("ipc"),
+            RouterUri::Tcp(a) => write!(f, "tcp://{a}"),
+            RouterUri::Tls { addr, host } => write!(f, "tls://{host}:{}", addr.port()),
+        }
+    }
+}
+
+/// How a client connects.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Sent in HELLO; the router shows it in its logs and counters.
+    pub name: String,
+    /// The router's directory (shared memory).
+    pub dir: PathBuf,
+    /// Ring bytes of this client's log into the router (shared memory).
+    pub log_bytes: usize,
+    /// How long to wait between connection attempts.
+    pub reconnect_interval: Duration,
+    /// Bytes a TCP client buffers before `publish` says `BackPressured`.
+    pub tcp_write_limit: usize,
+    /// Largest frame accepted from the router (TCP).
+    pub max_frame: usize,
+    /// `tls://`: the certificates (PEM) the router's must chain to.
+    pub tls_ca: Option<PathBuf>,
+    /// The user to connect as, on a router with users (with `password`).
+    /// Over plain TCP the password crosses the network in clear: use
+    /// `tls://` off the host.
+    pub user: Option<String>,
+    /// The user's password.
+    pub password: Option<String>,
+    /// The slow-consumer policy to ask the router for (`None`: the
+    /// router's). A policy the router's config gives this client's user
+    /// wins.
+    pub slow_consumer: Option<SlowConsumer>,
+    /// Guaranteed publishes that may await acknowledgement at once
+    /// ([`crate::Client::publish_guaranteed`]).
+    pub guaranteed_window: usize,
+    /// Topic patterns whose messages [`crate::Client::publish`] sends guaranteed
+    /// (as [`crate::Client::publish_guaranteed`] does).
+    pub guaranteed_topics: Vec<String>,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            name: format!("pid-{}", std::process::id()),
+            dir: tickwire_shm::DEFAULT_DIR.into(),
+            log_bytes: 1 << 20,
+            reconnect_interval: Duration::from_millis(100),
+            tcp_write_limit: 4 << 20,
+            max_frame: (1 << 20) + 512,
+            tls_ca: None,
+            user: None,
+            password: None,
+            slow_consumer: None,
+            guaranteed_window: 8192,
+            guaranteed_topics: Vec::new(),
+        }
+    }
+}
