@@ -46,6 +46,12 @@ impl Live {
         self.stdout.recv_timeout(Duration::from_secs(10)).expect("a line on stdout within 10 s")
     }
 
+    /// Sends it `sig` (`-HUP`, `-STOP`, ...) with kill(1).
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill").args([sig, &self.child.id().to_string()]).status().unwrap().success();
+        assert!(ok, "kill {sig}");
+    }
+
     /// Waits (10 s at most) for a stderr line containing `text`.
     fn says(&self, text: &str) -> String {
         let mut seen = Vec::new();
@@ -119,8 +125,7 @@ fn ctrl_c_stops_a_waiting_subscriber_with_its_summary_and_exit_0() {
     let d = dir("ctrlc");
     let mut sub = Live::spawn(&["--dir", &d, "sub", "--channel", "ipc:nobody"]);
     sub.says("waiting for a publisher on ipc:nobody stream 10");
-    let pid = sub.child.id().to_string();
-    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    sub.signal("-INT");
     sub.says("received 0 messages");
     assert!(sub.child.wait().unwrap().success());
 }
@@ -313,8 +318,7 @@ fn router_users_from_the_command_line() {
 
     // Take md/eu/> from desk and reload: the live subscription goes.
     std::fs::write(&config, toml("\"fx/>\"")).unwrap();
-    let kill = Command::new("kill").args(["-HUP", &router.child.id().to_string()]).status().unwrap();
-    assert!(kill.success());
+    router.signal("-HUP");
     router.says("users reloaded");
     sub.says("may no longer read md/>");
     drop((sub, router));
@@ -419,16 +423,12 @@ fn a_back_pressure_subscriber_from_the_command_line() {
         "back-pressure",
     ]);
     sub.says("subscribed to orders/>");
-    let signal = |sig: &str| {
-        let ok = Command::new("kill").args([sig, &sub.child.id().to_string()]).status().unwrap().success();
-        assert!(ok, "kill {sig}");
-    };
-    signal("-STOP");
+    sub.signal("-STOP");
     let out = Command::new(BIN)
         .args(["--dir", &d, "pub", "--router", "ipc", "--topic", "orders/desk/1", "--rate", "100k", "--duration", "3s"])
         .output()
         .unwrap();
-    signal("-CONT");
+    sub.signal("-CONT");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("back-pressured"), "the publisher says it was held: {err}");

@@ -1,8 +1,8 @@
 //! [`Client`]: connect, publish, subscribe, poll, reconnect.
 
 use crate::conn::{ClaimInner, Conn, SendError};
-use crate::guaranteed::Outbox;
 pub use crate::event::{ClientError, ClientEvent, Delivery, PublishError};
+use crate::guaranteed::Outbox;
 pub use crate::options::{ClientOptions, RouterUri};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -207,6 +207,24 @@ fn wake(c: &mut Client, wait: Duration, done: impl Fn(&[u64]) -> bool) -> (Vec<u
     (seqs, discarded)
 }
 
+/// Why the router closed `c`'s session, as `c` hears it when it reads
+/// again (5 s at most; empty if it did not).
+fn closed_why(c: &mut Client) -> String {
+    let mut why = String::new();
+    let until = Instant::now() + Duration::from_secs(5);
+    while why.is_empty() && Instant::now() < until {
+        c.poll(
+            |e| {
+                if let ClientEvent::Disconnected { reason } = e {
+                    why = reason.to_owned();
+                }
+            },
+            256,
+        );
+    }
+    why
+}
+
 /// The 2.5 s a slow subscriber sleeps through: `publish` is handed `n`
 /// 150-byte messages at 10k msg/s (sequence number at 0..8, send time at
 /// 8..16) while `fast` is read into `seen`; then `fast` is read until it
@@ -289,18 +307,7 @@ fn a_stalled_subscriber_under_the_disconnect_policy_is_closed_and_the_others_do_
     assert_eq!(fast_side.got, n, "the fast subscriber got everything");
     assert!(fast_side.worst < Duration::from_millis(500), "the fast subscriber waited {:?}", fast_side.worst);
     // The slow one wakes to what it was sent before the CLOSE, then the CLOSE.
-    let mut why = String::new();
-    let until = Instant::now() + Duration::from_secs(5);
-    while why.is_empty() && Instant::now() < until {
-        slow.poll(
-            |e| {
-                if let ClientEvent::Disconnected { reason } = e {
-                    why = reason.to_owned();
-                }
-            },
-            256,
-        );
-    }
+    let why = closed_why(&mut slow);
     assert!(why.contains("slow consumer"), "{why:?}");
     drop(r);
     let _ = std::fs::remove_dir_all(&dir);
@@ -403,18 +410,7 @@ fn a_subscriber_that_holds_its_publisher_past_the_timeout_is_disconnected() {
     }
     // 1 s, seen at a 20 ms housekeeping; a host pause may add a little.
     assert!(longest >= Duration::from_millis(900) && longest < Duration::from_secs(5), "held for {longest:?}");
-    let mut why = String::new();
-    let until = Instant::now() + Duration::from_secs(5);
-    while why.is_empty() && Instant::now() < until {
-        slow.poll(
-            |e| {
-                if let ClientEvent::Disconnected { reason } = e {
-                    why = reason.to_owned();
-                }
-            },
-            256,
-        );
-    }
+    let why = closed_why(&mut slow);
     assert!(why.contains("back_pressure_timeout"), "{why:?}");
     let report = r.stop();
     assert!(report.totals.back_pressured > 0 && report.totals.slow_disconnected == 1, "{:?}", report.totals);
