@@ -17,8 +17,7 @@ use std::time::Duration;
 use tickwire_shm::counters::Kind;
 use tickwire_shm::{CounterSet, CountersFile};
 use tickwire_topic::{check_topic, Pattern};
-use tickwire_wire::client::SlowConsumer;
-use tickwire_wire::client::{flags, ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION};
+use tickwire_wire::client::{flags, ClientKind, ClientRepr, RejectCode, SlowConsumer, CLIENT_PROTOCOL_VERSION};
 use tickwire_wire::ClientFrame;
 
 /// Per-client limits.
