@@ -238,8 +238,15 @@ impl Router {
         let upto = seq.min(d.sent_hw.max(d.reader.position().saturating_sub(1)));
         if upto > d.acked {
             d.acked = upto;
-            d.inflight.retain(|&(s, _)| s > upto);
-            d.counts = d.counts.split_off(&(upto + 1));
+            // Both in sequence order: the cost is what is acknowledged, not
+            // what is in flight (a subscriber acknowledging every few
+            // messages would otherwise pay for the whole window each time).
+            while d.inflight.front().is_some_and(|&(s, _)| s <= upto) {
+                d.inflight.pop_front();
+            }
+            while d.counts.first_key_value().is_some_and(|(&s, _)| s <= upto) {
+                d.counts.pop_first();
+            }
             if d.reader.position() <= upto {
                 d.reader.seek(upto + 1); // what it was going to send again is done
             }

@@ -291,6 +291,14 @@ impl Session {
     /// Queues a control frame (sent before any queued delivery).
     /// Returns false when too many are waiting.
     pub(crate) fn send_control(&mut self, repr: &ClientRepr<'_>) -> bool {
+        // Straight into the transport when nothing waits before it (no
+        // allocation: guaranteed deliveries come this way).
+        if self.control.is_empty() {
+            match self.out.try_send(repr) {
+                Sent::Yes | Sent::Never => return true,
+                Sent::Full => {}
+            }
+        }
         if self.control.len() >= MAX_CONTROL_QUEUED {
             return false;
         }
