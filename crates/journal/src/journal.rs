@@ -31,6 +31,10 @@ pub struct JournalConfig {
     /// Start despite damage before the tail (the damaged records are
     /// skipped and reported) instead of refusing to.
     pub skip_corrupt: bool,
+    /// The CPU the sync thread runs on (`None`: anywhere). Without a spare
+    /// core, the writer's own: a writer that yields while it awaits an
+    /// fsync then hands its CPU straight to the sync thread.
+    pub sync_cpu: Option<usize>,
 }
 
 impl JournalConfig {
@@ -44,6 +48,7 @@ impl JournalConfig {
             retain_age: None,
             sync: SyncPolicy::group(),
             skip_corrupt: false,
+            sync_cpu: None,
         }
     }
 }
@@ -291,7 +296,7 @@ impl Journal {
             j.roll(last + 1)?;
         }
         if j.cfg.sync != SyncPolicy::Os {
-            let s = Syncer::start(j.cfg.sync, last).map_err(io(&j.cfg.dir))?;
+            let s = Syncer::start(j.cfg.sync, last, j.cfg.sync_cpu).map_err(io(&j.cfg.dir))?;
             j.syncer = Some(s);
         }
         Ok((j, rec))

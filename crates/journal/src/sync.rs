@@ -136,12 +136,19 @@ pub(crate) struct Syncer {
 }
 
 impl Syncer {
-    pub(crate) fn start(policy: SyncPolicy, durable: u64) -> std::io::Result<Self> {
+    pub(crate) fn start(policy: SyncPolicy, durable: u64, cpu: Option<usize>) -> std::io::Result<Self> {
         let shared = Arc::new(Shared::default());
         shared.durable.store(durable, Ordering::Release);
         shared.state.lock().map_err(|_| std::io::Error::other("poisoned"))?.written = durable;
         let s = Arc::clone(&shared);
-        let thread = std::thread::Builder::new().name("tw-journal-sync".into()).spawn(move || run(&s, policy))?;
+        let thread = std::thread::Builder::new().name("tw-journal-sync".into()).spawn(move || {
+            if let Some(cpu) = cpu {
+                if let Err(e) = tickwire_agent::pin_current_thread(cpu) {
+                    tracing::warn!(cpu, error = %e, "journal sync thread not pinned");
+                }
+            }
+            run(&s, policy)
+        })?;
         Ok(Self { shared, thread: Some(thread) })
     }
 

@@ -35,6 +35,7 @@
 //! window = 1024                   # unacknowledged deliveries per durable subscription
 //! ack_timeout = "30s"             # a delivery unacknowledged this long is sent again
 //! max_deliveries = 10             # then it goes to the topic dead/NAME
+//! sync_cpu = 1                    # the fsync thread's CPU (default: the first routing agent's, if pinned)
 //!
 //! [router.limits]
 //! max_frame = 1049088             # largest client frame
@@ -162,6 +163,9 @@ pub struct JournalTable {
     pub ack_timeout: String,
     /// Deliveries of one message before it goes to `dead/NAME`.
     pub max_deliveries: u32,
+    /// The CPU of the journal's sync thread [default: the first routing
+    /// agent's, if pinned].
+    pub sync_cpu: Option<usize>,
 }
 
 impl Default for JournalTable {
@@ -180,6 +184,7 @@ impl Default for JournalTable {
             window: g.window,
             ack_timeout: humantime::format_duration(g.ack_timeout).to_string(),
             max_deliveries: g.max_deliveries,
+            sync_cpu: None,
         }
     }
 }
@@ -232,6 +237,7 @@ impl JournalTable {
             retain_age,
             sync,
             skip_corrupt: self.skip_corrupt,
+            sync_cpu: self.sync_cpu,
         };
         let g = GuaranteedConfig {
             window: self.window,

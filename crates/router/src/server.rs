@@ -186,7 +186,10 @@ impl Server {
         let users = Arc::new(Users::new(&cfg.users).map_err(crate::config::ConfigError::from)?);
         let guaranteed = match &cfg.journal {
             Some(t) => {
-                let (j, g) = t.to_config()?;
+                let (mut j, g) = t.to_config()?;
+                // No spare core named: the routing agent's, which yields to
+                // it while an fsync is awaited.
+                j.sync_cpu = j.sync_cpu.or(cfg.agent_cpu(0));
                 let (g, recovery) = Guaranteed::open(j, g)?;
                 match &recovery.cut {
                     Some(_) => tracing::warn!("journal {}: {recovery}", t.dir.display()),

@@ -124,9 +124,12 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
     let cfg = match &spec.journal {
         Some((dir, sync)) => {
             // No retention limit within a run: the run removes the journal.
+            // The sync thread on the router's CPU (the harness spins on the
+            // other), which the router yields while it awaits an fsync.
             let t = tickwire_router::config::JournalTable {
                 sync: sync.clone(),
                 retain_bytes: 0,
+                sync_cpu: Some(spec.cpu),
                 ..tickwire_router::config::JournalTable::at(dir)
             };
             RouterConfig { journal: Some(t), ..cfg }
