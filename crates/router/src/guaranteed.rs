@@ -96,10 +96,14 @@ impl Guaranteed {
     pub fn open(journal: JournalConfig, cfg: GuaranteedConfig) -> Result<(Self, Recovery), JournalError> {
         let state_path = journal.dir.join(DURABLES_FILE);
         let (journal, recovery) = Journal::open(journal)?;
-        let durables = DurableState::load(&state_path)?
-            .into_iter()
-            .filter_map(|d| Durable::restore(d, &journal).map(|x| (x.name.clone(), x)))
-            .collect();
+        let loaded = DurableState::load(&state_path)?;
+        // What is on disk now: a save of one subscription's limit rewrites
+        // the file from this, so it must hold every subscription from the
+        // start (else the file would lose the others until the next full
+        // save, and a crash then would lose them).
+        let saved: BTreeMap<String, DurableState> = loaded.iter().map(|d| (d.name.clone(), d.clone())).collect();
+        let durables =
+            loaded.into_iter().filter_map(|d| Durable::restore(d, &journal).map(|x| (x.name.clone(), x))).collect();
         let g = Self {
             journal,
             cfg,
@@ -108,7 +112,7 @@ impl Guaranteed {
             awaiting: VecDeque::new(),
             durables,
             state_path,
-            saved: BTreeMap::new(),
+            saved,
             dirty: false,
             stats: GuaranteedStats::default(),
             failed: None,

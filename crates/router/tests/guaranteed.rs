@@ -287,3 +287,34 @@ fn a_durable_subscriber_away_longer_than_retention_gets_a_loss_event() {
     drop(r);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn saving_one_subscriptions_limit_keeps_the_others_in_the_file() {
+    let dir = tempdir("saved");
+    {
+        let mut r = router(&dir, GuaranteedConfig::default(), 1 << 20);
+        let (a, b) = (client(&mut r, "a", 0), client(&mut r, "b", 0));
+        durable(&mut r, a, 1, "orders/>", "alpha");
+        durable(&mut r, b, 1, "orders/>", "beta");
+        r.guaranteed_housekeeping(0);
+    }
+    // After a restart, alpha alone runs past its saved limit (4,096
+    // messages ahead): its limit is saved before that delivery, and the
+    // file must still hold beta, or a crash now would lose beta for good.
+    let mut r = router(&dir, GuaranteedConfig { window: 8192, ..GuaranteedConfig::default() }, 1 << 20);
+    let p = client(&mut r, "p", 7);
+    let a = client(&mut r, "a", 0);
+    durable(&mut r, a, 1, "orders/>", "alpha");
+    for seq in 1..=5000 {
+        publish(&mut r, p, seq, "orders/a");
+        if seq % 100 == 0 {
+            r.poll_guaranteed(0);
+            frames(&mut r, a);
+        }
+    }
+    r.poll_guaranteed(0);
+    let text = std::fs::read_to_string(dir.join("durables.json")).unwrap();
+    assert!(text.contains("\"alpha\"") && text.contains("\"beta\""), "{text}");
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}
