@@ -120,6 +120,11 @@ impl Durable {
         DurableState::of(&self.name, &self.pattern, self.acked, self.lease)
     }
 
+    /// Its topic pattern.
+    pub(crate) fn pattern(&self) -> &Pattern {
+        &self.pattern
+    }
+
     /// Messages waiting for it: up to `last` (the journal's durable end).
     pub(crate) fn backlog(&self, last: u64) -> u64 {
         last.saturating_sub(self.acked)
@@ -333,6 +338,8 @@ impl Router {
                     ..ClientRepr::new(ClientKind::Deliver)
                 };
                 let _ = control(s, &f);
+                s.stats.messages_out += 1;
+                s.stats.bytes_out += f.buffer_len() as u64;
                 d.inflight.push_back((seq, now));
                 d.sent_hw = d.sent_hw.max(seq);
                 g.stats.deliveries += 1;

@@ -148,6 +148,9 @@ fn a_durable_subscription_is_acknowledged_and_redelivered_after_a_reconnect_and_
     let got = delivered(&frames(&mut r, s));
     assert_eq!(got.iter().map(|d| d.1).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
     assert!(got.iter().all(|d| !d.2 && d.3 == 1), "first deliveries: {got:?}");
+    assert_eq!(r.session(s).unwrap().stats.messages_out, 5, "counted for the client");
+    let listed = r.client_status().into_iter().find(|c| c.name == "s").unwrap().subscriptions;
+    assert_eq!(listed, ["orders/> (durable desk)"], "router status shows it");
     ack(&mut r, s, 1, got[2].0);
     // Away and back: 4 and 5 again, flagged, counted twice.
     r.disconnect(s, &Disconnect { code: RejectCode::Normal, reason: "bye".into() });
