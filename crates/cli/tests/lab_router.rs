@@ -122,3 +122,33 @@ fn a_bad_scenario_is_refused_by_name() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("ipc or tcp"));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `lab guaranteed` end to end, briefly: one case per sync policy asked
+/// for, every figure present, the journal and the router's files removed.
+#[test]
+fn guaranteed_reports_peak_and_latency_beside_the_fsync_floor_and_leaves_nothing() {
+    let (d, journals) = (dir("guaranteed"), dir("guaranteed-journals"));
+    std::fs::create_dir_all(&journals).unwrap();
+    let _cpus = CPUS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let out = Command::new(BIN)
+        .arg("--dir")
+        .arg(&d)
+        .args(["lab", "guaranteed", "--sync", "os,fsync", "--publishers", "2", "--rate", "5k"])
+        .args(["--duration", "600ms", "--rounds", "1", "--json", "--journal-dir"])
+        .arg(&journals)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    let rows = json_rows(&stdout);
+    assert_eq!(rows.iter().map(|r| r["sync"].as_str().unwrap()).collect::<Vec<_>>(), ["os", "fsync"], "{stdout}");
+    for r in &rows {
+        assert!(r["peak_rates"][0].as_f64().unwrap() > 0.0, "{r}");
+        // 5k msg/s for 300 ms: 1,500 acknowledged and delivered.
+        assert_eq!((r["ack"]["count"].as_u64(), r["deliver"]["count"].as_u64()), (Some(1500), Some(1500)), "{r}");
+        assert!(r["fsync"]["count"].as_u64() == Some(200) && r["fsync"]["p50"].as_u64() > Some(0), "{r}");
+    }
+    nothing_left(&d);
+    assert_eq!(std::fs::read_dir(&journals).unwrap().count(), 0, "journals left behind");
+    let _ = std::fs::remove_dir_all(&journals);
+}
