@@ -4,13 +4,17 @@
 //! Argument parsing only: each subcommand becomes a typed
 //! [`tickwire_lab::request::Request`], and the lab measures and prints it.
 
+mod router;
+
+pub use router::{GuaranteedArgs, RouterArgs, TopicMatchArgs};
+
 use crate::config::Settings;
 use crate::units::{parse_duration, parse_size};
 use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
 use tickwire_lab::modes::{oneway::OneWay, pingpong::PingPong, reproduce::Reproduce, sweep::Sweep};
-use tickwire_lab::modes::{router::RouterLab, tick_to_trade::TickToTrade, transfer::Transfer};
+use tickwire_lab::modes::{tick_to_trade::TickToTrade, transfer::Transfer};
 use tickwire_lab::output::print::{self, Output};
 use tickwire_lab::request::{self, DoctorRequest, OneWayRequest, Request, ThroughputRequest};
 use tickwire_lab::transports::{floor::FloorOptions, sockets::Wait, Transport};
@@ -49,94 +53,6 @@ pub enum LabCmd {
         #[arg(value_parser = parse_role)]
         role: Role,
     },
-}
-
-/// Options of `lab topic-match`.
-#[derive(Debug, Args)]
-pub struct TopicMatchArgs {
-    /// Unrelated subscriptions in each index measured (the first is the baseline).
-    #[arg(long, value_delimiter = ',', default_value = "10,100000")]
-    unrelated: Vec<usize>,
-    /// Interleaved rounds (each: 1M cached lookups, 1M unwanted, 100k uncached per size).
-    #[arg(long, default_value_t = 7)]
-    rounds: usize,
-    /// One JSON object per size.
-    #[arg(long)]
-    json: bool,
-}
-
-/// Options of `lab guaranteed`.
-#[derive(Debug, Args)]
-pub struct GuaranteedArgs {
-    #[command(flatten)]
-    common: Common,
-    /// Sync policies, each measured in turn.
-    #[arg(long, default_value = "os,group,fsync", value_delimiter = ',', value_parser = ["os", "group", "fsync"])]
-    sync: Vec<String>,
-    /// Publisher counts, each measured in turn.
-    #[arg(long, default_value = "1,10", value_delimiter = ',')]
-    publishers: Vec<usize>,
-    /// Payload bytes (at least 16).
-    #[arg(long, default_value = "100", value_parser = parse_size)]
-    size: usize,
-    /// The latency phase's offered rate, all publishers together.
-    #[arg(long, default_value = "20k", value_parser = crate::units::parse_rate)]
-    rate: u64,
-    /// Peak and latency phases together, per case, over all rounds.
-    #[arg(long, default_value = "6s", value_parser = parse_duration)]
-    duration: Duration,
-    /// Rounds per case: fsync floor, peak, latency.
-    #[arg(long, default_value_t = 3)]
-    rounds: usize,
-    /// Where the journals go: a directory on the disk under test (not tmpfs).
-    #[arg(long, default_value = "/var/tmp")]
-    journal_dir: PathBuf,
-}
-
-/// Options of `lab router`.
-#[derive(Debug, Args)]
-pub struct RouterArgs {
-    #[command(flatten)]
-    common: Common,
-    /// Clients over ipc (shared memory) or tcp (loopback).
-    #[arg(long, default_value = "ipc", value_parser = Transport::parse)]
-    transport: Transport,
-    /// Every subscriber on md/> (each message delivered to all), instead of one topic each.
-    #[arg(long)]
-    fanout: bool,
-    /// Also measure a second router with a user, topic ACLs and the metrics endpoint on, interleaved in the same rounds.
-    #[arg(long)]
-    secure: bool,
-    /// Offered rates in messages per second, all publishers together, each measured in turn (e.g. 1M,5M).
-    #[arg(long, default_value = "1M", value_delimiter = ',', value_parser = crate::units::parse_rate)]
-    rate: Vec<u64>,
-    /// Payload bytes (at least 16).
-    #[arg(long, default_value = "100", value_parser = parse_size)]
-    size: usize,
-    /// Publishers, each on its own 12-byte topic.
-    #[arg(long, default_value_t = 10)]
-    publishers: usize,
-    /// Subscribers (one per publisher, or any number with --fanout).
-    #[arg(long, default_value_t = 10)]
-    subscribers: usize,
-    /// How long each rate publishes through the router, over all its rounds.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    duration: Duration,
-    /// Rounds per rate, each a floor round then a router round.
-    #[arg(long, default_value_t = 5)]
-    rounds: usize,
-    /// Bytes of each client's log and of the floor's rings.
-    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
-    capacity: usize,
-    /// Skip the forwarding floor (no ratios).
-    #[arg(long)]
-    no_floor: bool,
-    /// Also write the histograms as an HdrHistogram interval log.
-    #[arg(long)]
-    hlog: Option<PathBuf>,
-    /// Write an SVG plot of the percentile distributions.
-    #[arg(long)]
-    plot: Option<PathBuf>,
 }
 
 /// How results are printed.
@@ -628,39 +544,9 @@ impl LabCmd {
                 },
                 json: a.json,
             },
-            LabCmd::TopicMatch(a) => Request::TopicMatch { sizes: a.unrelated, rounds: a.rounds, json: a.json },
-            LabCmd::Router(a) => Request::Router {
-                run: RouterLab {
-                    transport: a.transport,
-                    fanout: a.fanout,
-                    rates: a.rate,
-                    size: a.size,
-                    publishers: a.publishers,
-                    subscribers: a.subscribers,
-                    duration: a.duration,
-                    rounds: a.rounds,
-                    cpus: a.common.cpus,
-                    dir,
-                    log_bytes: a.capacity,
-                    floor: !a.no_floor,
-                    secure: a.secure,
-                },
-                output: a.common.output(&a.hlog, &a.plot),
-            },
-            LabCmd::Guaranteed(a) => Request::Guaranteed {
-                run: tickwire_lab::modes::router::guaranteed::GuaranteedLab {
-                    syncs: a.sync,
-                    publishers: a.publishers,
-                    size: a.size,
-                    duration: a.duration,
-                    rate: a.rate,
-                    rounds: a.rounds,
-                    cpus: a.common.cpus,
-                    journal_dir: a.journal_dir,
-                    shm_dir: dir,
-                },
-                json: a.common.json,
-            },
+            LabCmd::TopicMatch(a) => a.into_request(),
+            LabCmd::Router(a) => a.into_request(dir),
+            LabCmd::Guaranteed(a) => a.into_request(dir),
             LabCmd::Doctor(a) => Request::Doctor(DoctorRequest {
                 cpus: a.cpus,
                 json: a.json,

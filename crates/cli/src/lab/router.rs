@@ -1,0 +1,151 @@
+//! The router's lab commands: `lab topic-match`, `lab router` (the Solace
+//! scenario) and `lab guaranteed` (guaranteed publishing per sync
+//! policy), each parsed into its [`Request`].
+
+use super::Common;
+use crate::units::{parse_duration, parse_size};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+use tickwire_lab::modes::router::{guaranteed::GuaranteedLab, RouterLab};
+use tickwire_lab::request::Request;
+use tickwire_lab::transports::Transport;
+
+/// Options of `lab topic-match`.
+#[derive(Debug, Args)]
+pub struct TopicMatchArgs {
+    /// Unrelated subscriptions in each index measured (the first is the baseline).
+    #[arg(long, value_delimiter = ',', default_value = "10,100000")]
+    unrelated: Vec<usize>,
+    /// Interleaved rounds (each: 1M cached lookups, 1M unwanted, 100k uncached per size).
+    #[arg(long, default_value_t = 7)]
+    rounds: usize,
+    /// One JSON object per size.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Options of `lab guaranteed`.
+#[derive(Debug, Args)]
+pub struct GuaranteedArgs {
+    #[command(flatten)]
+    pub(super) common: Common,
+    /// Sync policies, each measured in turn.
+    #[arg(long, default_value = "os,group,fsync", value_delimiter = ',', value_parser = ["os", "group", "fsync"])]
+    sync: Vec<String>,
+    /// Publisher counts, each measured in turn.
+    #[arg(long, default_value = "1,10", value_delimiter = ',')]
+    publishers: Vec<usize>,
+    /// Payload bytes (at least 16).
+    #[arg(long, default_value = "100", value_parser = parse_size)]
+    size: usize,
+    /// The latency phase's offered rate, all publishers together.
+    #[arg(long, default_value = "20k", value_parser = crate::units::parse_rate)]
+    rate: u64,
+    /// Peak and latency phases together, per case, over all rounds.
+    #[arg(long, default_value = "6s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Rounds per case: fsync floor, peak, latency.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Where the journals go: a directory on the disk under test (not tmpfs).
+    #[arg(long, default_value = "/var/tmp")]
+    journal_dir: PathBuf,
+}
+
+/// Options of `lab router`.
+#[derive(Debug, Args)]
+pub struct RouterArgs {
+    #[command(flatten)]
+    pub(super) common: Common,
+    /// Clients over ipc (shared memory) or tcp (loopback).
+    #[arg(long, default_value = "ipc", value_parser = Transport::parse)]
+    transport: Transport,
+    /// Every subscriber on md/> (each message delivered to all), instead of one topic each.
+    #[arg(long)]
+    fanout: bool,
+    /// Also measure a second router with a user, topic ACLs and the metrics endpoint on, interleaved in the same rounds.
+    #[arg(long)]
+    secure: bool,
+    /// Offered rates in messages per second, all publishers together, each measured in turn (e.g. 1M,5M).
+    #[arg(long, default_value = "1M", value_delimiter = ',', value_parser = crate::units::parse_rate)]
+    rate: Vec<u64>,
+    /// Payload bytes (at least 16).
+    #[arg(long, default_value = "100", value_parser = parse_size)]
+    size: usize,
+    /// Publishers, each on its own 12-byte topic.
+    #[arg(long, default_value_t = 10)]
+    publishers: usize,
+    /// Subscribers (one per publisher, or any number with --fanout).
+    #[arg(long, default_value_t = 10)]
+    subscribers: usize,
+    /// How long each rate publishes through the router, over all its rounds.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Rounds per rate, each a floor round then a router round.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Bytes of each client's log and of the floor's rings.
+    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
+    capacity: usize,
+    /// Skip the forwarding floor (no ratios).
+    #[arg(long)]
+    no_floor: bool,
+    /// Also write the histograms as an HdrHistogram interval log.
+    #[arg(long)]
+    hlog: Option<PathBuf>,
+    /// Write an SVG plot of the percentile distributions.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+impl TopicMatchArgs {
+    pub(super) fn into_request(self) -> Request {
+        Request::TopicMatch { sizes: self.unrelated, rounds: self.rounds, json: self.json }
+    }
+}
+
+impl RouterArgs {
+    /// `dir`: where the routers' and clients' files go.
+    pub(super) fn into_request(self, dir: PathBuf) -> Request {
+        Request::Router {
+            run: RouterLab {
+                transport: self.transport,
+                fanout: self.fanout,
+                rates: self.rate,
+                size: self.size,
+                publishers: self.publishers,
+                subscribers: self.subscribers,
+                duration: self.duration,
+                rounds: self.rounds,
+                cpus: self.common.cpus,
+                dir,
+                log_bytes: self.capacity,
+                floor: !self.no_floor,
+                secure: self.secure,
+            },
+            output: self.common.output(&self.hlog, &self.plot),
+        }
+    }
+}
+
+impl GuaranteedArgs {
+    /// `dir`: where the router's shared-memory files go (the journals go
+    /// to `--journal-dir`).
+    pub(super) fn into_request(self, dir: PathBuf) -> Request {
+        Request::Guaranteed {
+            run: GuaranteedLab {
+                syncs: self.sync,
+                publishers: self.publishers,
+                size: self.size,
+                duration: self.duration,
+                rate: self.rate,
+                rounds: self.rounds,
+                cpus: self.common.cpus,
+                journal_dir: self.journal_dir,
+                shm_dir: dir,
+            },
+            json: self.common.json,
+        }
+    }
+}
