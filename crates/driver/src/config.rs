@@ -20,12 +20,13 @@
 //! | `control-poll` | 100us | how often a publication reads NAK/STATUS |
 //! | `buffer` | 4MiB | socket buffers (forced past rmem_max when root) |
 //! | `receiver-id`, `seed` | random | identity and NAK back-off seed |
+//! | `auth` | - | a file holding a shared key: every datagram carries a MAC (see `tickwire keygen`) |
 //! | `loss`, `reorder`, `duplicate` | 0 | impair what this end sends |
 //! | `{send,recv}-{data,control}-{loss,reorder,duplicate}` | 0 | one path and class |
 //! | `{send,recv}-data-drop` | - | drop `FROM-TO` once (not the retransmission) |
 
 use crate::uri::{ChannelUri, UriError};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::SocketAddrV4;
 use std::time::Duration;
 use tickwire_impair::ImpairConfig;
 use tickwire_proto::{FlowControl, NakDelay, ReceiverConfig, SenderConfig};
@@ -40,6 +41,14 @@ pub enum DriverError {
     /// A setting is out of range.
     #[error("channel setting: {0}")]
     Config(&'static str),
+    /// The key file of `auth=FILE` cannot be used.
+    #[error("auth key {path}: {why}")]
+    Key {
+        /// The file named by `auth=`.
+        path: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The socket failed.
     #[error(transparent)]
     Transport(#[from] TransportError),
@@ -78,11 +87,39 @@ fn ns(d: Duration) -> u64 {
 }
 
 /// A number that differs between processes and runs.
+/// A random non-zero u32 from the operating system (session and receiver
+/// ids: another host cannot guess the next one from the last).
 pub(crate) fn random_u32() -> u32 {
-    let t = tickwire_shm::os::monotonic_ns();
-    let x = t ^ (u64::from(std::process::id()) << 32) ^ (std::ptr::addr_of!(t) as u64);
-    let mut r = tickwire_impair::Rng::new(x);
-    (r.next_u64() >> 32) as u32 | 1
+    // getrandom fails only where the OS has no entropy source at all; the
+    // clock and pid are then the best there is.
+    getrandom::u32().unwrap_or_else(|_| {
+        let t = tickwire_shm::os::monotonic_ns();
+        (tickwire_impair::Rng::new(t ^ u64::from(std::process::id())).next_u64() >> 32) as u32
+    }) | 1
+}
+
+/// The first sequence of a keyed endpoint's datagrams: the wall clock in
+/// nanoseconds, so that an endpoint restarted with the same id starts above
+/// everything it sent before (and is not taken for a replay).
+fn first_sequence() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+}
+
+/// Reads the shared key of `auth=FILE`: 64 hexadecimal digits, in a file
+/// that only its owner can read.
+///
+/// # Errors
+/// [`DriverError::Key`] naming the file and what is wrong.
+pub fn read_key(path: &str) -> Result<tickwire_proto::AuthKey, DriverError> {
+    use std::os::unix::fs::PermissionsExt;
+    let err = |why: String| DriverError::Key { path: path.to_string(), why };
+    let meta = std::fs::metadata(path).map_err(|e| err(e.to_string()))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(err(format!("readable by others (mode {mode:o}): chmod 600 it")));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    tickwire_proto::AuthKey::from_hex(&text).map_err(|e| err(e.to_string()))
 }
 
 impl ChannelConfig {
@@ -118,6 +155,7 @@ impl ChannelConfig {
             }
         };
         let max_message = uri.size("max-message", 1 << 20)?;
+        let auth = uri.get("auth").map(read_key).transpose()?;
         let sender = SenderConfig {
             session_id: 0,
             stream_id: 0,
@@ -129,6 +167,9 @@ impl ChannelConfig {
             linger: ns(uri.duration("linger", if mc { ms(5) } else { us(200) })?),
             flow_control: fc,
             receiver_timeout: ns(uri.duration("receiver-timeout", ms(1000))?),
+            multicast: mc,
+            auth: auth.clone(),
+            first_sequence: first_sequence(),
         };
         let receiver = ReceiverConfig {
             stream_id: 0,
@@ -142,6 +183,9 @@ impl ChannelConfig {
             setup_request_interval: ns(ms(1)),
             max_message,
             seed,
+            multicast: mc,
+            auth,
+            first_sequence: first_sequence(),
         };
         let imp = |prefix: &str, own: bool, s: u64| -> Result<ImpairConfig, DriverError> {
             let key = |k: &str| format!("{prefix}-{k}");
@@ -199,6 +243,3 @@ impl ChannelConfig {
         Ok(UdpConfig { bind: ep, multicast, buffer_bytes: self.buffer_bytes })
     }
 }
-
-/// The unspecified address, for "not known yet".
-pub(crate) const NOWHERE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);

@@ -61,10 +61,10 @@ pub mod units;
 pub mod uri;
 
 pub use channel::Channel;
-pub use config::{ChannelConfig, DriverError, DEFAULT_BUFFER_BYTES};
+pub use config::{read_key, ChannelConfig, DriverError, DEFAULT_BUFFER_BYTES};
 pub use publication::Publication;
 pub use subscription::Subscription;
-pub use tickwire_proto::{ReceiverStats, SenderStats};
+pub use tickwire_proto::{AuthKey, Invalid, InvalidCounts, ReceiverChange, ReceiverStats, SenderStats};
 pub use tickwire_wire::{Event, Message, OfferError};
 pub use uri::{ChannelUri, UriError};
 

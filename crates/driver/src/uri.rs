@@ -33,6 +33,7 @@ pub const KEYS: &[&str] = &[
     "buffer",
     "receiver-id",
     "seed",
+    "auth",
     "loss",
     "reorder",
     "duplicate",

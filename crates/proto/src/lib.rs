@@ -38,7 +38,10 @@
 //! A sender and a receiver joined by a vector of datagrams, in virtual time:
 //!
 //! ```
+//! use std::net::SocketAddrV4;
 //! use tickwire_proto::{Event, Receiver, ReceiverConfig, Sender, SenderConfig};
+//! let (sender_addr, receiver_addr): (SocketAddrV4, SocketAddrV4) =
+//!     ("10.0.0.1:40000".parse()?, "10.0.0.2:40123".parse()?);
 //! let mut now = 0;
 //! let mut sender = Sender::new(SenderConfig::default(), now).unwrap();
 //! let mut receiver = Receiver::new(ReceiverConfig::default()).unwrap();
@@ -49,26 +52,33 @@
 //!         sender.offer("md/eu/VOD", b"bid 101.25").unwrap(); // connected by now
 //!     }
 //!     while let Some(n) = sender.poll_transmit(now, &mut buf) {
-//!         receiver.handle_datagram(now, &buf[..n]); // SETUP, then DATA
+//!         receiver.handle_datagram(now, sender_addr, &buf[..n]); // SETUP, then DATA
 //!     }
 //!     receiver.poll_messages(|e| if let Event::Message(m) = e { got.push(m.payload.to_vec()) }, 10);
 //!     receiver.handle_timeout(now);
-//!     while let Some(n) = receiver.poll_transmit(now, &mut buf) {
-//!         sender.handle_datagram(now, &buf[..n]); // STATUS opens the window
+//!     while let Some((n, to)) = receiver.poll_transmit(now, &mut buf) {
+//!         assert_eq!(to, sender_addr); // control goes back to the session's source
+//!         sender.handle_datagram(now, receiver_addr, &buf[..n]); // STATUS opens the window
 //!     }
 //!     now += 1_000;
 //! }
 //! assert_eq!(got, [b"bid 101.25"]);
+//! # Ok::<(), std::net::AddrParseError>(())
 //! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod auth;
 mod bitmap;
+mod image;
+mod invalid;
 mod receiver;
 mod sender;
 
+pub use auth::{AuthKey, KeyError, ReplayWindow};
+pub use invalid::{Invalid, InvalidCounts};
 pub use receiver::{Receiver, ReceiverConfig, ReceiverStats};
-pub use sender::{Sender, SenderConfig, SenderStats};
+pub use sender::{ReceiverChange, Sender, SenderConfig, SenderStats};
 pub use tickwire_wire::{Event, Message, OfferError};
 
 use tickwire_impair::Rng;
@@ -148,6 +158,13 @@ pub fn frames(datagram: &[u8]) -> impl Iterator<Item = Result<(FrameType, &[u8])
             }
         }
     })
+}
+
+/// Whether a frame (at least a checked header) belongs to `session`/`stream`:
+/// a keyed datagram's frames must all be of the session its AUTH frame names.
+pub(crate) fn same_session(frame: &[u8], session: u32, stream: u32) -> bool {
+    let h = FrameHeader::new_unchecked(frame);
+    h.session_id() == session && h.stream_id() == stream
 }
 
 #[cfg(test)]

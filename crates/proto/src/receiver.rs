@@ -1,18 +1,22 @@
 //! The receiving side: reorder window, gap scan, NAK timers, loss reports.
 
-use crate::bitmap::Bitmap;
+use crate::auth::{self, AuthKey, ReplayWindow, Sealed};
+use crate::image::{Image, A};
+use crate::invalid::{Invalid, InvalidCounts};
 use crate::{frames, NakDelay, Nanos, MAX_MTU};
+use std::net::SocketAddrV4;
 use tickwire_impair::Rng;
 use tickwire_wire::{
-    align_frame, flags, DataFrame, DeliveryStats, Event, FrameType, HeartbeatFrame, NakFrame, NakRepr, Reassembler,
-    SetupFrame, StatusRepr, FRAME_ALIGNMENT,
+    align_frame, flags, DataFrame, Event, FrameType, HeartbeatFrame, NakFrame, NakRepr, SetupFrame, StatusRepr,
+    FRAME_ALIGNMENT,
 };
 
-/// Gaps tracked (and NAKed) at once; later ones wait for these to close.
-const MAX_GAPS: usize = 32;
 /// A heartbeat or frame further than this past the window is rejected.
 const MAX_JUMP: u64 = 1 << 40;
-const A: u64 = FRAME_ALIGNMENT as u64;
+/// Times another receiver's NAK may hold back ours for one gap.
+const MAX_SUPPRESSIONS: u32 = 4;
+/// Other receivers (multicast, keyed) whose NAK sequences are tracked.
+const MAX_PEERS: usize = 64;
 
 /// Receiver settings. `Default` suits unicast.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,8 +46,19 @@ pub struct ReceiverConfig {
     pub setup_request_interval: Nanos,
     /// Largest message reassembled (bounds memory).
     pub max_message: usize,
-    /// Seeds the NAK back-off.
+    /// Seeds the NAK back-off and the SETUP challenges.
     pub seed: u64,
+    /// A multicast group: other receivers' NAKs are heard (and suppress
+    /// ours); control goes to the group. Unicast: only the session's source
+    /// is heard once a session is set up.
+    pub multicast: bool,
+    /// The shared key: every datagram must carry its MAC (see
+    /// [`crate::auth`]). `None`: no authentication.
+    pub auth: Option<AuthKey>,
+    /// The first sequence number of this receiver's keyed datagrams (the
+    /// driver uses the wall clock, so that a restarted receiver with the
+    /// same id is not taken for a replay).
+    pub first_sequence: u64,
 }
 
 impl Default for ReceiverConfig {
@@ -60,6 +75,9 @@ impl Default for ReceiverConfig {
             setup_request_interval: 1_000_000,
             max_message: 1 << 20,
             seed: 0,
+            multicast: false,
+            auth: None,
+            first_sequence: 1,
         }
     }
 }
@@ -87,8 +105,10 @@ pub struct ReceiverStats {
     pub lost_events: u64,
     /// Bytes of stream reported lost.
     pub lost_bytes: u64,
-    /// Malformed datagrams or frames, and frames inconsistent with the stream.
+    /// Datagrams or frames dropped as invalid (the sum of `invalid_by`).
     pub invalid: u64,
+    /// The same, by reason.
+    pub invalid_by: InvalidCounts,
     /// Frames of a session or stream not being received.
     pub other_session: u64,
     /// Frames beyond the window (dropped, NAKed later).
@@ -99,144 +119,10 @@ pub struct ReceiverStats {
     pub heartbeats: u64,
     /// STATUS frames sent.
     pub status_sent: u64,
-    /// Datagrams dropped before parsing because they came from another
-    /// source than the session's (unicast: counted by the driver, which
-    /// knows addresses, through [`Receiver::note_foreign`]).
+    /// Frames of the joined session from another source than the one it
+    /// was set up from, and (unicast) whole datagrams from another source
+    /// while a session is live: dropped unread.
     pub frames_foreign: u64,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct GapTimer {
-    from: u64,
-    to: u64,
-    deadline: Nanos,
-    sent: u32,
-    nak_at: Nanos,
-}
-
-#[derive(Debug)]
-struct Image {
-    session_id: u32,
-    stream_id: u32,
-    rcv_pos: u64,
-    high_water: u64,
-    retained_from: u64,
-    eos: Option<u64>,
-    ended: bool,
-    announced: bool,
-    abandoned: bool,
-    last_heard: Nanos,
-    mtu: usize,
-    ring: Vec<u8>,
-    mask: u64,
-    covered: Bitmap,
-    starts: Bitmap,
-    timers: Vec<GapTimer>,
-    scratch: Vec<GapTimer>,
-    gaps_dirty: bool,
-    status_due: Nanos,
-    status_pos: u64,
-    status_now: bool,
-    reasm: Reassembler,
-    /// Smoothed NAK-to-repair time (0 until measured).
-    srtt: Nanos,
-}
-
-impl Image {
-    fn slot(&self, pos: u64) -> usize {
-        ((pos & self.mask) / A) as usize
-    }
-    fn capacity(&self) -> u64 {
-        self.mask + 1
-    }
-    fn replaceable(&self, now: Nanos, timeout: Nanos) -> bool {
-        self.ended || now.saturating_sub(self.last_heard) >= timeout
-    }
-
-    /// Delivers in order up to `limit` events; returns how many.
-    fn deliver<F: FnMut(Event<'_>)>(&mut self, handler: &mut F, limit: usize, stats: &mut ReceiverStats) -> usize {
-        let mut d = DeliveryStats::default();
-        let mut n = 0;
-        while n < limit {
-            let slot = self.slot(self.rcv_pos);
-            if self.rcv_pos < self.high_water && self.starts.get(slot) {
-                let off = (self.rcv_pos & self.mask) as usize;
-                let b = &self.ring[off..off + 4];
-                let flen = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
-                let alen = align_frame(flen);
-                let frame = DataFrame::new_unchecked(&self.ring[off..off + flen]);
-                if self.reasm.on_frame(&frame, self.rcv_pos, &mut d, handler) {
-                    n += 1;
-                }
-                self.covered.set_range(slot, alen / FRAME_ALIGNMENT, false);
-                self.starts.set(slot, false);
-                self.rcv_pos += alen as u64;
-            } else if self.rcv_pos < self.high_water && (self.rcv_pos < self.retained_from || self.abandoned) {
-                let window_end = self.high_water.min(self.rcv_pos + self.capacity());
-                let span = ((window_end - self.rcv_pos) / A) as usize;
-                let next = self.starts.find(slot, span, true).map(|k| self.rcv_pos + k as u64 * A);
-                let mut to = next.unwrap_or(self.high_water);
-                if !self.abandoned {
-                    to = to.min(self.retained_from);
-                }
-                self.reasm.on_lost(self.rcv_pos, to, &mut d, handler);
-                self.rcv_pos = to;
-                self.gaps_dirty = true;
-                n += 1;
-            } else if !self.ended && (self.eos == Some(self.rcv_pos) || self.abandoned) {
-                self.ended = true;
-                self.status_now = true;
-                handler(Event::Ended { session_id: self.session_id, position: self.rcv_pos });
-                n += 1;
-                break;
-            } else {
-                break;
-            }
-        }
-        stats.messages += d.messages;
-        stats.bytes += d.bytes;
-        stats.reassembly_dropped += d.reassembly_dropped;
-        stats.lost_events += d.lost_events;
-        stats.lost_bytes += d.lost_bytes;
-        n
-    }
-
-    /// Rebuilds the gap list (at most `MAX_GAPS`), keeping the timers of gaps
-    /// that persist.
-    fn update_gaps(&mut self, now: Nanos, delay: &mut dyn FnMut() -> Nanos) {
-        if !self.gaps_dirty {
-            return;
-        }
-        self.gaps_dirty = false;
-        let end = self.high_water.min(self.rcv_pos + self.capacity());
-        let mut pos = self.rcv_pos.max(self.retained_from);
-        self.scratch.clear();
-        while pos < end && self.scratch.len() < MAX_GAPS {
-            let span = ((end - pos) / A) as usize;
-            let Some(k) = self.covered.find(self.slot(pos), span, false) else { break };
-            let from = pos + k as u64 * A;
-            let rest = ((end - from) / A) as usize;
-            let to = self.covered.find(self.slot(from), rest, true).map_or(end, |j| from + j as u64 * A);
-            let timer = match self.timers.iter().find(|t| t.from < to && from < t.to) {
-                Some(t) => GapTimer { from, to, ..*t },
-                None => GapTimer { from, to, deadline: now + delay(), sent: 0, nak_at: 0 },
-            };
-            self.scratch.push(timer);
-            pos = to;
-        }
-        // A NAKed gap that is gone was repaired: a sample of the repair time
-        // (NAK to retransmission, including any queue in front of it).
-        for t in &self.timers {
-            let repaired = t.sent > 0
-                && t.from >= self.retained_from
-                && !self.scratch.iter().any(|g| g.from < t.to && t.from < g.to);
-            if repaired {
-                let sample = now.saturating_sub(t.nak_at);
-                self.srtt = if self.srtt == 0 { sample } else { (self.srtt * 7 + sample) / 8 };
-            }
-        }
-        std::mem::swap(&mut self.timers, &mut self.scratch);
-    }
 }
 
 /// The receiving half of a session. See the crate docs.
@@ -246,8 +132,16 @@ pub struct Receiver {
     rng: Rng,
     image: Option<Image>,
     old: Option<Image>,
-    setup_for: Option<u32>,
+    /// A session seen but not joined, and where it came from: SETUP
+    /// requests go there.
+    setup_for: Option<(u32, SocketAddrV4)>,
     setup_due: Nanos,
+    /// Keyed: the nonce in this receiver's SETUP requests; a SETUP joins
+    /// only if it echoes it.
+    challenge: u64,
+    tx_sequence: u64,
+    /// Keyed multicast: other receivers' datagram sequences.
+    peers: Vec<(u32, ReplayWindow)>,
     stats: ReceiverStats,
 }
 
@@ -260,13 +154,17 @@ impl Receiver {
         if !cfg.window.is_power_of_two() || cfg.window < 64 << 10 || cfg.window > 1 << 30 {
             return Err("window must be a power of two between 64 KiB and 1 GiB");
         }
+        let mut rng = Rng::new(cfg.seed);
         Ok(Self {
-            rng: Rng::new(cfg.seed),
+            challenge: rng.next_u64() | 1,
+            rng,
+            tx_sequence: cfg.first_sequence,
             cfg,
             image: None,
             old: None,
             setup_for: None,
             setup_due: 0,
+            peers: Vec::new(),
             stats: Default::default(),
         })
     }
@@ -274,10 +172,6 @@ impl Receiver {
     /// Counters.
     pub fn stats(&self) -> &ReceiverStats {
         &self.stats
-    }
-    /// Counts a datagram the caller dropped because of where it came from.
-    pub fn note_foreign(&mut self) {
-        self.stats.frames_foreign += 1;
     }
     /// The settings.
     pub fn config(&self) -> &ReceiverConfig {
@@ -287,25 +181,59 @@ impl Receiver {
     pub fn session(&self) -> Option<(u32, u64)> {
         self.image.as_ref().map(|im| (im.session_id, im.rcv_pos))
     }
+    /// Where the session being received was set up from.
+    pub fn source(&self) -> Option<SocketAddrV4> {
+        self.image.as_ref().map(|im| im.source)
+    }
     /// The current session has ended and everything of it was delivered.
     pub fn is_ended(&self) -> bool {
         self.old.is_none() && self.image.as_ref().is_some_and(|im| im.ended)
     }
 
-    /// Processes one datagram from the data path (DATA, HEARTBEAT, SETUP, and
-    /// on multicast other receivers' NAKs). Never panics; malformed input is
-    /// counted in `invalid` and the rest of the datagram is dropped.
-    pub fn handle_datagram(&mut self, now: Nanos, datagram: &[u8]) {
+    fn reject(&mut self, why: Invalid) {
+        self.stats.invalid += 1;
+        self.stats.invalid_by.add(why);
+    }
+
+    /// Processes one datagram from `from` on the data path (DATA,
+    /// HEARTBEAT, SETUP, and on multicast other receivers' NAKs). Never
+    /// panics; what is invalid is counted by reason and the rest of the
+    /// datagram is dropped. Unicast: while a session is live, datagrams
+    /// from anywhere but its source are dropped unread (`frames_foreign`).
+    pub fn handle_datagram(&mut self, now: Nanos, from: SocketAddrV4, datagram: &[u8]) {
         self.stats.datagrams += 1;
-        for frame in frames(datagram) {
-            let Ok((ty, bytes)) = frame else {
-                self.stats.invalid += 1;
+        if !self.cfg.multicast {
+            let live = self.image.as_ref().filter(|im| !im.replaceable(now, self.cfg.session_timeout));
+            if live.is_some_and(|im| im.source != from) {
+                self.stats.frames_foreign += 1;
                 return;
-            };
+            }
+        }
+        let (bytes, sealed) = match &self.cfg.auth {
+            None => (datagram, None),
+            Some(key) => match auth::open(key, datagram) {
+                Ok((b, s)) => (b, Some(s)),
+                Err(auth::Unsealed::Unauthenticated) => return self.reject(Invalid::Unauthenticated),
+            },
+        };
+        if let Some(s) = &sealed {
+            if !self.fresh(s) {
+                return self.reject(Invalid::Replayed);
+            }
+        }
+        for frame in frames(bytes) {
+            let Ok((ty, bytes)) = frame else { return self.reject(Invalid::Malformed) };
+            if sealed.is_some_and(|s| !crate::same_session(bytes, s.session_id, s.stream_id)) {
+                return self.reject(Invalid::Malformed);
+            }
             let ok = match ty {
-                FrameType::Data => DataFrame::new_checked(bytes).map(|f| self.on_data(now, &f)).is_ok(),
-                FrameType::Heartbeat => HeartbeatFrame::new_checked(bytes).map(|f| self.on_heartbeat(now, &f)).is_ok(),
-                FrameType::Setup => SetupFrame::new_checked(bytes).map(|f| self.on_setup(now, &f)).is_ok(),
+                FrameType::Data => DataFrame::new_checked(bytes).map(|f| self.on_data(now, from, &f)).is_ok(),
+                FrameType::Heartbeat => {
+                    HeartbeatFrame::new_checked(bytes).map(|f| self.on_heartbeat(now, from, &f)).is_ok()
+                }
+                FrameType::Setup => {
+                    SetupFrame::new_checked(bytes).map(|f| self.on_setup(now, from, sealed, &f)).is_ok()
+                }
                 FrameType::Nak => NakFrame::new_checked(bytes).map(|f| self.on_peer_nak(now, &f)).is_ok(),
                 // Other receivers' STATUS on a shared group: not ours to act on.
                 FrameType::Status => true,
@@ -313,55 +241,98 @@ impl Receiver {
                     self.stats.other_session += 1;
                     true
                 }
+                // Only ever the last frame, removed by `auth::open`.
+                FrameType::Auth => false,
             };
             if !ok {
-                self.stats.invalid += 1;
-                return;
+                return self.reject(Invalid::Malformed);
             }
         }
     }
 
-    /// The image for `session` if it is the one being received; otherwise
-    /// notes a SETUP request if the session may replace the current one.
-    fn route(&mut self, now: Nanos, session: u32, stream: u32) -> bool {
+    /// Keyed: records a datagram's sequence for its origin; false if it
+    /// was seen before (or is older than the window).
+    fn fresh(&mut self, s: &Sealed) -> bool {
+        if s.origin == s.session_id {
+            // A sender's datagram. A session not joined has no window: its
+            // datagrams can only draw a SETUP request, and joining needs
+            // the echo of a fresh challenge.
+            let im =
+                [self.image.as_mut(), self.old.as_mut()].into_iter().flatten().find(|im| im.session_id == s.session_id);
+            return im.map_or(true, |im| im.replay.accept(s.sequence));
+        }
+        // Another receiver's NAK (multicast).
+        if let Some((_, w)) = self.peers.iter_mut().find(|(id, _)| *id == s.origin) {
+            return w.accept(s.sequence);
+        }
+        if self.peers.len() >= MAX_PEERS {
+            self.peers.remove(0);
+        }
+        let mut w = ReplayWindow::new();
+        w.accept(s.sequence);
+        self.peers.push((s.origin, w));
+        true
+    }
+
+    /// Whether a frame of `session` from `from` is for the joined session;
+    /// otherwise notes a SETUP request if that session may replace it.
+    fn route(&mut self, now: Nanos, from: SocketAddrV4, session: u32, stream: u32) -> bool {
         if stream != self.cfg.stream_id {
             self.stats.other_session += 1;
             return false;
         }
         match &self.image {
-            Some(im) if im.session_id == session => true,
+            Some(im) if im.session_id == session && im.source == from => true,
+            Some(im) if im.session_id == session => {
+                self.stats.frames_foreign += 1;
+                false
+            }
             Some(im) if !im.replaceable(now, self.cfg.session_timeout) => {
                 self.stats.other_session += 1;
                 false
             }
             _ => {
-                self.setup_for = Some(session);
+                self.want_setup(session, from);
                 false
             }
         }
     }
 
-    fn on_data(&mut self, now: Nanos, f: &DataFrame<&[u8]>) {
-        let (session, stream) = (f.session_id(), f.stream_id());
-        if !self.route(now, session, stream) {
+    fn want_setup(&mut self, session: u32, from: SocketAddrV4) {
+        if self.setup_for.map(|(s, _)| s) != Some(session) {
+            self.setup_for = Some((session, from));
+        }
+    }
+
+    fn on_data(&mut self, now: Nanos, from: SocketAddrV4, f: &DataFrame<&[u8]>) {
+        if !self.route(now, from, f.session_id(), f.stream_id()) {
             return;
         }
-        let Self { image: Some(im), stats, .. } = self else { return };
+        let Some(im) = self.image.as_mut() else { return };
         im.last_heard = now;
         let pos = f.position();
         let bytes = f.as_bytes();
         let flen = bytes.len();
         let alen = align_frame(flen) as u64;
-        if pos % A != 0 || flen > im.mtu {
-            stats.invalid += 1;
-            return;
+        let why = if pos % A != 0 {
+            Some(Invalid::Misaligned)
+        } else if flen > im.mtu {
+            Some(Invalid::Oversized)
+        } else if im.eos.is_some_and(|e| pos + alen > e) {
+            Some(Invalid::BadEnd)
+        } else if pos > im.rcv_pos + MAX_JUMP {
+            Some(Invalid::TooFar)
+        } else if pos < im.rcv_pos && pos + alen > im.rcv_pos {
+            Some(Invalid::Overlap)
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return self.reject(why);
         }
+        let stats = &mut self.stats;
         if pos + alen <= im.rcv_pos {
             stats.duplicates += 1;
-            return;
-        }
-        if pos < im.rcv_pos {
-            stats.invalid += 1;
             return;
         }
         if pos + alen > im.rcv_pos + im.capacity() {
@@ -374,7 +345,7 @@ impl Receiver {
             if im.starts.get(slot) {
                 stats.duplicates += 1;
             } else {
-                stats.invalid += 1;
+                self.reject(Invalid::Overlap);
             }
             return;
         }
@@ -391,34 +362,38 @@ impl Receiver {
         im.high_water = im.high_water.max(pos + alen);
     }
 
-    fn on_heartbeat(&mut self, now: Nanos, f: &HeartbeatFrame<&[u8]>) {
-        let (session, stream) = (f.session_id(), f.stream_id());
+    fn on_heartbeat(&mut self, now: Nanos, from: SocketAddrV4, f: &HeartbeatFrame<&[u8]>) {
         self.stats.heartbeats += 1;
-        if !self.route(now, session, stream) {
+        if !self.route(now, from, f.session_id(), f.stream_id()) {
             return;
         }
-        let Self { image: Some(im), stats, .. } = self else { return };
+        let Some(im) = self.image.as_mut() else { return };
         im.last_heard = now;
         let (pos, retained) = (f.position(), f.retained_from());
         let eos = f.flags() & flags::END_OF_STREAM != 0;
         // Checked against the stream before anything changes: a sender
-        // never retains beyond what it has sent, and never ends the stream
-        // before data it already sent.
-        if pos % A != 0
-            || retained % A != 0
-            || pos > im.rcv_pos + MAX_JUMP
-            || retained > pos
-            || (eos && pos < im.high_water)
-        {
-            stats.invalid += 1;
-            return;
+        // never retains beyond what it has sent, never ends the stream
+        // before data it already sent, and never moves its end.
+        let why = if pos % A != 0 || retained % A != 0 {
+            Some(Invalid::Misaligned)
+        } else if pos > im.rcv_pos + MAX_JUMP {
+            Some(Invalid::TooFar)
+        } else if retained > pos {
+            Some(Invalid::BadRetained)
+        } else if (eos && pos < im.high_water) || im.eos.is_some_and(|e| pos > e || (eos && pos != e)) {
+            Some(Invalid::BadEnd)
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return self.reject(why);
         }
         if retained > im.retained_from {
             im.retained_from = retained;
             im.gaps_dirty = true;
         }
         if pos > im.high_water {
-            stats.gaps_detected += 1;
+            self.stats.gaps_detected += 1;
             im.high_water = pos;
             im.gaps_dirty = true;
         }
@@ -430,7 +405,7 @@ impl Receiver {
         }
     }
 
-    fn on_setup(&mut self, now: Nanos, f: &SetupFrame<&[u8]>) {
+    fn on_setup(&mut self, now: Nanos, from: SocketAddrV4, sealed: Option<Sealed>, f: &SetupFrame<&[u8]>) {
         if f.stream_id() != self.cfg.stream_id {
             self.stats.other_session += 1;
             return;
@@ -438,8 +413,12 @@ impl Receiver {
         let session = f.session_id();
         if let Some(im) = &mut self.image {
             if im.session_id == session {
-                // Our STATUS may have been lost: answer again.
-                im.status_now = true;
+                if im.source == from {
+                    // Our STATUS may have been lost: answer again.
+                    im.status_now = true;
+                } else {
+                    self.stats.frames_foreign += 1;
+                }
                 return;
             }
             if !im.replaceable(now, self.cfg.session_timeout) || self.old.is_some() {
@@ -447,10 +426,15 @@ impl Receiver {
                 return;
             }
         }
+        if sealed.is_some_and(|s| s.challenge != self.challenge) {
+            // Keyed: an announcement, or an answer to an earlier request
+            // (or a replay). Ask, with the current challenge.
+            self.want_setup(session, from);
+            return;
+        }
         let (pos, mtu) = (f.initial_position(), f.mtu() as usize);
         if pos % A != 0 || mtu % FRAME_ALIGNMENT != 0 || mtu > MAX_MTU {
-            self.stats.invalid += 1;
-            return;
+            return self.reject(Invalid::BadSetup);
         }
         if let Some(mut old) = self.image.take() {
             if !old.ended {
@@ -458,47 +442,31 @@ impl Receiver {
                 self.old = Some(old);
             }
         }
-        let cap = self.cfg.window;
-        self.image = Some(Image {
-            session_id: session,
-            stream_id: f.stream_id(),
-            rcv_pos: pos,
-            high_water: pos,
-            retained_from: 0,
-            eos: None,
-            ended: false,
-            announced: false,
-            abandoned: false,
-            last_heard: now,
-            mtu,
-            ring: vec![0; cap + mtu],
-            mask: cap as u64 - 1,
-            covered: Bitmap::new(cap / FRAME_ALIGNMENT),
-            starts: Bitmap::new(cap / FRAME_ALIGNMENT),
-            timers: Vec::with_capacity(MAX_GAPS),
-            scratch: Vec::with_capacity(MAX_GAPS),
-            gaps_dirty: false,
-            status_due: now,
-            status_pos: pos,
-            status_now: true,
-            reasm: Reassembler::new(session, f.stream_id(), self.cfg.max_message),
-            srtt: 0,
-        });
+        let mut im = Image::new(session, f.stream_id(), pos, mtu, self.cfg.window, self.cfg.max_message);
+        im.source = from;
+        im.last_heard = now;
+        im.status_due = now;
+        if let Some(s) = sealed {
+            im.replay.accept(s.sequence);
+        }
+        self.image = Some(im);
         self.setup_for = None;
+        self.challenge = self.rng.next_u64() | 1;
     }
 
     fn on_peer_nak(&mut self, now: Nanos, f: &NakFrame<&[u8]>) {
-        if f.receiver_id() == self.cfg.receiver_id {
+        if !self.cfg.multicast || f.receiver_id() == self.cfg.receiver_id {
             return;
         }
         let retry = self.cfg.nak_retry;
         let Some(im) = self.image.as_mut().filter(|im| im.session_id == f.session_id()) else { return };
         let (from, to) = (f.position(), f.position().saturating_add(u64::from(f.length())));
         for t in im.timers.iter_mut().filter(|t| t.from < to && from < t.to) {
-            if t.deadline > now {
+            if t.deadline > now && t.suppressed < MAX_SUPPRESSIONS {
                 if t.sent == 0 {
                     self.stats.naks_suppressed += 1;
                 }
+                t.suppressed += 1;
                 t.deadline = t.deadline.max(now + retry);
             }
         }
@@ -527,12 +495,15 @@ impl Receiver {
         n
     }
 
-    /// Writes the next control datagram (SETUP request, NAKs, STATUS) into
-    /// `buf` and returns its length, or `None` if nothing is due.
-    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
-        let mut n = 0;
+    /// Writes the next control datagram (a SETUP request, or NAKs and
+    /// STATUS) into `buf` and returns its length and where it goes: the
+    /// session's source, or the source of the session whose SETUP is
+    /// requested. (A multicast receiver sends to the group instead.)
+    /// `None` if nothing is due.
+    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<(usize, SocketAddrV4)> {
+        let room = buf.len().saturating_sub(if self.cfg.auth.is_some() { tickwire_wire::auth::LEN } else { 0 });
         let id = self.cfg.receiver_id;
-        if let Some(session) = self.setup_for {
+        if let Some((session, to)) = self.setup_for {
             if now >= self.setup_due {
                 self.setup_due = now + self.cfg.setup_request_interval;
                 let s = StatusRepr {
@@ -543,57 +514,76 @@ impl Receiver {
                     receiver_window: 0,
                     receiver_id: id,
                 };
-                n += s.emit(&mut buf[n..]).ok()?;
+                let n = s.emit(&mut buf[..room]).ok()?;
+                return self.seal(buf, n, session, self.challenge).map(|n| (n, to));
             }
         }
         let Self { image, cfg, stats, .. } = self;
-        if let Some(im) = image {
-            for t in im.timers.iter_mut() {
-                if t.deadline > now || buf.len() - n < tickwire_wire::nak::LEN {
-                    continue;
-                }
-                let nak = NakRepr {
-                    session_id: im.session_id,
-                    stream_id: im.stream_id,
-                    position: t.from,
-                    length: (t.to - t.from).min(u64::from(u32::MAX) & !(A - 1)) as u32,
-                    receiver_id: id,
-                };
-                n += nak.emit(&mut buf[n..]).unwrap_or(0);
-                t.sent += 1;
-                t.nak_at = now;
-                // Retry after the configured time or twice the measured repair
-                // time, whichever is longer, doubling with each retry (capped).
-                let rto = if im.srtt == 0 {
-                    cfg.nak_retry.max(cfg.nak_retry_initial)
-                } else {
-                    cfg.nak_retry.max(im.srtt.saturating_mul(2))
-                };
-                t.deadline = now + (rto << (t.sent - 1).min(4));
-                stats.naks_sent += 1;
-                if t.sent > 1 {
-                    stats.nak_retries += 1;
-                }
+        let im = image.as_mut()?;
+        let mut n = 0;
+        for t in im.timers.iter_mut() {
+            if t.deadline > now || room - n < tickwire_wire::nak::LEN {
+                continue;
             }
-            let consumed = im.rcv_pos - im.status_pos;
-            let due = im.status_now || (!im.ended && (now >= im.status_due || consumed >= im.capacity() / 4));
-            if due && buf.len() - n >= tickwire_wire::status::LEN {
-                let s = StatusRepr {
-                    session_id: im.session_id,
-                    stream_id: im.stream_id,
-                    flags: if im.ended { flags::END_DELIVERED } else { 0 },
-                    consumption_position: im.rcv_pos,
-                    receiver_window: im.capacity().min(u64::from(u32::MAX)) as u32,
-                    receiver_id: id,
-                };
-                n += s.emit(&mut buf[n..]).unwrap_or(0);
-                im.status_now = false;
-                im.status_due = now + cfg.status_interval;
-                im.status_pos = im.rcv_pos;
-                stats.status_sent += 1;
+            let nak = NakRepr {
+                session_id: im.session_id,
+                stream_id: im.stream_id,
+                position: t.from,
+                length: (t.to - t.from).min(u64::from(u32::MAX) & !(A - 1)) as u32,
+                receiver_id: id,
+            };
+            n += nak.emit(&mut buf[n..room]).unwrap_or(0);
+            t.sent += 1;
+            t.nak_at = now;
+            // Retry after the configured time or twice the measured repair
+            // time, whichever is longer, doubling with each retry (capped).
+            let rto = if im.srtt == 0 {
+                cfg.nak_retry.max(cfg.nak_retry_initial)
+            } else {
+                cfg.nak_retry.max(im.srtt.saturating_mul(2))
+            };
+            t.deadline = now + (rto << (t.sent - 1).min(4));
+            stats.naks_sent += 1;
+            if t.sent > 1 {
+                stats.nak_retries += 1;
             }
         }
-        (n > 0).then_some(n)
+        let consumed = im.rcv_pos - im.status_pos;
+        let due = im.status_now || (!im.ended && (now >= im.status_due || consumed >= im.capacity() / 4));
+        if due && room - n >= tickwire_wire::status::LEN {
+            let s = StatusRepr {
+                session_id: im.session_id,
+                stream_id: im.stream_id,
+                flags: if im.ended { flags::END_DELIVERED } else { 0 },
+                consumption_position: im.rcv_pos,
+                receiver_window: im.capacity().min(u64::from(u32::MAX)) as u32,
+                receiver_id: id,
+            };
+            n += s.emit(&mut buf[n..room]).unwrap_or(0);
+            im.status_now = false;
+            im.status_due = now + cfg.status_interval;
+            im.status_pos = im.rcv_pos;
+            stats.status_sent += 1;
+        }
+        if n == 0 {
+            return None;
+        }
+        let (session, to) = (im.session_id, im.source);
+        self.seal(buf, n, session, 0).map(|n| (n, to))
+    }
+
+    /// Keyed: appends the AUTH frame to `n` bytes of frames.
+    fn seal(&mut self, buf: &mut [u8], n: usize, session_id: u32, challenge: u64) -> Option<usize> {
+        let Some(key) = &self.cfg.auth else { return Some(n) };
+        let s = Sealed {
+            session_id,
+            stream_id: self.cfg.stream_id,
+            sequence: self.tx_sequence,
+            challenge,
+            origin: self.cfg.receiver_id,
+        };
+        self.tx_sequence += 1;
+        auth::seal(key, buf, n, s)
     }
 
     /// Advances the receiver's timers to `now`: rebuilds the gap list after

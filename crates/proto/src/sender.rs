@@ -1,7 +1,11 @@
 //! The sending side: retention ring, send window, retransmission, heartbeats.
 
+use crate::auth::{self, AuthKey, ReplayWindow, Sealed};
 use crate::bitmap::Bitmap;
+use crate::invalid::{Invalid, InvalidCounts};
 use crate::{frames, FlowControl, Nanos, MAX_MTU};
+use std::collections::VecDeque;
+use std::net::SocketAddrV4;
 use tickwire_wire::{
     align_frame, flags, DataRepr, Fragment, Fragmenter, FrameType, HeartbeatRepr, NakFrame, OfferError, SetupRepr,
     StatusFrame, FRAME_ALIGNMENT,
@@ -12,6 +16,12 @@ const MAX_RECEIVERS: usize = 256;
 /// Retransmissions active or lingering at once; NAKs beyond are dropped (the
 /// receiver retries).
 const MAX_RETRANSMITS: usize = 64;
+/// Keyed: SETUP requests' challenges waiting for an answer.
+const MAX_CHALLENGES: usize = 16;
+/// Receiver changes kept until polled.
+const MAX_CHANGES: usize = 64;
+/// The largest window a receiver may grant (the receiver's own limit).
+const MAX_WINDOW: u64 = 1 << 30;
 
 /// Sender settings. `Default` suits unicast on a LAN or loopback.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,8 +45,17 @@ pub struct SenderConfig {
     pub linger: Nanos,
     /// How receivers' windows combine.
     pub flow_control: FlowControl,
-    /// A receiver silent this long no longer counts for flow control.
+    /// A receiver silent this long no longer counts for flow control
+    /// ([`ReceiverChange::TimedOut`]).
     pub receiver_timeout: Nanos,
+    /// A multicast group: NAKs are taken only from receivers that have
+    /// sent STATUS, each from the address it first sent from.
+    pub multicast: bool,
+    /// The shared key: every datagram carries its MAC and every one
+    /// received must (see [`crate::auth`]). `None`: no authentication.
+    pub auth: Option<AuthKey>,
+    /// The first sequence number of this sender's keyed datagrams.
+    pub first_sequence: u64,
 }
 
 impl Default for SenderConfig {
@@ -52,6 +71,9 @@ impl Default for SenderConfig {
             linger: 200_000,
             flow_control: FlowControl::Min,
             receiver_timeout: 1_000_000_000,
+            multicast: false,
+            auth: None,
+            first_sequence: 1,
         }
     }
 }
@@ -85,24 +107,65 @@ pub struct SenderStats {
     pub not_connected: u64,
     /// STATUS frames received.
     pub status_received: u64,
-    /// Malformed frames or datagrams received.
+    /// Datagrams or frames dropped as invalid (the sum of `invalid_by`).
     pub invalid: u64,
+    /// The same, by reason.
+    pub invalid_by: InvalidCounts,
     /// Frames for another session or stream.
     pub other_session: u64,
     /// Control datagrams the caller dropped unparsed because of where they
-    /// came from (unicast: anywhere but the destination), through
-    /// [`Sender::note_foreign`].
+    /// came from (unicast: anywhere but the destination, through
+    /// [`Sender::note_foreign`]), and frames naming a receiver from
+    /// another address than the one it joined from, or (multicast) NAKs
+    /// from an address that is no receiver's.
     pub frames_foreign: u64,
+    /// Receivers that started counting for flow control.
+    pub receivers_joined: u64,
+    /// Receivers dropped from flow control after `receiver_timeout` of
+    /// silence.
+    pub receivers_timed_out: u64,
+}
+
+/// A receiver starting or stopping to count for flow control, from
+/// [`Sender::poll_receiver_change`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceiverChange {
+    /// Its first STATUS arrived.
+    Joined {
+        /// The receiver's id.
+        receiver_id: u32,
+        /// Where it sends from.
+        from: SocketAddrV4,
+    },
+    /// It sent no STATUS for `receiver_timeout`: it no longer holds the
+    /// others back.
+    TimedOut {
+        /// The receiver's id.
+        receiver_id: u32,
+        /// Where it sent from.
+        from: SocketAddrV4,
+        /// How far it had consumed.
+        consumption: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Peer {
     id: u32,
+    from: SocketAddrV4,
     limit: u64,
     consumption: u64,
     last_seen: Nanos,
     /// It said it delivered the end of the stream.
     end_delivered: bool,
+}
+
+/// A receiver's keyed datagram sequences (kept apart from `Peer`, which is
+/// `Copy`).
+#[derive(Debug)]
+struct PeerReplay {
+    id: u32,
+    window: ReplayWindow,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -133,7 +196,20 @@ pub struct Sender {
     setup_now: bool,
     heartbeat_now: bool,
     closed: bool,
+    /// Keyed: challenges of SETUP requests to echo, oldest first.
+    challenges: VecDeque<u64>,
+    /// Keyed: the challenge the datagram being written echoes.
+    echo: u64,
+    tx_sequence: u64,
+    replay: Vec<PeerReplay>,
+    changes: VecDeque<ReceiverChange>,
     stats: SenderStats,
+}
+
+/// The datagram room for frames: the MTU less the AUTH frame on a keyed
+/// channel.
+fn payload_mtu(cfg: &SenderConfig) -> usize {
+    cfg.mtu - if cfg.auth.is_some() { tickwire_wire::auth::LEN } else { 0 }
 }
 
 /// Why a configuration is unusable.
@@ -147,6 +223,9 @@ pub(crate) fn check_sender(cfg: &SenderConfig) -> Result<(), &'static str> {
     if cfg.max_message > cfg.retention / 2 {
         return Err("max message must be at most half the retention");
     }
+    if cfg.auth.is_some() && cfg.mtu < 192 {
+        return Err("mtu must be at least 192 with a key (64 bytes of each datagram are its AUTH frame)");
+    }
     Ok(())
 }
 
@@ -158,7 +237,7 @@ impl Sender {
     pub fn new(cfg: SenderConfig, now: Nanos) -> Result<Self, &'static str> {
         check_sender(&cfg)?;
         Ok(Self {
-            fragmenter: Fragmenter::new(cfg.mtu),
+            fragmenter: Fragmenter::new(payload_mtu(&cfg)),
             ring: vec![0; cfg.retention + cfg.mtu],
             mask: cfg.retention as u64 - 1,
             starts: Bitmap::new(cfg.retention / FRAME_ALIGNMENT),
@@ -174,6 +253,11 @@ impl Sender {
             setup_now: true,
             heartbeat_now: false,
             closed: false,
+            challenges: VecDeque::new(),
+            echo: 0,
+            tx_sequence: cfg.first_sequence,
+            replay: Vec::new(),
+            changes: VecDeque::new(),
             stats: SenderStats::default(),
             cfg,
         })
@@ -347,15 +431,48 @@ impl Sender {
     /// Order: SETUP, retransmissions, new data, heartbeat.
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
         let buf = &mut buf[..self.cfg.mtu];
-        let n = self.next_datagram(now, buf)?;
+        let room = payload_mtu(&self.cfg);
+        self.echo = 0;
+        let mut n = self.next_datagram(now, &mut buf[..room])?;
+        if let Some(key) = &self.cfg.auth {
+            let s = Sealed {
+                session_id: self.cfg.session_id,
+                stream_id: self.cfg.stream_id,
+                sequence: self.tx_sequence,
+                challenge: self.echo,
+                origin: self.cfg.session_id,
+            };
+            self.tx_sequence += 1;
+            n = auth::seal(key, buf, n, s)?;
+        }
         self.stats.datagrams += 1;
         self.last_send = now;
         Some(n)
     }
 
+    /// The next change in the receivers counted for flow control, if any
+    /// (at most 64 are kept; older ones are dropped).
+    pub fn poll_receiver_change(&mut self) -> Option<ReceiverChange> {
+        self.changes.pop_front()
+    }
+
+    fn change(&mut self, c: ReceiverChange) {
+        if self.changes.len() >= MAX_CHANGES {
+            self.changes.pop_front();
+        }
+        self.changes.push_back(c);
+    }
+
+    fn reject(&mut self, why: Invalid) {
+        self.stats.invalid += 1;
+        self.stats.invalid_by.add(why);
+    }
+
     fn next_datagram(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
         if self.setup_now || (self.peers.is_empty() && !self.closed && now >= self.next_setup) {
-            self.setup_now = false;
+            // Keyed: each SETUP answers one request, echoing its challenge.
+            self.echo = self.challenges.pop_front().unwrap_or(0);
+            self.setup_now = !self.challenges.is_empty();
             self.next_setup = now + self.cfg.setup_interval;
             self.stats.setups += 1;
             let setup = SetupRepr {
@@ -436,40 +553,71 @@ impl Sender {
         (t != Nanos::MAX).then_some(t)
     }
 
-    /// Expires lingering retransmissions and silent receivers.
+    /// Expires lingering retransmissions and silent receivers (each
+    /// reported by [`Sender::poll_receiver_change`]).
     pub fn handle_timeout(&mut self, now: Nanos) {
         self.retransmits.retain(|r| r.linger_until.map_or(true, |l| l > now));
-        let before = self.peers.len();
         let timeout = self.cfg.receiver_timeout;
-        self.peers.retain(|p| now < p.last_seen + timeout);
-        if self.peers.len() != before {
+        let mut i = 0;
+        while i < self.peers.len() {
+            let p = self.peers[i];
+            if now < p.last_seen.saturating_add(timeout) {
+                i += 1;
+                continue;
+            }
+            self.peers.swap_remove(i);
+            self.replay.retain(|r| r.id != p.id);
+            self.stats.receivers_timed_out += 1;
+            self.change(ReceiverChange::TimedOut { receiver_id: p.id, from: p.from, consumption: p.consumption });
             self.recompute_limit();
         }
     }
 
-    /// Processes a control datagram (STATUS, NAK) from a receiver.
-    pub fn handle_datagram(&mut self, now: Nanos, datagram: &[u8]) {
-        for frame in frames(datagram) {
-            let Ok((ty, bytes)) = frame else {
-                self.stats.invalid += 1;
+    /// Processes a control datagram (STATUS, NAK) from a receiver at `from`.
+    /// What is invalid is counted by reason and changes nothing.
+    pub fn handle_datagram(&mut self, now: Nanos, from: SocketAddrV4, datagram: &[u8]) {
+        let (bytes, sealed) = match &self.cfg.auth {
+            None => (datagram, None),
+            Some(key) => match auth::open(key, datagram) {
+                Ok((b, s)) => (b, Some(s)),
+                Err(auth::Unsealed::Unauthenticated) => return self.reject(Invalid::Unauthenticated),
+            },
+        };
+        if let Some(s) = &sealed {
+            if !self.ours(s.session_id, s.stream_id) {
+                // Another sender's datagram on a shared group, or ours
+                // looped back: nothing to act on.
+                if s.origin != s.session_id {
+                    self.stats.other_session += 1;
+                }
                 return;
-            };
+            }
+            if s.origin == s.session_id {
+                return; // Our own datagram looped back on a multicast group.
+            }
+            if let Some(r) = self.replay.iter_mut().find(|r| r.id == s.origin) {
+                if !r.window.accept(s.sequence) {
+                    return self.reject(Invalid::Replayed);
+                }
+            }
+        }
+        for frame in frames(bytes) {
+            let Ok((ty, bytes)) = frame else { return self.reject(Invalid::Malformed) };
+            if sealed.is_some_and(|s| !crate::same_session(bytes, s.session_id, s.stream_id)) {
+                return self.reject(Invalid::Malformed);
+            }
             match ty {
                 FrameType::Status => match StatusFrame::new_checked(bytes) {
-                    Ok(s) if self.ours(s.session_id(), s.stream_id()) => self.handle_status(
-                        now,
-                        s.flags(),
-                        s.consumption_position(),
-                        s.receiver_window(),
-                        s.receiver_id(),
-                    ),
+                    Ok(f) if sealed.is_some_and(|s| s.origin != f.receiver_id()) => self.reject(Invalid::Malformed),
+                    Ok(f) if self.ours(f.session_id(), f.stream_id()) => self.handle_status(now, from, sealed, &f),
                     Ok(_) => self.stats.other_session += 1,
-                    Err(_) => self.stats.invalid += 1,
+                    Err(_) => self.reject(Invalid::Malformed),
                 },
                 FrameType::Nak => match NakFrame::new_checked(bytes) {
-                    Ok(n) if self.ours(n.session_id(), n.stream_id()) => self.handle_nak(n.position(), n.length()),
+                    Ok(f) if sealed.is_some_and(|s| s.origin != f.receiver_id()) => self.reject(Invalid::Malformed),
+                    Ok(f) if self.ours(f.session_id(), f.stream_id()) => self.handle_nak(from, &f),
                     Ok(_) => self.stats.other_session += 1,
-                    Err(_) => self.stats.invalid += 1,
+                    Err(_) => self.reject(Invalid::Malformed),
                 },
                 // Our own data looped back on a multicast group, or another
                 // sender's: nothing for a sender to do.
@@ -482,29 +630,51 @@ impl Sender {
         session == self.cfg.session_id && stream == self.cfg.stream_id
     }
 
-    fn handle_status(&mut self, now: Nanos, fl: u8, consumption: u64, window: u32, id: u32) {
+    fn handle_status(&mut self, now: Nanos, from: SocketAddrV4, sealed: Option<Sealed>, f: &StatusFrame<&[u8]>) {
         self.stats.status_received += 1;
+        let (fl, consumption, window, id) = (f.flags(), f.consumption_position(), f.receiver_window(), f.receiver_id());
         if fl & flags::SEND_SETUP != 0 {
+            if let Some(c) = sealed.map(|s| s.challenge).filter(|&c| c != 0) {
+                if !self.challenges.contains(&c) {
+                    if self.challenges.len() >= MAX_CHALLENGES {
+                        self.challenges.pop_front();
+                    }
+                    self.challenges.push_back(c);
+                }
+            }
             self.setup_now = true;
             return;
         }
-        if consumption > self.sent_pos || consumption % FRAME_ALIGNMENT as u64 != 0 {
-            self.stats.invalid += 1;
-            return;
+        if consumption > self.sent_pos || u64::from(window) > MAX_WINDOW {
+            return self.reject(Invalid::BadStatus);
+        }
+        if consumption % FRAME_ALIGNMENT as u64 != 0 {
+            return self.reject(Invalid::Misaligned);
         }
         let limit = consumption + u64::from(window);
+        let end_delivered = fl & flags::END_DELIVERED != 0;
         if let Some(p) = self.peers.iter_mut().find(|p| p.id == id) {
+            if p.from != from {
+                // Another host using a receiver's id: not that receiver.
+                self.stats.frames_foreign += 1;
+                return;
+            }
             p.limit = p.limit.max(limit);
             p.consumption = p.consumption.max(consumption);
             p.last_seen = now;
-            p.end_delivered |= fl & flags::END_DELIVERED != 0;
+            p.end_delivered |= end_delivered;
         } else if self.peers.len() < MAX_RECEIVERS {
-            let end_delivered = fl & flags::END_DELIVERED != 0;
-            self.peers.push(Peer { id, limit, consumption, last_seen: now, end_delivered });
+            self.peers.push(Peer { id, from, limit, consumption, last_seen: now, end_delivered });
+            if let Some(s) = sealed {
+                let mut window = ReplayWindow::new();
+                window.accept(s.sequence);
+                self.replay.push(PeerReplay { id, window });
+            }
             self.ever_connected = true;
+            self.stats.receivers_joined += 1;
+            self.change(ReceiverChange::Joined { receiver_id: id, from });
         } else {
-            self.stats.invalid += 1;
-            return;
+            return self.reject(Invalid::TooManyReceivers);
         }
         self.recompute_limit();
     }
@@ -519,12 +689,18 @@ impl Sender {
         self.limit = self.limit.max(l.unwrap_or(0));
     }
 
-    fn handle_nak(&mut self, position: u64, length: u32) {
+    fn handle_nak(&mut self, from: SocketAddrV4, f: &NakFrame<&[u8]>) {
+        let (position, length) = (f.position(), f.length());
+        // Multicast: only a receiver that joined (sent STATUS) from this
+        // address draws retransmissions.
+        if self.cfg.multicast && !self.peers.iter().any(|p| p.id == f.receiver_id() && p.from == from) {
+            self.stats.frames_foreign += 1;
+            return;
+        }
         self.stats.naks_received += 1;
         let to = position.saturating_add(u64::from(length)).min(self.sent_pos);
         if position >= self.sent_pos {
-            self.stats.invalid += 1;
-            return;
+            return self.reject(Invalid::BadNak);
         }
         if position < self.retained_from {
             self.stats.naks_unrecoverable += 1;

@@ -6,6 +6,7 @@
 
 use proptest::prelude::*;
 use std::cell::RefCell;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use tickwire_proto::*;
 
 fn fuzz_cases() -> u32 {
@@ -13,6 +14,9 @@ fn fuzz_cases() -> u32 {
 }
 
 const NOW: Nanos = 1_000;
+/// The sender's and the receiver's addresses.
+const S: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1000);
+const R: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 2000);
 
 /// A connected sender and a receiver that has joined its session, plus a
 /// few valid datagrams of each kind to mutate.
@@ -25,13 +29,13 @@ fn pair() -> (Sender, Receiver, Vec<Vec<u8>>) {
     let mut pump = |s: &mut Sender, r: &mut Receiver, samples: &mut Vec<Vec<u8>>| {
         while let Some(n) = s.poll_transmit(NOW, &mut buf) {
             samples.push(buf[..n].to_vec());
-            r.handle_datagram(NOW, &buf[..n]);
+            r.handle_datagram(NOW, S, &buf[..n]);
         }
         r.poll_messages(|_| {}, usize::MAX);
         r.handle_timeout(NOW);
-        while let Some(n) = r.poll_transmit(NOW, &mut buf) {
+        while let Some((n, _)) = r.poll_transmit(NOW, &mut buf) {
             samples.push(buf[..n].to_vec());
-            s.handle_datagram(NOW, &buf[..n]);
+            s.handle_datagram(NOW, R, &buf[..n]);
         }
     };
     pump(&mut s, &mut r, &mut samples);
@@ -52,8 +56,8 @@ struct Live {
 
 impl Live {
     fn feed(&mut self, d: &[u8]) {
-        self.r.handle_datagram(NOW, d);
-        self.s.handle_datagram(NOW, d);
+        self.r.handle_datagram(NOW, S, d);
+        self.s.handle_datagram(NOW, R, d);
         self.r.poll_messages(|_| {}, 64);
         self.r.handle_timeout(NOW);
         let _ = self.r.poll_transmit(NOW, &mut self.buf);
@@ -125,8 +129,8 @@ fn bad_datagrams_are_counted_and_the_stream_is_untouched() {
             } else {
                 invalid_sent += 1;
             }
-            r.handle_datagram(NOW + round, &bad);
-            r.handle_datagram(NOW + round, &good);
+            r.handle_datagram(NOW + round, S, &bad);
+            r.handle_datagram(NOW + round, S, &good);
         }
         r.poll_messages(
             |ev| {
@@ -137,8 +141,8 @@ fn bad_datagrams_are_counted_and_the_stream_is_untouched() {
             usize::MAX,
         );
         r.handle_timeout(NOW + round);
-        while let Some(n) = r.poll_transmit(NOW + round, &mut buf) {
-            s.handle_datagram(NOW + round, &buf[..n]);
+        while let Some((n, _)) = r.poll_transmit(NOW + round, &mut buf) {
+            s.handle_datagram(NOW + round, R, &buf[..n]);
         }
         if r.is_ended() {
             break;
@@ -195,16 +199,16 @@ fn forged_heartbeats_cannot_end_cut_or_void_the_stream() {
                 || tickwire_wire::FrameHeader::new_checked(&buf[..n]).map(|h| h.frame_type())
                     != Ok(tickwire_wire::FrameType::Data)
             {
-                r.handle_datagram(now, &buf[..n]);
+                r.handle_datagram(now, S, &buf[..n]);
             }
         }
         if forging {
-            r.handle_datagram(now, &forge(0, offered as u64 * 64, 0)); // the truth: data up to here
+            r.handle_datagram(now, S, &forge(0, offered as u64 * 64, 0)); // the truth: data up to here
             let pos = r.session().unwrap().1;
             // The end, inside the gap: behind data the sender has sent.
-            r.handle_datagram(now, &forge(flags::END_OF_STREAM, pos + 64, 0));
+            r.handle_datagram(now, S, &forge(flags::END_OF_STREAM, pos + 64, 0));
             // Everything before the sender's position void, and beyond it.
-            r.handle_datagram(now, &forge(0, pos, pos + 4096));
+            r.handle_datagram(now, S, &forge(0, pos, pos + 4096));
             forged = 2;
         }
         r.poll_messages(
@@ -217,8 +221,8 @@ fn forged_heartbeats_cannot_end_cut_or_void_the_stream() {
             usize::MAX,
         );
         r.handle_timeout(now);
-        while let Some(n) = r.poll_transmit(now, &mut buf) {
-            s.handle_datagram(now, &buf[..n]);
+        while let Some((n, _)) = r.poll_transmit(now, &mut buf) {
+            s.handle_datagram(now, R, &buf[..n]);
         }
         if r.is_ended() {
             break;

@@ -3,6 +3,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use tickwire_impair::{ImpairConfig, Impairment, Rng};
 use tickwire_proto::*;
 
@@ -27,8 +28,18 @@ struct Got {
     bad: Vec<String>,
 }
 
-/// (arrival time, sequence, destination (`SENDER` or a receiver index), bytes)
-type InFlight = (Nanos, u64, usize, Vec<u8>);
+/// (arrival time, sequence, destination and source (`SENDER` or a
+/// receiver index), bytes)
+type InFlight = (Nanos, u64, usize, usize, Vec<u8>);
+
+/// The address of the sender (`SENDER`) or of receiver `i`.
+fn addr(who: usize) -> SocketAddrV4 {
+    if who == SENDER {
+        SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1000)
+    } else {
+        SocketAddrV4::new(Ipv4Addr::new(10, 0, 1, who as u8), 2000)
+    }
+}
 
 struct Sim {
     now: Nanos,
@@ -51,6 +62,8 @@ const SENDER: usize = usize::MAX;
 impl Sim {
     fn new(scfg: SenderConfig, rcfgs: Vec<ReceiverConfig>, data: ImpairConfig, ctrl: ImpairConfig, total: u64) -> Self {
         let n = rcfgs.len();
+        let scfg = SenderConfig { multicast: n > 1, ..scfg };
+        let rcfgs: Vec<_> = rcfgs.into_iter().map(|c| ReceiverConfig { multicast: n > 1, ..c }).collect();
         Self {
             now: 1,
             seq: 0,
@@ -68,9 +81,9 @@ impl Sim {
         }
     }
 
-    fn push(&mut self, dest: usize, d: &[u8]) {
+    fn push(&mut self, dest: usize, src: usize, d: &[u8]) {
         self.seq += 1;
-        self.queue.push(Reverse((self.now + LATENCY, self.seq, dest, d.to_vec())));
+        self.queue.push(Reverse((self.now + LATENCY, self.seq, dest, src, d.to_vec())));
     }
 
     fn step(&mut self) {
@@ -92,7 +105,7 @@ impl Sim {
             self.send_data.process(now, &d, &mut |x| out.push(x.to_vec()));
             for x in out {
                 for r in 0..self.receivers.len() {
-                    self.push(r, &x);
+                    self.push(r, SENDER, &x);
                 }
             }
         }
@@ -126,16 +139,16 @@ impl Sim {
                 usize::MAX,
             );
             self.receivers[r].handle_timeout(now);
-            while let Some(n) = self.receivers[r].poll_transmit(now, &mut self.buf) {
+            while let Some((n, _)) = self.receivers[r].poll_transmit(now, &mut self.buf) {
                 let d = self.buf[..n].to_vec();
                 let mut out = Vec::new();
                 self.send_ctrl[r].process(now, &d, &mut |x| out.push(x.to_vec()));
                 for x in out {
-                    self.push(SENDER, &x);
+                    self.push(SENDER, r, &x);
                     if self.multicast {
                         for o in 0..self.receivers.len() {
                             if o != r {
-                                self.push(o, &x);
+                                self.push(o, r, &x);
                             }
                         }
                     }
@@ -155,14 +168,14 @@ impl Sim {
             if *t > self.now {
                 break;
             }
-            let Reverse((_, _, dest, d)) = self.queue.pop().unwrap();
+            let Reverse((_, _, dest, src, d)) = self.queue.pop().unwrap();
             if dest == SENDER {
-                self.sender.handle_datagram(self.now, &d);
+                self.sender.handle_datagram(self.now, addr(src), &d);
             } else {
                 let mut out = Vec::new();
                 self.recv_data[dest].process(self.now, &d, &mut |x| out.push(x.to_vec()));
                 for x in out {
-                    self.receivers[dest].handle_datagram(self.now, &x);
+                    self.receivers[dest].handle_datagram(self.now, addr(src), &x);
                 }
             }
         }
@@ -189,7 +202,7 @@ impl Sim {
 
     fn add_receiver(&mut self, cfg: ReceiverConfig) {
         let i = self.receivers.len();
-        self.receivers.push(Receiver::new(cfg).unwrap());
+        self.receivers.push(Receiver::new(ReceiverConfig { multicast: true, ..cfg }).unwrap());
         self.got.push(Got::default());
         self.send_ctrl.push(Impairment::new(ImpairConfig::default()));
         self.recv_data.push(Impairment::new(ImpairConfig::default()));

@@ -156,7 +156,7 @@ const SUB_NAMES: [&str; 9] = [
 ];
 
 /// Reliable-UDP sender value names, in index order.
-pub const UDP_SENDER_NAMES: [&str; 8] = [
+pub const UDP_SENDER_NAMES: [&str; 13] = [
     "messages",
     "bytes",
     "naks_received",
@@ -165,10 +165,15 @@ pub const UDP_SENDER_NAMES: [&str; 8] = [
     "back_pressured",
     "invalid_datagrams",
     "naks_unrecoverable",
+    "frames_foreign",
+    "unauthenticated",
+    "replayed",
+    "receivers_joined",
+    "receivers_timed_out",
 ];
 
 /// Reliable-UDP receiver value names, in index order.
-pub const UDP_RECEIVER_NAMES: [&str; 9] = [
+pub const UDP_RECEIVER_NAMES: [&str; 12] = [
     "messages",
     "bytes",
     "naks_sent",
@@ -178,6 +183,9 @@ pub const UDP_RECEIVER_NAMES: [&str; 9] = [
     "invalid_datagrams",
     "duplicates",
     "frames_foreign",
+    "unauthenticated",
+    "replayed",
+    "other_session",
 ];
 
 /// Router totals, in index order (see `tickwire_router::counters`).

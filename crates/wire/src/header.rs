@@ -52,6 +52,8 @@ pub enum FrameType {
     Setup = 5,
     /// Sender is alive and has sent up to a position.
     Heartbeat = 6,
+    /// See [`crate::auth`].
+    Auth = 7,
 }
 
 impl FrameType {
@@ -68,6 +70,7 @@ impl FrameType {
             4 => Self::Error,
             5 => Self::Setup,
             6 => Self::Heartbeat,
+            7 => Self::Auth,
             other => return Err(WireError::UnknownType(other)),
         })
     }
@@ -77,6 +80,7 @@ impl FrameType {
         match self {
             Self::Pad | Self::Data | Self::Nak | Self::Status | Self::Setup | Self::Heartbeat => 32,
             Self::Error => 24,
+            Self::Auth => crate::auth::LEN,
         }
     }
 }

@@ -46,6 +46,7 @@
 mod field;
 pub mod header;
 
+pub mod auth;
 pub mod client;
 pub mod data;
 pub mod error_frame;
@@ -61,6 +62,7 @@ pub mod stamp;
 
 mod repr;
 
+pub use auth::{AuthFrame, AuthRepr};
 pub use client::{ClientFrame, ClientFrameError, ClientKind, ClientRepr, RejectCode, SlowConsumer};
 pub use data::{DataFrame, DataRepr, PadFrame, PadRepr};
 pub use error_frame::{ErrorFrame, ErrorRepr};

@@ -1,5 +1,6 @@
 //! [`FrameRepr`]: parse or emit a frame of any type.
 
+use crate::auth::{AuthFrame, AuthRepr};
 use crate::data::{DataFrame, DataRepr, PadFrame, PadRepr};
 use crate::error_frame::{ErrorFrame, ErrorRepr};
 use crate::header::{FrameHeader, FrameType};
@@ -26,6 +27,8 @@ pub enum FrameRepr<'a> {
     Setup(SetupRepr),
     /// See [`crate::heartbeat`].
     Heartbeat(HeartbeatRepr),
+    /// See [`crate::auth`].
+    Auth(AuthRepr),
 }
 
 impl<'a> FrameRepr<'a> {
@@ -44,6 +47,7 @@ impl<'a> FrameRepr<'a> {
             FrameType::Error => Self::Error(ErrorRepr::parse(&ErrorFrame::new_checked(buf)?)),
             FrameType::Setup => Self::Setup(SetupRepr::parse(&SetupFrame::new_checked(buf)?)),
             FrameType::Heartbeat => Self::Heartbeat(HeartbeatRepr::parse(&HeartbeatFrame::new_checked(buf)?)),
+            FrameType::Auth => Self::Auth(AuthRepr::parse(&AuthFrame::new_checked(buf)?)),
         })
     }
 
@@ -57,6 +61,7 @@ impl<'a> FrameRepr<'a> {
             Self::Error(r) => r.buffer_len(),
             Self::Setup(r) => r.buffer_len(),
             Self::Heartbeat(r) => r.buffer_len(),
+            Self::Auth(r) => r.buffer_len(),
         }
     }
 
@@ -73,6 +78,7 @@ impl<'a> FrameRepr<'a> {
             Self::Error(r) => r.emit(buf),
             Self::Setup(r) => r.emit(buf),
             Self::Heartbeat(r) => r.emit(buf),
+            Self::Auth(r) => r.emit(buf),
         }
     }
 }

@@ -22,6 +22,7 @@ enum Owned {
     Error(u32, u32, u32, String),
     Setup(u32, u32, u64, u32, u32),
     Heartbeat(u32, u32, u8, u64, u64),
+    Auth(u32, u32, u64, u64, u32, [u8; 24]),
 }
 
 impl Owned {
@@ -61,6 +62,14 @@ impl Owned {
                 position: *p,
                 retained_from: *r,
             }),
+            Owned::Auth(s, t, q, c, o, m) => FrameRepr::Auth(AuthRepr {
+                session_id: *s,
+                stream_id: *t,
+                sequence: *q,
+                challenge: *c,
+                origin: *o,
+                mac: *m,
+            }),
         }
     }
 }
@@ -82,6 +91,8 @@ fn owned() -> impl Strategy<Value = Owned> {
             p,
             r.min(p)
         )),
+        (id, id, any::<u64>(), any::<u64>(), id, any::<[u8; 24]>())
+            .prop_map(|(s, t, q, c, o, m)| Owned::Auth(s, t, q, c, o, m)),
     ]
 }
 

@@ -1,12 +1,12 @@
 //! A subscription on a `udp://` channel: the receiver core over a transport.
 
-use crate::config::{ChannelConfig, DriverError, NOWHERE};
+use crate::config::{ChannelConfig, DriverError};
 use crate::now_ns;
 use crate::ChannelUri;
 use std::net::SocketAddrV4;
 use std::sync::Arc;
 use std::time::Duration;
-use tickwire_proto::{Event, Receiver, ReceiverStats};
+use tickwire_proto::{Event, Invalid, Receiver, ReceiverStats};
 use tickwire_shm::counters::Kind;
 use tickwire_shm::{CounterSet, CountersFile};
 use tickwire_transport::{RecvBatch, Transport};
@@ -28,14 +28,8 @@ use tickwire_transport::{RecvBatch, Transport};
 pub struct UdpReceiver {
     receiver: Receiver,
     transport: Box<dyn Transport>,
-    multicast: bool,
-    control_to: SocketAddrV4,
-    /// Unicast: the source the current session was set up from. Datagrams
-    /// from anywhere else are dropped unparsed (`frames_foreign`) until it
-    /// has been silent for `session-timeout`.
-    source: Option<SocketAddrV4>,
-    source_heard: u64,
-    session_timeout: u64,
+    /// Multicast: control goes to the group, not to the session's source.
+    group: Option<SocketAddrV4>,
     rx: RecvBatch,
     ctrl: Vec<u8>,
     next_counters: u64,
@@ -46,7 +40,7 @@ pub struct UdpReceiver {
 impl std::fmt::Debug for UdpReceiver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UdpReceiver")
-            .field("control_to", &self.control_to)
+            .field("source", &self.receiver.source())
             .field("stats", self.receiver.stats())
             .finish()
     }
@@ -78,15 +72,10 @@ impl UdpReceiver {
         let transport = super::open_transport(cfg, false)?;
         let label = cfg.uri.to_string();
         let counters = counters.map(|c| c.allocate(Kind::UdpReceiver, stream_id, receiver_id, &label)).transpose()?;
-        let multicast = cfg.uri.is_multicast();
         Ok(Self {
             receiver,
             transport,
-            multicast,
-            control_to: if multicast { cfg.uri.endpoint } else { NOWHERE },
-            source: None,
-            source_heard: 0,
-            session_timeout: cfg.receiver.session_timeout,
+            group: cfg.uri.is_multicast().then_some(cfg.uri.endpoint),
             rx: RecvBatch::new(32, 65_536),
             ctrl: vec![0; 1408],
             next_counters: 0,
@@ -131,48 +120,18 @@ impl UdpReceiver {
         let now = now_ns();
         let n = self.transport.recv_batch(&mut self.rx)?;
         for i in 0..n {
+            // The core locks on to the session's source (see
+            // `tickwire_proto::Receiver::handle_datagram`).
             let (d, from) = self.rx.get(i);
-            if self.multicast {
-                self.receiver.handle_datagram(now, d);
-                continue;
-            }
-            // Unicast: locked on to the session's source. Anything else is
-            // dropped before it can change state or redirect NAK/STATUS,
-            // until the session has ended (only its source can end it) or
-            // the source has been silent for `session-timeout` (a sender
-            // that died; its replacement comes from another port).
-            let live = self
-                .source
-                .filter(|_| !self.receiver.is_ended() && now.saturating_sub(self.source_heard) < self.session_timeout);
-            if live.is_some_and(|src| src != from) {
-                self.receiver.note_foreign();
-                continue;
-            }
-            if self.source == Some(from) {
-                self.source_heard = now;
-            } else if self.source.is_none() {
-                // No session yet: SETUP requests answer this candidate.
-                self.control_to = from;
-            }
-            let before = self.receiver.session().map(|(s, _)| s);
-            self.receiver.handle_datagram(now, d);
-            let after = self.receiver.session().map(|(s, _)| s);
-            if after.is_some() && (after != before || self.source.is_none()) {
-                // A session was set up from `from`: lock on to it.
-                self.source = Some(from);
-                self.source_heard = now;
-                self.control_to = from;
-            }
+            self.receiver.handle_datagram(now, from, d);
         }
         let delivered = self.receiver.poll_messages(handler, limit);
         if self.receiver.poll_timeout().is_some_and(|t| t <= now) {
             self.receiver.handle_timeout(now);
         }
-        while let Some(len) = self.receiver.poll_transmit(now, &mut self.ctrl) {
-            if self.control_to == NOWHERE {
-                break;
-            }
-            if self.transport.send_batch(self.control_to, &[&self.ctrl[..len]]).is_err() {
+        while let Some((len, to)) = self.receiver.poll_transmit(now, &mut self.ctrl) {
+            let to = self.group.unwrap_or(to);
+            if self.transport.send_batch(to, &[&self.ctrl[..len]]).is_err() {
                 self.send_errors += 1;
             }
         }
@@ -196,6 +155,9 @@ impl UdpReceiver {
                 s.invalid,
                 s.duplicates,
                 s.frames_foreign,
+                s.invalid_by.get(Invalid::Unauthenticated),
+                s.invalid_by.get(Invalid::Replayed),
+                s.other_session,
             ]);
         }
     }

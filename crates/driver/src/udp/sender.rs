@@ -6,7 +6,7 @@ use crate::ChannelUri;
 use std::net::SocketAddrV4;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tickwire_proto::{OfferError, Sender, SenderStats};
+use tickwire_proto::{Invalid, OfferError, ReceiverChange, Sender, SenderStats};
 use tickwire_shm::counters::Kind;
 use tickwire_shm::{CounterSet, CountersFile};
 use tickwire_transport::{RecvBatch, Transport, MAX_BATCH};
@@ -138,6 +138,12 @@ impl UdpSender {
     pub fn receivers(&self) -> usize {
         self.sender.receivers()
     }
+    /// The next receiver that joined, or was dropped from flow control
+    /// after `receiver-timeout` of silence (so that a dead receiver no
+    /// longer holds the live ones back).
+    pub fn poll_receiver_change(&mut self) -> Option<ReceiverChange> {
+        self.sender.poll_receiver_change()
+    }
 
     /// Appends a message; it is sent by the next `do_work`.
     ///
@@ -176,7 +182,7 @@ impl UdpSender {
                     self.sender.note_foreign();
                     continue;
                 }
-                self.sender.handle_datagram(now, d);
+                self.sender.handle_datagram(now, from, d);
             }
             work += n;
             self.next_control_poll = if n > 0 { now } else { now + self.control_poll };
@@ -242,6 +248,11 @@ impl UdpSender {
                 s.back_pressured,
                 s.invalid,
                 s.naks_unrecoverable,
+                s.frames_foreign,
+                s.invalid_by.get(Invalid::Unauthenticated),
+                s.invalid_by.get(Invalid::Replayed),
+                s.receivers_joined,
+                s.receivers_timed_out,
             ]);
         }
     }

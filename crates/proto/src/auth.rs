@@ -1,0 +1,272 @@
+//! Authentication with a shared key: a MAC on every datagram, replay
+//! protection by origin and sequence, and challenges that make a SETUP
+//! fresh.
+//!
+//! A datagram on a keyed channel ends with an AUTH frame
+//! ([`tickwire_wire::auth`]) whose MAC, a BLAKE3 keyed hash truncated to 24
+//! bytes, covers every byte before it: the frames and the AUTH frame's
+//! session, stream, sequence, challenge and origin. Nothing of a datagram
+//! is parsed for meaning before its MAC is checked.
+//!
+//! * **Forgery.** Without the key no datagram passes: it is dropped and
+//!   counted (`unauthenticated`).
+//! * **Replay.** Each origin (a sender's session, a receiver's id) numbers
+//!   its datagrams; the other end keeps a [`ReplayWindow`] of the last 1024
+//!   numbers per origin and drops repeats and older ones (`replayed`).
+//! * **Replay of a whole session.** A receiver joins a session only through
+//!   a SETUP that echoes the challenge it sent in its SETUP request, so a
+//!   captured session cannot be replayed to a receiver as a new one.
+
+use tickwire_wire::auth::{AuthFrame, AuthRepr, LEN, MAC, MAC_LEN};
+use tickwire_wire::{FrameHeader, FrameType};
+
+/// A 256-bit shared key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AuthKey([u8; 32]);
+
+impl std::fmt::Debug for AuthKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AuthKey(..)")
+    }
+}
+
+/// Why a key's text is unusable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// Not 64 hexadecimal digits.
+    #[error("a key is 64 hexadecimal digits (32 bytes), found {0} characters")]
+    Length(usize),
+    /// A character that is not a hexadecimal digit.
+    #[error("a key is hexadecimal digits only, found {0:?}")]
+    Character(char),
+    /// Every byte the same: not a key anyone generated.
+    #[error("the key has every byte equal: generate one with `tickwire keygen FILE`")]
+    Weak,
+}
+
+impl AuthKey {
+    /// A key from its bytes.
+    pub const fn new(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// Parses 64 hexadecimal digits (surrounding whitespace ignored).
+    ///
+    /// # Errors
+    /// [`KeyError`] naming what is wrong.
+    pub fn from_hex(text: &str) -> Result<Self, KeyError> {
+        let t = text.trim();
+        if t.len() != 64 {
+            return Err(KeyError::Length(t.chars().count()));
+        }
+        let mut out = [0u8; 32];
+        for (i, c) in t.chars().enumerate() {
+            let d = c.to_digit(16).ok_or(KeyError::Character(c))? as u8;
+            out[i / 2] |= if i % 2 == 0 { d << 4 } else { d };
+        }
+        if out.iter().all(|&b| b == out[0]) {
+            return Err(KeyError::Weak);
+        }
+        Ok(Self(out))
+    }
+
+    /// The key as 64 hexadecimal digits.
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn mac(&self, bytes: &[u8]) -> [u8; MAC_LEN] {
+        let mut h = blake3::Hasher::new_keyed(&self.0);
+        h.update(bytes);
+        let mut out = [0; MAC_LEN];
+        h.finalize_xof().fill(&mut out);
+        out
+    }
+}
+
+/// What an AUTH frame says, once its MAC has been checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sealed {
+    pub session_id: u32,
+    pub stream_id: u32,
+    pub sequence: u64,
+    pub challenge: u64,
+    pub origin: u32,
+}
+
+/// Why a datagram on a keyed channel was dropped before its frames were read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unsealed {
+    /// No AUTH frame at the end, or a wrong MAC.
+    Unauthenticated,
+}
+
+/// Appends an AUTH frame to the `len` bytes of frames in `buf` (`len` is a
+/// multiple of 32) and returns the datagram's length, or `None` if `buf` has
+/// no room.
+pub(crate) fn seal(key: &AuthKey, buf: &mut [u8], len: usize, s: Sealed) -> Option<usize> {
+    let end = len + LEN;
+    let frame = buf.get_mut(len..end)?;
+    let repr = AuthRepr {
+        session_id: s.session_id,
+        stream_id: s.stream_id,
+        sequence: s.sequence,
+        challenge: s.challenge,
+        origin: s.origin,
+        mac: [0; MAC_LEN],
+    };
+    repr.emit(frame).ok()?;
+    let mac = key.mac(&buf[..len + MAC]);
+    buf[len + MAC..end].copy_from_slice(&mac);
+    Some(end)
+}
+
+/// Checks the AUTH frame that ends `datagram` and returns the frames before
+/// it with what the AUTH frame says.
+pub(crate) fn open<'a>(key: &AuthKey, datagram: &'a [u8]) -> Result<(&'a [u8], Sealed), Unsealed> {
+    let Some(at) = datagram.len().checked_sub(LEN).filter(|at| at % tickwire_wire::FRAME_ALIGNMENT == 0) else {
+        return Err(Unsealed::Unauthenticated);
+    };
+    let tail = &datagram[at..];
+    let is_auth = FrameHeader::new_checked(tail).is_ok_and(|h| h.frame_type() == FrameType::Auth);
+    let Some(f) = is_auth.then(|| AuthFrame::new_checked(tail).ok()).flatten() else {
+        return Err(Unsealed::Unauthenticated);
+    };
+    let want = key.mac(&datagram[..at + MAC]);
+    // Constant time: how much of a MAC matched says nothing.
+    if want.iter().zip(f.mac()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) != 0 {
+        return Err(Unsealed::Unauthenticated);
+    }
+    let s = Sealed {
+        session_id: f.session_id(),
+        stream_id: f.stream_id(),
+        sequence: f.sequence(),
+        challenge: f.challenge(),
+        origin: f.origin(),
+    };
+    Ok((&datagram[..at], s))
+}
+
+/// The sequences seen from one origin: the highest, and which of the 1024
+/// before it (as IPsec's and WireGuard's anti-replay windows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayWindow {
+    /// One past the highest sequence seen (0: none yet).
+    top: u64,
+    bits: [u64; WORDS],
+}
+
+const WORDS: usize = 16;
+const SPAN: u64 = (WORDS * 64) as u64;
+
+impl Default for ReplayWindow {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ReplayWindow {
+    /// Nothing seen.
+    pub const fn new() -> Self {
+        Self { top: 0, bits: [0; WORDS] }
+    }
+
+    /// Whether `seq` is new: not seen before and not older than the window.
+    /// Does not record it (see [`ReplayWindow::accept`]).
+    pub fn is_fresh(&self, seq: u64) -> bool {
+        if seq >= self.top {
+            return seq != u64::MAX;
+        }
+        seq + SPAN >= self.top && !self.get(seq)
+    }
+
+    /// Records `seq` if it is fresh; returns whether it was.
+    pub fn accept(&mut self, seq: u64) -> bool {
+        if !self.is_fresh(seq) {
+            return false;
+        }
+        if seq >= self.top {
+            let advance = seq + 1 - self.top;
+            if advance >= SPAN {
+                self.bits = [0; WORDS];
+            } else {
+                for s in self.top..=seq {
+                    self.set(s, false);
+                }
+            }
+            self.top = seq + 1;
+        }
+        self.set(seq, true);
+        true
+    }
+
+    fn get(&self, seq: u64) -> bool {
+        let i = (seq % SPAN) as usize;
+        self.bits[i / 64] & (1 << (i % 64)) != 0
+    }
+    fn set(&mut self, seq: u64, on: bool) {
+        let i = (seq % SPAN) as usize;
+        if on {
+            self.bits[i / 64] |= 1 << (i % 64);
+        } else {
+            self.bits[i / 64] &= !(1 << (i % 64));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> AuthKey {
+        AuthKey::from_hex(&"0123456789abcdef".repeat(4)).unwrap()
+    }
+    fn sealed() -> Sealed {
+        Sealed { session_id: 7, stream_id: 1, sequence: 42, challenge: 9, origin: 7 }
+    }
+
+    #[test]
+    fn a_sealed_datagram_opens_and_any_flipped_bit_does_not() {
+        let mut buf = vec![0u8; 256];
+        buf[..64].iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+        let n = seal(&key(), &mut buf, 64, sealed()).unwrap();
+        assert_eq!(n, 128);
+        let (frames, s) = open(&key(), &buf[..n]).unwrap();
+        assert_eq!((frames.len(), s), (64, sealed()));
+        for bit in 0..n * 8 {
+            let mut d = buf[..n].to_vec();
+            d[bit / 8] ^= 1 << (bit % 8);
+            assert!(open(&key(), &d).is_err(), "bit {bit} flipped and still opened");
+        }
+        let other = AuthKey::new([3; 32]);
+        assert!(open(&other, &buf[..n]).is_err());
+        assert!(open(&key(), &buf[..n - 32]).is_err());
+        assert!(open(&key(), &[]).is_err());
+        assert!(seal(&key(), &mut buf[..100], 64, sealed()).is_none());
+    }
+
+    #[test]
+    fn keys_parse_from_hex_and_bad_text_is_named() {
+        assert_eq!(AuthKey::from_hex(&format!(" {}\n", key().to_hex())).unwrap(), key());
+        assert_eq!(AuthKey::from_hex("abc"), Err(KeyError::Length(3)));
+        assert_eq!(AuthKey::from_hex(&"g".repeat(64)), Err(KeyError::Character('g')));
+        assert_eq!(AuthKey::from_hex(&"0".repeat(64)), Err(KeyError::Weak));
+    }
+
+    #[test]
+    fn the_replay_window_takes_each_sequence_once_and_nothing_too_old() {
+        let mut w = ReplayWindow::new();
+        assert!(w.accept(5));
+        assert!(!w.accept(5));
+        assert!(w.accept(3), "reordered but within the window");
+        assert!(!w.accept(3));
+        assert!(w.accept(5 + SPAN - 1));
+        assert!(!w.accept(4), "fell out of the window");
+        assert!(w.accept(6));
+        assert!(w.accept(100_000));
+        assert!(!w.accept(6));
+        assert!(!w.accept(100_000 - SPAN));
+        assert!(w.accept(100_000 - SPAN + 1));
+        assert!(!w.accept(u64::MAX));
+    }
+}
