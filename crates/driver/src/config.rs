@@ -186,6 +186,7 @@ impl ChannelConfig {
             multicast: mc,
             auth,
             first_sequence: first_sequence(),
+            challenge_seed: u64::from(random_u32()) << 32 | u64::from(random_u32()),
         };
         let imp = |prefix: &str, own: bool, s: u64| -> Result<ImpairConfig, DriverError> {
             let key = |k: &str| format!("{prefix}-{k}");

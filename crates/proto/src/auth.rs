@@ -86,17 +86,24 @@ impl AuthKey {
 
 /// What an AUTH frame says, once its MAC has been checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Sealed {
+pub struct Sealed {
+    /// The session of every frame in the datagram.
     pub session_id: u32,
+    /// From a receiver (`origin` is its id), not a sender.
+    pub from_receiver: bool,
+    /// The stream of every frame in the datagram.
     pub stream_id: u32,
+    /// The origin's datagram number.
     pub sequence: u64,
+    /// A receiver's nonce, or a sender's echo of one (0: none).
     pub challenge: u64,
+    /// The sender's session id or the receiver's id.
     pub origin: u32,
 }
 
 /// Why a datagram on a keyed channel was dropped before its frames were read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Unsealed {
+pub enum Unsealed {
     /// No AUTH frame at the end, or a wrong MAC.
     Unauthenticated,
 }
@@ -104,11 +111,12 @@ pub(crate) enum Unsealed {
 /// Appends an AUTH frame to the `len` bytes of frames in `buf` (`len` is a
 /// multiple of 32) and returns the datagram's length, or `None` if `buf` has
 /// no room.
-pub(crate) fn seal(key: &AuthKey, buf: &mut [u8], len: usize, s: Sealed) -> Option<usize> {
+pub fn seal(key: &AuthKey, buf: &mut [u8], len: usize, s: Sealed) -> Option<usize> {
     let end = len + LEN;
     let frame = buf.get_mut(len..end)?;
     let repr = AuthRepr {
         session_id: s.session_id,
+        flags: if s.from_receiver { tickwire_wire::flags::FROM_RECEIVER } else { 0 },
         stream_id: s.stream_id,
         sequence: s.sequence,
         challenge: s.challenge,
@@ -123,7 +131,11 @@ pub(crate) fn seal(key: &AuthKey, buf: &mut [u8], len: usize, s: Sealed) -> Opti
 
 /// Checks the AUTH frame that ends `datagram` and returns the frames before
 /// it with what the AUTH frame says.
-pub(crate) fn open<'a>(key: &AuthKey, datagram: &'a [u8]) -> Result<(&'a [u8], Sealed), Unsealed> {
+///
+/// # Errors
+/// [`Unsealed::Unauthenticated`] if the datagram does not end with an AUTH
+/// frame whose MAC under `key` matches.
+pub fn open<'a>(key: &AuthKey, datagram: &'a [u8]) -> Result<(&'a [u8], Sealed), Unsealed> {
     let Some(at) = datagram.len().checked_sub(LEN).filter(|at| at % tickwire_wire::FRAME_ALIGNMENT == 0) else {
         return Err(Unsealed::Unauthenticated);
     };
@@ -139,6 +151,7 @@ pub(crate) fn open<'a>(key: &AuthKey, datagram: &'a [u8]) -> Result<(&'a [u8], S
     }
     let s = Sealed {
         session_id: f.session_id(),
+        from_receiver: f.flags() & tickwire_wire::flags::FROM_RECEIVER != 0,
         stream_id: f.stream_id(),
         sequence: f.sequence(),
         challenge: f.challenge(),
@@ -178,6 +191,16 @@ impl ReplayWindow {
             return seq != u64::MAX;
         }
         seq + SPAN >= self.top && !self.get(seq)
+    }
+
+    /// A window that has seen `seq` and takes everything before it as seen
+    /// too: an origin's datagrams from before the window was made (a
+    /// sender's announcements before a receiver joined, a receiver's SETUP
+    /// requests before it counted) cannot be replayed into it.
+    pub fn after(seq: u64) -> Self {
+        let mut w = Self { top: seq.saturating_add(1), bits: [u64::MAX; WORDS] };
+        w.set(seq, true);
+        w
     }
 
     /// Records `seq` if it is fresh; returns whether it was.
@@ -222,7 +245,7 @@ mod tests {
         AuthKey::from_hex(&"0123456789abcdef".repeat(4)).unwrap()
     }
     fn sealed() -> Sealed {
-        Sealed { session_id: 7, stream_id: 1, sequence: 42, challenge: 9, origin: 7 }
+        Sealed { session_id: 7, from_receiver: true, stream_id: 1, sequence: 42, challenge: 9, origin: 7 }
     }
 
     #[test]
@@ -268,5 +291,8 @@ mod tests {
         assert!(!w.accept(100_000 - SPAN));
         assert!(w.accept(100_000 - SPAN + 1));
         assert!(!w.accept(u64::MAX));
+        let mut w = ReplayWindow::after(5_000);
+        assert!(!w.accept(5_000) && !w.accept(4_999) && !w.accept(3_000));
+        assert!(w.accept(5_002) && w.accept(5_001));
     }
 }

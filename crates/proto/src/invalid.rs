@@ -8,7 +8,8 @@ pub enum Invalid {
     /// It does not parse (`new_checked` failed), or a keyed datagram mixes
     /// sessions.
     Malformed,
-    /// Keyed channel: no AUTH frame at the end, or a wrong MAC.
+    /// Keyed channel: no AUTH frame at the end, or a wrong MAC. Unkeyed
+    /// channel: a keyed datagram (the other end has a key, this one none).
     Unauthenticated,
     /// Keyed channel: a datagram sequence seen before, or older than the
     /// replay window.

@@ -59,6 +59,10 @@ pub struct ReceiverConfig {
     /// driver uses the wall clock, so that a restarted receiver with the
     /// same id is not taken for a replay).
     pub first_sequence: u64,
+    /// Seeds the challenges of keyed SETUP requests. It must differ
+    /// between runs (the driver takes it from the OS): a receiver that
+    /// issued the same challenge again could be sent a captured SETUP.
+    pub challenge_seed: u64,
 }
 
 impl Default for ReceiverConfig {
@@ -78,6 +82,7 @@ impl Default for ReceiverConfig {
             multicast: false,
             auth: None,
             first_sequence: 1,
+            challenge_seed: 0,
         }
     }
 }
@@ -130,6 +135,7 @@ pub struct ReceiverStats {
 pub struct Receiver {
     cfg: ReceiverConfig,
     rng: Rng,
+    challenges: Rng,
     image: Option<Image>,
     old: Option<Image>,
     /// A session seen but not joined, and where it came from: SETUP
@@ -154,10 +160,11 @@ impl Receiver {
         if !cfg.window.is_power_of_two() || cfg.window < 64 << 10 || cfg.window > 1 << 30 {
             return Err("window must be a power of two between 64 KiB and 1 GiB");
         }
-        let mut rng = Rng::new(cfg.seed);
+        let mut challenges = Rng::new(cfg.challenge_seed);
         Ok(Self {
-            challenge: rng.next_u64() | 1,
-            rng,
+            challenge: challenges.next_u64() | 1,
+            challenges,
+            rng: Rng::new(cfg.seed),
             tx_sequence: cfg.first_sequence,
             cfg,
             image: None,
@@ -210,6 +217,7 @@ impl Receiver {
             }
         }
         let (bytes, sealed) = match &self.cfg.auth {
+            None if crate::ends_with_auth(datagram) => return self.reject(Invalid::Unauthenticated),
             None => (datagram, None),
             Some(key) => match auth::open(key, datagram) {
                 Ok((b, s)) => (b, Some(s)),
@@ -253,7 +261,7 @@ impl Receiver {
     /// Keyed: records a datagram's sequence for its origin; false if it
     /// was seen before (or is older than the window).
     fn fresh(&mut self, s: &Sealed) -> bool {
-        if s.origin == s.session_id {
+        if !s.from_receiver {
             // A sender's datagram. A session not joined has no window: its
             // datagrams can only draw a SETUP request, and joining needs
             // the echo of a fresh challenge.
@@ -447,11 +455,11 @@ impl Receiver {
         im.last_heard = now;
         im.status_due = now;
         if let Some(s) = sealed {
-            im.replay.accept(s.sequence);
+            im.replay = ReplayWindow::after(s.sequence);
         }
         self.image = Some(im);
         self.setup_for = None;
-        self.challenge = self.rng.next_u64() | 1;
+        self.challenge = self.challenges.next_u64() | 1;
     }
 
     fn on_peer_nak(&mut self, now: Nanos, f: &NakFrame<&[u8]>) {
@@ -577,6 +585,7 @@ impl Receiver {
         let Some(key) = &self.cfg.auth else { return Some(n) };
         let s = Sealed {
             session_id,
+            from_receiver: true,
             stream_id: self.cfg.stream_id,
             sequence: self.tx_sequence,
             challenge,

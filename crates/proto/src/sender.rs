@@ -437,6 +437,7 @@ impl Sender {
         if let Some(key) = &self.cfg.auth {
             let s = Sealed {
                 session_id: self.cfg.session_id,
+                from_receiver: false,
                 stream_id: self.cfg.stream_id,
                 sequence: self.tx_sequence,
                 challenge: self.echo,
@@ -577,6 +578,7 @@ impl Sender {
     /// What is invalid is counted by reason and changes nothing.
     pub fn handle_datagram(&mut self, now: Nanos, from: SocketAddrV4, datagram: &[u8]) {
         let (bytes, sealed) = match &self.cfg.auth {
+            None if crate::ends_with_auth(datagram) => return self.reject(Invalid::Unauthenticated),
             None => (datagram, None),
             Some(key) => match auth::open(key, datagram) {
                 Ok((b, s)) => (b, Some(s)),
@@ -587,12 +589,12 @@ impl Sender {
             if !self.ours(s.session_id, s.stream_id) {
                 // Another sender's datagram on a shared group, or ours
                 // looped back: nothing to act on.
-                if s.origin != s.session_id {
+                if s.from_receiver {
                     self.stats.other_session += 1;
                 }
                 return;
             }
-            if s.origin == s.session_id {
+            if !s.from_receiver {
                 return; // Our own datagram looped back on a multicast group.
             }
             if let Some(r) = self.replay.iter_mut().find(|r| r.id == s.origin) {
@@ -666,9 +668,7 @@ impl Sender {
         } else if self.peers.len() < MAX_RECEIVERS {
             self.peers.push(Peer { id, from, limit, consumption, last_seen: now, end_delivered });
             if let Some(s) = sealed {
-                let mut window = ReplayWindow::new();
-                window.accept(s.sequence);
-                self.replay.push(PeerReplay { id, window });
+                self.replay.push(PeerReplay { id, window: ReplayWindow::after(s.sequence) });
             }
             self.ever_connected = true;
             self.stats.receivers_joined += 1;

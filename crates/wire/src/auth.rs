@@ -20,7 +20,7 @@
 //! ```
 //! `session_id` is the session the datagram belongs to; `origin` is the
 //! sender's session id for a sender's datagrams, the receiver id for a
-//! receiver's. `sequence` counts the origin's datagrams in this session
+//! receiver's (flag [`FROM_RECEIVER`](crate::flags::FROM_RECEIVER)). `sequence` counts the origin's datagrams in this session
 //! (replay protection). `challenge` carries a receiver's nonce in its SETUP
 //! request and the sender's echo of it in the SETUP that answers, so that a
 //! captured SETUP cannot be replayed to start a session. The MAC itself is
@@ -79,6 +79,8 @@ impl<T: AsRef<[u8]>> AuthFrame<T> {
 pub struct AuthRepr {
     /// Session identifier.
     pub session_id: u32,
+    /// Flags ([`FROM_RECEIVER`](crate::flags::FROM_RECEIVER)).
+    pub flags: u8,
     /// Stream identifier.
     pub stream_id: u32,
     /// The origin's datagram sequence.
@@ -98,6 +100,7 @@ impl AuthRepr {
         mac.copy_from_slice(f.mac());
         Self {
             session_id: f.session_id(),
+            flags: f.flags(),
             stream_id: f.stream_id(),
             sequence: f.sequence(),
             challenge: f.challenge(),
@@ -114,7 +117,7 @@ impl AuthRepr {
     /// # Errors
     /// [`WireError::BufferTooSmall`].
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
-        header::emit(buf, FrameType::Auth, LEN, 0, self.session_id, self.stream_id)?;
+        header::emit(buf, FrameType::Auth, LEN, self.flags, self.session_id, self.stream_id)?;
         put_u64(buf, SEQUENCE, self.sequence);
         put_u64(buf, CHALLENGE, self.challenge);
         put_u32(buf, ORIGIN, self.origin);

@@ -113,6 +113,9 @@ pub mod flags {
     pub const END_DELIVERED: u8 = 0x40;
     /// HEARTBEAT: the session ends at the heartbeat's position.
     pub const END_OF_STREAM: u8 = 0x80;
+    /// AUTH: the datagram comes from a receiver (`origin` is a receiver
+    /// id), not from a sender (`origin` is its session id).
+    pub const FROM_RECEIVER: u8 = 0x80;
 }
 
 /// Why a buffer is not a valid frame.

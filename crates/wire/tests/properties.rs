@@ -22,7 +22,7 @@ enum Owned {
     Error(u32, u32, u32, String),
     Setup(u32, u32, u64, u32, u32),
     Heartbeat(u32, u32, u8, u64, u64),
-    Auth(u32, u32, u64, u64, u32, [u8; 24]),
+    Auth(u32, u32, u8, u64, u64, u32, [u8; 24]),
 }
 
 impl Owned {
@@ -62,8 +62,9 @@ impl Owned {
                 position: *p,
                 retained_from: *r,
             }),
-            Owned::Auth(s, t, q, c, o, m) => FrameRepr::Auth(AuthRepr {
+            Owned::Auth(s, t, f, q, c, o, m) => FrameRepr::Auth(AuthRepr {
                 session_id: *s,
+                flags: *f,
                 stream_id: *t,
                 sequence: *q,
                 challenge: *c,
@@ -91,8 +92,8 @@ fn owned() -> impl Strategy<Value = Owned> {
             p,
             r.min(p)
         )),
-        (id, id, any::<u64>(), any::<u64>(), id, any::<[u8; 24]>())
-            .prop_map(|(s, t, q, c, o, m)| Owned::Auth(s, t, q, c, o, m)),
+        (id, id, any::<u8>(), any::<u64>(), any::<u64>(), id, any::<[u8; 24]>())
+            .prop_map(|(s, t, f, q, c, o, m)| Owned::Auth(s, t, f, q, c, o, m)),
     ]
 }
 
