@@ -6,7 +6,7 @@ use tickwire_driver::udp::{CloseError, UdpReceiver, UdpSender};
 use tickwire_driver::*;
 
 mod common;
-use common::{check_numbered, numbered};
+use common::{check_numbered, close_driven, messages, numbered, offer_all, pump, settle};
 
 fn port() -> u16 {
     let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -68,69 +68,6 @@ fn loss_reorder_and_duplicates_on_both_paths_are_repaired() {
     assert!(lost.is_empty(), "{lost:?}");
     assert_eq!(got, (0..20_000).collect::<Vec<_>>());
     assert!(p.stats().retransmits > 0 && s.stats().naks_sent > 0 && s.stats().duplicates > 0);
-}
-
-/// Drives everything once; collects events per subscription.
-fn pump(p: &mut [&mut UdpSender], subs: &mut [(&mut UdpReceiver, &mut Vec<String>)]) {
-    for p in p.iter_mut() {
-        p.do_work();
-    }
-    for (s, log) in subs.iter_mut() {
-        s.poll(
-            |ev| {
-                log.push(match ev {
-                    Event::Message(m) => format!("m{}", u64::from_le_bytes(m.payload[..8].try_into().unwrap())),
-                    Event::Joined { session_id, .. } => format!("joined {session_id}"),
-                    Event::Ended { session_id, .. } => format!("ended {session_id}"),
-                    Event::Lost { from, to, .. } => format!("lost {from}-{to}"),
-                    Event::PublisherGone { session_id, .. } => format!("gone {session_id}"),
-                })
-            },
-            256,
-        )
-        .unwrap();
-    }
-}
-
-fn offer_all(p: &mut UdpSender, range: std::ops::Range<u64>, subs: &mut [(&mut UdpReceiver, &mut Vec<String>)]) {
-    // One message per duty cycle, so that joins happen mid-stream.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for i in range {
-        while p.offer(&i.to_le_bytes()).is_err() {
-            assert!(Instant::now() < deadline, "offer {i} never accepted");
-            pump(&mut [&mut *p], subs);
-        }
-        pump(&mut [&mut *p], subs);
-    }
-}
-
-fn settle(p: &mut [&mut UdpSender], subs: &mut [(&mut UdpReceiver, &mut Vec<String>)], ms: u64) {
-    let until = Instant::now() + Duration::from_millis(ms);
-    while Instant::now() < until {
-        pump(p, subs);
-    }
-}
-
-/// Closes `p` while another thread drives the receivers, as their own
-/// processes would: a closing sender waits for every receiver to say it
-/// delivered the end. Returns what `close` returned.
-fn close_driven(p: &mut UdpSender, subs: &mut [(&mut UdpReceiver, &mut Vec<String>)]) -> Result<usize, CloseError> {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let done = AtomicBool::new(false);
-    std::thread::scope(|sc| {
-        sc.spawn(|| {
-            while !done.load(Ordering::Relaxed) {
-                pump(&mut [], subs);
-            }
-        });
-        let drained = p.close(Duration::from_secs(5));
-        done.store(true, Ordering::Relaxed);
-        drained
-    })
-}
-
-fn messages(log: &[String]) -> Vec<u64> {
-    log.iter().filter_map(|l| l.strip_prefix('m')).map(|n| n.parse().unwrap()).collect()
 }
 
 #[test]

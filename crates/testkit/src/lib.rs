@@ -75,3 +75,35 @@ mod tests {
         assert!(check(&v).is_err());
     }
 }
+
+/// Sends `payload` as a UDP datagram that claims to come from `from`, through
+/// a raw socket (needs CAP_NET_RAW): how a host on a shared network forges
+/// another's source address. The IPv4 header is built here; the UDP checksum
+/// is left 0 (allowed in IPv4).
+///
+/// # Errors
+/// The socket's error (`PermissionDenied` without CAP_NET_RAW).
+pub fn send_spoofed(from: std::net::SocketAddrV4, to: std::net::SocketAddrV4, payload: &[u8]) -> std::io::Result<()> {
+    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+    // IPPROTO_RAW: the caller writes the IP header (IP_HDRINCL implied).
+    let s = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(libc::IPPROTO_RAW)))?;
+    let total = 20 + 8 + payload.len();
+    let mut p = Vec::with_capacity(total);
+    p.extend_from_slice(&[0x45, 0]);
+    p.extend_from_slice(&(total as u16).to_be_bytes());
+    p.extend_from_slice(&[0, 0, 0x40, 0, 64, libc::IPPROTO_UDP as u8, 0, 0]);
+    p.extend_from_slice(&from.ip().octets());
+    p.extend_from_slice(&to.ip().octets());
+    let sum = !p.chunks(2).fold(0u32, |acc, c| {
+        let acc = acc + u32::from(u16::from_be_bytes([c[0], c[1]]));
+        (acc & 0xffff) + (acc >> 16)
+    }) as u16;
+    p[10..12].copy_from_slice(&sum.to_be_bytes());
+    p.extend_from_slice(&from.port().to_be_bytes());
+    p.extend_from_slice(&to.port().to_be_bytes());
+    p.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    p.extend_from_slice(&[0, 0]);
+    p.extend_from_slice(payload);
+    s.send_to(&p, &SockAddr::from(to))?;
+    Ok(())
+}
