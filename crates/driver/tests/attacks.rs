@@ -203,7 +203,7 @@ fn truncate_a_forged_end_of_stream_fails() {
     let mut st = Stream::connect("");
     st.send(0..100);
     let at = st.sniff();
-    spoof(at.sender, at.receiver, &heartbeat(at.session, flags::END_OF_STREAM, at.position / 2 & !31, 0));
+    spoof(at.sender, at.receiver, &heartbeat(at.session, flags::END_OF_STREAM, (at.position / 2) & !31, 0));
     st.settle(20);
     let st = st.finish();
     assert_eq!(st.s.stats().invalid_by.get(Invalid::BadEnd), 1, "{}", st.s.stats().invalid_by);
@@ -239,7 +239,7 @@ fn a_forged_retained_from_fails() {
     let mut st = Stream::connect("");
     st.send(0..100);
     let at = st.sniff();
-    spoof(at.sender, at.receiver, &heartbeat(at.session, 0, at.position, at.position + 1 << 20));
+    spoof(at.sender, at.receiver, &heartbeat(at.session, 0, at.position, at.position + (1 << 20)));
     st.settle(20);
     let st = st.finish();
     assert_eq!(st.s.stats().invalid, 1, "{}", st.s.stats().invalid_by);
