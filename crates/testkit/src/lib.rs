@@ -62,20 +62,6 @@ pub fn self_signed(dir: &std::path::Path, name: &str) -> (std::path::PathBuf, st
     (cert, key)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pattern_round_trips_and_detects_a_flipped_byte() {
-        let mut v = Vec::new();
-        pattern(42, 100, &mut v);
-        assert_eq!(check(&v), Ok(42));
-        v[50] ^= 1;
-        assert!(check(&v).is_err());
-    }
-}
-
 /// Sends `payload` as a UDP datagram that claims to come from `from`, through
 /// a raw socket (needs CAP_NET_RAW): how a host on a shared network forges
 /// another's source address. The IPv4 header is built here; the UDP checksum
@@ -106,4 +92,18 @@ pub fn send_spoofed(from: std::net::SocketAddrV4, to: std::net::SocketAddrV4, pa
     p.extend_from_slice(payload);
     s.send_to(&p, &SockAddr::from(to))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_round_trips_and_detects_a_flipped_byte() {
+        let mut v = Vec::new();
+        pattern(42, 100, &mut v);
+        assert_eq!(check(&v), Ok(42));
+        v[50] ^= 1;
+        assert!(check(&v).is_err());
+    }
 }
