@@ -45,6 +45,14 @@ enum Cmd {
     Journal(JournalArgs),
     /// The latency lab.
     Lab(LabArgs),
+    /// Write a new shared key for reliable UDP's auth=FILE (64 hex digits, mode 0600).
+    Keygen {
+        /// Where to write it; copy it to every host of the channel.
+        file: PathBuf,
+        /// Replace the file if it exists.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -104,6 +112,9 @@ fn main() -> ExitCode {
         Cmd::Clean => stat::clean(&settings),
         Cmd::Journal(a) => journal(&a.cmd),
         Cmd::Lab(a) => lab::run(&settings, a.cmd),
+        Cmd::Keygen { file, force } => tickwire_driver::write_key(&file.to_string_lossy(), force)
+            .map_err(|e| e.to_string())
+            .map(|()| eprintln!("wrote a new key to {}: use udp://HOST:PORT?auth={0} on every end", file.display())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

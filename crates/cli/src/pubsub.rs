@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tickwire_agent::{Idle, Parker};
 use tickwire_driver::udp::CloseError;
-use tickwire_driver::{Channel, DriverError, Publication, Subscription};
+use tickwire_driver::{Channel, DriverError, InvalidCounts, Publication, ReceiverChange, Subscription};
 use tickwire_shm::{Context, Event, GoneReason, Mode, OfferError, ReaderOptions, ShmError};
 use tickwire_wire::stamp;
 
@@ -208,9 +208,31 @@ fn wait_for_subscriber(p: &mut Publication, a: &PubArgs) -> Result<bool, String>
         }
         waiting.check("subscriber", &a.channel, a.stream)?;
         p.do_work();
+        report_receivers(p);
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(true)
+}
+
+/// Says which network receivers joined, or were dropped from flow control
+/// after `receiver-timeout` of silence.
+fn report_receivers(p: &mut Publication) {
+    let Some(s) = p.udp_sender() else { return };
+    while let Some(c) = s.poll_receiver_change() {
+        match c {
+            ReceiverChange::Joined { receiver_id, from } => eprintln!("receiver {receiver_id:#x} at {from} joined"),
+            ReceiverChange::TimedOut { receiver_id, from, consumption } => eprintln!(
+                "receiver {receiver_id:#x} at {from} fell silent at stream position {consumption}: \
+                 dropped from flow control (receiver-timeout)"
+            ),
+        }
+    }
+}
+
+/// What a network endpoint dropped unread, if anything: invalid frames by
+/// reason and frames from foreign sources.
+fn dropped_summary(invalid: &InvalidCounts, foreign: u64) -> Option<String> {
+    (invalid.total() + foreign > 0).then(|| format!("dropped invalid: {invalid}; foreign: {foreign}"))
 }
 
 /// Offers until accepted, driving the publication while back-pressured
@@ -289,6 +311,7 @@ fn publish_generated(p: &mut Publication, a: &PubArgs) -> Result<u64, String> {
         sent += 1;
         if sent % 64 == 0 {
             p.do_work();
+            report_receivers(p);
             if stopped() {
                 break;
             }
@@ -312,7 +335,12 @@ pub fn publish(s: &Settings, a: &PubArgs) -> Result<(), String> {
     let start = Instant::now();
     let sent = if a.stdin { publish_stdin(&mut p, a)? } else { publish_generated(&mut p, a)? };
     let secs = start.elapsed().as_secs_f64().max(1e-9);
+    report_receivers(&mut p);
+    let dropped = p.udp_sender().and_then(|u| dropped_summary(&u.stats().invalid_by, u.stats().frames_foreign));
     let closed = p.close(a.linger);
+    if let Some(d) = dropped {
+        eprintln!("{d}");
+    }
     eprintln!("published {sent} messages in {secs:.3} s ({:.0} msg/s)", sent as f64 / secs);
     match closed {
         Ok(0) => Ok(()), // shared memory: readers read the log in place
@@ -349,6 +377,9 @@ struct Tally {
     first: Option<Instant>,
     /// The publisher went away without closing its stream.
     gone: Option<(GoneReason, u64)>,
+    /// Network: what was dropped unread, over every subscription.
+    invalid: InvalidCounts,
+    foreign: u64,
 }
 
 /// Why reading one publisher's stream stopped.
@@ -475,7 +506,12 @@ pub fn subscribe(s: &Settings, a: &SubArgs) -> Result<(), String> {
         }
         waited = true;
         t.expect = None;
-        match read(&mut sub, a, &mut t, deadline)? {
+        let stop = read(&mut sub, a, &mut t, deadline)?;
+        if let Some(r) = sub.udp_receiver() {
+            t.invalid.merge(&r.stats().invalid_by);
+            t.foreign += r.stats().frames_foreign;
+        }
+        match stop {
             Stop::Done => {
                 sub.linger();
                 break;
@@ -495,6 +531,9 @@ pub fn subscribe(s: &Settings, a: &SubArgs) -> Result<(), String> {
         t.lost_bytes,
         if a.verify { format!("; sequence gaps {}", t.gaps) } else { String::new() }
     );
+    if let Some(d) = dropped_summary(&t.invalid, t.foreign) {
+        eprintln!("{d}");
+    }
     if let Some((reason, position)) = t.gone {
         // A stream cut short is not a success: say where it stopped.
         let last = match t.expect {

@@ -105,6 +105,33 @@ fn first_sequence() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
 }
 
+/// Writes a new random key to `path` (64 hexadecimal digits, mode 0600),
+/// for `auth=FILE`. Refuses to replace an existing file unless `replace`.
+///
+/// # Errors
+/// [`DriverError::Key`] naming the file: it exists, or cannot be written,
+/// or the OS has no randomness.
+pub fn write_key(path: &str, replace: bool) -> Result<(), DriverError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let err = |why: String| DriverError::Key { path: path.to_string(), why };
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| err(format!("no randomness from the OS: {e}")))?;
+    let key = tickwire_proto::AuthKey::new(bytes);
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).mode(0o600);
+    if replace {
+        opts.create(true).truncate(true);
+    } else {
+        opts.create_new(true);
+    }
+    let mut f = opts.open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => err("exists (--force replaces it)".into()),
+        _ => err(e.to_string()),
+    })?;
+    writeln!(f, "{}", key.to_hex()).map_err(|e| err(e.to_string()))
+}
+
 /// Reads the shared key of `auth=FILE`: 64 hexadecimal digits, in a file
 /// that only its owner can read.
 ///

@@ -61,7 +61,7 @@ pub mod units;
 pub mod uri;
 
 pub use channel::Channel;
-pub use config::{read_key, ChannelConfig, DriverError, DEFAULT_BUFFER_BYTES};
+pub use config::{read_key, write_key, ChannelConfig, DriverError, DEFAULT_BUFFER_BYTES};
 pub use publication::Publication;
 pub use subscription::Subscription;
 pub use tickwire_proto::{AuthKey, Invalid, InvalidCounts, ReceiverChange, ReceiverStats, SenderStats};

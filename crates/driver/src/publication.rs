@@ -125,6 +125,15 @@ impl Publication {
         }
     }
 
+    /// The network endpoint (its counters, receiver changes); `None` on
+    /// shared memory.
+    pub fn udp_sender(&mut self) -> Option<&mut UdpSender> {
+        match &mut self.0 {
+            Inner::Ipc(_) => None,
+            Inner::Udp(s) => Some(s),
+        }
+    }
+
     /// Ends the stream: readers drain what was published and see the end.
     /// On the network, sends what is left and serves NAKs until every
     /// receiver has everything or `timeout` passes, and returns how many

@@ -99,6 +99,14 @@ impl Subscription {
         }
     }
 
+    /// The network endpoint (its counters); `None` on shared memory.
+    pub fn udp_receiver(&mut self) -> Option<&mut UdpReceiver> {
+        match &mut self.0 {
+            Inner::Ipc(_) => None,
+            Inner::Udp(r) => Some(r),
+        }
+    }
+
     /// Before leaving: on the network, keeps answering the publication for
     /// a moment ([`UdpReceiver::linger`]) so that its close can learn what
     /// this subscription received; messages that arrive meanwhile are

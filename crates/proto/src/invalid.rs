@@ -95,6 +95,12 @@ impl InvalidCounts {
     pub fn nonzero(&self) -> impl Iterator<Item = (Invalid, u64)> + '_ {
         Invalid::ALL.iter().map(|&r| (r, self.get(r))).filter(|&(_, n)| n > 0)
     }
+    /// Adds another set of counts (for totals over several endpoints).
+    pub fn merge(&mut self, other: &InvalidCounts) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a += b;
+        }
+    }
     pub(crate) fn add(&mut self, reason: Invalid) {
         self.0[reason as usize] += 1;
     }
