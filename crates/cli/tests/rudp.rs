@@ -284,3 +284,35 @@ fn keygen_and_a_wrong_key_are_named() {
     assert!(!open.status.success() && err.contains(&key) && err.contains("chmod 600"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `lab auth-cost`, briefly: every path measured, nothing lost, ratios
+/// present, and the temporary key removed.
+#[test]
+fn lab_auth_cost_measures_every_path_and_leaves_no_key() {
+    let dir = std::env::temp_dir().join(format!("tickwire-auth-cost-{}", std::process::id()));
+    let line =
+        format!("lab auth-cost --json --rounds 1 --count 2000 --warmup 200 --duration 200ms --dir {}", dir.display());
+    let out = Command::new(BIN).args(line.split_whitespace()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{line}\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let paths =
+        |k: &str| r[k].as_array().unwrap().iter().map(|p| p["path"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
+    assert_eq!(paths("pingpong"), ["udp", "rudp", "rudp+mac"], "{r}");
+    assert_eq!(paths("throughput"), ["udp", "rudp", "rudp+mac"], "{r}");
+    for p in r["pingpong"].as_array().unwrap() {
+        assert_eq!(p["count"], 2000, "{r}");
+        assert!(p["p50_ns"].as_u64().unwrap() > 0, "{r}");
+    }
+    for t in r["throughput"].as_array().unwrap() {
+        assert_eq!(t["missing"], 0, "{r}");
+        assert!(t["msgs_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    for k in ["mac_pingpong_p50_ratio", "mac_pingpong_p99_ratio", "mac_throughput_ratio"] {
+        assert!(r[k].as_f64().unwrap() > 0.0, "{k}: {r}");
+    }
+    let left: Vec<_> =
+        std::fs::read_dir(&dir).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert!(!left.iter().any(|n| n.to_string_lossy().ends_with(".key")), "{left:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -49,6 +49,8 @@ pub enum Request {
     Router { run: crate::modes::router::RouterLab, output: Output },
     /// `lab guaranteed`.
     Guaranteed { run: crate::modes::router::guaranteed::GuaranteedLab, json: bool },
+    /// `lab auth-cost`: reliable UDP with and without a shared key.
+    AuthCost { run: crate::modes::auth_cost::AuthCost, json: bool },
     /// The far side of a measurement.
     Worker(Role),
 }
@@ -146,6 +148,10 @@ pub fn run(request: Request) -> Result<(), LabError> {
         Request::Guaranteed { run, json } => {
             let results = crate::modes::router::guaranteed::run(&run)?;
             crate::modes::router::guaranteed::print(&results, json)
+        }
+        Request::AuthCost { run, json } => {
+            let results = crate::modes::auth_cost::run(&run)?;
+            crate::modes::auth_cost::print(&results, json)
         }
     }
 }

@@ -67,7 +67,7 @@ pub enum Role {
         limit: Option<Duration>,
     },
     /// Echoes reliable-UDP pings back to `back_port` on loopback.
-    RudpPong { back_port: u16, cpu: usize },
+    RudpPong { back_port: u16, cpu: usize, params: String },
     /// Sends reliable UDP as fast as flow control allows for `duration`.
     RudpBlast { port: u16, cpu: usize, size: usize, duration: Duration, params: String },
     /// Sends plain UDP datagrams packed as reliable UDP's would, as fast as
@@ -144,7 +144,7 @@ impl Role {
                 let h = sockets::ping_loop(proto, peer, wait, size, count, warmup, cpu, limit)?;
                 Ok(crate::output::encode_histogram(&h))
             }
-            Role::RudpPong { back_port, cpu } => rudp::pong(back_port, cpu),
+            Role::RudpPong { back_port, cpu, params } => rudp::pong(back_port, cpu, &params),
             Role::RudpBlast { port, cpu, size, duration, params } => rudp::blast(port, cpu, size, duration, &params),
             Role::UdpBlast { port, cpu, size, duration } => rudp::raw_blast(port, cpu, size, duration),
             Role::RudpSend { dir, uri, bytes, max_size, seed, receivers, timeout } => {

@@ -3,10 +3,15 @@
 //! fresh.
 //!
 //! A datagram on a keyed channel ends with an AUTH frame
-//! ([`tickwire_wire::auth`]) whose MAC, a BLAKE3 keyed hash truncated to 24
-//! bytes, covers every byte before it: the frames and the AUTH frame's
-//! session, stream, sequence, challenge and origin. Nothing of a datagram
-//! is parsed for meaning before its MAC is checked.
+//! ([`tickwire_wire::auth`]) whose MAC, HMAC-SHA256 truncated to 24 bytes
+//! (as RFC 4868 truncates it for IPsec, to 192 bits here), covers every byte
+//! before it: the frames and the AUTH frame's session, stream, sequence,
+//! challenge and origin. Nothing of a datagram is parsed for meaning before
+//! its MAC is checked.
+//!
+//! HMAC-SHA256 comes from `ring` (already the TLS stack's), which uses the
+//! CPU's SHA extensions. It replaced a keyed BLAKE3 hash, which costs more
+//! on full datagrams (`tickwire lab auth-cost`, in `docs/PERFORMANCE.md`).
 //!
 //! * **Forgery.** Without the key no datagram passes: it is dropped and
 //!   counted (`unauthenticated`).
@@ -20,9 +25,19 @@
 use tickwire_wire::auth::{AuthFrame, AuthRepr, LEN, MAC, MAC_LEN};
 use tickwire_wire::{FrameHeader, FrameType};
 
-/// A 256-bit shared key.
-#[derive(Clone, PartialEq, Eq)]
-pub struct AuthKey([u8; 32]);
+/// A 256-bit shared key, with its HMAC state ready.
+#[derive(Clone)]
+pub struct AuthKey {
+    bytes: [u8; 32],
+    hmac: ring::hmac::Key,
+}
+
+impl PartialEq for AuthKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes == other.bytes
+    }
+}
+impl Eq for AuthKey {}
 
 impl std::fmt::Debug for AuthKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -46,8 +61,8 @@ pub enum KeyError {
 
 impl AuthKey {
     /// A key from its bytes.
-    pub const fn new(bytes: [u8; 32]) -> Self {
-        Self(bytes)
+    pub fn new(bytes: [u8; 32]) -> Self {
+        Self { bytes, hmac: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &bytes) }
     }
 
     /// Parses 64 hexadecimal digits (surrounding whitespace ignored).
@@ -67,19 +82,18 @@ impl AuthKey {
         if out.iter().all(|&b| b == out[0]) {
             return Err(KeyError::Weak);
         }
-        Ok(Self(out))
+        Ok(Self::new(out))
     }
 
     /// The key as 64 hexadecimal digits.
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        self.bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     fn mac(&self, bytes: &[u8]) -> [u8; MAC_LEN] {
-        let mut h = blake3::Hasher::new_keyed(&self.0);
-        h.update(bytes);
+        let tag = ring::hmac::sign(&self.hmac, bytes);
         let mut out = [0; MAC_LEN];
-        h.finalize_xof().fill(&mut out);
+        out.copy_from_slice(&tag.as_ref()[..MAC_LEN]);
         out
     }
 }

@@ -46,6 +46,8 @@ pub enum LabCmd {
     Router(RouterArgs),
     /// Guaranteed publishing through the router per sync policy: peak rate, publish-to-ack and -delivery latency, beside this disk's fsync.
     Guaranteed(GuaranteedArgs),
+    /// What a shared key (auth=FILE: a MAC on every datagram) costs reliable UDP: ping-pong and throughput, keyed and not, beside kernel UDP.
+    AuthCost(AuthCostArgs),
     /// Internal: the far side of a measurement.
     #[command(hide = true)]
     Worker {
@@ -172,6 +174,28 @@ pub struct PingArgs {
     /// Write an SVG plot: latency against size for --sizes, else the percentile distribution.
     #[arg(long)]
     plot: Option<PathBuf>,
+}
+
+/// Options of `lab auth-cost`.
+#[derive(Debug, Args)]
+pub struct AuthCostArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Message size in bytes (at least 8).
+    #[arg(long, default_value = "64", value_parser = parse_size)]
+    size: usize,
+    /// Round trips recorded per round, per path.
+    #[arg(long, default_value_t = 20_000)]
+    count: u64,
+    /// Round trips before recording, per round and path.
+    #[arg(long, default_value_t = 2_000)]
+    warmup: u64,
+    /// Throughput per round, per path.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Interleaved rounds, each: kernel UDP, reliable UDP, keyed reliable UDP.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
 }
 
 #[derive(Debug, Args)]
@@ -429,6 +453,7 @@ impl LabCmd {
             LabCmd::TickToTrade(a) => &a.common,
             LabCmd::Router(a) => &a.common,
             LabCmd::Guaranteed(a) => &a.common,
+            LabCmd::AuthCost(a) => &a.common,
             LabCmd::Reproduce(a) => return Some((a.cpus, a.share_cpu)),
             LabCmd::Doctor(_) | LabCmd::Transfer(_) | LabCmd::TopicMatch(_) | LabCmd::Worker { .. } => return None,
         };
@@ -546,6 +571,18 @@ impl LabCmd {
             },
             LabCmd::TopicMatch(a) => a.into_request(),
             LabCmd::Router(a) => a.into_request(dir),
+            LabCmd::AuthCost(a) => Request::AuthCost {
+                run: tickwire_lab::modes::auth_cost::AuthCost {
+                    size: a.size,
+                    count: a.count,
+                    warmup: a.warmup,
+                    duration: a.duration,
+                    rounds: a.rounds,
+                    cpus: a.common.cpus,
+                    dir,
+                },
+                json: a.common.json,
+            },
             LabCmd::Guaranteed(a) => a.into_request(dir),
             LabCmd::Doctor(a) => Request::Doctor(DoctorRequest {
                 cpus: a.cpus,

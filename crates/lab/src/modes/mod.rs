@@ -17,9 +17,12 @@
 //!   subscriptions.
 //! * [`router`]: the Solace scenario (paper 001) through tickwire's router,
 //!   one to one and fan-out, beside its forwarding floor.
+//! * [`auth_cost`]: reliable UDP with and without a shared key (a MAC on
+//!   every datagram), ping-pong and throughput, beside kernel UDP.
 //! * [`reproduce`]: all of the above with the papers' parameters, into a
 //!   report with the published figures beside ours and SVG plots.
 
+pub mod auth_cost;
 pub mod matching;
 pub mod network;
 pub mod oneway;

@@ -79,7 +79,9 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
                 dir: p.dir.clone(),
                 wait: p.wait,
             })?,
-            Transport::Rudp => crate::transports::rudp::pingpong_histogram(p.size, chunk, p.warmup, p.cpus, per_round)?,
+            Transport::Rudp => {
+                crate::transports::rudp::pingpong_histogram(p.size, chunk, p.warmup, p.cpus, per_round, "")?
+            }
             Transport::Udp | Transport::Tcp => sockets::pingpong_histogram(&SockOptions {
                 proto: if p.transport == Transport::Udp { Proto::Udp } else { Proto::Tcp },
                 wait: p.wait,

@@ -61,15 +61,17 @@ pub fn pingpong_histogram(
     warmup: u64,
     cpus: crate::Cpus,
     limit: Option<Duration>,
+    params: &str,
 ) -> Result<Histogram<u64>, LabError> {
     if size < 8 {
         return Err(LabError::Usage("rudp ping-pong needs at least 8 bytes".into()));
     }
-    let mut sub = UdpReceiver::open(&uri(0, "")?, STREAM, None).map_err(werr)?;
+    let mut sub = UdpReceiver::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
     let back = sub.local_addr().port();
-    let mut pong = WorkerProcess::spawn(&Role::RudpPong { back_port: back, cpu: cpus.remote })?;
+    let mut pong =
+        WorkerProcess::spawn(&Role::RudpPong { back_port: back, cpu: cpus.remote, params: params.to_owned() })?;
     let port: u16 = pong.read_listening()?;
-    let mut publication = UdpSender::open(&uri(port, "")?, STREAM, None).map_err(werr)?;
+    let mut publication = UdpSender::open(&uri(port, params)?, STREAM, None).map_err(werr)?;
     pin_current_thread(cpus.local)?;
     connect(&mut publication, &mut sub)?;
     let mut msg = vec![0u8; size];
@@ -103,10 +105,10 @@ pub fn pingpong_histogram(
 }
 
 /// Worker role [`Role::RudpPong`]: echoes until a 1-byte message.
-pub(crate) fn pong(back: u16, cpu: usize) -> Result<String, LabError> {
-    let mut sub = UdpReceiver::open(&uri(0, "")?, STREAM, None).map_err(werr)?;
+pub(crate) fn pong(back: u16, cpu: usize, params: &str) -> Result<String, LabError> {
+    let mut sub = UdpReceiver::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
     println!("listening {}", sub.local_addr().port());
-    let mut publication = UdpSender::open(&uri(back, "")?, STREAM, None).map_err(werr)?;
+    let mut publication = UdpSender::open(&uri(back, params)?, STREAM, None).map_err(werr)?;
     pin_current_thread(cpu)?;
     // No separate connect phase: a ping arriving early must not be dropped;
     // `offer` waits for the echo's publication to connect.
