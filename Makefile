@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO_ENV := if [ -f $$HOME/.cargo/env ]; then . $$HOME/.cargo/env; fi;
 
-.PHONY: setup build demo test bench crash clean
+.PHONY: setup build demo test bench crash fuzz clean
 
 setup:
 	@./scripts/setup.sh
@@ -25,6 +25,13 @@ test: setup
 crash: setup
 	@$(CARGO_ENV) TICKWIRE_CRASH_CYCLES=100 cargo test --release -p tickwire-cli --test crash -- --nocapture
 	@$(CARGO_ENV) TICKWIRE_CRASH_CYCLES=30 TICKWIRE_CRASH_SYNC=fsync cargo test --release -p tickwire-cli --test crash -- --nocapture
+
+# Every fuzz target under libFuzzer (nightly, installed if missing), each for
+# FUZZ_SECONDS (default 60) or FUZZ_RUNS inputs; make test replays the corpus.
+# The 10-million-input run recorded in docs/PERFORMANCE.md:
+#   make fuzz FUZZ_RUNS=10000000 FUZZ_SECONDS=3600
+fuzz: setup
+	@$(CARGO_ENV) ./scripts/fuzz.sh
 
 # The benchmark figures recorded in docs/PERFORMANCE.md.
 bench: build

@@ -209,7 +209,10 @@ impl Receiver {
     /// from anywhere but its source are dropped unread (`frames_foreign`).
     pub fn handle_datagram(&mut self, now: Nanos, from: SocketAddrV4, datagram: &[u8]) {
         self.stats.datagrams += 1;
-        if !self.cfg.multicast {
+        // Unkeyed unicast: the source address is all there is to go by.
+        // Keyed, the MAC and the replay window decide, and the source is
+        // wherever the session's latest fresh datagram came from.
+        if !self.cfg.multicast && self.cfg.auth.is_none() {
             let live = self.image.as_ref().filter(|im| !im.replaceable(now, self.cfg.session_timeout));
             if live.is_some_and(|im| im.source != from) {
                 self.stats.frames_foreign += 1;
@@ -289,16 +292,27 @@ impl Receiver {
             self.stats.other_session += 1;
             return false;
         }
-        match &self.image {
+        let keyed = self.cfg.auth.is_some();
+        match &mut self.image {
             Some(im) if im.session_id == session && im.source == from => true,
-            Some(im) if im.session_id == session => {
-                self.stats.frames_foreign += 1;
-                false
+            Some(im) if im.session_id == session && keyed => {
+                // Authentic and fresh, from another address: the sender
+                // moved, or a copy raced the original (which then counts
+                // as the replay). Control follows.
+                im.source = from;
+                true
             }
             Some(im) if !im.replaceable(now, self.cfg.session_timeout) => {
-                self.stats.other_session += 1;
+                if im.session_id == session {
+                    self.stats.frames_foreign += 1;
+                } else {
+                    self.stats.other_session += 1;
+                }
                 false
             }
+            // The session ended or fell silent: any session, even one with
+            // the same id from another source (whoever set it up first may
+            // have been a forger), may be set up again.
             _ => {
                 self.want_setup(session, from);
                 false
@@ -306,10 +320,10 @@ impl Receiver {
         }
     }
 
+    /// Notes a session to ask for SETUP, at the address it was last heard
+    /// from (so that a stray source cannot keep the requests to itself).
     fn want_setup(&mut self, session: u32, from: SocketAddrV4) {
-        if self.setup_for.map(|(s, _)| s) != Some(session) {
-            self.setup_for = Some((session, from));
-        }
+        self.setup_for = Some((session, from));
     }
 
     fn on_data(&mut self, now: Nanos, from: SocketAddrV4, f: &DataFrame<&[u8]>) {
@@ -419,18 +433,20 @@ impl Receiver {
             return;
         }
         let session = f.session_id();
+        let keyed = sealed.is_some();
         if let Some(im) = &mut self.image {
-            if im.session_id == session {
-                if im.source == from {
-                    // Our STATUS may have been lost: answer again.
-                    im.status_now = true;
-                } else {
-                    self.stats.frames_foreign += 1;
-                }
+            if im.session_id == session && (im.source == from || keyed) {
+                // Our STATUS may have been lost: answer again.
+                im.source = from;
+                im.status_now = true;
                 return;
             }
             if !im.replaceable(now, self.cfg.session_timeout) || self.old.is_some() {
-                self.stats.other_session += 1;
+                if im.session_id == session {
+                    self.stats.frames_foreign += 1;
+                } else {
+                    self.stats.other_session += 1;
+                }
                 return;
             }
         }

@@ -656,11 +656,13 @@ impl Sender {
         let limit = consumption + u64::from(window);
         let end_delivered = fl & flags::END_DELIVERED != 0;
         if let Some(p) = self.peers.iter_mut().find(|p| p.id == id) {
-            if p.from != from {
+            if p.from != from && sealed.is_none() {
                 // Another host using a receiver's id: not that receiver.
                 self.stats.frames_foreign += 1;
                 return;
             }
+            // Keyed, the MAC says who it is: follow its address.
+            p.from = from;
             p.limit = p.limit.max(limit);
             p.consumption = p.consumption.max(consumption);
             p.last_seen = now;
@@ -693,7 +695,8 @@ impl Sender {
         let (position, length) = (f.position(), f.length());
         // Multicast: only a receiver that joined (sent STATUS) from this
         // address draws retransmissions.
-        if self.cfg.multicast && !self.peers.iter().any(|p| p.id == f.receiver_id() && p.from == from) {
+        let joined = self.peers.iter().any(|p| p.id == f.receiver_id() && (p.from == from || self.cfg.auth.is_some()));
+        if self.cfg.multicast && !joined {
             self.stats.frames_foreign += 1;
             return;
         }

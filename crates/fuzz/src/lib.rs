@@ -1,0 +1,32 @@
+//! # tickwire-fuzz: the fuzz targets
+//!
+//! Each target is a plain function of the fuzzer's bytes, so that it runs
+//! three ways: under libFuzzer (`fuzz/`, `make fuzz`, nightly), over its
+//! committed corpus and regressions in `cargo test` (stable, `make test`),
+//! and by hand on one input. Every target checks invariants and panics
+//! when one breaks; a panic is a finding.
+//!
+//! | target | what it feeds | invariants |
+//! |---|---|---|
+//! | `wire` | bytes as any reliable-UDP frame view | parse never panics; a parsed frame emits and parses back to itself |
+//! | `client` | bytes as a router client frame | the same |
+//! | `journal_record` | bytes as a journal record (CRC fixed up so the fuzzer reaches the rest) | the same |
+//! | `receiver` | a live stream's datagrams dropped, duplicated, reordered, mutated, and garbage, into a `Receiver` | see [`protocol`] |
+//! | `sender` | the same on the control path, into a `Sender` | see [`protocol`] |
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod protocol;
+mod views;
+
+pub use views::{client, journal_record, wire};
+
+/// Every target by name, as `fuzz/fuzz_targets/` and the corpus
+/// directories name them.
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+    ("wire", wire),
+    ("client", client),
+    ("journal_record", journal_record),
+    ("receiver", protocol::receiver),
+    ("sender", protocol::sender),
+];
