@@ -169,9 +169,11 @@ impl Run {
     fn poll(&mut self) {
         let (next, lost, delivered, offered) = (&mut self.next, &mut self.lost, &mut self.delivered, self.offered);
         let hijacked = self.hijacked;
-        // Unkeyed and forged from the right address: nothing can be held
-        // against what arrives but that it does not panic.
-        let trusted = !self.tainted;
+        // Unkeyed, and forged from the right address or hijacked by a
+        // stranger: nothing can be held against what arrives but that it
+        // does not panic (and, hijacked, that the real sender is joined in
+        // the end).
+        let trusted = !self.tainted && !self.hijacked;
         self.r.poll_messages(
             |ev| match ev {
                 Event::Message(_) if !trusted => *delivered += 1,
@@ -186,11 +188,9 @@ impl Run {
                 }
                 Event::Lost { .. } => *lost = true,
                 Event::Joined { position, .. } if position > 0 && trusted => {
-                    // Joining late happens here only after a hijack: the
-                    // real session is set up again where it stands.
-                    assert!(hijacked, "joined at {position} with no hijack");
-                    *lost = true;
+                    panic!("joined at {position}: only a hijack makes a late join here")
                 }
+                Event::Joined { .. } if hijacked => *lost = true,
                 _ => {}
             },
             usize::MAX,
