@@ -21,9 +21,12 @@ mod views;
 
 pub use views::{client, journal_record, wire};
 
+/// A fuzz target: the fuzzer's bytes in, a panic for a finding.
+pub type Target = fn(&[u8]);
+
 /// Every target by name, as `fuzz/fuzz_targets/` and the corpus
 /// directories name them.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("wire", wire),
     ("client", client),
     ("journal_record", journal_record),

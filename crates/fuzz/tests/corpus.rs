@@ -11,7 +11,10 @@ fn inputs(target: &str) -> Vec<(String, Vec<u8>)> {
     for kind in ["corpus", "regressions"] {
         let Ok(dir) = std::fs::read_dir(root.join(kind).join(target)) else { continue };
         for e in dir.flatten() {
-            out.push((format!("{kind}/{target}/{}", e.file_name().to_string_lossy()), std::fs::read(e.path()).unwrap()));
+            out.push((
+                format!("{kind}/{target}/{}", e.file_name().to_string_lossy()),
+                std::fs::read(e.path()).unwrap(),
+            ));
         }
     }
     out

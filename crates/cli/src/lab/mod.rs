@@ -4,8 +4,10 @@
 //! Argument parsing only: each subcommand becomes a typed
 //! [`tickwire_lab::request::Request`], and the lab measures and prints it.
 
+mod auth;
 mod router;
 
+pub use auth::AuthCostArgs;
 pub use router::{GuaranteedArgs, RouterArgs, TopicMatchArgs};
 
 use crate::config::Settings;
@@ -174,28 +176,6 @@ pub struct PingArgs {
     /// Write an SVG plot: latency against size for --sizes, else the percentile distribution.
     #[arg(long)]
     plot: Option<PathBuf>,
-}
-
-/// Options of `lab auth-cost`.
-#[derive(Debug, Args)]
-pub struct AuthCostArgs {
-    #[command(flatten)]
-    common: Common,
-    /// Message size in bytes (at least 8).
-    #[arg(long, default_value = "64", value_parser = parse_size)]
-    size: usize,
-    /// Round trips recorded per round, per path.
-    #[arg(long, default_value_t = 20_000)]
-    count: u64,
-    /// Round trips before recording, per round and path.
-    #[arg(long, default_value_t = 2_000)]
-    warmup: u64,
-    /// Throughput per round, per path.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
-    duration: Duration,
-    /// Interleaved rounds, each: kernel UDP, reliable UDP, keyed reliable UDP.
-    #[arg(long, default_value_t = 5)]
-    rounds: usize,
 }
 
 #[derive(Debug, Args)]
@@ -571,18 +551,7 @@ impl LabCmd {
             },
             LabCmd::TopicMatch(a) => a.into_request(),
             LabCmd::Router(a) => a.into_request(dir),
-            LabCmd::AuthCost(a) => Request::AuthCost {
-                run: tickwire_lab::modes::auth_cost::AuthCost {
-                    size: a.size,
-                    count: a.count,
-                    warmup: a.warmup,
-                    duration: a.duration,
-                    rounds: a.rounds,
-                    cpus: a.common.cpus,
-                    dir,
-                },
-                json: a.common.json,
-            },
+            LabCmd::AuthCost(a) => a.into_request(dir),
             LabCmd::Guaranteed(a) => a.into_request(dir),
             LabCmd::Doctor(a) => Request::Doctor(DoctorRequest {
                 cpus: a.cpus,
