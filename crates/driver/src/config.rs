@@ -12,6 +12,7 @@
 //! | `nak-delay-max`, `group-size` | - / 500us, 10 | randomised NAK delay (multicast) |
 //! | `nak-retry` | 500us / 10ms | least wait before NAKing again (stretched to 2x the measured repair time, doubled per retry) |
 //! | `nak-retry-initial` | 10ms | retry wait before any repair time was measured |
+//! | `nak-retry-max` | 250ms | longest wait between NAKs of one gap |
 //! | `linger` | 200us / 5ms | ignore repeated NAKs of a range just retransmitted |
 //! | `heartbeat` | 1ms | heartbeat after this long idle |
 //! | `status-interval` | 100ms | STATUS at least this often (and after each quarter window consumed) |
@@ -205,6 +206,7 @@ impl ChannelConfig {
             nak_delay,
             nak_retry: ns(uri.duration("nak-retry", if mc { ms(10) } else { us(500) })?),
             nak_retry_initial: ns(uri.duration("nak-retry-initial", ms(10))?),
+            nak_retry_max: ns(uri.duration("nak-retry-max", ms(250))?),
             status_interval: ns(uri.duration("status-interval", ms(100))?),
             session_timeout: ns(uri.duration("session-timeout", ms(1000))?),
             setup_request_interval: ns(ms(1)),

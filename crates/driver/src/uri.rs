@@ -24,6 +24,7 @@ pub const KEYS: &[&str] = &[
     "group-size",
     "nak-retry",
     "nak-retry-initial",
+    "nak-retry-max",
     "linger",
     "heartbeat",
     "status-interval",

@@ -286,7 +286,7 @@ impl Run {
     }
 
     /// A clean network until everything offered is delivered (or lost, as
-    /// reported): 5,000 timer steps, up to 50 s of virtual time.
+    /// reported): 5,000 timer steps, 5 to 50 s of virtual time.
     fn drain(&mut self) {
         self.data.clear();
         self.control.clear();
@@ -297,9 +297,9 @@ impl Run {
             if caught_up && (self.lost || self.next == self.offered) {
                 return;
             }
-            // To the next timer, 100 us to 10 ms ahead (at most 50 s in all).
+            // To the next timer, 1 to 10 ms ahead (5 to 50 s in all).
             let next = [self.s.poll_timeout(), self.r.poll_timeout()].into_iter().flatten().min();
-            self.now = next.unwrap_or(u64::MAX).clamp(self.now + 100_000, self.now + 10_000_000);
+            self.now = next.unwrap_or(u64::MAX).clamp(self.now + 1_000_000, self.now + 10_000_000);
             self.transmit();
             for d in std::mem::take(&mut self.data) {
                 self.deliver_data(SENDER_AT, &d);

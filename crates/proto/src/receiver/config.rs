@@ -23,6 +23,10 @@ pub struct ReceiverConfig {
     /// stream can queue a repair behind a full window of data, so the first
     /// guess is conservative, as TCP's initial RTO is.
     pub nak_retry_initial: Nanos,
+    /// The longest wait between NAKs of one gap, however long repairs have
+    /// taken and however often it was retried: a repair time measured under
+    /// a burst of delay must not leave a gap unasked for seconds.
+    pub nak_retry_max: Nanos,
     /// STATUS is sent at least this often (and whenever a quarter of the
     /// window has been consumed since the last one).
     pub status_interval: Nanos,
@@ -60,6 +64,7 @@ impl Default for ReceiverConfig {
             nak_delay: NakDelay::Static(20_000),
             nak_retry: 500_000,
             nak_retry_initial: 10_000_000,
+            nak_retry_max: 250_000_000,
             status_interval: 1_000_000,
             session_timeout: 1_000_000_000,
             setup_request_interval: 1_000_000,

@@ -460,7 +460,7 @@ impl Receiver {
             } else {
                 cfg.nak_retry.max(im.srtt.saturating_mul(2))
             };
-            t.deadline = now + (rto << (t.sent - 1).min(4));
+            t.deadline = now + (rto << (t.sent - 1).min(4)).min(cfg.nak_retry_max.max(cfg.nak_retry));
             stats.naks_sent += 1;
             if t.sent > 1 {
                 stats.nak_retries += 1;
