@@ -7,7 +7,8 @@
 # After each target the corpus is minimised (cargo fuzz cmin), so what is
 # committed under fuzz/corpus stays small; make test replays it too.
 # No sanitizer: the targets' crates forbid unsafe code, so AddressSanitizer
-# finds nothing the Rust checks would not, at a third of the speed.
+# finds nothing the Rust checks would not, at a third of the speed. Debug
+# assertions are on, overflow checks with them: an overflow is a finding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-60}
@@ -26,7 +27,7 @@ for t in $targets; do
     mkdir -p "fuzz/corpus/$t"
     log="fuzz/logs/$t.log"
     echo "fuzz $t: up to ${seconds}s, runs ${runs} (-1: unbounded)"
-    if ! cargo +nightly fuzz run --release --sanitizer none "$t" -- -max_total_time="$seconds" -runs="$runs" \
+    if ! cargo +nightly fuzz run --release --debug-assertions --sanitizer none "$t" -- -max_total_time="$seconds" -runs="$runs" \
         -print_final_stats=1 -max_len=4096 > "$log" 2>&1; then
         tail -40 "$log"
         echo "fuzz $t FAILED: the crashing input is under fuzz/artifacts/$t/ (log: $log)"
@@ -34,7 +35,7 @@ for t in $targets; do
     fi
     execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
     secs=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | grep -o 'in [0-9]*' | grep -o '[0-9]*' || echo "$seconds")
-    cargo +nightly fuzz cmin --release --sanitizer none "$t" >> "$log" 2>&1
+    cargo +nightly fuzz cmin --release --debug-assertions --sanitizer none "$t" >> "$log" 2>&1
     files=$(ls "fuzz/corpus/$t" | wc -l)
     echo "$t: $execs inputs in ${secs}s, no crash; corpus $files files after cmin" | tee -a "$summary"
 done

@@ -22,6 +22,7 @@
 //!   a SETUP that echoes the challenge it sent in its SETUP request, so a
 //!   captured session cannot be replayed to a receiver as a new one.
 
+use crate::invalid::Invalid;
 use tickwire_wire::auth::{AuthFrame, AuthRepr, LEN, MAC, MAC_LEN};
 use tickwire_wire::{FrameHeader, FrameType};
 
@@ -174,6 +175,25 @@ pub fn open<'a>(key: &AuthKey, datagram: &'a [u8]) -> Result<(&'a [u8], Sealed),
     Ok((&datagram[..at], s))
 }
 
+/// A received datagram's frames and, on a keyed channel, what its AUTH
+/// frame says; or why it is dropped unread: keyed, no valid AUTH frame;
+/// unkeyed, a keyed datagram (the other end has a key, this one none).
+pub(crate) fn unseal<'a>(key: Option<&AuthKey>, datagram: &'a [u8]) -> Result<(&'a [u8], Option<Sealed>), Invalid> {
+    match key {
+        None if ends_with_auth(datagram) => Err(Invalid::Unauthenticated),
+        None => Ok((datagram, None)),
+        Some(key) => open(key, datagram).map(|(b, s)| (b, Some(s))).map_err(|_| Invalid::Unauthenticated),
+    }
+}
+
+/// Whether an unkeyed endpoint got a keyed datagram (its last 64 bytes are
+/// an AUTH frame): the other end has a key and this one has none, so
+/// nothing in it is read.
+fn ends_with_auth(datagram: &[u8]) -> bool {
+    let at = datagram.len().wrapping_sub(LEN);
+    datagram.len() >= LEN && FrameHeader::new_checked(&datagram[at..]).is_ok_and(|h| h.frame_type() == FrameType::Auth)
+}
+
 /// The sequences seen from one origin: the highest, and which of the 1024
 /// before it (as IPsec's and WireGuard's anti-replay windows).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,7 +224,7 @@ impl ReplayWindow {
         if seq >= self.top {
             return seq != u64::MAX;
         }
-        seq + SPAN >= self.top && !self.get(seq)
+        seq.saturating_add(SPAN) >= self.top && !self.get(seq)
     }
 
     /// A window that has seen `seq` and takes everything before it as seen

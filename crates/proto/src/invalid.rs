@@ -28,8 +28,8 @@ pub enum Invalid {
     BadEnd,
     /// A retained-from ahead of the heartbeat's own position.
     BadRetained,
-    /// SETUP with an unusable MTU or position, or (keyed) without the echo
-    /// of this receiver's challenge.
+    /// SETUP with an unusable MTU or a misaligned (or absurdly far,
+    /// beyond 2^62) initial position.
     BadSetup,
     /// STATUS granting more than any receiver may (a window over 1 GiB) or
     /// consuming beyond what was sent.

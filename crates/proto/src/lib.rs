@@ -160,15 +160,6 @@ pub fn frames(datagram: &[u8]) -> impl Iterator<Item = Result<(FrameType, &[u8])
     })
 }
 
-/// Whether an unkeyed endpoint got a keyed datagram (its last 64 bytes are
-/// an AUTH frame): the other end has a key and this one has none, so
-/// nothing in it is read.
-pub(crate) fn ends_with_auth(datagram: &[u8]) -> bool {
-    let at = datagram.len().wrapping_sub(tickwire_wire::auth::LEN);
-    datagram.len() >= tickwire_wire::auth::LEN
-        && FrameHeader::new_checked(&datagram[at..]).is_ok_and(|h| h.frame_type() == FrameType::Auth)
-}
-
 /// Whether a frame (at least a checked header) belongs to `session`/`stream`:
 /// a keyed datagram's frames must all be of the session its AUTH frame names.
 pub(crate) fn same_session(frame: &[u8], session: u32, stream: u32) -> bool {

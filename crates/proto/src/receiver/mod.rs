@@ -19,6 +19,9 @@ use tickwire_wire::{
 
 /// A heartbeat or frame further than this past the window is rejected.
 const MAX_JUMP: u64 = 1 << 40;
+/// The furthest a session may start: 2^62 bytes, 146 years at 1 GB/s, so
+/// that no position sum can overflow.
+const MAX_POSITION: u64 = 1 << 62;
 /// Times another receiver's NAK may hold back ours for one gap.
 const MAX_SUPPRESSIONS: u32 = 4;
 /// Other receivers (multicast, keyed) whose NAK sequences are tracked.
@@ -113,13 +116,9 @@ impl Receiver {
                 return;
             }
         }
-        let (bytes, sealed) = match &self.cfg.auth {
-            None if crate::ends_with_auth(datagram) => return self.reject(Invalid::Unauthenticated),
-            None => (datagram, None),
-            Some(key) => match auth::open(key, datagram) {
-                Ok((b, s)) => (b, Some(s)),
-                Err(auth::Unsealed::Unauthenticated) => return self.reject(Invalid::Unauthenticated),
-            },
+        let (bytes, sealed) = match auth::unseal(self.cfg.auth.as_ref(), datagram) {
+            Ok(x) => x,
+            Err(why) => return self.reject(why),
         };
         if let Some(s) = &sealed {
             if !self.fresh(s) {
@@ -230,14 +229,15 @@ impl Receiver {
         let bytes = f.as_bytes();
         let flen = bytes.len();
         let alen = align_frame(flen) as u64;
-        let why = if pos % A != 0 {
+        // Bounds first: every sum below then stays far from overflow.
+        let why = if pos > im.rcv_pos + MAX_JUMP {
+            Some(Invalid::TooFar)
+        } else if pos % A != 0 {
             Some(Invalid::Misaligned)
         } else if flen > im.mtu {
             Some(Invalid::Oversized)
         } else if im.eos.is_some_and(|e| pos + alen > e) {
             Some(Invalid::BadEnd)
-        } else if pos > im.rcv_pos + MAX_JUMP {
-            Some(Invalid::TooFar)
         } else if pos < im.rcv_pos && pos + alen > im.rcv_pos {
             Some(Invalid::Overlap)
         } else {
@@ -351,7 +351,7 @@ impl Receiver {
             return;
         }
         let (pos, mtu) = (f.initial_position(), f.mtu() as usize);
-        if pos % A != 0 || mtu % FRAME_ALIGNMENT != 0 || mtu > MAX_MTU {
+        if pos % A != 0 || pos > MAX_POSITION || mtu % FRAME_ALIGNMENT != 0 || mtu > MAX_MTU {
             return self.reject(Invalid::BadSetup);
         }
         if let Some(mut old) = self.image.take() {

@@ -51,13 +51,9 @@ impl Sender {
     /// Processes a control datagram (STATUS, NAK) from a receiver at `from`.
     /// What is invalid is counted by reason and changes nothing.
     pub fn handle_datagram(&mut self, now: Nanos, from: SocketAddrV4, datagram: &[u8]) {
-        let (bytes, sealed) = match &self.cfg.auth {
-            None if crate::ends_with_auth(datagram) => return self.reject(Invalid::Unauthenticated),
-            None => (datagram, None),
-            Some(key) => match auth::open(key, datagram) {
-                Ok((b, s)) => (b, Some(s)),
-                Err(auth::Unsealed::Unauthenticated) => return self.reject(Invalid::Unauthenticated),
-            },
+        let (bytes, sealed) = match auth::unseal(self.cfg.auth.as_ref(), datagram) {
+            Ok(x) => x,
+            Err(why) => return self.reject(why),
         };
         if let Some(s) = &sealed {
             if !self.ours(s.session_id, s.stream_id) {
