@@ -194,6 +194,14 @@ fn ends_with_auth(datagram: &[u8]) -> bool {
     datagram.len() >= LEN && FrameHeader::new_checked(&datagram[at..]).is_ok_and(|h| h.frame_type() == FrameType::Auth)
 }
 
+/// Whether a datagram ends with an AUTH frame that says it comes from a
+/// sender (unchecked: only to skip what would be dropped anyway).
+pub(crate) fn claims_a_sender(datagram: &[u8]) -> bool {
+    let Some(tail) = datagram.len().checked_sub(LEN).map(|at| &datagram[at..]) else { return false };
+    FrameHeader::new_checked(tail)
+        .is_ok_and(|h| h.frame_type() == FrameType::Auth && h.flags() & tickwire_wire::flags::FROM_RECEIVER == 0)
+}
+
 /// The sequences seen from one origin: the highest, and which of the 1024
 /// before it (as IPsec's and WireGuard's anti-replay windows).
 #[derive(Debug, Clone, PartialEq, Eq)]
