@@ -147,11 +147,8 @@ mod tests {
             }
             let code = t.split(" #").next().unwrap_or("").trim_start_matches('#');
             for stage in code.split('|').filter(|s| !t.starts_with('#') && !s.trim().is_empty()) {
-                let words: Vec<String> = stage
-                    .split_whitespace()
-                    .map(|w| w.trim_matches('"').to_owned())
-                    .filter(|w| w != "&" && w != "\\")
-                    .collect();
+                let words: Vec<String> =
+                    stage.split_whitespace().map(|w| unquote(w).to_owned()).filter(|w| w != "&" && w != "\\").collect();
                 let program = words
                     .iter()
                     .position(|w| w == "$T" || w == "tickwire" || (w.ends_with("/tickwire") && !w.contains('=')));
@@ -161,6 +158,16 @@ mod tests {
             }
         }
         out
+    }
+
+    /// A word without the quotes around it (`'udp://...?auth=K'`); a
+    /// quote at one end only (`'tickwire --config ...'` split in words)
+    /// stays.
+    fn unquote(w: &str) -> &str {
+        match w.strip_prefix('\'').and_then(|r| r.strip_suffix('\'')) {
+            Some(inner) => inner,
+            None => w.trim_matches('"'),
+        }
     }
 
     /// README item: every command the docs show parses with today's CLI,

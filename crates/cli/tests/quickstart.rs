@@ -120,6 +120,20 @@ fn udp_subscriber_waits_prints_live_and_stays_for_the_next_publisher() {
     subscriber_stays_for_the_next_publisher(&format!("udp://127.0.0.1:{port}"));
 }
 
+/// The README's keyed channel: `keygen`, then the same two terminals with
+/// `auth=` on both ends.
+#[test]
+fn keyed_udp_subscriber_from_the_readme() {
+    let d = dir("keyed");
+    std::fs::create_dir_all(&d).unwrap();
+    let key = format!("{d}/md.key");
+    let out = Command::new(BIN).args(["keygen", &key]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let port = 30_001 + (std::process::id() % 20_000) as u16;
+    subscriber_stays_for_the_next_publisher(&format!("udp://127.0.0.1:{port}?auth={key}"));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 #[test]
 fn ctrl_c_stops_a_waiting_subscriber_with_its_summary_and_exit_0() {
     let d = dir("ctrlc");

@@ -89,6 +89,29 @@ impl Receiver {
     pub fn source(&self) -> Option<SocketAddrV4> {
         self.image.as_ref().map(|im| im.source)
     }
+    #[doc(hidden)]
+    pub fn debug_state(&self) -> String {
+        let f = |im: &Image| {
+            format!(
+                "sess {} src {} rcv {} hw {} ret {} eos {:?} ended {} abandoned {} last_heard {}",
+                im.session_id,
+                im.source,
+                im.rcv_pos,
+                im.high_water,
+                im.retained_from,
+                im.eos,
+                im.ended,
+                im.abandoned,
+                im.last_heard
+            )
+        };
+        format!(
+            "image [{}] old [{}] setup_for {:?}",
+            self.image.as_ref().map_or("-".into(), f),
+            self.old.as_ref().map_or("-".into(), f),
+            self.setup_for
+        )
+    }
     /// The current session has ended and everything of it was delivered.
     pub fn is_ended(&self) -> bool {
         self.old.is_none() && self.image.as_ref().is_some_and(|im| im.ended)
@@ -187,7 +210,10 @@ impl Receiver {
         }
         let keyed = self.cfg.auth.is_some();
         match &mut self.image {
-            Some(im) if im.session_id == session && im.source == from => true,
+            Some(im) if im.session_id == session && im.source == from => {
+                self.setup_for = self.setup_for.filter(|(s, _)| *s != session);
+                true
+            }
             Some(im) if im.session_id == session && keyed => {
                 // Authentic and fresh, from another address: the sender
                 // moved, or a copy raced the original (which then counts
@@ -330,9 +356,13 @@ impl Receiver {
         let keyed = sealed.is_some();
         if let Some(im) = &mut self.image {
             if im.session_id == session && (im.source == from || keyed) {
-                // Our STATUS may have been lost: answer again.
+                // Our STATUS may have been lost: answer again. (A request
+                // for this session, drawn by a stray while the session was
+                // silent, is answered.)
                 im.source = from;
                 im.status_now = true;
+                im.last_heard = now;
+                self.setup_for = self.setup_for.filter(|(s, _)| *s != session);
                 return;
             }
             if !im.replaceable(now, self.cfg.session_timeout) || self.old.is_some() {

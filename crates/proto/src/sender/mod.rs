@@ -75,7 +75,10 @@ pub struct Sender {
     ever_connected: bool,
     limit: u64,
     retransmits: Vec<Retransmit>,
+    /// Last DATA or HEARTBEAT sent (not SETUP): heartbeats follow idleness.
     last_send: Nanos,
+    /// The datagram being written is a SETUP.
+    setup_sent: bool,
     next_setup: Nanos,
     setup_now: bool,
     heartbeat_now: bool,
@@ -110,6 +113,7 @@ impl Sender {
             limit: 0,
             retransmits: Vec::new(),
             last_send: now,
+            setup_sent: false,
             next_setup: now,
             setup_now: true,
             heartbeat_now: false,
@@ -294,6 +298,7 @@ impl Sender {
         let buf = &mut buf[..self.cfg.mtu];
         let room = payload_mtu(&self.cfg);
         self.echo = 0;
+        self.setup_sent = false;
         let mut n = self.next_datagram(now, &mut buf[..room])?;
         if let Some(key) = &self.cfg.auth {
             let s = Sealed {
@@ -308,13 +313,19 @@ impl Sender {
             n = auth::seal(key, buf, n, s)?;
         }
         self.stats.datagrams += 1;
-        self.last_send = now;
+        // A SETUP says nothing to a receiver that has joined: answering
+        // SETUP requests must not hold back the heartbeats that tell it
+        // where the stream stands.
+        if !self.setup_sent {
+            self.last_send = now;
+        }
         Some(n)
     }
 
     fn next_datagram(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
         if self.setup_now || (self.peers.is_empty() && !self.closed && now >= self.next_setup) {
             // Keyed: each SETUP answers one request, echoing its challenge.
+            self.setup_sent = true;
             self.echo = self.challenges.pop_front().unwrap_or(0);
             self.setup_now = !self.challenges.is_empty();
             self.next_setup = now + self.cfg.setup_interval;
