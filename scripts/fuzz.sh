@@ -12,6 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-60}
+# FUZZ_ASSERTIONS=0: without debug assertions (twice the inputs per second).
+assertions=--debug-assertions
+[ "${FUZZ_ASSERTIONS:-1}" = 0 ] && assertions=
 runs=${FUZZ_RUNS:--1}
 targets=${FUZZ_TARGETS:-"wire client journal_record receiver sender"}
 if ! rustup toolchain list | grep -q '^nightly'; then
@@ -21,13 +24,13 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked
 fi
 mkdir -p fuzz/logs
-summary=fuzz/logs/summary.txt
+summary=${FUZZ_SUMMARY:-fuzz/logs/summary.txt}
 : > "$summary"
 for t in $targets; do
     mkdir -p "fuzz/corpus/$t"
     log="fuzz/logs/$t.log"
     echo "fuzz $t: up to ${seconds}s, runs ${runs} (-1: unbounded)"
-    if ! cargo +nightly fuzz run --release --debug-assertions --sanitizer none "$t" -- -max_total_time="$seconds" -runs="$runs" \
+    if ! cargo +nightly fuzz run --release $assertions --sanitizer none "$t" -- -max_total_time="$seconds" -runs="$runs" \
         -print_final_stats=1 -max_len=4096 > "$log" 2>&1; then
         tail -40 "$log"
         echo "fuzz $t FAILED: the crashing input is under fuzz/artifacts/$t/ (log: $log)"
@@ -35,7 +38,7 @@ for t in $targets; do
     fi
     execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
     secs=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | grep -o 'in [0-9]*' | grep -o '[0-9]*' || echo "$seconds")
-    cargo +nightly fuzz cmin --release --debug-assertions --sanitizer none "$t" >> "$log" 2>&1
+    cargo +nightly fuzz cmin --release $assertions --sanitizer none "$t" >> "$log" 2>&1
     files=$(ls "fuzz/corpus/$t" | wc -l)
     echo "$t: $execs inputs in ${secs}s, no crash; corpus $files files after cmin" | tee -a "$summary"
 done
