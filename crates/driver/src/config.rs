@@ -87,7 +87,6 @@ fn ns(d: Duration) -> u64 {
     d.as_nanos().min(u128::from(u64::MAX)) as u64
 }
 
-/// A number that differs between processes and runs.
 /// A random non-zero u32 from the operating system (session and receiver
 /// ids: another host cannot guess the next one from the last).
 pub(crate) fn random_u32() -> u32 {
@@ -130,6 +129,9 @@ pub fn write_key(path: &str, replace: bool) -> Result<(), DriverError> {
         std::io::ErrorKind::AlreadyExists => err("exists (--force replaces it)".into()),
         _ => err(e.to_string()),
     })?;
+    // A replaced file keeps its mode: make it the owner's alone first.
+    use std::os::unix::fs::PermissionsExt;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(|e| err(e.to_string()))?;
     writeln!(f, "{}", key.to_hex()).map_err(|e| err(e.to_string()))
 }
 

@@ -107,18 +107,18 @@ fn without_the_key_nothing_forged_lands() {
         frames.push(b);
     };
     let payload = 4_242u32.to_le_bytes();
-    emit(&|b| {
-        DataRepr {
+    let data_at = |b: &mut [u8], position: u64| {
+        let r = DataRepr {
             session_id: sid,
             stream_id: stream,
-            position: pos,
+            position,
             flags: flags::UNFRAGMENTED,
             topic: "",
             payload: &payload,
-        }
-        .emit(b)
-        .unwrap()
-    });
+        };
+        r.emit(b).unwrap()
+    };
+    emit(&|b| data_at(b, pos));
     emit(&|b| {
         HeartbeatRepr {
             session_id: sid,
@@ -135,18 +135,7 @@ fn without_the_key_nothing_forged_lands() {
             .emit(b)
             .unwrap()
     });
-    emit(&|b| {
-        DataRepr {
-            session_id: sid,
-            stream_id: stream,
-            position: pos + 8,
-            flags: flags::UNFRAGMENTED,
-            topic: "",
-            payload: &payload,
-        }
-        .emit(b)
-        .unwrap()
-    });
+    emit(&|b| data_at(b, pos + 8)); // misaligned
     emit(&|b| {
         SetupRepr { session_id: 0xbad, stream_id: stream, initial_position: 0, mtu: 1408, max_message: 4096 }
             .emit(b)
