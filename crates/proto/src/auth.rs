@@ -151,14 +151,10 @@ pub fn seal(key: &AuthKey, buf: &mut [u8], len: usize, s: Sealed) -> Option<usiz
 /// [`Unsealed::Unauthenticated`] if the datagram does not end with an AUTH
 /// frame whose MAC under `key` matches.
 pub fn open<'a>(key: &AuthKey, datagram: &'a [u8]) -> Result<(&'a [u8], Sealed), Unsealed> {
-    let Some(at) = datagram.len().checked_sub(LEN).filter(|at| at % tickwire_wire::FRAME_ALIGNMENT == 0) else {
+    let Some((at, tail)) = auth_tail(datagram).filter(|(at, _)| at % tickwire_wire::FRAME_ALIGNMENT == 0) else {
         return Err(Unsealed::Unauthenticated);
     };
-    let tail = &datagram[at..];
-    let is_auth = FrameHeader::new_checked(tail).is_ok_and(|h| h.frame_type() == FrameType::Auth);
-    let Some(f) = is_auth.then(|| AuthFrame::new_checked(tail).ok()).flatten() else {
-        return Err(Unsealed::Unauthenticated);
-    };
+    let Ok(f) = AuthFrame::new_checked(tail) else { return Err(Unsealed::Unauthenticated) };
     let want = key.mac(&datagram[..at + MAC]);
     // Constant time: how much of a MAC matched says nothing.
     if want.iter().zip(f.mac()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) != 0 {
@@ -190,16 +186,22 @@ pub(crate) fn unseal<'a>(key: Option<&AuthKey>, datagram: &'a [u8]) -> Result<(&
 /// an AUTH frame): the other end has a key and this one has none, so
 /// nothing in it is read.
 fn ends_with_auth(datagram: &[u8]) -> bool {
-    let at = datagram.len().wrapping_sub(LEN);
-    datagram.len() >= LEN && FrameHeader::new_checked(&datagram[at..]).is_ok_and(|h| h.frame_type() == FrameType::Auth)
+    auth_tail(datagram).is_some()
+}
+
+/// The last 64 bytes of `datagram` and where they start, if they begin
+/// with a valid AUTH frame header (the MAC is not checked).
+fn auth_tail(datagram: &[u8]) -> Option<(usize, &[u8])> {
+    let at = datagram.len().checked_sub(LEN)?;
+    let tail = &datagram[at..];
+    FrameHeader::new_checked(tail).is_ok_and(|h| h.frame_type() == FrameType::Auth).then_some((at, tail))
 }
 
 /// Whether a datagram ends with an AUTH frame that says it comes from a
 /// sender (unchecked: only to skip what would be dropped anyway).
 pub(crate) fn claims_a_sender(datagram: &[u8]) -> bool {
-    let Some(tail) = datagram.len().checked_sub(LEN).map(|at| &datagram[at..]) else { return false };
-    FrameHeader::new_checked(tail)
-        .is_ok_and(|h| h.frame_type() == FrameType::Auth && h.flags() & tickwire_wire::flags::FROM_RECEIVER == 0)
+    auth_tail(datagram)
+        .is_some_and(|(_, tail)| FrameHeader::new_unchecked(tail).flags() & tickwire_wire::flags::FROM_RECEIVER == 0)
 }
 
 /// The sequences seen from one origin: the highest, and which of the 1024
