@@ -327,6 +327,9 @@ pub fn publish(s: &Settings, a: &PubArgs) -> Result<(), String> {
     install_ctrl_c();
     let ctx = Context::new(&s.dir).map_err(|e| e.to_string())?;
     let mut p = open_publication(&ctx, s, a)?;
+    if let Some(note) = p.udp_sender().and_then(|u| u.transport_note().map(str::to_string)) {
+        eprintln!("{note}");
+    }
     eprintln!("publishing on {} stream {} ({})", a.channel, a.stream, s.dir.display());
     if !wait_for_subscriber(&mut p, a)? {
         eprintln!("stopped before a subscriber came");
@@ -501,6 +504,9 @@ pub fn subscribe(s: &Settings, a: &SubArgs) -> Result<(), String> {
             }
             Channel::Udp(_) if waited => {}
             Channel::Udp(_) => {
+                if let Some(note) = sub.udp_receiver().and_then(|r| r.transport_note().map(str::to_string)) {
+                    eprintln!("{note}");
+                }
                 eprintln!("waiting for a publisher on {} stream {} (Ctrl-C to stop)", a.channel, a.stream)
             }
         }

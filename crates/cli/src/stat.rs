@@ -92,11 +92,14 @@ fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
                             Kind::Router => "router",
                             Kind::RouterClient => "router-client",
                             Kind::RouterTopic => "router-topic",
+                            Kind::Xdp => "xdp",
                         };
                         let vals: Vec<String> =
                             set.kind.names().iter().zip(set.values).map(|(n, v)| format!("{n}={v}")).collect();
                         out.push_str(&match set.kind {
-                            Kind::Router | Kind::RouterTopic => format!("  {side} {}: {}\n", set.label, vals.join(" ")),
+                            Kind::Router | Kind::RouterTopic | Kind::Xdp => {
+                                format!("  {side} {}: {}\n", set.label, vals.join(" "))
+                            }
                             Kind::RouterClient => {
                                 format!("  {side} {} (id {}): {}\n", set.label, set.stream_id, vals.join(" "))
                             }

@@ -53,6 +53,9 @@ pub enum DriverError {
     /// The socket failed.
     #[error(transparent)]
     Transport(#[from] TransportError),
+    /// `xdp=required` and AF_XDP could not be set up: why.
+    #[error("AF_XDP: {0}")]
+    Xdp(String),
     /// A shared-memory log or the counters file failed.
     #[error(transparent)]
     Shm(#[from] tickwire_shm::ShmError),
@@ -81,6 +84,8 @@ pub struct ChannelConfig {
     pub control_poll: Duration,
     /// Socket buffer size.
     pub buffer_bytes: usize,
+    /// AF_XDP: `xdp`, `xdp-mode`, `xdp-checksum`.
+    pub xdp: crate::udp::xdp::XdpSettings,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -253,6 +258,7 @@ impl ChannelConfig {
             subscription_impair,
             control_poll: uri.duration("control-poll", us(100))?,
             buffer_bytes: uri.size("buffer", DEFAULT_BUFFER_BYTES)?,
+            xdp: crate::udp::xdp::XdpSettings::from_uri(uri)?,
         })
     }
 

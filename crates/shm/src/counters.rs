@@ -59,6 +59,9 @@ pub enum Kind {
     RouterClient = 6,
     /// One topic through a router (label: the topic).
     RouterTopic = 7,
+    /// The AF_XDP path of a `udp://` channel that asked for it (label: the
+    /// channel); names from `tickwire_transport::XdpStats`.
+    Xdp = 8,
 }
 
 impl Kind {
@@ -72,6 +75,7 @@ impl Kind {
             Kind::Router => &ROUTER_NAMES,
             Kind::RouterClient => &ROUTER_CLIENT_NAMES,
             Kind::RouterTopic => &ROUTER_TOPIC_NAMES,
+            Kind::Xdp => &XDP_NAMES,
         }
     }
     fn from_u32(v: u32) -> Option<Self> {
@@ -83,6 +87,7 @@ impl Kind {
             5 => Some(Kind::Router),
             6 => Some(Kind::RouterClient),
             7 => Some(Kind::RouterTopic),
+            8 => Some(Kind::Xdp),
             _ => None,
         }
     }
@@ -220,6 +225,25 @@ pub const ROUTER_CLIENT_NAMES: [&str; 9] = [
 
 /// Router topic values, in index order.
 pub const ROUTER_TOPIC_NAMES: [&str; 4] = ["messages_in", "bytes_in", "deliveries", "bytes_out"];
+/// AF_XDP value names (`tickwire_transport::XdpStats::values` order).
+pub const XDP_NAMES: [&str; 16] = [
+    "xdp_rx_packets",
+    "xdp_rx_bytes",
+    "xdp_tx_packets",
+    "xdp_tx_bytes",
+    "rx_ring_full",
+    "fill_empty",
+    "tx_ring_full",
+    "tx_kicks",
+    "kernel_rx",
+    "kernel_tx",
+    "checksum_failures",
+    "checksum_partial",
+    "malformed",
+    "passed_to_kernel",
+    "route_changes",
+    "fallbacks",
+];
 
 /// A process's counters file (or a private anonymous block).
 #[derive(Debug)]

@@ -154,4 +154,8 @@ impl<T: Transport> Transport for Impaired<T> {
     fn impairment(&self) -> Option<[ImpairStats; 4]> {
         Some(self.stats())
     }
+
+    fn xdp_stats(&self) -> Option<crate::XdpStats> {
+        self.inner.xdp_stats()
+    }
 }

@@ -11,7 +11,8 @@
 //!                    unicast or multicast (IP_ADD_MEMBERSHIP on an interface)
 //!   [ TcpTransport ] each datagram a length-prefixed frame on a connection,
 //!                    made again when it breaks, under one identity
-//!   (AF_XDP implements the same trait later)
+//!   [ XdpTransport ] (crate tickwire-xdp) AF_XDP: tickwire's UDP flows
+//!                    in user space, beside a kernel socket on the same port
 //! ```
 //!
 //! * [`Transport`]: what every transport provides: batched send to an
@@ -128,7 +129,8 @@ impl RecvBatch {
     pub fn get(&self, i: usize) -> (&[u8], SocketAddrV4) {
         (&self.data[i * self.slot..i * self.slot + self.lens[i]], self.addrs[i])
     }
-    pub(crate) fn clear(&mut self) {
+    /// Empties the batch (a transport's `recv_batch` starts with it).
+    pub fn clear(&mut self) {
         self.count = 0;
     }
     /// Appends a datagram copy (used by wrappers); false if full.
@@ -176,6 +178,77 @@ pub trait Transport: Send {
     fn impairment(&self) -> Option<[tickwire_impair::ImpairStats; 4]> {
         None
     }
+
+    /// What the AF_XDP path did, if this transport is `tickwire-xdp`'s.
+    fn xdp_stats(&self) -> Option<XdpStats> {
+        None
+    }
+}
+
+/// What an AF_XDP transport (`tickwire-xdp`) did: `tickwire stat` shows
+/// these, in this order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct XdpStats {
+    /// Datagrams received through the AF_XDP socket.
+    pub rx_packets: u64,
+    /// Their UDP payload bytes.
+    pub rx_bytes: u64,
+    /// Datagrams sent through the AF_XDP socket.
+    pub tx_packets: u64,
+    /// Their UDP payload bytes.
+    pub tx_bytes: u64,
+    /// Packets the kernel dropped because the RX ring was full.
+    pub rx_ring_full: u64,
+    /// Times the kernel found the fill ring empty.
+    pub fill_empty: u64,
+    /// Sends that found no free frame or no room on the TX ring.
+    pub tx_ring_full: u64,
+    /// `sendto` kicks of the TX ring (copy mode needs one per batch).
+    pub tx_kicks: u64,
+    /// Datagrams of our flows that reached us through the kernel socket
+    /// (passed by the program: another queue, or before the socket was in).
+    pub kernel_rx: u64,
+    /// Datagrams sent through the kernel socket (next hop unresolved,
+    /// another interface, or larger than a frame).
+    pub kernel_tx: u64,
+    /// Frames dropped for a wrong IPv4 or UDP checksum.
+    pub checksum_failures: u64,
+    /// Frames accepted with a partial UDP checksum (a veth peer's offload).
+    pub checksum_partial: u64,
+    /// Frames dropped as not IPv4/UDP or with lengths that do not add up.
+    pub malformed: u64,
+    /// Packets the program passed to the kernel on this interface (not
+    /// tickwire's: ARP, ICMP, other ports), all processes.
+    pub passed: u64,
+    /// Times the kernel's routes or neighbours changed under us.
+    pub route_changes: u64,
+    /// 1 if this channel asked for AF_XDP and fell back to kernel UDP.
+    pub fallbacks: u64,
+}
+
+impl XdpStats {
+    /// The counters, in the order `tickwire stat` names them
+    /// (`tickwire_shm::counters::XDP_NAMES`).
+    pub fn values(&self) -> [u64; 16] {
+        [
+            self.rx_packets,
+            self.rx_bytes,
+            self.tx_packets,
+            self.tx_bytes,
+            self.rx_ring_full,
+            self.fill_empty,
+            self.tx_ring_full,
+            self.tx_kicks,
+            self.kernel_rx,
+            self.kernel_tx,
+            self.checksum_failures,
+            self.checksum_partial,
+            self.malformed,
+            self.passed,
+            self.route_changes,
+            self.fallbacks,
+        ]
+    }
 }
 
 impl<T: Transport + ?Sized> Transport for Box<T> {
@@ -193,5 +266,8 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn impairment(&self) -> Option<[tickwire_impair::ImpairStats; 4]> {
         (**self).impairment()
+    }
+    fn xdp_stats(&self) -> Option<XdpStats> {
+        (**self).xdp_stats()
     }
 }

@@ -58,6 +58,12 @@ impl UdpTransport {
     }
 }
 
+impl std::os::fd::AsRawFd for UdpTransport {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.socket.as_raw_fd()
+    }
+}
+
 impl Transport for UdpTransport {
     fn send_batch(&mut self, to: SocketAddrV4, datagrams: &[&[u8]]) -> Result<usize, TransportError> {
         let mut sent = 0;

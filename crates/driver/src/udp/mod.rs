@@ -10,6 +10,7 @@
 
 mod receiver;
 mod sender;
+pub mod xdp;
 
 pub use receiver::UdpReceiver;
 pub use sender::{CloseError, UdpSender};
@@ -18,10 +19,10 @@ use crate::{ChannelConfig, DriverError};
 use tickwire_transport::{ImpairSettings, Impaired, TcpTransport, Transport, UdpTransport};
 
 /// The transport of a publication (`publication`) or a subscription: a UDP
-/// socket, or over `tcp://` a connection to the endpoint (publication) or
-/// a listener on it (subscription); wrapped in the URI's impairment if it
-/// asks for any.
-fn open_transport(cfg: &ChannelConfig, publication: bool) -> Result<Box<dyn Transport>, DriverError> {
+/// socket (or AF_XDP, `xdp=`), or over `tcp://` a connection to the
+/// endpoint (publication) or a listener on it (subscription); wrapped in the
+/// URI's impairment if it asks for any.
+fn open_transport(cfg: &ChannelConfig, publication: bool) -> Result<xdp::Opened, DriverError> {
     fn wrap<T: Transport + 'static>(t: T, impair: ImpairSettings) -> Box<dyn Transport> {
         if impair.is_none() {
             Box::new(t)
@@ -30,10 +31,28 @@ fn open_transport(cfg: &ChannelConfig, publication: bool) -> Result<Box<dyn Tran
         }
     }
     let impair = if publication { cfg.publication_impair } else { cfg.subscription_impair };
-    Ok(match (cfg.uri.tcp, publication) {
-        (true, true) => wrap(TcpTransport::connect(cfg.uri.endpoint), impair),
-        (true, false) => wrap(TcpTransport::listen(cfg.uri.endpoint)?, impair),
-        (false, true) => wrap(UdpTransport::open(&cfg.publication_socket()?)?, impair),
-        (false, false) => wrap(UdpTransport::open(&cfg.subscription_socket()?)?, impair),
-    })
+    let plain = |t: Box<dyn Transport>| xdp::Opened { transport: wrap(t, impair), note: None, fell_back: false };
+    let udp = match (cfg.uri.tcp, publication) {
+        (true, true) => return Ok(plain(Box::new(TcpTransport::connect(cfg.uri.endpoint)))),
+        (true, false) => return Ok(plain(Box::new(TcpTransport::listen(cfg.uri.endpoint)?))),
+        (false, true) => cfg.publication_socket()?,
+        (false, false) => cfg.subscription_socket()?,
+    };
+    if cfg.xdp.want == xdp::XdpUse::Off {
+        return Ok(plain(Box::new(UdpTransport::open(&udp)?)));
+    }
+    let peer = publication.then_some(*cfg.uri.endpoint.ip());
+    let opened = xdp::open(&cfg.xdp, udp, peer)?;
+    Ok(xdp::Opened { transport: wrap(opened.transport, impair), ..opened })
+}
+
+/// Publishes an AF_XDP counter set (`tickwire stat`) for a channel that
+/// asked for AF_XDP: the transport's counters, or a fallback.
+fn publish_xdp(set: Option<&tickwire_shm::CounterSet>, transport: &dyn Transport, fell_back: bool) {
+    if let Some(c) = set {
+        let s = transport
+            .xdp_stats()
+            .unwrap_or(tickwire_transport::XdpStats { fallbacks: u64::from(fell_back), ..Default::default() });
+        c.set_all(&s.values());
+    }
 }

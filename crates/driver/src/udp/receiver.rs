@@ -34,6 +34,11 @@ pub struct UdpReceiver {
     ctrl: Vec<u8>,
     next_counters: u64,
     counters: Option<CounterSet>,
+    /// The AF_XDP counters, if the channel asked for AF_XDP.
+    xdp_counters: Option<CounterSet>,
+    /// Which path the datagrams take and why (AF_XDP or its fallback).
+    transport_note: Option<String>,
+    xdp_fell_back: bool,
     send_errors: u64,
 }
 
@@ -69,8 +74,15 @@ impl UdpReceiver {
         let rcfg = tickwire_proto::ReceiverConfig { stream_id, ..cfg.receiver.clone() };
         let receiver_id = rcfg.receiver_id;
         let receiver = Receiver::new(rcfg).map_err(DriverError::Config)?;
-        let transport = super::open_transport(cfg, false)?;
+        let opened = super::open_transport(cfg, false)?;
+        let transport = opened.transport;
         let label = cfg.uri.to_string();
+        let xdp_counters = match counters {
+            Some(c) if cfg.xdp.want != super::xdp::XdpUse::Off => {
+                Some(c.allocate(Kind::Xdp, stream_id, receiver_id, &label)?)
+            }
+            _ => None,
+        };
         let counters = counters.map(|c| c.allocate(Kind::UdpReceiver, stream_id, receiver_id, &label)).transpose()?;
         Ok(Self {
             receiver,
@@ -80,6 +92,9 @@ impl UdpReceiver {
             ctrl: vec![0; 1408],
             next_counters: 0,
             counters,
+            xdp_counters,
+            transport_note: opened.note,
+            xdp_fell_back: opened.fell_back,
             send_errors: 0,
         })
     }
@@ -142,7 +157,19 @@ impl UdpReceiver {
         Ok(delivered)
     }
 
+    /// Which path the datagrams take and why: the AF_XDP set-up, or why
+    /// it fell back to kernel UDP (`xdp=auto`); `None` without `xdp=`.
+    pub fn transport_note(&self) -> Option<&str> {
+        self.transport_note.as_deref()
+    }
+
+    /// What the AF_XDP path did, if this channel uses it.
+    pub fn xdp_stats(&self) -> Option<tickwire_transport::XdpStats> {
+        self.transport.xdp_stats()
+    }
+
     fn publish_counters(&self) {
+        super::publish_xdp(self.xdp_counters.as_ref(), self.transport.as_ref(), self.xdp_fell_back);
         if let Some(c) = &self.counters {
             let s = self.receiver.stats();
             c.set_all(&[

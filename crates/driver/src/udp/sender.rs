@@ -43,6 +43,11 @@ pub struct UdpSender {
     next_timeout: u64,
     next_counters: u64,
     counters: Option<CounterSet>,
+    /// The AF_XDP counters, if the channel asked for AF_XDP.
+    xdp_counters: Option<CounterSet>,
+    /// Which path the datagrams take and why (AF_XDP or its fallback).
+    transport_note: Option<String>,
+    xdp_fell_back: bool,
     send_errors: u64,
 }
 
@@ -77,8 +82,15 @@ impl UdpSender {
         let scfg = tickwire_proto::SenderConfig { session_id, stream_id, ..cfg.sender.clone() };
         let mtu = scfg.mtu;
         let sender = Sender::new(scfg, now_ns()).map_err(DriverError::Config)?;
-        let transport = super::open_transport(cfg, true)?;
+        let opened = super::open_transport(cfg, true)?;
+        let transport = opened.transport;
         let label = cfg.uri.to_string();
+        let xdp_counters = match counters {
+            Some(c) if cfg.xdp.want != super::xdp::XdpUse::Off => {
+                Some(c.allocate(Kind::Xdp, stream_id, session_id, &label)?)
+            }
+            _ => None,
+        };
         let counters = counters.map(|c| c.allocate(Kind::UdpSender, stream_id, session_id, &label)).transpose()?;
         Ok(Self {
             sender,
@@ -95,6 +107,9 @@ impl UdpSender {
             next_timeout: 0,
             next_counters: 0,
             counters,
+            xdp_counters,
+            transport_note: opened.note,
+            xdp_fell_back: opened.fell_back,
             send_errors: 0,
         })
     }
@@ -236,7 +251,19 @@ impl UdpSender {
         }
     }
 
+    /// Which path the datagrams take and why: the AF_XDP set-up, or why
+    /// it fell back to kernel UDP (`xdp=auto`); `None` without `xdp=`.
+    pub fn transport_note(&self) -> Option<&str> {
+        self.transport_note.as_deref()
+    }
+
+    /// What the AF_XDP path did, if this channel uses it.
+    pub fn xdp_stats(&self) -> Option<tickwire_transport::XdpStats> {
+        self.transport.xdp_stats()
+    }
+
     fn publish_counters(&self) {
+        super::publish_xdp(self.xdp_counters.as_ref(), self.transport.as_ref(), self.xdp_fell_back);
         if let Some(c) = &self.counters {
             let s = self.sender.stats();
             c.set_all(&[

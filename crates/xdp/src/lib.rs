@@ -1,0 +1,367 @@
+//! # tickwire-xdp: tickwire's UDP flows over AF_XDP, everything else left to the kernel
+//!
+//! ```text
+//!   driver (reliable UDP, lab)           one Transport trait
+//!        │ send_batch / recv_batch
+//!        ▼
+//!   [ XdpTransport ] ── kernel UDP socket on the same address and port:
+//!        │              reserves the port, joins multicast groups (IGMP),
+//!        │              carries what the XDP path cannot (next hop not yet
+//!        │              resolved, another interface, another queue)
+//!        ├── packet   Ethernet/IPv4/UDP headers written and checked
+//!        ├── hops     routes and neighbours from the kernel (rtnetlink),
+//!        │            following changes
+//!        ├── xsk      AF_XDP socket: UMEM, fill/completion/RX/TX rings
+//!        │            (libxdp's ring code via xsk-rs)
+//!        └── program  the XDP program (bpf/tickwire_xdp.c, libbpf): one per
+//!                     interface, shared by every tickwire process there;
+//!                     redirects only flows in its map (destination address
+//!                     and port) and passes every other packet to the kernel
+//! ```
+//!
+//! Why these libraries: **xsk-rs** wraps libxdp's `xsk.c`, the ring code the
+//! kernel's AF_XDP developers maintain, vendored and built by `libxdp-sys`
+//! (no system libxdp version to match); **libbpf** (`libbpf-sys`, which
+//! libxdp-sys already builds) loads the program and creates the link, so the
+//! binary has one BPF library. aya would have been a second BPF loader for
+//! the same job; libxdp's multi-program dispatcher needs bpffs pins, which
+//! `ip netns exec` hides from each process (it remounts /sys), whereas one
+//! program with a map of flows, held by bpf_link fds, needs no file at all.
+//!
+//! Set-up failures are [`XdpError`]s that say exactly what failed (missing
+//! capability, no XDP driver, another program on the interface, every queue
+//! taken). The caller (`tickwire-driver`) falls back to kernel UDP with that
+//! reason, or stops with it under `xdp=required`.
+
+mod hops;
+pub mod packet;
+mod program;
+mod xsk;
+
+pub use hops::{Hop, KernelWhy};
+pub use packet::Checksum;
+pub use program::{Attach, XdpMode};
+
+use hops::NextHops;
+use packet::{Received, Reject, Route};
+use program::{FlowKey, Program};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+use tickwire_transport::{RecvBatch, Transport, TransportError, UdpConfig, UdpTransport, XdpStats};
+use xsk::Xsk;
+
+/// Why AF_XDP could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum XdpError {
+    /// A BPF step failed (EPERM: not permitted, needs CAP_NET_ADMIN and
+    /// CAP_BPF, or root).
+    #[error("{step}: {source}{}", hint(source))]
+    Bpf {
+        /// The step.
+        step: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Another XDP program is attached to the interface.
+    #[error("the interface already runs another XDP program (id {id}, {name:?}); tickwire leaves it alone")]
+    Foreign {
+        /// Its id.
+        id: u32,
+        /// Its name.
+        name: String,
+    },
+    /// No AF_XDP socket could be bound.
+    #[error("AF_XDP socket on {ifname} ({queues} queue(s)): {why}")]
+    Socket {
+        /// The interface.
+        ifname: String,
+        /// Its queues.
+        queues: u32,
+        /// The last error.
+        why: String,
+    },
+    /// The flow belongs to another live tickwire process on this interface.
+    #[error("this address and port are steered to tickwire process {pid} over XDP already")]
+    FlowTaken {
+        /// Its pid.
+        pid: u32,
+    },
+    /// Anything else in set-up.
+    #[error("{0}")]
+    Setup(String),
+    /// The kernel UDP socket beside it.
+    #[error(transparent)]
+    Kernel(#[from] TransportError),
+}
+
+fn hint(e: &std::io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => " (not permitted: AF_XDP needs CAP_NET_ADMIN and CAP_BPF, or root)",
+        Some(libc::EOPNOTSUPP) => " (the driver has no XDP support in this mode)",
+        _ => "",
+    }
+}
+
+/// How to open an AF_XDP transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XdpConfig {
+    /// The kernel socket beside it (address, port, multicast group).
+    pub udp: UdpConfig,
+    /// When `udp.bind` has no address: the peer whose route picks the
+    /// interface (a publication's endpoint).
+    pub peer: Option<Ipv4Addr>,
+    /// Native, generic or whichever the driver has.
+    pub mode: XdpMode,
+    /// What received UDP checksums must be.
+    pub checksum: Checksum,
+}
+
+/// The interface an address belongs to: name, index, MAC, MTU, queues.
+#[derive(Debug, Clone)]
+struct Interface {
+    name: String,
+    index: u32,
+    mac: [u8; 6],
+    mtu: usize,
+    queues: u32,
+}
+
+fn interface_of(addr: Ipv4Addr) -> Result<Interface, XdpError> {
+    let addrs: Vec<_> = nix::ifaddrs::getifaddrs().map_err(|e| XdpError::Setup(format!("getifaddrs: {e}")))?.collect();
+    let name = addrs
+        .iter()
+        .find(|a| a.address.as_ref().and_then(|s| s.as_sockaddr_in()).is_some_and(|s| s.ip() == addr))
+        .map(|a| a.interface_name.clone())
+        .ok_or_else(|| XdpError::Setup(format!("no interface has the address {addr}")))?;
+    let mac = addrs
+        .iter()
+        .filter(|a| a.interface_name == name)
+        .find_map(|a| a.address.as_ref().and_then(|s| s.as_link_addr()).and_then(|l| l.addr()))
+        .ok_or_else(|| XdpError::Setup(format!("{name} has no Ethernet address (AF_XDP needs an Ethernet device)")))?;
+    if name == "lo" {
+        return Err(XdpError::Setup("loopback has no XDP path to another process (use a veth or a NIC)".into()));
+    }
+    let index = nix::net::if_::if_nametoindex(name.as_str()).map_err(|e| XdpError::Setup(format!("{name}: {e}")))?;
+    let sys = |f: &str| std::fs::read_to_string(format!("/sys/class/net/{name}/{f}")).ok();
+    let mtu = sys("mtu").and_then(|m| m.trim().parse().ok()).unwrap_or(1500);
+    let queues = std::fs::read_dir(format!("/sys/class/net/{name}/queues"))
+        .map(|d| d.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count())
+        .unwrap_or(1)
+        .max(1) as u32;
+    Ok(Interface { name, index, mac, mtu, queues })
+}
+
+/// The source address the kernel would use towards `peer`.
+fn source_towards(peer: Ipv4Addr) -> Result<Ipv4Addr, XdpError> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").map_err(|e| XdpError::Setup(format!("route probe: {e}")))?;
+    s.connect((peer, 9)).map_err(|e| XdpError::Setup(format!("no route to {peer}: {e}")))?;
+    match s.local_addr() {
+        Ok(std::net::SocketAddr::V4(a)) => Ok(*a.ip()),
+        _ => Err(XdpError::Setup(format!("no IPv4 route to {peer}"))),
+    }
+}
+
+/// tickwire's UDP datagrams through an AF_XDP socket, with a kernel UDP
+/// socket on the same port beside it. Implements [`Transport`].
+pub struct XdpTransport {
+    kernel: UdpTransport,
+    kbatch: RecvBatch,
+    program: Program,
+    xsk: Xsk,
+    hops: NextHops,
+    iface: Interface,
+    /// Our address as sources say it (interface address, our port).
+    local: SocketAddrV4,
+    checksum: Checksum,
+    ip_id: u16,
+    polls: u64,
+    /// Poll the kernel socket on every call while this is non-zero.
+    kernel_hot: u32,
+    stats: XdpStats,
+}
+
+impl std::fmt::Debug for XdpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdpTransport").field("local", &self.local).field("iface", &self.iface.name).finish()
+    }
+}
+
+impl XdpTransport {
+    /// Opens the kernel socket, the program (or joins it) and the AF_XDP
+    /// socket, and steers this socket's address and port to it.
+    ///
+    /// # Errors
+    /// [`XdpError`], saying which step failed and why.
+    pub fn open(cfg: &XdpConfig) -> Result<Self, XdpError> {
+        let kernel = UdpTransport::open(&cfg.udp)?;
+        let port = kernel.local_addr().port();
+        let addr = match cfg.udp.multicast {
+            Some((_, interface)) if !interface.is_unspecified() => interface,
+            _ if !cfg.udp.bind.ip().is_unspecified() && !cfg.udp.bind.ip().is_multicast() => *cfg.udp.bind.ip(),
+            _ => source_towards(cfg.peer.ok_or_else(|| {
+                XdpError::Setup("no local address: AF_XDP needs the interface (interface=ADDR)".into())
+            })?)?,
+        };
+        let iface = interface_of(addr)?;
+        let mut program = Program::open(iface.index, cfg.mode)?;
+        let xsk = Xsk::open(&iface.name, iface.queues)?;
+        let flow_addr = cfg.udp.multicast.map_or(addr, |(group, _)| group);
+        let key = FlowKey { addr: u32::from_ne_bytes(flow_addr.octets()), port: port.to_be(), pad: 0 };
+        program.add_flow(key, xsk.queue, xsk.fd())?;
+        program.unlock();
+        let hops = NextHops::new(iface.index).map_err(|e| XdpError::Setup(format!("rtnetlink: {e}")))?;
+        Ok(Self {
+            kernel,
+            kbatch: RecvBatch::new(32, 65_536),
+            program,
+            xsk,
+            hops,
+            local: SocketAddrV4::new(addr, port),
+            iface,
+            checksum: cfg.checksum,
+            ip_id: 0,
+            polls: 0,
+            kernel_hot: 0,
+            stats: XdpStats::default(),
+        })
+    }
+
+    /// One line for start-up: interface, queue, mode, copy or zero-copy
+    /// and why, and how the program was found.
+    pub fn describe(&self) -> String {
+        let copy = if self.xsk.zero_copy {
+            "zero-copy".to_string()
+        } else {
+            "copy mode (the driver has no zero-copy AF_XDP)".to_string()
+        };
+        let how = match &self.program.attach {
+            Attach::Loaded => "program loaded".to_string(),
+            Attach::Shared => "program shared with other tickwire processes".to_string(),
+            Attach::ReplacedStale(id) => format!("replaced a stale tickwire program (id {id})"),
+        };
+        let stale = match self.program.stale_flows {
+            0 => String::new(),
+            n => format!(", removed {n} stale flow(s) of dead processes"),
+        };
+        format!(
+            "AF_XDP on {} queue {}: {} mode, {copy}, {how}{stale}",
+            self.iface.name, self.xsk.queue, self.program.mode
+        )
+    }
+
+    /// The interface's name.
+    pub fn interface(&self) -> &str {
+        &self.iface.name
+    }
+
+    /// The program's mode on the interface.
+    pub fn mode(&self) -> XdpMode {
+        self.program.mode
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> XdpStats {
+        self.stats
+    }
+
+    fn refresh_stats(&mut self) {
+        let (full, empty) = self.xsk.kernel_stats();
+        self.stats.rx_ring_full = full;
+        self.stats.fill_empty = empty;
+        self.stats.passed = self.program.stat(program::STAT_PASSED) + self.program.stat(program::STAT_OTHER_QUEUE);
+        self.stats.route_changes = self.hops.changes;
+    }
+}
+
+/// Checks one received frame and adds its datagram to `batch`.
+fn take(stats: &mut XdpStats, checksum: Checksum, batch: &mut RecvBatch, frame: &[u8]) {
+    match packet::read(frame, checksum) {
+        Ok(Received { from, payload, partial_checksum, .. }) => {
+            stats.rx_packets += 1;
+            stats.rx_bytes += payload.len() as u64;
+            stats.checksum_partial += u64::from(partial_checksum);
+            batch.push(payload, from);
+        }
+        Err(Reject::Malformed) => stats.malformed += 1,
+        Err(Reject::Checksum) => stats.checksum_failures += 1,
+    }
+}
+
+impl Transport for XdpTransport {
+    fn send_batch(&mut self, to: SocketAddrV4, datagrams: &[&[u8]]) -> Result<usize, TransportError> {
+        if self.hops.follow() {
+            self.stats.route_changes = self.hops.changes;
+        }
+        let largest = datagrams.iter().map(|d| d.len()).max().unwrap_or(0);
+        let fits = packet::HEADERS + largest <= (xsk::FRAME_SIZE as usize).min(self.iface.mtu + 14);
+        let Hop::Mac(dst_mac) = self.hops.lookup(*to.ip()) else {
+            let n = self.kernel.send_batch(to, datagrams)?;
+            self.stats.kernel_tx += n as u64;
+            return Ok(n);
+        };
+        if !fits {
+            let n = self.kernel.send_batch(to, datagrams)?;
+            self.stats.kernel_tx += n as u64;
+            return Ok(n);
+        }
+        let route = Route { dst_mac, src_mac: self.iface.mac, src: self.local, dst: to };
+        let mut id = self.ip_id;
+        let (n, kicks, full) = self
+            .xsk
+            .send(datagrams.len(), |i, buf| {
+                id = id.wrapping_add(1);
+                packet::write(buf, &route, id, datagrams[i])
+            })
+            .map_err(|e| TransportError::Io { op: "AF_XDP sendto (TX kick)", source: e })?;
+        self.ip_id = id;
+        self.stats.tx_packets += n as u64;
+        self.stats.tx_bytes += datagrams[..n].iter().map(|d| d.len() as u64).sum::<u64>();
+        self.stats.tx_kicks += u64::from(kicks);
+        self.stats.tx_ring_full += u64::from(full);
+        Ok(n)
+    }
+
+    fn recv_batch(&mut self, batch: &mut RecvBatch) -> Result<usize, TransportError> {
+        batch.clear();
+        self.polls += 1;
+        let (stats, checksum) = (&mut self.stats, self.checksum);
+        self.xsk.receive(batch.capacity(), |f| take(stats, checksum, batch, f));
+        if self.kernel_hot > 0 || self.polls % 64 == 0 {
+            self.kernel_hot = self.kernel_hot.saturating_sub(1);
+            let k = self.kernel.recv_batch(&mut self.kbatch)?;
+            for i in 0..k {
+                let (d, from) = self.kbatch.get(i);
+                if batch.push(d, from) {
+                    self.stats.kernel_rx += 1;
+                }
+            }
+            if k > 0 {
+                self.kernel_hot = 4096;
+            }
+        }
+        if self.polls % 4096 == 0 {
+            self.refresh_stats();
+        }
+        Ok(batch.len())
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Result<(), TransportError> {
+        let kernel_ready = xsk::poll_two(self.xsk.fd(), self.kernel.as_raw_fd(), timeout)
+            .map_err(|e| TransportError::Io { op: "poll", source: e })?;
+        if kernel_ready {
+            self.kernel_hot = self.kernel_hot.max(1);
+        }
+        Ok(())
+    }
+
+    fn local_addr(&self) -> SocketAddrV4 {
+        self.local
+    }
+
+    fn xdp_stats(&self) -> Option<XdpStats> {
+        let mut s = self.stats;
+        s.route_changes = self.hops.changes;
+        Some(s)
+    }
+}
