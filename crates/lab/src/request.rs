@@ -58,12 +58,14 @@ pub enum Request {
 /// `lab throughput`.
 #[derive(Debug, Clone)]
 pub struct ThroughputRequest {
-    /// `ipc` or `rudp`.
+    /// `ipc`, `rudp` or `xdp`.
     pub transport: Transport,
     /// Message size (at least 8).
     pub size: usize,
     /// How long to stream.
     pub duration: Duration,
+    /// xdp: where the program runs (`auto`, `native`, `generic`).
+    pub xdp_mode: String,
     /// IPC log capacity.
     pub capacity: usize,
     /// Measure the raw-ring throughput in interleaved rounds (IPC).
@@ -315,9 +317,21 @@ fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
                 let f = if t.floor { Some(rudp_row(rudp::raw_throughput(t.size, per, t.cpus)?, true)) } else { None };
                 (f, rudp_row(rudp::throughput(t.size, per, t.cpus, "")?, false))
             }
+            Transport::Xdp => {
+                // Kernel UDP with sendmmsg/recvmmsg across the same kind of
+                // veth pair, then AF_XDP.
+                let f = if t.floor {
+                    let mut f = crate::transports::xdp::throughput(None, t.size, per, t.cpus)?;
+                    f.mode = "floor".into();
+                    Some(f)
+                } else {
+                    None
+                };
+                (f, crate::transports::xdp::throughput(Some(&t.xdp_mode), t.size, per, t.cpus)?)
+            }
             other => {
                 return Err(LabError::Usage(format!(
-                    "throughput over {:?} is not available yet (ipc, rudp)",
+                    "throughput over {:?} is not available (ipc, rudp, xdp)",
                     other.name()
                 )))
             }
@@ -381,7 +395,7 @@ fn run_oneway(o: &OneWayRequest) -> Result<(), LabError> {
             _ if run.publishers != 1 || run.subscribers != 1 => "; no floor (the floor is one to one, this run is not)",
             Transport::Ipc => ", each a raw-ring round at the same rate and size, then a tickwire round",
             Transport::Rudp => ", each a kernel UDP round at the same rate and size, then a reliable UDP round",
-            Transport::Udp | Transport::Tcp => " (kernel sockets: the floor itself)",
+            Transport::Udp | Transport::Tcp | Transport::Xdp => " (kernel sockets: the floor itself)",
         };
         println!(
             "{} {}: offered {:.0} msg/s, achieved {:.0} msg/s, lost {}; {} publisher(s) on one thread (CPU {}), {} \
@@ -426,7 +440,7 @@ fn run_sweep(sweep: &Sweep, out: &Output) -> Result<(), LabError> {
         match sweep.transport {
             Transport::Ipc => paths.push(("shm", "floor")),
             Transport::Rudp => paths.push(("udp", "floor")),
-            Transport::Udp | Transport::Tcp => {}
+            Transport::Udp | Transport::Tcp | Transport::Xdp => {}
         }
         for (transport, mode) in paths {
             let path = if mode == "floor" { format!("{transport} (floor)") } else { transport.to_owned() };

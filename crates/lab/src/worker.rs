@@ -66,8 +66,46 @@ pub enum Role {
         warmup: u64,
         limit: Option<Duration>,
     },
-    /// Echoes reliable-UDP pings back to `back_port` on loopback.
-    RudpPong { back_port: u16, cpu: usize, params: String },
+    /// Echoes reliable-UDP pings, bound at `host`, back to `back`.
+    RudpPong { host: std::net::Ipv4Addr, back: std::net::SocketAddrV4, cpu: usize, params: String },
+    /// The ping side of reliable UDP at `host` (in a namespace), its pong at
+    /// `far` in `far_netns`; prints its histogram.
+    RudpPing {
+        host: std::net::Ipv4Addr,
+        far: std::net::Ipv4Addr,
+        far_netns: String,
+        size: usize,
+        count: u64,
+        warmup: u64,
+        cpu: usize,
+        far_cpu: usize,
+        limit: Option<Duration>,
+        params: String,
+    },
+    /// Echoes datagrams over AF_XDP (`xdp` mode) or kernel UDP (`None`).
+    XdpPong { addr: String, cpu: usize, xdp: Option<String> },
+    /// The ping side of [`Role::XdpPong`]; prints its histogram.
+    XdpPing {
+        local: std::net::Ipv4Addr,
+        peer: std::net::SocketAddrV4,
+        cpu: usize,
+        size: usize,
+        count: u64,
+        warmup: u64,
+        limit: Option<Duration>,
+        xdp: Option<String>,
+    },
+    /// Sends 32-datagram batches over AF_XDP or kernel UDP for `duration`.
+    XdpBlast {
+        local: std::net::Ipv4Addr,
+        peer: std::net::SocketAddrV4,
+        cpu: usize,
+        size: usize,
+        duration: Duration,
+        xdp: Option<String>,
+    },
+    /// Counts [`Role::XdpBlast`]'s datagrams.
+    XdpSink { addr: String, cpu: usize, xdp: Option<String> },
     /// Sends reliable UDP as fast as flow control allows for `duration`.
     RudpBlast { port: u16, cpu: usize, size: usize, duration: Duration, params: String },
     /// Sends plain UDP datagrams packed as reliable UDP's would, as fast as
@@ -109,7 +147,7 @@ impl Role {
     /// Set-up failures, or a peer silent for 30 s.
     pub fn run(self) -> Result<String, LabError> {
         use crate::modes::{oneway, sweep, tick_to_trade, transfer};
-        use crate::transports::{floor, ipc, rudp, sockets};
+        use crate::transports::{floor, ipc, rudp, sockets, xdp};
         match self {
             Role::Cacheline { path, cpu } => floor::cacheline_worker(&path, cpu),
             Role::RingPong { ping, pong, cpu } => floor::ring_pong(&ping, &pong, cpu),
@@ -144,7 +182,20 @@ impl Role {
                 let h = sockets::ping_loop(proto, peer, wait, size, count, warmup, cpu, limit)?;
                 Ok(crate::output::encode_histogram(&h))
             }
-            Role::RudpPong { back_port, cpu, params } => rudp::pong(back_port, cpu, &params),
+            Role::RudpPong { host, back, cpu, params } => rudp::pong(host, back, cpu, &params),
+            Role::RudpPing { host, far, far_netns, size, count, warmup, cpu, far_cpu, limit, params } => {
+                let cpus = crate::Cpus { local: cpu, remote: far_cpu };
+                let h = rudp::ping(host, far, Some(&far_netns), size, count, warmup, cpus, limit, &params)?;
+                Ok(crate::output::encode_histogram(&h))
+            }
+            Role::XdpPong { addr, cpu, xdp: x } => xdp::pong(&addr, cpu, x.as_deref()),
+            Role::XdpPing { local, peer, cpu, size, count, warmup, limit, xdp: x } => {
+                xdp::ping(local, peer, cpu, size, count, warmup, limit, x.as_deref())
+            }
+            Role::XdpBlast { local, peer, cpu, size, duration, xdp: x } => {
+                xdp::blast(local, peer, cpu, size, duration, x.as_deref())
+            }
+            Role::XdpSink { addr, cpu, xdp: x } => xdp::sink(&addr, cpu, x.as_deref()),
             Role::RudpBlast { port, cpu, size, duration, params } => rudp::blast(port, cpu, size, duration, &params),
             Role::UdpBlast { port, cpu, size, duration } => rudp::raw_blast(port, cpu, size, duration),
             Role::RudpSend { dir, uri, bytes, max_size, seed, receivers, timeout } => {

@@ -132,12 +132,19 @@ pub struct FloorArgs {
 pub struct PingArgs {
     #[command(flatten)]
     common: Common,
-    /// Transport: ipc (tickwire shared memory), udp or tcp (plain kernel sockets on loopback).
+    /// Transport: ipc (tickwire shared memory), udp or tcp (plain kernel sockets), rudp (reliable UDP),
+    /// xdp (datagrams over AF_XDP; needs --netns). rudp and xdp are measured against kernel UDP.
     #[arg(long, default_value = "ipc", value_parser = Transport::parse)]
     transport: Transport,
     /// Message size in bytes.
     #[arg(long, default_value = "64", value_parser = parse_size)]
     size: usize,
+    /// rudp: any channel parameter, KEY=VALUE (repeatable), e.g. xdp=required.
+    #[arg(long = "param")]
+    params: Vec<String>,
+    /// xdp: where the XDP program runs: auto, native or generic.
+    #[arg(long, default_value = "auto")]
+    xdp_mode: String,
     /// Sweep: a row per size, e.g. 64,128,256,512,1024,1472.
     #[arg(long, value_delimiter = ',', value_parser = parse_size)]
     sizes: Vec<usize>,
@@ -169,8 +176,8 @@ pub struct PingArgs {
     /// Also write the histograms as an HdrHistogram interval log.
     #[arg(long)]
     hlog: Option<PathBuf>,
-    /// udp/tcp: run across two network namespaces joined by a veth pair
-    /// (created and removed by the lab; needs root and iproute2).
+    /// udp, tcp, rudp, xdp: run across two network namespaces joined by a
+    /// veth pair (created and removed by the lab; needs root and iproute2).
     #[arg(long)]
     netns: bool,
     /// Write an SVG plot: latency against size for --sizes, else the percentile distribution.
@@ -182,9 +189,13 @@ pub struct PingArgs {
 pub struct ThroughputArgs {
     #[command(flatten)]
     common: Common,
-    /// Transport: ipc or rudp.
+    /// Transport: ipc, rudp, or xdp (64-byte datagrams over AF_XDP across a veth pair, against kernel
+    /// UDP with sendmmsg on the same kind of pair).
     #[arg(long, default_value = "ipc", value_parser = Transport::parse)]
     transport: Transport,
+    /// xdp: where the XDP program runs: auto, native or generic.
+    #[arg(long, default_value = "auto")]
+    xdp_mode: String,
     /// Message size in bytes (at least 8).
     #[arg(long, default_value = "32", value_parser = parse_size)]
     size: usize,
@@ -470,6 +481,8 @@ impl LabCmd {
                     capacity: a.capacity,
                     netns: a.netns,
                     duration: a.duration,
+                    params: a.params.join("&"),
+                    xdp_mode: a.xdp_mode.clone(),
                 },
                 sizes: a.sizes.clone(),
                 output: a.common.output(&a.hlog, &a.plot),
@@ -478,6 +491,7 @@ impl LabCmd {
                 transport: a.transport,
                 size: a.size,
                 duration: a.duration,
+                xdp_mode: a.xdp_mode.clone(),
                 capacity: a.capacity,
                 floor: !a.no_floor,
                 rounds: a.rounds,

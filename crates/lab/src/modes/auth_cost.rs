@@ -144,8 +144,8 @@ pub fn run(a: &AuthCost) -> Result<AuthCostResult, LabError> {
             time_limit: None,
         };
         floor_h.add(sockets::pingpong_histogram(&udp)?).map_err(werr)?;
-        plain_h.add(rudp::pingpong_histogram(a.size, a.count, a.warmup, a.cpus, None, "")?).map_err(werr)?;
-        mac_h.add(rudp::pingpong_histogram(a.size, a.count, a.warmup, a.cpus, None, &keyed)?).map_err(werr)?;
+        plain_h.add(rudp::pingpong_histogram(a.size, a.count, a.warmup, a.cpus, None, "", false)?).map_err(werr)?;
+        mac_h.add(rudp::pingpong_histogram(a.size, a.count, a.warmup, a.cpus, None, &keyed, false)?).map_err(werr)?;
         let f: RudpThroughput = rudp::raw_throughput(a.size, a.duration, a.cpus)?;
         let p = rudp::throughput(a.size, a.duration, a.cpus, "")?;
         let m = rudp::throughput(a.size, a.duration, a.cpus, &keyed)?;

@@ -39,6 +39,10 @@ pub struct PingPong {
     pub netns: bool,
     /// Run for this long in all instead of `count` round trips.
     pub duration: Option<Duration>,
+    /// rudp: channel parameters (`key=value&...`), e.g. `xdp=required`.
+    pub params: String,
+    /// xdp: where the program runs (`auto`, `native`, `generic`).
+    pub xdp_mode: String,
 }
 
 /// Runs the rounds; returns the transport's result (with floor ratios) and
@@ -79,8 +83,29 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
                 dir: p.dir.clone(),
                 wait: p.wait,
             })?,
-            Transport::Rudp => {
-                crate::transports::rudp::pingpong_histogram(p.size, chunk, p.warmup, p.cpus, per_round, "")?
+            Transport::Rudp => crate::transports::rudp::pingpong_histogram(
+                p.size,
+                chunk,
+                p.warmup,
+                p.cpus,
+                per_round,
+                &p.params,
+                p.netns,
+            )?,
+            Transport::Xdp => {
+                if !p.netns {
+                    return Err(LabError::Usage(
+                        "--transport xdp runs across a veth pair: add --netns (loopback has no XDP path)".into(),
+                    ));
+                }
+                crate::transports::xdp::pingpong_histogram(
+                    Some(&p.xdp_mode),
+                    p.size,
+                    chunk,
+                    p.warmup,
+                    p.cpus,
+                    per_round,
+                )?
             }
             Transport::Udp | Transport::Tcp => sockets::pingpong_histogram(&SockOptions {
                 proto: if p.transport == Transport::Udp { Proto::Udp } else { Proto::Tcp },
@@ -94,8 +119,10 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
             })?,
         };
         t_elapsed += t.elapsed();
-        if p.floor && p.transport == Transport::Rudp {
-            // The baseline of reliable UDP is plain kernel UDP, same count.
+        if p.floor && matches!(p.transport, Transport::Rudp | Transport::Xdp) {
+            // The baseline of reliable UDP and of AF_XDP is plain kernel
+            // UDP, spinning, same count, over the same path (loopback or a
+            // veth pair).
             let t = Instant::now();
             let base = sockets::pingpong_histogram(&SockOptions {
                 proto: Proto::Udp,
@@ -104,7 +131,7 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
                 warmup: p.warmup,
                 size: p.size,
                 cpus: p.cpus,
-                netns: false,
+                netns: p.netns,
                 time_limit: None,
             })?;
             fh.add(base).map_err(|e| LabError::Worker(e.to_string()))?;
@@ -134,7 +161,7 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
         row.transport = format!("{}-netns", p.transport.name());
     }
     let floor = if p.floor {
-        let rudp = p.transport == Transport::Rudp;
+        let rudp = matches!(p.transport, Transport::Rudp | Transport::Xdp);
         let mut f = LatencyRow::from_histogram("floor", if rudp { "udp" } else { "shm" }, p.size, &fh);
         f.probe = Some(if rudp { "kernel_udp_spin" } else { "raw_ring" }.into());
         f.cpus = cpus;

@@ -247,6 +247,8 @@ impl Report<'_> {
             capacity: 1 << 20,
             netns: false,
             duration: None,
+            params: String::new(),
+            xdp_mode: "auto".into(),
         };
         Ok(pingpong::run(&p, self.machine)?.0)
     }

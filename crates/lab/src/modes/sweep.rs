@@ -105,7 +105,7 @@ pub fn run_measured(s: &Sweep, machine: &Machine) -> Result<Vec<Measured>, LabEr
                 ))
             }
             Transport::Rudp => Some(net_step(s, Transport::Udp, rate, pair.as_ref(), machine)?),
-            Transport::Udp | Transport::Tcp => None,
+            Transport::Udp | Transport::Tcp | Transport::Xdp => None,
         };
         if let Some([f_all, f_free]) = &floor {
             all.row = all.row.with_floor(&f_all.row);

@@ -9,12 +9,15 @@
 //! * [`rudp`]: tickwire's reliable UDP.
 //! * [`stream`]: both ends of an open-loop stream over UDP, TCP or reliable
 //!   UDP (one-way and rate sweep over the network).
+//! * [`xdp`]: datagrams over AF_XDP (`tickwire-xdp`) across a veth pair,
+//!   ping-pong and throughput, beside kernel UDP on the same kind of pair.
 
 pub mod floor;
 pub mod ipc;
 pub mod rudp;
 pub mod sockets;
 pub mod stream;
+pub mod xdp;
 
 use crate::output::report::ThroughputRow;
 use std::time::Instant;
@@ -32,10 +35,13 @@ pub enum Transport {
     /// Reliable UDP (tickwire's protocol over kernel UDP); its baseline is
     /// kernel UDP ping-pong instead of the raw ring.
     Rudp,
+    /// Datagrams over AF_XDP across a veth pair (needs --netns); its
+    /// baseline is kernel UDP across the same kind of pair.
+    Xdp,
 }
 
 impl Transport {
-    /// Parses `ipc`, `udp`, `tcp` or `rudp`.
+    /// Parses `ipc`, `udp`, `tcp`, `rudp` or `xdp`.
     ///
     /// # Errors
     /// A message naming what is available.
@@ -45,9 +51,8 @@ impl Transport {
             "udp" => Ok(Self::Udp),
             "tcp" => Ok(Self::Tcp),
             "rudp" => Ok(Self::Rudp),
-            other => Err(format!(
-                "transport {other:?} is not available yet (ipc, udp, tcp, rudp; xdp arrives with its issue)"
-            )),
+            "xdp" => Ok(Self::Xdp),
+            other => Err(format!("transport {other:?} is not one of ipc, udp, tcp, rudp, xdp")),
         }
     }
     /// The name used in reports.
@@ -57,6 +62,7 @@ impl Transport {
             Self::Udp => "udp",
             Self::Tcp => "tcp",
             Self::Rudp => "rudp",
+            Self::Xdp => "xdp",
         }
     }
 }

@@ -22,8 +22,12 @@ fn werr(e: impl std::fmt::Display) -> LabError {
 }
 
 fn uri(port: u16, params: &str) -> Result<ChannelUri, LabError> {
+    uri_at(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), params)
+}
+
+fn uri_at(addr: SocketAddrV4, params: &str) -> Result<ChannelUri, LabError> {
     let q = if params.is_empty() { String::new() } else { format!("?{params}") };
-    format!("udp://127.0.0.1:{port}{q}").parse().map_err(werr)
+    format!("udp://{addr}{q}").parse().map_err(werr)
 }
 
 /// Offers, driving the publication while back-pressured (bounded by 10 s).
@@ -51,7 +55,9 @@ fn connect(p: &mut UdpSender, s: &mut UdpReceiver) -> Result<(), LabError> {
 }
 
 /// The ping side: a subscription for the pongs, a publication to the pong
-/// worker. Returns half-round-trip latencies.
+/// worker. Returns half-round-trip latencies. With `netns`, both ends run
+/// across a veth pair: the ping side as a worker in namespace a, the pong
+/// in namespace b (the channel parameters may say `xdp=required`).
 ///
 /// # Errors
 /// Socket or worker failures, or a pong that does not answer in 10 s.
@@ -62,16 +68,52 @@ pub fn pingpong_histogram(
     cpus: crate::Cpus,
     limit: Option<Duration>,
     params: &str,
+    netns: bool,
 ) -> Result<Histogram<u64>, LabError> {
     if size < 8 {
         return Err(LabError::Usage("rudp ping-pong needs at least 8 bytes".into()));
     }
-    let mut sub = UdpReceiver::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
-    let back = sub.local_addr().port();
-    let mut pong =
-        WorkerProcess::spawn(&Role::RudpPong { back_port: back, cpu: cpus.remote, params: params.to_owned() })?;
+    if !netns {
+        return ping(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, None, size, count, warmup, cpus, limit, params);
+    }
+    let pair = crate::host::netns::NetnsPair::create()?;
+    let role = Role::RudpPing {
+        host: pair.a_addr.parse().map_err(werr)?,
+        far: pair.b_addr.parse().map_err(werr)?,
+        far_netns: pair.b.clone(),
+        size,
+        count,
+        warmup,
+        cpu: cpus.local,
+        far_cpu: cpus.remote,
+        limit,
+        params: params.to_owned(),
+    };
+    let line = WorkerProcess::spawn_in(Some(&pair.a), &role)?.finish(TIMEOUT + limit.unwrap_or(Duration::from_secs(600)))?;
+    crate::output::decode_histogram(&line)
+}
+
+/// The ping side at `host`, its pong worker at `far` (in `far_netns`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn ping(
+    host: Ipv4Addr,
+    far: Ipv4Addr,
+    far_netns: Option<&str>,
+    size: usize,
+    count: u64,
+    warmup: u64,
+    cpus: crate::Cpus,
+    limit: Option<Duration>,
+    params: &str,
+) -> Result<Histogram<u64>, LabError> {
+    let mut sub = UdpReceiver::open(&uri_at(SocketAddrV4::new(host, 0), params)?, STREAM, None).map_err(werr)?;
+    let back = SocketAddrV4::new(host, sub.local_addr().port());
+    let mut pong = WorkerProcess::spawn_in(
+        far_netns,
+        &Role::RudpPong { host: far, back, cpu: cpus.remote, params: params.to_owned() },
+    )?;
     let port: u16 = pong.read_listening()?;
-    let mut publication = UdpSender::open(&uri(port, params)?, STREAM, None).map_err(werr)?;
+    let mut publication = UdpSender::open(&uri_at(SocketAddrV4::new(far, port), params)?, STREAM, None).map_err(werr)?;
     pin_current_thread(cpus.local)?;
     connect(&mut publication, &mut sub)?;
     let mut msg = vec![0u8; size];
@@ -105,10 +147,10 @@ pub fn pingpong_histogram(
 }
 
 /// Worker role [`Role::RudpPong`]: echoes until a 1-byte message.
-pub(crate) fn pong(back: u16, cpu: usize, params: &str) -> Result<String, LabError> {
-    let mut sub = UdpReceiver::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
+pub(crate) fn pong(host: Ipv4Addr, back: SocketAddrV4, cpu: usize, params: &str) -> Result<String, LabError> {
+    let mut sub = UdpReceiver::open(&uri_at(SocketAddrV4::new(host, 0), params)?, STREAM, None).map_err(werr)?;
     println!("listening {}", sub.local_addr().port());
-    let mut publication = UdpSender::open(&uri(back, params)?, STREAM, None).map_err(werr)?;
+    let mut publication = UdpSender::open(&uri_at(back, params)?, STREAM, None).map_err(werr)?;
     pin_current_thread(cpu)?;
     // No separate connect phase: a ping arriving early must not be dropped;
     // `offer` waits for the echo's publication to connect.

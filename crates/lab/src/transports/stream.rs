@@ -130,6 +130,9 @@ impl Source {
                 Source::Rudp { tx, back }
             }
             Transport::Ipc => return Err(LabError::Usage("ipc is not a network stream".into())),
+            Transport::Xdp => {
+                return Err(LabError::Usage("open-loop streams over xdp: use rudp with --param xdp=required".into()))
+            }
         })
     }
 
@@ -306,6 +309,9 @@ impl Sink {
                 params: params.to_owned(),
             },
             Transport::Ipc => return Err(LabError::Usage("ipc is not a network stream".into())),
+            Transport::Xdp => {
+                return Err(LabError::Usage("open-loop streams over xdp: use rudp with --param xdp=required".into()))
+            }
         })
     }
 
