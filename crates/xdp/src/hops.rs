@@ -46,6 +46,7 @@ pub struct NextHops {
     ifindex: u32,
     cache: HashMap<Ipv4Addr, Hop>,
     buf: Vec<u8>,
+    checked: std::time::Instant,
     /// Lookups made (cache misses).
     pub lookups: u64,
     /// Times a change in the kernel's tables emptied the cache.
@@ -75,7 +76,16 @@ impl NextHops {
         events.add_membership(RTNLGRP_NEIGH)?;
         events.add_membership(RTNLGRP_IPV4_ROUTE)?;
         events.set_non_blocking(true)?;
-        Ok(Self { query, events, ifindex, cache: HashMap::new(), buf: vec![0; 1 << 16], lookups: 0, changes: 0 })
+        Ok(Self {
+            query,
+            events,
+            ifindex,
+            cache: HashMap::new(),
+            buf: vec![0; 1 << 16],
+            checked: std::time::Instant::now(),
+            lookups: 0,
+            changes: 0,
+        })
     }
 
     /// Where a datagram for `dst` goes (cached).
@@ -89,15 +99,24 @@ impl NextHops {
         hop
     }
 
-    /// Drains change notifications; forgets every cached lookup if the
-    /// kernel's neighbours or routes changed. Returns whether they did.
+    /// Drains change notifications (at most once a millisecond: it is a
+    /// system call); forgets every cached lookup if the kernel's neighbours
+    /// or routes changed. Returns whether they did.
     pub fn follow(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        if now.duration_since(self.checked) < std::time::Duration::from_millis(1) {
+            return false;
+        }
+        self.checked = now;
         let mut changed = false;
-        while let Ok(n) = self.events.recv(&mut &mut self.buf[..], libc::MSG_DONTWAIT) {
-            if n == 0 {
-                break;
+        loop {
+            match self.events.recv(&mut &mut self.buf[..], libc::MSG_DONTWAIT) {
+                Ok(0) => break,
+                Ok(_) => changed = true,
+                // Notifications were lost: assume anything changed.
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => changed = true,
+                Err(_) => break,
             }
-            changed = true;
         }
         if changed {
             self.cache.clear();

@@ -35,6 +35,7 @@
 
 mod hops;
 pub mod packet;
+mod port;
 mod program;
 mod xsk;
 
@@ -42,14 +43,13 @@ pub use hops::{Hop, KernelWhy};
 pub use packet::Checksum;
 pub use program::{Attach, XdpMode};
 
-use hops::NextHops;
-use packet::{Received, Reject, Route};
-use program::{FlowKey, Program};
+use packet::Route;
+use port::Port;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tickwire_transport::{RecvBatch, Transport, TransportError, UdpConfig, UdpTransport, XdpStats};
-use xsk::Xsk;
 
 /// Why AF_XDP could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -119,7 +119,7 @@ pub struct XdpConfig {
 
 /// The interface an address belongs to: name, index, MAC, MTU, queues.
 #[derive(Debug, Clone)]
-struct Interface {
+pub(crate) struct Interface {
     name: String,
     index: u32,
     mac: [u8; 6],
@@ -163,39 +163,41 @@ fn source_towards(peer: Ipv4Addr) -> Result<Ipv4Addr, XdpError> {
 }
 
 /// tickwire's UDP datagrams through an AF_XDP socket, with a kernel UDP
-/// socket on the same port beside it. Implements [`Transport`].
+/// socket on the same address and port beside it. Implements [`Transport`].
+///
+/// Every transport of a process on one interface shares one AF_XDP socket
+/// (see the `port` module); each has its own flow in the program.
 pub struct XdpTransport {
     kernel: UdpTransport,
     kbatch: RecvBatch,
-    program: Program,
-    xsk: Xsk,
-    hops: NextHops,
-    iface: Interface,
+    port: Arc<Mutex<Port>>,
+    /// Where datagrams for us are addressed (our address, or the group).
+    flow: SocketAddrV4,
     /// Our address as sources say it (interface address, our port).
     local: SocketAddrV4,
-    checksum: Checksum,
-    ip_id: u16,
     polls: u64,
     /// Poll the kernel socket on every call while this is non-zero.
     kernel_hot: u32,
     stats: XdpStats,
+    description: String,
 }
 
 impl std::fmt::Debug for XdpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("XdpTransport").field("local", &self.local).field("iface", &self.iface.name).finish()
+        f.debug_struct("XdpTransport").field("local", &self.local).field("flow", &self.flow).finish()
     }
 }
 
 impl XdpTransport {
-    /// Opens the kernel socket, the program (or joins it) and the AF_XDP
-    /// socket, and steers this socket's address and port to it.
+    /// Opens the kernel socket, then this process's AF_XDP socket on the
+    /// interface (loading or joining the program the first time), and
+    /// steers this socket's address and port to it.
     ///
     /// # Errors
     /// [`XdpError`], saying which step failed and why.
     pub fn open(cfg: &XdpConfig) -> Result<Self, XdpError> {
         let kernel = UdpTransport::open(&cfg.udp)?;
-        let port = kernel.local_addr().port();
+        let port_no = kernel.local_addr().port();
         let addr = match cfg.udp.multicast {
             Some((_, interface)) if !interface.is_unspecified() => interface,
             _ if !cfg.udp.bind.ip().is_unspecified() && !cfg.udp.bind.ip().is_multicast() => *cfg.udp.bind.ip(),
@@ -204,117 +206,87 @@ impl XdpTransport {
             })?)?,
         };
         let iface = interface_of(addr)?;
-        let mut program = Program::open(iface.index, cfg.mode)?;
-        let xsk = Xsk::open(&iface.name, iface.queues)?;
-        let flow_addr = cfg.udp.multicast.map_or(addr, |(group, _)| group);
-        let key = FlowKey { addr: u32::from_ne_bytes(flow_addr.octets()), port: port.to_be(), pad: 0 };
-        program.add_flow(key, xsk.queue, xsk.fd())?;
-        program.unlock();
-        let hops = NextHops::new(iface.index).map_err(|e| XdpError::Setup(format!("rtnetlink: {e}")))?;
+        let port = Port::get(&iface, cfg.mode)?;
+        let flow = SocketAddrV4::new(cfg.udp.multicast.map_or(addr, |(group, _)| group), port_no);
+        let description = {
+            let mut p = port::lock(&port);
+            p.add(flow, cfg.checksum)?;
+            describe(&p)
+        };
         Ok(Self {
             kernel,
             kbatch: RecvBatch::new(32, 65_536),
-            program,
-            xsk,
-            hops,
-            local: SocketAddrV4::new(addr, port),
-            iface,
-            checksum: cfg.checksum,
-            ip_id: 0,
+            port,
+            flow,
+            local: SocketAddrV4::new(addr, port_no),
             polls: 0,
             kernel_hot: 0,
             stats: XdpStats::default(),
+            description,
         })
     }
 
     /// One line for start-up: interface, queue, mode, copy or zero-copy
     /// and why, and how the program was found.
-    pub fn describe(&self) -> String {
-        let copy = if self.xsk.zero_copy {
-            "zero-copy".to_string()
-        } else {
-            "copy mode (the driver has no zero-copy AF_XDP)".to_string()
-        };
-        let how = match &self.program.attach {
-            Attach::Loaded => "program loaded".to_string(),
-            Attach::Shared => "program shared with other tickwire processes".to_string(),
-            Attach::ReplacedStale(id) => format!("replaced a stale tickwire program (id {id})"),
-        };
-        let stale = match self.program.stale_flows {
-            0 => String::new(),
-            n => format!(", removed {n} stale flow(s) of dead processes"),
-        };
-        format!(
-            "AF_XDP on {} queue {}: {} mode, {copy}, {how}{stale}",
-            self.iface.name, self.xsk.queue, self.program.mode
-        )
-    }
-
-    /// The interface's name.
-    pub fn interface(&self) -> &str {
-        &self.iface.name
-    }
-
-    /// The program's mode on the interface.
-    pub fn mode(&self) -> XdpMode {
-        self.program.mode
+    pub fn describe(&self) -> &str {
+        &self.description
     }
 
     /// The counters.
     pub fn stats(&self) -> XdpStats {
         self.stats
     }
-
-    fn refresh_stats(&mut self) {
-        let (full, empty) = self.xsk.kernel_stats();
-        self.stats.rx_ring_full = full;
-        self.stats.fill_empty = empty;
-        self.stats.passed = self.program.stat(program::STAT_PASSED) + self.program.stat(program::STAT_OTHER_QUEUE);
-        self.stats.route_changes = self.hops.changes;
-    }
 }
 
-/// Checks one received frame and adds its datagram to `batch`.
-fn take(stats: &mut XdpStats, checksum: Checksum, batch: &mut RecvBatch, frame: &[u8]) {
-    match packet::read(frame, checksum) {
-        Ok(Received { from, payload, partial_checksum, .. }) => {
-            stats.rx_packets += 1;
-            stats.rx_bytes += payload.len() as u64;
-            stats.checksum_partial += u64::from(partial_checksum);
-            batch.push(payload, from);
-        }
-        Err(Reject::Malformed) => stats.malformed += 1,
-        Err(Reject::Checksum) => stats.checksum_failures += 1,
-    }
+fn describe(p: &Port) -> String {
+    let copy = if p.xsk.zero_copy { "zero-copy" } else { "copy mode (the driver has no zero-copy AF_XDP)" };
+    let how = match &p.program.attach {
+        Attach::Loaded => "program loaded".to_string(),
+        Attach::Shared => "program shared with other tickwire processes".to_string(),
+        Attach::ReplacedStale(id) => format!("replaced a stale tickwire program (id {id})"),
+    };
+    let stale = match p.program.stale_flows {
+        0 => String::new(),
+        n => format!(", removed {n} stale flow(s) of dead processes"),
+    };
+    format!("AF_XDP on {} queue {}: {} mode, {copy}, {how}{stale}", p.iface.name, p.xsk.queue, p.program.mode)
+}
+
+fn add(total: &mut XdpStats, d: &XdpStats) {
+    total.rx_packets += d.rx_packets;
+    total.rx_bytes += d.rx_bytes;
+    total.rx_ring_full += d.rx_ring_full;
+    total.checksum_failures += d.checksum_failures;
+    total.checksum_partial += d.checksum_partial;
+    total.malformed += d.malformed;
 }
 
 impl Transport for XdpTransport {
     fn send_batch(&mut self, to: SocketAddrV4, datagrams: &[&[u8]]) -> Result<usize, TransportError> {
-        if self.hops.follow() {
-            self.stats.route_changes = self.hops.changes;
-        }
         let largest = datagrams.iter().map(|d| d.len()).max().unwrap_or(0);
-        let fits = packet::HEADERS + largest <= (xsk::FRAME_SIZE as usize).min(self.iface.mtu + 14);
-        let Hop::Mac(dst_mac) = self.hops.lookup(*to.ip()) else {
+        let mut p = port::lock(&self.port);
+        if p.hops.follow() {
+            self.stats.route_changes += 1;
+        }
+        let fits = packet::HEADERS + largest <= (xsk::FRAME_SIZE as usize).min(p.iface.mtu + 14);
+        let hop = p.hops.lookup(*to.ip());
+        let (Hop::Mac(dst_mac), true) = (hop, fits) else {
+            drop(p);
             let n = self.kernel.send_batch(to, datagrams)?;
             self.stats.kernel_tx += n as u64;
             return Ok(n);
         };
-        if !fits {
-            let n = self.kernel.send_batch(to, datagrams)?;
-            self.stats.kernel_tx += n as u64;
-            return Ok(n);
-        }
-        let route = Route { dst_mac, src_mac: self.iface.mac, src: self.local, dst: to };
-        let mut id = self.ip_id;
-        let (n, kicks, full) = self
+        let route = Route { dst_mac, src_mac: p.iface.mac, src: self.local, dst: to };
+        let mut id = p.ip_id;
+        let (n, kicks, full) = p
             .xsk
             .send(datagrams.len(), |i, buf| {
                 id = id.wrapping_add(1);
                 packet::write(buf, &route, id, datagrams[i])
             })
             .map_err(|e| TransportError::Io { op: "AF_XDP sendto (TX kick)", source: e })?;
-        self.ip_id = id;
+        p.ip_id = id;
+        drop(p);
         self.stats.tx_packets += n as u64;
         self.stats.tx_bytes += datagrams[..n].iter().map(|d| d.len() as u64).sum::<u64>();
         self.stats.tx_kicks += u64::from(kicks);
@@ -325,8 +297,8 @@ impl Transport for XdpTransport {
     fn recv_batch(&mut self, batch: &mut RecvBatch) -> Result<usize, TransportError> {
         batch.clear();
         self.polls += 1;
-        let (stats, checksum) = (&mut self.stats, self.checksum);
-        self.xsk.receive(batch.capacity(), |f| take(stats, checksum, batch, f));
+        let d = port::lock(&self.port).receive(self.flow, batch);
+        add(&mut self.stats, &d);
         if self.kernel_hot > 0 || self.polls % 64 == 0 {
             self.kernel_hot = self.kernel_hot.saturating_sub(1);
             let k = self.kernel.recv_batch(&mut self.kbatch)?;
@@ -341,13 +313,18 @@ impl Transport for XdpTransport {
             }
         }
         if self.polls % 4096 == 0 {
-            self.refresh_stats();
+            let p = port::lock(&self.port);
+            let (full, empty) = p.xsk.kernel_stats();
+            self.stats.fill_empty = empty;
+            self.stats.passed = p.program.stat(program::STAT_PASSED) + p.program.stat(program::STAT_OTHER_QUEUE);
+            let _ = full;
         }
         Ok(batch.len())
     }
 
     fn wait(&mut self, timeout: Duration) -> Result<(), TransportError> {
-        let kernel_ready = xsk::poll_two(self.xsk.fd(), self.kernel.as_raw_fd(), timeout)
+        let xsk = port::lock(&self.port).xsk.fd();
+        let kernel_ready = xsk::poll_two(xsk, self.kernel.as_raw_fd(), timeout)
             .map_err(|e| TransportError::Io { op: "poll", source: e })?;
         if kernel_ready {
             self.kernel_hot = self.kernel_hot.max(1);
@@ -360,8 +337,12 @@ impl Transport for XdpTransport {
     }
 
     fn xdp_stats(&self) -> Option<XdpStats> {
-        let mut s = self.stats;
-        s.route_changes = self.hops.changes;
-        Some(s)
+        Some(self.stats)
+    }
+}
+
+impl Drop for XdpTransport {
+    fn drop(&mut self) {
+        port::lock(&self.port).remove(self.flow);
     }
 }

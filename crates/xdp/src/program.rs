@@ -78,6 +78,13 @@ pub(crate) struct FlowKey {
     pub pad: u16,
 }
 
+impl FlowKey {
+    /// The key of datagrams to `to`.
+    pub fn of(to: std::net::SocketAddrV4) -> Self {
+        Self { addr: u32::from_ne_bytes(to.ip().octets()), port: to.port().to_be(), pad: 0 }
+    }
+}
+
 /// Map value of a flow: the queue its socket is bound to and its owner.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -262,6 +269,20 @@ fn map_entries(fd: RawFd) -> Vec<(FlowKey, Flow)> {
     }
 }
 
+/// Deletes flow `key` if this process owns it.
+fn remove_if_mine(flows: RawFd, key: &FlowKey) {
+    let mut have = Flow::default();
+    // SAFETY: key and value of the map's sizes.
+    let ours = unsafe {
+        libbpf_sys::bpf_map_lookup_elem(flows, (key as *const FlowKey).cast(), (&mut have as *mut Flow).cast())
+    } == 0
+        && have.pid == std::process::id();
+    if ours {
+        // SAFETY: key of the map's key size.
+        unsafe { libbpf_sys::bpf_map_delete_elem(flows, (key as *const FlowKey).cast()) };
+    }
+}
+
 /// Removes flows whose owner is gone; returns how many.
 fn prune(flows: RawFd) -> (u32, usize) {
     let mut pruned = 0;
@@ -425,17 +446,9 @@ impl Program {
         unsafe { libc::flock(self._lock.as_raw_fd(), libc::LOCK_UN) };
     }
 
-    /// Steers `key` to the socket `xsk` bound to `queue`.
-    pub fn add_flow(&mut self, key: FlowKey, queue: u32, xsk: RawFd) -> Result<(), XdpError> {
-        let mut have = Flow::default();
-        let k: *const FlowKey = &key;
-        // SAFETY: key and value of the map's sizes.
-        let exists = unsafe {
-            libbpf_sys::bpf_map_lookup_elem(self.flows.as_raw_fd(), k.cast(), (&mut have as *mut Flow).cast())
-        } == 0;
-        if exists && have.pid != std::process::id() && pid_alive(have.pid) {
-            return Err(XdpError::FlowTaken { pid: have.pid });
-        }
+    /// Puts this process's socket `xsk`, bound to `queue`, in `tw_xsks`
+    /// (the entry goes when the socket closes).
+    pub fn set_socket(&mut self, queue: u32, xsk: RawFd) -> Result<(), XdpError> {
         let fd = xsk as u32;
         // SAFETY: an XSKMAP takes a queue index key and a socket fd value.
         os("bpf_map_update_elem (tw_xsks)", unsafe {
@@ -446,6 +459,20 @@ impl Program {
                 0,
             )
         })?;
+        Ok(())
+    }
+
+    /// Steers `key` to this process's socket on `queue`.
+    pub fn add_flow(&mut self, key: FlowKey, queue: u32) -> Result<(), XdpError> {
+        let mut have = Flow::default();
+        let k: *const FlowKey = &key;
+        // SAFETY: key and value of the map's sizes.
+        let exists = unsafe {
+            libbpf_sys::bpf_map_lookup_elem(self.flows.as_raw_fd(), k.cast(), (&mut have as *mut Flow).cast())
+        } == 0;
+        if exists && have.pid != std::process::id() && pid_alive(have.pid) {
+            return Err(XdpError::FlowTaken { pid: have.pid });
+        }
         let v = Flow { queue, pid: std::process::id() };
         // SAFETY: key and value of the map's sizes.
         os("bpf_map_update_elem (tw_flows)", unsafe {
@@ -453,6 +480,12 @@ impl Program {
         })?;
         self.mine.push(key);
         Ok(())
+    }
+
+    /// Stops steering `key` (if it is still this process's).
+    pub fn remove_flow(&mut self, key: FlowKey) {
+        self.mine.retain(|k| *k != key);
+        remove_if_mine(self.flows.as_raw_fd(), &key);
     }
 
     /// Sum over CPUs of a `tw_stats` counter.
@@ -481,20 +514,7 @@ impl Drop for Program {
         // SAFETY: flock on a descriptor we own.
         unsafe { libc::flock(self._lock.as_raw_fd(), libc::LOCK_EX) };
         for k in &self.mine {
-            let mut have = Flow::default();
-            // SAFETY: key and value of the map's sizes.
-            let ours = unsafe {
-                libbpf_sys::bpf_map_lookup_elem(
-                    self.flows.as_raw_fd(),
-                    (k as *const FlowKey).cast(),
-                    (&mut have as *mut Flow).cast(),
-                )
-            } == 0
-                && have.pid == std::process::id();
-            if ours {
-                // SAFETY: key of the map's key size.
-                unsafe { libbpf_sys::bpf_map_delete_elem(self.flows.as_raw_fd(), (k as *const FlowKey).cast()) };
-            }
+            remove_if_mine(self.flows.as_raw_fd(), k);
         }
         // Our link fd closes with the fields: the last holder's close
         // detaches the program.

@@ -99,7 +99,7 @@ pub(crate) fn open(
         };
         match tickwire_xdp::XdpTransport::open(&cfg) {
             Ok(t) => {
-                let note = Some(t.describe());
+                let note = Some(t.describe().to_string());
                 Ok(Opened { transport: Box::new(t), note, fell_back: false })
             }
             // Another live tickwire process owns this flow: a kernel socket

@@ -84,13 +84,7 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
                 wait: p.wait,
             })?,
             Transport::Rudp => crate::transports::rudp::pingpong_histogram(
-                p.size,
-                chunk,
-                p.warmup,
-                p.cpus,
-                per_round,
-                &p.params,
-                p.netns,
+                p.size, chunk, p.warmup, p.cpus, per_round, &p.params, p.netns,
             )?,
             Transport::Xdp => {
                 if !p.netns {

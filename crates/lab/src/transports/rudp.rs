@@ -89,7 +89,8 @@ pub fn pingpong_histogram(
         limit,
         params: params.to_owned(),
     };
-    let line = WorkerProcess::spawn_in(Some(&pair.a), &role)?.finish(TIMEOUT + limit.unwrap_or(Duration::from_secs(600)))?;
+    let line =
+        WorkerProcess::spawn_in(Some(&pair.a), &role)?.finish(TIMEOUT + limit.unwrap_or(Duration::from_secs(600)))?;
     crate::output::decode_histogram(&line)
 }
 
@@ -113,7 +114,8 @@ pub(crate) fn ping(
         &Role::RudpPong { host: far, back, cpu: cpus.remote, params: params.to_owned() },
     )?;
     let port: u16 = pong.read_listening()?;
-    let mut publication = UdpSender::open(&uri_at(SocketAddrV4::new(far, port), params)?, STREAM, None).map_err(werr)?;
+    let mut publication =
+        UdpSender::open(&uri_at(SocketAddrV4::new(far, port), params)?, STREAM, None).map_err(werr)?;
     pin_current_thread(cpus.local)?;
     connect(&mut publication, &mut sub)?;
     let mut msg = vec![0u8; size];

@@ -1,0 +1,149 @@
+//! One AF_XDP socket per interface per process, shared by every
+//! [`XdpTransport`](crate::XdpTransport) of the process on that interface.
+//!
+//! AF_XDP binds one socket to a (device, queue) pair: a second socket of the
+//! same process on the same queue gets `EBUSY`. A process with a publication
+//! and a subscription on one interface (a ping-pong, a request-reply pair)
+//! therefore shares one: the [`Port`] owns the socket, the program handle
+//! and the route cache, and keeps an inbox per local address for datagrams
+//! that arrived while another transport was draining the ring.
+
+use crate::hops::NextHops;
+use crate::packet::{self, Checksum, Received, Reject};
+use crate::program::{FlowKey, Program, XdpMode};
+use crate::xsk::Xsk;
+use crate::{Interface, XdpError};
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddrV4;
+use std::sync::{Arc, Mutex, Weak};
+use tickwire_transport::{RecvBatch, XdpStats};
+
+/// Datagrams kept per local address while its transport is not polling.
+const INBOX_MAX: usize = 4096;
+
+/// The shared state of one interface in this process.
+pub(crate) struct Port {
+    pub xsk: Xsk,
+    pub program: Program,
+    pub hops: NextHops,
+    pub iface: Interface,
+    /// Per local address: datagrams taken off the ring for it by another
+    /// transport, with their sources; and what it dropped for lack of room.
+    inboxes: HashMap<SocketAddrV4, Inbox>,
+    pub ip_id: u16,
+}
+
+#[derive(Default)]
+struct Inbox {
+    queue: VecDeque<(Vec<u8>, SocketAddrV4)>,
+    stats: XdpStats,
+    checksum: Checksum,
+}
+
+/// Process-wide: the port of each (network namespace, interface index).
+static PORTS: Mutex<Vec<((u64, u32), Weak<Mutex<Port>>)>> = Mutex::new(Vec::new());
+
+fn netns_id() -> u64 {
+    std::fs::metadata("/proc/self/ns/net").map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap_or(0)
+}
+
+/// Locks a port (a panic elsewhere poisons nothing worth stopping for: the
+/// rings are consistent between calls).
+pub(crate) fn lock(port: &Mutex<Port>) -> std::sync::MutexGuard<'_, Port> {
+    port.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Port {
+    /// The port of `iface` in this process: the existing one, or a new one
+    /// (program opened or joined, socket bound).
+    pub fn get(iface: &Interface, mode: XdpMode) -> Result<Arc<Mutex<Port>>, XdpError> {
+        let key = (netns_id(), iface.index);
+        let mut ports = PORTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        ports.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(p) = ports.iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade()) {
+            if mode != XdpMode::Auto && lock(&p).program.mode != mode {
+                return Err(XdpError::Setup(format!(
+                    "this process already runs {} in {} mode; asked for {mode}",
+                    iface.name,
+                    lock(&p).program.mode
+                )));
+            }
+            return Ok(p);
+        }
+        let mut program = Program::open(iface.index, mode)?;
+        let xsk = Xsk::open(&iface.name, iface.queues)?;
+        program.set_socket(xsk.queue, xsk.fd())?;
+        program.unlock();
+        let hops = NextHops::new(iface.index).map_err(|e| XdpError::Setup(format!("rtnetlink: {e}")))?;
+        let port =
+            Arc::new(Mutex::new(Port { xsk, program, hops, iface: iface.clone(), inboxes: HashMap::new(), ip_id: 0 }));
+        ports.push((key, Arc::downgrade(&port)));
+        Ok(port)
+    }
+
+    /// Steers `local` (destination address and port) to this socket.
+    pub fn add(&mut self, local: SocketAddrV4, checksum: Checksum) -> Result<(), XdpError> {
+        let key = FlowKey::of(local);
+        self.program.add_flow(key, self.xsk.queue)?;
+        self.inboxes.insert(local, Inbox { checksum, ..Inbox::default() });
+        Ok(())
+    }
+
+    /// Stops steering `local`.
+    pub fn remove(&mut self, local: SocketAddrV4) {
+        self.program.remove_flow(FlowKey::of(local));
+        self.inboxes.remove(&local);
+    }
+
+    /// Moves `local`'s inbox into `batch`, then drains the RX ring: frames
+    /// for `local` go into `batch`, frames for the process's other
+    /// addresses into their inboxes. Returns the receive counters of `local`.
+    pub fn receive(&mut self, local: SocketAddrV4, batch: &mut RecvBatch) -> XdpStats {
+        let Port { xsk, inboxes, .. } = self;
+        if let Some(inbox) = inboxes.get_mut(&local) {
+            while batch.len() < batch.capacity() {
+                let Some((d, from)) = inbox.queue.pop_front() else { break };
+                batch.push(&d, from);
+            }
+        }
+        let room = batch.capacity() - batch.len();
+        if room > 0 {
+            xsk.receive(room, |frame| deliver(inboxes, local, batch, frame));
+        }
+        inboxes.get_mut(&local).map(|i| std::mem::take(&mut i.stats)).unwrap_or_default()
+    }
+}
+
+/// Sends one received frame where it belongs.
+fn deliver(inboxes: &mut HashMap<SocketAddrV4, Inbox>, local: SocketAddrV4, batch: &mut RecvBatch, frame: &[u8]) {
+    let checksum = inboxes.get(&local).map_or(Checksum::Verify, |i| i.checksum);
+    match packet::read(frame, checksum) {
+        Ok(Received { from, to, payload, partial_checksum }) => {
+            let Some(inbox) = inboxes.get_mut(&to) else {
+                // Steered here but no longer ours (a flow being removed).
+                if let Some(i) = inboxes.get_mut(&local) {
+                    i.stats.malformed += 1;
+                }
+                return;
+            };
+            inbox.stats.rx_packets += 1;
+            inbox.stats.rx_bytes += payload.len() as u64;
+            inbox.stats.checksum_partial += u64::from(partial_checksum);
+            if to == local {
+                batch.push(payload, from);
+            } else if inbox.queue.len() < INBOX_MAX {
+                inbox.queue.push_back((payload.to_vec(), from));
+            } else {
+                inbox.stats.rx_ring_full += 1;
+            }
+        }
+        Err(reject) => {
+            if let Some(i) = inboxes.get_mut(&local) {
+                match reject {
+                    Reject::Malformed => i.stats.malformed += 1,
+                    Reject::Checksum => i.stats.checksum_failures += 1,
+                }
+            }
+        }
+    }
+}
