@@ -12,7 +12,8 @@ command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl ca-certificates)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)   # network-namespace system tests
 command -v sockperf >/dev/null 2>&1 || need_apt+=(sockperf)   # the lab is validated against it
-command -v taskset >/dev/null 2>&1 || need_apt+=(util-linux)
+command -v taskset >/dev/null 2>&1 || need_apt+=(util-linux)   # taskset, setpriv
+command -v ping >/dev/null 2>&1 || need_apt+=(iputils-ping)   # the AF_XDP coexistence test
 # AF_XDP (crates/xdp): clang builds the XDP program and, with libelf, zlib,
 # m4 and pkg-config, the libxdp/libbpf that libxdp-sys vendors.
 command -v clang >/dev/null 2>&1 || need_apt+=(clang llvm)

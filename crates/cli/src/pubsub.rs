@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tickwire_agent::{Idle, Parker};
 use tickwire_driver::udp::CloseError;
-use tickwire_driver::{Channel, DriverError, InvalidCounts, Publication, ReceiverChange, Subscription};
+use tickwire_driver::{Channel, DriverError, InvalidCounts, Publication, ReceiverChange, Subscription, XdpStats};
 use tickwire_shm::{Context, Event, GoneReason, Mode, OfferError, ReaderOptions, ShmError};
 use tickwire_wire::stamp;
 
@@ -229,6 +229,15 @@ fn report_receivers(p: &mut Publication) {
     }
 }
 
+/// What went through AF_XDP (`xdp=`), for the line printed on exit.
+fn xdp_summary(x: &XdpStats) -> String {
+    format!(
+        "AF_XDP: {} datagrams in, {} out; through the kernel socket: {} in, {} out; UDP checksums: {} failed, \
+         {} partial (a veth peer's offload); {} malformed",
+        x.rx_packets, x.tx_packets, x.kernel_rx, x.kernel_tx, x.checksum_failures, x.checksum_partial, x.malformed
+    )
+}
+
 /// What a network endpoint dropped unread, if anything: invalid frames by
 /// reason and frames from foreign sources.
 fn dropped_summary(invalid: &InvalidCounts, foreign: u64) -> Option<String> {
@@ -340,9 +349,13 @@ pub fn publish(s: &Settings, a: &PubArgs) -> Result<(), String> {
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     report_receivers(&mut p);
     let dropped = p.udp_sender().and_then(|u| dropped_summary(&u.stats().invalid_by, u.stats().frames_foreign));
+    let xdp = p.udp_sender().and_then(|u| u.xdp_stats());
     let closed = p.close(a.linger);
     if let Some(d) = dropped {
         eprintln!("{d}");
+    }
+    if let Some(x) = xdp {
+        eprintln!("{}", xdp_summary(&x));
     }
     eprintln!("published {sent} messages in {secs:.3} s ({:.0} msg/s)", sent as f64 / secs);
     match closed {
@@ -383,6 +396,8 @@ struct Tally {
     /// Network: what was dropped unread, over every subscription.
     invalid: InvalidCounts,
     foreign: u64,
+    /// `xdp=`: the AF_XDP path's counters, summed over subscriptions.
+    xdp: Option<XdpStats>,
 }
 
 /// Why reading one publisher's stream stopped.
@@ -516,6 +531,20 @@ pub fn subscribe(s: &Settings, a: &SubArgs) -> Result<(), String> {
         if let Some(r) = sub.udp_receiver() {
             t.invalid.merge(&r.stats().invalid_by);
             t.foreign += r.stats().frames_foreign;
+            if let Some(x) = r.xdp_stats() {
+                let sum = t.xdp.get_or_insert_with(XdpStats::default);
+                for (total, v) in [
+                    (&mut sum.rx_packets, x.rx_packets),
+                    (&mut sum.tx_packets, x.tx_packets),
+                    (&mut sum.kernel_rx, x.kernel_rx),
+                    (&mut sum.kernel_tx, x.kernel_tx),
+                    (&mut sum.checksum_failures, x.checksum_failures),
+                    (&mut sum.checksum_partial, x.checksum_partial),
+                    (&mut sum.malformed, x.malformed),
+                ] {
+                    *total += v;
+                }
+            }
         }
         match stop {
             Stop::Done => {
@@ -539,6 +568,9 @@ pub fn subscribe(s: &Settings, a: &SubArgs) -> Result<(), String> {
     );
     if let Some(d) = dropped_summary(&t.invalid, t.foreign) {
         eprintln!("{d}");
+    }
+    if let Some(x) = &t.xdp {
+        eprintln!("{}", xdp_summary(x));
     }
     if let Some((reason, position)) = t.gone {
         // A stream cut short is not a success: say where it stopped.

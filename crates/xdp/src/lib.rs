@@ -63,6 +63,12 @@ pub enum XdpError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// This process lacks capabilities AF_XDP needs.
+    #[error("not permitted: AF_XDP needs CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (or root); this process lacks {missing}")]
+    NotPermitted {
+        /// The missing capabilities.
+        missing: String,
+    },
     /// Another XDP program is attached to the interface.
     #[error("the interface already runs another XDP program (id {id}, {name:?}); tickwire leaves it alone")]
     Foreign {
@@ -152,6 +158,35 @@ fn interface_of(addr: Ipv4Addr) -> Result<Interface, XdpError> {
     Ok(Interface { name, index, mac, mtu, queues })
 }
 
+/// Capabilities AF_XDP needs: load and attach the program (CAP_BPF or
+/// CAP_SYS_ADMIN, and CAP_NET_ADMIN) and open the socket (CAP_NET_RAW).
+const NEEDED: [(u32, &str); 3] = [(12, "CAP_NET_ADMIN"), (13, "CAP_NET_RAW"), (39, "CAP_BPF")];
+const CAP_SYS_ADMIN: u32 = 21;
+
+/// Fails with [`XdpError::NotPermitted`] naming the capabilities missing
+/// from this process's effective set (`/proc/self/status`).
+fn check_capabilities() -> Result<(), XdpError> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let Some(eff) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+    else {
+        return Ok(()); // cannot tell: let the kernel say
+    };
+    let has = |bit: u32| eff & (1u64 << bit) != 0;
+    let missing: Vec<&str> = NEEDED
+        .iter()
+        .filter(|(bit, _)| !has(*bit) && !(*bit == 39 && has(CAP_SYS_ADMIN)))
+        .map(|(_, name)| *name)
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(XdpError::NotPermitted { missing: missing.join(", ") })
+    }
+}
+
 /// The source address the kernel would use towards `peer`.
 fn source_towards(peer: Ipv4Addr) -> Result<Ipv4Addr, XdpError> {
     let s = std::net::UdpSocket::bind("0.0.0.0:0").map_err(|e| XdpError::Setup(format!("route probe: {e}")))?;
@@ -196,6 +231,7 @@ impl XdpTransport {
     /// # Errors
     /// [`XdpError`], saying which step failed and why.
     pub fn open(cfg: &XdpConfig) -> Result<Self, XdpError> {
+        check_capabilities()?;
         let kernel = UdpTransport::open(&cfg.udp)?;
         let port_no = kernel.local_addr().port();
         let addr = match cfg.udp.multicast {

@@ -161,11 +161,14 @@ fn lock(ifindex: u32) -> Result<OwnedFd, XdpError> {
     let netns = std::fs::metadata("/proc/self/ns/net").map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap_or(0);
     let dir = ["/run/tickwire", "/tmp"].into_iter().find(|d| std::fs::create_dir_all(d).is_ok()).unwrap_or("/tmp");
     let path = format!("{dir}/xdp-{netns}-{ifindex}.lock");
+    // Another user's process may have made the file: flock works on a
+    // descriptor opened for reading too.
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
+        .or_else(|_| std::fs::File::open(&path))
         .map_err(|e| XdpError::Setup(format!("lock file {path}: {e}")))?;
     let fd = OwnedFd::from(file);
     // SAFETY: flock on a descriptor we own.

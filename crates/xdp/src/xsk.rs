@@ -67,8 +67,6 @@ impl Xsk {
             .build()
             .map_err(|e| cfg_err("UMEM config", e))?;
         let frames = NonZeroU32::new(FRAMES).ok_or_else(|| XdpError::Setup("no frames".into()))?;
-        let (umem, mut descs) =
-            Umem::new(umem_cfg, frames, false).map_err(|e| XdpError::Setup(format!("UMEM ({FRAMES} frames): {e}")))?;
         let sock_cfg = SocketConfig::builder()
             .rx_queue_size(size(RING)?)
             .tx_queue_size(size(RING)?)
@@ -77,7 +75,19 @@ impl Xsk {
             .build();
         let iface = Interface::new(std::ffi::CString::new(ifname).map_err(|e| cfg_err("interface name", e))?);
         let mut last = String::new();
-        for queue in 0..queues.max(1) {
+        let mut busy_all = true;
+        // A socket of a process that just died is released by the kernel a
+        // little after the process is gone: while every queue is busy, try
+        // again for up to a second.
+        let queue_order = (0..20).flat_map(|_| 0..queues.max(1));
+        for (attempt, queue) in queue_order.enumerate() {
+            if attempt > 0 && queue == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            // A fresh UMEM per attempt: libxdp hands a UMEM's fill and
+            // completion rings to its first socket, failed or not.
+            let (umem, mut descs) = Umem::new(umem_cfg, frames, false)
+                .map_err(|e| XdpError::Setup(format!("UMEM ({FRAMES} frames): {e}")))?;
             // SAFETY: the UMEM is not shared: this is its only socket, so
             // libxdp owns no program or ring for the pair already.
             match unsafe { Socket::new(sock_cfg, &umem, &iface, queue) } {
@@ -116,10 +126,17 @@ impl Xsk {
                         last = format!("{last}: {src}");
                     }
                     if !busy {
+                        busy_all = false;
                         break;
                     }
                 }
             }
+        }
+        if busy_all {
+            last = format!(
+                "every queue is taken by another AF_XDP socket (one per queue: another process; \
+                 give the interface more queues) ({last})"
+            );
         }
         Err(XdpError::Socket { ifname: ifname.to_string(), queues, why: last })
     }

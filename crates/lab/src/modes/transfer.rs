@@ -76,6 +76,13 @@ pub struct ReceiverReport {
     pub invalid: u64,
     /// Datagrams the receiver's own impairment dropped on its sends.
     pub control_dropped: u64,
+    /// `xdp=`: which path the datagrams took (the AF_XDP set-up, or why it
+    /// fell back to kernel UDP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xdp_path: Option<String>,
+    /// Datagrams received through the AF_XDP socket.
+    #[serde(default)]
+    pub xdp_packets: u64,
 }
 
 /// The sender's account.
@@ -103,6 +110,12 @@ pub struct SenderReport {
     pub drained: bool,
     /// Stream position at the end (payload plus frame headers and alignment).
     pub final_position: u64,
+    /// `xdp=`: which path the datagrams took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xdp_path: Option<String>,
+    /// Datagrams sent through the AF_XDP socket.
+    #[serde(default)]
+    pub xdp_packets: u64,
 }
 
 /// What `lab transfer --json` prints.
@@ -240,6 +253,8 @@ pub(crate) fn sender(
     rep.naks_coalesced = s.naks_coalesced;
     rep.heartbeats = s.heartbeats;
     rep.datagrams_dropped = p.impairment().map_or(0, |i| i[0].dropped + i[0].range_dropped);
+    rep.xdp_path = p.transport_note().map(str::to_string);
+    rep.xdp_packets = p.xdp_stats().map_or(0, |x| x.tx_packets);
     serde_json::to_string(&rep).map_err(|e| LabError::Worker(e.to_string()))
 }
 
@@ -295,6 +310,8 @@ pub(crate) fn receiver(dir: &Path, uri: &str) -> Result<String, LabError> {
     rep.lost_bytes = s.lost_bytes;
     rep.invalid = s.invalid;
     rep.control_dropped = sub.impairment().map_or(0, |i| i[1].dropped);
+    rep.xdp_path = sub.transport_note().map(str::to_string);
+    rep.xdp_packets = sub.xdp_stats().map_or(0, |x| x.rx_packets);
     serde_json::to_string(&rep).map_err(|e| LabError::Worker(e.to_string()))
 }
 
