@@ -354,7 +354,9 @@ fn two_processes_on_one_interface() {
             .and_then(|n| n.parse().ok())
             .unwrap_or(u64::MAX);
         // Each publisher's socket sends on the queue of the same number, so
-        // on veth its datagrams arrive on that queue: all through AF_XDP.
-        assert!(xdp_in > 100 && kernel_in == 0, "datagrams came through AF_XDP: {t}");
+        // on veth its datagrams arrive on that queue, through AF_XDP; only
+        // the first few, sent by the kernel while the neighbour was being
+        // resolved, may land on the other queue and come through the kernel.
+        assert!(xdp_in > 1000 && kernel_in <= 5, "datagrams came through AF_XDP: {t}");
     }
 }
