@@ -332,8 +332,15 @@ fn two_processes_on_one_interface() {
         assert!(line.contains(&format!("queue {i}")), "{line}");
         subs.push(s);
     }
-    let pubs: Vec<Child> =
-        chans.iter().map(|ch| p.spawn(&p.a, &["pub", "--channel", ch, "--count", "20000", "--rate", "20000"])).collect();
+    // One at a time, so publisher i binds queue i on its side too: what it
+    // sends leaves on queue i and, on veth, arrives on queue i.
+    let mut pubs = Vec::new();
+    for (i, ch) in chans.iter().enumerate() {
+        let mut publ = p.spawn(&p.a, &["pub", "--channel", ch, "--count", "20000", "--rate", "20000"]);
+        let line = wait_line(&mut publ, "AF_XDP on");
+        assert!(line.contains(&format!("queue {i}")), "{line}");
+        pubs.push(publ);
+    }
     for publ in pubs {
         let o = finish(publ, Duration::from_secs(30));
         assert!(o.status.success(), "{}", text(&o));
