@@ -65,9 +65,9 @@ pub use config::{read_key, write_key, ChannelConfig, DriverError, DEFAULT_BUFFER
 pub use publication::Publication;
 pub use subscription::Subscription;
 pub use tickwire_proto::{AuthKey, Invalid, InvalidCounts, ReceiverChange, ReceiverStats, SenderStats};
+pub use tickwire_transport::XdpStats;
 pub use tickwire_wire::{Event, Message, OfferError};
 pub use uri::{ChannelUri, UriError};
-pub use tickwire_transport::XdpStats;
 
 /// Nanoseconds on CLOCK_MONOTONIC.
 pub(crate) fn now_ns() -> u64 {

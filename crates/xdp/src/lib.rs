@@ -64,7 +64,9 @@ pub enum XdpError {
         source: std::io::Error,
     },
     /// This process lacks capabilities AF_XDP needs.
-    #[error("not permitted: AF_XDP needs CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (or root); this process lacks {missing}")]
+    #[error(
+        "not permitted: AF_XDP needs CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (or root); this process lacks {missing}"
+    )]
     NotPermitted {
         /// The missing capabilities.
         missing: String,
@@ -162,22 +164,21 @@ fn interface_of(addr: Ipv4Addr) -> Result<Interface, XdpError> {
 /// CAP_SYS_ADMIN, and CAP_NET_ADMIN) and open the socket (CAP_NET_RAW).
 const NEEDED: [(u32, &str); 3] = [(12, "CAP_NET_ADMIN"), (13, "CAP_NET_RAW"), (39, "CAP_BPF")];
 const CAP_SYS_ADMIN: u32 = 21;
+const CAP_BPF: u32 = 39;
 
 /// Fails with [`XdpError::NotPermitted`] naming the capabilities missing
 /// from this process's effective set (`/proc/self/status`).
 fn check_capabilities() -> Result<(), XdpError> {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let Some(eff) = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+    let Some(eff) =
+        status.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
     else {
         return Ok(()); // cannot tell: let the kernel say
     };
     let has = |bit: u32| eff & (1u64 << bit) != 0;
     let missing: Vec<&str> = NEEDED
         .iter()
-        .filter(|(bit, _)| !has(*bit) && !(*bit == 39 && has(CAP_SYS_ADMIN)))
+        .filter(|(bit, _)| !(has(*bit) || *bit == CAP_BPF && has(CAP_SYS_ADMIN)))
         .map(|(_, name)| *name)
         .collect();
     if missing.is_empty() {

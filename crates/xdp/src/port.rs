@@ -40,8 +40,11 @@ struct Inbox {
     checksum: Checksum,
 }
 
-/// Process-wide: the port of each (network namespace, interface index).
-static PORTS: Mutex<Vec<((u64, u32), Weak<Mutex<Port>>)>> = Mutex::new(Vec::new());
+/// A port's key: network namespace (inode) and interface index.
+type PortKey = (u64, u32);
+
+/// Process-wide: the port of each interface.
+static PORTS: Mutex<Vec<(PortKey, Weak<Mutex<Port>>)>> = Mutex::new(Vec::new());
 
 fn netns_id() -> u64 {
     std::fs::metadata("/proc/self/ns/net").map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap_or(0)
