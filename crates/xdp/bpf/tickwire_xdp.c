@@ -8,6 +8,7 @@
 //   tw_flows  (destination IPv4 address, UDP port) -> (queue, owner pid)
 //   tw_xsks   queue -> AF_XDP socket (entries go when the socket closes)
 //   tw_stats  per-CPU counters, indices below
+//   tw_kernel flow packets passed to the kernel (mapped by each process)
 //
 // A flow's packets are redirected only on the queue its socket is bound to
 // (AF_XDP cannot take them from another queue); on any other queue, or
@@ -70,6 +71,20 @@ struct {
 	__type(value, __u64);
 } tw_stats SEC(".maps");
 
+/*
+ * One counter, mapped into every tickwire process on the interface
+ * (BPF_F_MMAPABLE): packets of tickwire flows passed to the kernel. A
+ * process polls its kernel socket when it moves, not with a system call on
+ * every turn of its loop.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} tw_kernel SEC(".maps");
+
 static __attribute__((always_inline)) void count(__u32 what)
 {
 	__u64 *n = bpf_map_lookup_elem(&tw_stats, &what);
@@ -106,6 +121,11 @@ int tickwire_xdp(struct xdp_md *ctx)
 	if (!flow)
 		goto pass;
 	if (flow->queue != ctx->rx_queue_index) {
+		__u32 zero = 0;
+		__u64 *k = bpf_map_lookup_elem(&tw_kernel, &zero);
+
+		if (k)
+			__sync_fetch_and_add(k, 1);
 		count(STAT_OTHER_QUEUE);
 		return XDP_PASS;
 	}

@@ -17,7 +17,7 @@ use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, Neig
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io;
 use std::net::Ipv4Addr;
 
@@ -80,7 +80,7 @@ impl NextHops {
             query,
             events,
             ifindex,
-            cache: HashMap::new(),
+            cache: HashMap::default(),
             buf: vec![0; 1 << 16],
             checked: std::time::Instant::now(),
             lookups: 0,
@@ -99,12 +99,12 @@ impl NextHops {
         hop
     }
 
-    /// Drains change notifications (at most once a millisecond: it is a
-    /// system call); forgets every cached lookup if the kernel's neighbours
+    /// Drains change notifications (at most every 10 ms: it is a system
+    /// call); forgets every cached lookup if the kernel's neighbours
     /// or routes changed. Returns whether they did.
     pub fn follow(&mut self) -> bool {
         let now = std::time::Instant::now();
-        if now.duration_since(self.checked) < std::time::Duration::from_millis(1) {
+        if now.duration_since(self.checked) < std::time::Duration::from_millis(10) {
             return false;
         }
         self.checked = now;

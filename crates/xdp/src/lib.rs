@@ -160,6 +160,10 @@ fn interface_of(addr: Ipv4Addr) -> Result<Interface, XdpError> {
     Ok(Interface { name, index, mac, mtu, queues })
 }
 
+/// How often a transport does its slow work: a look at its kernel socket
+/// (when nothing says to) and at the kernel's counters.
+const SLOW_EVERY: Duration = Duration::from_millis(10);
+
 /// Capabilities AF_XDP needs: load and attach the program (CAP_BPF or
 /// CAP_SYS_ADMIN, and CAP_NET_ADMIN) and open the socket (CAP_NET_RAW).
 const NEEDED: [(u32, &str); 3] = [(12, "CAP_NET_ADMIN"), (13, "CAP_NET_RAW"), (39, "CAP_BPF")];
@@ -214,6 +218,12 @@ pub struct XdpTransport {
     polls: u64,
     /// Poll the kernel socket on every call while this is non-zero.
     kernel_hot: u32,
+    /// The program's count of flow packets passed to the kernel, as last seen.
+    passed_seen: u64,
+    /// When the slow work (kernel socket, kernel counters) is next due.
+    next_slow: std::time::Instant,
+    /// Datagrams dropped because this transport's inbox was full.
+    inbox_full: u64,
     stats: XdpStats,
     description: String,
 }
@@ -257,7 +267,12 @@ impl XdpTransport {
             flow,
             local: SocketAddrV4::new(addr, port_no),
             polls: 0,
-            kernel_hot: 0,
+            // Datagrams that came before the flow was in the map are in the
+            // kernel socket: look there first.
+            kernel_hot: 64,
+            passed_seen: 0,
+            next_slow: std::time::Instant::now(),
+            inbox_full: 0,
             stats: XdpStats::default(),
             description,
         })
@@ -292,7 +307,6 @@ fn describe(p: &Port) -> String {
 fn add(total: &mut XdpStats, d: &XdpStats) {
     total.rx_packets += d.rx_packets;
     total.rx_bytes += d.rx_bytes;
-    total.rx_ring_full += d.rx_ring_full;
     total.checksum_failures += d.checksum_failures;
     total.checksum_partial += d.checksum_partial;
     total.malformed += d.malformed;
@@ -334,9 +348,32 @@ impl Transport for XdpTransport {
     fn recv_batch(&mut self, batch: &mut RecvBatch) -> Result<usize, TransportError> {
         batch.clear();
         self.polls += 1;
-        let d = port::lock(&self.port).receive(self.flow, batch);
+        let (d, passed) = {
+            let mut p = port::lock(&self.port);
+            (p.receive(self.flow, batch), p.program.passed_to_kernel())
+        };
         add(&mut self.stats, &d);
-        if self.kernel_hot > 0 || self.polls % 64 == 0 {
+        self.inbox_full += d.rx_ring_full;
+        // The kernel socket costs a system call: read it when the program
+        // says it passed a flow's packet to the kernel, while it has been
+        // delivering, and now and then (datagrams the kernel sent itself
+        // before the neighbour was known never pass through the program).
+        if passed != self.passed_seen {
+            self.passed_seen = passed;
+            self.kernel_hot = self.kernel_hot.max(64);
+        }
+        // Slow work (system calls) at most every 10 ms, checked every 1024
+        // polls: a spinning loop should not meet a system call in one round
+        // trip in a hundred.
+        let slow = self.polls % 1024 == 0 && {
+            let now = std::time::Instant::now();
+            let due = now >= self.next_slow;
+            if due {
+                self.next_slow = now + SLOW_EVERY;
+            }
+            due
+        };
+        if self.kernel_hot > 0 || slow {
             self.kernel_hot = self.kernel_hot.saturating_sub(1);
             let k = self.kernel.recv_batch(&mut self.kbatch)?;
             for i in 0..k {
@@ -349,12 +386,12 @@ impl Transport for XdpTransport {
                 self.kernel_hot = 4096;
             }
         }
-        if self.polls % 4096 == 0 {
+        if slow {
             let p = port::lock(&self.port);
             let (full, empty) = p.xsk.kernel_stats();
+            self.stats.rx_ring_full = self.inbox_full + full;
             self.stats.fill_empty = empty;
             self.stats.passed = p.program.stat(program::STAT_PASSED) + p.program.stat(program::STAT_OTHER_QUEUE);
-            let _ = full;
         }
         Ok(batch.len())
     }

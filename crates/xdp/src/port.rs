@@ -13,7 +13,8 @@ use crate::packet::{self, Checksum, Received, Reject};
 use crate::program::{FlowKey, Program, XdpMode};
 use crate::xsk::Xsk;
 use crate::{Interface, XdpError};
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 use std::sync::{Arc, Mutex, Weak};
 use tickwire_transport::{RecvBatch, XdpStats};
@@ -78,8 +79,14 @@ impl Port {
         program.set_socket(xsk.queue, xsk.fd())?;
         program.unlock();
         let hops = NextHops::new(iface.index).map_err(|e| XdpError::Setup(format!("rtnetlink: {e}")))?;
-        let port =
-            Arc::new(Mutex::new(Port { xsk, program, hops, iface: iface.clone(), inboxes: HashMap::new(), ip_id: 0 }));
+        let port = Arc::new(Mutex::new(Port {
+            xsk,
+            program,
+            hops,
+            iface: iface.clone(),
+            inboxes: HashMap::default(),
+            ip_id: 0,
+        }));
         ports.push((key, Arc::downgrade(&port)));
         Ok(port)
     }

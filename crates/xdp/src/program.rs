@@ -93,6 +93,45 @@ pub(crate) struct Flow {
     pub pid: u32,
 }
 
+/// The `tw_kernel` counter, mapped read-only (`BPF_F_MMAPABLE`).
+#[derive(Debug)]
+struct Mapped {
+    ptr: std::ptr::NonNull<std::sync::atomic::AtomicU64>,
+    len: usize,
+}
+
+// SAFETY: the mapping is a read-only view of one kernel-updated u64, read
+// atomically; it may be read from any thread.
+unsafe impl Send for Mapped {}
+
+impl Mapped {
+    fn new(fd: &OwnedFd) -> Result<Self, XdpError> {
+        // SAFETY: sysconf has no preconditions.
+        let len = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        // SAFETY: maps the first page of an mmapable array map, read-only,
+        // shared; the kernel keeps it valid until munmap.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        if p == libc::MAP_FAILED {
+            return Err(XdpError::Bpf { step: "mmap (tw_kernel)", source: std::io::Error::last_os_error() });
+        }
+        let ptr = std::ptr::NonNull::new(p.cast()).ok_or_else(|| XdpError::Setup("mmap returned null".into()))?;
+        Ok(Self { ptr, len })
+    }
+
+    fn get(&self) -> u64 {
+        // SAFETY: `ptr` is the page mapped in `new`, aligned, alive until drop;
+        // the program updates it atomically.
+        unsafe { self.ptr.as_ref() }.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the mapping made in `new`, once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
 /// How this process came to use the program.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attach {
@@ -115,6 +154,7 @@ pub(crate) struct Program {
     flows: OwnedFd,
     xsks: OwnedFd,
     stats: OwnedFd,
+    kernel: Mapped,
     _prog: OwnedFd,
     _link: Option<OwnedFd>,
     mine: Vec<FlowKey>,
@@ -179,7 +219,7 @@ fn lock(ifindex: u32) -> Result<OwnedFd, XdpError> {
 struct Found {
     prog: OwnedFd,
     prog_id: u32,
-    maps: [Option<OwnedFd>; 3],
+    maps: [Option<OwnedFd>; 4],
 }
 
 /// The maps of an attached program, if it is tickwire's.
@@ -202,7 +242,7 @@ fn inspect(prog_id: u32) -> Result<Found, XdpError> {
     if name != PROG_NAME {
         return Err(XdpError::Foreign { id: prog_id, name });
     }
-    let mut maps: [Option<OwnedFd>; 3] = [None, None, None];
+    let mut maps: [Option<OwnedFd>; 4] = [None, None, None, None];
     for &id in ids.iter().take((info.nr_map_ids as usize).min(ids.len())) {
         // SAFETY: as above.
         let Ok(fd) = owned("bpf_map_get_fd_by_id", unsafe { libbpf_sys::bpf_map_get_fd_by_id(id) }) else { continue };
@@ -216,6 +256,7 @@ fn inspect(prog_id: u32) -> Result<Found, XdpError> {
             "tw_flows" => maps[0] = Some(fd),
             "tw_xsks" => maps[1] = Some(fd),
             "tw_stats" => maps[2] = Some(fd),
+            "tw_kernel" => maps[3] = Some(fd),
             _ => {}
         }
     }
@@ -321,7 +362,7 @@ fn mode_of(attach_mode: u8) -> XdpMode {
 }
 
 /// Loads the object; returns the program and map fds (the object closed).
-fn load() -> Result<(OwnedFd, [OwnedFd; 3]), XdpError> {
+fn load() -> Result<(OwnedFd, [OwnedFd; 4]), XdpError> {
     quiet_libbpf();
     // SAFETY: OBJECT is a static ELF image; libbpf copies what it needs.
     let obj = unsafe { libbpf_sys::bpf_object__open_mem(OBJECT.as_ptr().cast(), OBJECT.len() as _, std::ptr::null()) };
@@ -357,7 +398,7 @@ fn load() -> Result<(OwnedFd, [OwnedFd; 3]), XdpError> {
         // SAFETY: valid object and NUL-terminated name.
         dup("bpf_object__find_map_fd_by_name", unsafe { libbpf_sys::bpf_object__find_map_fd_by_name(obj.0, name(n)) })
     };
-    Ok((prog, [map(c"tw_flows")?, map(c"tw_xsks")?, map(c"tw_stats")?]))
+    Ok((prog, [map(c"tw_flows")?, map(c"tw_xsks")?, map(c"tw_stats")?, map(c"tw_kernel")?]))
 }
 
 fn link_create(prog: &OwnedFd, ifindex: u32, mode: XdpMode) -> Result<OwnedFd, XdpError> {
@@ -387,7 +428,8 @@ impl Program {
             let found = inspect(q.prog_id)?;
             let attached = mode_of(q.attach_mode);
             let link = find_link(ifindex);
-            if let [Some(flows), Some(xsks), Some(stats)] = found.maps {
+            let [flows, xsks, stats, kernel] = found.maps;
+            if let (Some(flows), Some(xsks), Some(stats), Some(kernel)) = (flows, xsks, stats, kernel) {
                 let (stale_flows, live) = prune(flows.as_raw_fd());
                 if link.is_some() || live > 0 {
                     if mode != XdpMode::Auto && mode != attached {
@@ -402,6 +444,7 @@ impl Program {
                         flows,
                         xsks,
                         stats,
+                        kernel: Mapped::new(&kernel)?,
                         _prog: found.prog,
                         _link: link,
                         mine: Vec::new(),
@@ -409,7 +452,14 @@ impl Program {
                     });
                 }
             }
-            // Ours, but held by no link and no live process: stale.
+            // Ours but without the maps this version uses (another
+            // version), or held by no link and no live process (stale).
+            if link.is_some() {
+                return Err(XdpError::Setup(format!(
+                    "another version of tickwire's XDP program (id {}) is in use on this interface",
+                    found.prog_id
+                )));
+            }
             let flags = if attached == XdpMode::Generic {
                 libbpf_sys::XDP_FLAGS_SKB_MODE
             } else {
@@ -421,7 +471,7 @@ impl Program {
             })?;
             replaced = Some(found.prog_id);
         }
-        let (prog, [flows, xsks, stats]) = load()?;
+        let (prog, [flows, xsks, stats, kernel]) = load()?;
         let (link, mode) = match mode {
             XdpMode::Auto => match link_create(&prog, ifindex, XdpMode::Native) {
                 Ok(l) => (l, XdpMode::Native),
@@ -436,6 +486,7 @@ impl Program {
             flows,
             xsks,
             stats,
+            kernel: Mapped::new(&kernel)?,
             _prog: prog,
             _link: Some(link),
             mine: Vec::new(),
@@ -489,6 +540,12 @@ impl Program {
     pub fn remove_flow(&mut self, key: FlowKey) {
         self.mine.retain(|k| *k != key);
         remove_if_mine(self.flows.as_raw_fd(), &key);
+    }
+
+    /// Packets of tickwire flows the program passed to the kernel (another
+    /// queue), all processes: a memory read.
+    pub fn passed_to_kernel(&self) -> u64 {
+        self.kernel.get()
     }
 
     /// Sum over CPUs of a `tw_stats` counter.
