@@ -180,7 +180,7 @@ fn bad_input_is_a_clear_error_not_a_panic() {
     let (ok, _, err) = run(&["pub", "--duration", "5 parsecs"]);
     assert!(!ok && err.contains("bad duration"), "{err}");
     let (ok, _, err) = run(&["lab", "pingpong", "--transport", "carrier-pigeon", "--count", "10"]);
-    assert!(!ok && err.contains("not available"), "{err}");
+    assert!(!ok && err.contains("is not one of ipc, udp, tcp, rudp, xdp"), "{err}");
     let d = dir("badcfg");
     std::fs::create_dir_all(&d).unwrap();
     let cfg = format!("{d}/t.toml");

@@ -386,3 +386,31 @@ fn xdp_summary(t: &str) -> [u64; 7] {
         line.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).map(|w| w.parse().unwrap()).collect();
     nums.try_into().unwrap_or_else(|n| panic!("{n:?} in {line}"))
 }
+
+/// The README's AF_XDP section as a person runs it: a subscriber in one
+/// namespace prints the path it took and each line; a publisher in the
+/// other sends stdin. Both over `xdp=auto`.
+#[test]
+fn readme_af_xdp_two_terminals() {
+    let p = Pair::new(7, 1);
+    let ch = format!("udp://{}:40123?xdp=auto", p.addr_b());
+    let mut sub = p.spawn(&p.b, &["sub", "--channel", &ch, "--print", "--count", "1"]);
+    let line = wait_line(&mut sub, "AF_XDP on");
+    assert!(line.contains("native mode, copy mode") && line.contains("program loaded"), "{line}");
+    let mut publ = Command::new("ip")
+        .args(["netns", "exec", &p.a, BIN, "pub", "--channel", &ch, "--stdin"])
+        .args(["--dir", &format!("/dev/shm/twx-{}-{}", std::process::id(), p.a)])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    publ.stdin.take().unwrap().write_all(b"bid 101.25\n").unwrap();
+    let po = finish(publ, Duration::from_secs(20));
+    let so = finish(sub, Duration::from_secs(20));
+    assert!(String::from_utf8_lossy(&so.stdout).contains("bid 101.25"), "{}\n{}", text(&so), text(&po));
+    let [xdp_in, ..] = xdp_summary(&text(&so));
+    assert!(xdp_in >= 1, "{}", text(&so));
+    assert!(text(&po).contains("AF_XDP on"), "{}", text(&po));
+}
