@@ -72,7 +72,7 @@ impl Image {
             abandoned: false,
             last_heard: 0,
             mtu,
-            ring: vec![0; cap + mtu],
+            ring: crate::touched_ring(cap + mtu),
             mask: cap as u64 - 1,
             covered: Bitmap::new(cap / FRAME_ALIGNMENT),
             starts: Bitmap::new(cap / FRAME_ALIGNMENT),

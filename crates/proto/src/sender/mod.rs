@@ -102,7 +102,7 @@ impl Sender {
         check_sender(&cfg)?;
         Ok(Self {
             fragmenter: Fragmenter::new(payload_mtu(&cfg)),
-            ring: vec![0; cfg.retention + cfg.mtu],
+            ring: crate::touched_ring(cfg.retention + cfg.mtu),
             mask: cfg.retention as u64 - 1,
             starts: Bitmap::new(cfg.retention / FRAME_ALIGNMENT),
             pub_pos: 0,
