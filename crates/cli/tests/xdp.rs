@@ -414,3 +414,71 @@ fn readme_af_xdp_two_terminals() {
     assert!(xdp_in >= 1, "{}", text(&so));
     assert!(text(&po).contains("AF_XDP on"), "{}", text(&po));
 }
+
+/// A tickwire program attached without a link (by hand here, as an old
+/// version or a crashed tool would leave it) outlives every process: the
+/// next start finds it holding no live flow and replaces it.
+#[test]
+fn a_stale_program_attached_without_a_link_is_replaced() {
+    let p = Pair::new(8, 1);
+    let obj = std::env::temp_dir().join(format!("twx-stale-{}.o", std::process::id()));
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../xdp/bpf/tickwire_xdp.c");
+    let arch = format!("/usr/include/{}-linux-gnu", std::env::consts::ARCH);
+    let built = Command::new("clang")
+        .args(["-O2", "-g", "-target", "bpf", "-I", &arch, "-c", src, "-o"])
+        .arg(&obj)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", text(&built));
+    let obj_s = obj.display().to_string();
+    ip(&["-n", &p.b, "link", "set", "dev", &p.dev_b, "xdpgeneric", "obj", &obj_s, "sec", "xdp"]);
+    assert!(p.xdp_on_b());
+    let ch = format!("udp://{}:41601?xdp=required", p.addr_b());
+    let mut sub = p.spawn(&p.b, &["sub", "--channel", &ch, "--count", "100"]);
+    let line = wait_line(&mut sub, "AF_XDP on");
+    assert!(line.contains("replaced a stale tickwire program (id "), "{line}");
+    let publ = p.spawn(&p.a, &["pub", "--channel", &ch, "--count", "100"]);
+    let _ = finish(publ, Duration::from_secs(20));
+    let s = text(&finish(sub, Duration::from_secs(20)));
+    assert!(s.contains("received 100 messages"), "{s}");
+    assert!(!p.xdp_on_b(), "the replacement went with its process");
+    let _ = std::fs::remove_file(&obj);
+}
+
+/// Another XDP program on the interface is left alone: `xdp=auto` says
+/// which one is there and falls back to kernel UDP (and still receives);
+/// the other program is still attached afterwards.
+#[test]
+fn another_xdp_program_is_left_alone() {
+    let p = Pair::new(9, 1);
+    let dir = std::env::temp_dir().join(format!("twx-other-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("other.c");
+    std::fs::write(
+        &src,
+        "#include <linux/bpf.h>\n__attribute__((section(\"xdp\"), used)) int someone_elses(struct xdp_md *c) \
+         { return XDP_PASS; }\nchar _license[] __attribute__((section(\"license\"), used)) = \"GPL\";\n",
+    )
+    .unwrap();
+    let obj = dir.join("other.o");
+    let arch = format!("/usr/include/{}-linux-gnu", std::env::consts::ARCH);
+    let built = Command::new("clang")
+        .args(["-O2", "-target", "bpf", "-I", &arch, "-c"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", text(&built));
+    ip(&["-n", &p.b, "link", "set", "dev", &p.dev_b, "xdp", "obj", &obj.display().to_string(), "sec", "xdp"]);
+    let ch = format!("udp://{}:41701?xdp=auto", p.addr_b());
+    let mut sub = p.spawn(&p.b, &["sub", "--channel", &ch, "--count", "100"]);
+    let line = wait_line(&mut sub, "AF_XDP not used");
+    assert!(line.contains("another XDP program") && line.contains("someone_elses"), "{line}");
+    let publ = p.spawn(&p.a, &["pub", "--channel", &ch, "--count", "100"]);
+    let _ = finish(publ, Duration::from_secs(20));
+    let s = text(&finish(sub, Duration::from_secs(20)));
+    assert!(s.contains("received 100 messages"), "{s}");
+    assert!(p.xdp_on_b(), "the other program is still there");
+    let _ = std::fs::remove_dir_all(&dir);
+}

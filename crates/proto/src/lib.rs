@@ -200,4 +200,3 @@ pub(crate) fn touched_ring(len: usize) -> Vec<u8> {
     }
     ring
 }
-
