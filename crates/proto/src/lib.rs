@@ -167,23 +167,6 @@ pub(crate) fn same_session(frame: &[u8], session: u32, stream: u32) -> bool {
     h.session_id() == session && h.stream_id() == stream
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn optimal_delay_stays_in_range_and_favours_late() {
-        let mut rng = Rng::new(1);
-        let d = NakDelay::Optimal { max: 1_000_000, group_size: 10 };
-        let samples: Vec<_> = (0..10_000).map(|_| d.sample(&mut rng)).collect();
-        assert!(samples.iter().all(|&s| s <= 1_000_000));
-        let early = samples.iter().filter(|&&s| s < 100_000).count();
-        let late = samples.iter().filter(|&&s| s > 900_000).count();
-        assert!(early < late, "early {early} late {late}");
-        assert!(early > 0);
-    }
-}
-
 /// A zeroed ring of `len` bytes with every page already touched: a large
 /// zeroed allocation is mapped lazily, and each first write to one of its
 /// pages would be a page fault on the send or receive path (1 to 3 us on a
@@ -199,4 +182,21 @@ pub(crate) fn touched_ring(len: usize) -> Vec<u8> {
         r[i] = 0;
     }
     ring
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn optimal_delay_stays_in_range_and_favours_late() {
+        let mut rng = Rng::new(1);
+        let d = NakDelay::Optimal { max: 1_000_000, group_size: 10 };
+        let samples: Vec<_> = (0..10_000).map(|_| d.sample(&mut rng)).collect();
+        assert!(samples.iter().all(|&s| s <= 1_000_000));
+        let early = samples.iter().filter(|&&s| s < 100_000).count();
+        let late = samples.iter().filter(|&&s| s > 900_000).count();
+        assert!(early < late, "early {early} late {late}");
+        assert!(early > 0);
+    }
 }
