@@ -39,10 +39,10 @@ mod port;
 mod program;
 mod xsk;
 
-pub use hops::{Hop, KernelWhy};
 pub use packet::Checksum;
 pub use program::{Attach, XdpMode};
 
+use hops::Hop;
 use packet::Route;
 use port::Port;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -54,8 +54,7 @@ use tickwire_transport::{RecvBatch, Transport, TransportError, UdpConfig, UdpTra
 /// Why AF_XDP could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum XdpError {
-    /// A BPF step failed (EPERM: not permitted, needs CAP_NET_ADMIN and
-    /// CAP_BPF, or root).
+    /// A BPF step failed (EPERM: not permitted).
     #[error("{step}: {source}{}", hint(source))]
     Bpf {
         /// The step.
@@ -105,7 +104,9 @@ pub enum XdpError {
 
 fn hint(e: &std::io::Error) -> &'static str {
     match e.raw_os_error() {
-        Some(libc::EPERM) | Some(libc::EACCES) => " (not permitted: AF_XDP needs CAP_NET_ADMIN and CAP_BPF, or root)",
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            " (not permitted: AF_XDP needs CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF, or root)"
+        }
         Some(libc::EOPNOTSUPP) => " (the driver has no XDP support in this mode)",
         _ => "",
     }

@@ -92,7 +92,13 @@ impl Port {
     }
 
     /// Steers `local` (destination address and port) to this socket.
+    /// One transport per address and port: two in one process (a multicast
+    /// publication and subscription of one group) would each get only some
+    /// of its datagrams, where kernel sockets both get every one.
     pub fn add(&mut self, local: SocketAddrV4, checksum: Checksum) -> Result<(), XdpError> {
+        if self.inboxes.contains_key(&local) {
+            return Err(XdpError::FlowTaken { pid: std::process::id() });
+        }
         let key = FlowKey::of(local);
         self.program.add_flow(key, self.xsk.queue)?;
         self.inboxes.insert(local, Inbox { checksum, ..Inbox::default() });
