@@ -6,13 +6,9 @@ use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
 
-fn transfer(args: &str) -> serde_json::Value {
-    let line = format!("lab transfer --json --timeout 60s {args}");
-    let out = Command::new(BIN).args(line.split_whitespace()).output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{line}\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
-}
+#[path = "support/transfer.rs"]
+mod support;
+use support::transfer;
 
 fn exact(r: &serde_json::Value) {
     assert_eq!(r["identical"], true, "{r}");

@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
 
+#[path = "support/transfer.rs"]
+mod support;
+use support::transfer;
+
 /// Two namespaces joined by a veth pair with `queues` queues each way,
 /// removed on drop. `a` is 10.88.N.1, `b` 10.88.N.2.
 struct Pair {
@@ -129,14 +133,6 @@ fn wait_line(child: &mut Child, what: &str) -> String {
         }
     }
     panic!("no line with {what:?}; saw {}", String::from_utf8_lossy(&seen));
-}
-
-fn transfer(args: &str) -> serde_json::Value {
-    let line = format!("lab transfer --json --timeout 60s {args}");
-    let out = Command::new(BIN).args(line.split_whitespace()).output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{line}\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
 
 fn exact_over_xdp(r: &serde_json::Value, mode: &str) {
