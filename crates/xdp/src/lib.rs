@@ -377,10 +377,13 @@ impl Transport for XdpTransport {
         if self.kernel_hot > 0 || slow {
             self.kernel_hot = self.kernel_hot.saturating_sub(1);
             let k = self.kernel.recv_batch(&mut self.kbatch)?;
+            let mut p = None;
             for i in 0..k {
                 let (d, from) = self.kbatch.get(i);
-                if batch.push(d, from) {
-                    self.stats.kernel_rx += 1;
+                self.stats.kernel_rx += 1;
+                // What does not fit this batch waits in the inbox for the next.
+                if !batch.push(d, from) && !p.get_or_insert_with(|| port::lock(&self.port)).stash(self.flow, d, from) {
+                    self.inbox_full += 1;
                 }
             }
             if k > 0 {

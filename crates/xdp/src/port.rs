@@ -111,6 +111,18 @@ impl Port {
         self.inboxes.remove(&local);
     }
 
+    /// Keeps a datagram for `local` until its next receive; false if its
+    /// inbox is full (the datagram is dropped, and counted by the caller).
+    pub fn stash(&mut self, local: SocketAddrV4, d: &[u8], from: SocketAddrV4) -> bool {
+        match self.inboxes.get_mut(&local) {
+            Some(inbox) if inbox.queue.len() < INBOX_MAX => {
+                inbox.queue.push_back((d.to_vec(), from));
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Moves `local`'s inbox into `batch`, then drains the RX ring: frames
     /// for `local` go into `batch`, frames for the process's other
     /// addresses into their inboxes. Returns the receive counters of `local`.
