@@ -273,6 +273,32 @@ mod tests {
             prop_assert!(r.is_err() || none, "flipped bit {} read as {:?}", bit, r);
         }
 
+        /// Valid frames with bytes overwritten, and cut short or padded:
+        /// never a panic; what is accepted has lengths that add up (the
+        /// IPv4 and UDP lengths agree, the payload lies inside the frame).
+        #[test]
+        fn mutated_frames_are_checked_not_trusted(
+            payload in proptest::collection::vec(any::<u8>(), 0..300),
+            edits in proptest::collection::vec((0usize..400, any::<u8>()), 1..6),
+            cut in 0usize..400,
+            policy in 0u8..3,
+        ) {
+            let policy = [Checksum::Verify, Checksum::Strict, Checksum::Skip][usize::from(policy)];
+            let mut f = vec![0u8; 400];
+            let n = write(&mut f, &route(), 7, &payload).unwrap();
+            for (at, v) in edits {
+                f[at % n] = v;
+            }
+            let len = cut.max(1).min(f.len());
+            if let Ok(r) = read(&f[..len], policy) {
+                let ip_total = usize::from(u16::from_be_bytes([f[16], f[17]]));
+                let udp_len = usize::from(u16::from_be_bytes([f[38], f[39]]));
+                prop_assert_eq!(ip_total, udp_len + 20);
+                prop_assert_eq!(r.payload.len() + 8, udp_len);
+                prop_assert!(14 + ip_total <= len);
+            }
+        }
+
         /// Any bytes at all: never a panic; what is accepted has lengths
         /// that add up (the payload lies inside the frame).
         #[test]
