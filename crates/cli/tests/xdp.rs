@@ -478,3 +478,31 @@ fn another_xdp_program_is_left_alone() {
     assert!(p.xdp_on_b(), "the other program is still there");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `lab pingpong --transport xdp` and reliable UDP over AF_XDP, briefly:
+/// each row beside the kernel-UDP floor across the same kind of veth pair,
+/// with the ratio; `lab throughput --transport xdp` beside `sendmmsg`.
+#[test]
+fn the_lab_measures_xdp_against_kernel_udp() {
+    let rows = |args: &str| -> Vec<serde_json::Value> {
+        let out = Command::new(BIN).args(args.split_whitespace()).output().unwrap();
+        assert!(out.status.success(), "{args}: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    };
+    for (args, path) in
+        [("--transport xdp --netns", "xdp-netns"), ("--transport rudp --netns --param xdp=required", "rudp-netns")]
+    {
+        let r = rows(&format!("lab pingpong {args} --size 64 --spin --count 2000 --warmup 100 --rounds 2 --json"));
+        let mine = r.iter().find(|r| r["mode"] == "pingpong").unwrap_or_else(|| panic!("{r:?}"));
+        assert_eq!(mine["transport"], path, "{mine}");
+        assert_eq!(mine["count"], 2000, "{mine}");
+        assert_eq!(mine["floor_probe"], "kernel_udp_spin", "{mine}");
+        assert!(mine["floor_p50_ns"].as_u64().unwrap() > 0 && mine["ratio_p50"].as_f64().unwrap() > 0.0, "{mine}");
+    }
+    let out = Command::new(BIN)
+        .args(["lab", "throughput", "--transport", "xdp", "--size", "64", "--duration", "1s", "--rounds", "1"])
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("throughput xdp") && t.contains("x the floor"), "{t}");
+}

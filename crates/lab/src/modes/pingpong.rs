@@ -156,7 +156,12 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
     }
     let floor = if p.floor {
         let rudp = matches!(p.transport, Transport::Rudp | Transport::Xdp);
-        let mut f = LatencyRow::from_histogram("floor", if rudp { "udp" } else { "shm" }, p.size, &fh);
+        let path = match (rudp, p.netns) {
+            (true, true) => "udp-netns",
+            (true, false) => "udp",
+            _ => "shm",
+        };
+        let mut f = LatencyRow::from_histogram("floor", path, p.size, &fh);
         f.probe = Some(if rudp { "kernel_udp_spin" } else { "raw_ring" }.into());
         f.cpus = cpus;
         f.machine = machine.summary();
