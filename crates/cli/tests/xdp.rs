@@ -346,9 +346,9 @@ fn two_processes_on_one_interface() {
         let [xdp_in, _, kernel_in, ..] = xdp_summary(&t);
         // Each publisher's socket sends on the queue of the same number, so
         // on veth its datagrams arrive on that queue, through AF_XDP; only
-        // the first few, sent by the kernel while the neighbour was being
+        // the first, sent by the kernel while the neighbour was being
         // resolved, may land on the other queue and come through the kernel.
-        assert!(xdp_in > 1000 && kernel_in <= 5, "datagrams came through AF_XDP: {t}");
+        assert!(xdp_in > 1000 && kernel_in * 50 < xdp_in, "datagrams came through AF_XDP: {t}");
     }
 }
 

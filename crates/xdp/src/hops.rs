@@ -88,10 +88,16 @@ impl NextHops {
         })
     }
 
-    /// Where a datagram for `dst` goes (cached).
+    /// Where a datagram for `dst` goes (cached). While the next hop is
+    /// unresolved, every lookup drains the change notifications first (the
+    /// datagram goes through the kernel anyway, a system call already), so
+    /// the XDP path resumes with the first datagram after the kernel has
+    /// the neighbour's address.
     pub fn lookup(&mut self, dst: Ipv4Addr) -> Hop {
-        if let Some(h) = self.cache.get(&dst) {
-            return *h;
+        if let Some(&h) = self.cache.get(&dst) {
+            if h != Hop::Kernel(KernelWhy::Unresolved) || !self.drain() {
+                return h;
+            }
         }
         self.lookups += 1;
         let hop = self.resolve(dst).unwrap_or(Hop::Kernel(KernelWhy::Unresolved));
@@ -99,15 +105,20 @@ impl NextHops {
         hop
     }
 
-    /// Drains change notifications (at most every 10 ms: it is a system
-    /// call); forgets every cached lookup if the kernel's neighbours
-    /// or routes changed. Returns whether they did.
+    /// Drains change notifications at most every 10 ms (it is a system
+    /// call); forgets every cached lookup if the kernel's neighbours or
+    /// routes changed. Returns whether they did.
     pub fn follow(&mut self) -> bool {
         let now = std::time::Instant::now();
         if now.duration_since(self.checked) < std::time::Duration::from_millis(10) {
             return false;
         }
         self.checked = now;
+        self.drain()
+    }
+
+    /// Drains change notifications now; empties the cache if any came.
+    fn drain(&mut self) -> bool {
         let mut changed = false;
         loop {
             match self.events.recv(&mut &mut self.buf[..], libc::MSG_DONTWAIT) {
