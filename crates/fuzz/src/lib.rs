@@ -13,13 +13,14 @@
 //! | `journal_record` | bytes as a journal record (CRC fixed up so the fuzzer reaches the rest) | the same |
 //! | `receiver` | a live stream's datagrams dropped, duplicated, reordered, mutated, and garbage, into a `Receiver` | see [`protocol`] |
 //! | `sender` | the same on the control path, into a `Sender` | see [`protocol`] |
+//! | `xdp_frame` | bytes as an Ethernet frame from an AF_XDP socket (IPv4 header checksum also fixed up) | read never panics; what is read has consistent lengths and writes back to itself |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod protocol;
 mod views;
 
-pub use views::{client, journal_record, wire};
+pub use views::{client, journal_record, wire, xdp_frame};
 
 /// A fuzz target: the fuzzer's bytes in, a panic for a finding.
 pub type Target = fn(&[u8]);
@@ -32,4 +33,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("journal_record", journal_record),
     ("receiver", protocol::receiver),
     ("sender", protocol::sender),
+    ("xdp_frame", xdp_frame),
 ];
