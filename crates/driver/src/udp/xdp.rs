@@ -56,7 +56,8 @@ impl XdpSettings {
             _ => XdpUse::Off,
         };
         if want != XdpUse::Off && uri.tcp {
-            return Err(UriError::Value { key: "xdp".into(), value: "on".into(), why: "udp:// channels only" });
+            let value = uri.get("xdp").unwrap_or_default().into();
+            return Err(UriError::Value { key: "xdp".into(), value, why: "udp:// channels only" });
         }
         Ok(Self {
             want,
@@ -113,5 +114,33 @@ pub(crate) fn open(
     {
         let _ = peer;
         kernel("this build has no AF_XDP: cargo feature xdp is off".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(uri: &str) -> Result<XdpSettings, UriError> {
+        XdpSettings::from_uri(&uri.parse().unwrap())
+    }
+
+    #[test]
+    fn keys_default_off_and_bad_values_name_their_key() {
+        let s = settings("udp://127.0.0.1:4000").unwrap();
+        assert_eq!((s.want, s.mode.as_str(), s.checksum.as_str()), (XdpUse::Off, "auto", "verify"));
+        let s = settings("udp://127.0.0.1:4000?xdp=required&xdp-mode=generic&xdp-checksum=skip").unwrap();
+        assert_eq!((s.want, s.mode.as_str(), s.checksum.as_str()), (XdpUse::Required, "generic", "skip"));
+        for (uri, key) in [
+            ("udp://127.0.0.1:4000?xdp=yes", "xdp"),
+            ("udp://127.0.0.1:4000?xdp=auto&xdp-mode=fast", "xdp-mode"),
+            ("udp://127.0.0.1:4000?xdp-checksum=maybe", "xdp-checksum"),
+            ("tcp://127.0.0.1:4000?xdp=auto", "xdp"),
+        ] {
+            match settings(uri) {
+                Err(UriError::Value { key: k, .. }) => assert_eq!(k, key, "{uri}"),
+                other => panic!("{uri}: {other:?}"),
+            }
+        }
     }
 }
