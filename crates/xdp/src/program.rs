@@ -253,7 +253,14 @@ fn inspect(prog_id: u32) -> Result<Found, XdpError> {
             continue;
         }
         match name_of(&minfo.name).as_str() {
-            "tw_flows" => maps[0] = Some(fd),
+            // Only a map of this version's layout is read with it: another
+            // version's keys could be larger than the buffers here.
+            "tw_flows"
+                if minfo.key_size as usize == std::mem::size_of::<FlowKey>()
+                    && minfo.value_size as usize == std::mem::size_of::<Flow>() =>
+            {
+                maps[0] = Some(fd)
+            }
             "tw_xsks" => maps[1] = Some(fd),
             "tw_stats" => maps[2] = Some(fd),
             "tw_kernel" => maps[3] = Some(fd),
@@ -429,8 +436,8 @@ impl Program {
             let attached = mode_of(q.attach_mode);
             let link = find_link(ifindex);
             let [flows, xsks, stats, kernel] = found.maps;
+            let (stale_flows, live) = flows.as_ref().map_or((0, 0), |f| prune(f.as_raw_fd()));
             if let (Some(flows), Some(xsks), Some(stats), Some(kernel)) = (flows, xsks, stats, kernel) {
-                let (stale_flows, live) = prune(flows.as_raw_fd());
                 if link.is_some() || live > 0 {
                     if mode != XdpMode::Auto && mode != attached {
                         return Err(XdpError::Setup(format!(
@@ -454,7 +461,7 @@ impl Program {
             }
             // Ours but without the maps this version uses (another
             // version), or held by no link and no live process (stale).
-            if link.is_some() {
+            if link.is_some() || live > 0 {
                 return Err(XdpError::Setup(format!(
                     "another version of tickwire's XDP program (id {}) is in use on this interface",
                     found.prog_id
