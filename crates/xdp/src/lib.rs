@@ -292,7 +292,11 @@ impl XdpTransport {
 }
 
 fn describe(p: &Port) -> String {
-    let copy = if p.xsk.zero_copy { "zero-copy" } else { "copy mode (the driver has no zero-copy AF_XDP)" };
+    let copy = match (p.xsk.zero_copy, p.program.mode) {
+        (true, _) => "zero-copy",
+        (false, XdpMode::Generic) => "copy mode (generic XDP has no zero-copy)",
+        (false, _) => "copy mode (the driver has no zero-copy AF_XDP)",
+    };
     let how = match &p.program.attach {
         Attach::Loaded => "program loaded".to_string(),
         Attach::Shared => "program shared with other tickwire processes".to_string(),
