@@ -51,6 +51,9 @@ pub struct PingPong {
 /// # Errors
 /// Any failure of either side.
 pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured>), LabError> {
+    if !p.params.is_empty() && p.transport != Transport::Rudp {
+        return Err(LabError::Usage("--param applies to rudp (channel parameters such as xdp=required)".into()));
+    }
     let rounds = p.rounds.clamp(1, p.count.max(1));
     let chunk = if p.duration.is_some() { u64::MAX / 2 } else { p.count.div_ceil(rounds) };
     let per_round = p.duration.map(|d| d / rounds as u32);
