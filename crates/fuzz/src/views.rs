@@ -65,12 +65,7 @@ pub fn xdp_frame(data: &[u8]) {
     check_frame(data);
     if data.len() >= 34 {
         let mut fixed = data.to_vec();
-        fixed[24..26].fill(0);
-        let mut sum: u32 = fixed[14..34].chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        fixed[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        tickwire_xdp::packet::set_ipv4_checksum(&mut fixed[14..34]);
         check_frame(&fixed);
     }
 }

@@ -113,6 +113,13 @@ fn pseudo_header(src: Ipv4Addr, dst: Ipv4Addr, udp_len: u16) -> u32 {
     acc + u32::from(IPPROTO_UDP) + u32::from(udp_len)
 }
 
+/// Fills in the checksum of a 20-byte IPv4 header (bytes 10..12).
+pub fn set_ipv4_checksum(ip: &mut [u8]) {
+    ip[10..12].fill(0);
+    let ip_sum = !fold(sum(0, &ip[..20]));
+    ip[10..12].copy_from_slice(&ip_sum.to_be_bytes());
+}
+
 /// Writes the headers and `payload` into `frame`; returns the frame's
 /// length, or `None` if it does not fit.
 pub fn write(frame: &mut [u8], route: &Route, ip_id: u16, payload: &[u8]) -> Option<usize> {
@@ -133,11 +140,9 @@ pub fn write(frame: &mut [u8], route: &Route, ip_id: u16, payload: &[u8]) -> Opt
     ip[6..8].copy_from_slice(&0x4000u16.to_be_bytes()); // don't fragment
     ip[8] = if route.dst.ip().is_multicast() { 1 } else { 64 };
     ip[9] = IPPROTO_UDP;
-    ip[10..12].fill(0);
     ip[12..16].copy_from_slice(&route.src.ip().octets());
     ip[16..20].copy_from_slice(&route.dst.ip().octets());
-    let ip_sum = !fold(sum(0, ip));
-    ip[10..12].copy_from_slice(&ip_sum.to_be_bytes());
+    set_ipv4_checksum(ip);
     let udp = &mut f[34..];
     udp[0..2].copy_from_slice(&route.src.port().to_be_bytes());
     udp[2..4].copy_from_slice(&route.dst.port().to_be_bytes());
