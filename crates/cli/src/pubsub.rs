@@ -532,18 +532,7 @@ pub fn subscribe(s: &Settings, a: &SubArgs) -> Result<(), String> {
             t.invalid.merge(&r.stats().invalid_by);
             t.foreign += r.stats().frames_foreign;
             if let Some(x) = r.xdp_stats() {
-                let sum = t.xdp.get_or_insert_with(XdpStats::default);
-                for (total, v) in [
-                    (&mut sum.rx_packets, x.rx_packets),
-                    (&mut sum.tx_packets, x.tx_packets),
-                    (&mut sum.kernel_rx, x.kernel_rx),
-                    (&mut sum.kernel_tx, x.kernel_tx),
-                    (&mut sum.checksum_failures, x.checksum_failures),
-                    (&mut sum.checksum_partial, x.checksum_partial),
-                    (&mut sum.malformed, x.malformed),
-                ] {
-                    *total += v;
-                }
+                t.xdp.get_or_insert_with(XdpStats::default).merge(&x);
             }
         }
         match stop {

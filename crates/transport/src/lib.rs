@@ -227,6 +227,45 @@ pub struct XdpStats {
 }
 
 impl XdpStats {
+    /// Adds every counter of `other` (several channels' totals, or a
+    /// delta into a running total).
+    pub fn merge(&mut self, other: &XdpStats) {
+        let XdpStats {
+            rx_packets,
+            rx_bytes,
+            tx_packets,
+            tx_bytes,
+            rx_ring_full,
+            fill_empty,
+            tx_ring_full,
+            tx_kicks,
+            kernel_rx,
+            kernel_tx,
+            checksum_failures,
+            checksum_partial,
+            malformed,
+            passed,
+            route_changes,
+            fallbacks,
+        } = *other;
+        self.rx_packets += rx_packets;
+        self.rx_bytes += rx_bytes;
+        self.tx_packets += tx_packets;
+        self.tx_bytes += tx_bytes;
+        self.rx_ring_full += rx_ring_full;
+        self.fill_empty += fill_empty;
+        self.tx_ring_full += tx_ring_full;
+        self.tx_kicks += tx_kicks;
+        self.kernel_rx += kernel_rx;
+        self.kernel_tx += kernel_tx;
+        self.checksum_failures += checksum_failures;
+        self.checksum_partial += checksum_partial;
+        self.malformed += malformed;
+        self.passed += passed;
+        self.route_changes += route_changes;
+        self.fallbacks += fallbacks;
+    }
+
     /// The counters, in the order `tickwire stat` names them
     /// (`tickwire_shm::counters::XDP_NAMES`).
     pub fn values(&self) -> [u64; 16] {

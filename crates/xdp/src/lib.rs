@@ -309,14 +309,6 @@ fn describe(p: &Port) -> String {
     format!("AF_XDP on {} queue {}: {} mode, {copy}, {how}{stale}", p.iface.name, p.xsk.queue, p.program.mode)
 }
 
-fn add(total: &mut XdpStats, d: &XdpStats) {
-    total.rx_packets += d.rx_packets;
-    total.rx_bytes += d.rx_bytes;
-    total.checksum_failures += d.checksum_failures;
-    total.checksum_partial += d.checksum_partial;
-    total.malformed += d.malformed;
-}
-
 impl Transport for XdpTransport {
     fn send_batch(&mut self, to: SocketAddrV4, datagrams: &[&[u8]]) -> Result<usize, TransportError> {
         let largest = datagrams.iter().map(|d| d.len()).max().unwrap_or(0);
@@ -353,12 +345,14 @@ impl Transport for XdpTransport {
     fn recv_batch(&mut self, batch: &mut RecvBatch) -> Result<usize, TransportError> {
         batch.clear();
         self.polls += 1;
-        let (d, passed) = {
+        let (mut d, passed) = {
             let mut p = port::lock(&self.port);
             (p.receive(self.flow, batch), p.program.passed_to_kernel())
         };
-        add(&mut self.stats, &d);
-        self.inbox_full += d.rx_ring_full;
+        // Inbox drops go into rx_ring_full with the kernel's own count at
+        // the next slow refresh.
+        self.inbox_full += std::mem::take(&mut d.rx_ring_full);
+        self.stats.merge(&d);
         // The kernel socket costs a system call: read it when the program
         // says it passed a flow's packet to the kernel, while it has been
         // delivering, and now and then (datagrams the kernel sent itself
