@@ -1,33 +1,85 @@
 #!/usr/bin/env bash
-# Installs what building and testing tickwire needs on a fresh Debian/Ubuntu
-# machine: a C toolchain (linker), iproute2 (network-namespace system tests),
-# sockperf (the lab's kernel-UDP ping-pong is checked against it), clang and
-# the libraries the AF_XDP crate builds against, and Rust
-# (stable, with clippy and rustfmt).
+# Installs every system package that building and testing tickwire needs on
+# a fresh Debian/Ubuntu machine, and Rust (stable, with clippy and rustfmt).
 # Idempotent: does nothing that is already done.
+#
+#   scripts/setup.sh          install what is missing
+#   scripts/setup.sh --list   print the Debian packages, one a line (the
+#                             fresh-check test compares them with dpkg)
+#   scripts/setup.sh --check  exit 1 naming every package not installed
+#
+# Never install a package by hand while developing: add it to PACKAGES below
+# and run this script, so a fresh machine gets it too.
 set -euo pipefail
 
-need_apt=()
-command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
-command -v curl >/dev/null 2>&1 || need_apt+=(curl ca-certificates)
-command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)   # network-namespace system tests
-command -v sockperf >/dev/null 2>&1 || need_apt+=(sockperf)   # the lab is validated against it
-command -v taskset >/dev/null 2>&1 || need_apt+=(util-linux)   # taskset, setpriv
-command -v ping >/dev/null 2>&1 || need_apt+=(iputils-ping)   # the AF_XDP coexistence test
-# AF_XDP (crates/xdp): clang builds the XDP program and, with libelf, zlib,
-# m4 and pkg-config, the libxdp/libbpf that libxdp-sys vendors.
-command -v clang >/dev/null 2>&1 || need_apt+=(clang llvm)
-[ -f /usr/include/libelf.h ] || need_apt+=(libelf-dev)
-[ -f /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)
-command -v m4 >/dev/null 2>&1 || need_apt+=(m4)
-command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
-command -v make >/dev/null 2>&1 || need_apt+=(make)
-[ -f /usr/include/linux/if_xdp.h ] || need_apt+=(linux-libc-dev)
+# One line a package: name, then why.
+PACKAGES=$(
+  cat <<'EOF'
+build-essential  C compiler and linker (Rust links with cc; libxdp's C build)
+curl             rustup download
+ca-certificates  rustup download over TLS
+iproute2         ip netns / veth pairs in the multi-host system tests
+util-linux       taskset (CPU pinning in the lab), setpriv (capability tests)
+iputils-ping     the AF_XDP coexistence test pings through the XDP interface
+sockperf         the lab's kernel-UDP ping-pong is checked against it
+clang            builds the XDP program (crates/xdp/bpf) and libxdp's BPF objects
+llvm             llc/llvm-strip for libxdp's BPF objects
+libelf-dev       libbpf (vendored by libbpf-sys/libxdp-sys)
+zlib1g-dev       libbpf
+libpcap-dev      libxdp's configure (vendored xdp-tools) requires pcap/dlt.h
+m4               libxdp's configure
+pkg-config       libxdp's configure
+make             libxdp's build
+linux-libc-dev   <linux/if_xdp.h> and <asm/types.h> for the XDP program
+systemd          systemd-analyze verify checks deploy/systemd
+prometheus       promtool checks deploy/prometheus rules
+linux-perf       perf: the profiles in docs/PERFORMANCE.md
+strace           strace -c: system calls per message
+EOF
+)
+names() { awk '{print $1}' <<<"$PACKAGES"; }
+
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'ok installed'; }
+
+missing() {
+  local p
+  for p in $(names); do installed "$p" || echo "$p"; done
+}
+
+case "${1:-}" in
+  --list)
+    names
+    exit 0
+    ;;
+  --check)
+    m=$(missing)
+    if [ -n "$m" ]; then
+      echo "setup: not installed (run scripts/setup.sh): $(echo $m)" >&2
+      exit 1
+    fi
+    echo "setup: all $(names | wc -l) packages installed"
+    exit 0
+    ;;
+  "") ;;
+  *)
+    echo "usage: $0 [--list|--check]" >&2
+    exit 2
+    ;;
+esac
+
+need_apt=($(missing))
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+  # No service started by a package (prometheus) during the install.
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
+  # The prometheus package starts a server where systemd runs; tickwire only
+  # wants its promtool.
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active -q prometheus 2>/dev/null; then
+    $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 fi
 
 if [ -f "$HOME/.cargo/env" ]; then . "$HOME/.cargo/env"; fi
