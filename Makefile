@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO_ENV := if [ -f $$HOME/.cargo/env ]; then . $$HOME/.cargo/env; fi;
 
-.PHONY: setup build demo test bench crash fuzz clean
+.PHONY: setup build demo test bench crash fuzz clean fresh-check
 
 setup:
 	@./scripts/setup.sh
@@ -36,6 +36,11 @@ fuzz: setup
 # The benchmark figures recorded in docs/PERFORMANCE.md.
 bench: build
 	@$(CARGO_ENV) ./scripts/bench.sh
+
+# Does this machine build only because of a package installed by hand?
+# (see CONTRIBUTING.md for a truly fresh clone)
+fresh-check: setup
+	@./scripts/fresh-check.sh
 
 clean:
 	@$(CARGO_ENV) cargo clean

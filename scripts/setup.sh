@@ -16,6 +16,8 @@ set -euo pipefail
 PACKAGES=$(
   cat <<'EOF'
 build-essential  C compiler and linker (Rust links with cc; libxdp's C build)
+git              the source; `tickwire --version` names its commit
+procps           kill, ps in the tests and scripts
 curl             rustup download
 ca-certificates  rustup download over TLS
 iproute2         ip netns / veth pairs in the multi-host system tests
