@@ -91,6 +91,62 @@ impl Default for Settings {
     }
 }
 
+/// The config file a router service reads when none is named.
+pub const SYSTEM_CONFIG: &str = "/etc/tickwire/router.toml";
+
+/// [`SYSTEM_CONFIG`] if it exists.
+pub fn system_default() -> Option<PathBuf> {
+    Path::new(SYSTEM_CONFIG).exists().then(|| PathBuf::from(SYSTEM_CONFIG))
+}
+
+/// The line of a dotted key (`router.journal.sync`) in a TOML text, if
+/// it is there.
+pub fn key_line(text: &str, dotted: &str) -> Option<usize> {
+    let doc = toml_edit::ImDocument::parse(text).ok()?;
+    let mut item = doc.as_item();
+    let mut span = None;
+    for part in dotted.split('.') {
+        let (key, value) = item.as_table_like()?.get_key_value(part)?;
+        span = key.span().or_else(|| value.span());
+        item = value;
+    }
+    span.map(|s| line_of(text, s.start))
+}
+
+/// An error about `[router]` or `[[users]]` of the file at `path`, with the
+/// line of the key it names: the typed parse of the whole text (which
+/// knows where each value is) for parse errors, the key's line for a value
+/// out of range.
+pub fn locate(path: &Path, e: &tickwire_router::config::ConfigError) -> String {
+    use tickwire_router::config::ConfigError;
+    let Ok(text) = std::fs::read_to_string(path) else { return e.to_string() };
+    match e {
+        ConfigError::Parse { message, .. } => {
+            #[derive(Deserialize)]
+            #[allow(dead_code)] // read only for where it fails
+            struct Typed {
+                router: Option<tickwire_router::RouterConfig>,
+                users: Option<Vec<tickwire_router::access::UserConfig>>,
+            }
+            match toml::from_str::<Typed>(&text) {
+                Err(t) => match t.span() {
+                    Some(span) => format!("{}:{}: {message}", path.display(), line_of(&text, span.start)),
+                    None => format!("{}: {t}", path.display()),
+                },
+                Ok(_) => e.to_string(),
+            }
+        }
+        ConfigError::Users(_) => format!("{}: {e}", path.display()),
+        ConfigError::Value { key, .. } => {
+            let line = key_line(&text, &format!("router.{key}")).or_else(|| key_line(&text, key));
+            match line {
+                Some(l) => format!("{}:{l}: [router] {e}", path.display()),
+                None => format!("{}: [router] {e}", path.display()),
+            }
+        }
+    }
+}
+
 /// Reads settings from `path` (or defaults if none).
 ///
 /// # Errors

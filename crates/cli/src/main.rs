@@ -17,12 +17,13 @@ use std::process::ExitCode;
 /// (`udp://HOST:PORT`, multicast `udp://GROUP:PORT?interface=ADDR`) and TCP
 /// (`tcp://HOST:PORT`), and through the router.
 #[derive(Debug, Parser)]
-#[command(name = "tickwire", version, about)]
+#[command(name = "tickwire", version = version(), about)]
 struct Cli {
     /// Directory for log and counters files [default: /dev/shm/tickwire, or `dir` in the config].
     #[arg(long, global = true)]
     dir: Option<PathBuf>,
-    /// TOML config file (see docs/configuration.md); flags override it.
+    /// TOML config file (see docs/configuration.md); flags override it [default for `tickwire router`:
+    /// /etc/tickwire/router.toml if it exists].
     #[arg(long, global = true, env = "TICKWIRE_CONFIG")]
     config: Option<PathBuf>,
     #[command(subcommand)]
@@ -89,10 +90,35 @@ struct LabArgs {
     cmd: lab::LabCmd,
 }
 
+/// `tickwire --version`: the release, the git commit it was built from and
+/// the cargo features built in.
+fn version() -> &'static str {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION.get_or_init(|| {
+        let features: Vec<&str> = [("xdp", tickwire_driver::udp::xdp::BUILT_IN)]
+            .into_iter()
+            .filter_map(|(name, on)| on.then_some(name))
+            .collect();
+        format!(
+            "{} (git {}, features: {})",
+            env!("CARGO_PKG_VERSION"),
+            env!("TICKWIRE_GIT_HASH"),
+            if features.is_empty() { "none".into() } else { features.join(" ") }
+        )
+    })
+}
+
 fn main() -> ExitCode {
     tickwire_shm::os::default_sigpipe();
     let cli = Cli::parse();
-    let settings = match config::load(cli.config.as_deref()) {
+    // `tickwire router` runs as a service: it reads the system's config
+    // file when none is named (`--config`, TICKWIRE_CONFIG).
+    let config_path = match (&cli.config, &cli.cmd) {
+        (Some(p), _) => Some(p.clone()),
+        (None, Cmd::Router(_)) => config::system_default(),
+        (None, _) => None,
+    };
+    let settings = match config::load(config_path.as_deref()) {
         Ok(mut s) => {
             if let Some(d) = cli.dir {
                 s.dir = d;

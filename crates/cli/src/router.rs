@@ -59,6 +59,11 @@ pub struct RouterArgs {
     /// With --journal: start despite damage before the journal's tail (the damaged records are skipped and reported).
     #[arg(long)]
     journal_skip_corrupt: bool,
+    /// Check the config file (FILE, or the one `tickwire router` would read) and exit: 0 if a router
+    /// would start with it, else the file, line and key at fault.
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    #[allow(clippy::option_option)] // absent, without FILE, with FILE
+    check_config: Option<Option<std::path::PathBuf>>,
     /// How long a shutdown may spend delivering what is queued.
     #[arg(long, default_value = "1s", value_parser = crate::units::parse_duration)]
     drain: Duration,
@@ -214,13 +219,34 @@ pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
         Some(RouterAction::Status { json }) => return status(s, json),
         None => {}
     }
+    if let Some(file) = &a.check_config {
+        return check_config(s, file.as_deref(), a);
+    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TICKWIRE_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
+    let cfg = config(s, a)?;
+    if cfg.users.is_empty() {
+        tracing::warn!("no [[users]] configured: every client is anonymous and may publish and subscribe to anything");
+    }
+    match &s.path {
+        Some(p) => tracing::info!("config: {}", p.display()),
+        None => tracing::info!("config: none ({} absent): defaults and flags", crate::config::SYSTEM_CONFIG),
+    }
+    serve(s, cfg, a.drain)
+}
+
+/// The configuration a router would run with: the file's `[router]`,
+/// `[[users]]` and `[metrics]`, then the flags; checked.
+fn config(s: &Settings, a: &RouterArgs) -> Result<RouterConfig, String> {
+    let located = |e: tickwire_router::config::ConfigError| match &s.path {
+        Some(p) => crate::config::locate(p, &e),
+        None => e.to_string(),
+    };
     let mut cfg = match &s.router {
-        Some((path, table)) => RouterConfig::from_table(table.clone(), path, &s.dir).map_err(|e| e.to_string())?,
+        Some((path, table)) => RouterConfig::from_table(table.clone(), path, &s.dir).map_err(located)?,
         None => RouterConfig { dir: s.dir.clone(), ..RouterConfig::default() },
     };
     if !a.listen.is_empty() {
@@ -266,12 +292,92 @@ pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
         }
         t.skip_corrupt |= a.journal_skip_corrupt;
     }
-    cfg.users = users(s)?;
+    cfg.users = match &s.users {
+        Some((path, value)) => RouterConfig::users_from(value.clone(), path).map_err(located)?,
+        None => Vec::new(),
+    };
     cfg.metrics = a.metrics.clone().or_else(|| s.metrics.clone());
-    cfg.check().map_err(|e| e.to_string())?;
-    if cfg.users.is_empty() {
-        tracing::warn!("no [[users]] configured: every client is anonymous and may publish and subscribe to anything");
+    cfg.check().map_err(located)?;
+    Ok(cfg)
+}
+
+/// `tickwire router --check-config [FILE]`: everything a start would read,
+/// read, without binding, locking or creating anything.
+fn check_config(s: &Settings, file: Option<&std::path::Path>, a: &RouterArgs) -> Result<(), String> {
+    let path = match file {
+        Some(f) => f.to_owned(),
+        None => s
+            .path
+            .clone()
+            .ok_or_else(|| format!("no config file to check: name one, or create {}", crate::config::SYSTEM_CONFIG))?,
+    };
+    let s = crate::config::load(Some(&path))?;
+    let cfg = config(&s, a)?;
+    if let Some(t) = &cfg.tls {
+        tickwire_transport::tls::server_config(&t.cert, &t.key)
+            .map_err(|e| format!("{}: [router.tls] {e}", path.display()))?;
     }
+    println!(
+        "{}: ok: router {:?}, {}{}, {} user(s), journal {}, metrics {}",
+        path.display(),
+        cfg.name,
+        if cfg.ipc { format!("shared memory in {}, ", cfg.dir.display()) } else { String::new() },
+        if cfg.listen.is_empty() {
+            "no TCP".to_owned()
+        } else {
+            cfg.listen.join(" ").replace("tcp://", if cfg.tls.is_some() { "tls://" } else { "tcp://" })
+        },
+        cfg.users.len(),
+        cfg.journal.as_ref().map_or_else(|| "off".into(), |j| j.dir.display().to_string()),
+        cfg.metrics.as_deref().unwrap_or("off"),
+    );
+    Ok(())
+}
+
+use sd_notify::NotifyState;
+
+/// The service manager, when the router runs under systemd (`Type=notify`,
+/// `NOTIFY_SOCKET` set): readiness once every listener is bound, reloads,
+/// stopping, and the watchdog's keep-alive if the unit asks for one.
+struct Systemd {
+    /// Whether `NOTIFY_SOCKET` was set.
+    on: bool,
+    /// Half the unit's `WatchdogSec`, and when the last keep-alive went.
+    watchdog: Option<(Duration, std::time::Instant)>,
+}
+
+impl Systemd {
+    fn new() -> Self {
+        let on = std::env::var_os("NOTIFY_SOCKET").is_some();
+        let mut usec = 0;
+        let watchdog = (on && sd_notify::watchdog_enabled(false, &mut usec))
+            .then(|| (Duration::from_micros(usec / 2), std::time::Instant::now()));
+        Self { on, watchdog }
+    }
+
+    fn notify(&self, state: &[NotifyState<'_>]) {
+        if self.on {
+            if let Err(e) = sd_notify::notify(false, state) {
+                tracing::warn!("sd_notify to $NOTIFY_SOCKET failed: {e}");
+            }
+        }
+    }
+
+    /// A keep-alive every half `WatchdogSec`: the main loop runs at least
+    /// every park timeout (100 ms), so a router whose loop stops is
+    /// restarted by systemd.
+    fn watchdog(&mut self) {
+        if let Some((every, last)) = &mut self.watchdog {
+            if last.elapsed() >= *every {
+                *last = std::time::Instant::now();
+                self.notify(&[NotifyState::Watchdog]);
+            }
+        }
+    }
+}
+
+/// Runs the router until SIGINT or SIGTERM, then drains.
+fn serve(s: &Settings, cfg: RouterConfig, drain: Duration) -> Result<(), String> {
     let mut idle = Idle::parse(&cfg.idle)?;
     if let Some(cpu) = cfg.agent_cpu(0) {
         tickwire_agent::pin_current_thread(cpu).map_err(|e| e.to_string())?;
@@ -288,16 +394,22 @@ pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
     }
     signal_hook::flag::register(SIGHUP, Arc::clone(&hup)).map_err(|e| e.to_string())?;
     eprintln!("router listening: {} (Ctrl-C or SIGTERM to stop, SIGHUP to reload users)", server.describe());
+    let mut systemd = Systemd::new();
+    systemd.notify(&[NotifyState::Ready, NotifyState::Status(&format!("listening: {}", server.describe()))]);
     let mut parker = ThreadParker;
     while !stop.load(Ordering::Relaxed) {
         let work = server.do_work();
         if hup.load(Ordering::Relaxed) {
             hup.store(false, Ordering::Relaxed);
+            systemd.notify(&[NotifyState::Reloading]);
             reload(s, &mut server);
+            systemd.notify(&[NotifyState::Ready]);
         }
+        systemd.watchdog();
         idle.idle_with(work, &mut parker);
     }
-    let report = server.shutdown(a.drain);
+    systemd.notify(&[NotifyState::Stopping, NotifyState::Status(&format!("draining for up to {drain:?}"))]);
+    let report = server.shutdown(drain);
     let t = report.totals;
     eprintln!(
         "router stopped: {} client(s) closed, {} message(s) in, {} deliveries, {} discarded by full queues, {} dropped at shutdown",

@@ -144,3 +144,7 @@ mod tests {
         }
     }
 }
+
+/// Whether this build has AF_XDP (the `xdp` feature); without it
+/// `xdp=auto` always falls back to kernel UDP and `xdp=required` stops.
+pub const BUILT_IN: bool = cfg!(feature = "xdp");
