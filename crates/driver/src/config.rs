@@ -123,6 +123,15 @@ pub fn write_key(path: &str, replace: bool) -> Result<(), DriverError> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| err(format!("no randomness from the OS: {e}")))?;
     let key = tickwire_proto::AuthKey::new(bytes);
+    // A directory that is not there yet is made, the owner's alone.
+    if let Some(parent) = std::path::Path::new(path).parent().filter(|p| !p.as_os_str().is_empty()) {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(|e| err(format!("cannot create its directory {}: {e}", parent.display())))?;
+    }
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).mode(0o600);
     if replace {

@@ -185,7 +185,11 @@ impl Journal {
     /// [`JournalError`] naming the file, offset and what is wrong.
     pub fn open(cfg: JournalConfig) -> Result<(Self, Recovery), JournalError> {
         let dir = cfg.dir.clone();
-        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        // Guaranteed messages are orders: a directory created here is the
+        // router's user's alone (an existing one keeps its mode).
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(&dir)
+            .map_err(io(&dir))?;
         let lock_path = dir.join("journal.lock");
         let lock =
             OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io(&lock_path))?;

@@ -102,7 +102,13 @@ impl Common {
         }
     }
 
+    /// Where the results go; the directories of `--hlog` and `--plot` are
+    /// made now, before a run that could not write its results (a failure
+    /// is reported when the file is written, naming it).
     fn output(&self, hlog: &Option<PathBuf>, plot: &Option<PathBuf>) -> Output {
+        for dir in [hlog, plot].into_iter().flatten().filter_map(|p| p.parent()) {
+            let _ = std::fs::create_dir_all(dir);
+        }
         Output { format: self.format(), hlog: hlog.clone(), plot: plot.clone() }
     }
 }
