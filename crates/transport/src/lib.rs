@@ -125,6 +125,10 @@ impl RecvBatch {
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
+    /// Every buffer holds a datagram: [`RecvBatch::push`] would refuse.
+    pub fn is_full(&self) -> bool {
+        self.count == self.lens.len()
+    }
     /// Datagram `i` and its source.
     pub fn get(&self, i: usize) -> (&[u8], SocketAddrV4) {
         (&self.data[i * self.slot..i * self.slot + self.lens[i]], self.addrs[i])

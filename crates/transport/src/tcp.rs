@@ -288,12 +288,16 @@ impl Transport for TcpTransport {
         while i < self.conns.len() {
             let c = &mut self.conns[i];
             let mut ok = c.connecting || c.flush();
-            if ok && !c.connecting {
+            // A frame is cut out of the stream only when the batch can take
+            // it: one read from a full batch would be a frame lost on a
+            // lossless transport (repaired later by NAK, but lost here).
+            if ok && !c.connecting && !batch.is_full() {
                 let was = c.peer;
                 let peer = &mut c.peer;
                 let mut bad_hello = false;
                 let r = c.reader.read_from(&c.stream, |f| match *peer {
-                    Some(from) => batch.push(f, from),
+                    // Taken, and reading stops once the batch is full.
+                    Some(from) => batch.push(f, from) && !batch.is_full(),
                     // The connector's hello: its identity.
                     None if f.len() == HELLO_LEN => {
                         let ip = std::net::Ipv4Addr::new(f[0], f[1], f[2], f[3]);
@@ -377,6 +381,33 @@ mod tests {
             }
         }
         got
+    }
+
+    /// Issue 43, bug 6: a `recv_batch` whose batch fills mid-stream used
+    /// to cut the next frame out of the stream and drop it (a gap, a NAK
+    /// and a retransmit on a lossless transport, every time).
+    #[test]
+    fn a_full_receive_batch_loses_no_frame_of_a_burst() {
+        let mut l = TcpTransport::listen(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let mut c = TcpTransport::connect(l.local_addr());
+        let start = Instant::now();
+        while !c.is_connected() {
+            c.service();
+            assert!(start.elapsed() < SECS, "never connected");
+        }
+        let sent: Vec<Vec<u8>> = (0..1000u32).map(|i| i.to_le_bytes().to_vec()).collect();
+        let refs: Vec<&[u8]> = sent.iter().map(Vec::as_slice).collect();
+        let mut n = 0;
+        while n < refs.len() {
+            n += c.send_batch(l.local_addr(), &refs[n..]).unwrap();
+            let _ = c.recv_batch(&mut RecvBatch::new(4, 64));
+            assert!(start.elapsed() < SECS, "sent only {n}");
+        }
+        // Batches of 3: the burst is many times the batch.
+        let got = pump(&mut c, &mut l, &mut RecvBatch::new(3, 64), sent.len(), SECS);
+        let got: Vec<Vec<u8>> = got.into_iter().map(|(d, _)| d).collect();
+        assert_eq!(got.len(), sent.len(), "frames lost");
+        assert_eq!(got, sent);
     }
 
     #[test]
