@@ -146,7 +146,7 @@ fn publish_one(client: &mut Client, topic: &str, msg: &[u8], held: &mut Held) ->
                 }
                 return Ok(());
             }
-            Err(PublishError::BadTopic(e)) => return Err(e.to_string()),
+            Err(e @ (PublishError::BadTopic(_) | PublishError::TooLarge { .. })) => return Err(e.to_string()),
             Err(_) if stopped() => return Err("stopped (Ctrl-C) while a message waited".into()),
             Err(e) if t.elapsed() > Duration::from_secs(30) => return Err(format!("{e} for 30 s")),
             Err(_) => {
@@ -176,7 +176,7 @@ fn publish_guaranteed_one(client: &mut Client, topic: &str, msg: &[u8], held: &m
                 }
                 return Ok(());
             }
-            Err(PublishError::BadTopic(e)) => return Err(e.to_string()),
+            Err(e @ (PublishError::BadTopic(_) | PublishError::TooLarge { .. })) => return Err(e.to_string()),
             Err(_) if stopped() => return Err("stopped (Ctrl-C) while the window was full".into()),
             Err(e) => {
                 waited = true;

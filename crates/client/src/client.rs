@@ -10,7 +10,7 @@ use tickwire_shm::Context;
 use tickwire_topic::{check_topic, Pattern};
 use tickwire_wire::client::{
     credentials, flags, split_guaranteed_value, ClientKind, ClientRepr, RejectCode, SlowConsumer,
-    CLIENT_PROTOCOL_VERSION,
+    CLIENT_PROTOCOL_VERSION, HEADER_LEN,
 };
 use tickwire_wire::ClientFrame;
 
@@ -46,6 +46,8 @@ pub struct Client {
     next_sequence: u64,
     router_name: String,
     client_id: u32,
+    /// The router's `max_frame`, from WELCOME (0: not said yet).
+    pub(crate) router_max_frame: usize,
     pending: Option<String>,
     /// Why the router's end refused this client for good (TLS); no more
     /// connection attempts once set.
@@ -124,6 +126,7 @@ impl Client {
             next_subscription: 1,
             next_sequence: 0,
             router_name: String::new(),
+            router_max_frame: 0,
             client_id: 0,
             pending: None,
             refused: None,
@@ -301,6 +304,7 @@ impl Client {
             return self.publish_guaranteed(topic, payload).map(|_| ());
         }
         check_topic(topic)?;
+        self.check_size(topic, payload.len())?;
         if self.state != State::Connected {
             return Err(PublishError::NotConnected);
         }
@@ -319,6 +323,28 @@ impl Client {
         }
     }
 
+    /// The largest frame the router takes: what it said in WELCOME, else
+    /// (not connected yet) [`ClientOptions::max_frame`], the router's
+    /// default too.
+    pub fn max_frame(&self) -> usize {
+        if self.router_max_frame > 0 {
+            self.router_max_frame
+        } else {
+            self.opts.max_frame
+        }
+    }
+
+    /// [`PublishError::TooLarge`] for a frame over [`Client::max_frame`]:
+    /// the router would close the session on it.
+    pub(crate) fn check_size(&self, topic: &str, payload: usize) -> Result<(), PublishError> {
+        let size = HEADER_LEN + topic.len() + payload;
+        let limit = self.max_frame();
+        if size > limit {
+            return Err(PublishError::TooLarge { size, limit });
+        }
+        Ok(())
+    }
+
     /// Reserves a message of `len` bytes on `topic` to write in place
     /// (shared memory: straight into the log the router reads).
     ///
@@ -326,6 +352,7 @@ impl Client {
     /// As [`Client::publish`].
     pub fn try_claim(&mut self, topic: &str, len: usize) -> Result<ClientClaim<'_>, PublishError> {
         check_topic(topic)?;
+        self.check_size(topic, len)?;
         if self.state != State::Connected {
             return Err(PublishError::NotConnected);
         }
@@ -401,6 +428,7 @@ impl Client {
         let state = &mut self.state;
         let router_name = &mut self.router_name;
         let client_id = &mut self.client_id;
+        let router_max_frame = &mut self.router_max_frame;
         let r = conn.poll(
             |bytes| {
                 if broken.is_some() {
@@ -440,6 +468,8 @@ impl Client {
                         *state = State::Connected;
                         *router_name = String::from_utf8_lossy(f.body()).into_owned();
                         *client_id = f.value();
+                        // 0 from a router that does not say.
+                        *router_max_frame = usize::try_from(f.sequence()).unwrap_or(usize::MAX);
                         handler(ClientEvent::Connected { router: router_name, client_id: f.value() });
                     }
                     ClientKind::Reject => handler(ClientEvent::Rejected {

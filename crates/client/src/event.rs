@@ -57,6 +57,16 @@ pub enum PublishError {
     /// (`guaranteed_window`); poll and try again.
     #[error("{0} guaranteed publishes await the router's acknowledgement (the window is full)")]
     WindowFull(usize),
+    /// The frame (header, topic and payload) is over the router's
+    /// `max_frame` (told in WELCOME; before it, [`crate::ClientOptions::max_frame`]):
+    /// nothing was sent, and it never will be.
+    #[error("message of {size} bytes (header, topic and payload) is over the router's limit of {limit} bytes ([router.limits] max_frame): not sent")]
+    TooLarge {
+        /// The frame's bytes.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 /// A message the router delivered.

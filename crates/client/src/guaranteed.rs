@@ -79,6 +79,7 @@ impl Client {
     /// [`PublishError::BadTopic`].
     pub fn publish_guaranteed(&mut self, topic: &str, payload: &[u8]) -> Result<u64, PublishError> {
         check_topic(topic)?;
+        self.check_size(topic, payload.len())?;
         if self.outbox.waiting.len() >= self.opts.guaranteed_window {
             return Err(PublishError::WindowFull(self.outbox.waiting.len()));
         }

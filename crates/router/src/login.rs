@@ -41,7 +41,15 @@ impl Router {
             None => format!("{}@{}", s.name, s.peer),
         };
         s.counters = self.counters.as_ref().and_then(|c| c.allocate(Kind::RouterClient, client, 0, &label).ok());
-        let welcome = ClientRepr { value: client, body: self.name.as_bytes(), ..ClientRepr::new(ClientKind::Welcome) };
+        // The largest frame it takes: a client refuses a bigger publish
+        // rather than have the session closed on it (and, guaranteed,
+        // resend it after every reconnection).
+        let welcome = ClientRepr {
+            value: client,
+            sequence: self.limits.max_frame as u64,
+            body: self.name.as_bytes(),
+            ..ClientRepr::new(ClientKind::Welcome)
+        };
         control(s, &welcome)
     }
 

@@ -21,7 +21,7 @@
 //! | kind | from | value | sequence | topic | body |
 //! | --- | --- | --- | --- | --- | --- |
 //! | HELLO | client | protocol version | publisher id (random, nonzero; 0: none) | client name | credentials ([`credentials`]) |
-//! | WELCOME | router | client id | 0 | | router name |
+//! | WELCOME | router | client id | the router's `max_frame` (0: not said) | | router name |
 //! | SUBSCRIBE | client | subscription id | 0 | pattern | durable name (with `DURABLE`) |
 //! | UNSUBSCRIBE | client | subscription id | 0 | | |
 //! | PUBLISH | client | 0 | publisher's sequence (`GUARANTEED`: 1, 2, … per publisher id) | topic | payload |

@@ -1,0 +1,120 @@
+//! Nothing stuck forever (issue 43): a message, a publisher or a client
+//! that used to wait for good, each with the command a user runs.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
+
+/// A router on a free loopback port, stopped when dropped.
+struct Router {
+    child: Child,
+    uri: String,
+    dir: std::path::PathBuf,
+}
+
+impl Router {
+    fn start(name: &str, config: &str, args: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(format!("tw-live-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = dir.join("router.toml");
+        std::fs::write(&cfg, config).unwrap();
+        let mut child = Command::new(BIN)
+            .arg("--dir")
+            .arg(dir.join("shm"))
+            .arg("--config")
+            .arg(&cfg)
+            .args(["router", "--no-ipc", "--listen", "tcp://127.0.0.1:0"])
+            .args(args)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        let uri = loop {
+            line.clear();
+            assert!(err.read_line(&mut line).unwrap() > 0, "the router exited before listening");
+            if let Some(rest) = line.strip_prefix("router listening: ") {
+                break rest.split_whitespace().next().unwrap().to_owned();
+            }
+        };
+        // Keep draining its log so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in err.lines() {});
+        Self { child, uri, dir }
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs `tickwire ARGS` for at most `limit`: its status (None: killed at
+/// the limit) and stderr.
+fn run_for(args: &[&str], limit: Duration) -> (Option<std::process::ExitStatus>, String) {
+    let mut child = Command::new(BIN).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+        s
+    });
+    let end = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (status, reader.join().unwrap())
+}
+
+/// Bug 4: a guaranteed message over the router's `max_frame` was resent
+/// after every reconnection, for ever, blocking everything behind it. It
+/// is refused at publish time, naming the limit; what comes after it goes.
+#[test]
+fn a_guaranteed_message_over_max_frame_is_refused_at_once_naming_the_limit() {
+    let journal = std::env::temp_dir().join(format!("tw-live-journal-{}", std::process::id()));
+    let r = Router::start("big", "", &["--journal", journal.to_str().unwrap()]);
+    let t = Instant::now();
+    let args = ["pub", "--router", &r.uri, "--guaranteed", "--size", "2MiB", "--count", "1", "--topic", "big/x"];
+    let (status, err) = run_for(&args, Duration::from_secs(10));
+    let status = status.unwrap_or_else(|| panic!("still publishing after 10 s: {err}"));
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("over the router's limit of 1049088 bytes") && err.contains("max_frame"), "{err}");
+    println!("a 2 MiB guaranteed publish refused in {:?}", t.elapsed());
+    // A publish within the limit on the same router is stored and acknowledged.
+    let args = ["pub", "--router", &r.uri, "--guaranteed", "--size", "1000", "--count", "3", "--topic", "big/x"];
+    let (status, err) = run_for(&args, Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{err}");
+    let _ = std::fs::remove_dir_all(&journal);
+}
+
+/// Bug 4, the router's side: a router with a smaller `max_frame` says so
+/// in WELCOME, and the client refuses by that limit, not its own.
+#[test]
+fn the_router_tells_its_max_frame_in_welcome_and_the_client_keeps_to_it() {
+    let r = Router::start("small", "[router.limits]\nmax_frame = 65536\n", &[]);
+    let mut client = tickwire_client::Client::connect(&r.uri, tickwire_client::ClientOptions::default()).unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    while !client.is_connected() {
+        client.poll(|_| {}, 16);
+        assert!(Instant::now() < end, "never connected");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(client.max_frame(), 65536);
+    let e = client.publish("big/x", &[0u8; 70_000]).unwrap_err();
+    assert!(e.to_string().contains("over the router's limit of 65536 bytes"), "{e}");
+    client.publish("big/x", &[0u8; 60_000]).unwrap();
+    assert!(client.is_connected());
+}
