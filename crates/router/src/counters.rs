@@ -1,9 +1,12 @@
 //! The router's counts: its totals and per-topic counts, and the indices
 //! of its values in its counter sets (the names are
 //! `tickwire_shm::counters::ROUTER_*_NAMES`, shown by `tickwire stat` and
-//! the metrics).
+//! the metrics). A few values come after the named ones, for the metrics
+//! only: the queue bound and journal retention, a client's conflated
+//! deliveries and back-pressure state.
 
 use crate::routing::Router;
+use client as cc;
 use router as rc;
 use tickwire_shm::counters::Kind;
 use tickwire_shm::CounterSet;
@@ -111,9 +114,19 @@ impl Router {
             c.set(rc::CACHE_DELIVERIES, t.cache_deliveries);
             c.set(rc::BACK_PRESSURED, t.back_pressured);
             c.set(rc::SLOW_DISCONNECTED, t.slow_disconnected);
+            c.set(rc::QUEUE_LIMIT_BYTES, self.limits.queue_bytes as u64);
+            let retain = self.guaranteed().and_then(|g| g.journal().config().retain_bytes);
+            c.set(rc::JOURNAL_RETAIN_BYTES, retain.unwrap_or(0));
         }
         for s in self.sessions.iter().flatten() {
             s.publish_counters();
+            // Values past `tickwire_shm`'s names for the kind: the metrics
+            // export them (`tickwire stat` shows the named ones).
+            if let Some(c) = &s.counters {
+                c.set(cc::CONFLATED, s.stats.conflated);
+                c.set(cc::HELD, u64::from(s.paused_by > 0));
+                c.set(cc::HOLDING_PUBLISHERS, s.holding.len() as u64);
+            }
         }
         for t in self.topics.values().chain(std::iter::once(&self.other_topics)) {
             if let Some(set) = &t.set {
@@ -122,6 +135,13 @@ impl Router {
         }
     }
 }
+
+// The values past the names stay inside a set and clear of the names.
+const _: () = {
+    use tickwire_shm::counters::{ROUTER_CLIENT_NAMES, ROUTER_NAMES, VALUES};
+    assert!(router::QUEUE_LIMIT_BYTES >= ROUTER_NAMES.len() && router::JOURNAL_RETAIN_BYTES < VALUES);
+    assert!(client::CONFLATED >= ROUTER_CLIENT_NAMES.len() && client::HOLDING_PUBLISHERS < VALUES);
+};
 
 /// The router's totals (`Kind::Router`).
 pub mod router {
@@ -153,6 +173,12 @@ pub mod router {
     pub const BACK_PRESSURED: usize = 11;
     /// [`Totals::slow_disconnected`](super::Totals::slow_disconnected).
     pub const SLOW_DISCONNECTED: usize = 12;
+    /// `limits.queue_bytes`: the bound of each client's queue (a gauge;
+    /// exported by the metrics only).
+    pub const QUEUE_LIMIT_BYTES: usize = 13;
+    /// The journal's `retain_bytes` (0: no journal on this routing agent,
+    /// or no limit; exported by the metrics only).
+    pub const JOURNAL_RETAIN_BYTES: usize = 14;
 }
 
 /// One client session (`Kind::RouterClient`).
@@ -175,6 +201,15 @@ pub mod client {
     pub const REJECTS: usize = 7;
     /// Subscriptions held.
     pub const SUBSCRIPTIONS: usize = 8;
+    /// Queued deliveries replaced by a newer one of their topic
+    /// (conflation; exported by the metrics only).
+    pub const CONFLATED: usize = 9;
+    /// 1 while its frames are not read: a back-pressure client it
+    /// publishes to is behind (exported by the metrics only).
+    pub const HELD: usize = 10;
+    /// Publishers it holds, a back-pressure client past its queue bound
+    /// (exported by the metrics only).
+    pub const HOLDING_PUBLISHERS: usize = 11;
 }
 
 /// One topic (`Kind::RouterTopic`).

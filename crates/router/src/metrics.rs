@@ -11,18 +11,27 @@
 //! Names follow Prometheus' conventions: `tickwire_router_` first, base
 //! units (bytes, seconds), `_total` on counters:
 //! * `tickwire_router_clients`, `..._messages_in_total`, `..._deliveries_total`,
-//!   `..._discards_total`, `..._forbidden_total`, ... per routing agent
-//!   (label `router`);
+//!   `..._discards_total`, `..._forbidden_total`, ... and the queue bound
+//!   `tickwire_router_queue_limit_bytes` per routing agent (label `router`);
 //! * `tickwire_router_client_messages_in_total`, `..._bytes_out_total`,
 //!   `..._queue_messages`, `..._queue_bytes`, `..._discards_total`,
-//!   `..._rejections_total`, `..._subscriptions` per client (labels
-//!   `client` and `name`);
+//!   `..._conflated_total`, `..._rejections_total`, `..._subscriptions`,
+//!   `..._held`, `..._holding_publishers` per client (labels `client` and
+//!   `name`);
 //! * `tickwire_router_topic_messages_in_total`, `..._deliveries_total`,
 //!   ... per topic (label `topic`; topics past `limits.topic_counters`
 //!   together as `(other topics)`);
 //! * `tickwire_router_forwarding_seconds`: a histogram of the time from
 //!   reading a client's frame to handing the message to every
-//!   subscriber's transport, one frame in 256.
+//!   subscriber's transport, one frame in 256;
+//! * with a journal: `tickwire_router_journal_bytes`, `..._retain_bytes`
+//!   (when it has a limit), `..._first_sequence`, `..._last_sequence`,
+//!   `..._ack_lag_records`, ..., per guaranteed publisher
+//!   `tickwire_router_publisher_ack_lag_records`, per durable subscription
+//!   `tickwire_router_durable_backlog_records` and `..._in_flight`.
+//!
+//! `deploy/prometheus` has alert and recording rules over these, and
+//! `deploy/grafana` a dashboard.
 //!
 //! The text is the OpenMetrics format that `prometheus-client` writes.
 
@@ -93,6 +102,7 @@ fn described(kind: Kind) -> &'static [(&'static str, &'static str, bool)] {
             ("cache_deliveries", "Messages delivered from the last-value cache.", true),
             ("publishers_held", "Times a publisher was held by a back-pressure client.", true),
             ("slow_consumers_disconnected", "Sessions ended as slow consumers.", true),
+            ("queue_limit_bytes", "Bound of each client's queue (limits.queue_bytes).", false),
         ],
         Kind::RouterClient => &[
             ("messages_in", "Frames read from the client.", true),
@@ -104,6 +114,13 @@ fn described(kind: Kind) -> &'static [(&'static str, &'static str, bool)] {
             ("discards", "Deliveries dropped for the client (queue full).", true),
             ("rejections", "Requests of the client refused.", true),
             ("subscriptions", "Subscriptions the client holds.", false),
+            ("conflated", "Queued deliveries replaced by a newer message of their topic (conflation).", true),
+            (
+                "held",
+                "1 while the client's frames are not read: a back-pressure client it publishes to is behind.",
+                false,
+            ),
+            ("holding_publishers", "Publishers this back-pressure client holds (its queue is past its bound).", false),
         ],
         Kind::RouterTopic => &[
             ("messages_in", "Messages published on the topic.", true),
@@ -145,6 +162,19 @@ impl Collector for RouterCollector {
                     }
                 }
             }
+        }
+        // The journal's limit, from the routing agent that keeps it (none
+        // without a journal, or without a limit).
+        let retain = sets
+            .iter()
+            .filter(|s| s.kind == Kind::Router)
+            .map(|s| s.values[crate::counters::router::JOURNAL_RETAIN_BYTES])
+            .max()
+            .unwrap_or(0);
+        if retain > 0 {
+            let help = "The journal's retain_bytes: past it, whole segments are removed, oldest first.";
+            let f = encoder.encode_descriptor("tickwire_router_journal_retain_bytes", help, None, MetricType::Gauge)?;
+            ConstGauge::new(retain as i64).encode(f)?;
         }
         let mut buckets = [0u64; BUCKETS + 1];
         let (mut sum_ns, mut count) = (0u64, 0u64);
@@ -191,6 +221,12 @@ impl Collector for JournalMetrics {
                 "The last journal sequence durable by the sync policy.",
                 j.durable,
             ),
+            (
+                "tickwire_router_journal_first_sequence",
+                "The first journal sequence still held (retention removes whole segments, oldest first).",
+                j.first,
+            ),
+            ("tickwire_router_journal_last_sequence", "The last journal sequence written.", j.last),
             (
                 "tickwire_router_journal_ack_lag_records",
                 "Records appended and not yet durable (publishers awaiting acknowledgement).",
@@ -376,5 +412,69 @@ mod tests {
         assert_eq!(&b[..3], &[2, 2, 1], "<=64, <=128, <=256");
         assert_eq!(b[BUCKETS], 1, "a second: past the last bound");
         assert_eq!(t.count.load(Ordering::Relaxed), 6);
+    }
+
+    fn frame(r: tickwire_wire::client::ClientRepr<'_>) -> Vec<u8> {
+        let mut b = vec![0u8; r.buffer_len()];
+        r.emit(&mut b).unwrap();
+        b
+    }
+
+    /// The value of `metric`'s sample whose labels contain `label`.
+    fn sample(text: &str, metric: &str, label: &str) -> Option<f64> {
+        text.lines()
+            .filter(|l| l.split(['{', ' ']).next() == Some(metric) && l.contains(label))
+            .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    /// A lagging client's conflated deliveries are counted in its counter
+    /// set and exported per client, beside its discards; the queue bound
+    /// per routing agent.
+    #[test]
+    fn conflated_deliveries_are_exported_per_client() {
+        use crate::{Limits, MemoryOut, Outbound, Router};
+        use tickwire_wire::client::{ClientKind, ClientRepr, CLIENT_PROTOCOL_VERSION};
+        let dir = std::env::temp_dir().join(format!("tw-metrics-conflated-{}", std::process::id()));
+        let counters = CountersFile::create(&dir).unwrap();
+        let conflate = vec![tickwire_topic::Pattern::parse("md/>").unwrap()];
+        let limits = Limits { conflate, queue_bytes: 1 << 20, ..Limits::default() };
+        let mut r = Router::new("m", limits, Some(Arc::clone(&counters)));
+        let mut client = |name: &str| {
+            let out = Outbound::Memory(MemoryOut { frames: Vec::new(), room: usize::MAX });
+            let id = r.attach(out, format!("test {name}"));
+            let hello =
+                ClientRepr { value: CLIENT_PROTOCOL_VERSION, topic: name, ..ClientRepr::new(ClientKind::Hello) };
+            r.handle_frame(id, &frame(hello)).unwrap();
+            id
+        };
+        let (p, lag) = (client("p"), client("lag"));
+        r.handle_frame(lag, &frame(ClientRepr { value: 1, topic: ">", ..ClientRepr::new(ClientKind::Subscribe) }))
+            .unwrap();
+        let Some(Outbound::Memory(m)) = r.session_mut(lag).map(|s| s.outbound_mut()) else { panic!() };
+        m.room = 0;
+        for (topic, body) in [("md/a", b"1"), ("md/a", b"2"), ("md/b", b"1"), ("md/a", b"3"), ("fx/x", b"1")] {
+            r.handle_frame(p, &frame(ClientRepr { topic, body, ..ClientRepr::new(ClientKind::Publish) })).unwrap();
+        }
+        assert_eq!(r.session(lag).unwrap().stats.conflated, 2, "md/a's 2 and 3 replaced 1 in the queue");
+        r.publish_counters();
+
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(RouterCollector { counters, times: Vec::new() }));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains("# TYPE tickwire_router_client_conflated counter"), "{text}");
+        let conflated = |name| sample(&text, "tickwire_router_client_conflated_total", &format!("name=\"{name}@test"));
+        assert_eq!(conflated("lag"), Some(2.0), "{text}");
+        assert_eq!(conflated("p"), Some(0.0), "{text}");
+        let queued = sample(&text, "tickwire_router_client_queue_messages", "name=\"lag@test");
+        assert_eq!(queued, Some(3.0), "md/a, md/b, fx/x: {text}");
+        let discards = sample(&text, "tickwire_router_client_discards_total", "name=\"lag@test");
+        assert_eq!(discards, Some(0.0), "{text}");
+        assert_eq!(sample(&text, "tickwire_router_client_held", "name=\"p@test"), Some(0.0), "{text}");
+        let limit = sample(&text, "tickwire_router_queue_limit_bytes", "router=\"m\"");
+        assert_eq!(limit, Some(f64::from(1u32 << 20)), "{text}");
+        assert!(!text.contains("tickwire_router_journal_retain_bytes"), "no journal, no limit: {text}");
+        drop(r);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
