@@ -476,8 +476,9 @@ fn every_alert_has_a_severity_and_says_what_to_do() {
 // ---------------------------------------------------------------------
 // The real router, scraped.
 
-/// Children killed when the test ends, however it ends.
-struct Procs(Vec<Child>);
+/// Children killed, and their directory removed, when the test ends,
+/// however it ends.
+struct Procs(Vec<Child>, PathBuf);
 
 impl Drop for Procs {
     fn drop(&mut self) {
@@ -485,6 +486,7 @@ impl Drop for Procs {
             let _ = c.kill();
             let _ = c.wait();
         }
+        let _ = std::fs::remove_dir_all(&self.1);
     }
 }
 
@@ -567,7 +569,7 @@ fn every_metric_the_dashboard_and_the_rules_name_is_exported_by_the_router() {
     let d = dir.display().to_string();
     let journal = dir.join("journal").display().to_string();
     let metrics_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let mut procs = Procs(Vec::new());
+    let mut procs = Procs(Vec::new(), dir.clone());
     let mut router = Command::new(BIN)
         .args(["--dir", &d, "router", "--listen", "tcp://127.0.0.1:0", "--journal", &journal])
         .args(["--metrics", &metrics_addr.to_string()])
@@ -633,5 +635,4 @@ fn every_metric_the_dashboard_and_the_rules_name_is_exported_by_the_router() {
     assert!(left[0].starts_with("tickwire_router_bogus_total (panel \"Bogus\"): not exported"), "{left:?}");
     assert!(left[1].contains("tickwire_router_messages_in (panel \"Bogus\"): a counter family"), "{left:?}");
     drop(procs);
-    let _ = std::fs::remove_dir_all(&dir);
 }
