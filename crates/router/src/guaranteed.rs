@@ -11,14 +11,14 @@
 //! chunks). fsyncs run on the journal's own thread.
 
 use crate::durable::{Durable, DurableState};
-use crate::routing::{control, Disconnect, Router};
+use crate::routing::{Disconnect, Router};
 use crate::status::{DurableStatus, JournalStatus, PublisherStatus};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::time::Duration;
 use tickwire_journal::{Journal, JournalConfig, JournalError, Recovery};
 use tickwire_topic::check_topic;
-use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode};
+use tickwire_wire::client::RejectCode;
 
 /// How guaranteed delivery behaves, beyond the journal's own settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -263,10 +263,10 @@ impl Router {
                 }
                 let a = g.acked.entry(s.publisher).or_insert(0);
                 *a = (*a).max(seq);
-                let ack = ClientRepr { sequence: seq, ..ClientRepr::new(ClientKind::Ack) };
-                if control(s, &ack).is_ok() {
-                    g.stats.publisher_acks += 1;
-                }
+                // Delivered, however far behind the client is in reading:
+                // an ACK thrown away would leave it resending for ever.
+                s.acknowledge(seq);
+                g.stats.publisher_acks += 1;
                 s.mark(id, &mut self.backlog);
                 work += 1;
             }

@@ -137,6 +137,11 @@ pub struct Session {
     pub(crate) out: Outbound,
     pub(crate) queue: OutQueue,
     pub(crate) control: VecDeque<Vec<u8>>,
+    /// The highest publisher sequence stored and not yet acknowledged to
+    /// the client (0: none). ACKs are cumulative, so one waiting ACK
+    /// stands for every one before it: it needs no room in `control` and
+    /// is never dropped.
+    ack_due: u64,
     pub(crate) subscriptions: HashMap<u32, Pattern>,
     pub(crate) next_sequence: u64,
     pub(crate) hello: bool,
@@ -189,6 +194,7 @@ impl Session {
             out,
             queue: OutQueue::new(queue_bytes),
             control: VecDeque::new(),
+            ack_due: 0,
             subscriptions: HashMap::new(),
             next_sequence: 0,
             hello: false,
@@ -278,6 +284,7 @@ impl Session {
     pub(crate) fn needs_flush(&self) -> bool {
         !self.queue.is_empty()
             || !self.control.is_empty()
+            || self.ack_due > 0
             || matches!(&self.out, Outbound::Tcp(t) if t.has_pending() || t.failed.is_some())
     }
 
@@ -286,6 +293,30 @@ impl Session {
     #[inline]
     pub(crate) fn has_control_room(&self) -> bool {
         self.control.len() < MAX_CONTROL_QUEUED / 2
+    }
+
+    /// Acknowledges every guaranteed publish up to publisher sequence
+    /// `seq`: at once if the transport takes it, else with the next flush
+    /// (coalesced with any later one). Never refused.
+    pub(crate) fn acknowledge(&mut self, seq: u64) {
+        self.ack_due = self.ack_due.max(seq);
+        self.send_ack();
+    }
+
+    /// Sends the ACK due, if any, behind the control frames queued before
+    /// it. Returns whether one went.
+    fn send_ack(&mut self) -> bool {
+        if self.ack_due == 0 || !self.control.is_empty() {
+            return false;
+        }
+        let ack = ClientRepr { sequence: self.ack_due, ..ClientRepr::new(ClientKind::Ack) };
+        match self.out.try_send(&ack) {
+            Sent::Yes | Sent::Never => {
+                self.ack_due = 0;
+                true
+            }
+            Sent::Full => false,
+        }
     }
 
     /// Queues a control frame (sent before any queued delivery).
@@ -369,6 +400,11 @@ impl Session {
                 Sent::Full => return n,
             }
         }
+        if self.send_ack() {
+            n += 1;
+        } else if self.ack_due > 0 {
+            return n;
+        }
         if let Outbound::Tcp(t) = &mut self.out {
             let (frames, bytes) = t.write_queue(&mut self.queue);
             self.stats.messages_out += frames as u64;
@@ -396,7 +432,7 @@ impl Session {
         for _ in 0..100 {
             self.flush();
             let tcp_pending = matches!(&self.out, Outbound::Tcp(t) if t.has_pending());
-            if self.control.is_empty() && !tcp_pending {
+            if self.control.is_empty() && self.ack_due == 0 && !tcp_pending {
                 return;
             }
             std::thread::sleep(std::time::Duration::from_micros(50));

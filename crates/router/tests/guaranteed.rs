@@ -321,3 +321,43 @@ fn saving_one_subscriptions_limit_keeps_the_others_in_the_file() {
     drop(r);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 43, bug 3: a publisher whose control queue was full (it was
+/// behind on reading) had its ACKs thrown away while its session stayed
+/// open: it kept its publishes for ever. ACKs are cumulative: one waits,
+/// coalesced, and goes when the client reads again.
+#[test]
+fn an_ack_is_never_dropped_for_a_publisher_behind_on_reading() {
+    let dir = tempdir("ack-behind");
+    let mut r = router(&dir, GuaranteedConfig::default(), 1 << 20);
+    let p = client(&mut r, "p", 7);
+    // The client stops reading: its transport takes nothing.
+    let Outbound::Memory(m) = r.session_mut(p).unwrap().outbound_mut() else { panic!() };
+    m.room = 0;
+    // Replies pile up in its control queue, past its bound (each a REJECT
+    // of a subscription to a malformed pattern).
+    for sid in 0..400u32 {
+        let bad = ClientRepr { value: sid, topic: "md/>/x", ..ClientRepr::new(ClientKind::Subscribe) };
+        let _ = r.handle_frame(p, &frame(bad));
+    }
+    for seq in 1..=500 {
+        publish(&mut r, p, seq, "orders/a");
+        if seq % 50 == 0 {
+            r.poll_guaranteed(0);
+        }
+    }
+    r.poll_guaranteed(0);
+    assert!(r.session_mut(p).is_some(), "the session stays open");
+    // It reads again.
+    let Outbound::Memory(m) = r.session_mut(p).unwrap().outbound_mut() else { panic!() };
+    m.room = usize::MAX;
+    let mut failed = Vec::new();
+    r.flush(&mut failed);
+    r.flush(&mut failed);
+    assert!(failed.is_empty(), "{failed:?}");
+    let acks: Vec<u64> = frames(&mut r, p).iter().filter(|f| f.0 == ClientKind::Ack).map(|f| f.3).collect();
+    assert_eq!(acks.last(), Some(&500), "the highest ACK the client got: {acks:?}");
+    assert!(acks.windows(2).all(|w| w[0] < w[1]), "ACKs in order: {acks:?}");
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}
