@@ -151,6 +151,11 @@ pub struct Session {
     pub(crate) ticket: Option<u64>,
     /// Frames read while its password was being checked, in order.
     pub(crate) unchecked: Vec<Vec<u8>>,
+    /// Of `unchecked`: frames other than SUBSCRIBE, SUBSCRIBEs, and the
+    /// bytes of each.
+    pub(crate) unchecked_others: usize,
+    pub(crate) unchecked_subscribes: usize,
+    pub(crate) unchecked_bytes: (usize, usize),
     /// Some subscription reaches topics its user may not read: each
     /// delivery is checked.
     pub(crate) filtered: bool,
@@ -201,6 +206,9 @@ impl Session {
             user: None,
             ticket: None,
             unchecked: Vec::new(),
+            unchecked_others: 0,
+            unchecked_subscribes: 0,
+            unchecked_bytes: (0, 0),
             filtered: false,
             access: FxHashMap::default(),
             policy: SlowConsumer::DropOldest,
@@ -310,7 +318,9 @@ impl Session {
             return false;
         }
         let ack = ClientRepr { sequence: self.ack_due, ..ClientRepr::new(ClientKind::Ack) };
-        match self.out.try_send(&ack) {
+        let mut frame = [0u8; tickwire_wire::client::HEADER_LEN];
+        let _ = ack.emit(&mut frame);
+        match self.out.try_send_encoded(&frame) {
             Sent::Yes | Sent::Never => {
                 self.ack_due = 0;
                 true
