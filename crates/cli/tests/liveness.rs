@@ -118,3 +118,100 @@ fn the_router_tells_its_max_frame_in_welcome_and_the_client_keeps_to_it() {
     client.publish("big/x", &[0u8; 60_000]).unwrap();
     assert!(client.is_connected());
 }
+
+fn hash_password(password: &str) -> String {
+    use std::io::Write;
+    let mut p = Command::new(BIN)
+        .args(["router", "hash-password"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    p.stdin.take().unwrap().write_all(format!("{password}\n").as_bytes()).unwrap();
+    let out = p.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn users_config(extra: &str) -> String {
+    format!(
+        "{extra}\n[[users]]\nname = \"desk\"\npassword_hash = \"{}\"\npublish = [\"md/>\"]\nsubscribe = [\"md/>\"]\n",
+        hash_password("s3cret")
+    )
+}
+
+fn desk(uri: &str) -> tickwire_client::Client {
+    let opts = tickwire_client::ClientOptions {
+        user: Some("desk".into()),
+        password: Some("s3cret".into()),
+        ..tickwire_client::ClientOptions::default()
+    };
+    tickwire_client::Client::connect(uri, opts).unwrap()
+}
+
+/// Bug 1: a client sends HELLO and then every SUBSCRIBE before WELCOME;
+/// while its password was checked the router kept 256 frames at most,
+/// then closed it, and the client came back every 100 ms for ever. Its
+/// subscriptions are kept up to `max_subscriptions`, and it logs in.
+#[test]
+fn a_client_with_many_subscriptions_and_a_password_logs_in_and_gets_them_all() {
+    let r = Router::start("subs", &users_config(""), &[]);
+    let mut c = desk(&r.uri);
+    for i in 0..300 {
+        c.subscribe(&format!("md/eq/S{i}")).unwrap();
+    }
+    let mut events = Vec::new();
+    let end = Instant::now() + Duration::from_secs(10);
+    while !c.is_connected() {
+        c.poll(|e| events.push(format!("{e:?}")), 64);
+        assert!(Instant::now() < end, "not logged in within 10 s: {events:?} ({})", c.last_error());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The last subscription is live: a message on it comes back.
+    let mut got = 0;
+    let end = Instant::now() + Duration::from_secs(10);
+    while got == 0 {
+        let _ = c.publish("md/eq/S299", b"x");
+        c.poll(
+            |e| {
+                if let tickwire_client::ClientEvent::Message(m) = e {
+                    got += usize::from(m.topic == "md/eq/S299");
+                }
+            },
+            64,
+        );
+        assert!(Instant::now() < end, "nothing on the 300th subscription");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(!events.iter().any(|e| e.contains("Disconnected")), "{events:?}");
+}
+
+/// Bug 1, the client's side: refused for a limit (here more subscriptions
+/// than the router's `max_subscriptions` before its WELCOME), it backs off
+/// instead of coming back every 100 ms.
+#[test]
+fn a_client_refused_for_a_limit_backs_off() {
+    let r = Router::start("limit", &users_config("[router.limits]\nmax_subscriptions = 10\n"), &[]);
+    let mut c = desk(&r.uri);
+    for i in 0..50 {
+        c.subscribe(&format!("md/eq/S{i}")).unwrap();
+    }
+    let mut closed = Vec::new();
+    let end = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < end {
+        c.poll(
+            |e| {
+                if let tickwire_client::ClientEvent::Disconnected { reason } = e {
+                    closed.push(reason.to_owned());
+                }
+            },
+            64,
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(!c.is_connected());
+    assert!(closed.iter().all(|w| w.contains("Limit") && w.contains("subscriptions")), "{closed:?}");
+    // 100, 200, 400, 800, 1600 ms: at most 5 sessions in 3 s (29 before).
+    assert!((1..=6).contains(&closed.len()), "{} sessions in 3 s: {closed:?}", closed.len());
+    println!("refused {} times in 3 s, backing off", closed.len());
+}

@@ -46,6 +46,9 @@ pub struct Client {
     next_sequence: u64,
     router_name: String,
     client_id: u32,
+    /// Sessions in a row that ended before WELCOME, or that the router
+    /// closed for a limit: each doubles the wait before the next attempt.
+    refusals: u32,
     /// The router's `max_frame`, from WELCOME (0: not said yet).
     pub(crate) router_max_frame: usize,
     pending: Option<String>,
@@ -127,6 +130,7 @@ impl Client {
             next_sequence: 0,
             router_name: String::new(),
             router_max_frame: 0,
+            refusals: 0,
             client_id: 0,
             pending: None,
             refused: None,
@@ -281,12 +285,25 @@ impl Client {
         }
     }
 
+    /// The wait before connecting again: the reconnect interval, doubled
+    /// for each refusal in a row (a session that ended before WELCOME, a
+    /// router's limit), up to 32 times or 5 s, whichever is longer. A
+    /// router that is away is tried at the plain interval.
+    fn retry_delay(&self) -> Duration {
+        let base = self.opts.reconnect_interval;
+        let most = base.max(Duration::from_secs(5)).min(base.saturating_mul(32));
+        base.saturating_mul(1 << self.refusals.min(5)).min(most)
+    }
+
     pub(crate) fn lose(&mut self, why: String) {
         let was = self.state;
         self.outbox.restart();
         self.conn = None;
         self.state = State::Waiting;
-        self.next_attempt = Instant::now() + self.opts.reconnect_interval;
+        if was == State::Greeting {
+            self.refusals = self.refusals.saturating_add(1);
+        }
+        self.next_attempt = Instant::now() + self.retry_delay();
         if matches!(was, State::Greeting | State::Connected) {
             self.pending = Some(why.clone());
         }
@@ -429,6 +446,8 @@ impl Client {
         let router_name = &mut self.router_name;
         let client_id = &mut self.client_id;
         let router_max_frame = &mut self.router_max_frame;
+        let refusals = &mut self.refusals;
+        let mut limited = false;
         let r = conn.poll(
             |bytes| {
                 if broken.is_some() {
@@ -468,6 +487,7 @@ impl Client {
                         *state = State::Connected;
                         *router_name = String::from_utf8_lossy(f.body()).into_owned();
                         *client_id = f.value();
+                        *refusals = 0;
                         // 0 from a router that does not say.
                         *router_max_frame = usize::try_from(f.sequence()).unwrap_or(usize::MAX);
                         handler(ClientEvent::Connected { router: router_name, client_id: f.value() });
@@ -486,6 +506,9 @@ impl Client {
                         if code == RejectCode::Forbidden {
                             forbidden = Some(why.clone());
                         }
+                        // Over a limit of the router's: connecting again at
+                        // once would be refused again.
+                        limited |= code == RejectCode::Limit;
                         broken = Some(why);
                     }
                     _ => events -= 1,
@@ -495,6 +518,9 @@ impl Client {
         );
         if let Some(why) = forbidden {
             self.refused = Some(why);
+        }
+        if limited && self.state == State::Connected {
+            self.refusals = self.refusals.saturating_add(1);
         }
         self.outbox.ack(acked);
         match r {

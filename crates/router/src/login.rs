@@ -8,23 +8,42 @@ use crate::routing::{control, Disconnect, Router};
 use crate::session::Session;
 use std::sync::Arc;
 use tickwire_shm::counters::Kind;
-use tickwire_wire::client::{credentials, ClientKind, ClientRepr, RejectCode};
+use tickwire_wire::client::{credentials, ClientKind, ClientRepr, RejectCode, HEADER_LEN};
+use tickwire_wire::MAX_TOPIC_LENGTH;
 
-/// Frames a client may send while its password is being checked.
+/// Frames other than SUBSCRIBE a client may send while its password is
+/// being checked.
 const UNCHECKED_FRAMES: usize = 256;
 /// Their bytes.
 const UNCHECKED_BYTES: usize = 1 << 20;
+/// The most bytes one SUBSCRIBE takes (header, pattern, durable name).
+const SUBSCRIBE_BYTES: usize = HEADER_LEN + 2 * MAX_TOPIC_LENGTH;
 
-/// Keeps a frame read while the session's password is being checked.
-pub(crate) fn keep_unchecked(s: &mut Session, bytes: &[u8]) -> Result<(), Disconnect> {
-    let kept: usize = s.unchecked.iter().map(Vec::len).sum();
-    if s.unchecked.len() >= UNCHECKED_FRAMES || kept + bytes.len() > UNCHECKED_BYTES {
+/// Keeps a frame read while the session's password is being checked. A
+/// client sends its subscriptions right after HELLO (as NATS clients send
+/// every SUB after CONNECT): up to `max_subscriptions` of them are kept
+/// beside 256 other frames, each kind within its byte bound.
+pub(crate) fn keep_unchecked(s: &mut Session, bytes: &[u8], max_subscriptions: usize) -> Result<(), Disconnect> {
+    let subscribe = bytes.first() == Some(&(ClientKind::Subscribe as u8));
+    let (frames, held, most, max_bytes) = if subscribe {
+        (&mut s.unchecked_subscribes, s.unchecked_bytes.1, max_subscriptions, max_subscriptions * SUBSCRIBE_BYTES)
+    } else {
+        (&mut s.unchecked_others, s.unchecked_bytes.0, UNCHECKED_FRAMES, UNCHECKED_BYTES)
+    };
+    if *frames >= most || held + bytes.len() > max_bytes {
         return Err(Disconnect {
             code: RejectCode::Limit,
             reason: format!(
-                "over {UNCHECKED_FRAMES} frames or {UNCHECKED_BYTES} bytes sent before its password was checked"
+                "over {most} {} or {max_bytes} bytes sent before its password was checked",
+                if subscribe { "subscriptions" } else { "frames" }
             ),
         });
+    }
+    *frames += 1;
+    if subscribe {
+        s.unchecked_bytes.1 += bytes.len();
+    } else {
+        s.unchecked_bytes.0 += bytes.len();
     }
     s.unchecked.push(bytes.to_vec());
     Ok(())
@@ -117,6 +136,7 @@ impl Router {
                 s.user = user;
                 s.choose_policy(default_policy);
                 let unchecked = std::mem::take(&mut s.unchecked);
+                (s.unchecked_others, s.unchecked_subscribes, s.unchecked_bytes) = (0, 0, (0, 0));
                 self.welcome(r.session)?;
                 for f in unchecked {
                     self.handle_frame(r.session, &f)?;

@@ -338,7 +338,7 @@ impl Router {
             return Err(Disconnect::protocol(format!("no session {id}")));
         };
         if s.ticket.is_some() {
-            return keep_unchecked(s, bytes);
+            return keep_unchecked(s, bytes, self.limits.max_subscriptions);
         }
         s.stats.messages_in += 1;
         s.stats.bytes_in += bytes.len() as u64;
