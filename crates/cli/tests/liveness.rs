@@ -215,3 +215,28 @@ fn a_client_refused_for_a_limit_backs_off() {
     assert!((1..=6).contains(&closed.len()), "{} sessions in 3 s: {closed:?}", closed.len());
     println!("refused {} times in 3 s, backing off", closed.len());
 }
+
+/// Bug 2: over TLS, first frames of more than 64 KiB (HELLO and 2,500
+/// subscriptions) were taken for a closed connection before the handshake
+/// ended, and the client reconnected for ever.
+#[test]
+fn a_tls_client_with_first_frames_over_64_kib_connects() {
+    let certs = std::env::temp_dir().join(format!("tw-live-certs-{}", std::process::id()));
+    let (cert, key) = tickwire_testkit::self_signed(&certs, "router");
+    let r = Router::start("tls", "", &["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()]);
+    let port = r.uri.rsplit(':').next().unwrap();
+    let opts = tickwire_client::ClientOptions { tls_ca: Some(cert.clone()), ..Default::default() };
+    let mut c = tickwire_client::Client::connect(&format!("tls://localhost:{port}"), opts).unwrap();
+    for i in 0..2500 {
+        c.subscribe(&format!("md/eq/a-rather-long-instrument-name-{i}")).unwrap();
+    }
+    let mut events = Vec::new();
+    let end = Instant::now() + Duration::from_secs(10);
+    while !c.is_connected() {
+        c.poll(|e| events.push(format!("{e:?}")), 64);
+        assert!(Instant::now() < end, "not connected within 10 s: {events:?} ({})", c.last_error());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(!events.iter().any(|e| e.contains("Disconnected")), "{events:?}");
+    let _ = std::fs::remove_dir_all(&certs);
+}

@@ -209,6 +209,12 @@ impl Write for &Wire {
         }
         let n = c.writer().write(buf)?;
         send_records(&mut c, &self.stream)?;
+        // Before the handshake ends rustls buffers a bounded amount of
+        // plaintext, then takes none: that is a full buffer, not a closed
+        // connection (`Ok(0)` would say so to every caller).
+        if n == 0 && !buf.is_empty() {
+            return Err(ErrorKind::WouldBlock.into());
+        }
         Ok(n)
     }
 
@@ -260,6 +266,54 @@ mod tests {
             }
         }
         Ok(got)
+    }
+
+    /// Issue 43, bug 2: more plaintext than rustls buffers before the
+    /// handshake ends made `write` return `Ok(0)`, which every caller reads
+    /// as "the peer closed"; the client reconnected for ever. A write takes
+    /// some bytes or would block, and everything arrives once the
+    /// handshake is done.
+    #[test]
+    fn a_write_larger_than_the_handshake_buffer_would_block_and_then_goes() {
+        let dir = std::env::temp_dir().join(format!("tw-tls-early-{}", std::process::id()));
+        let (cert, key) = tickwire_testkit::self_signed(&dir, "router");
+        let (c, s) = pair();
+        let client = Wire::tls_client(c, &client_config(&cert).unwrap(), "localhost").unwrap();
+        let server = Wire::tls_server(s, &server_config(&cert, &key).unwrap()).unwrap();
+        let msg: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let mut sent = 0;
+        loop {
+            match (&client).write(&msg[sent..]) {
+                Ok(0) => panic!("write took nothing after {sent} bytes: read as a closed connection"),
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(sent > 0 && sent < msg.len(), "{sent} bytes taken before the handshake");
+        // Both ends driven: the handshake ends, the rest goes.
+        let start = Instant::now();
+        let mut got = Vec::new();
+        while got.len() < msg.len() {
+            assert!(start.elapsed() < Duration::from_secs(5), "{} of {} bytes arrived", got.len(), msg.len());
+            if sent < msg.len() {
+                match (&client).write(&msg[sent..]) {
+                    Ok(0) => panic!("write took nothing"),
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            let mut buf = [0u8; 16384];
+            let _ = (&client).read(&mut buf);
+            match (&server).read(&mut buf) {
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(got == msg, "the bytes arrive whole and in order");
     }
 
     #[test]
