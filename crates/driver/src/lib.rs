@@ -74,9 +74,14 @@ pub(crate) fn now_ns() -> u64 {
     tickwire_shm::os::monotonic_ns()
 }
 
-/// The README's and ARCHITECTURE.md's code examples, compiled by `cargo test`
-/// (`make test`) so that they cannot drift from the API.
+/// The code examples of the README, ARCHITECTURE.md and the guides in
+/// docs/, compiled by `cargo test` (`make test`) so that they cannot drift
+/// from the API (`tickwire-cli`'s doc_tests check that every document with
+/// a ```rust block is listed here).
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 #[doc = include_str!("../../../ARCHITECTURE.md")]
+#[doc = include_str!("../../../docs/transports.md")]
+#[doc = include_str!("../../../docs/router.md")]
+#[doc = include_str!("../../../docs/guaranteed.md")]
 pub struct ReadmeDoctests;
