@@ -1,0 +1,30 @@
+//! Documented commands that no other test ran: each runs here as the
+//! documents show it, bounded (`crates/cli/src/doc_tests.rs` fails the
+//! build for a documented subcommand no test under crates/*/tests/ runs).
+
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
+
+/// docs/lab.md and docs/PERFORMANCE.md: `tickwire lab topic-match`, small:
+/// one round, 10 and 1,000 unrelated subscriptions, one JSON row each.
+#[test]
+fn lab_topic_match_prints_a_row_per_size() {
+    let dir = format!("/dev/shm/tw-docs-topic-match-{}", std::process::id());
+    let out = Command::new(BIN)
+        .args(["--dir", &dir])
+        .args(["lab", "topic-match", "--unrelated", "10,1000", "--rounds", "1", "--json"])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    for (row, unrelated) in rows.iter().zip([10, 1000]) {
+        assert_eq!(row["unrelated"], unrelated, "{row}");
+        for key in ["cached_ns", "unwanted_ns", "uncached_ns"] {
+            assert!(row[key].as_f64().is_some_and(|ns| ns > 0.0), "{key} in {row}");
+        }
+    }
+}
