@@ -72,7 +72,7 @@ fn dead_pid() -> u32 {
 #[test]
 fn a_full_tmpfs_is_a_clear_error_and_leaves_nothing_behind() {
     if !is_root() {
-        eprintln!("skipped: mounting a small tmpfs needs root");
+        tickwire_testkit::skip("mounting a small tmpfs needs root");
         return;
     }
     let d = dir("full");

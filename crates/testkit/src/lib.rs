@@ -94,6 +94,29 @@ pub fn send_spoofed(from: std::net::SocketAddrV4, to: std::net::SocketAddrV4, pa
     Ok(())
 }
 
+/// Skips the calling test, visibly: writes `SKIPPED: TEST: WHY` to the real
+/// standard error (not through `eprintln!`, which the test harness captures
+/// and hides for a test that passes, so that a skip would read as "ok").
+/// The caller returns right after.
+///
+/// # Panics
+/// When the environment variable `CI` is set (to anything but empty,
+/// `0` or `false`): CI runs as root with everything installed, so a
+/// skip there is a failure.
+pub fn skip(why: &str) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    let line = format!("SKIPPED: {test}: {why}\n");
+    // One write of the whole line, so that parallel tests do not interleave.
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    let ci = std::env::var("CI").unwrap_or_default();
+    assert!(
+        matches!(ci.trim(), "" | "0" | "false"),
+        "{test} was skipped under CI={ci} ({why}); CI must run every test"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,5 +128,20 @@ mod tests {
         assert_eq!(check(&v), Ok(42));
         v[50] ^= 1;
         assert!(check(&v).is_err());
+    }
+
+    #[test]
+    fn skip_passes_outside_ci_and_fails_under_it() {
+        // The only test of this binary that reads CI; it puts it back.
+        let before = std::env::var_os("CI");
+        std::env::remove_var("CI");
+        skip("a skip outside CI is allowed");
+        std::env::set_var("CI", "true");
+        let under_ci = std::panic::catch_unwind(|| skip("a skip under CI is not"));
+        match before {
+            Some(v) => std::env::set_var("CI", v),
+            None => std::env::remove_var("CI"),
+        }
+        assert!(under_ci.is_err(), "a skip under CI=true must fail the test");
     }
 }
