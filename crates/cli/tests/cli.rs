@@ -31,7 +31,10 @@ fn ordered(r: &serde_json::Value) {
     assert!(v("p99_ns") <= v("p999_ns") && v("p999_ns") <= v("p9999_ns") && v("p9999_ns") <= v("max_ns"), "{r}");
     let mean = r["mean_ns"].as_f64().unwrap();
     assert!(mean >= v("min_ns") as f64 && mean <= v("max_ns") as f64, "{r}");
-    assert!(r["std_ns"].as_f64().unwrap() >= 0.0);
+    // A standard deviation is at most half the range (Popoviciu), and is 0
+    // only when every sample is the same.
+    let (std, range) = (r["std_ns"].as_f64().unwrap(), (v("max_ns") - v("min_ns")) as f64);
+    assert!(std <= range / 2.0 * 1.001 + 1.0 && (std > 0.0) == (range > 0.0), "std_ns {std}: {r}");
 }
 
 #[test]
@@ -116,8 +119,9 @@ fn lab_throughput_checks_every_message() {
 
 #[test]
 fn pub_and_sub_round_trip_lines_and_stat_sees_them() {
+    use std::io::{BufRead, Write};
     let d = dir("pubsub");
-    let sub = Command::new(BIN)
+    let mut sub = Command::new(BIN)
         .args([
             "--dir",
             &d,
@@ -142,19 +146,42 @@ fn pub_and_sub_round_trip_lines_and_stat_sees_them() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    {
-        use std::io::Write;
-        let mut stdin = publ.stdin.take().unwrap();
-        // Wait until the subscriber is attached before writing (pub waits too).
-        writeln!(stdin, "one\ntwo\nthree").unwrap();
-    }
-    let s = sub.wait_with_output().unwrap();
+    // The first line only, with the publisher's stdin kept open: both
+    // processes are alive (pub waits for the subscriber before it sends).
+    let mut stdin = publ.stdin.take().unwrap();
+    writeln!(stdin, "one").unwrap();
+    let mut lines = std::io::BufReader::new(sub.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "md/x one");
+
+    // stat, while they run, sees both processes, their counters and the stream.
+    let (ok, out, err) = run(&["--dir", &d, "stat"]);
+    assert!(ok, "{err}");
+    let (s, p) = (sub.id(), publ.id());
+    let after = |head: &str| out.split(head).nth(1).and_then(|rest| rest.lines().nth(1)).unwrap_or_default();
+    assert!(
+        after(&format!("process {s} (alive)")).trim_start().starts_with("sub demo-7 ")
+            && after(&format!("process {s} (alive)")).contains(" messages=1 "),
+        "the subscriber's counters: {out}"
+    );
+    assert!(
+        after(&format!("process {p} (alive)")).trim_start().starts_with("pub demo-7 ")
+            && after(&format!("process {p} (alive)")).contains(" messages=1 "),
+        "the publisher's counters: {out}"
+    );
+    assert!(out.contains("stream demo-7 session "), "{out}");
+    assert!(out.contains(&format!(": publisher pid {p} (alive)")), "{out}");
+    assert!(out.contains(&format!("subscriber pid {s} (alive) position ")), "{out}");
+
+    writeln!(stdin, "two\nthree").unwrap();
+    drop(stdin);
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert_eq!(rest, ["md/x two", "md/x three"]);
     assert!(publ.wait().unwrap().success());
+    let s = sub.wait_with_output().unwrap();
     assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
-    assert_eq!(String::from_utf8_lossy(&s.stdout), "md/x one\nmd/x two\nmd/x three\n");
+    // Once both ended, stat finds nobody (and nothing DEAD left behind).
     let (ok, out, _) = run(&["--dir", &d, "stat"]);
-    assert!(ok);
-    assert!(out.contains("no tickwire processes") || !out.contains("DEAD"), "{out}");
+    assert!(ok && out.contains("no tickwire processes") && !out.contains("DEAD"), "{out}");
 }
 
 #[test]
@@ -617,13 +644,29 @@ fn pingpong_duration_bounds_the_run_in_time() {
 
 #[test]
 fn a_closed_stdout_ends_quietly_instead_of_panicking() {
-    // Like `tickwire lab floor | head -1`.
+    use std::io::BufRead;
+    use std::os::unix::process::ExitStatusExt;
+    // Like `tickwire lab floor | head -1`: the reader takes the first line
+    // and goes; the floor's next rows are written after the pipe closed.
     let d = dir("pipe");
-    let out = Command::new("bash")
-        .args(["-c", &format!("{BIN} --dir {d} lab floor --count 20000 --duration 200ms | head -1")])
-        .output()
+    let mut child = Command::new(BIN)
+        .args(["--dir", &d, "lab", "floor", "--count", "20000", "--duration", "200ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
-    assert!(out.status.success());
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(!first.is_empty(), "a first line");
+    // The reader (and with it the pipe's only read end) is gone here.
+    let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!err.contains("panicked"), "{err}");
+    // tickwire's own status: a clean exit, or SIGPIPE's default action as
+    // `cat` or `seq` end; not a panic (101) nor an error exit.
+    assert!(
+        out.status.success() || out.status.signal() == Some(13),
+        "tickwire ended with {:?} on a closed stdout: {err}",
+        out.status
+    );
+    assert!(!err.contains("panicked") && !err.to_lowercase().contains("broken pipe"), "{err}");
 }
