@@ -317,7 +317,11 @@ fn a_fake_receiver_is_not_counted() {
 /// address is not taken for it.
 #[test]
 fn a_dead_multicast_receiver_is_dropped_with_an_event_and_a_fake_is_not_counted() {
-    let group = format!("udp://239.255.16.{}:{}", 1 + std::process::id() % 200, 20_000 + std::process::id() % 20_000);
+    // Every receiver of the group binds its port, and the sender sends to
+    // it: a port free now (a socket bound to port 0 finds it), not one
+    // derived from the pid (two runs could pick the same).
+    let port = std::net::UdpSocket::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port();
+    let group = format!("udp://239.255.16.{}:{port}", 1 + std::process::id() % 200);
     let uri: ChannelUri = format!("{group}?interface=127.0.0.1&receiver-timeout=300ms").parse().unwrap();
     let mut live = UdpReceiver::open(&uri, STREAM, None).unwrap();
     let mut dead = UdpReceiver::open(&uri, STREAM, None).unwrap();

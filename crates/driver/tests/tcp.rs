@@ -74,9 +74,16 @@ fn a_tcp_channel_delivers_every_message_once_and_in_order() {
 #[test]
 fn impairment_keys_work_over_tcp_and_the_protocol_repairs_them() {
     let uri = format!("tcp://127.0.0.1:{}?send-data-loss=0.05&seed=5", free_port());
-    let (got, lost, _p) = stream(&uri, 10_000, |_| {});
+    let (got, lost, mut p) = stream(&uri, 10_000, |_| {});
     assert!(lost.is_empty(), "{lost:?}");
     assert_eq!(got, (0..10_000).collect::<Vec<_>>());
+    // The impairment dropped data frames on the TCP connection, and the
+    // protocol asked for them (NAK) and sent them again.
+    let s = p.udp_sender().expect("a tcp:// publication is a network endpoint");
+    let [send_data, ..] = s.impairment().expect("the URI asked for an impairment");
+    let st = s.stats();
+    assert!(send_data.dropped > 50, "5 % of the data frames dropped: {send_data:?}");
+    assert!(st.naks_received > 0 && st.retransmits >= send_data.dropped / 2, "{send_data:?} repaired by: {st:?}");
 }
 
 /// A TCP relay from `listen` to `upstream` whose connections the test can
