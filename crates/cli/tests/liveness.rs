@@ -240,3 +240,62 @@ fn a_tls_client_with_first_frames_over_64_kib_connects() {
     assert!(!events.iter().any(|e| e.contains("Disconnected")), "{events:?}");
     let _ = std::fs::remove_dir_all(&certs);
 }
+
+/// Bug 5: an application waiting on `Client::as_fd` level-triggered, with
+/// a limit per poll, used to strand the frames the client had already read
+/// (they wait in the client, where the socket's readiness does not show
+/// them). `has_buffered` says when to poll again.
+#[test]
+fn level_triggered_polling_of_the_client_fd_strands_no_frame() {
+    use std::os::fd::AsRawFd;
+    let r = Router::start("fd", "", &[]);
+    let connected = |uri: &str| {
+        let mut c = tickwire_client::Client::connect(uri, tickwire_client::ClientOptions::default()).unwrap();
+        c.wait_connected(Duration::from_secs(10)).unwrap();
+        c
+    };
+    let mut sub = connected(&r.uri);
+    sub.subscribe("md/>").unwrap();
+    let mut publisher = connected(&r.uri);
+    // The subscription is in place once a probe comes back.
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut seen = false;
+    while !seen {
+        publisher.publish("md/probe", b"p").unwrap();
+        sub.poll(|e| seen |= matches!(e, tickwire_client::ClientEvent::Message(_)), 1000);
+        assert!(Instant::now() < end, "the subscription never took");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    while sub.poll(|_| {}, 1000) > 0 {}
+    let n = 1000;
+    for i in 0..n {
+        let end = Instant::now() + Duration::from_secs(5);
+        while publisher.publish("md/x", format!("{i}").as_bytes()).is_err() {
+            publisher.poll(|_| {}, 16);
+            assert!(Instant::now() < end);
+        }
+    }
+    let mut got = 0;
+    let end = Instant::now() + Duration::from_secs(5);
+    while got < n && Instant::now() < end {
+        publisher.poll(|_| {}, 16);
+        if !sub.has_buffered() {
+            let fd = sub.as_fd().expect("connected").as_raw_fd();
+            let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd for the duration of the call.
+            let ready = unsafe { libc::poll(&mut p, 1, 100) };
+            if ready <= 0 {
+                continue;
+            }
+        }
+        sub.poll(
+            |e| {
+                if let tickwire_client::ClientEvent::Message(m) = e {
+                    got += usize::from(m.topic == "md/x");
+                }
+            },
+            64,
+        );
+    }
+    assert_eq!(got, n, "frames stranded in the client");
+}

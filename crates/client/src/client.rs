@@ -167,14 +167,24 @@ impl Client {
     }
 
     /// The TCP connection's socket, for an application that waits on it
-    /// in its own `epoll` (level-triggered: [`Client::poll`] reads at most
-    /// `limit` frames a call). `None` over shared memory and while not
+    /// in its own `epoll` (level-triggered). [`Client::poll`] hands over at
+    /// most `limit` frames a call and may leave more already read from the
+    /// socket: while [`Client::has_buffered`] says so, poll again before
+    /// waiting on the socket. `None` over shared memory and while not
     /// connected; it changes when the client reconnects.
     pub fn as_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         match &self.conn {
             Some(c) if self.state == State::Connected => c.as_fd(),
             _ => None,
         }
+    }
+
+    /// Whether the last [`Client::poll`] stopped at its limit with frames
+    /// that may already wait in the client (read from the socket, or held
+    /// by the TLS layer): the socket will not become readable for them.
+    /// Poll again before waiting on [`Client::as_fd`].
+    pub fn has_buffered(&self) -> bool {
+        self.conn.as_ref().is_some_and(Conn::has_buffered)
     }
 
     /// Where the router is.

@@ -53,6 +53,9 @@ pub(crate) struct TcpConn {
     reader: FrameReader,
     wbuf: Vec<u8>,
     wlimit: usize,
+    /// The last poll stopped at its limit: frames may wait in `reader` or
+    /// in the TLS layer, where the socket's readiness does not show them.
+    more: bool,
 }
 
 // The shared-memory side stays inline: no pointer to chase on its hot path.
@@ -105,7 +108,13 @@ impl Conn {
             Some((cfg, host)) => Wire::tls_client(stream, cfg, host).map_err(|e| format!("tls://{addr}: {e}"))?,
             None => Wire::plain(stream),
         };
-        Ok(Conn::Tcp(TcpConn { stream, reader: FrameReader::new(HEADER_LEN, max_frame), wbuf: Vec::new(), wlimit }))
+        Ok(Conn::Tcp(TcpConn {
+            stream,
+            reader: FrameReader::new(HEADER_LEN, max_frame),
+            wbuf: Vec::new(),
+            wlimit,
+            more: false,
+        }))
     }
 
     /// Whether frames can flow both ways (shared memory: the router has
@@ -210,6 +219,8 @@ impl Conn {
                     n += 1;
                     n < limit
                 });
+                // Stopped by the limit rather than an empty socket.
+                t.more = n >= limit;
                 match r {
                     Ok(n) => Ok(n),
                     Err(FrameError::Closed(why)) => Err(SendError::Broken(why)),
@@ -218,6 +229,13 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// Whether frames may already wait in the client, read from the socket
+    /// (or the TLS layer) but not handed over: the socket's readiness will
+    /// not say so.
+    pub(crate) fn has_buffered(&self) -> bool {
+        matches!(self, Conn::Tcp(t) if t.more)
     }
 
     /// A TCP connection's socket.

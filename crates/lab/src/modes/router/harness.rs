@@ -219,15 +219,21 @@ impl Ready {
         Ok(Self { epoll, events: vec![EpollEvent::empty(); subs.len()], ready: Vec::with_capacity(subs.len()) })
     }
 
-    /// The subscribers with something to read.
+    /// The subscribers with something to read: their socket is readable,
+    /// or their last poll left frames in the client.
     #[inline]
-    fn wait(&mut self) -> Result<&[usize], LabError> {
+    fn wait(&mut self, subs: &[Client]) -> Result<&[usize], LabError> {
         let n = self
             .epoll
             .wait(&mut self.events, EpollTimeout::ZERO)
             .map_err(|e| LabError::Worker(format!("epoll: {e}")))?;
         self.ready.clear();
         self.ready.extend(self.events[..n].iter().map(|e| e.data() as usize));
+        for (i, s) in subs.iter().enumerate() {
+            if s.has_buffered() && !self.ready.contains(&i) {
+                self.ready.push(i);
+            }
+        }
         Ok(&self.ready)
     }
 }
@@ -264,7 +270,7 @@ impl Offer for Routed<'_> {
         let Routed { h, samples, received, discarded, turn, .. } = self;
         let mut gone: Option<String> = None;
         let ready = match &mut h.ready {
-            Some(r) => r.wait()?,
+            Some(r) => r.wait(&h.subs)?,
             None => &h.all,
         };
         for &i in ready {
