@@ -123,7 +123,12 @@ fn a_reload_takes_effect_for_connected_clients() {
     let fx = desk.subscribe("fx/>").unwrap();
     desk.subscribe("md/eu/>").unwrap();
     std::thread::sleep(Duration::from_millis(100));
-    feed.publish("md/fx/x", b"not desk's").unwrap();
+    // Before the reload: desk gets what md/eu/> matches, and not a topic
+    // that matches none of its subscriptions, published just before it
+    // (delivery is in order, so it would have come first).
+    feed.publish("md/us/IBM", b"not subscribed").unwrap();
+    feed.publish("md/eu/VOD", b"bid 100").unwrap();
+    assert_eq!(receive(&mut desk, 1), [("md/eu/VOD".into(), b"bid 100".to_vec(), 0)]);
     assert!(quiet(&mut desk, Duration::from_millis(100)));
 
     // desk may no longer read fx/>; feed may now publish on fx/>.
