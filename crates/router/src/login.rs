@@ -138,6 +138,11 @@ impl Router {
                 let unchecked = std::mem::take(&mut s.unchecked);
                 (s.unchecked_others, s.unchecked_subscribes, s.unchecked_bytes) = (0, 0, (0, 0));
                 self.welcome(r.session)?;
+                // WELCOME may wait for room: the next flush visits it even
+                // if no kept frame follows to mark it.
+                if let Some(Some(s)) = self.sessions.get_mut(r.session as usize) {
+                    s.mark(r.session, &mut self.backlog);
+                }
                 for f in unchecked {
                     self.handle_frame(r.session, &f)?;
                 }

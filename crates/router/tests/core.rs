@@ -451,3 +451,44 @@ fn a_lagging_client_gets_only_the_newest_message_of_a_conflated_topic() {
     assert_eq!(got, want.map(|(t, v)| (t.to_owned(), v.to_vec())), "md/a's newest in md/a's place; fx/x not conflated");
     assert_eq!(r.session(lag).unwrap().stats.conflated, 2);
 }
+
+/// Issue 43: a WELCOME that found its client's transport full when the
+/// password check came back (and no frame was kept to carry it along)
+/// waited until something else flushed the session.
+#[test]
+fn a_welcome_after_a_password_check_is_flushed_when_the_client_has_room() {
+    use std::sync::Arc;
+    use tickwire_router::access::{hash_password, AuthResult, UserConfig, Users};
+    let mut r = Router::new("test", Limits::default(), None);
+    let desk = UserConfig {
+        name: "desk".into(),
+        password_hash: hash_password(b"pw").unwrap(),
+        publish: vec![],
+        subscribe: vec!["md/>".into()],
+        slow_consumer: None,
+    };
+    let users = Arc::new(Users::new(&[desk]).unwrap());
+    r.set_users(Some(Arc::clone(&users)));
+    let id = r.attach(Outbound::Memory(MemoryOut { frames: Vec::new(), room: 0 }), "test desk".into());
+    let creds = tickwire_wire::client::credentials::password("desk", b"pw");
+    let hello = ClientRepr {
+        value: CLIENT_PROTOCOL_VERSION,
+        topic: "desk",
+        body: &creds,
+        ..ClientRepr::new(ClientKind::Hello)
+    };
+    r.handle_frame(id, &frame(hello)).unwrap();
+    let mut failed = Vec::new();
+    r.flush(&mut failed);
+    let asked = r.take_auth_requests();
+    assert_eq!(asked.len(), 1);
+    let a = &asked[0];
+    let outcome = users.verify(&a.user, b"pw");
+    r.handle_auth(AuthResult { session: a.session, ticket: a.ticket, outcome }).unwrap();
+    // The client reads again; the router's next duty cycle flushes.
+    let Outbound::Memory(m) = r.session_mut(id).unwrap().outbound_mut() else { panic!() };
+    m.room = usize::MAX;
+    r.flush(&mut failed);
+    let got = drain(&mut r, id);
+    assert_eq!(got.first().map(|f| f.0), Some(ClientKind::Welcome), "{got:?}");
+}
