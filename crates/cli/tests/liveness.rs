@@ -299,3 +299,31 @@ fn level_triggered_polling_of_the_client_fd_strands_no_frame() {
     }
     assert_eq!(got, n, "frames stranded in the client");
 }
+
+/// A client waiting for WELCOME used to wait for ever (a router that
+/// hangs, or another server on the port): it gives up after
+/// `welcome_timeout`, says why, and tries again.
+#[test]
+fn a_client_that_gets_no_welcome_gives_up_and_says_why() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let uri = format!("tcp://{}", silent.local_addr().unwrap());
+    let opts = tickwire_client::ClientOptions { welcome_timeout: Duration::from_millis(300), ..Default::default() };
+    let mut c = tickwire_client::Client::connect(&uri, opts).unwrap();
+    let mut why = None;
+    let t = Instant::now();
+    while why.is_none() && t.elapsed() < Duration::from_secs(5) {
+        c.poll(
+            |e| {
+                if let tickwire_client::ClientEvent::Disconnected { reason } = e {
+                    why = Some(reason.to_owned());
+                }
+            },
+            16,
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let why = why.expect("still waiting for WELCOME after 5 s");
+    assert!(why.contains("no WELCOME from the router within 300ms"), "{why}");
+    assert!(t.elapsed() < Duration::from_secs(2), "gave up after {:?}", t.elapsed());
+    drop(silent);
+}

@@ -35,6 +35,8 @@ pub struct Client {
     pub(crate) conn: Option<Conn>,
     pub(crate) state: State,
     next_attempt: Instant,
+    /// When HELLO went on this connection.
+    greeted_at: Instant,
     last_error: String,
     /// Subscriptions by id: pattern, SUBSCRIBE flags and body (a durable's name).
     subscriptions: BTreeMap<u32, (String, u8, String)>,
@@ -124,6 +126,7 @@ impl Client {
             conn: None,
             state: State::Waiting,
             next_attempt: Instant::now(),
+            greeted_at: Instant::now(),
             last_error: String::new(),
             subscriptions: BTreeMap::new(),
             next_subscription: 1,
@@ -185,6 +188,12 @@ impl Client {
     /// Poll again before waiting on [`Client::as_fd`].
     pub fn has_buffered(&self) -> bool {
         self.conn.as_ref().is_some_and(Conn::has_buffered)
+    }
+
+    /// Whether nothing this client wrote waits in it for the socket (TCP;
+    /// over shared memory a publish is in the log at once).
+    pub fn is_flushed(&self) -> bool {
+        self.conn.as_ref().map_or(true, Conn::is_flushed)
     }
 
     /// Where the router is.
@@ -323,6 +332,11 @@ impl Client {
     /// Publishes `payload` on `topic` (guaranteed if `topic` matches one of
     /// [`ClientOptions::guaranteed_topics`]).
     ///
+    /// Over TCP what the socket does not take at once waits in the client
+    /// (up to [`ClientOptions::tcp_write_limit`]) and goes with the next
+    /// `publish` or [`Client::poll`]: a publisher that stops publishing
+    /// keeps polling until [`Client::is_flushed`] says it all went.
+    ///
     /// # Errors
     /// [`PublishError`]: nothing was sent.
     #[inline]
@@ -418,8 +432,14 @@ impl Client {
                 Err(e) => self.last_error = e,
             }
         }
+        if self.state == State::Greeting && self.greeted_at.elapsed() > self.opts.welcome_timeout {
+            let why = format!("no WELCOME from the router within {:?} of HELLO", self.opts.welcome_timeout);
+            self.lose(why);
+            return;
+        }
         if self.state == State::Opening && self.conn.as_mut().is_some_and(|c| c.is_ready(self.ctx.as_ref())) {
             self.state = State::Greeting;
+            self.greeted_at = Instant::now();
             let name = self.opts.name.clone();
             let credentials = match &self.opts.user {
                 Some(u) => credentials::password(u, self.opts.password.as_deref().unwrap_or("").as_bytes()),

@@ -238,6 +238,14 @@ impl Conn {
         matches!(self, Conn::Tcp(t) if t.more)
     }
 
+    /// Whether no written byte waits for the socket.
+    pub(crate) fn is_flushed(&self) -> bool {
+        match self {
+            Conn::Ipc(_) => true,
+            Conn::Tcp(t) => t.wbuf.is_empty() && !t.stream.wants_write(),
+        }
+    }
+
     /// A TCP connection's socket.
     pub(crate) fn as_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         use std::os::fd::AsFd;

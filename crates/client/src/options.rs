@@ -66,6 +66,10 @@ pub struct ClientOptions {
     pub log_bytes: usize,
     /// How long to wait between connection attempts.
     pub reconnect_interval: Duration,
+    /// How long a connection may wait for the router's WELCOME after
+    /// HELLO (a password check included) before it is given up and tried
+    /// again.
+    pub welcome_timeout: Duration,
     /// Bytes a TCP client buffers before `publish` says `BackPressured`.
     pub tcp_write_limit: usize,
     /// Largest frame accepted from the router (TCP).
@@ -97,6 +101,7 @@ impl Default for ClientOptions {
             dir: tickwire_shm::DEFAULT_DIR.into(),
             log_bytes: 1 << 20,
             reconnect_interval: Duration::from_millis(100),
+            welcome_timeout: Duration::from_secs(10),
             tcp_write_limit: 4 << 20,
             max_frame: (1 << 20) + 512,
             tls_ca: None,
