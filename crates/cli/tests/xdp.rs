@@ -72,9 +72,13 @@ impl Pair {
     fn addr_b(&self) -> String {
         format!("10.88.{}.2", self.n)
     }
+    /// The `--dir` of the processes [`Pair::spawn`] starts in `ns`.
+    fn dir(&self, ns: &str) -> String {
+        format!("/dev/shm/twx-{}-{ns}", std::process::id())
+    }
     /// `tickwire ARGS` in namespace `ns`, stdout and stderr piped.
     fn spawn(&self, ns: &str, args: &[&str]) -> Child {
-        let dir = format!("/dev/shm/twx-{}-{ns}", std::process::id());
+        let dir = self.dir(ns);
         Command::new("ip")
             .args(["netns", "exec", ns, BIN])
             .args(args)
@@ -355,23 +359,53 @@ fn two_processes_on_one_interface() {
 /// The control plane follows the kernel: the sender's neighbour entry is
 /// flushed mid-stream; the next datagrams go through the kernel socket
 /// (which resolves it again, ARP) and the rest through AF_XDP once the
-/// kernel has the MAC address. Nothing is lost.
+/// kernel has the MAC address. Nothing is lost. The publisher's live
+/// counters (`stat`) show each step: the kernel path's count grows after
+/// the flush (it is already 1 or more from start-up), and AF_XDP's grows
+/// again after that.
 #[test]
 fn a_flushed_neighbour_is_resolved_again_through_the_kernel() {
     let p = Pair::new(6, 1);
     let ch = format!("udp://{}:41501?xdp=required", p.addr_b());
-    let mut sub = p.spawn(&p.b, &["sub", "--channel", &ch, "--count", "40000", "--verify"]);
+    let mut sub = p.spawn(&p.b, &["sub", "--channel", &ch, "--count", "60000", "--verify"]);
     wait_line(&mut sub, "AF_XDP on");
-    let mut publ = p.spawn(&p.a, &["pub", "--channel", &ch, "--count", "40000", "--rate", "20000"]);
+    let mut publ = p.spawn(&p.a, &["pub", "--channel", &ch, "--count", "60000", "--rate", "20000"]);
     wait_line(&mut publ, "joined");
     std::thread::sleep(Duration::from_millis(500));
+    // `ip netns exec` execs the binary, so the child's pid is tickwire's.
+    let counters = |until: &dyn Fn(u64, u64) -> bool, what: &str| -> (u64, u64) {
+        let start = Instant::now();
+        loop {
+            let now = xdp_sent(&p.dir(&p.a), publ.id());
+            if now.is_some_and(|(x, k)| until(x, k)) {
+                return now.unwrap();
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "{what}: the publisher's counters stayed at {now:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let (xdp0, kernel0) = counters(&|x, _| x > 1000, "AF_XDP sends before the flush");
     ip(&["-n", &p.a, "neigh", "flush", "all"]);
+    let (xdp1, kernel1) = counters(&|_, k| k > kernel0, "datagrams through the kernel after the flush");
+    let (xdp2, _) = counters(&|x, _| x > xdp1 + 1000, "AF_XDP again after the kernel resolved the neighbour");
     let po = text(&finish(publ, Duration::from_secs(30)));
     let so = text(&finish(sub, Duration::from_secs(30)));
-    assert!(so.contains("received 40000 messages") && so.contains("sequence gaps 0"), "{so}");
+    assert!(so.contains("received 60000 messages") && so.contains("sequence gaps 0"), "{so}");
+    assert!(xdp0 <= xdp1 && kernel1 > kernel0 && xdp2 > xdp1, "{xdp0} {kernel0} {xdp1} {kernel1} {xdp2}");
     let [_, xdp_out, _, kernel_out, ..] = xdp_summary(&po);
-    assert!(kernel_out >= 1, "after the flush, datagrams went through the kernel: {po}");
-    assert!(xdp_out > 30_000, "and then through AF_XDP again: {po}");
+    assert!(kernel_out >= kernel1 && xdp_out >= xdp2 && xdp_out > 50_000, "{po}");
+}
+
+/// The publisher `pid`'s AF_XDP counters in `dir`, as `tickwire stat`
+/// reads them while it runs: (datagrams sent through AF_XDP, through the
+/// kernel socket).
+fn xdp_sent(dir: &str, pid: u32) -> Option<(u64, u64)> {
+    let out = Command::new(BIN).args(["stat", "--json", "--dir", dir]).output().unwrap();
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    rows.as_array()?.iter().find_map(|r| {
+        let c = &r["counters"];
+        (r["pid"] == pid).then(|| Some((c["xdp_tx_packets"].as_u64()?, c["kernel_tx"].as_u64()?))).flatten()
+    })
 }
 
 /// The numbers of the `AF_XDP: ...` line pub and sub print on exit: in,
