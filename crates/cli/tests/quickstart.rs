@@ -109,6 +109,13 @@ fn subscriber_stays_for_the_next_publisher(channel: &str) {
     assert!(summary.contains("lost notices 0"), "{summary}");
 }
 
+/// A UDP port free on 127.0.0.1 now (a socket bound to port 0 finds it),
+/// not one derived from the pid: `sub` does not say which port it bound,
+/// so `--channel udp://127.0.0.1:0` would leave the publisher without it.
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
 #[test]
 fn ipc_subscriber_waits_prints_live_and_stays_for_the_next_publisher() {
     subscriber_stays_for_the_next_publisher("ipc:qs");
@@ -116,8 +123,7 @@ fn ipc_subscriber_waits_prints_live_and_stays_for_the_next_publisher() {
 
 #[test]
 fn udp_subscriber_waits_prints_live_and_stays_for_the_next_publisher() {
-    let port = 30_000 + (std::process::id() % 20_000) as u16;
-    subscriber_stays_for_the_next_publisher(&format!("udp://127.0.0.1:{port}"));
+    subscriber_stays_for_the_next_publisher(&format!("udp://127.0.0.1:{}", free_udp_port()));
 }
 
 /// The README's keyed channel: `keygen`, then the same two terminals with
@@ -129,8 +135,7 @@ fn keyed_udp_subscriber_from_the_readme() {
     let key = format!("{d}/md.key");
     let out = Command::new(BIN).args(["keygen", &key]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let port = 30_001 + (std::process::id() % 20_000) as u16;
-    subscriber_stays_for_the_next_publisher(&format!("udp://127.0.0.1:{port}?auth={key}"));
+    subscriber_stays_for_the_next_publisher(&format!("udp://127.0.0.1:{}?auth={key}", free_udp_port()));
     let _ = std::fs::remove_dir_all(&d);
 }
 
