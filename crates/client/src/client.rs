@@ -59,6 +59,9 @@ pub struct Client {
     refused: Option<String>,
 }
 
+/// The longest [`Client::close`] waits for what was published to leave.
+const CLOSE_DRAIN: Duration = Duration::from_secs(5);
+
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client").field("uri", &self.uri).field("state", &self.state).finish()
@@ -585,14 +588,19 @@ impl Client {
         }
     }
 
-    /// Says goodbye to the router and lets the connection go.
+    /// Says goodbye to the router once what was published has left the
+    /// client (TCP: up to 5 s while the router reads), and lets the
+    /// connection go.
     pub fn close(mut self) {
         if self.state == State::Connected {
             self.send_control(&ClientRepr { body: b"closed by the application", ..ClientRepr::new(ClientKind::Close) });
-            if let Some(Conn::Tcp(_)) = &self.conn {
-                // Let the TCP write buffer drain briefly.
-                for _ in 0..100 {
-                    if self.conn.as_mut().is_some_and(|c| c.poll(|_| {}, 0).is_err()) {
+            if let Some(c @ Conn::Tcp(_)) = &mut self.conn {
+                // What was published goes before the connection closes:
+                // the write buffer drains while the router reads, for up
+                // to CLOSE_DRAIN.
+                let end = Instant::now() + CLOSE_DRAIN;
+                while !c.is_flushed() && Instant::now() < end {
+                    if c.poll(|_| {}, 0).is_err() {
                         break;
                     }
                     std::thread::sleep(Duration::from_micros(100));
