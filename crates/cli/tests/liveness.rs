@@ -327,3 +327,58 @@ fn a_client_that_gets_no_welcome_gives_up_and_says_why() {
     assert!(t.elapsed() < Duration::from_secs(2), "gave up after {:?}", t.elapsed());
     drop(silent);
 }
+
+/// Issue 42: a back-pressure subscriber that stops reading holds its TCP
+/// publisher; when the router cuts it (`back_pressure_timeout`), the
+/// publisher's socket, full, signals no new readiness: it was never read
+/// again. It resumes at once, and a plain subscriber gets everything.
+#[test]
+fn a_tcp_publisher_held_by_a_stopped_back_pressure_subscriber_resumes_when_it_is_cut() {
+    let cfg = "[router.limits]\nback_pressure_timeout = \"1s\"\n";
+    let r = Router::start("held", cfg, &[]);
+    let spawn = |args: &[&str]| {
+        let mut c = Command::new(BIN).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let err = c.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        (c, rx)
+    };
+    let says = |rx: &std::sync::mpsc::Receiver<String>, text: &str| {
+        let mut seen = Vec::new();
+        while let Ok(l) = rx.recv_timeout(Duration::from_secs(10)) {
+            if l.contains(text) {
+                return l;
+            }
+            seen.push(l);
+        }
+        panic!("no {text:?} within 10 s: {seen:?}");
+    };
+    let sub = ["sub", "--router", &r.uri, "--topic", "orders/>"];
+    let (mut stalled, stalled_err) = spawn(&[&sub[..], &["--slow-consumer", "back-pressure"]].concat());
+    says(&stalled_err, "subscribed to orders/>");
+    // A reader that keeps up, also back-pressure: it holds the publisher
+    // for moments and lets it go (the ordinary release path), losing nothing.
+    let (mut plain, plain_err) = spawn(&[&sub[..], &["--count", "60000", "--slow-consumer", "back-pressure"]].concat());
+    says(&plain_err, "subscribed to orders/>");
+    let stop = |c: &Child, sig: &str| {
+        assert!(Command::new("kill").args([sig, &c.id().to_string()]).status().unwrap().success());
+    };
+    stop(&stalled, "-STOP");
+    let t = Instant::now();
+    let args = ["pub", "--router", &r.uri, "--topic", "orders/desk/1", "--size", "1000", "--rate", "50k"];
+    let (status, err) = run_for(&[&args[..], &["--count", "60000"]].concat(), Duration::from_secs(20));
+    stop(&stalled, "-CONT");
+    let status = status.unwrap_or_else(|| panic!("the publisher was still held after 20 s: {err}"));
+    assert!(status.success(), "{err}");
+    assert!(err.contains("back-pressured"), "the publisher was never held: {err}");
+    println!("60,000 messages of 1000 B published in {:?} past a stalled back-pressure subscriber", t.elapsed());
+    let got = says(&plain_err, "received ");
+    assert!(got.contains("received 60000 messages") && got.contains(" 0 gaps"), "{got}");
+    let _ = plain.wait();
+    let _ = stalled.kill();
+    let _ = stalled.wait();
+}

@@ -119,6 +119,10 @@ pub struct RoutingAgent {
     events: Events,
     /// The tokens of one poll's events (kept: no allocation per poll).
     tokens: Vec<Token>,
+    /// Connections that were readable while their publisher was held: the
+    /// poll is edge-triggered and a held publisher's full socket will not
+    /// signal again, so they are read as soon as they are let go.
+    skipped: Vec<Token>,
     failed: Vec<(u32, String)>,
     control: Receiver<Control>,
     /// The other agents' control channels (`None` at this agent's place).
@@ -172,6 +176,7 @@ impl RoutingAgent {
             poll: Poll::new()?,
             events: Events::with_capacity(256),
             tokens: Vec::with_capacity(256),
+            skipped: Vec::new(),
             failed: Vec::new(),
             control: wiring.control,
             others: wiring.others,
@@ -402,12 +407,25 @@ impl RoutingAgent {
         let mut tokens = std::mem::take(&mut self.tokens);
         tokens.clear();
         tokens.extend(self.events.iter().map(|e| e.token()));
+        if !self.skipped.is_empty() {
+            let router = &self.router;
+            self.skipped.retain(|&t| {
+                let held = router.is_held(t.0 as u32);
+                if !held && !tokens.contains(&t) {
+                    tokens.push(t);
+                }
+                held
+            });
+        }
         let mut work = 0;
         let any_held = self.router.any_held();
         for &t in &tokens {
             let id = t.0;
             // Held by a back-pressure client: its socket's buffers fill.
             if any_held && self.router.is_held(id as u32) {
+                if !self.skipped.contains(&t) {
+                    self.skipped.push(t);
+                }
                 continue;
             }
             let Some(Some(TcpInput { stream, reader })) = self.tcp.get_mut(id) else { continue };
