@@ -4,7 +4,6 @@
 //! durable is checked on a disk of its own in `durable.rs`.)
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 use tickwire_journal::{inspect, Journal, JournalConfig, JournalError, Read, Reader, SyncPolicy};
 
 fn tempdir(name: &str) -> PathBuf {
