@@ -2,6 +2,7 @@
 
 use super::file::{Descriptor, LockGuard, LogFile};
 use super::layout::*;
+use super::order;
 use crate::config::LogConfig;
 use crate::counters::{publisher as pc, CounterSet, CountersFile, Kind};
 use crate::error::ShmError;
@@ -262,14 +263,14 @@ impl LogAppender {
         let start = self.position + pad;
         let next = start + aligned;
         if pad > 0 {
-            self.commit_word(0).store(0, Ordering::Relaxed);
+            self.commit_word(0).store(0, order::CLEAR_COMMIT);
         }
-        self.commit_word(next & self.mask).store(0, Ordering::Relaxed);
-        self.tail().store(next, Ordering::Release);
+        self.commit_word(next & self.mask).store(0, order::CLEAR_COMMIT);
+        self.tail().store(next, order::PUBLISH_TAIL);
         if pad > 0 {
             self.write_header(pad_at, self.position, "");
             let word = commit_word(pad as u32, 0, FrameType::Pad as u16);
-            self.commit_word(pad_at).store(word, Ordering::Release);
+            self.commit_word(pad_at).store(word, order::COMMIT);
             self.counters.add(pc::PADS, 1);
         }
         self.position = next;
@@ -328,7 +329,7 @@ impl LogAppender {
     fn commit(&mut self, off: u64, position: u64, frame_len: usize, fl: u8, topic: &str) -> u64 {
         self.write_header(off, position, topic);
         let word = commit_word(frame_len as u32, fl, FrameType::Data as u16);
-        self.commit_word(off).store(word, Ordering::Release);
+        self.commit_word(off).store(word, order::COMMIT);
         self.wake_if_parked(off);
         self.position
     }
@@ -336,11 +337,11 @@ impl LogAppender {
     #[inline]
     fn wake_if_parked(&self, off: u64) {
         if self.asymmetric_fence {
-            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+            std::sync::atomic::compiler_fence(order::WAKE_FENCE);
         } else {
-            std::sync::atomic::fence(Ordering::SeqCst);
+            std::sync::atomic::fence(order::WAKE_FENCE);
         }
-        if self.waiters().load(Ordering::Relaxed) != 0 {
+        if self.waiters().load(order::WAKE_CHECK_WAITERS) != 0 {
             wake(self.futex_word(off));
         }
     }
@@ -379,24 +380,24 @@ impl LogAppender {
         let mut min = u64::MAX;
         for i in 0..self.log.desc.max_subscribers {
             let s = slot(i);
-            if self.log.u32_at(s + SLOT_STATE).load(Ordering::Acquire) != SLOT_ACTIVE {
+            if self.log.u32_at(s + SLOT_STATE).load(order::SCAN_STATE) != SLOT_ACTIVE {
                 continue;
             }
             let pos_word = self.log.u64_at(s + SLOT_POSITION);
-            let mut word = pos_word.load(Ordering::Acquire);
+            let mut word = pos_word.load(order::SCAN_POSITION);
             let blocking = (word & !READING) + self.capacity < end;
             if blocking && check_liveness && !self.slot_owner(s).is_alive() {
                 self.reap(s);
                 continue;
             }
-            let lossy = self.log.u32_at(s + SLOT_MODE).load(Ordering::Relaxed) == 1;
+            let lossy = self.log.u32_at(s + SLOT_MODE).load(order::SCAN_MODE) == 1;
             if blocking && lossy && word & READING == 0 {
                 // Move the subscriber to our position; it reports Lost.
-                if pos_word.compare_exchange(word, self.position, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                if pos_word.compare_exchange(word, self.position, order::EVICT_SUCCESS, order::EVICT_FAILURE).is_ok() {
                     self.counters.add(pc::EVICTIONS, 1);
                     word = self.position;
                 } else {
-                    word = pos_word.load(Ordering::Acquire);
+                    word = pos_word.load(order::SCAN_POSITION);
                 }
             }
             min = min.min(word & !READING);
@@ -542,7 +543,7 @@ impl Claim<'_> {
         let word = commit_word(aligned, 0, FrameType::Pad as u16);
         let p = &mut *self.publisher;
         p.write_header(self.offset, self.position, "");
-        p.commit_word(self.offset).store(word, Ordering::Release);
+        p.commit_word(self.offset).store(word, order::COMMIT);
         p.counters.add(pc::CLAIMS_ABORTED, 1);
         p.wake_if_parked(self.offset);
     }

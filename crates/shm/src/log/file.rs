@@ -1,6 +1,7 @@
 //! Creating, validating and opening log files; the coordination lock.
 
 use super::layout::*;
+use super::order;
 use crate::config::LogConfig;
 use crate::error::ShmError;
 use crate::mapped::MappedFile;
@@ -228,7 +229,7 @@ impl LogFile {
     /// low half, the low 32 bits of its start time in the high half.
     pub(crate) fn try_lock(&self, owner: ProcessId) -> Option<LockGuard<'_>> {
         let lock = self.u64_at(LOCK_OFFSET);
-        lock.compare_exchange(0, lock_word(owner), Ordering::Acquire, Ordering::Relaxed)
+        lock.compare_exchange(0, lock_word(owner), order::LOCK_ACQUIRE, Ordering::Relaxed)
             .ok()
             .map(|_| LockGuard { lock })
     }
@@ -242,7 +243,7 @@ impl LogFile {
         if holder == 0 || lock_holder_alive(holder) {
             return None;
         }
-        lock.compare_exchange(holder, lock_word(owner), Ordering::Acquire, Ordering::Relaxed)
+        lock.compare_exchange(holder, lock_word(owner), order::LOCK_ACQUIRE, Ordering::Relaxed)
             .ok()
             .map(|_| (LockGuard { lock }, holder as u32))
     }
@@ -292,7 +293,7 @@ pub(crate) struct LockGuard<'a> {
 
 impl Drop for LockGuard<'_> {
     fn drop(&mut self) {
-        self.lock.store(0, Ordering::Release);
+        self.lock.store(0, order::LOCK_RELEASE);
     }
 }
 

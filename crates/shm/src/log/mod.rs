@@ -31,6 +31,7 @@
 mod appender;
 pub mod file;
 pub mod layout;
+pub mod order;
 mod reader;
 
 pub use appender::{Claim, LogAppender};

@@ -3,6 +3,7 @@
 
 use super::file::{Descriptor, LogFile};
 use super::layout::*;
+use super::order;
 use crate::counters::{subscriber as sc, CounterSet, CountersFile, Kind};
 use crate::error::{PollError, ShmError};
 use crate::sys::{self, ProcessId};
@@ -120,17 +121,17 @@ impl LogReader {
                 .map(slot)
                 .find(|&s| log.u32_at(s + SLOT_STATE).load(Ordering::Acquire) == SLOT_FREE)
                 .ok_or_else(|| ShmError::NoFreeSlot { path: log.path.clone(), max: log.desc.max_subscribers })?;
-            let tail = log.u64_at(TAIL_OFFSET).load(Ordering::Acquire);
+            let tail = log.u64_at(TAIL_OFFSET).load(order::JOIN_TAIL);
             if tail % FRAME_ALIGNMENT as u64 != 0 {
                 return Err(ShmError::Corrupt { path: log.path.clone(), reason: format!("tail {tail} misaligned") });
             }
-            log.u64_at(free + SLOT_PID).store(u64::from(me.pid), Ordering::Relaxed);
-            log.u64_at(free + SLOT_START).store(me.start_time, Ordering::Relaxed);
-            log.u64_at(free + SLOT_HEARTBEAT).store(sys::monotonic_ns(), Ordering::Relaxed);
-            log.u32_at(free + SLOT_PARKED).store(0, Ordering::Relaxed);
-            log.u32_at(free + SLOT_MODE).store(u32::from(opts.mode == Mode::Lossy), Ordering::Relaxed);
-            log.u64_at(free + SLOT_POSITION).store(tail, Ordering::Relaxed);
-            log.u32_at(free + SLOT_STATE).store(SLOT_ACTIVE, Ordering::Release);
+            log.u64_at(free + SLOT_PID).store(u64::from(me.pid), order::JOIN_SLOT_FIELDS);
+            log.u64_at(free + SLOT_START).store(me.start_time, order::JOIN_SLOT_FIELDS);
+            log.u64_at(free + SLOT_HEARTBEAT).store(sys::monotonic_ns(), order::JOIN_SLOT_FIELDS);
+            log.u32_at(free + SLOT_PARKED).store(0, order::JOIN_SLOT_FIELDS);
+            log.u32_at(free + SLOT_MODE).store(u32::from(opts.mode == Mode::Lossy), order::JOIN_SLOT_FIELDS);
+            log.u64_at(free + SLOT_POSITION).store(tail, order::JOIN_SLOT_FIELDS);
+            log.u32_at(free + SLOT_STATE).store(SLOT_ACTIVE, order::JOIN_ACTIVATE);
             (free, tail)
         };
         let counters = counters.allocate(Kind::Subscriber, stream_id, log.desc.session_id, &log.desc.channel)?;
@@ -208,7 +209,7 @@ impl LogReader {
         // here, and the shorter this loop the sooner it sees a commit.
         if !self.lossy
             && self.corrupt.is_none()
-            && self.commit_word(self.position & self.mask).load(Ordering::Acquire) == 0
+            && self.commit_word(self.position & self.mask).load(order::ACQUIRE_COMMIT) == 0
         {
             self.on_idle_poll(&mut handler);
             return Ok(0);
@@ -232,7 +233,7 @@ impl LogReader {
         let mut err = None;
         while frames < fragment_limit {
             let off = pos & self.mask;
-            let word = self.commit_word(off).load(Ordering::Acquire);
+            let word = self.commit_word(off).load(order::ACQUIRE_COMMIT);
             if word == 0 {
                 break;
             }
@@ -270,7 +271,7 @@ impl LogReader {
         self.position = pos;
         if frames > 0 || self.lossy {
             // Also clears READING for a lossy reader.
-            self.log.u64_at(self.slot + SLOT_POSITION).store(pos, Ordering::Release);
+            self.log.u64_at(self.slot + SLOT_POSITION).store(pos, order::STORE_POSITION);
         }
         if frames > 0 || stats.lost_events > 0 {
             self.add_counters(pads, &stats);
@@ -296,7 +297,8 @@ impl LogReader {
         let mut pos = self.position;
         loop {
             let slot_pos = self.log.u64_at(self.slot + SLOT_POSITION);
-            match slot_pos.compare_exchange(pos, pos | READING, Ordering::AcqRel, Ordering::Acquire) {
+            match slot_pos.compare_exchange(pos, pos | READING, order::ENTER_LOSSY_SUCCESS, order::ENTER_LOSSY_FAILURE)
+            {
                 Ok(_) => return Ok(pos),
                 Err(cur) => {
                     let to = cur & !READING;
@@ -466,16 +468,17 @@ impl LogReader {
         let waiters = self.log.u32_at(WAITERS_OFFSET);
         let parked = self.log.u32_at(self.slot + SLOT_PARKED);
         parked.store(1, Ordering::Relaxed);
-        waiters.fetch_add(1, Ordering::SeqCst);
+        waiters.fetch_add(1, order::PARK_ADD_WAITER);
         let mut timeout = timeout;
         // The publisher does not fence after its commit store: force a
         // barrier on it so that either it sees `waiters` or we see its commit.
         if self.log.desc.flags & FLAG_ASYMMETRIC_FENCE != 0 && !sys::membarrier_global() {
             timeout = timeout.min(Duration::from_millis(1)); // cannot happen if it registered; bound it anyway
         }
-        let evicted = self.lossy && self.log.u64_at(self.slot + SLOT_POSITION).load(Ordering::SeqCst) != self.position;
-        if self.commit_word(off).load(Ordering::SeqCst) == 0
-            && self.log.u64_at(CLOSED_OFFSET).load(Ordering::SeqCst) == 0
+        let evicted =
+            self.lossy && self.log.u64_at(self.slot + SLOT_POSITION).load(order::PARK_RECHECK) != self.position;
+        if self.commit_word(off).load(order::PARK_RECHECK) == 0
+            && self.log.u64_at(CLOSED_OFFSET).load(order::PARK_RECHECK) == 0
             && !evicted
         {
             sys::futex_wait(self.futex_word(off), 0, timeout);
