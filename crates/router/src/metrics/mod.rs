@@ -40,15 +40,14 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::Registry;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 use tickwire_journal::Latencies;
 use tickwire_shm::counters::{Kind, SetSnapshot};
 use tickwire_shm::CountersFile;
+
+mod http;
+pub use http::MetricsServer;
 
 /// Buckets of the forwarding-time histogram: 64 ns doubling to ~34 ms.
 const BUCKETS: usize = 20;
@@ -132,6 +131,23 @@ fn described(kind: Kind) -> &'static [(&'static str, &'static str, bool)] {
     }
 }
 
+/// A label value as the exposition format writes it: backslash, double
+/// quote and line feed escaped. `prometheus-client` writes label values
+/// as they are, so a topic holding `"` would end the value early (an
+/// invalid page, or a label of the topic's own making).
+pub fn escaped(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 impl Collector for RouterCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let sets = self.counters.sets();
@@ -147,11 +163,11 @@ impl Collector for RouterCollector {
                 let mut family = encoder.encode_descriptor(&full, help, None, ty)?;
                 for s in &of_kind {
                     let labels: Vec<(&str, String)> = match kind {
-                        Kind::Router => vec![("router", s.label.clone())],
+                        Kind::Router => vec![("router", escaped(&s.label))],
                         Kind::RouterClient => {
-                            vec![("client", s.stream_id.to_string()), ("name", s.label.clone())]
+                            vec![("client", s.stream_id.to_string()), ("name", escaped(&s.label))]
                         }
-                        _ => vec![("topic", s.label.clone())],
+                        _ => vec![("topic", escaped(&s.label))],
                     };
                     let v = s.values[i];
                     let metric = family.encode_family(&labels)?;
@@ -266,7 +282,7 @@ impl Collector for JournalMetrics {
         for p in &j.publishers {
             let lag = p.stored.saturating_sub(p.acked) as i64;
             ConstGauge::new(lag)
-                .encode(f.encode_family(&[("publisher", p.publisher.clone()), ("name", p.name.clone())])?)?;
+                .encode(f.encode_family(&[("publisher", escaped(&p.publisher)), ("name", escaped(&p.name))])?)?;
         }
         for (name, help, pick) in [
             (
@@ -279,7 +295,7 @@ impl Collector for JournalMetrics {
             let mut f = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
             for d in &j.durables {
                 let v = if pick == 0 { d.backlog } else { d.in_flight as u64 };
-                ConstGauge::new(v as i64).encode(f.encode_family(&[("durable", d.name.clone())])?)?;
+                ConstGauge::new(v as i64).encode(f.encode_family(&[("durable", escaped(&d.name))])?)?;
             }
         }
         let histograms = [
@@ -306,98 +322,6 @@ impl Collector for JournalMetrics {
     }
 }
 
-/// The `/metrics` listener and its thread.
-#[derive(Debug)]
-pub struct MetricsServer {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-}
-
-impl MetricsServer {
-    /// Listens on `addr` and serves the router's metrics from `counters`
-    /// (its counters file, read in place) and `times` (one per routing agent).
-    ///
-    /// # Errors
-    /// The address cannot be bound, or the thread cannot start.
-    pub fn start(
-        addr: SocketAddr,
-        counters: Arc<CountersFile>,
-        times: Vec<Arc<ForwardingTime>>,
-        journal: Option<JournalMetrics>,
-    ) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(addr)?;
-        let addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(RouterCollector { counters, times }));
-        if let Some(j) = journal {
-            registry.register_collector(Box::new(j));
-        }
-        std::thread::Builder::new().name("router-metrics".into()).spawn(move || {
-            for conn in listener.incoming() {
-                if flag.load(Ordering::Relaxed) {
-                    return;
-                }
-                if let Ok(c) = conn {
-                    if let Err(e) = serve(c, &registry) {
-                        tracing::debug!("metrics: {e}");
-                    }
-                }
-            }
-        })?;
-        Ok(Self { addr, stop })
-    }
-
-    /// Where it listens (port 0 resolved).
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        // Wakes the accepting thread so it sees the flag.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(100));
-    }
-}
-
-/// Answers one HTTP request: `GET /metrics`, anything else 404 or 405.
-fn serve(mut c: TcpStream, registry: &Registry) -> std::io::Result<()> {
-    c.set_read_timeout(Some(Duration::from_secs(2)))?;
-    c.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let mut req = Vec::with_capacity(1024);
-    let mut buf = [0u8; 1024];
-    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = c.read(&mut buf)?;
-        if n == 0 || req.len() + n > 8192 {
-            return Ok(());
-        }
-        req.extend_from_slice(&buf[..n]);
-    }
-    let line = req.split(|&b| b == b'\r').next().unwrap_or_default();
-    let mut words = line.split(|&b| b == b' ');
-    let (method, path) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
-    let (status, body, ty) = match (method, path) {
-        (b"GET", b"/metrics") => {
-            let mut text = String::new();
-            match prometheus_client::encoding::text::encode(&mut text, registry) {
-                Ok(()) => ("200 OK", text, "application/openmetrics-text; version=1.0.0; charset=utf-8"),
-                Err(e) => ("500 Internal Server Error", format!("{e}\n"), "text/plain"),
-            }
-        }
-        (b"GET", _) => ("404 Not Found", "tickwire router: metrics are at /metrics\n".into(), "text/plain"),
-        _ => ("405 Method Not Allowed", "GET only\n".into(), "text/plain"),
-    };
-    write!(
-        c,
-        "HTTP/1.1 {status}\r\nContent-Type: {ty}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )?;
-    c.write_all(body.as_bytes())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,7 +338,7 @@ mod tests {
         assert_eq!(t.count.load(Ordering::Relaxed), 6);
     }
 
-    fn frame(r: tickwire_wire::client::ClientRepr<'_>) -> Vec<u8> {
+    pub(super) fn frame(r: tickwire_wire::client::ClientRepr<'_>) -> Vec<u8> {
         let mut b = vec![0u8; r.buffer_len()];
         r.emit(&mut b).unwrap();
         b
@@ -458,7 +382,7 @@ mod tests {
         assert_eq!(r.session(lag).unwrap().stats.conflated, 2, "md/a's 2 and 3 replaced 1 in the queue");
         r.publish_counters();
 
-        let mut registry = Registry::default();
+        let mut registry = prometheus_client::registry::Registry::default();
         registry.register_collector(Box::new(RouterCollector { counters, times: Vec::new() }));
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
