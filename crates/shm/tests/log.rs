@@ -196,8 +196,8 @@ fn parked_subscriber_never_misses_a_wake() {
     // 10 s per miss instead of well under a second. It catches a broken wake
     // path (checked by mutation: no wake -> stuck at message ~1000). The
     // StoreLoad window that membarrier closes is too narrow to hit on x86
-    // (removing the membarrier call still passes); the argument for that part
-    // is in `Publisher::commit` and `Subscriber::park`.
+    // here; tests/loom_log.rs models it (without the barrier loom finds the
+    // lost wake-up).
     let ctx = Context::new(dir("wake")).unwrap();
     let mut p = ctx.appender("t", 1, &small()).unwrap();
     let mut s = ctx.reader("t", 1, ReaderOptions::default()).unwrap();
@@ -251,4 +251,39 @@ fn a_topic_longer_than_a_small_frame_is_a_typed_error() {
     assert!(p.offer_topic(&"y".repeat(31), b"").is_ok());
     assert!(p.is_connected());
     assert_eq!(p.counters().get(counters::publisher::NOT_CONNECTED), 0, "is_connected is not a refused offer");
+}
+
+/// A subscriber parked where the publisher must pad to the ring's end
+/// sleeps on the pad's commit word: the pad's commit wakes it (the frame
+/// after the pad wakes the word at offset 0, another word). Before, it
+/// slept to its timeout.
+#[test]
+fn a_subscriber_parked_where_the_ring_is_padded_is_woken() {
+    let ctx = Context::new(dir("pad-wake")).unwrap();
+    let cfg = small();
+    let mut p = ctx.appender("t", 1, &cfg).unwrap();
+    let mut s = ctx.reader("t", 1, ReaderOptions::default()).unwrap();
+    let msg = [7u8; 100];
+    // Publish and read until the next 100-byte frame does not fit before
+    // the ring's end.
+    let frame = s.position();
+    p.offer(&msg).unwrap();
+    assert_eq!(drain(&mut s).len(), 1);
+    let frame = s.position() - frame;
+    while (s.position() % cfg.capacity as u64) + frame <= cfg.capacity as u64 {
+        p.offer(&msg).unwrap();
+        assert_eq!(drain(&mut s).len(), 1);
+    }
+    let publisher = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        p.offer(&msg).unwrap();
+        p
+    });
+    let t = std::time::Instant::now();
+    s.park(Duration::from_secs(3));
+    let parked = t.elapsed();
+    let p = publisher.join().unwrap();
+    assert!(parked < Duration::from_secs(1), "parked {parked:?} past the pad (woken only by its timeout)");
+    assert_eq!(drain(&mut s).len(), 1);
+    drop(p);
 }

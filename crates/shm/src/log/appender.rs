@@ -272,6 +272,9 @@ impl LogAppender {
             let word = commit_word(pad as u32, 0, FrameType::Pad as u16);
             self.commit_word(pad_at).store(word, order::COMMIT);
             self.counters.add(pc::PADS, 1);
+            // A subscriber parked on the pad's commit word sleeps on that
+            // word: the frame after the pad wakes another (offset 0).
+            self.wake_if_parked(pad_at);
         }
         self.position = next;
         (start & self.mask, start)
