@@ -234,6 +234,11 @@ const NEEDED: &[&str] = &[
     "kill",
     "systemd-analyze",
     "promtool",
+    "losetup",
+    "mkfs.ext4",
+    // docs/operations.md, run by tests/operations.rs
+    "openssl",
+    "curl",
     // the profiles of docs/PERFORMANCE.md
     "perf",
     "strace",
