@@ -117,6 +117,10 @@ pub(crate) fn open(
     }
 }
 
+/// Whether this build has AF_XDP (the `xdp` feature); without it
+/// `xdp=auto` always falls back to kernel UDP and `xdp=required` stops.
+pub const BUILT_IN: bool = cfg!(feature = "xdp");
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,7 +148,3 @@ mod tests {
         }
     }
 }
-
-/// Whether this build has AF_XDP (the `xdp` feature); without it
-/// `xdp=auto` always falls back to kernel UDP and `xdp=required` stops.
-pub const BUILT_IN: bool = cfg!(feature = "xdp");
