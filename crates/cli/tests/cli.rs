@@ -153,10 +153,20 @@ fn pub_and_sub_round_trip_lines_and_stat_sees_them() {
     let mut lines = std::io::BufReader::new(sub.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "md/x one");
 
-    // stat, while they run, sees both processes, their counters and the stream.
-    let (ok, out, err) = run(&["--dir", &d, "stat"]);
-    assert!(ok, "{err}");
+    // stat, while they run, sees both processes, their counters and the stream
+    // (the line is printed inside the subscriber's poll, its counters are
+    // stored when the poll returns: asked again for up to 2 s).
     let (s, p) = (sub.id(), publ.id());
+    let mut out = String::new();
+    for _ in 0..40 {
+        let (ok, o, err) = run(&["--dir", &d, "stat"]);
+        assert!(ok, "{err}");
+        out = o;
+        if out.matches(" messages=1 ").count() >= 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let after = |head: &str| out.split(head).nth(1).and_then(|rest| rest.lines().nth(1)).unwrap_or_default();
     assert!(
         after(&format!("process {s} (alive)")).trim_start().starts_with("sub demo-7 ")
