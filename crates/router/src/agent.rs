@@ -341,7 +341,8 @@ impl RoutingAgent {
             tracing::warn!("tcp://{peer}: {e}");
             return;
         }
-        let id = self.router.attach(Outbound::Tcp(TcpOut::new(Arc::clone(&wire))), format!("tcp {peer}"));
+        let scheme = if wire.is_tls() { "tls" } else { "tcp" };
+        let id = self.router.attach(Outbound::Tcp(TcpOut::new(Arc::clone(&wire))), format!("{scheme} {peer}"));
         debug_assert_eq!(id, next);
         let i = id as usize;
         if self.tcp.len() <= i {
@@ -350,7 +351,7 @@ impl RoutingAgent {
         let max_frame = self.router.limits().max_frame;
         self.tcp[i] = Some(TcpInput { stream: wire, reader: FrameReader::new(HEADER_LEN, max_frame) });
         self.tcp_sessions += 1;
-        tracing::info!(client = self.router.client_id(id), %peer, agent = %self.role, "tcp client connected");
+        tracing::info!(client = self.router.client_id(id), %peer, agent = %self.role, "{scheme} client connected");
     }
 
     fn poll_ipc(&mut self) -> usize {
