@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO_ENV := if [ -f $$HOME/.cargo/env ]; then . $$HOME/.cargo/env; fi;
 
-.PHONY: setup build demo test bench crash fuzz clean fresh-check
+.PHONY: setup build demo test bench crash fuzz clean fresh-check loom
 
 setup:
 	@./scripts/setup.sh
@@ -18,7 +18,14 @@ demo: build
 test: setup
 	@$(CARGO_ENV) cargo fmt --all -- --check
 	@$(CARGO_ENV) cargo clippy --release --all-targets -- -D warnings
-	@$(CARGO_ENV) cargo test --release --workspace
+	@$(CARGO_ENV) cargo test --profile release-checked --workspace
+	@$(CARGO_ENV) $(MAKE) --no-print-directory loom
+
+# The shared-memory log's protocol under loom (every interleaving of the
+# model in crates/shm/tests/loom_log.rs, with the product's orderings), in
+# its own target directory.
+loom:
+	@$(CARGO_ENV) RUSTFLAGS="--cfg loom" cargo test --release -p tickwire-shm --test loom_log --target-dir target/loom
 
 # Guaranteed delivery's long crash run (make test runs 20 cycles with os):
 # the router kill -9'd 100 times under the os policy, then 30 under fsync.
