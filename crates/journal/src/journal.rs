@@ -9,6 +9,7 @@ use crate::sync::{Latencies, SyncPolicy, Syncer};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -191,8 +192,16 @@ impl Journal {
             .create(&dir)
             .map_err(io(&dir))?;
         let lock_path = dir.join("journal.lock");
-        let lock =
-            OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io(&lock_path))?;
+        // The owner's alone whatever the umask, and never through a link
+        // someone planted in the directory.
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&lock_path)
+            .map_err(io(&lock_path))?;
         if lock.try_lock().is_err() {
             return Err(JournalError::Locked(dir));
         }
@@ -309,7 +318,10 @@ impl Journal {
     /// Starts a segment whose first record will be `base`.
     fn roll(&mut self, base: u64) -> Result<(), JournalError> {
         let path = self.cfg.dir.join(segment::file_name(base));
-        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(io(&path))?;
+        // Guaranteed orders: readable by the router's user alone, whatever
+        // the umask.
+        let file =
+            OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&path).map_err(io(&path))?;
         let created = now_ns();
         file.write_all_at(&SegmentHeader { base, created }.emit(), 0).map_err(io(&path))?;
         if self.cfg.sync != SyncPolicy::Os {
