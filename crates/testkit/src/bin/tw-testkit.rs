@@ -3,9 +3,14 @@
 //! ```text
 //! tw-testkit publish DIR CHANNEL STREAM COUNT SIZE [CAPACITY] [UNBLOCK_MS] [SUBSCRIBERS]
 //! tw-testkit subscribe DIR CHANNEL STREAM COUNT [lossy|tethered] [slow_us] [inside|between]
+//!     [--pause-every N --pause-us U]
 //! tw-testkit claim-and-hang DIR CHANNEL STREAM BEFORE UNBLOCK_MS
 //! tw-testkit publisher-then-sleep DIR CHANNEL STREAM
 //! ```
+//!
+//! `--pause-every N --pause-us U` makes a subscriber sleep U µs after every
+//! N-th poll that delivered something, before it polls again: outside a poll,
+//! so a lossy one can be moved on by a publisher it holds back.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -32,8 +37,24 @@ fn config(a: &[String], cap_at: usize, unblock_at: usize) -> LogConfig {
     LogConfig { unblock_timeout: Duration::from_millis(ms), ..LogConfig::with_capacity(capacity) }
 }
 
+/// Removes `--NAME VALUE` from the arguments and returns the value.
+fn option(a: &mut Vec<String>, name: &str) -> Option<u64> {
+    let i = a.iter().position(|s| s == name)?;
+    if i + 1 >= a.len() {
+        fail(&format!("{name} needs a value"));
+    }
+    let v = a.remove(i + 1);
+    a.remove(i);
+    Some(v.parse().unwrap_or_else(|_| fail(&format!("{name}: {v:?} is not a number"))))
+}
+
 fn main() {
-    let a: Vec<String> = std::env::args().skip(1).collect();
+    let mut a: Vec<String> = std::env::args().skip(1).collect();
+    let pause_every = option(&mut a, "--pause-every").unwrap_or(0);
+    let pause_us = option(&mut a, "--pause-us").unwrap_or(0);
+    if (pause_every == 0) != (pause_us == 0) {
+        fail("--pause-every and --pause-us go together, both non-zero");
+    }
     let role = a.first().map(String::as_str).unwrap_or("");
     let dir: String = arg(&a, 1, None);
     let channel: String = arg(&a, 2, None);
@@ -98,6 +119,7 @@ fn main() {
             let mut errors: Vec<String> = Vec::new();
             let mut max_seen = 0u64;
             let mut gone: Option<String> = None;
+            let (mut busy_polls, mut pauses) = (0u64, 0u64);
             while received < count && !s.is_end_of_stream() && gone.is_none() {
                 let n = s
                     .poll(
@@ -140,6 +162,13 @@ fn main() {
                 } else if between && slow_us > 0 {
                     std::thread::sleep(Duration::from_micros(slow_us));
                 }
+                if n > 0 && pause_every > 0 {
+                    busy_polls += 1;
+                    if busy_polls % pause_every == 0 {
+                        pauses += 1;
+                        std::thread::sleep(Duration::from_micros(pause_us));
+                    }
+                }
                 if start.elapsed() > LIMIT {
                     fail(&format!("timed out after {received} messages"));
                 }
@@ -148,7 +177,7 @@ fn main() {
                 "{}",
                 serde_json::json!({"received": received, "bytes": bytes, "lost_notices": lost_notices,
                     "lost_bytes": lost_bytes, "errors": errors.iter().take(5).collect::<Vec<_>>(), "error_count": errors.len(),
-                    "last": max_seen, "publisher_gone": gone})
+                    "last": max_seen, "publisher_gone": gone, "pauses": pauses})
             );
         }
         "claim-and-hang" => {
