@@ -37,6 +37,69 @@ fn ordered(r: &serde_json::Value) {
     assert!(std <= range / 2.0 * 1.001 + 1.0 && (std > 0.0) == (range > 0.0), "std_ns {std}: {r}");
 }
 
+/// `ratio` is a 3-decimal rounding of `exact`.
+fn rounds_to(ratio: f64, exact: f64) -> bool {
+    (ratio - exact).abs() <= 0.000_501 + exact * 1e-12
+}
+
+/// A row's floor ratios are to the floor row printed beside it: the floor
+/// figures it carries are that row's, and each ratio is the row's percentile
+/// over that row's (p99 included, which the row does not carry).
+fn ratios_to(r: &serde_json::Value, floor: &serde_json::Value) {
+    let u = |x: &serde_json::Value, k: &str| x[k].as_u64().unwrap_or_else(|| panic!("no {k} in {x}"));
+    assert_eq!(u(r, "floor_p50_ns"), u(floor, "p50_ns"), "{r}\n{floor}");
+    assert_eq!(u(r, "floor_p999_ns"), u(floor, "p999_ns"), "{r}\n{floor}");
+    assert_eq!(u(r, "floor_size"), u(floor, "size"), "{r}\n{floor}");
+    for p in ["p50", "p99", "p999"] {
+        let ratio = r[format!("ratio_{p}")].as_f64().unwrap_or_else(|| panic!("no ratio_{p} in {r}"));
+        let exact = u(r, &format!("{p}_ns")) as f64 / u(floor, &format!("{p}_ns")) as f64;
+        assert!(rounds_to(ratio, exact), "ratio_{p} {ratio}, not {exact}: {r}\n{floor}");
+    }
+}
+
+/// A row whose floor is not printed beside it: the ratios agree with the
+/// floor figures it carries, and the floor p99 that `ratio_p99` implies lies
+/// between the floor's p50 and p99.9.
+fn carried_floor(r: &serde_json::Value) {
+    let u = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("no {k} in {r}")) as f64;
+    let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("no {k} in {r}"));
+    let (fp50, fp999) = (u("floor_p50_ns"), u("floor_p999_ns"));
+    assert!(0.0 < fp50 && fp50 <= fp999, "{r}");
+    assert!(rounds_to(f("ratio_p50"), u("p50_ns") / fp50), "{r}");
+    assert!(rounds_to(f("ratio_p999"), u("p999_ns") / fp999), "{r}");
+    let rp99 = f("ratio_p99");
+    if rp99 >= 0.001 {
+        // The ratio's rounding makes the implied p99 uncertain by 0.0005 / rp99.
+        let (fp99, slack) = (u("p99_ns") / rp99, 0.000_501 / rp99);
+        assert!(fp99 >= fp50 * (1.0 - slack) - 1.0 && fp99 <= fp999 * (1.0 + slack) + 1.0, "floor p99 {fp99}: {r}");
+    } else {
+        // Below 0.0005: the floor's p99 (at most its p99.9) is over 2000 times the row's.
+        assert!(u("p99_ns") * 2000.0 <= fp999, "{r}");
+    }
+}
+
+/// A throughput row beside its floor row: the floor rate it carries is that
+/// row's, and the ratio of the median rounds lies within the per-round
+/// ratios (if every round's rate is at least m times its floor round's, so
+/// is the median's); one round: all three are the rates of the counts over
+/// the durations, which both rows report.
+fn throughput_ratio(r: &serde_json::Value, floor: &serde_json::Value) {
+    let f = |x: &serde_json::Value, k: &str| x[k].as_f64().unwrap_or_else(|| panic!("no {k} in {x}"));
+    assert_eq!(f(r, "floor_msgs_per_s"), f(floor, "msgs_per_s"), "{r}\n{floor}");
+    assert_eq!(r["rounds"], floor["rounds"], "{r}\n{floor}");
+    let (ratio, lo, hi) = (f(r, "ratio"), f(r, "ratio_min"), f(r, "ratio_max"));
+    assert!(0.0 < lo && lo - 0.0011 <= ratio && ratio <= hi + 0.0011, "{r}");
+    if r["rounds"] == 1 {
+        let rate = |x: &serde_json::Value| f(x, "count") / f(x, "duration_s");
+        let exact = rate(r) / rate(floor);
+        assert!(
+            (ratio - exact).abs() <= exact * 0.01 + 0.0006,
+            "ratio {ratio}, counts over durations say {exact}: {r}\n{floor}"
+        );
+        assert!(lo == ratio && hi == ratio, "{r}");
+    }
+}
+
 #[test]
 fn lab_pingpong_json_is_self_consistent_and_has_a_floor_ratio() {
     let d = dir("ping");
@@ -69,7 +132,8 @@ fn lab_pingpong_json_is_self_consistent_and_has_a_floor_ratio() {
         (Some("pingpong"), Some("ipc"), Some(64), Some(20000))
     );
     ordered(r);
-    assert!(r["ratio_p50"].as_f64().unwrap() > 0.0);
+    assert_eq!((r["floor_probe"].as_str(), r["floor_size"].as_u64()), (Some("raw_ring"), Some(64)), "{r}");
+    carried_floor(r);
 }
 
 #[test]
@@ -82,7 +146,11 @@ fn lab_floor_reports_three_probes() {
     assert_eq!(probes, ["cacheline", "raw_ring", "raw_ring_throughput"]);
     ordered(&r[0]);
     ordered(&r[1]);
-    assert!(r[2]["msgs_per_s"].as_f64().unwrap() > 0.0);
+    let f = |k: &str| r[2][k].as_f64().unwrap_or_else(|| panic!("no {k} in {}", r[2]));
+    // The rate is the count over the time, and the bytes that many 64-byte messages.
+    assert_eq!(r[2]["size"], 64, "{}", r[2]);
+    assert!(f("count") >= 1000.0 && (f("count") / f("duration_s") / f("msgs_per_s") - 1.0).abs() < 0.01, "{}", r[2]);
+    assert!((f("bytes_per_s") - f("msgs_per_s") * 64.0).abs() <= 64.0, "{}", r[2]);
     assert_eq!(r[2]["lost"], 0);
 }
 
@@ -93,13 +161,15 @@ fn lab_throughput_checks_every_message() {
     let (ok, out, err) =
         run_line(&format!("--dir {d} lab throughput --transport ipc --size 32 --duration 300ms --rounds 1 --json"));
     assert!(ok, "{err}");
-    let r = &rows(&out)[0];
+    let r = rows(&out);
+    let (r, floor) = (&r[0], &r[1]);
     assert_eq!(r["lost"], 0, "{r}");
     let (n, rate, secs) =
         (r["count"].as_f64().unwrap(), r["msgs_per_s"].as_f64().unwrap(), r["duration_s"].as_f64().unwrap());
     assert!(n > 0.0 && (n / secs - rate).abs() / rate < 0.01, "{r}");
     assert!((r["bytes_per_s"].as_f64().unwrap() - rate * 32.0).abs() < 64.0);
-    assert!(r["ratio"].as_f64().unwrap() > 0.0);
+    assert_eq!(floor["probe"], "raw_ring_throughput", "{floor}");
+    throughput_ratio(r, floor);
 
     // Interleaved rounds: the floor's row too, the ratio of the median
     // rounds, and the spread of the per-round ratios.
@@ -110,10 +180,7 @@ fn lab_throughput_checks_every_message() {
     assert_eq!((r[0]["mode"].as_str(), r[1]["mode"].as_str()), (Some("throughput"), Some("floor")), "{out}");
     assert_eq!((r[0]["rounds"].as_u64(), r[1]["rounds"].as_u64()), (Some(4), Some(4)), "{out}");
     assert_eq!((r[0]["lost"].as_u64(), r[1]["lost"].as_u64()), (Some(0), Some(0)), "{out}");
-    let f = |k: &str| r[0][k].as_f64().unwrap_or_else(|| panic!("no {k}: {out}"));
-    let expect = f("msgs_per_s") / f("floor_msgs_per_s");
-    assert!((f("ratio") - expect).abs() < 0.002, "{out}");
-    assert!(f("ratio_min") > 0.0 && f("ratio_min") <= f("ratio_max"), "{out}");
+    throughput_ratio(&r[0], &r[1]);
     assert_eq!(r[1]["size"], 32, "the floor moves the same payload size");
 }
 
@@ -386,7 +453,9 @@ fn an_injected_stall_is_a_pause_and_leaves_the_pause_free_distribution() {
     assert!(n(free, "max_ns") < 2_000_000, "a message of the stall stayed in the pause-free distribution: {free}");
     assert_eq!(r[0]["floor_probe"], "raw_ring");
     assert_eq!(r[1]["floor_probe"], "raw_ring pause-free");
-    assert!(r[0]["ratio_p999"].as_f64().unwrap() > 0.0 && n(&r[2], "count") >= 45_000, "{}", r[2]);
+    assert!(n(&r[2], "count") >= 45_000, "{}", r[2]);
+    ratios_to(&r[0], &r[2]);
+    ratios_to(&r[1], &r[3]);
 }
 
 #[test]
@@ -471,7 +540,10 @@ fn sweep_rate_reports_each_sustained_rate() {
         assert!((samples - rate * 0.3 / 10.0).abs() <= 2.0, "{row}");
     }
     assert_eq!(r[2]["probe"], "raw_ring");
-    assert!(r[0]["ratio_p50"].as_f64().is_some(), "{}", r[0]);
+    for rate in r.chunks(4) {
+        ratios_to(&rate[0], &rate[2]);
+        ratios_to(&rate[1], &rate[3]);
+    }
 }
 
 #[test]
@@ -581,7 +653,7 @@ fn every_mode_reports_its_floor_ratio_and_plots_on_request() {
         // ratios to them. (A ratio may round to 0.000 when a host pause
         // lands in the floor's round: 1,163 ns against 6.8 ms was seen.)
         for r in rows(&out).into_iter().filter(|r| r["mode"] != "floor") {
-            assert!(r["ratio_p50"].as_f64().is_some_and(|x| x >= 0.0), "no floor ratio in {r}");
+            carried_floor(&r);
         }
     };
     std::fs::create_dir_all(&d).unwrap();

@@ -30,6 +30,26 @@ fn json_rows(stdout: &str) -> Vec<serde_json::Value> {
     stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
 }
 
+/// `ratio` is a 3-decimal rounding of `exact`.
+fn rounds_to(ratio: f64, exact: f64) -> bool {
+    (ratio - exact).abs() <= 0.000_501 + exact * 1e-12
+}
+
+/// A row's floor ratios are to the floor row printed beside it: the floor
+/// figures it carries are that row's, and each ratio is the row's percentile
+/// over that row's (p99 included, which the row does not carry).
+fn ratios_to(r: &serde_json::Value, floor: &serde_json::Value) {
+    let u = |x: &serde_json::Value, k: &str| x[k].as_u64().unwrap_or_else(|| panic!("no {k} in {x}"));
+    assert_eq!(u(r, "floor_p50_ns"), u(floor, "p50_ns"), "{r}\n{floor}");
+    assert_eq!(u(r, "floor_p999_ns"), u(floor, "p999_ns"), "{r}\n{floor}");
+    assert_eq!(u(r, "floor_size"), u(floor, "size"), "{r}\n{floor}");
+    for p in ["p50", "p99", "p999"] {
+        let ratio = r[format!("ratio_{p}")].as_f64().unwrap_or_else(|| panic!("no ratio_{p} in {r}"));
+        let exact = u(r, &format!("{p}_ns")) as f64 / u(floor, &format!("{p}_ns")) as f64;
+        assert!(rounds_to(ratio, exact), "ratio_{p} {ratio}, not {exact}: {r}\n{floor}");
+    }
+}
+
 /// Nothing of the run is left in its directory but the counters file.
 fn nothing_left(d: &std::path::Path) {
     let left: Vec<String> = std::fs::read_dir(d)
@@ -56,8 +76,9 @@ fn shared_memory_one_to_one_has_both_distributions_and_its_ring_floor() {
     assert_eq!(all["count"], 8_000, "{all}");
     assert_eq!(all["lost"], 0, "{all}");
     assert_eq!(floor["count"], 8_000, "{floor}");
-    assert!(all["ratio_p50"].as_f64().unwrap() > 0.0, "{all}");
     assert_eq!(all["floor_probe"], "forward_ring", "{all}");
+    ratios_to(all, floor);
+    ratios_to(free, &rows[3]);
     let (min, p50, max) =
         (all["min_ns"].as_u64().unwrap(), all["p50_ns"].as_u64().unwrap(), all["max_ns"].as_u64().unwrap());
     assert!(0 < min && min <= p50 && p50 <= max, "{all}");

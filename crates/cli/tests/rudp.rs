@@ -105,6 +105,69 @@ fn several_receivers_without_namespaces_is_a_clear_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--netns"));
 }
 
+/// `ratio` is a 3-decimal rounding of `exact`.
+fn rounds_to(ratio: f64, exact: f64) -> bool {
+    (ratio - exact).abs() <= 0.000_501 + exact * 1e-12
+}
+
+/// A row's floor ratios are to the floor row printed beside it: the floor
+/// figures it carries are that row's, and each ratio is the row's percentile
+/// over that row's (p99 included, which the row does not carry).
+fn ratios_to(r: &serde_json::Value, floor: &serde_json::Value) {
+    let u = |x: &serde_json::Value, k: &str| x[k].as_u64().unwrap_or_else(|| panic!("no {k} in {x}"));
+    assert_eq!(u(r, "floor_p50_ns"), u(floor, "p50_ns"), "{r}\n{floor}");
+    assert_eq!(u(r, "floor_p999_ns"), u(floor, "p999_ns"), "{r}\n{floor}");
+    assert_eq!(u(r, "floor_size"), u(floor, "size"), "{r}\n{floor}");
+    for p in ["p50", "p99", "p999"] {
+        let ratio = r[format!("ratio_{p}")].as_f64().unwrap_or_else(|| panic!("no ratio_{p} in {r}"));
+        let exact = u(r, &format!("{p}_ns")) as f64 / u(floor, &format!("{p}_ns")) as f64;
+        assert!(rounds_to(ratio, exact), "ratio_{p} {ratio}, not {exact}: {r}\n{floor}");
+    }
+}
+
+/// A row whose floor is not printed beside it: the ratios agree with the
+/// floor figures it carries, and the floor p99 that `ratio_p99` implies lies
+/// between the floor's p50 and p99.9.
+fn carried_floor(r: &serde_json::Value) {
+    let u = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("no {k} in {r}")) as f64;
+    let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("no {k} in {r}"));
+    let (fp50, fp999) = (u("floor_p50_ns"), u("floor_p999_ns"));
+    assert!(0.0 < fp50 && fp50 <= fp999, "{r}");
+    assert!(rounds_to(f("ratio_p50"), u("p50_ns") / fp50), "{r}");
+    assert!(rounds_to(f("ratio_p999"), u("p999_ns") / fp999), "{r}");
+    let rp99 = f("ratio_p99");
+    if rp99 >= 0.001 {
+        // The ratio's rounding makes the implied p99 uncertain by 0.0005 / rp99.
+        let (fp99, slack) = (u("p99_ns") / rp99, 0.000_501 / rp99);
+        assert!(fp99 >= fp50 * (1.0 - slack) - 1.0 && fp99 <= fp999 * (1.0 + slack) + 1.0, "floor p99 {fp99}: {r}");
+    } else {
+        // Below 0.0005: the floor's p99 (at most its p99.9) is over 2000 times the row's.
+        assert!(u("p99_ns") * 2000.0 <= fp999, "{r}");
+    }
+}
+
+/// A throughput row beside its floor row: the floor rate it carries is that
+/// row's, and the ratio of the median rounds lies within the per-round
+/// ratios (if every round's rate is at least m times its floor round's, so
+/// is the median's); one round: all three are the rates of the counts over
+/// the durations, which both rows report.
+fn throughput_ratio(r: &serde_json::Value, floor: &serde_json::Value) {
+    let f = |x: &serde_json::Value, k: &str| x[k].as_f64().unwrap_or_else(|| panic!("no {k} in {x}"));
+    assert_eq!(f(r, "floor_msgs_per_s"), f(floor, "msgs_per_s"), "{r}\n{floor}");
+    assert_eq!(r["rounds"], floor["rounds"], "{r}\n{floor}");
+    let (ratio, lo, hi) = (f(r, "ratio"), f(r, "ratio_min"), f(r, "ratio_max"));
+    assert!(0.0 < lo && lo - 0.0011 <= ratio && ratio <= hi + 0.0011, "{r}");
+    if r["rounds"] == 1 {
+        let rate = |x: &serde_json::Value| f(x, "count") / f(x, "duration_s");
+        let exact = rate(r) / rate(floor);
+        assert!(
+            (ratio - exact).abs() <= exact * 0.01 + 0.0006,
+            "ratio {ratio}, counts over durations say {exact}: {r}\n{floor}"
+        );
+        assert!(lo == ratio && hi == ratio, "{r}");
+    }
+}
+
 fn json_lines(line: &str) -> Vec<serde_json::Value> {
     let out = Command::new(BIN).args(line.split_whitespace()).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -117,16 +180,18 @@ fn lab_measures_rudp_pingpong_against_kernel_udp_throughput_and_oneway_under_los
     let rows = json_lines("lab pingpong --transport rudp --count 3000 --warmup 200 --rounds 2 --json");
     let r = rows.iter().find(|r| r["mode"] == "pingpong").unwrap();
     assert_eq!(r["transport"], "rudp");
-    assert!(
-        r["p50_ns"].as_u64().unwrap() > 0 && r["ratio_p50"].as_f64().is_some() && r["ratio_p99"].as_f64().is_some(),
-        "{r}"
-    );
+    assert!(r["p50_ns"].as_u64().unwrap() > 0, "{r}");
+    match rows.iter().find(|r| r["mode"] == "floor") {
+        Some(floor) => ratios_to(r, floor),
+        None => carried_floor(r),
+    }
     // Interleaved with plain UDP moving the same packed datagrams (sendmmsg/recvmmsg).
     let t = json_lines("lab throughput --transport rudp --size 64 --duration 1s --rounds 2 --json");
     assert_eq!((t[0]["transport"].as_str(), t[1]["probe"].as_str()), (Some("rudp"), Some("sendmmsg_recvmmsg")));
     assert!(t[0]["count"].as_u64().unwrap() > 10_000, "{}", t[0]);
     assert_eq!(t[0]["lost"], 0, "{}", t[0]);
-    assert!(t[0]["ratio"].as_f64().is_some_and(|r| r > 0.0) && t[1]["count"].as_u64().unwrap() > 10_000, "{t:?}");
+    assert!(t[1]["count"].as_u64().unwrap() > 10_000, "{t:?}");
+    throughput_ratio(&t[0], &t[1]);
     let o = &json_lines("lab oneway --transport rudp --rate 20k --duration 1s --loss 0.01 --json")[0];
     assert_eq!(o["transport"], "rudp");
     assert_eq!(o["lost"], 0, "every message arrives despite the loss: {o}");
@@ -180,7 +245,8 @@ fn oneway_and_sweep_over_the_network_carry_a_kernel_udp_floor() {
             "{r}"
         );
     }
-    assert!(o[0]["ratio_p50"].as_f64().is_some() && o[1]["ratio_p999"].as_f64().is_some(), "{}", o[0]);
+    ratios_to(&o[0], &o[2]);
+    ratios_to(&o[1], &o[3]);
     let t = json_lines("lab oneway --transport tcp --rate 20k --duration 200ms --rounds 1 --json");
     assert_eq!(kinds(&t), [k("oneway", "tcp", "all"), k("oneway", "tcp", "pause_free")]);
     assert_eq!((t[0]["count"].as_u64(), t[0]["lost"].as_u64()), (Some(4_000), Some(0)), "{}", t[0]);
@@ -200,7 +266,8 @@ fn oneway_and_sweep_over_the_network_carry_a_kernel_udp_floor() {
             // 1 in 10 of rate * 0.3 s comes back (give or take the edges).
             assert!((r["count"].as_f64().unwrap() - rate * 0.03).abs() <= 3.0, "{r}");
         }
-        assert!(chunk[0]["ratio_p50"].as_f64().is_some(), "{}", chunk[0]);
+        ratios_to(&chunk[0], &chunk[2]);
+        ratios_to(&chunk[1], &chunk[3]);
     }
 }
 
@@ -296,16 +363,27 @@ fn lab_auth_cost_measures_every_path_and_leaves_no_key() {
         |k: &str| r[k].as_array().unwrap().iter().map(|p| p["path"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
     assert_eq!(paths("pingpong"), ["udp", "rudp", "rudp+mac"], "{r}");
     assert_eq!(paths("throughput"), ["udp", "rudp", "rudp+mac"], "{r}");
+    assert_eq!(r["rounds"], 1, "{r}");
+    let n = |x: &serde_json::Value, k: &str| x[k].as_f64().unwrap_or_else(|| panic!("no {k} in {x}"));
     for p in r["pingpong"].as_array().unwrap() {
         assert_eq!(p["count"], 2000, "{r}");
-        assert!(p["p50_ns"].as_u64().unwrap() > 0, "{r}");
+        assert!(0.0 < n(p, "p50_ns") && n(p, "p50_ns") <= n(p, "p99_ns"), "{r}");
+        assert!(n(p, "p99_ns") <= n(p, "p999_ns") && n(p, "p999_ns") <= n(p, "max_ns"), "{r}");
     }
     for t in r["throughput"].as_array().unwrap() {
         assert_eq!(t["missing"], 0, "{r}");
-        assert!(t["msgs_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        // 200 ms of 64-byte messages: a thousand a second at least, 10 GB/s at most.
+        assert!(n(t, "msgs_per_s") >= 1_000.0 && n(t, "msgs_per_s") * 64.0 <= 1e10, "{r}");
     }
-    for k in ["mac_pingpong_p50_ratio", "mac_pingpong_p99_ratio", "mac_throughput_ratio"] {
-        assert!(r[k].as_f64().unwrap() > 0.0, "{k}: {r}");
+    // The ratios are of the rows above (rudp+mac over rudp; one round, so
+    // the median of the per-round throughput ratios is that round's).
+    let (ping, tput) = (&r["pingpong"], &r["throughput"]);
+    for (k, exact) in [
+        ("mac_pingpong_p50_ratio", n(&ping[2], "p50_ns") / n(&ping[1], "p50_ns")),
+        ("mac_pingpong_p99_ratio", n(&ping[2], "p99_ns") / n(&ping[1], "p99_ns")),
+        ("mac_throughput_ratio", n(&tput[2], "msgs_per_s") / n(&tput[1], "msgs_per_s")),
+    ] {
+        assert!(rounds_to(n(&r, k), exact), "{k} {}, the rows say {exact}: {r}", n(&r, k));
     }
     let left: Vec<_> =
         std::fs::read_dir(&dir).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
