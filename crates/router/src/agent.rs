@@ -8,7 +8,9 @@
 //! 4. flush the sessions that have frames waiting;
 //! 5. once in `CLOCK_EVERY` (16) cycles: read the clock, take new clients and
 //!    interest changes from its control channel, tell the other agents
-//!    about its own, and every 20 ms publish counters.
+//!    about its own, and every 20 ms close the sessions past a deadline
+//!    (not logged in within `limits.hello_timeout`, a back-pressure hold
+//!    past `back_pressure_timeout`) and publish counters.
 //!
 //! The [`Server`](crate::Server) finds clients and hands each to an agent
 //! (through its control channel); a router with one agent runs it on
@@ -49,6 +51,10 @@ const CLOSE_WAIT_NS: u64 = 5_000_000_000;
 /// An idle shared-memory client's log is checked for its end once in this
 /// many cycles.
 const END_CHECK_EVERY: u32 = 64;
+/// Sessions closed at their hello timeout are logged together, at most
+/// once in this long, ns (a flood of silent connections is one line a
+/// second, not one per connection).
+const TIMEOUT_LOG_NS: u64 = 1_000_000_000;
 
 /// What a routing agent is told by the server and the other agents.
 pub(crate) enum Control {
@@ -148,6 +154,10 @@ pub struct RoutingAgent {
     last_housekeeping: u64,
     /// Housekeepings so far.
     housekeeping: u32,
+    /// Sessions closed at their hello timeout since the last line saying
+    /// so, and when that line was written.
+    timeouts_unlogged: u64,
+    last_timeout_log: u64,
 }
 
 impl std::fmt::Debug for RoutingAgent {
@@ -191,6 +201,8 @@ impl RoutingAgent {
             now: tickwire_shm::os::monotonic_ns(),
             last_housekeeping: 0,
             housekeeping: 0,
+            timeouts_unlogged: 0,
+            last_timeout_log: 0,
         })
     }
 
@@ -251,6 +263,7 @@ impl RoutingAgent {
                 for (id, why) in self.router.take_stuck(self.now) {
                     self.begin_close(id, why);
                 }
+                self.expire();
                 self.router.guaranteed_housekeeping(self.now);
                 self.publish_counters();
                 self.housekeeping = self.housekeeping.wrapping_add(1);
@@ -286,6 +299,27 @@ impl RoutingAgent {
         }
     }
 
+    /// Closes the sessions not welcomed within `limits.hello_timeout`
+    /// ([`Router::take_expired`]), quietly, and says how many at most once
+    /// a second.
+    fn expire(&mut self) {
+        for (id, why) in self.router.take_expired(self.now) {
+            self.end(id, &why, false);
+            self.timeouts_unlogged += 1;
+        }
+        if self.timeouts_unlogged > 0 && self.now.saturating_sub(self.last_timeout_log) >= TIMEOUT_LOG_NS {
+            let timeout = humantime::format_duration(self.router.limits().hello_timeout);
+            tracing::warn!(
+                count = self.timeouts_unlogged,
+                agent = %self.role,
+                "closed {} connection(s) not logged in within {timeout} (limits.hello_timeout: no HELLO, a stalled frame or TLS handshake, or a password check not done)",
+                self.timeouts_unlogged
+            );
+            self.timeouts_unlogged = 0;
+            self.last_timeout_log = self.now;
+        }
+    }
+
     /// Ends the closing sessions whose CLOSE has gone or whose time is up.
     fn finish_closing(&mut self) {
         let mut list = std::mem::take(&mut self.closing);
@@ -310,7 +344,7 @@ impl RoutingAgent {
             match c {
                 Control::Interest(change) => self.router.handle_interest(&change),
                 Control::Ipc { stream, reader, out, peer } => {
-                    let id = self.router.attach(Outbound::Ipc(*out), peer);
+                    let id = self.router.attach_at(Outbound::Ipc(*out), peer, self.now);
                     self.ipc.push(IpcInput { id, stream, reader: *reader });
                     tracing::info!(client = self.router.client_id(id), stream, agent = %self.role, "ipc client connected");
                 }
@@ -342,7 +376,8 @@ impl RoutingAgent {
             return;
         }
         let scheme = if wire.is_tls() { "tls" } else { "tcp" };
-        let id = self.router.attach(Outbound::Tcp(TcpOut::new(Arc::clone(&wire))), format!("{scheme} {peer}"));
+        let out = Outbound::Tcp(TcpOut::new(Arc::clone(&wire)));
+        let id = self.router.attach_at(out, format!("{scheme} {peer}"), self.now);
         debug_assert_eq!(id, next);
         let i = id as usize;
         if self.tcp.len() <= i {
@@ -467,6 +502,12 @@ impl RoutingAgent {
     /// Ends a session: CLOSE offered, transport dropped (an IPC client's
     /// log out of the router is removed: the router made it).
     fn close(&mut self, id: u32, why: &Disconnect) {
+        self.end(id, why, true);
+    }
+
+    /// [`RoutingAgent::close`]; `loud`: a line of its own (else at debug
+    /// level: the caller says how many).
+    fn end(&mut self, id: u32, why: &Disconnect, loud: bool) {
         // The input goes first, whatever the session's state: the duty
         // cycle must never meet it again.
         if let Some(i) = self.ipc.iter().position(|input| input.id == id) {
@@ -482,7 +523,9 @@ impl RoutingAgent {
         let Some(mut s) = self.router.disconnect(id, why) else { return };
         self.shared.closed.fetch_add(1, Ordering::Relaxed);
         s.flush_best_effort();
-        if why.code == RejectCode::Normal {
+        if !loud {
+            tracing::debug!(client, name = %s.name, peer = %s.peer, "disconnected: {why}");
+        } else if why.code == RejectCode::Normal {
             tracing::info!(client, name = %s.name, peer = %s.peer, "disconnected: {}", why.reason);
         } else {
             tracing::warn!(client, name = %s.name, peer = %s.peer, "disconnected: {why}");

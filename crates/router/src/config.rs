@@ -45,6 +45,7 @@
 //! slow_consumer = "drop-oldest"   # a client whose queue is full: drop-oldest | disconnect | back-pressure
 //! conflate = ["md/>"]             # a lagging client gets only the newest queued message of these topics
 //! back_pressure_timeout = "5s"     # a back-pressure client holding publishers longer is disconnected ("never")
+//! hello_timeout = "2s"            # a connection not logged in by then (HELLO, TLS handshake, password) is closed (at least 100ms)
 //! ```
 //!
 //! Unknown keys are refused, naming the key, so a typo is not silently a
@@ -300,6 +301,20 @@ pub struct LimitsConfig {
     /// See [`Limits::back_pressure_timeout`]: a duration (`"5s"`,
     /// `"500ms"`) or `"never"`.
     pub back_pressure_timeout: String,
+    /// See [`Limits::hello_timeout`]: a duration of at least 100 ms
+    /// (`"2s"`, `"300ms"`).
+    pub hello_timeout: String,
+}
+
+/// The shortest `limits.hello_timeout`.
+pub const MIN_HELLO_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// `limits.hello_timeout` read.
+fn hello_timeout(v: &str) -> Result<Duration, ()> {
+    match humantime::parse_duration(v) {
+        Ok(d) if d >= MIN_HELLO_TIMEOUT => Ok(d),
+        _ => Err(()),
+    }
 }
 
 /// `limits.back_pressure_timeout` read: `None` for `"never"`.
@@ -326,6 +341,7 @@ impl Default for LimitsConfig {
             back_pressure_timeout: l
                 .back_pressure_timeout
                 .map_or_else(|| "never".into(), |d| humantime::format_duration(d).to_string()),
+            hello_timeout: humantime::format_duration(l.hello_timeout).to_string(),
         }
     }
 }
@@ -342,6 +358,7 @@ impl From<&LimitsConfig> for Limits {
             conflate: c.conflate.iter().filter_map(|p| Pattern::parse(p).ok()).collect(),
             back_pressure_timeout: back_pressure_timeout(&c.back_pressure_timeout)
                 .unwrap_or(Limits::default().back_pressure_timeout),
+            hello_timeout: hello_timeout(&c.hello_timeout).unwrap_or(Limits::default().hello_timeout),
         }
     }
 }
@@ -501,6 +518,9 @@ impl RouterConfig {
                 "a duration of at least 1ms (\"5s\", \"500ms\") or \"never\"",
             );
         }
+        if hello_timeout(&l.hello_timeout).is_err() {
+            return bad("limits.hello_timeout", &l.hello_timeout, "a duration of at least 100ms (\"2s\", \"300ms\")");
+        }
         self.metrics_addr()?;
         if let Some(j) = &self.journal {
             j.to_config()?;
@@ -558,5 +578,17 @@ mod tests {
         assert!(load("agents = 0\n").unwrap_err().to_string().contains("agents = 0"));
         assert!(load("cpu = 1\ncpus = [0]\n").unwrap_err().to_string().contains("cpus"));
         assert!(load("agent_link_bytes = 1000\n").unwrap_err().to_string().contains("agent_link_bytes"));
+    }
+
+    #[test]
+    fn hello_timeout_is_a_duration_of_at_least_100ms() {
+        let l = |c: &RouterConfig| Limits::from(&c.limits).hello_timeout;
+        assert_eq!(l(&load("").unwrap()), Duration::from_secs(2));
+        assert_eq!(load("").unwrap().limits.hello_timeout, "2s");
+        assert_eq!(l(&load("[limits]\nhello_timeout = \"300ms\"\n").unwrap()), Duration::from_millis(300));
+        for bad in ["never", "50ms", "0s", "soon"] {
+            let e = load(&format!("[limits]\nhello_timeout = \"{bad}\"\n")).unwrap_err().to_string();
+            assert!(e.contains("limits.hello_timeout") && e.contains(bad) && e.contains("100ms"), "{e}");
+        }
     }
 }

@@ -2,7 +2,8 @@
 //! of its values in its counter sets (the names are
 //! `tickwire_shm::counters::ROUTER_*_NAMES`, shown by `tickwire stat` and
 //! the metrics). A few values come after the named ones, for the metrics
-//! only: the queue bound and journal retention, a client's conflated
+//! only: the queue bound, sessions closed at their hello timeout and
+//! journal retention, a client's conflated
 //! deliveries and back-pressure state.
 
 use crate::routing::Router;
@@ -42,6 +43,10 @@ pub struct Totals {
     /// Sessions ended as slow consumers (policy `disconnect`, or
     /// `back-pressure` past its timeout).
     pub slow_disconnected: u64,
+    /// Sessions closed for not being welcomed within
+    /// `limits.hello_timeout` (no HELLO, a stalled frame or TLS
+    /// handshake, a password check not done).
+    pub hello_timeouts: u64,
 }
 
 impl std::ops::AddAssign for Totals {
@@ -58,6 +63,7 @@ impl std::ops::AddAssign for Totals {
         self.cache_deliveries += o.cache_deliveries;
         self.back_pressured += o.back_pressured;
         self.slow_disconnected += o.slow_disconnected;
+        self.hello_timeouts += o.hello_timeouts;
     }
 }
 
@@ -115,6 +121,7 @@ impl Router {
             c.set(rc::BACK_PRESSURED, t.back_pressured);
             c.set(rc::SLOW_DISCONNECTED, t.slow_disconnected);
             c.set(rc::QUEUE_LIMIT_BYTES, self.limits.queue_bytes as u64);
+            c.set(rc::HELLO_TIMEOUTS, t.hello_timeouts);
             let retain = self.guaranteed().and_then(|g| g.journal().config().retain_bytes);
             c.set(rc::JOURNAL_RETAIN_BYTES, retain.unwrap_or(0));
         }
@@ -140,6 +147,8 @@ impl Router {
 const _: () = {
     use tickwire_shm::counters::{ROUTER_CLIENT_NAMES, ROUTER_NAMES, VALUES};
     assert!(router::QUEUE_LIMIT_BYTES >= ROUTER_NAMES.len() && router::JOURNAL_RETAIN_BYTES < VALUES);
+    // The metrics read the router's values in this order.
+    assert!(router::HELLO_TIMEOUTS == router::QUEUE_LIMIT_BYTES + 1);
     assert!(client::CONFLATED >= ROUTER_CLIENT_NAMES.len() && client::HOLDING_PUBLISHERS < VALUES);
 };
 
@@ -176,9 +185,12 @@ pub mod router {
     /// `limits.queue_bytes`: the bound of each client's queue (a gauge;
     /// exported by the metrics only).
     pub const QUEUE_LIMIT_BYTES: usize = 13;
+    /// [`Totals::hello_timeouts`](super::Totals::hello_timeouts) (exported
+    /// by the metrics only).
+    pub const HELLO_TIMEOUTS: usize = 14;
     /// The journal's `retain_bytes` (0: no journal on this routing agent,
     /// or no limit; exported by the metrics only).
-    pub const JOURNAL_RETAIN_BYTES: usize = 14;
+    pub const JOURNAL_RETAIN_BYTES: usize = 15;
 }
 
 /// One client session (`Kind::RouterClient`).

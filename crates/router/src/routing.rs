@@ -12,6 +12,7 @@ use crate::login::keep_unchecked;
 use crate::peers::{Interest, Peers};
 use crate::session::{Outbound, Session};
 use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 use tickwire_shm::counters::Kind;
@@ -41,6 +42,10 @@ pub struct Limits {
     /// How long a back-pressure client may hold publishers before it is
     /// disconnected as a slow consumer (`None`: for ever).
     pub back_pressure_timeout: Option<Duration>,
+    /// How long a session may take to be welcomed: its HELLO read (on TLS,
+    /// after the handshake) and, with users, its password checked. Past
+    /// it the session is closed ([`Router::take_expired`]).
+    pub hello_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -53,6 +58,7 @@ impl Default for Limits {
             slow_consumer: SlowConsumer::DropOldest,
             conflate: Vec::new(),
             back_pressure_timeout: Some(Duration::from_secs(5)),
+            hello_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -146,6 +152,13 @@ pub struct Router {
     /// repetition; 0: nothing held, nothing to check.
     pub(crate) holds: usize,
     next_serial: u64,
+    /// Sessions not yet welcomed when attached, oldest first: (session,
+    /// serial, attached at, monotonic ns; 0: not yet known). Welcomed and
+    /// ended ones are dropped when they reach the front
+    /// ([`Router::take_expired`]).
+    pub(crate) unwelcomed: VecDeque<(u32, u64, u64)>,
+    /// Some of `unwelcomed` were attached without a time.
+    pub(crate) unstamped: bool,
     /// The journal and durable subscriptions, if configured.
     pub(crate) guaranteed: Option<Box<crate::guaranteed::Guaranteed>>,
 }
@@ -186,6 +199,8 @@ impl Router {
             held: Vec::new(),
             holds: 0,
             next_serial: 0,
+            unwelcomed: VecDeque::new(),
+            unstamped: false,
             guaranteed: None,
         }
     }
@@ -263,13 +278,25 @@ impl Router {
     }
 
     /// Opens a session whose frames go to `out`; `peer` says where it is.
-    /// The client's first frame must be HELLO.
+    /// The client's first frame must be HELLO. Its
+    /// [`Limits::hello_timeout`] runs from the next
+    /// [`Router::take_expired`] ([`Router::attach_at`] says when it
+    /// started).
     pub fn attach(&mut self, out: Outbound, peer: String) -> u32 {
+        self.attach_at(out, peer, 0)
+    }
+
+    /// [`Router::attach`] at `now` (monotonic ns): the session must be
+    /// welcomed within [`Limits::hello_timeout`] of it.
+    pub fn attach_at(&mut self, out: Outbound, peer: String, now: u64) -> u32 {
         let mut s = Session::new(out, peer, self.limits.queue_bytes, None);
         s.policy = self.limits.slow_consumer;
         s.serial = self.next_serial;
         self.next_serial += 1;
         self.totals.connected += 1;
+        self.trim_unwelcomed();
+        self.unwelcomed.push_back((self.next_id(), s.serial, now));
+        self.unstamped |= now == 0;
         match self.free.pop() {
             Some(id) => {
                 self.sessions[id as usize] = Some(s);

@@ -249,6 +249,13 @@ impl Session {
         &mut self.out
     }
 
+    /// Whether it was welcomed: its HELLO accepted and, with users, its
+    /// password checked (until then [`Limits::hello_timeout`](crate::Limits::hello_timeout)
+    /// runs).
+    pub fn is_welcomed(&self) -> bool {
+        self.hello && self.ticket.is_none()
+    }
+
     /// Its user's name, if it has one.
     pub fn user(&self) -> Option<&str> {
         self.user.as_deref().map(|u| u.name.as_str())

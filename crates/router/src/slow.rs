@@ -4,6 +4,10 @@
 //! is closed, its CLOSE sent before it goes) and `back-pressure` (the
 //! publishers that send it past its bound are held, not read, until it has
 //! read half).
+//!
+//! Here too the other client too slow to be kept: one not welcomed within
+//! [`Limits::hello_timeout`](crate::Limits::hello_timeout) of its
+//! connection ([`Router::take_expired`]).
 
 use crate::routing::{mark, Disconnect, Router};
 use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode};
@@ -95,6 +99,75 @@ impl Router {
             }
         }
         stuck
+    }
+
+    /// Sessions not welcomed within
+    /// [`Limits::hello_timeout`](crate::Limits::hello_timeout) of their
+    /// attachment at `now` (monotonic ns), each once, with why (code
+    /// `Limit`), counted in [`Totals::hello_timeouts`](crate::counters::Totals::hello_timeouts):
+    /// no HELLO came (a silent connection, a frame stopped halfway, a TLS
+    /// handshake that stalled), or its password is still being checked
+    /// (the check's answer is then dropped: its ticket is gone). The
+    /// agent closes them. Each call looks at the sessions attached
+    /// longest ago only: a call where nothing expires costs one look.
+    pub fn take_expired(&mut self, now: u64) -> Vec<(u32, Disconnect)> {
+        let timeout = self.limits.hello_timeout;
+        let limit = timeout.as_nanos() as u64;
+        let mut expired = Vec::new();
+        if self.unstamped {
+            // Attached without a time ([`Router::attach`]): their deadline
+            // runs from now. Kept in order of time (the agent never does
+            // this: it says when).
+            self.unstamped = false;
+            for e in self.unwelcomed.iter_mut().filter(|e| e.2 == 0) {
+                e.2 = now.max(1);
+            }
+            self.unwelcomed.make_contiguous().sort_by_key(|e| e.2);
+        }
+        while let Some(&(id, serial, at)) = self.unwelcomed.front() {
+            let Some(ticket) = self.awaiting_welcome(id, serial) else {
+                // Welcomed, closing or gone.
+                self.unwelcomed.pop_front();
+                continue;
+            };
+            if now.saturating_sub(at) < limit {
+                break;
+            }
+            self.unwelcomed.pop_front();
+            let d = humantime::format_duration(timeout);
+            let reason = match ticket {
+                None => format!("no HELLO within {d}"),
+                Some(t) => {
+                    // Not yet handed to the worker: it never is.
+                    self.auth_out.retain(|r| r.session != id || r.ticket != t);
+                    format!("not logged in within {d}")
+                }
+            };
+            self.totals.hello_timeouts += 1;
+            expired.push((id, Disconnect { code: RejectCode::Limit, reason }));
+        }
+        expired
+    }
+
+    /// Whether session `id` of `serial` still waits to be welcomed (and
+    /// is not closing); if so, its password check's ticket, if any.
+    fn awaiting_welcome(&self, id: u32, serial: u64) -> Option<Option<u64>> {
+        match self.sessions.get(id as usize) {
+            Some(Some(s)) if s.serial == serial && !s.is_welcomed() && !s.closing => Some(s.ticket),
+            _ => None,
+        }
+    }
+
+    /// Drops the sessions at the front of the deadline queue that no longer
+    /// wait (welcomed, closing, gone), so that it stays short even where
+    /// [`Router::take_expired`] is not called.
+    pub(crate) fn trim_unwelcomed(&mut self) {
+        while let Some(&(id, serial, _)) = self.unwelcomed.front() {
+            if self.awaiting_welcome(id, serial).is_some() {
+                break;
+            }
+            self.unwelcomed.pop_front();
+        }
     }
 
     /// Publisher `from` sent the back-pressure sessions in `held` past

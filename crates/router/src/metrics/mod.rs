@@ -11,7 +11,9 @@
 //! Names follow Prometheus' conventions: `tickwire_router_` first, base
 //! units (bytes, seconds), `_total` on counters:
 //! * `tickwire_router_clients`, `..._messages_in_total`, `..._deliveries_total`,
-//!   `..._discards_total`, `..._forbidden_total`, ... and the queue bound
+//!   `..._discards_total`, `..._forbidden_total`, ...,
+//!   `..._hello_timeouts_total` (connections closed for not logging in
+//!   within `limits.hello_timeout`) and the queue bound
 //!   `tickwire_router_queue_limit_bytes` per routing agent (label `router`);
 //! * `tickwire_router_client_messages_in_total`, `..._bytes_out_total`,
 //!   `..._queue_messages`, `..._queue_bytes`, `..._discards_total`,
@@ -102,6 +104,7 @@ fn described(kind: Kind) -> &'static [(&'static str, &'static str, bool)] {
             ("publishers_held", "Times a publisher was held by a back-pressure client.", true),
             ("slow_consumers_disconnected", "Sessions ended as slow consumers.", true),
             ("queue_limit_bytes", "Bound of each client's queue (limits.queue_bytes).", false),
+            ("hello_timeouts", "Connections closed for not logging in within limits.hello_timeout.", true),
         ],
         Kind::RouterClient => &[
             ("messages_in", "Frames read from the client.", true),
