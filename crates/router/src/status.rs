@@ -214,11 +214,29 @@ impl Router {
 /// # Errors
 /// The file cannot be written.
 pub fn write(dir: &Path, status: &RouterStatus) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let path = dir.join(STATUS_FILE);
-    let tmp = dir.join(format!(".{STATUS_FILE}.{}", std::process::id()));
+    // An unpredictable name, created new (O_EXCL: a link planted there is
+    // not followed), with its mode whatever the umask.
+    let mut nonce = [0u8; 8];
+    getrandom::fill(&mut nonce).map_err(std::io::Error::other)?;
+    let tmp = dir.join(format!(".{STATUS_FILE}.{:016x}", u64::from_le_bytes(nonce)));
     let text = serde_json::to_vec_pretty(status).map_err(std::io::Error::other)?;
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, &path)
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(&text));
+    match written.and_then(|()| std::fs::rename(&tmp, &path)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
 }
 
 /// The thread that writes `router-status.json` once a second.
@@ -356,6 +374,39 @@ mod tests {
         assert!(e.contains("60 s old") && e.contains("pid 42"), "{e}");
         std::fs::write(dir.join(STATUS_FILE), "{").unwrap();
         assert!(read(&dir).unwrap_err().to_string().contains(STATUS_FILE));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Issue 44: the status file is written through a new file with an
+    /// unpredictable name and its own mode, renamed over
+    /// the old one: a link planted at the status file's name is replaced,
+    /// its target untouched, and no temporary file is left.
+    #[test]
+    fn the_status_file_follows_no_planted_link_and_leaves_no_temporary_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("tw-status-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("roots-file");
+        std::fs::write(&target, b"keep").unwrap();
+        std::os::unix::fs::symlink(&target, dir.join(STATUS_FILE)).unwrap();
+        let st = RouterStatus {
+            name: "r".into(),
+            pid: std::process::id(),
+            as_of_ms: now_ms(),
+            agents: 1,
+            listening: "ipc".into(),
+            totals: StatusTotals::default(),
+            clients: Vec::new(),
+            journal: None,
+        };
+        write(&dir, &st).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        let meta = std::fs::symlink_metadata(dir.join(STATUS_FILE)).unwrap();
+        assert!(meta.is_file(), "the link was replaced by the status file");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o644);
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(Result::ok).map(|e| e.file_name()).collect();
+        assert_eq!(left.len(), 2, "{left:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
