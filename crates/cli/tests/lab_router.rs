@@ -7,6 +7,10 @@ use std::sync::Mutex;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
 
+#[path = "support/ratios.rs"]
+mod ratios;
+use ratios::ratios_to;
+
 /// Each run pins spinning processes to CPUs 0 and 1: one at a time, or two
 /// runs share the CPUs and neither keeps its schedule.
 static CPUS: Mutex<()> = Mutex::new(());
@@ -28,26 +32,6 @@ fn lab(d: &std::path::Path, args: &str) -> (String, String) {
 
 fn json_rows(stdout: &str) -> Vec<serde_json::Value> {
     stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
-}
-
-/// `ratio` is a 3-decimal rounding of `exact`.
-fn rounds_to(ratio: f64, exact: f64) -> bool {
-    (ratio - exact).abs() <= 0.000_501 + exact * 1e-12
-}
-
-/// A row's floor ratios are to the floor row printed beside it: the floor
-/// figures it carries are that row's, and each ratio is the row's percentile
-/// over that row's (p99 included, which the row does not carry).
-fn ratios_to(r: &serde_json::Value, floor: &serde_json::Value) {
-    let u = |x: &serde_json::Value, k: &str| x[k].as_u64().unwrap_or_else(|| panic!("no {k} in {x}"));
-    assert_eq!(u(r, "floor_p50_ns"), u(floor, "p50_ns"), "{r}\n{floor}");
-    assert_eq!(u(r, "floor_p999_ns"), u(floor, "p999_ns"), "{r}\n{floor}");
-    assert_eq!(u(r, "floor_size"), u(floor, "size"), "{r}\n{floor}");
-    for p in ["p50", "p99", "p999"] {
-        let ratio = r[format!("ratio_{p}")].as_f64().unwrap_or_else(|| panic!("no ratio_{p} in {r}"));
-        let exact = u(r, &format!("{p}_ns")) as f64 / u(floor, &format!("{p}_ns")) as f64;
-        assert!(rounds_to(ratio, exact), "ratio_{p} {ratio}, not {exact}: {r}\n{floor}");
-    }
 }
 
 /// Nothing of the run is left in its directory but the counters file.

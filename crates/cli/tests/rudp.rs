@@ -6,6 +6,10 @@ use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
 
+#[path = "support/ratios.rs"]
+mod ratios;
+use ratios::{carried_floor, ratios_to, rounds_to, throughput_ratio};
+
 #[path = "support/transfer.rs"]
 mod support;
 use support::transfer;
@@ -103,69 +107,6 @@ fn several_receivers_without_namespaces_is_a_clear_error() {
     let out = Command::new(BIN).args(["lab", "transfer", "--receivers", "2"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--netns"));
-}
-
-/// `ratio` is a 3-decimal rounding of `exact`.
-fn rounds_to(ratio: f64, exact: f64) -> bool {
-    (ratio - exact).abs() <= 0.000_501 + exact * 1e-12
-}
-
-/// A row's floor ratios are to the floor row printed beside it: the floor
-/// figures it carries are that row's, and each ratio is the row's percentile
-/// over that row's (p99 included, which the row does not carry).
-fn ratios_to(r: &serde_json::Value, floor: &serde_json::Value) {
-    let u = |x: &serde_json::Value, k: &str| x[k].as_u64().unwrap_or_else(|| panic!("no {k} in {x}"));
-    assert_eq!(u(r, "floor_p50_ns"), u(floor, "p50_ns"), "{r}\n{floor}");
-    assert_eq!(u(r, "floor_p999_ns"), u(floor, "p999_ns"), "{r}\n{floor}");
-    assert_eq!(u(r, "floor_size"), u(floor, "size"), "{r}\n{floor}");
-    for p in ["p50", "p99", "p999"] {
-        let ratio = r[format!("ratio_{p}")].as_f64().unwrap_or_else(|| panic!("no ratio_{p} in {r}"));
-        let exact = u(r, &format!("{p}_ns")) as f64 / u(floor, &format!("{p}_ns")) as f64;
-        assert!(rounds_to(ratio, exact), "ratio_{p} {ratio}, not {exact}: {r}\n{floor}");
-    }
-}
-
-/// A row whose floor is not printed beside it: the ratios agree with the
-/// floor figures it carries, and the floor p99 that `ratio_p99` implies lies
-/// between the floor's p50 and p99.9.
-fn carried_floor(r: &serde_json::Value) {
-    let u = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("no {k} in {r}")) as f64;
-    let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("no {k} in {r}"));
-    let (fp50, fp999) = (u("floor_p50_ns"), u("floor_p999_ns"));
-    assert!(0.0 < fp50 && fp50 <= fp999, "{r}");
-    assert!(rounds_to(f("ratio_p50"), u("p50_ns") / fp50), "{r}");
-    assert!(rounds_to(f("ratio_p999"), u("p999_ns") / fp999), "{r}");
-    let rp99 = f("ratio_p99");
-    if rp99 >= 0.001 {
-        // The ratio's rounding makes the implied p99 uncertain by 0.0005 / rp99.
-        let (fp99, slack) = (u("p99_ns") / rp99, 0.000_501 / rp99);
-        assert!(fp99 >= fp50 * (1.0 - slack) - 1.0 && fp99 <= fp999 * (1.0 + slack) + 1.0, "floor p99 {fp99}: {r}");
-    } else {
-        // Below 0.0005: the floor's p99 (at most its p99.9) is over 2000 times the row's.
-        assert!(u("p99_ns") * 2000.0 <= fp999, "{r}");
-    }
-}
-
-/// A throughput row beside its floor row: the floor rate it carries is that
-/// row's, and the ratio of the median rounds lies within the per-round
-/// ratios (if every round's rate is at least m times its floor round's, so
-/// is the median's); one round: all three are the rates of the counts over
-/// the durations, which both rows report.
-fn throughput_ratio(r: &serde_json::Value, floor: &serde_json::Value) {
-    let f = |x: &serde_json::Value, k: &str| x[k].as_f64().unwrap_or_else(|| panic!("no {k} in {x}"));
-    assert_eq!(f(r, "floor_msgs_per_s"), f(floor, "msgs_per_s"), "{r}\n{floor}");
-    assert_eq!(r["rounds"], floor["rounds"], "{r}\n{floor}");
-    let (ratio, lo, hi) = (f(r, "ratio"), f(r, "ratio_min"), f(r, "ratio_max"));
-    assert!(0.0 < lo && lo - 0.0011 <= ratio && ratio <= hi + 0.0011, "{r}");
-    if r["rounds"] == 1 {
-        let rate = |x: &serde_json::Value| f(x, "count") / f(x, "duration_s");
-        let exact = rate(r) / rate(floor);
-        assert!(
-            (ratio - exact).abs() <= exact * 0.01 + 0.0006,
-            "ratio {ratio}, counts over durations say {exact}: {r}\n{floor}"
-        );
-        assert!(lo == ratio && hi == ratio, "{r}");
-    }
 }
 
 fn json_lines(line: &str) -> Vec<serde_json::Value> {
