@@ -7,6 +7,7 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tickwire_client::{Client, ClientEvent, ClientOptions, PublishError};
+use zeroize::Zeroizing;
 
 /// Who to connect to a router with users as (`--user`); the password never
 /// on the command line, where `ps` would show it.
@@ -20,21 +21,51 @@ pub struct Login {
     pub(crate) password_file: Option<PathBuf>,
 }
 
+/// The environment variable a password may come in.
+const PASSWORD_VAR: &str = "TICKWIRE_PASSWORD";
+
 impl Login {
-    /// (user, password), if a user is given.
-    fn credentials(&self) -> Result<Option<(String, String)>, String> {
+    /// (user, password), if a user is given. Called first thing, before
+    /// any thread starts: [`take_password_var`] changes the environment.
+    /// The password file must be its owner's alone (the check every secret
+    /// file gets: [`tickwire_transport::tls::read_secret`]); its bytes are
+    /// zeroed once the first line is taken.
+    fn credentials(&self) -> Result<Option<(String, Zeroizing<String>)>, String> {
         let Some(user) = &self.user else { return Ok(None) };
         let password = match &self.password_file {
             Some(f) => {
-                let text = std::fs::read_to_string(f).map_err(|e| format!("--password-file {}: {e}", f.display()))?;
-                text.lines().next().unwrap_or("").to_owned()
+                let bytes = tickwire_transport::tls::read_secret(f)
+                    .map_err(|e| format!("--password-file {}: {e}", f.display()))?;
+                let text = std::str::from_utf8(&bytes)
+                    .map_err(|_| format!("--password-file {}: not UTF-8 text", f.display()))?;
+                Zeroizing::new(text.lines().next().unwrap_or("").to_owned())
             }
-            None => std::env::var("TICKWIRE_PASSWORD").map_err(|_| {
-                format!("--user {user} needs its password in --password-file FILE or the TICKWIRE_PASSWORD environment variable")
+            None => take_password_var().map(Zeroizing::new).ok_or_else(|| {
+                format!("--user {user} needs its password in --password-file FILE or the {PASSWORD_VAR} environment variable")
             })?,
         };
         Ok(Some((user.clone(), password)))
     }
+}
+
+/// Takes the password out of `TICKWIRE_PASSWORD` and removes it from the
+/// environment, so that no child process inherits it and nothing reading
+/// the environment later (a library, a crash handler) finds it.
+///
+/// `/proc/PID/environ` is not changed by this: it shows the environment
+/// the process was started with (proc(5)), which only overwriting that
+/// memory would clear (`unsafe`, forbidden in this crate). A password file
+/// (`--password-file`) leaves nothing there.
+///
+/// Must run while this process has one thread: changing the environment
+/// races with another thread reading it through libc (why `remove_var` is
+/// `unsafe` in edition 2024; this workspace is edition 2021).
+/// `tickwire pub` and `sub --router` call it first, before the Ctrl-C
+/// handler's thread starts.
+fn take_password_var() -> Option<String> {
+    let password = std::env::var(PASSWORD_VAR).ok()?;
+    std::env::remove_var(PASSWORD_VAR);
+    Some(password)
 }
 
 /// Connects as `role` ("pub" or "sub"); `opts` carries what only one of
@@ -44,19 +75,20 @@ fn connect(
     uri: &str,
     role: &str,
     tls_ca: Option<&Path>,
-    login: &Login,
+    credentials: Option<(String, Zeroizing<String>)>,
     opts: ClientOptions,
 ) -> Result<Client, String> {
     if uri.starts_with("tls://") && tls_ca.is_none() {
         return Err(format!("{uri} needs --tls-ca FILE: the certificate (PEM) the router's must chain to"));
     }
-    let credentials = login.credentials()?;
     let opts = ClientOptions {
         name: format!("tickwire-{role}-{}", std::process::id()),
         dir: s.dir.clone(),
         tls_ca: tls_ca.map(Path::to_path_buf),
         user: credentials.as_ref().map(|c| c.0.clone()),
-        password: credentials.map(|c| c.1),
+        // Moved, not copied: the client keeps it to log in again after a
+        // reconnection.
+        password: credentials.map(|(_, mut p)| std::mem::take(&mut *p)),
         ..opts
     };
     Client::connect(uri, opts).map_err(|e| e.to_string())
@@ -209,12 +241,15 @@ fn finish_guaranteed(client: &mut Client) -> Result<(), String> {
 }
 
 pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
+    // Before any thread starts (the Ctrl-C handler's): it may change the
+    // environment.
+    let credentials = a.login.credentials()?;
     install_ctrl_c();
     if a.topic.is_empty() {
         return Err("--router needs --topic".into());
     }
     tickwire_topic::check_topic(&a.topic).map_err(|e| e.to_string())?;
-    let mut client = connect(s, uri, "pub", a.tls_ca.as_deref(), &a.login, ClientOptions::default())?;
+    let mut client = connect(s, uri, "pub", a.tls_ca.as_deref(), credentials, ClientOptions::default())?;
     if !wait(&mut client, a.wait, |_| {})? {
         return Ok(());
     }
@@ -379,10 +414,13 @@ fn acknowledge(client: &mut Client, acks: &mut std::collections::VecDeque<(u32, 
 }
 
 pub fn subscribe(s: &Settings, a: &SubArgs, uri: &str) -> Result<(), String> {
+    // Before any thread starts (the Ctrl-C handler's): it may change the
+    // environment.
+    let credentials = a.login.credentials()?;
     install_ctrl_c();
     let pattern = a.topic.as_deref().ok_or("--router needs --topic PATTERN")?;
     let opts = ClientOptions { slow_consumer: a.slow_consumer, ..ClientOptions::default() };
-    let mut client = connect(s, uri, "sub", a.tls_ca.as_deref(), &a.login, opts)?;
+    let mut client = connect(s, uri, "sub", a.tls_ca.as_deref(), credentials, opts)?;
     if let Some(name) = &a.durable {
         client.subscribe_durable(pattern, name).map_err(|e| e.to_string())?;
     } else if a.cached {
@@ -431,5 +469,27 @@ pub fn subscribe(s: &Settings, a: &SubArgs, uri: &str) -> Result<(), String> {
     match seen.failure {
         Some(f) => Err(f),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 44 item 5: the password is taken out of the environment once
+    /// read, so no child process inherits it. (The test harness has other
+    /// threads; they do not read TICKWIRE_PASSWORD, and std's lock keeps
+    /// its own readers and writers apart.)
+    #[test]
+    fn the_password_variable_is_removed_once_read() {
+        std::env::set_var(PASSWORD_VAR, "env-s3cret");
+        let login = Login { user: Some("desk".into()), password_file: None };
+        let (user, password) = login.credentials().unwrap().unwrap();
+        assert_eq!((user.as_str(), password.as_str()), ("desk", "env-s3cret"));
+        assert!(std::env::var_os(PASSWORD_VAR).is_none(), "still in the environment");
+        let child = std::process::Command::new("env").output().unwrap();
+        assert!(!String::from_utf8_lossy(&child.stdout).contains("env-s3cret"), "a child inherited it");
+        let e = login.credentials().unwrap_err();
+        assert!(e.contains("TICKWIRE_PASSWORD"), "read once: {e}");
     }
 }

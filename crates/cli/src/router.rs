@@ -316,6 +316,9 @@ fn check_config(s: &Settings, file: Option<&std::path::Path>, a: &RouterArgs) ->
     if let Some(t) = &cfg.tls {
         tickwire_transport::tls::server_config(&t.cert, &t.key)
             .map_err(|e| format!("{}: [router.tls] {e}", path.display()))?;
+        // What the router logs at start: a certificate expired or expiring soon.
+        let warnings = tickwire_transport::tls::expiry_warnings(&t.cert).map_err(|e| e.to_string())?;
+        warnings.iter().for_each(|w| eprintln!("warning: {w}"));
     }
     println!(
         "{}: ok: router {:?}, {}{}, {} user(s), journal {}, metrics {}",

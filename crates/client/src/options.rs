@@ -55,8 +55,8 @@ impl std::fmt::Display for RouterUri {
     }
 }
 
-/// How a client connects.
-#[derive(Debug, Clone)]
+/// How a client connects. Its `Debug` shows `password` as `"***"`.
+#[derive(Clone)]
 pub struct ClientOptions {
     /// Sent in HELLO; the router shows it in its logs and counters.
     pub name: String,
@@ -94,6 +94,44 @@ pub struct ClientOptions {
     pub guaranteed_topics: Vec<String>,
 }
 
+/// Every field but the password, which is `Some("***")` if there is one:
+/// options are logged and printed in panics, a password must not be.
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Destructured: a field added later must be added here too.
+        let Self {
+            name,
+            dir,
+            log_bytes,
+            reconnect_interval,
+            welcome_timeout,
+            tcp_write_limit,
+            max_frame,
+            tls_ca,
+            user,
+            password,
+            slow_consumer,
+            guaranteed_window,
+            guaranteed_topics,
+        } = self;
+        f.debug_struct("ClientOptions")
+            .field("name", name)
+            .field("dir", dir)
+            .field("log_bytes", log_bytes)
+            .field("reconnect_interval", reconnect_interval)
+            .field("welcome_timeout", welcome_timeout)
+            .field("tcp_write_limit", tcp_write_limit)
+            .field("max_frame", max_frame)
+            .field("tls_ca", tls_ca)
+            .field("user", user)
+            .field("password", &password.as_ref().map(|_| "***"))
+            .field("slow_consumer", slow_consumer)
+            .field("guaranteed_window", guaranteed_window)
+            .field("guaranteed_topics", guaranteed_topics)
+            .finish()
+    }
+}
+
 impl Default for ClientOptions {
     fn default() -> Self {
         Self {
@@ -111,5 +149,26 @@ impl Default for ClientOptions {
             guaranteed_window: 8192,
             guaranteed_topics: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 44 item 5: options are printed (`{:?}`, panics, logs); the
+    /// password is not.
+    #[test]
+    fn debug_of_options_does_not_show_the_password() {
+        let opts = ClientOptions {
+            user: Some("desk".into()),
+            password: Some("hunter2-s3cret".into()),
+            ..ClientOptions::default()
+        };
+        for shown in [format!("{opts:?}"), format!("{opts:#?}")] {
+            assert!(!shown.contains("hunter2") && shown.contains("\"***\"") && shown.contains("desk"), "{shown}");
+        }
+        let none = format!("{:?}", ClientOptions::default());
+        assert!(none.contains("password: None"), "{none}");
     }
 }

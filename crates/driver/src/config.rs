@@ -155,15 +155,13 @@ pub fn write_key(path: &str, replace: bool) -> Result<(), DriverError> {
 /// # Errors
 /// [`DriverError::Key`] naming the file and what is wrong.
 pub fn read_key(path: &str) -> Result<tickwire_proto::AuthKey, DriverError> {
-    use std::os::unix::fs::PermissionsExt;
     let err = |why: String| DriverError::Key { path: path.to_string(), why };
-    let meta = std::fs::metadata(path).map_err(|e| err(e.to_string()))?;
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(err(format!("readable by others (mode {mode:o}): chmod 600 it")));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-    tickwire_proto::AuthKey::from_hex(&text).map_err(|e| err(e.to_string()))
+    // The one check of a secret file's mode (TLS keys and password files
+    // too): refused, naming the mode and `chmod 600 FILE`, if others may
+    // read it.
+    let bytes = tickwire_transport::tls::read_secret(std::path::Path::new(path)).map_err(|e| err(e.to_string()))?;
+    let text = std::str::from_utf8(&bytes).map_err(|_| err("not text: a key is 64 hex digits".into()))?;
+    tickwire_proto::AuthKey::from_hex(text).map_err(|e| err(e.to_string()))
 }
 
 impl ChannelConfig {

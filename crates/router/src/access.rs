@@ -170,7 +170,9 @@ impl Users {
     ///
     /// # Errors
     /// [`UsersError`] naming the user and key: an empty or repeated name,
-    /// a hash that is not an argon2 PHC string, a bad pattern.
+    /// a hash that is not an argon2id PHC string at least as costly as
+    /// argon2's defaults (m=19456, t=2, p=1: what [`hash_password`] makes),
+    /// a bad pattern.
     pub fn new(cfgs: &[UserConfig]) -> Result<Self, UsersError> {
         let mut by_name = FxHashMap::default();
         for c in cfgs {
@@ -179,8 +181,9 @@ impl Users {
                 return Err(bad("name", "1 to 100 bytes, no control characters".into()));
             }
             match argon2::PasswordHash::new(&c.password_hash) {
-                Ok(h) if h.algorithm.as_str().starts_with("argon2") => {}
-                Ok(h) => return Err(bad("password_hash", format!("{} is not argon2", h.algorithm))),
+                Ok(h) => strong_enough(&h).map_err(|why| {
+                    bad("password_hash", format!("{why}: `tickwire router hash-password` makes a good one"))
+                })?,
                 Err(e) => {
                     return Err(bad(
                         "password_hash",
@@ -235,6 +238,31 @@ impl Users {
             Some(u) if ok => Ok(Arc::clone(u)),
             _ => Err(format!("user {name:?}: unknown user or wrong password")),
         }
+    }
+}
+
+/// Whether `h` costs a guesser at least what [`hash_password`] makes:
+/// argon2id with argon2's default memory (m, KiB), passes (t) and lanes
+/// (p); else what is weaker.
+fn strong_enough(h: &argon2::PasswordHash<'_>) -> Result<(), String> {
+    if h.algorithm.as_str() != "argon2id" {
+        return Err(format!("{} is weaker than argon2id", h.algorithm));
+    }
+    let p = argon2::Params::try_from(h).map_err(|e| format!("its argon2 parameters: {e}"))?;
+    let d = argon2::Params::DEFAULT;
+    let weak: Vec<String> = [
+        ("m", p.m_cost(), d.m_cost(), "KiB of memory"),
+        ("t", p.t_cost(), d.t_cost(), "passes"),
+        ("p", p.p_cost(), d.p_cost(), "lanes"),
+    ]
+    .iter()
+    .filter(|(_, got, least, _)| got < least)
+    .map(|(k, got, least, what)| format!("{k}={got} {what} (at least {least})"))
+    .collect();
+    if weak.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("weaker than argon2id's defaults: {}", weak.join(", ")))
     }
 }
 
@@ -424,5 +452,45 @@ mod tests {
         assert!(Users::new(&[plain]).unwrap_err().to_string().contains("hash-password"));
         let bad = UserConfig { subscribe: vec!["md//x".into()], ..cfg };
         assert_eq!(Users::new(&[bad]).unwrap_err().key, "subscribe");
+    }
+
+    /// Issue 44 item 5: a hash cheaper to guess than what
+    /// `tickwire router hash-password` makes is refused at load, naming the
+    /// user and what is weak.
+    #[test]
+    fn a_hash_weaker_than_the_argon2id_defaults_is_refused() {
+        use argon2::password_hash::{PasswordHasher, SaltString};
+        let hash = |alg, m, t, p| {
+            let params = argon2::Params::new(m, t, p, None).unwrap();
+            let a = argon2::Argon2::new(alg, argon2::Version::V0x13, params);
+            a.hash_password(b"s3cret", &SaltString::encode_b64(b"0123456789abcdef").unwrap()).unwrap().to_string()
+        };
+        let user = |h: String| UserConfig {
+            name: "desk".into(),
+            password_hash: h,
+            publish: vec![],
+            subscribe: vec![],
+            slow_consumer: None,
+        };
+        let id = argon2::Algorithm::Argon2id;
+        let e = Users::new(&[user(hash(id, 4096, 1, 1))]).unwrap_err();
+        assert_eq!((e.user.as_str(), e.key), ("desk", "password_hash"));
+        let e = e.to_string();
+        assert!(
+            e.contains("\"desk\"")
+                && e.contains("m=4096 KiB of memory (at least 19456)")
+                && e.contains("t=1 passes (at least 2)")
+                && !e.contains("p=1")
+                && e.contains("`tickwire router hash-password` makes a good one"),
+            "{e}"
+        );
+        let e = Users::new(&[user(hash(id, 19456, 1, 1))]).unwrap_err().to_string();
+        assert!(e.contains("t=1") && !e.contains("m="), "{e}");
+        let e = Users::new(&[user(hash(argon2::Algorithm::Argon2i, 19456, 2, 1))]).unwrap_err().to_string();
+        assert!(e.contains("argon2i is weaker than argon2id"), "{e}");
+        // The defaults, and more, are taken.
+        assert!(Users::new(&[user(hash(id, 19456, 2, 1))]).is_ok());
+        assert!(Users::new(&[user(hash(id, 65536, 3, 4))]).is_ok());
+        assert!(Users::new(&[user(DUMMY_HASH.into())]).is_ok(), "the stand-in hash is as costly as a real one");
     }
 }
