@@ -297,6 +297,9 @@ fn router_users_from_the_command_line() {
     std::fs::create_dir_all(&d).unwrap();
     std::fs::write(&config, toml("\"md/eu/>\"")).unwrap();
     std::fs::write(format!("{d}/desk.pw"), "desk-secret\n").unwrap();
+    // `chmod 600 desk.pw`, as the page says: a password file others may
+    // read is refused.
+    std::fs::set_permissions(format!("{d}/desk.pw"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let router = Live::spawn(&["--config", &config, "router"]);
     router.says("router listening");
     let pw = format!("{d}/desk.pw");

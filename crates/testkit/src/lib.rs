@@ -59,6 +59,8 @@ pub fn self_signed(dir: &std::path::Path, name: &str) -> (std::path::PathBuf, st
     let (cert, key) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
     std::fs::write(&cert, ck.cert.pem()).expect("the certificate file");
     std::fs::write(&key, ck.key_pair.serialize_pem()).expect("the key file");
+    // A private key its owner's alone: the router refuses any other.
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("the key's mode");
     (cert, key)
 }
 
