@@ -232,6 +232,7 @@ const NEEDED: &[&str] = &[
     "mkfifo",
     "git",
     "kill",
+    "env",
     "systemd-analyze",
     "promtool",
     "losetup",
