@@ -309,8 +309,9 @@ impl Client {
 
     /// The wait before connecting again: the reconnect interval, doubled
     /// for each refusal in a row (a session that ended before WELCOME, a
-    /// router's limit), up to 32 times or 5 s, whichever is longer. A
-    /// router that is away is tried at the plain interval.
+    /// router's limit), to at most 32 times the interval and at most 5 s
+    /// (100 ms: 200, 400, ... 3.2 s). A router that is away is tried at
+    /// the plain interval.
     fn retry_delay(&self) -> Duration {
         let base = self.opts.reconnect_interval;
         let most = base.max(Duration::from_secs(5)).min(base.saturating_mul(32));

@@ -26,7 +26,12 @@ const SUBSCRIBE_BYTES: usize = HEADER_LEN + 2 * MAX_TOPIC_LENGTH;
 pub(crate) fn keep_unchecked(s: &mut Session, bytes: &[u8], max_subscriptions: usize) -> Result<(), Disconnect> {
     let subscribe = bytes.first() == Some(&(ClientKind::Subscribe as u8));
     let (frames, held, most, max_bytes) = if subscribe {
-        (&mut s.unchecked_subscribes, s.unchecked_bytes.1, max_subscriptions, max_subscriptions * SUBSCRIBE_BYTES)
+        (
+            &mut s.unchecked_subscribes,
+            s.unchecked_bytes.1,
+            max_subscriptions,
+            max_subscriptions.saturating_mul(SUBSCRIBE_BYTES),
+        )
     } else {
         (&mut s.unchecked_others, s.unchecked_bytes.0, UNCHECKED_FRAMES, UNCHECKED_BYTES)
     };
