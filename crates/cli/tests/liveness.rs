@@ -345,7 +345,7 @@ fn a_tcp_publisher_held_by_a_stopped_back_pressure_subscriber_resumes_when_it_is
                 let _ = tx.send(l);
             }
         });
-        (c, rx)
+        (Reaped(c), rx)
     };
     let says = |rx: &std::sync::mpsc::Receiver<String>, text: &str| {
         let mut seen = Vec::new();
@@ -358,14 +358,14 @@ fn a_tcp_publisher_held_by_a_stopped_back_pressure_subscriber_resumes_when_it_is
         panic!("no {text:?} within 10 s: {seen:?}");
     };
     let sub = ["sub", "--router", &r.uri, "--topic", "orders/>"];
-    let (mut stalled, stalled_err) = spawn(&[&sub[..], &["--slow-consumer", "back-pressure"]].concat());
+    let (stalled, stalled_err) = spawn(&[&sub[..], &["--slow-consumer", "back-pressure"]].concat());
     says(&stalled_err, "subscribed to orders/>");
     // A reader that keeps up, also back-pressure: it holds the publisher
     // for moments and lets it go (the ordinary release path), losing nothing.
     let (mut plain, plain_err) = spawn(&[&sub[..], &["--count", "60000", "--slow-consumer", "back-pressure"]].concat());
     says(&plain_err, "subscribed to orders/>");
-    let stop = |c: &Child, sig: &str| {
-        assert!(Command::new("kill").args([sig, &c.id().to_string()]).status().unwrap().success());
+    let stop = |c: &Reaped, sig: &str| {
+        assert!(Command::new("kill").args([sig, &c.0.id().to_string()]).status().unwrap().success());
     };
     stop(&stalled, "-STOP");
     let t = Instant::now();
@@ -378,7 +378,17 @@ fn a_tcp_publisher_held_by_a_stopped_back_pressure_subscriber_resumes_when_it_is
     println!("60,000 messages of 1000 B published in {:?} past a stalled back-pressure subscriber", t.elapsed());
     let got = says(&plain_err, "received ");
     assert!(got.contains("received 60000 messages") && got.contains(" 0 gaps"), "{got}");
-    let _ = plain.wait();
-    let _ = stalled.kill();
-    let _ = stalled.wait();
+    let _ = plain.0.wait();
+    drop(stalled);
+}
+
+/// A child process killed and reaped however the test ends (a failed
+/// assertion included).
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
