@@ -7,6 +7,10 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
 
+#[path = "support/cmd.rs"]
+mod cmd;
+use cmd::hash_password;
+
 /// A router on a free loopback port, stopped when dropped.
 struct Router {
     child: Child,
@@ -117,20 +121,6 @@ fn the_router_tells_its_max_frame_in_welcome_and_the_client_keeps_to_it() {
     assert!(e.to_string().contains("over the router's limit of 65536 bytes"), "{e}");
     client.publish("big/x", &[0u8; 60_000]).unwrap();
     assert!(client.is_connected());
-}
-
-fn hash_password(password: &str) -> String {
-    use std::io::Write;
-    let mut p = Command::new(BIN)
-        .args(["router", "hash-password"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    p.stdin.take().unwrap().write_all(format!("{password}\n").as_bytes()).unwrap();
-    let out = p.wait_with_output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
 fn users_config(extra: &str) -> String {

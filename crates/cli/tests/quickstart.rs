@@ -10,6 +10,10 @@ use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
 
+#[path = "support/cmd.rs"]
+mod cmd;
+use cmd::hash_password;
+
 fn dir(name: &str) -> String {
     let d = std::env::temp_dir().join(format!("tw-qs-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -262,19 +266,6 @@ fn router_over_tls_from_the_command_line() {
 }
 
 /// `tickwire router hash-password` with the password on standard input.
-fn hash_password(password: &str) -> String {
-    let mut p = Command::new(BIN)
-        .args(["router", "hash-password"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    p.stdin.take().unwrap().write_all(format!("{password}\n").as_bytes()).unwrap();
-    let out = p.wait_with_output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
 /// The README's users and ACLs: hashes from `router hash-password`, a
 /// router.toml with two users, a subscriber whose password is in a file,
 /// a publisher whose password is in TICKWIRE_PASSWORD; a topic the

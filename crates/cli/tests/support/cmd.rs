@@ -2,7 +2,7 @@
 //! directory, a run of the binary, and the checks of a lab row.
 #![allow(dead_code)] // each test file uses some of them
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
 
@@ -36,4 +36,19 @@ pub fn ordered(r: &serde_json::Value) {
     // only when every sample is the same.
     let (std, range) = (r["std_ns"].as_f64().unwrap(), (v("max_ns") - v("min_ns")) as f64);
     assert!(std <= range / 2.0 * 1.001 + 1.0 && (std > 0.0) == (range > 0.0), "std_ns {std}: {r}");
+}
+
+/// The argon2id hash `tickwire router hash-password` prints for `password`.
+pub fn hash_password(password: &str) -> String {
+    use std::io::Write;
+    let mut p = Command::new(BIN)
+        .args(["router", "hash-password"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    p.stdin.take().unwrap().write_all(format!("{password}\n").as_bytes()).unwrap();
+    let out = p.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
