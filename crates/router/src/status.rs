@@ -351,21 +351,26 @@ pub fn now_ms() -> u64 {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_status_round_trips_and_a_dead_routers_is_refused() {
-        let dir = std::env::temp_dir().join(format!("tw-status-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        assert!(matches!(read(&dir), Err(StatusError::NoRouter(_))));
-        let mut st = RouterStatus {
+    /// A status of router `pid`, written now, with no client.
+    fn status(pid: u32) -> RouterStatus {
+        RouterStatus {
             name: "r".into(),
-            pid: 42,
+            pid,
             as_of_ms: now_ms(),
             agents: 1,
             listening: "ipc".into(),
             totals: StatusTotals::default(),
             clients: Vec::new(),
             journal: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_status_round_trips_and_a_dead_routers_is_refused() {
+        let dir = std::env::temp_dir().join(format!("tw-status-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(matches!(read(&dir), Err(StatusError::NoRouter(_))));
+        let mut st = status(42);
         write(&dir, &st).unwrap();
         assert_eq!(read(&dir).unwrap(), st);
         st.as_of_ms -= 60_000;
@@ -390,16 +395,7 @@ mod tests {
         let target = dir.join("roots-file");
         std::fs::write(&target, b"keep").unwrap();
         std::os::unix::fs::symlink(&target, dir.join(STATUS_FILE)).unwrap();
-        let st = RouterStatus {
-            name: "r".into(),
-            pid: std::process::id(),
-            as_of_ms: now_ms(),
-            agents: 1,
-            listening: "ipc".into(),
-            totals: StatusTotals::default(),
-            clients: Vec::new(),
-            journal: None,
-        };
+        let st = status(std::process::id());
         write(&dir, &st).unwrap();
         assert_eq!(std::fs::read(&target).unwrap(), b"keep");
         let meta = std::fs::symlink_metadata(dir.join(STATUS_FILE)).unwrap();
