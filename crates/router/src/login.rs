@@ -25,17 +25,13 @@ const SUBSCRIBE_BYTES: usize = HEADER_LEN + 2 * MAX_TOPIC_LENGTH;
 /// beside 256 other frames, each kind within its byte bound.
 pub(crate) fn keep_unchecked(s: &mut Session, bytes: &[u8], max_subscriptions: usize) -> Result<(), Disconnect> {
     let subscribe = bytes.first() == Some(&(ClientKind::Subscribe as u8));
-    let (frames, held, most, max_bytes) = if subscribe {
-        (
-            &mut s.unchecked_subscribes,
-            s.unchecked_bytes.1,
-            max_subscriptions,
-            max_subscriptions.saturating_mul(SUBSCRIBE_BYTES),
-        )
+    let (most, max_bytes) = if subscribe {
+        (max_subscriptions, max_subscriptions.saturating_mul(SUBSCRIBE_BYTES))
     } else {
-        (&mut s.unchecked_others, s.unchecked_bytes.0, UNCHECKED_FRAMES, UNCHECKED_BYTES)
+        (UNCHECKED_FRAMES, UNCHECKED_BYTES)
     };
-    if *frames >= most || held + bytes.len() > max_bytes {
+    let (frames, held) = &mut s.unchecked_kept[usize::from(subscribe)];
+    if *frames >= most || *held + bytes.len() > max_bytes {
         return Err(Disconnect {
             code: RejectCode::Limit,
             reason: format!(
@@ -45,11 +41,7 @@ pub(crate) fn keep_unchecked(s: &mut Session, bytes: &[u8], max_subscriptions: u
         });
     }
     *frames += 1;
-    if subscribe {
-        s.unchecked_bytes.1 += bytes.len();
-    } else {
-        s.unchecked_bytes.0 += bytes.len();
-    }
+    *held += bytes.len();
     s.unchecked.push(bytes.to_vec());
     Ok(())
 }
@@ -141,7 +133,7 @@ impl Router {
                 s.user = user;
                 s.choose_policy(default_policy);
                 let unchecked = std::mem::take(&mut s.unchecked);
-                (s.unchecked_others, s.unchecked_subscribes, s.unchecked_bytes) = (0, 0, (0, 0));
+                s.unchecked_kept = [(0, 0); 2];
                 self.welcome(r.session)?;
                 // WELCOME may wait for room: the next flush visits it even
                 // if no kept frame follows to mark it.

@@ -151,11 +151,9 @@ pub struct Session {
     pub(crate) ticket: Option<u64>,
     /// Frames read while its password was being checked, in order.
     pub(crate) unchecked: Vec<Vec<u8>>,
-    /// Of `unchecked`: frames other than SUBSCRIBE, SUBSCRIBEs, and the
-    /// bytes of each.
-    pub(crate) unchecked_others: usize,
-    pub(crate) unchecked_subscribes: usize,
-    pub(crate) unchecked_bytes: (usize, usize),
+    /// Of `unchecked`: (frames, bytes) other than SUBSCRIBE at 0, of
+    /// SUBSCRIBE at 1 (each kind has its bound).
+    pub(crate) unchecked_kept: [(usize, usize); 2],
     /// Some subscription reaches topics its user may not read: each
     /// delivery is checked.
     pub(crate) filtered: bool,
@@ -206,9 +204,7 @@ impl Session {
             user: None,
             ticket: None,
             unchecked: Vec::new(),
-            unchecked_others: 0,
-            unchecked_subscribes: 0,
-            unchecked_bytes: (0, 0),
+            unchecked_kept: [(0, 0); 2],
             filtered: false,
             access: FxHashMap::default(),
             policy: SlowConsumer::DropOldest,
