@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tickwire_shm::Context;
 use tickwire_topic::{check_topic, Pattern};
+use tickwire_transport::link::LinkStats;
 use tickwire_wire::client::{
     credentials, flags, split_guaranteed_value, ClientKind, ClientRepr, RejectCode, SlowConsumer,
     CLIENT_PROTOCOL_VERSION, HEADER_LEN,
@@ -297,7 +298,8 @@ impl Client {
         let Some(conn) = &mut self.conn else { return };
         let until = Instant::now() + Duration::from_secs(1);
         loop {
-            match conn.send(repr) {
+            // Control frames are not held for batching.
+            match conn.send(repr).and_then(|()| conn.flush()) {
                 Ok(()) => return,
                 Err(SendError::Full) if Instant::now() < until => std::thread::yield_now(),
                 Err(SendError::Full) => return self.lose("the router does not read this client's frames".into()),
@@ -336,10 +338,14 @@ impl Client {
     /// Publishes `payload` on `topic` (guaranteed if `topic` matches one of
     /// [`ClientOptions::guaranteed_topics`]).
     ///
-    /// Over TCP what the socket does not take at once waits in the client
-    /// (up to [`ClientOptions::tcp_write_limit`]) and goes with the next
-    /// `publish` or [`Client::poll`]: a publisher that stops publishing
-    /// keeps polling until [`Client::is_flushed`] says it all went.
+    /// Over TCP a message on an idle link is written at once; messages
+    /// published close behind a write wait, by [`ClientOptions::batching`],
+    /// and leave together with the next `publish` or [`Client::poll`] once
+    /// its window has passed, or at once with [`Client::flush`]. What the
+    /// socket does not take waits in the client (up to
+    /// [`ClientOptions::tcp_write_limit`]): a publisher that stops
+    /// publishing calls [`Client::flush`], then polls until
+    /// [`Client::is_flushed`] says it all went.
     ///
     /// # Errors
     /// [`PublishError`]: nothing was sent.
@@ -366,6 +372,42 @@ impl Client {
                 Err(PublishError::NotConnected)
             }
         }
+    }
+
+    /// Writes every message held for batching now (TCP; shared memory
+    /// holds nothing back). A message that does not fit the socket still
+    /// waits, for the next `poll`.
+    ///
+    /// # Errors
+    /// [`PublishError::NotConnected`]: the connection broke (it is made
+    /// again by `poll`).
+    pub fn flush(&mut self) -> Result<(), PublishError> {
+        let Some(conn) = &mut self.conn else { return Ok(()) };
+        match conn.flush() {
+            Ok(()) => Ok(()),
+            Err(SendError::Full) => Ok(()),
+            Err(SendError::Broken(why) | SendError::Refused(why)) => {
+                self.lose(why);
+                Err(PublishError::NotConnected)
+            }
+        }
+    }
+
+    /// Writes what batching holds if its window has passed (no system call
+    /// otherwise): for a duty cycle that publishes on this client but does
+    /// not [`Client::poll`] it every time. `poll` does this first.
+    pub fn flush_due(&mut self) {
+        if let Some(conn) = &mut self.conn {
+            if let Err(SendError::Broken(why) | SendError::Refused(why)) = conn.flush_due() {
+                self.lose(why);
+            }
+        }
+    }
+
+    /// What this connection's TCP link did: system calls (reads, writes),
+    /// frames and bytes each way; `None` over shared memory.
+    pub fn link_stats(&self) -> Option<LinkStats> {
+        self.conn.as_ref().and_then(Conn::link_stats)
     }
 
     /// The largest frame the router takes: what it said in WELCOME, else
@@ -419,11 +461,16 @@ impl Client {
             self.next_attempt = Instant::now() + self.opts.reconnect_interval;
             let made = match (&self.uri, &self.ctx) {
                 (RouterUri::Ipc, Some(ctx)) => Conn::open_ipc(ctx, self.opts.log_bytes),
-                (RouterUri::Tcp(a), _) => Conn::open_tcp(*a, None, self.opts.max_frame, self.opts.tcp_write_limit),
+                (RouterUri::Tcp(a), _) => {
+                    Conn::open_tcp(*a, None, self.opts.max_frame, (self.opts.tcp_write_limit, self.opts.batching))
+                }
                 (RouterUri::Tls { addr, host }, _) => match &self.tls {
-                    Some(cfg) => {
-                        Conn::open_tcp(*addr, Some((cfg, host)), self.opts.max_frame, self.opts.tcp_write_limit)
-                    }
+                    Some(cfg) => Conn::open_tcp(
+                        *addr,
+                        Some((cfg, host)),
+                        self.opts.max_frame,
+                        (self.opts.tcp_write_limit, self.opts.batching),
+                    ),
                     None => Err("no TLS configuration".into()),
                 },
                 (RouterUri::Ipc, None) => Err("no directory".into()),
@@ -583,6 +630,8 @@ impl Client {
     /// Parks until the router may have written, for at most `max` (shared
     /// memory: on the log's futex, no CPU; TCP: a short sleep).
     pub fn park(&mut self, max: Duration) {
+        // Nothing held for batching waits through the nap.
+        let _ = self.flush();
         match &mut self.conn {
             Some(c) if self.state == State::Connected => c.park(max),
             _ => std::thread::sleep(max.min(self.opts.reconnect_interval)),
@@ -601,7 +650,7 @@ impl Client {
                 // to CLOSE_DRAIN.
                 let end = Instant::now() + CLOSE_DRAIN;
                 while !c.is_flushed() && Instant::now() < end {
-                    if c.poll(|_| {}, 0).is_err() {
+                    if c.flush().is_err() || c.poll(|_| {}, 0).is_err() {
                         break;
                     }
                     std::thread::sleep(Duration::from_micros(100));

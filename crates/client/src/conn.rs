@@ -1,12 +1,13 @@
 //! A client's connection to its router: a pair of shared-memory logs, or a
 //! TCP socket. Both carry the same client frames.
 
-use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+use tickwire_shm::os::monotonic_ns;
 use tickwire_shm::{Claim, Context, Event, LogAppender, LogConfig, LogReader, OfferError, ReaderOptions};
-use tickwire_transport::framing::{FrameError, FrameReader};
+use tickwire_transport::framing::FrameError;
+use tickwire_transport::link::{Batching, LinkError, LinkStats, StreamLink};
 use tickwire_transport::tls::{ClientConfig, Wire};
 use tickwire_wire::client::{ClientRepr, HEADER_LEN, IPC_IN_CHANNEL, IPC_OUT_CHANNEL};
 
@@ -48,14 +49,30 @@ impl IpcConn {
     }
 }
 
+/// A TCP or TLS connection: the link the router's sessions use too,
+/// shared with the [`flusher`](crate::flusher) (which writes what it held
+/// past its batching window when the application does not).
 pub(crate) struct TcpConn {
-    stream: Wire,
-    reader: FrameReader,
-    wbuf: Vec<u8>,
-    wlimit: usize,
-    /// The last poll stopped at its limit: frames may wait in `reader` or
-    /// in the TLS layer, where the socket's readiness does not show them.
-    more: bool,
+    wire: Arc<Wire>,
+    link: Arc<Mutex<StreamLink>>,
+}
+
+impl TcpConn {
+    #[inline]
+    fn lock(&self) -> MutexGuard<'_, StreamLink> {
+        self.link.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Commits the frame reserved last; arms the flusher if it stays held.
+#[inline]
+fn commit(l: &mut StreamLink) -> Result<(), SendError> {
+    let (wire, _, w) = l.parts();
+    w.commit(wire, monotonic_ns()).map_err(link_error)?;
+    if w.held() > 0 {
+        crate::flusher::arm();
+    }
+    Ok(())
 }
 
 // The shared-memory side stays inline: no pointer to chase on its hot path.
@@ -96,7 +113,7 @@ impl Conn {
         addr: SocketAddr,
         tls: Option<(&Arc<ClientConfig>, &str)>,
         max_frame: usize,
-        wlimit: usize,
+        (wlimit, batching): (usize, Batching),
     ) -> Result<Self, String> {
         let stream =
             TcpStream::connect_timeout(&addr, Duration::from_secs(1)).map_err(|e| format!("tcp://{addr}: {e}"))?;
@@ -108,13 +125,12 @@ impl Conn {
             Some((cfg, host)) => Wire::tls_client(stream, cfg, host).map_err(|e| format!("tls://{addr}: {e}"))?,
             None => Wire::plain(stream),
         };
-        Ok(Conn::Tcp(TcpConn {
-            stream,
-            reader: FrameReader::new(HEADER_LEN, max_frame),
-            wbuf: Vec::new(),
-            wlimit,
-            more: false,
-        }))
+        let wire = Arc::new(stream);
+        let link = Arc::new(Mutex::new(StreamLink::new(Arc::clone(&wire), (HEADER_LEN, max_frame), wlimit, batching)));
+        if batching.window > Duration::ZERO {
+            crate::flusher::register(Arc::downgrade(&link));
+        }
+        Ok(Conn::Tcp(TcpConn { wire, link }))
     }
 
     /// Whether frames can flow both ways (shared memory: the router has
@@ -152,9 +168,11 @@ impl Conn {
                 }
             }
             Conn::Tcp(t) => {
-                let at = t.reserve(repr.buffer_len())?;
-                let _ = repr.emit(&mut t.wbuf[at..]);
-                t.flush()
+                let mut l = t.lock();
+                let (wire, _, w) = l.parts();
+                let at = w.reserve(wire, repr.buffer_len()).map_err(link_error)?;
+                let _ = repr.emit(w.buffer_mut(at));
+                commit(&mut l)
             }
         }
     }
@@ -170,9 +188,11 @@ impl Conn {
                 Ok(ClaimInner::Ipc(claim, head))
             }
             Conn::Tcp(t) => {
-                let at = t.reserve(head + len)?;
-                let _ = header.emit_header(&mut t.wbuf[at..]);
-                Ok(ClaimInner::Tcp(t, at + head, at - 4))
+                let mut l = t.lock();
+                let (wire, _, w) = l.parts();
+                let at = w.reserve(wire, head + len).map_err(link_error)?;
+                let _ = header.emit_header(w.buffer_mut(at));
+                Ok(ClaimInner::Tcp(l, at))
             }
         }
     }
@@ -212,15 +232,20 @@ impl Conn {
                 Ok(n)
             }
             Conn::Tcp(t) => {
-                t.flush()?;
-                let mut n = 0;
-                let r = t.reader.read_from(&t.stream, |f| {
-                    on_frame(f);
-                    n += 1;
-                    n < limit
-                });
-                // Stopped by the limit rather than an empty socket.
-                t.more = n >= limit;
+                let mut l = t.lock();
+                let (wire, reader, writer) = l.parts();
+                writer.flush_due(wire, monotonic_ns()).map_err(link_error)?;
+                if limit == 0 {
+                    return Ok(0);
+                }
+                let r = reader.read(
+                    wire,
+                    |f| {
+                        on_frame(f);
+                        true
+                    },
+                    limit,
+                );
                 match r {
                     Ok(n) => Ok(n),
                     Err(FrameError::Closed(why)) => Err(SendError::Broken(why)),
@@ -235,14 +260,46 @@ impl Conn {
     /// (or the TLS layer) but not handed over: the socket's readiness will
     /// not say so.
     pub(crate) fn has_buffered(&self) -> bool {
-        matches!(self, Conn::Tcp(t) if t.more)
+        matches!(self, Conn::Tcp(t) if t.lock().reader.has_buffered())
+    }
+
+    /// Writes every frame held for batching now.
+    pub(crate) fn flush(&mut self) -> Result<(), SendError> {
+        match self {
+            Conn::Ipc(_) => Ok(()),
+            Conn::Tcp(t) => {
+                let mut l = t.lock();
+                let (wire, _, w) = l.parts();
+                w.flush(wire, &mut []).map(|_| ()).map_err(link_error)
+            }
+        }
+    }
+
+    /// Writes what batching holds if its window has passed.
+    pub(crate) fn flush_due(&mut self) -> Result<(), SendError> {
+        match self {
+            Conn::Ipc(_) => Ok(()),
+            Conn::Tcp(t) => {
+                let mut l = t.lock();
+                let (wire, _, w) = l.parts();
+                w.flush_due(wire, monotonic_ns()).map(|_| ()).map_err(link_error)
+            }
+        }
+    }
+
+    /// What a TCP link's halves did (system calls, frames, bytes).
+    pub(crate) fn link_stats(&self) -> Option<LinkStats> {
+        match self {
+            Conn::Tcp(t) => Some(t.lock().stats()),
+            Conn::Ipc(_) => None,
+        }
     }
 
     /// Whether no written byte waits for the socket.
     pub(crate) fn is_flushed(&self) -> bool {
         match self {
             Conn::Ipc(_) => true,
-            Conn::Tcp(t) => t.wbuf.is_empty() && !t.stream.wants_write(),
+            Conn::Tcp(t) => t.lock().writer.is_flushed(&t.wire),
         }
     }
 
@@ -250,7 +307,7 @@ impl Conn {
     pub(crate) fn as_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         use std::os::fd::AsFd;
         match self {
-            Conn::Tcp(t) => Some(t.stream.stream().as_fd()),
+            Conn::Tcp(t) => Some(t.wire.stream().as_fd()),
             Conn::Ipc(_) => None,
         }
     }
@@ -279,52 +336,26 @@ fn offer_error(e: OfferError) -> SendError {
     }
 }
 
-impl TcpConn {
-    /// Appends room for one frame behind its length; returns where the
-    /// frame starts.
-    fn reserve(&mut self, len: usize) -> Result<usize, SendError> {
-        if self.wbuf.len() > self.wlimit {
-            self.flush()?;
-            if self.wbuf.len() > self.wlimit {
-                return Err(SendError::Full);
-            }
-        }
-        self.wbuf.extend_from_slice(&(len as u32).to_le_bytes());
-        let at = self.wbuf.len();
-        self.wbuf.resize(at + len, 0);
-        Ok(at)
-    }
-
-    fn flush(&mut self) -> Result<(), SendError> {
-        self.stream.flush_tls().map_err(|e| SendError::Broken(format!("write: {e}")))?;
-        while !self.wbuf.is_empty() {
-            match (&self.stream).write(&self.wbuf) {
-                Ok(0) => return Err(SendError::Broken("the router closed the connection".into())),
-                Ok(n) => {
-                    self.wbuf.drain(..n);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(SendError::Broken(format!("write: {e}"))),
-            }
-        }
-        Ok(())
+fn link_error(e: LinkError) -> SendError {
+    match e {
+        LinkError::Full => SendError::Full,
+        LinkError::Broken(why) => SendError::Broken(why),
     }
 }
 
 /// A frame being written in place: a log claim (dropped: aborted, it
-/// becomes padding), or room at the end of the TCP write buffer (the body
-/// starts at the first index; the frame's prefix at the second).
+/// becomes padding), or room held in the TCP link's write buffer (the
+/// frame's body starts at the index).
 pub(crate) enum ClaimInner<'a> {
     Ipc(Claim<'a>, usize),
-    Tcp(&'a mut TcpConn, usize, usize),
+    Tcp(MutexGuard<'a, StreamLink>, usize),
 }
 
 impl ClaimInner<'_> {
     pub(crate) fn buffer(&mut self) -> &mut [u8] {
         match self {
             ClaimInner::Ipc(c, at) => &mut c.buffer()[*at..],
-            ClaimInner::Tcp(t, at, _) => &mut t.wbuf[*at..],
+            ClaimInner::Tcp(t, at) => t.writer.buffer_mut(*at),
         }
     }
     pub(crate) fn commit(self) {
@@ -332,16 +363,16 @@ impl ClaimInner<'_> {
             ClaimInner::Ipc(c, _) => {
                 c.commit();
             }
-            ClaimInner::Tcp(t, _, _) => {
+            ClaimInner::Tcp(mut l, _) => {
                 // A failure shows at the next poll.
-                let _ = t.flush();
+                let _ = commit(&mut l);
             }
         }
     }
     /// Takes the reserved frame back out (TCP; a log claim aborts itself).
     pub(crate) fn abort(self) {
-        if let ClaimInner::Tcp(t, _, start) = self {
-            t.wbuf.truncate(start);
+        if let ClaimInner::Tcp(mut t, at) = self {
+            t.writer.abort(at);
         }
     }
 }

@@ -38,8 +38,10 @@
 mod client;
 mod conn;
 mod event;
+mod flusher;
 mod guaranteed;
 mod options;
 
 pub use client::{Client, ClientClaim, ClientError, ClientEvent, ClientOptions, Delivery, PublishError, RouterUri};
+pub use tickwire_transport::link::{Batching, LinkStats};
 pub use tickwire_wire::client::{flags, RejectCode, SlowConsumer};

@@ -5,6 +5,7 @@ use crate::ClientError;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+use tickwire_transport::link::Batching;
 use tickwire_wire::client::SlowConsumer;
 
 /// Where the router is.
@@ -72,6 +73,13 @@ pub struct ClientOptions {
     pub welcome_timeout: Duration,
     /// Bytes a TCP client buffers before `publish` says `BackPressured`.
     pub tcp_write_limit: usize,
+    /// When a TCP client writes what it publishes
+    /// ([`Batching::SMART`], the default: a message on an idle link at
+    /// once, messages close behind a write together, within 20 µs;
+    /// [`Batching::EVERY_FRAME`]: one write per message). Held messages go
+    /// with the next publish or [`crate::Client::poll`] after the window,
+    /// or at once with [`crate::Client::flush`], `park` or `close`.
+    pub batching: Batching,
     /// Largest frame accepted from the router (TCP).
     pub max_frame: usize,
     /// `tls://`: the certificates (PEM) the router's must chain to.
@@ -106,6 +114,7 @@ impl std::fmt::Debug for ClientOptions {
             reconnect_interval,
             welcome_timeout,
             tcp_write_limit,
+            batching,
             max_frame,
             tls_ca,
             user,
@@ -121,6 +130,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("reconnect_interval", reconnect_interval)
             .field("welcome_timeout", welcome_timeout)
             .field("tcp_write_limit", tcp_write_limit)
+            .field("batching", batching)
             .field("max_frame", max_frame)
             .field("tls_ca", tls_ca)
             .field("user", user)
@@ -141,6 +151,7 @@ impl Default for ClientOptions {
             reconnect_interval: Duration::from_millis(100),
             welcome_timeout: Duration::from_secs(10),
             tcp_write_limit: 4 << 20,
+            batching: Batching::SMART,
             max_frame: (1 << 20) + 512,
             tls_ca: None,
             user: None,

@@ -32,7 +32,8 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tickwire_shm::{Event, LogAppender, LogReader};
-use tickwire_transport::framing::{FrameError, FrameReader};
+use tickwire_transport::framing::FrameError;
+use tickwire_transport::link;
 use tickwire_transport::tls::Wire;
 use tickwire_wire::client::{RejectCode, HEADER_LEN};
 
@@ -95,6 +96,29 @@ pub(crate) struct AgentShared {
     pub(crate) status: Mutex<Vec<ClientStatus>>,
     /// Its journal, described at the same time (if it has one).
     pub(crate) journal: Mutex<Option<crate::status::JournalStatus>>,
+    /// Its system calls on TCP links, copied at every housekeeping.
+    pub(crate) io: Mutex<IoCounts>,
+}
+
+/// The system calls a router made on its TCP clients' links: the links'
+/// own counts of `read` and `write`/`writev` calls, and the agents'
+/// readiness polls (`epoll_wait`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct IoCounts {
+    /// Reads of client sockets (would-block ones included).
+    pub reads: u64,
+    /// Writes (`writev`) to client sockets.
+    pub writes: u64,
+    /// Readiness polls of the agents' TCP clients.
+    pub polls: u64,
+}
+
+impl std::ops::AddAssign for IoCounts {
+    fn add_assign(&mut self, o: Self) {
+        self.reads += o.reads;
+        self.writes += o.writes;
+        self.polls += o.polls;
+    }
 }
 
 /// A shared-memory client's log into the router.
@@ -109,7 +133,7 @@ struct IpcInput {
 /// A TCP client's connection.
 struct TcpInput {
     stream: Arc<Wire>,
-    reader: FrameReader,
+    reader: link::LinkReader,
 }
 
 /// One routing agent.
@@ -130,6 +154,9 @@ pub struct RoutingAgent {
     /// signal again, so they are read as soon as they are let go.
     skipped: Vec<Token>,
     failed: Vec<(u32, String)>,
+    /// System calls on TCP links: reads and polls live, and the writes of
+    /// sessions that have ended.
+    io: IoCounts,
     control: Receiver<Control>,
     /// The other agents' control channels (`None` at this agent's place).
     others: Vec<Option<Sender<Control>>>,
@@ -188,6 +215,7 @@ impl RoutingAgent {
             tokens: Vec::with_capacity(256),
             skipped: Vec::new(),
             failed: Vec::new(),
+            io: IoCounts::default(),
             control: wiring.control,
             others: wiring.others,
             inbound: wiring.inbound,
@@ -288,6 +316,20 @@ impl RoutingAgent {
         if let Ok(mut t) = self.shared.totals.lock() {
             *t = self.router.totals();
         }
+        if let Ok(mut io) = self.shared.io.lock() {
+            *io = self.io_counts();
+        }
+    }
+
+    /// Its system calls on TCP links so far (closed sessions' included).
+    pub(crate) fn io_counts(&self) -> IoCounts {
+        let mut io = self.io;
+        for id in self.router.session_ids() {
+            if let Some(Outbound::Tcp(t)) = self.router.session(id).map(crate::Session::outbound) {
+                io.writes += t.stats().writes;
+            }
+        }
+        io
     }
 
     /// Starts ending slow consumer `id` ([`Router::begin_close`]); it is
@@ -384,7 +426,7 @@ impl RoutingAgent {
             self.tcp.resize_with(i + 1, || None);
         }
         let max_frame = self.router.limits().max_frame;
-        self.tcp[i] = Some(TcpInput { stream: wire, reader: FrameReader::new(HEADER_LEN, max_frame) });
+        self.tcp[i] = Some(TcpInput { stream: wire, reader: link::LinkReader::new(HEADER_LEN, max_frame) });
         self.tcp_sessions += 1;
         tracing::info!(client = self.router.client_id(id), %peer, agent = %self.role, "{scheme} client connected");
     }
@@ -437,6 +479,7 @@ impl RoutingAgent {
     }
 
     fn poll_tcp(&mut self) -> usize {
+        self.io.polls += 1;
         if self.poll.poll(&mut self.events, Some(Duration::ZERO)).is_err() {
             return 0;
         }
@@ -467,13 +510,20 @@ impl RoutingAgent {
             let Some(Some(TcpInput { stream, reader })) = self.tcp.get_mut(id) else { continue };
             let (router, times, countdown) = (&mut self.router, &self.times, &mut self.countdown);
             let mut why: Option<Disconnect> = None;
-            let r = reader.read_from(&**stream, |f| match handle(router, times, countdown, id as u32, f) {
-                Ok(()) => true,
-                Err(d) => {
-                    why = Some(d);
-                    false
-                }
-            });
+            let reads = reader.stats().reads;
+            // Once per readiness (again only if the buffer came back full).
+            let r = reader.read(
+                stream,
+                |f| match handle(router, times, countdown, id as u32, f) {
+                    Ok(()) => true,
+                    Err(d) => {
+                        why = Some(d);
+                        false
+                    }
+                },
+                usize::MAX,
+            );
+            self.io.reads += reader.stats().reads - reads;
             match r {
                 Ok(n) => work += n,
                 Err(FrameError::Closed(e)) => {
@@ -523,6 +573,9 @@ impl RoutingAgent {
         let Some(mut s) = self.router.disconnect(id, why) else { return };
         self.shared.closed.fetch_add(1, Ordering::Relaxed);
         s.flush_best_effort();
+        if let Outbound::Tcp(t) = s.outbound() {
+            self.io.writes += t.stats().writes;
+        }
         if !loud {
             tracing::debug!(client, name = %s.name, peer = %s.peer, "disconnected: {why}");
         } else if why.code == RejectCode::Normal {

@@ -606,10 +606,8 @@ impl Router {
         for &id in &self.flushing {
             let Some(Some(s)) = self.sessions.get_mut(id as usize) else { continue };
             n += s.flush();
-            if let Outbound::Tcp(t) = &s.out {
-                if let Some(why) = &t.failed {
-                    failed.push((id, why.clone()));
-                }
+            if let Some(why) = s.transport_failure() {
+                failed.push((id, why.to_owned()));
             }
             if !s.holding.is_empty() && s.queue.is_below_half() {
                 self.releasing.append(&mut s.holding);

@@ -396,6 +396,18 @@ impl Server {
         t
     }
 
+    /// System calls made on TCP clients' links across every agent (the
+    /// others' as of their last housekeeping).
+    pub fn io_counts(&self) -> crate::agent::IoCounts {
+        let mut io = self.agent.io_counts();
+        for s in &self.shared[1..] {
+            if let Ok(o) = s.io.lock() {
+                io += *o;
+            }
+        }
+        io
+    }
+
     /// Sessions open across every agent (counting clients handed over and
     /// not yet taken).
     pub fn clients(&self) -> usize {

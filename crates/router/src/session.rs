@@ -296,7 +296,15 @@ impl Session {
         !self.queue.is_empty()
             || !self.control.is_empty()
             || self.ack_due > 0
-            || matches!(&self.out, Outbound::Tcp(t) if t.has_pending() || t.failed.is_some())
+            || matches!(&self.out, Outbound::Tcp(t) if t.has_pending() || t.failure().is_some())
+    }
+
+    /// Why its transport failed (a TCP connection's write), once it has.
+    pub(crate) fn transport_failure(&self) -> Option<&str> {
+        match &self.out {
+            Outbound::Tcp(t) => t.failure(),
+            _ => None,
+        }
     }
 
     /// Whether control frames may be queued freely (guaranteed deliveries

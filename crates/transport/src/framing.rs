@@ -54,12 +54,39 @@ impl FrameReader {
     ///
     /// # Errors
     /// [`FrameError`]: a bad length, end of stream, or a socket error.
-    pub fn read_from<R: Read>(
+    pub fn read_from<R: Read>(&mut self, src: R, on_frame: impl FnMut(&[u8]) -> bool) -> Result<usize, FrameError> {
+        self.read_counted(src, false, &mut 0, &mut 0, on_frame)
+    }
+
+    /// Whether a whole frame waits in the buffer.
+    pub fn has_frame(&self) -> bool {
+        let have = self.end - self.start;
+        if have < 4 {
+            return false;
+        }
+        let mut p = [0u8; 4];
+        p.copy_from_slice(&self.buf[self.start..self.start + 4]);
+        have >= 4 + u32::from_le_bytes(p) as usize
+    }
+
+    /// [`FrameReader::read_from`], counting the `read` calls made in
+    /// `reads` and the bytes they returned in `bytes`. With
+    /// `short_read_drains` (a stream socket, whose short read means it was
+    /// drained), it stops after a read that did not fill the buffer instead
+    /// of reading again to see it would block.
+    ///
+    /// # Errors
+    /// As [`FrameReader::read_from`].
+    pub fn read_counted<R: Read>(
         &mut self,
         mut src: R,
+        short_read_drains: bool,
+        reads: &mut u64,
+        bytes: &mut u64,
         mut on_frame: impl FnMut(&[u8]) -> bool,
     ) -> Result<usize, FrameError> {
         let mut frames = 0;
+        let mut drained = false;
         loop {
             // Hand over every whole frame buffered.
             loop {
@@ -89,6 +116,9 @@ impl FrameReader {
                     return Ok(frames);
                 }
             }
+            if drained {
+                return Ok(frames);
+            }
             // Make room, then read more.
             if self.start == self.end {
                 self.start = 0;
@@ -98,9 +128,15 @@ impl FrameReader {
                 self.end -= self.start;
                 self.start = 0;
             }
+            let room = self.buf.len() - self.end;
+            *reads += 1;
             match src.read(&mut self.buf[self.end..]) {
                 Ok(0) => return Err(FrameError::Closed("the peer closed the connection".into())),
-                Ok(n) => self.end += n,
+                Ok(n) => {
+                    self.end += n;
+                    *bytes += n as u64;
+                    drained = short_read_drains && n < room;
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(frames),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::InvalidData => return Err(FrameError::Refused(e.to_string())),

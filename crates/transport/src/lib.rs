@@ -51,6 +51,7 @@
 
 pub mod framing;
 mod impaired;
+pub mod link;
 mod sys;
 pub mod tcp;
 pub mod tls;

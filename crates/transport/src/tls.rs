@@ -19,7 +19,7 @@
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -299,7 +299,13 @@ impl Read for &Wire {
 
 impl Write for &Wire {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let Some(mut c) = self.lock() else { return (&self.stream).write(buf) };
+        self.write_vectored(&[IoSlice::new(buf)])
+    }
+
+    /// One `writev` on plain TCP; over TLS, every slice into records, then
+    /// the records out in as few writes as the socket allows.
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
+        let Some(mut c) = self.lock() else { return (&self.stream).write_vectored(bufs) };
         // Records still waiting go first; while the socket cannot take
         // them, take no more plaintext (the caller keeps it, as it would
         // for a full socket).
@@ -307,12 +313,12 @@ impl Write for &Wire {
         if c.wants_write() {
             return Err(ErrorKind::WouldBlock.into());
         }
-        let n = c.writer().write(buf)?;
+        let n = c.writer().write_vectored(bufs)?;
         send_records(&mut c, &self.stream)?;
         // Before the handshake ends rustls buffers a bounded amount of
         // plaintext, then takes none: that is a full buffer, not a closed
         // connection (`Ok(0)` would say so to every caller).
-        if n == 0 && !buf.is_empty() {
+        if n == 0 && bufs.iter().any(|b| !b.is_empty()) {
             return Err(ErrorKind::WouldBlock.into());
         }
         Ok(n)

@@ -58,6 +58,39 @@ pub(crate) struct RoundResult {
     pub(crate) discarded: u64,
     /// The router's view after the round.
     pub(crate) host: HostReport,
+    /// The clients' system calls in the round.
+    pub(crate) clients: ClientIo,
+}
+
+/// The system calls the harness's clients made: their TCP links' own
+/// counts of reads and writes, and the harness's `epoll_wait`s.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientIo {
+    /// Reads of the clients' sockets.
+    pub reads: u64,
+    /// Writes to them.
+    pub writes: u64,
+    /// The harness's `epoll_wait`s over its subscribers.
+    pub polls: u64,
+}
+
+impl ClientIo {
+    fn of(h: &Harness) -> Self {
+        let mut io = ClientIo { polls: h.ready.as_ref().map_or(0, |r| r.polls), ..Self::default() };
+        for s in h.pubs.iter().chain(&h.subs).filter_map(Client::link_stats) {
+            io.reads += s.reads;
+            io.writes += s.writes;
+        }
+        io
+    }
+
+    pub(crate) fn add(&mut self, o: Self) {
+        (self.reads, self.writes, self.polls) = (self.reads + o.reads, self.writes + o.writes, self.polls + o.polls);
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self { reads: self.reads - before.reads, writes: self.writes - before.writes, polls: self.polls - before.polls }
+    }
 }
 
 fn client_err(what: &str, e: impl std::fmt::Display) -> LabError {
@@ -173,6 +206,7 @@ impl Harness {
     ) -> Result<RoundResult, LabError> {
         router.write_line("wake")?;
         pin_current_thread(cpus.local)?;
+        let io = ClientIo::of(self);
         let expected = (rate as f64 * duration.as_secs_f64()) as u64 * self.fan;
         let mut samples = Samples::with_capacity(expected as usize + 1024);
         let mut recorder = PauseRecorder::new(monotonic_ns());
@@ -184,10 +218,11 @@ impl Harness {
             path.work()?;
         }
         let discarded = path.discarded;
+        let clients = ClientIo::of(self).since(io);
         router.write_line(&format!("sleep {}", pauses.display()))?;
         let host: HostReport = crate::worker::parse_report("router", &router.read_line()?)?;
         let split = samples.split_with_peer(recorder.into_pauses(), pauses)?;
-        Ok(RoundResult { published, split, discarded, host })
+        Ok(RoundResult { published, split, discarded, host, clients })
     }
 
     /// Says goodbye to the router on every session.
@@ -206,6 +241,8 @@ struct Ready {
     epoll: Epoll,
     events: Vec<EpollEvent>,
     ready: Vec<usize>,
+    /// `epoll_wait` calls so far.
+    polls: u64,
 }
 
 impl Ready {
@@ -216,13 +253,19 @@ impl Ready {
             let fd = s.as_fd().ok_or_else(|| LabError::Worker(format!("subscriber {i} is not connected")))?;
             epoll.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, i as u64)).map_err(err)?;
         }
-        Ok(Self { epoll, events: vec![EpollEvent::empty(); subs.len()], ready: Vec::with_capacity(subs.len()) })
+        Ok(Self {
+            epoll,
+            events: vec![EpollEvent::empty(); subs.len()],
+            ready: Vec::with_capacity(subs.len()),
+            polls: 0,
+        })
     }
 
     /// The subscribers with something to read: their socket is readable,
     /// or their last poll left frames in the client.
     #[inline]
     fn wait(&mut self, subs: &[Client]) -> Result<&[usize], LabError> {
+        self.polls += 1;
         let n = self
             .epoll
             .wait(&mut self.events, EpollTimeout::ZERO)
@@ -286,6 +329,11 @@ impl Offer for Routed<'_> {
                 },
                 64,
             );
+        }
+        // What their links hold for batching goes once its window has
+        // passed (no system call before).
+        for p in &mut h.pubs {
+            p.flush_due();
         }
         // The publishers read nothing but their own heartbeat (shared
         // memory) and the odd reply: one is looked after every few turns.

@@ -69,6 +69,31 @@ pub struct HostReport {
     pub cycles: u64,
     /// Nanoseconds awake in the last round.
     pub awake_ns: u64,
+    /// Messages published to it in the last round.
+    pub round_messages: u64,
+    /// Deliveries made or queued in the last round.
+    pub round_deliveries: u64,
+    /// Reads of client sockets in the last round (the links' own count).
+    pub reads: u64,
+    /// Writes to client sockets in the last round (the links' own count).
+    pub writes: u64,
+    /// Readiness polls (`epoll_wait`) in the last round.
+    pub polls: u64,
+}
+
+/// Where a round's counts start: the router's totals at `wake`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Baseline {
+    messages: u64,
+    deliveries: u64,
+    io: tickwire_router::agent::IoCounts,
+}
+
+impl Baseline {
+    fn of(server: &Server) -> Self {
+        let t = server.totals();
+        Self { messages: t.messages_in, deliveries: t.deliveries, io: server.io_counts() }
+    }
 }
 
 /// The process's resident set, from `VmRSS` in `/proc/self/status` (0 if unreadable).
@@ -80,9 +105,15 @@ fn rss_bytes() -> u64 {
         .map_or(0, |kib| kib * 1024)
 }
 
-fn report(server: &Server, cycles: u64, awake_ns: u64) -> HostReport {
+fn report(server: &Server, cycles: u64, awake_ns: u64, since: Baseline) -> HostReport {
     let t = server.totals();
+    let io = server.io_counts();
     HostReport {
+        round_messages: t.messages_in - since.messages,
+        round_deliveries: t.deliveries - since.deliveries,
+        reads: io.reads - since.io.reads,
+        writes: io.writes - since.io.writes,
+        polls: io.polls - since.io.polls,
         rss_bytes: rss_bytes(),
         messages_in: t.messages_in,
         deliveries: t.deliveries,
@@ -160,6 +191,7 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
     pin_current_thread(spec.cpu)?;
     let mut recorder: Option<PauseRecorder> = None;
     let (mut cycles, mut woke) = (0u64, 0u64);
+    let mut since = Baseline::default();
     loop {
         let work = server.do_work();
         match &mut recorder {
@@ -184,15 +216,16 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
             match cmd.split_once(' ').unwrap_or((cmd.as_str(), "")) {
                 ("wake", _) => {
                     (cycles, woke) = (0, monotonic_ns());
+                    since = Baseline::of(&server);
                     recorder = Some(PauseRecorder::new(woke));
                 }
                 ("sleep", path) => {
                     let pauses = recorder.take().map(PauseRecorder::into_pauses).unwrap_or_default();
                     write_pauses(Path::new(path), &pauses)?;
-                    println!("{}", line(&report(&server, cycles, monotonic_ns().saturating_sub(woke)))?);
+                    println!("{}", line(&report(&server, cycles, monotonic_ns().saturating_sub(woke), since))?);
                 }
                 ("stop", _) => {
-                    let last = report(&server, 0, 0);
+                    let last = report(&server, 0, 0, Baseline::of(&server));
                     server.shutdown(Duration::from_millis(100));
                     return line(&last);
                 }

@@ -84,6 +84,8 @@ pub struct RateResult {
     pub discarded: u64,
     /// The router's report after each round.
     pub host: Vec<HostReport>,
+    /// The clients' system calls, over every router round.
+    pub clients: harness::ClientIo,
 }
 
 impl RateResult {
@@ -196,6 +198,7 @@ fn one_rate(
     let wall = SystemTime::now();
     let (mut mine, mut floor_totals, mut secured) = (RunTotals::new(), RunTotals::new(), RunTotals::new());
     let (mut discarded, mut host) = (0, Vec::new());
+    let mut clients = harness::ClientIo::default();
     let h = &mut plain.harness;
     let router = &mut plain.process;
     let bar = crate::progress(rounds as u64, &format!("router {rate} msg/s (rounds)"));
@@ -211,6 +214,7 @@ fn one_rate(
         mine.add_report(r.published, &SinkReport::of(&r.split))?;
         discarded += r.discarded;
         host.push(r.host);
+        clients.add(r.clients);
         if let Some(s) = secure.as_deref_mut() {
             let r = s.harness.round((rate, o.size, per_round), o.cpus, &mut s.process, pauses)?;
             secured.add_report(r.published, &SinkReport::of(&r.split))?;
@@ -235,7 +239,7 @@ fn one_rate(
         let [s_all, s_free] = secured.rows("router+acl", transport, None, &shape(h.fan), machine, wall);
         rows.extend([s_all, s_free]);
     }
-    Ok(RateResult { rate, rows, discarded, host })
+    Ok(RateResult { rate, rows, discarded, host, clients })
 }
 
 /// One floor round: the harness's schedule through a forwarder on the
@@ -269,6 +273,36 @@ fn floor_round(
             Ok((published, SinkReport::of(&split)))
         }
     }
+}
+
+/// System calls per message on each side, from the links' own counts of
+/// reads and writes (and, beside them, the readiness polls: the router's
+/// `epoll_wait`s, the harness's over its subscribers), per message
+/// delivered.
+fn syscalls_line(r: &RateResult, transport: Transport) -> String {
+    if transport != Transport::Tcp {
+        return "system calls: none on the message path (shared memory)".into();
+    }
+    let (mut reads, mut writes, mut polls, mut delivered, mut published) = (0, 0, 0, 0, 0);
+    for h in &r.host {
+        (reads, writes, polls) = (reads + h.reads, writes + h.writes, polls + h.polls);
+        (delivered, published) = (delivered + h.round_deliveries, published + h.round_messages);
+    }
+    let per = |n: u64| n as f64 / delivered.max(1) as f64;
+    let c = r.clients;
+    format!(
+        "system calls per message delivered (links' own counts; {published} published, {delivered} delivered): \
+         clients {:.3} ({:.3} reads + {:.3} writes; {:.3} epoll_wait beside), router {:.3} ({:.3} reads + {:.3} \
+         writes; {:.3} epoll_wait beside)",
+        per(c.reads + c.writes),
+        per(c.reads),
+        per(c.writes),
+        per(c.polls),
+        per(reads + writes),
+        per(reads),
+        per(writes),
+        per(polls)
+    )
 }
 
 /// Prints a run: per rate, what was offered and achieved, the router's
@@ -324,6 +358,7 @@ pub fn print(o: &RouterLab, results: &[RateResult], out: &Output, machine: &Mach
                 awake as f64 / 1e9
             );
         }
+        println!("{}", syscalls_line(r, o.transport));
         let rows: Vec<LatencyRow> = r.rows.iter().map(|m| m.row.clone()).collect();
         print!("{}", crate::output::report::table(&rows));
         println!("{}", print::pauses_line(row));
