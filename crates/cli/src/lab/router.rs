@@ -58,9 +58,12 @@ pub struct GuaranteedArgs {
 pub struct RouterArgs {
     #[command(flatten)]
     pub(super) common: Common,
-    /// Clients over ipc (shared memory) or tcp (loopback).
-    #[arg(long, default_value = "ipc", value_parser = Transport::parse)]
-    transport: Transport,
+    /// Clients over ipc (shared memory), tcp or tls (loopback; a self-signed certificate made for the run).
+    #[arg(long, default_value = "ipc", value_parser = ["ipc", "tcp", "tls"])]
+    transport: String,
+    /// TCP clients hold messages published within this long of their link's last write and send them together (0: one write per message).
+    #[arg(long, default_value = "20us", value_parser = parse_duration)]
+    batch_window: Duration,
     /// Every subscriber on md/> (each message delivered to all), instead of one topic each.
     #[arg(long)]
     fanout: bool,
@@ -110,7 +113,14 @@ impl RouterArgs {
     pub(super) fn into_request(self, dir: PathBuf) -> Request {
         Request::Router {
             run: RouterLab {
-                transport: self.transport,
+                transport: if self.transport == "ipc" { Transport::Ipc } else { Transport::Tcp },
+                tls: self.transport == "tls",
+                batching: match self.batch_window.is_zero() {
+                    true => tickwire_client::Batching::EVERY_FRAME,
+                    false => {
+                        tickwire_client::Batching { window: self.batch_window, ..tickwire_client::Batching::SMART }
+                    }
+                },
                 fanout: self.fanout,
                 rates: self.rate,
                 size: self.size,

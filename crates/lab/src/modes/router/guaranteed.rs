@@ -152,6 +152,7 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
             dir: dir.clone(),
             cpu: o.cpus.remote,
             tcp: false,
+            tls: None,
             log_bytes: 4 << 20,
             secure: false,
             journal: Some((journal.clone(), sync.to_owned())),

@@ -108,11 +108,9 @@ impl Harness {
     /// subscriptions that never carry the probes.
     pub(crate) fn connect(
         uri: &str,
-        dir: &Path,
+        base: &ClientOptions,
         (publishers, subscribers): (usize, usize),
         fanout: bool,
-        log_bytes: usize,
-        login: Option<(&str, &str)>,
     ) -> Result<Self, LabError> {
         if publishers == 0 || subscribers == 0 || (!fanout && publishers != subscribers) {
             return Err(LabError::Usage(
@@ -120,14 +118,7 @@ impl Harness {
             ));
         }
         let open = |name: String| {
-            let opts = ClientOptions {
-                name,
-                dir: dir.to_owned(),
-                log_bytes,
-                user: login.map(|l| l.0.to_owned()),
-                password: login.map(|l| l.1.to_owned()),
-                ..ClientOptions::default()
-            };
+            let opts = ClientOptions { name, ..base.clone() };
             Client::connect(uri, opts).map_err(|e| client_err(uri, e))
         };
         let topics: Vec<String> = (0..publishers).map(topic).collect();
@@ -143,7 +134,7 @@ impl Harness {
             c.wait_connected(SETUP_TIMEOUT).map_err(|e| client_err("lab router client", e))?;
         }
         h.probe(fanout)?;
-        if uri.starts_with("tcp://") {
+        if uri.starts_with("tcp://") || uri.starts_with("tls://") {
             h.ready = Some(Ready::of(&h.subs)?);
         }
         Ok(h)

@@ -36,6 +36,8 @@ pub struct HostSpec {
     pub cpu: usize,
     /// Also listen on TCP, on a free loopback port (printed as `listening ADDR`).
     pub tcp: bool,
+    /// TLS on that port: the certificate and its key (PEM files).
+    pub tls: Option<(PathBuf, PathBuf)>,
     /// Bytes of each shared-memory client's log out of the router.
     pub log_bytes: usize,
     /// Users, topic ACLs and the metrics endpoint on: one user,
@@ -137,6 +139,10 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
         ipc: true,
         listen: if spec.tcp { vec!["tcp://127.0.0.1:0".into()] } else { Vec::new() },
         ipc_log_bytes: spec.log_bytes,
+        tls: spec
+            .tls
+            .as_ref()
+            .map(|(cert, key)| tickwire_router::config::TlsFiles { cert: cert.clone(), key: key.clone() }),
         ..RouterConfig::default()
     };
     let cfg = if spec.secure {

@@ -43,6 +43,10 @@ use std::time::{Duration, SystemTime};
 pub struct RouterLab {
     /// `ipc` (shared-memory clients) or `tcp` (TCP clients on loopback).
     pub transport: Transport,
+    /// Over `tcp`: TLS (a self-signed certificate made for the run).
+    pub tls: bool,
+    /// How the TCP clients batch their writes.
+    pub batching: tickwire_client::Batching,
     /// Every subscriber on `md/>` instead of one topic each.
     pub fanout: bool,
     /// Offered rates, messages per second (all publishers together), each
@@ -101,9 +105,10 @@ impl RateResult {
 }
 
 impl RouterLab {
-    /// The transport's name in rows (`shm` or `tcp`) and the floor's probe.
+    /// The transport's name in rows (`shm`, `tcp` or `tls`) and the floor's probe.
     pub fn names(&self) -> (&'static str, &'static str) {
         match self.transport {
+            Transport::Tcp if self.tls => ("tls", "forward_tcp"),
             Transport::Tcp => ("tcp", "forward_tcp"),
             _ => ("shm", "forward_ring"),
         }
@@ -126,9 +131,14 @@ pub fn run(o: &RouterLab, machine: &Machine) -> Result<Vec<RateResult>, LabError
     let router_dir = o.dir.join(format!("{tag}-router"));
     let pauses = o.dir.join(format!("{tag}-router.pauses"));
     let secure_dir = o.dir.join(format!("{tag}-router-secure"));
+    let tls_dir = o.dir.join(format!("{tag}-tls"));
     let result = (|| {
-        let mut plain = Router::start(o, &router_dir, false)?;
-        let mut secure = if o.secure { Some(Router::start(o, &secure_dir, true)?) } else { None };
+        let tls = match o.tls {
+            true => Some(self_signed(&tls_dir)?),
+            false => None,
+        };
+        let mut plain = Router::start(o, &router_dir, false, tls.as_ref())?;
+        let mut secure = if o.secure { Some(Router::start(o, &secure_dir, true, tls.as_ref())?) } else { None };
         let mut out = Vec::new();
         for &rate in &o.rates {
             if crate::stop_requested() {
@@ -144,6 +154,7 @@ pub fn run(o: &RouterLab, machine: &Machine) -> Result<Vec<RateResult>, LabError
     // Everything in them is this run's: the routers' and the clients' files.
     let _ = std::fs::remove_dir_all(&router_dir);
     let _ = std::fs::remove_dir_all(&secure_dir);
+    let _ = std::fs::remove_dir_all(&tls_dir);
     let _ = std::fs::remove_file(&pauses);
     result
 }
@@ -155,11 +166,17 @@ struct Router {
 }
 
 impl Router {
-    fn start(o: &RouterLab, dir: &std::path::Path, secure: bool) -> Result<Self, LabError> {
+    fn start(
+        o: &RouterLab,
+        dir: &std::path::Path,
+        secure: bool,
+        tls: Option<&(PathBuf, PathBuf)>,
+    ) -> Result<Self, LabError> {
         let spec = HostSpec {
             dir: dir.to_owned(),
             cpu: o.cpus.remote,
             tcp: o.transport == Transport::Tcp,
+            tls: tls.cloned(),
             log_bytes: o.log_bytes,
             secure,
             journal: None,
@@ -168,12 +185,23 @@ impl Router {
         let listening = process.read_line()?;
         let uri = match listening.strip_prefix("listening ") {
             Some("ipc") => "ipc".to_owned(),
+            // The certificate is for localhost.
+            Some(addr) if tls.is_some() => format!("tls://localhost:{}", addr.rsplit(':').next().unwrap_or("")),
             Some(addr) => format!("tcp://{addr}"),
             None => return Err(LabError::Worker(format!("router host said {listening:?}"))),
         };
         let login = secure.then_some(host::LAB_USER);
+        let base = tickwire_client::ClientOptions {
+            dir: dir.to_owned(),
+            log_bytes: o.log_bytes,
+            user: login.map(|l| l.0.to_owned()),
+            password: login.map(|l| l.1.to_owned()),
+            tls_ca: tls.map(|t| t.0.clone()),
+            batching: o.batching,
+            ..tickwire_client::ClientOptions::default()
+        };
         let shape = (o.publishers, o.subscribers);
-        let harness = harness::Harness::connect(&uri, dir, shape, o.fanout, o.log_bytes, login)?;
+        let harness = harness::Harness::connect(&uri, &base, shape, o.fanout)?;
         Ok(Self { process, harness })
     }
 
@@ -303,6 +331,20 @@ fn syscalls_line(r: &RateResult, transport: Transport) -> String {
         per(writes),
         per(polls)
     )
+}
+
+/// A self-signed certificate for `localhost` and its key (mode 600, as
+/// the router requires), in `dir`.
+fn self_signed(dir: &std::path::Path) -> Result<(PathBuf, PathBuf), LabError> {
+    let io = |e: std::io::Error| LabError::Worker(format!("{}: {e}", dir.display()));
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()])
+        .map_err(|e| LabError::Worker(format!("a self-signed certificate: {e}")))?;
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let (cert, key) = (dir.join("router.pem"), dir.join("router.key"));
+    std::fs::write(&cert, ck.cert.pem()).map_err(io)?;
+    std::fs::write(&key, ck.key_pair.serialize_pem()).map_err(io)?;
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).map_err(io)?;
+    Ok((cert, key))
 }
 
 /// Prints a run: per rate, what was offered and achieved, the router's
