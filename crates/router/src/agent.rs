@@ -293,6 +293,7 @@ impl RoutingAgent {
                 }
                 self.expire();
                 self.router.guaranteed_housekeeping(self.now);
+                self.trim_links();
                 self.publish_counters();
                 self.housekeeping = self.housekeeping.wrapping_add(1);
                 if self.housekeeping.is_multiple_of(STATUS_EVERY) {
@@ -318,6 +319,22 @@ impl RoutingAgent {
         }
         if let Ok(mut io) = self.shared.io.lock() {
             *io = self.io_counts();
+        }
+    }
+
+    /// Gives back the buffers of TCP links idle since the last
+    /// housekeeping (an idle client costs a few KiB, not its peak).
+    fn trim_links(&mut self) {
+        if self.tcp_sessions == 0 {
+            return;
+        }
+        for input in self.tcp.iter_mut().flatten() {
+            input.reader.trim();
+        }
+        for id in self.router.session_ids() {
+            if let Some(Outbound::Tcp(t)) = self.router.session_mut(id).map(crate::Session::outbound_mut) {
+                t.trim();
+            }
         }
     }
 

@@ -42,6 +42,11 @@ impl TcpOut {
         self.writer.failure()
     }
 
+    /// Gives back its buffer's memory when idle.
+    pub(crate) fn trim(&mut self) {
+        self.writer.trim();
+    }
+
     /// What its writes did.
     pub(crate) fn stats(&self) -> LinkStats {
         self.writer.stats()

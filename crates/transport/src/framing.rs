@@ -33,6 +33,13 @@ pub enum FrameError {
 }
 
 /// Cuts length-prefixed frames out of a byte stream.
+///
+/// Its buffer follows the traffic: it starts at [`MIN_BUFFER`] bytes,
+/// doubles whenever a read fills it (up to the largest frame, at least
+/// 64 KiB and at most 1 MiB, or one frame's size), and goes back to
+/// [`MIN_BUFFER`] at a [`FrameReader::trim`] that finds it empty and
+/// unread since the last one: an idle connection holds a few KiB, a busy
+/// one reads up to 1 MiB a system call.
 #[derive(Debug)]
 pub struct FrameReader {
     buf: Vec<u8>,
@@ -40,12 +47,36 @@ pub struct FrameReader {
     end: usize,
     max_frame: usize,
     min_frame: usize,
+    /// The size reads grow the buffer to.
+    most: usize,
+    /// Reads since the last trim.
+    reads: u64,
 }
+
+/// A reader's buffer when idle, bytes.
+pub const MIN_BUFFER: usize = 4 << 10;
 
 impl FrameReader {
     /// A reader refusing frames over `max_frame` or under `min_frame` bytes.
     pub fn new(min_frame: usize, max_frame: usize) -> Self {
-        Self { buf: vec![0; (max_frame + 4).clamp(64 << 10, 1 << 20)], start: 0, end: 0, max_frame, min_frame }
+        let most = (max_frame + 4).clamp(64 << 10, 1 << 20);
+        Self { buf: vec![0; MIN_BUFFER], start: 0, end: 0, max_frame, min_frame, most, reads: 0 }
+    }
+
+    /// Gives the buffer back down to [`MIN_BUFFER`] if it holds nothing
+    /// and nothing was read since the last call (call it every few
+    /// milliseconds: a connection idle that long costs a few KiB).
+    pub fn trim(&mut self) {
+        if self.reads == 0 && self.start == self.end && self.buf.len() > MIN_BUFFER {
+            self.buf = vec![0; MIN_BUFFER];
+            (self.start, self.end) = (0, 0);
+        }
+        self.reads = 0;
+    }
+
+    /// The buffer's size, bytes.
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
     }
 
     /// Reads what `src` has (until it would block) and hands each whole
@@ -130,12 +161,18 @@ impl FrameReader {
             }
             let room = self.buf.len() - self.end;
             *reads += 1;
+            self.reads += 1;
             match src.read(&mut self.buf[self.end..]) {
                 Ok(0) => return Err(FrameError::Closed("the peer closed the connection".into())),
                 Ok(n) => {
                     self.end += n;
                     *bytes += n as u64;
                     drained = short_read_drains && n < room;
+                    // Filled: the next read may take twice as much.
+                    if n == room && self.buf.len() < self.most {
+                        let grown = (self.buf.len() * 2).min(self.most);
+                        self.buf.resize(grown, 0);
+                    }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(frames),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -190,6 +227,27 @@ mod tests {
             }
             assert_eq!(got, [a.to_vec(), b.to_vec(), a.to_vec()], "step {step}");
         }
+    }
+
+    #[test]
+    fn the_buffer_grows_with_the_traffic_and_is_given_back_when_idle() {
+        let mut r = FrameReader::new(16, 1 << 20);
+        assert_eq!(r.capacity(), MIN_BUFFER);
+        let frame = [7u8; 1000];
+        let mut src = Trickle(framed(&vec![&frame[..]; 200]), usize::MAX);
+        let mut n = 0;
+        r.read_from(&mut src, |f| {
+            assert_eq!(f, frame);
+            n += 1;
+            true
+        })
+        .unwrap();
+        assert_eq!(n, 200);
+        assert!(r.capacity() >= 64 << 10, "reads that fill it double it: {}", r.capacity());
+        r.trim();
+        assert!(r.capacity() > MIN_BUFFER, "read since the last trim: kept");
+        r.trim();
+        assert_eq!(r.capacity(), MIN_BUFFER, "idle for a whole trim: given back");
     }
 
     #[test]

@@ -119,6 +119,8 @@ pub struct LinkWriter {
     last_write_ns: u64,
     failed: Option<String>,
     stats: LinkStats,
+    /// `stats.writes` at the last trim.
+    writes_at_trim: u64,
 }
 
 impl LinkWriter {
@@ -132,6 +134,7 @@ impl LinkWriter {
             last_write_ns: 0,
             failed: None,
             stats: LinkStats::default(),
+            writes_at_trim: 0,
         }
     }
 
@@ -298,6 +301,15 @@ impl LinkWriter {
         self.failed.as_deref()
     }
 
+    /// Gives back the buffer's memory if it holds nothing and nothing was
+    /// written since the last call (call it every few milliseconds).
+    pub fn trim(&mut self) {
+        if self.buf.is_empty() && self.stats.writes == self.writes_at_trim {
+            self.buf = Vec::new();
+        }
+        self.writes_at_trim = self.stats.writes;
+    }
+
     /// Bytes held.
     pub fn held(&self) -> usize {
         self.buf.len()
@@ -354,6 +366,17 @@ impl LinkReader {
         self.stats.frames_in += n as u64;
         self.more = stopped || self.frames.has_frame();
         r.map(|_| n)
+    }
+
+    /// Gives back the read buffer's memory when idle
+    /// ([`FrameReader::trim`]).
+    pub fn trim(&mut self) {
+        self.frames.trim();
+    }
+
+    /// Bytes of read buffer it holds now.
+    pub fn capacity(&self) -> usize {
+        self.frames.capacity()
     }
 
     /// Whether frames may wait here, read but not handed over: the socket's
