@@ -529,6 +529,7 @@ impl Client {
         let router_max_frame = &mut self.router_max_frame;
         let refusals = &mut self.refusals;
         let mut limited = false;
+        let mut heard: Option<Duration> = None;
         let r = conn.poll(
             |bytes| {
                 if broken.is_some() {
@@ -557,6 +558,11 @@ impl Client {
                         }));
                     }
                     ClientKind::Ack => acked = acked.max(f.sequence()),
+                    ClientKind::Heartbeat => {
+                        // Not an event: the router's interval, in ms.
+                        events -= 1;
+                        heard = Some(Duration::from_millis(u64::from(f.value())));
+                    }
                     ClientKind::Loss => {
                         let to = f
                             .body()
@@ -604,6 +610,7 @@ impl Client {
             self.refusals = self.refusals.saturating_add(1);
         }
         self.outbox.ack(acked);
+        let r = r.and_then(|n| conn.keep_alive(heard).map(|()| n));
         match r {
             Err(SendError::Broken(why)) => {
                 broken.get_or_insert(why);

@@ -64,6 +64,19 @@ impl TcpConn {
     }
 }
 
+/// A client's HEARTBEAT frame.
+pub(crate) fn heartbeat_frame() -> [u8; HEADER_LEN] {
+    let mut f = [0u8; HEADER_LEN];
+    let _ = ClientRepr::new(tickwire_wire::client::ClientKind::Heartbeat).emit(&mut f);
+    f
+}
+
+/// Sends a heartbeat if the link has been quiet for its interval; fails it
+/// if the router has been silent for two.
+pub(crate) fn keep_alive(l: &mut StreamLink, now_ns: u64) -> Result<(), SendError> {
+    l.keep_alive(now_ns, &heartbeat_frame()).map_err(link_error)
+}
+
 /// Commits the frame reserved last; arms the flusher if it stays held.
 #[inline]
 fn commit(l: &mut StreamLink) -> Result<(), SendError> {
@@ -127,9 +140,8 @@ impl Conn {
         };
         let wire = Arc::new(stream);
         let link = Arc::new(Mutex::new(StreamLink::new(Arc::clone(&wire), (HEADER_LEN, max_frame), wlimit, batching)));
-        if batching.window > Duration::ZERO {
-            crate::flusher::register(Arc::downgrade(&link));
-        }
+        // Its heartbeats, and what batching leaves held.
+        crate::flusher::register(Arc::downgrade(&link));
         Ok(Conn::Tcp(TcpConn { wire, link }))
     }
 
@@ -271,6 +283,22 @@ impl Conn {
                 let mut l = t.lock();
                 let (wire, _, w) = l.parts();
                 w.flush(wire, &mut []).map(|_| ()).map_err(link_error)
+            }
+        }
+    }
+
+    /// Keeps a TCP link alive (heartbeats, a silent router detected);
+    /// `interval`: the router's heartbeat interval, if it just said it.
+    pub(crate) fn keep_alive(&mut self, interval: Option<Duration>) -> Result<(), SendError> {
+        match self {
+            Conn::Ipc(_) => Ok(()),
+            Conn::Tcp(t) => {
+                let now = monotonic_ns();
+                let mut l = t.lock();
+                if let Some(i) = interval.filter(|i| *i != l.liveness.interval()) {
+                    l.liveness.set_interval(i, now);
+                }
+                keep_alive(&mut l, now)
             }
         }
     }

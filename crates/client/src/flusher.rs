@@ -1,7 +1,9 @@
-//! The safety net under write batching: one thread per process that
-//! writes what a TCP link has held past its batching window when the
-//! application did not come back to write it (a burst published, then no
-//! `publish`, `poll`, `flush_due` or `flush` on that client).
+//! The safety net under write batching and heartbeats: one thread per
+//! process that writes what a TCP link has held past its batching window
+//! when the application did not come back to write it (a burst published,
+//! then no `publish`, `poll`, `flush_due` or `flush` on that client), and
+//! sends a quiet link's heartbeats (every [`KEEPALIVE_EVERY`] it looks), so
+//! a client whose application is busy elsewhere is not taken for dead.
 //!
 //! The hot path does not need it: a busy application's own next call
 //! writes what is due. The thread sleeps on a condition variable until a
@@ -21,6 +23,8 @@ use tickwire_transport::link::StreamLink;
 
 /// How often an armed flusher looks at the links.
 pub(crate) const PERIOD: Duration = Duration::from_millis(1);
+/// How often it looks when nothing is held (heartbeats).
+pub(crate) const KEEPALIVE_EVERY: Duration = Duration::from_millis(250);
 
 struct Flusher {
     links: Mutex<Vec<Weak<Mutex<StreamLink>>>>,
@@ -67,10 +71,15 @@ pub(crate) fn arm() {
 fn run(f: &'static Flusher) {
     loop {
         {
-            let mut g = f.idle.lock().unwrap_or_else(PoisonError::into_inner);
-            while !f.armed.load(Ordering::Acquire) {
-                g = f.wake.wait(g).unwrap_or_else(PoisonError::into_inner);
+            let g = f.idle.lock().unwrap_or_else(PoisonError::into_inner);
+            if !f.armed.load(Ordering::Acquire) {
+                let _ = f.wake.wait_timeout(g, KEEPALIVE_EVERY).unwrap_or_else(PoisonError::into_inner);
             }
+        }
+        if !f.armed.load(Ordering::Acquire) {
+            // Woken by the heartbeat clock, not a hold.
+            sweep(f);
+            continue;
         }
         loop {
             std::thread::sleep(PERIOD);
@@ -105,8 +114,9 @@ fn sweep(f: &Flusher) -> bool {
                 continue;
             }
         };
-        let (wire, _, writer) = l.parts();
         // A failure stays in the writer: its application sees it next.
+        let _ = crate::conn::keep_alive(&mut l, now);
+        let (wire, _, writer) = l.parts();
         let _ = writer.flush_due(wire, now);
         held |= writer.held() > 0;
     }

@@ -487,6 +487,8 @@ impl Router {
                 self.handle_ack(id, f.value(), f.sequence());
                 Ok(())
             }
+            // Its link's liveness is the agent's: the bytes came.
+            ClientKind::Heartbeat => Ok(()),
             ClientKind::Close => Err(Disconnect {
                 code: RejectCode::Normal,
                 reason: format!("client closed: {}", String::from_utf8_lossy(f.body())),

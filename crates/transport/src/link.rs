@@ -19,7 +19,11 @@
 //! * [`LinkStats`]: the system calls each half made (`read`, `write`/
 //!   `writev`), and the frames and bytes they carried, so system calls per
 //!   message can be reported from the link's own counters.
-//! * [`StreamLink`]: both halves on one [`Wire`], the client's side.
+//! * [`Liveness`]: heartbeats both ways, sans-IO: from the link's counts
+//!   and the time passed in, whether to send a heartbeat now, or whether
+//!   the peer has been silent for two intervals (dead).
+//! * [`StreamLink`]: both halves on one [`Wire`], the client's side, with
+//!   its [`Liveness`] ([`StreamLink::keep_alive`]).
 
 use crate::framing::{FrameError, FrameReader};
 use crate::tls::Wire;
@@ -391,6 +395,75 @@ impl LinkReader {
     }
 }
 
+/// What [`Liveness::poll`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Beat {
+    /// Nothing to do.
+    Quiet,
+    /// Nothing was written for an interval: send a heartbeat.
+    Send,
+    /// Nothing was read for two intervals: the peer is gone (for this
+    /// long, ns).
+    Dead(u64),
+}
+
+/// Heartbeats on a link: the peer is alive while bytes come in; we are,
+/// to it, while bytes go out. Sans-IO: it looks at the link's counts and
+/// the time it is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liveness {
+    /// 0: off.
+    interval_ns: u64,
+    last_in_ns: u64,
+    last_out_ns: u64,
+    seen_in: u64,
+    seen_out: u64,
+}
+
+impl Liveness {
+    /// Heartbeats every `interval` (zero: none, and no peer is ever
+    /// declared dead), starting at `now_ns`.
+    pub fn new(interval: Duration, now_ns: u64) -> Self {
+        let interval_ns = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
+        Self { interval_ns, last_in_ns: now_ns, last_out_ns: now_ns, seen_in: 0, seen_out: 0 }
+    }
+
+    /// Changes the interval (a client learns the router's), counting
+    /// silence from `now_ns`.
+    pub fn set_interval(&mut self, interval: Duration, now_ns: u64) {
+        *self = Self { seen_in: self.seen_in, seen_out: self.seen_out, ..Self::new(interval, now_ns) };
+    }
+
+    /// The interval (zero: off).
+    pub fn interval(&self) -> Duration {
+        Duration::from_nanos(self.interval_ns)
+    }
+
+    /// Notes what `stats` says came and went since the last call, then
+    /// what to do at `now_ns`. After [`Beat::Send`] the next heartbeat is
+    /// due an interval later, whether or not the caller's write went.
+    pub fn poll(&mut self, stats: LinkStats, now_ns: u64) -> Beat {
+        if stats.bytes_in != self.seen_in {
+            (self.seen_in, self.last_in_ns) = (stats.bytes_in, now_ns);
+        }
+        if stats.bytes_out != self.seen_out {
+            (self.seen_out, self.last_out_ns) = (stats.bytes_out, now_ns);
+        }
+        if self.interval_ns == 0 {
+            return Beat::Quiet;
+        }
+        let silent = now_ns.saturating_sub(self.last_in_ns);
+        if silent >= self.interval_ns.saturating_mul(2) {
+            return Beat::Dead(silent);
+        }
+        if now_ns.saturating_sub(self.last_out_ns) >= self.interval_ns {
+            self.last_out_ns = now_ns;
+            return Beat::Send;
+        }
+        Beat::Quiet
+    }
+}
+
 /// Both halves of a link on one connection: the client's side.
 #[derive(Debug)]
 pub struct StreamLink {
@@ -399,6 +472,8 @@ pub struct StreamLink {
     pub reader: LinkReader,
     /// The writing half.
     pub writer: LinkWriter,
+    /// Heartbeats (off until given an interval).
+    pub liveness: Liveness,
 }
 
 impl StreamLink {
@@ -411,7 +486,12 @@ impl StreamLink {
         write_limit: usize,
         batching: Batching,
     ) -> Self {
-        Self { wire, reader: LinkReader::new(min_frame, max_frame), writer: LinkWriter::new(write_limit, batching) }
+        Self {
+            wire,
+            reader: LinkReader::new(min_frame, max_frame),
+            writer: LinkWriter::new(write_limit, batching),
+            liveness: Liveness::new(Duration::ZERO, 0),
+        }
     }
 
     /// The connection.
@@ -422,6 +502,30 @@ impl StreamLink {
     /// The halves and the connection, to use together.
     pub fn parts(&mut self) -> (&Wire, &mut LinkReader, &mut LinkWriter) {
         (&self.wire, &mut self.reader, &mut self.writer)
+    }
+
+    /// Keeps the link alive at `now_ns`: writes `heartbeat` (a whole frame)
+    /// if nothing went for an interval.
+    ///
+    /// # Errors
+    /// The peer has been silent for two intervals (the link is failed from
+    /// here), or the write failed.
+    pub fn keep_alive(&mut self, now_ns: u64, heartbeat: &[u8]) -> Result<(), LinkError> {
+        match self.liveness.poll(self.stats(), now_ns) {
+            Beat::Quiet => Ok(()),
+            Beat::Send => {
+                self.writer.push(&self.wire, heartbeat, now_ns)?;
+                self.writer.flush(&self.wire, &mut []).map(|_| ())
+            }
+            Beat::Dead(ns) => {
+                let why = format!(
+                    "nothing from the peer in {:.1} s (heartbeat interval {:?})",
+                    ns as f64 / 1e9,
+                    self.liveness.interval()
+                );
+                Err(self.writer.fail(why))
+            }
+        }
     }
 
     /// Both halves' counts.

@@ -188,6 +188,9 @@ pub enum ClientKind {
     Close = 9,
     /// Messages a durable subscription can no longer receive.
     Loss = 10,
+    /// Either way, on a TCP link that has been quiet for an interval: the
+    /// sender is alive. From the router, `value` is its interval in ms.
+    Heartbeat = 11,
 }
 
 impl ClientKind {
@@ -204,6 +207,7 @@ impl ClientKind {
             8 => Reject,
             9 => Close,
             10 => Loss,
+            11 => Heartbeat,
             _ => return None,
         })
     }
