@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  client (ipc)  ─ PUBLISH ─► [its log in]  ──► LogReader ─┐                    ┌─► LogAppender ─► [its log out] ─► client (ipc)
-//!                                                          ├─► Router::handle_frame ─ SubscriptionIndex (trie + match cache)
+//!                                                          ├─► Router::handle_frame ─ topic table (one lookup) ─ SubscriptionIndex (trie)
 //!  client (tcp)  ─ [len][PUBLISH] ─► socket ─► FrameReader ┘        │ fan-out, once per client
 //!                                                                    └─► Session::deliver ─► transport, or its bounded
 //!                                                                        OutQueue (drop oldest, discard count on the next)
@@ -11,7 +11,11 @@
 //!
 //! Layers, from the bottom:
 //! * [`index`]: which clients want a topic (`tickwire_topic` patterns in a
-//!   trie with `*` and `>` branches, plus a match cache).
+//!   trie with `*` and `>` branches); [`topics`]: one entry per topic seen,
+//!   found with one hash lookup per publish, caching its subscribers (ACLs
+//!   applied), the other agents wanting it, its conflation, counters and
+//!   last-value slot until a subscription, the users or an agent's interest
+//!   change; bounded, evicting.
 //! * [`queue`]: a client's bounded outbound queue with Solace's discard
 //!   indication.
 //! * [`session`]: one client: its transport ([`Outbound`]), queue,
@@ -63,6 +67,7 @@ pub mod session;
 mod slow;
 pub mod status;
 pub mod tcp;
+pub mod topics;
 
 pub use agent::RoutingAgent;
 pub use config::RouterConfig;

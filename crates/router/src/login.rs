@@ -155,7 +155,8 @@ impl Router {
     /// may read.
     pub fn set_users(&mut self, users: Option<Arc<Users>>) -> Vec<(u32, Disconnect)> {
         self.users = users.filter(|u| !u.is_empty());
-        self.readable.clear();
+        // Who may read what changed.
+        self.topics.invalidate();
         self.any_filtered = false;
         let mut ending = Vec::new();
         let default_policy = self.limits().slow_consumer;
@@ -214,8 +215,7 @@ impl Router {
         }
         for sid in gone {
             let Some(p) = s.subscriptions.remove(&sid) else { continue };
-            self.index.remove(&p, id, sid);
-            self.readable.clear();
+            self.topics.unsubscribe(&p, id, sid);
             if let Some(peers) = &mut self.peers {
                 peers.release(&p);
             }

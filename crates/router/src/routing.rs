@@ -5,13 +5,12 @@
 
 use crate::access::{AuthRequest, Reach, Users};
 use crate::cache::LastValues;
-use crate::counters::{TopicStat, Totals};
-use crate::fanout::{conflated, deliver_all, readable};
-use crate::index::SubscriptionIndex;
+use crate::counters::{TopicCounts, Totals};
+use crate::fanout::deliver_all;
 use crate::login::keep_unchecked;
 use crate::peers::{Interest, Peers};
 use crate::session::{Outbound, Session};
-use rustc_hash::FxHashMap;
+use crate::topics::{Sources, TopicTableStats, Topics, TOPIC_LIMIT};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -107,7 +106,8 @@ pub(crate) fn control(s: &mut Session, repr: &ClientRepr<'_>) -> Result<(), Disc
 pub struct Router {
     pub(crate) name: String,
     pub(crate) limits: Limits,
-    pub(crate) index: SubscriptionIndex<u32>,
+    /// The subscriptions, and what each topic seen needs.
+    pub(crate) topics: Topics,
     pub(crate) sessions: Vec<Option<Session>>,
     free: Vec<u32>,
     /// Sessions with frames waiting for their transport: the only ones
@@ -117,10 +117,7 @@ pub struct Router {
     flushing: Vec<u32>,
     /// Publishers to let go after a flush (kept).
     releasing: Vec<(u32, u64)>,
-    /// Topics seen, and whether `limits.conflate` covers them.
-    conflated: FxHashMap<Box<str>, bool>,
-    pub(crate) topics: FxHashMap<Box<str>, TopicStat>,
-    pub(crate) other_topics: TopicStat,
+    pub(crate) topic_counts: TopicCounts,
     pub(crate) totals: Totals,
     pub(crate) counters: Option<Arc<CountersFile>>,
     pub(crate) totals_set: Option<CounterSet>,
@@ -138,10 +135,8 @@ pub struct Router {
     /// The last-value cache, if configured.
     cache: Option<LastValues>,
     /// Some session's subscription reaches topics its user may not read:
-    /// deliveries go through [`readable`].
+    /// a topic's targets are checked against their users' ACLs.
     pub(crate) any_filtered: bool,
-    /// See [`readable`].
-    pub(crate) readable: FxHashMap<Box<str>, Box<[u32]>>,
     /// Sessions whose queue overflowed under [`SlowConsumer::Disconnect`]
     /// ([`Router::take_slow`]).
     pub(crate) slow: Vec<u32>,
@@ -167,22 +162,17 @@ impl Router {
     /// A router named `name` (sent in WELCOME), counting into `counters`.
     pub fn new(name: &str, limits: Limits, counters: Option<Arc<CountersFile>>) -> Self {
         let totals_set = counters.as_ref().and_then(|c| c.allocate(Kind::Router, 0, 0, name).ok());
-        let other_topics = TopicStat {
-            values: [0; 4],
-            set: counters.as_ref().and_then(|c| c.allocate(Kind::RouterTopic, 0, 0, "(other topics)").ok()),
-        };
+        let topic_counts = TopicCounts::new(limits.topic_counters, counters.clone());
         Self {
             name: name.into(),
             limits,
-            index: SubscriptionIndex::new(),
+            topics: Topics::new(TOPIC_LIMIT),
             sessions: Vec::new(),
             free: Vec::new(),
             backlog: Vec::new(),
             flushing: Vec::new(),
             releasing: Vec::new(),
-            conflated: FxHashMap::default(),
-            topics: FxHashMap::default(),
-            other_topics,
+            topic_counts,
             totals: Totals::default(),
             counters,
             totals_set,
@@ -194,7 +184,6 @@ impl Router {
             next_ticket: 0,
             cache: None,
             any_filtered: false,
-            readable: FxHashMap::default(),
             slow: Vec::new(),
             held: Vec::new(),
             holds: 0,
@@ -234,6 +223,8 @@ impl Router {
             }
         }
         self.cache = Some(cache);
+        // Where each topic's value is kept is remembered per topic.
+        self.topics.clear();
     }
 
     /// The last-value cache.
@@ -245,6 +236,12 @@ impl Router {
     /// every routing agent).
     pub fn client_id(&self, id: u32) -> u32 {
         id.wrapping_mul(self.agents).wrapping_add(self.me)
+    }
+
+    /// The topic table: topics remembered, and how many were dropped to
+    /// make room for others ([`crate::topics`]).
+    pub fn topic_table(&self) -> TopicTableStats {
+        self.topics.table_stats()
     }
 
     /// The limits.
@@ -322,8 +319,7 @@ impl Router {
             self.backlog.retain(|&b| b != id);
         }
         for (sid, p) in s.subscriptions.drain() {
-            self.index.remove(&p, id, sid);
-            self.readable.clear();
+            self.topics.unsubscribe(&p, id, sid);
             if let Some(peers) = &mut self.peers {
                 peers.release(&p);
             }
@@ -450,14 +446,12 @@ impl Router {
                     peers.hold(&pattern);
                 }
                 if let Some(old) = s.subscriptions.insert(sid, pattern.clone()) {
-                    self.index.remove(&old, id, sid);
-                    self.readable.clear();
+                    self.topics.unsubscribe(&old, id, sid);
                     if let Some(peers) = &mut self.peers {
                         peers.release(&old);
                     }
                 }
-                self.index.insert(&pattern, id, sid);
-                self.readable.clear();
+                self.topics.subscribe(&pattern, id, sid);
                 if let (true, Some(cache)) = (cached, &self.cache) {
                     // Before anything else reaches it: no gap, no duplicate.
                     let mut n = 0;
@@ -475,8 +469,7 @@ impl Router {
                 self.unbind_durables(id, Some(f.value()));
                 let Some(Some(s)) = self.sessions.get_mut(id as usize) else { return Ok(()) };
                 if let Some(p) = s.subscriptions.remove(&f.value()) {
-                    self.index.remove(&p, id, f.value());
-                    self.readable.clear();
+                    self.topics.unsubscribe(&p, id, f.value());
                     if let Some(peers) = &mut self.peers {
                         peers.release(&p);
                     }
@@ -506,11 +499,18 @@ impl Router {
     }
 
     /// Delivers a publish to every session whose patterns match `topic`,
-    /// once each.
+    /// once each: one lookup of the topic ([`crate::topics`]) for
+    /// everything it needs.
     #[inline]
     pub(crate) fn route(&mut self, from: u32, topic: &str, payload: &[u8], sequence: u64) -> Result<(), Disconnect> {
-        let targets = match self.index.lookup(topic, check_topic) {
-            Ok(t) => t,
+        let src = Sources {
+            sessions: &mut self.sessions,
+            filtered: self.any_filtered,
+            peers: self.peers.as_ref(),
+            conflate: &self.limits.conflate,
+        };
+        let e = match self.topics.entry(topic, check_topic, src) {
+            Ok(e) => e,
             Err(e) => return self.reject(from, RejectCode::BadTopic, sequence, &e.to_string()),
         };
         if self.users.is_some()
@@ -525,34 +525,30 @@ impl Router {
                 &format!("user {user:?} may not publish on {topic}"),
             );
         }
-        let targets = match self.any_filtered {
-            true => readable(targets, &mut self.readable, &mut self.sessions, topic),
-            false => targets,
-        };
         let queues = (&mut self.backlog, &mut self.slow, &mut self.held);
-        let conflate = conflated(&self.limits.conflate, &mut self.conflated, topic);
-        let (n, discards) = deliver_all(&mut self.sessions, queues, targets, (topic, payload), (0, true, conflate));
-        if !self.held.is_empty() {
-            self.hold(from);
-        }
+        let (n, discards) =
+            deliver_all(&mut self.sessions, queues, &e.targets, (topic, payload), (0, true, e.conflate));
         if let Some(c) = &mut self.cache {
-            c.update(topic, payload);
+            c.update_at(&mut e.last_value, topic, payload);
         }
         let remote = match &mut self.peers {
-            Some(p) => {
+            Some(p) if !e.agents.is_empty() => {
                 let before = (p.forwarded, p.link_discards);
-                let agents = p.forward(topic, payload);
+                let agents = p.forward_to(&e.agents, topic, payload);
                 self.totals.forwarded += p.forwarded - before.0;
                 self.totals.discards += p.link_discards - before.1;
                 agents
             }
-            None => 0,
+            _ => 0,
         };
         self.totals.messages_in += 1;
         self.totals.deliveries += n;
         self.totals.discards += discards;
         self.totals.unwanted += u64::from(n == 0 && remote == 0);
-        self.count_topic(topic, 1, n, payload.len() as u64);
+        self.topic_counts.add(&mut e.counted, topic, 1, n, payload.len() as u64);
+        if !self.held.is_empty() {
+            self.hold(from);
+        }
         Ok(())
     }
 
@@ -560,27 +556,30 @@ impl Router {
     /// [`crate::peers`]) to this agent's matching clients; `discarded` is
     /// the discard indication it carries.
     pub fn route_forwarded(&mut self, topic: &str, payload: &[u8], discarded: u32) {
-        let targets = self.index.matches(topic);
-        let targets = match self.any_filtered {
-            true => readable(targets, &mut self.readable, &mut self.sessions, topic),
-            false => targets,
+        let src = Sources {
+            sessions: &mut self.sessions,
+            filtered: self.any_filtered,
+            peers: self.peers.as_ref(),
+            conflate: &self.limits.conflate,
         };
+        // The agent that read it from its client checked the topic.
+        let Ok(e) = self.topics.entry(topic, |_| Ok::<(), std::convert::Infallible>(()), src);
         let queues = (&mut self.backlog, &mut self.slow, &mut self.held);
-        let conflate = conflated(&self.limits.conflate, &mut self.conflated, topic);
         let (n, discards) =
-            deliver_all(&mut self.sessions, queues, targets, (topic, payload), (discarded, false, conflate));
+            deliver_all(&mut self.sessions, queues, &e.targets, (topic, payload), (discarded, false, e.conflate));
         if let Some(c) = &mut self.cache {
-            c.update(topic, payload);
+            c.update_at(&mut e.last_value, topic, payload);
         }
         self.totals.deliveries += n;
         self.totals.discards += discards;
-        self.count_topic(topic, 0, n, payload.len() as u64);
+        self.topic_counts.add(&mut e.counted, topic, 0, n, payload.len() as u64);
     }
 
     /// Applies another routing agent's interest change.
     pub fn handle_interest(&mut self, change: &Interest) {
         if let Some(p) = &mut self.peers {
             p.handle_interest(change);
+            self.topics.invalidate();
         }
     }
 

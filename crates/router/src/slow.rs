@@ -28,8 +28,7 @@ impl Router {
         s.closing = true;
         self.totals.slow_disconnected += 1;
         for (sid, p) in s.subscriptions.drain() {
-            self.index.remove(&p, id, sid);
-            self.readable.clear();
+            self.topics.unsubscribe(&p, id, sid);
             if let Some(peers) = &mut self.peers {
                 peers.release(&p);
             }
