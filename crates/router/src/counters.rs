@@ -6,9 +6,6 @@
 //! journal retention, a client's conflated
 //! deliveries and back-pressure state.
 
-use crate::routing::Router;
-use client as cc;
-use router as rc;
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use tickwire_shm::counters::Kind;
@@ -159,44 +156,6 @@ impl TopicCounts {
                 set.set_all(&t.values);
             }
         }
-    }
-}
-
-impl Router {
-    /// Copies every total into the counters file (call a few times a
-    /// second, off the per-message path).
-    pub fn publish_counters(&self) {
-        if let Some(c) = &self.totals_set {
-            let t = &self.totals;
-            c.set(rc::CLIENTS, self.clients() as u64);
-            c.set(rc::CONNECTED, t.connected);
-            c.set(rc::DISCONNECTED, t.disconnected);
-            c.set(rc::VIOLATIONS, t.violations);
-            c.set(rc::MESSAGES_IN, t.messages_in);
-            c.set(rc::UNWANTED, t.unwanted);
-            c.set(rc::DELIVERIES, t.deliveries);
-            c.set(rc::DISCARDS, t.discards);
-            c.set(rc::FORWARDED, t.forwarded);
-            c.set(rc::FORBIDDEN, t.forbidden);
-            c.set(rc::CACHE_DELIVERIES, t.cache_deliveries);
-            c.set(rc::BACK_PRESSURED, t.back_pressured);
-            c.set(rc::SLOW_DISCONNECTED, t.slow_disconnected);
-            c.set(rc::QUEUE_LIMIT_BYTES, self.limits.queue_bytes as u64);
-            c.set(rc::HELLO_TIMEOUTS, t.hello_timeouts);
-            let retain = self.guaranteed().and_then(|g| g.journal().config().retain_bytes);
-            c.set(rc::JOURNAL_RETAIN_BYTES, retain.unwrap_or(0));
-        }
-        for s in self.sessions.iter().flatten() {
-            s.publish_counters();
-            // Values past `tickwire_shm`'s names for the kind: the metrics
-            // export them (`tickwire stat` shows the named ones).
-            if let Some(c) = &s.counters {
-                c.set(cc::CONFLATED, s.stats.conflated);
-                c.set(cc::HELD, u64::from(s.paused_by > 0));
-                c.set(cc::HOLDING_PUBLISHERS, s.holding.len() as u64);
-            }
-        }
-        self.topic_counts.publish();
     }
 }
 

@@ -10,7 +10,7 @@
 //!
 //! An entry's `targets` (the sessions whose patterns match the topic and
 //! whose user may read it) and `agents` (the other routing agents whose
-//! clients want it) hold for one **epoch**: [`Topics`] starts a new one
+//! clients want it) hold for one **epoch**: the router starts a new one
 //! whenever a subscription is added or removed (a session ending removes
 //! its own), the users change or another agent's interest changes, and an
 //! entry of an older epoch is recomputed when next used. What never
