@@ -212,7 +212,7 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
         /// The index agrees with the plain matcher through inserts, removals
-        /// and cached lookups.
+        /// and repeated lookups.
         #[test]
         fn agrees_with_the_plain_matcher(
             subs in proptest::collection::vec((pattern(), 0u32..6), 0..24),
