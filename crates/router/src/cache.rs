@@ -30,6 +30,24 @@ use tickwire_topic::{Level, Pattern};
 const NOT_CACHED_LIMIT: usize = 64 * 1024;
 /// In `by_topic`: a topic seen that no pattern matches.
 const NOT_CACHED: u32 = u32::MAX;
+/// A [`Slot`] not yet known.
+const UNKNOWN: u32 = u32::MAX - 1;
+
+/// Where the cache keeps a topic, remembered by the router between the
+/// topic's messages ([`LastValues::update_at`]): no hash lookup per message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot(u32);
+
+impl Slot {
+    /// Not yet known: the next update looks the topic up.
+    pub(crate) const UNKNOWN: Slot = Slot(UNKNOWN);
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Self::UNKNOWN
+    }
+}
 
 /// `[router.cache]`'s limits and patterns.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,30 +124,58 @@ impl LastValues {
     /// one to cache.
     #[inline]
     pub fn update(&mut self, topic: &str, payload: &[u8]) {
+        self.update_slot(topic, payload);
+    }
+
+    /// [`LastValues::update`] of a topic last kept in `slot`, which is
+    /// moved if the topic moved: one comparison of topics, not a hash
+    /// lookup, for a topic whose slot is known (a topic no pattern matches
+    /// costs nothing: the patterns do not change).
+    #[inline]
+    pub(crate) fn update_at(&mut self, slot: &mut Slot, topic: &str, payload: &[u8]) {
+        match slot.0 {
+            NOT_CACHED => return,
+            i => {
+                if let Some(Some(e)) = self.entries.get(i as usize) {
+                    if *e.topic == *topic {
+                        *slot = Slot(self.replace(i, payload));
+                        return;
+                    }
+                }
+            }
+        }
+        *slot = Slot(self.update_slot(topic, payload));
+    }
+
+    /// [`LastValues::update`]; returns where the topic is kept now
+    /// (`NOT_CACHED`, `UNKNOWN` if not kept).
+    #[inline]
+    fn update_slot(&mut self, topic: &str, payload: &[u8]) -> u32 {
         match self.by_topic.get(topic) {
-            Some(&NOT_CACHED) => {}
+            Some(&NOT_CACHED) => NOT_CACHED,
             Some(&i) => self.replace(i, payload),
             None => self.first(topic, payload),
         }
     }
 
-    fn replace(&mut self, i: u32, payload: &[u8]) {
-        let Some(Some(e)) = self.entries.get_mut(i as usize) else { return };
+    fn replace(&mut self, i: u32, payload: &[u8]) -> u32 {
+        let Some(Some(e)) = self.entries.get_mut(i as usize) else { return UNKNOWN };
         let bytes = self.bytes - e.payload.len() + payload.len();
         if bytes > self.cfg.max_bytes {
             let topic = e.topic.clone();
             self.remove(&topic);
             self.refused += 1;
-            return;
+            return UNKNOWN;
         }
         self.bytes = bytes;
         e.payload.clear();
         e.payload.extend_from_slice(payload);
+        i
     }
 
     /// A topic seen for the first time.
     #[cold]
-    fn first(&mut self, topic: &str, payload: &[u8]) {
+    fn first(&mut self, topic: &str, payload: &[u8]) -> u32 {
         if !self.cfg.patterns.iter().any(|p| p.matches(topic)) {
             if self.not_cached >= NOT_CACHED_LIMIT {
                 self.by_topic.retain(|_, i| *i != NOT_CACHED);
@@ -137,12 +183,12 @@ impl LastValues {
             }
             self.by_topic.insert(topic.into(), NOT_CACHED);
             self.not_cached += 1;
-            return;
+            return NOT_CACHED;
         }
         if self.topics >= self.cfg.max_topics || self.bytes + payload.len() > self.cfg.max_bytes {
             // Not remembered: it may fit later.
             self.refused += 1;
-            return;
+            return UNKNOWN;
         }
         let e = Entry { topic: topic.into(), payload: payload.to_vec() };
         let i = match self.free.pop() {
@@ -163,6 +209,7 @@ impl LastValues {
         node.entry = Some(i);
         self.topics += 1;
         self.bytes += payload.len();
+        i
     }
 
     fn remove(&mut self, topic: &str) {
@@ -282,5 +329,22 @@ mod tests {
         c.update("c", b"12345");
         assert_eq!((c.topics(), c.bytes()), (2, 9), "room again for a topic refused before");
         assert_eq!(matched(&c, ">").len(), 2);
+    }
+
+    #[test]
+    fn a_remembered_slot_follows_its_topic() {
+        let mut c = cache(&["md/>"], 10, 10);
+        let (mut a, mut b, mut x) = (Slot::UNKNOWN, Slot::UNKNOWN, Slot::UNKNOWN);
+        c.update_at(&mut x, "fx/EURUSD", b"1");
+        assert_eq!((x, c.topics()), (Slot(NOT_CACHED), 0));
+        c.update_at(&mut a, "md/a", b"1234");
+        let mut stale = a;
+        c.update_at(&mut a, "md/a", b"12345678901");
+        assert_eq!((a, c.topics()), (Slot::UNKNOWN, 0), "outgrew the bytes: dropped");
+        c.update_at(&mut b, "md/b", b"22");
+        assert_eq!(b, stale, "md/b took the slot md/a left");
+        c.update_at(&mut stale, "md/a", b"9");
+        assert_ne!(stale, b);
+        assert_eq!(matched(&c, "md/>"), [("md/a".into(), b"9".to_vec()), ("md/b".into(), b"22".to_vec())]);
     }
 }

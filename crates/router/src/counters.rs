@@ -6,11 +6,10 @@
 //! journal retention, a client's conflated
 //! deliveries and back-pressure state.
 
-use crate::routing::Router;
-use client as cc;
-use router as rc;
+use rustc_hash::FxHashMap;
+use std::sync::Arc;
 use tickwire_shm::counters::Kind;
-use tickwire_shm::CounterSet;
+use tickwire_shm::{CounterSet, CountersFile};
 use topic as tc;
 
 /// The router's totals (mirrored into its counter set).
@@ -68,9 +67,9 @@ impl std::ops::AddAssign for Totals {
 }
 
 #[derive(Debug, Default)]
-pub(crate) struct TopicStat {
-    pub(crate) values: [u64; 4],
-    pub(crate) set: Option<CounterSet>,
+struct TopicStat {
+    values: [u64; 4],
+    set: Option<CounterSet>,
 }
 
 impl TopicStat {
@@ -85,57 +84,74 @@ impl TopicStat {
     }
 }
 
-impl Router {
-    /// Counts on `topic`'s counters (see [`TopicStat::add`]): one lookup
-    /// for a topic already counted (every message but the first of each).
+/// Which of [`TopicCounts`]' counters a topic counts into, remembered in
+/// its topic entry ([`crate::topics`]): no lookup per message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counted(u32);
+
+impl Counted {
+    /// Not yet counted: the first count finds its counters.
+    pub(crate) const NOT_YET: Counted = Counted(u32::MAX);
+}
+
+impl Default for Counted {
+    fn default() -> Self {
+        Self::NOT_YET
+    }
+}
+
+/// Per-topic counts: the first `limit` topics counted have a counter set
+/// of their own, the rest are counted together as "(other topics)".
+#[derive(Debug)]
+pub(crate) struct TopicCounts {
+    /// The topics with their own counters, and where they are in `stats`.
+    named: FxHashMap<Box<str>, u32>,
+    /// `stats[0]`: the other topics.
+    stats: Vec<TopicStat>,
+    limit: usize,
+    counters: Option<Arc<CountersFile>>,
+}
+
+impl TopicCounts {
+    /// Counts with `limit` topics of their own, into `counters`.
+    pub(crate) fn new(limit: usize, counters: Option<Arc<CountersFile>>) -> Self {
+        let other = TopicStat {
+            values: [0; 4],
+            set: counters.as_ref().and_then(|c| c.allocate(Kind::RouterTopic, 0, 0, "(other topics)").ok()),
+        };
+        Self { named: FxHashMap::default(), stats: vec![other], limit, counters }
+    }
+
+    /// Counts on `topic`'s counters (see [`TopicStat::add`]), found once
+    /// per topic entry (`counted`).
     #[inline]
-    pub(crate) fn count_topic(&mut self, topic: &str, m: u64, n: u64, len: u64) {
-        if let Some(stat) = self.topics.get_mut(topic) {
+    pub(crate) fn add(&mut self, counted: &mut Counted, topic: &str, m: u64, n: u64, len: u64) {
+        if *counted == Counted::NOT_YET {
+            *counted = self.find(topic);
+        }
+        if let Some(stat) = self.stats.get_mut(counted.0 as usize) {
             stat.add(m, n, len);
-        } else if self.topics.len() < self.limits.topic_counters {
-            let set = self.counters.as_ref().and_then(|c| c.allocate(Kind::RouterTopic, 0, 0, topic).ok());
-            let mut stat = TopicStat { values: [0; 4], set };
-            stat.add(m, n, len);
-            self.topics.insert(topic.into(), stat);
-        } else {
-            self.other_topics.add(m, n, len);
         }
     }
 
-    /// Copies every total into the counters file (call a few times a
-    /// second, off the per-message path).
-    pub fn publish_counters(&self) {
-        if let Some(c) = &self.totals_set {
-            let t = &self.totals;
-            c.set(rc::CLIENTS, self.clients() as u64);
-            c.set(rc::CONNECTED, t.connected);
-            c.set(rc::DISCONNECTED, t.disconnected);
-            c.set(rc::VIOLATIONS, t.violations);
-            c.set(rc::MESSAGES_IN, t.messages_in);
-            c.set(rc::UNWANTED, t.unwanted);
-            c.set(rc::DELIVERIES, t.deliveries);
-            c.set(rc::DISCARDS, t.discards);
-            c.set(rc::FORWARDED, t.forwarded);
-            c.set(rc::FORBIDDEN, t.forbidden);
-            c.set(rc::CACHE_DELIVERIES, t.cache_deliveries);
-            c.set(rc::BACK_PRESSURED, t.back_pressured);
-            c.set(rc::SLOW_DISCONNECTED, t.slow_disconnected);
-            c.set(rc::QUEUE_LIMIT_BYTES, self.limits.queue_bytes as u64);
-            c.set(rc::HELLO_TIMEOUTS, t.hello_timeouts);
-            let retain = self.guaranteed().and_then(|g| g.journal().config().retain_bytes);
-            c.set(rc::JOURNAL_RETAIN_BYTES, retain.unwrap_or(0));
+    #[cold]
+    fn find(&mut self, topic: &str) -> Counted {
+        if let Some(&i) = self.named.get(topic) {
+            return Counted(i);
         }
-        for s in self.sessions.iter().flatten() {
-            s.publish_counters();
-            // Values past `tickwire_shm`'s names for the kind: the metrics
-            // export them (`tickwire stat` shows the named ones).
-            if let Some(c) = &s.counters {
-                c.set(cc::CONFLATED, s.stats.conflated);
-                c.set(cc::HELD, u64::from(s.paused_by > 0));
-                c.set(cc::HOLDING_PUBLISHERS, s.holding.len() as u64);
-            }
+        if self.named.len() >= self.limit {
+            return Counted(0);
         }
-        for t in self.topics.values().chain(std::iter::once(&self.other_topics)) {
+        let set = self.counters.as_ref().and_then(|c| c.allocate(Kind::RouterTopic, 0, 0, topic).ok());
+        let i = self.stats.len() as u32;
+        self.stats.push(TopicStat { values: [0; 4], set });
+        self.named.insert(topic.into(), i);
+        Counted(i)
+    }
+
+    /// Copies the counts into their counter sets.
+    pub(crate) fn publish(&self) {
+        for t in &self.stats {
             if let Some(set) = &t.set {
                 set.set_all(&t.values);
             }

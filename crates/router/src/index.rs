@@ -2,18 +2,13 @@
 //!
 //! A trie of topic levels, each node with literal children, a `*` branch
 //! and the subscriptions ending there or in a `>` below it (nats-server's
-//! sublist). In front of it, a match cache from topic to the deduplicated
-//! list of subscribers, cleared whenever a subscription is added or removed.
-//! A topic seen before costs one hash lookup, whether it has subscribers or
-//! none; matching an unseen topic walks at most `levels x 2` branches,
-//! however many unrelated subscriptions the index holds.
+//! sublist). Matching a topic walks at most `levels x 2` branches, however
+//! many unrelated subscriptions the index holds. The index keeps no cache:
+//! the router remembers each topic's match in its topic table
+//! ([`crate::topics`]), recomputed after a subscription changes.
 
 use rustc_hash::FxHashMap as HashMap;
 use tickwire_topic::{Level, Pattern};
-
-/// Cached topics kept before the cache is cleared (bounds its memory when
-/// publishers use many distinct topics).
-pub const CACHE_LIMIT: usize = 64 * 1024;
 
 #[derive(Debug)]
 struct Node<K> {
@@ -43,8 +38,8 @@ impl<K> Node<K> {
 #[derive(Debug)]
 pub struct SubscriptionIndex<K> {
     root: Node<K>,
-    cache: HashMap<Box<str>, usize>,
-    results: Vec<Box<[K]>>,
+    /// [`SubscriptionIndex::matches`]'s answer (kept: no allocation per
+    /// call).
     scratch: Vec<K>,
     len: usize,
 }
@@ -58,7 +53,7 @@ impl<K: Copy + Ord> Default for SubscriptionIndex<K> {
 impl<K: Copy + Ord> SubscriptionIndex<K> {
     /// An empty index.
     pub fn new() -> Self {
-        Self { root: Node::default(), cache: HashMap::default(), results: Vec::new(), scratch: Vec::new(), len: 0 }
+        Self { root: Node::default(), scratch: Vec::new(), len: 0 }
     }
 
     /// Subscriptions held.
@@ -71,17 +66,6 @@ impl<K: Copy + Ord> SubscriptionIndex<K> {
         self.len == 0
     }
 
-    /// Empties the match cache (the next lookup of every topic walks the
-    /// trie); the lab uses it to time the walk.
-    pub fn clear_cache(&mut self) {
-        self.invalidate();
-    }
-
-    fn invalidate(&mut self) {
-        self.cache.clear();
-        self.results.clear();
-    }
-
     /// Adds subscription `id` of `key` on `pattern`.
     pub fn insert(&mut self, pattern: &Pattern, key: K, id: u32) {
         let mut node = &mut self.root;
@@ -92,14 +76,12 @@ impl<K: Copy + Ord> SubscriptionIndex<K> {
                 Level::Tail => {
                     node.tail.push((key, id));
                     self.len += 1;
-                    self.invalidate();
                     return;
                 }
             }
         }
         node.here.push((key, id));
         self.len += 1;
-        self.invalidate();
     }
 
     /// Removes subscription `id` of `key` on `pattern`; whether it was there.
@@ -107,7 +89,6 @@ impl<K: Copy + Ord> SubscriptionIndex<K> {
         let removed = remove_at(&mut self.root, pattern.levels(), key, id);
         if removed {
             self.len -= 1;
-            self.invalidate();
         }
         removed
     }
@@ -115,34 +96,19 @@ impl<K: Copy + Ord> SubscriptionIndex<K> {
     /// The subscribers `topic` (a checked topic) goes to, each once, in key
     /// order.
     pub fn matches(&mut self, topic: &str) -> &[K] {
-        match self.lookup(topic, |_| Ok::<(), ()>(())) {
-            Ok(m) => m,
-            Err(()) => &[],
-        }
+        let mut out = std::mem::take(&mut self.scratch);
+        self.matches_into(topic, &mut out);
+        self.scratch = out;
+        &self.scratch
     }
 
-    /// [`SubscriptionIndex::matches`] for a topic not yet checked: a topic
-    /// in the cache passed `check` before; any other is checked first.
-    ///
-    /// # Errors
-    /// What `check` returns for the topic.
-    #[inline]
-    pub fn lookup<E>(&mut self, topic: &str, check: impl FnOnce(&str) -> Result<(), E>) -> Result<&[K], E> {
-        if let Some(&i) = self.cache.get(topic) {
-            return Ok(&self.results[i]);
-        }
-        check(topic)?;
-        self.scratch.clear();
-        collect(&self.root, topic, &mut self.scratch);
-        self.scratch.sort_unstable();
-        self.scratch.dedup();
-        if self.cache.len() >= CACHE_LIMIT {
-            self.invalidate();
-        }
-        let i = self.results.len();
-        self.results.push(self.scratch.as_slice().into());
-        self.cache.insert(topic.into(), i);
-        Ok(&self.results[i])
+    /// [`SubscriptionIndex::matches`] into `out` (emptied first), which
+    /// keeps its allocation from one call to the next.
+    pub fn matches_into(&self, topic: &str, out: &mut Vec<K>) {
+        out.clear();
+        collect(&self.root, topic, out);
+        out.sort_unstable();
+        out.dedup();
     }
 }
 
@@ -246,7 +212,7 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
         /// The index agrees with the plain matcher through inserts, removals
-        /// and cached lookups.
+        /// and repeated lookups.
         #[test]
         fn agrees_with_the_plain_matcher(
             subs in proptest::collection::vec((pattern(), 0u32..6), 0..24),

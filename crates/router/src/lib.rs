@@ -2,8 +2,9 @@
 //!
 //! ```text
 //!  client (ipc)  ─ PUBLISH ─► [its log in]  ──► LogReader ─┐                    ┌─► LogAppender ─► [its log out] ─► client (ipc)
-//!                                                          ├─► Router::handle_frame ─ SubscriptionIndex (trie + match cache)
-//!  client (tcp)  ─ [len][PUBLISH] ─► socket ─► FrameReader ┘        │ fan-out, once per client
+//!                                                          ├─► Router::handle_frame (routing: sessions ─► publish)
+//!  client (tcp)  ─ [len][PUBLISH] ─► socket ─► FrameReader ┘        │ one lookup in the topic table: its targets, agents, ...
+//!                                                                    ├─► other agents (peers: a ring each)
 //!                                                                    └─► Session::deliver ─► transport, or its bounded
 //!                                                                        OutQueue (drop oldest, discard count on the next)
 //!                                                                        ─► TcpOut (one write per duty cycle) ─► client (tcp)
@@ -11,24 +12,30 @@
 //!
 //! Layers, from the bottom:
 //! * [`index`]: which clients want a topic (`tickwire_topic` patterns in a
-//!   trie with `*` and `>` branches, plus a match cache).
+//!   trie with `*` and `>` branches; no cache of its own).
+//! * [`topics`]: the topic table, one entry per topic seen, found with one
+//!   hash lookup per publish. An entry holds everything a publish on its
+//!   topic needs: its subscribers with the ACLs applied, the other agents
+//!   wanting it (both recomputed after a subscription, the users or an
+//!   agent's interest change: an epoch), whether it is conflated, its
+//!   counters and its last-value slot. Bounded; a topic not used lately is
+//!   evicted, and evictions are counted.
 //! * [`queue`]: a client's bounded outbound queue with Solace's discard
-//!   indication.
-//! * [`session`]: one client: its transport ([`Outbound`]), queue,
-//!   subscriptions and counters.
+//!   indication; [`session`]: one client: its transport ([`Outbound`]),
+//!   queue, subscriptions and counters.
 //! * [`cache`]: the last-value cache; [`access`]: users, passwords
-//!   (checked on a thread of their own) and topic ACLs.
-//! * [`routing`]: the core, no I/O of its own: [`Router::handle_frame`]
-//!   validates each client frame (the client protocol of
-//!   `tickwire_wire::client`) and routes; [`Router::flush`] moves queues.
-//!   Beside it, in private modules extending [`Router`]: the delivery loop
-//!   (`fanout`), logging in (`login`), the slow-consumer policies
-//!   (`slow`); and [`counters`], its totals and counter sets.
-//! * [`guaranteed`]: guaranteed publishes stored in the journal
-//!   (`tickwire_journal`) and acknowledged when durable; [`durable`]
-//!   subscriptions replayed from it, acknowledged, redelivered.
-//! * [`peers`]: with several routing agents, the patterns the other
-//!   agents' clients hold and the rings that carry messages to them.
+//!   (checked on a thread of their own) and topic ACLs; [`peers`]: with
+//!   several routing agents, the patterns the other agents' clients hold
+//!   and the rings that carry messages to them.
+//! * [`routing`]: the core, sans I/O: [`Router`] takes each client frame
+//!   ([`Router::handle_frame`], the client protocol of
+//!   `tickwire_wire::client`) and hands back what to send
+//!   ([`Router::flush`]) and which sessions must end; it is given the
+//!   time, never reads it. One file per concept, each with its own state:
+//!   sessions and their frames, the publish path, logging in and the hello
+//!   deadline, slow consumers, [`guaranteed`] publishes in the journal
+//!   (`tickwire_journal`) and [`durable`] subscriptions replayed from it,
+//!   and what it reports ([`counters`], [`status`]).
 //! * [`tcp`]: length-prefixed frames on non-blocking sockets.
 //! * [`agent`]: a routing agent's duty cycle: its clients' logs and
 //!   sockets in, its router, its links from the other agents.
@@ -49,20 +56,18 @@ pub mod agent;
 pub mod cache;
 pub mod config;
 pub mod counters;
-pub mod durable;
-mod fanout;
-pub mod guaranteed;
 pub mod index;
-mod login;
 pub mod metrics;
 pub mod peers;
 pub mod queue;
 pub mod routing;
 pub mod server;
 pub mod session;
-mod slow;
 pub mod status;
 pub mod tcp;
+pub mod topics;
+
+pub use routing::{durable, guaranteed};
 
 pub use agent::RoutingAgent;
 pub use config::RouterConfig;

@@ -233,14 +233,28 @@ impl Peers {
         }
     }
 
+    /// The other agents whose clients want `topic` (a checked topic), into
+    /// `out` (emptied first), each once.
+    pub fn interested(&self, topic: &str, out: &mut Vec<u32>) {
+        if self.interest.is_empty() {
+            out.clear();
+            return;
+        }
+        self.interest.matches_into(topic, out);
+    }
+
     /// Sends a published message (its topic checked) to every other agent
     /// whose clients want it; returns how many agents it went to.
-    #[inline]
     pub fn forward(&mut self, topic: &str, payload: &[u8]) -> usize {
-        if self.interest.is_empty() {
-            return 0;
-        }
-        let agents = self.interest.matches(topic);
+        let mut agents = Vec::new();
+        self.interested(topic, &mut agents);
+        self.forward_to(&agents, topic, payload)
+    }
+
+    /// [`Peers::forward`] to `agents`, found by [`Peers::interested`]
+    /// (the router remembers them per topic); returns `agents.len()`.
+    #[inline]
+    pub fn forward_to(&mut self, agents: &[u32], topic: &str, payload: &[u8]) -> usize {
         let mut sent = 0;
         for &k in agents {
             if let Some(Some(link)) = self.links.get_mut(k as usize) {

@@ -11,7 +11,6 @@
 
 use crate::agent::AgentShared;
 use crate::counters::Totals;
-use crate::routing::Router;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -173,38 +172,6 @@ impl From<Totals> for StatusTotals {
             disconnected: t.disconnected,
             forbidden: t.forbidden,
         }
-    }
-}
-
-impl Router {
-    /// Describes every session of this routing agent.
-    pub fn client_status(&self) -> Vec<ClientStatus> {
-        let mut out = Vec::new();
-        for id in self.session_ids() {
-            let Some(s) = self.session(id) else { continue };
-            let mut subscriptions: Vec<String> = s.subscriptions.values().map(|p| p.as_str().to_owned()).collect();
-            if let Some(g) = self.guaranteed() {
-                let bound = g.durables.values().filter(|d| d.bound.is_some_and(|b| b.0 == id));
-                subscriptions.extend(bound.map(|d| format!("{} (durable {})", d.pattern(), d.name)));
-            }
-            subscriptions.sort();
-            out.push(ClientStatus {
-                client: self.client_id(id),
-                name: s.name.clone(),
-                peer: s.peer.clone(),
-                user: s.user().map(str::to_owned),
-                agent: self.me,
-                subscriptions,
-                queue_messages: s.queued(),
-                queue_bytes: s.queue.bytes(),
-                slow_consumer: s.policy.as_str().into(),
-                held: s.paused_by > 0,
-                messages_in: s.stats.messages_in,
-                messages_out: s.stats.messages_out,
-                discards: s.stats.discards,
-            });
-        }
-        out
     }
 }
 

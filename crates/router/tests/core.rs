@@ -1,47 +1,11 @@
 //! The routing core driven without I/O: sessions on in-memory transports.
 
+mod sansio;
+
+use sansio::{client, drain, frame, hello, publish, subscribe, topics, Pair};
 use tickwire_router::{Disconnect, Limits, MemoryOut, Outbound, Router, SlowConsumer};
 use tickwire_wire::client::{flags, ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION};
 use tickwire_wire::ClientFrame;
-
-fn frame(r: ClientRepr<'_>) -> Vec<u8> {
-    let mut b = vec![0u8; r.buffer_len()];
-    r.emit(&mut b).unwrap();
-    b
-}
-fn hello(name: &str) -> Vec<u8> {
-    frame(ClientRepr { value: CLIENT_PROTOCOL_VERSION, topic: name, ..ClientRepr::new(ClientKind::Hello) })
-}
-fn subscribe(id: u32, pattern: &str) -> Vec<u8> {
-    frame(ClientRepr { value: id, topic: pattern, ..ClientRepr::new(ClientKind::Subscribe) })
-}
-fn publish(topic: &str, body: &[u8]) -> Vec<u8> {
-    frame(ClientRepr { topic, body, ..ClientRepr::new(ClientKind::Publish) })
-}
-
-fn client(r: &mut Router, name: &str, room: usize) -> u32 {
-    let id = r.attach(Outbound::Memory(MemoryOut { frames: Vec::new(), room }), format!("test {name}"));
-    r.handle_frame(id, &hello(name)).unwrap();
-    let got = drain(r, id);
-    assert_eq!(got[0].0, ClientKind::Welcome);
-    id
-}
-
-/// (kind, topic, body, value, sequence) of every frame the session was sent.
-fn drain(r: &mut Router, id: u32) -> Vec<(ClientKind, String, Vec<u8>, u32, u64)> {
-    let Outbound::Memory(m) = r.session_mut(id).unwrap().outbound_mut() else { panic!() };
-    std::mem::take(&mut m.frames)
-        .iter()
-        .map(|b| {
-            let f = ClientFrame::new_checked(b).unwrap();
-            (f.kind(), f.topic().to_owned(), f.body().to_vec(), f.value(), f.sequence())
-        })
-        .collect()
-}
-
-fn topics(frames: &[(ClientKind, String, Vec<u8>, u32, u64)]) -> Vec<&str> {
-    frames.iter().filter(|f| f.0 == ClientKind::Deliver).map(|f| f.1.as_str()).collect()
-}
 
 #[test]
 fn wildcard_fan_out_delivers_once_per_client() {
@@ -165,37 +129,6 @@ fn a_stalled_client_loses_its_oldest_and_hears_how_many() {
     assert_eq!(got[0].4, 15, "delivery sequence numbers show the gap too");
     assert_eq!(r.totals().discards, 15);
     assert_eq!(r.session(slow).unwrap().stats.discards, 15);
-}
-
-/// Two routing agents' routers wired as the server wires them.
-struct Pair {
-    r: [Router; 2],
-    from0: tickwire_router::peers::LinkReader,
-    from1: tickwire_router::peers::LinkReader,
-}
-
-impl Pair {
-    fn new(link_bytes: usize) -> Self {
-        use tickwire_router::peers::{link, Peers};
-        let (l01, from0) = link(link_bytes);
-        let (l10, from1) = link(link_bytes);
-        let r0 = Router::with_peers("test", Limits::default(), None, Peers::new(0, vec![None, Some(l01)]), 2);
-        let r1 = Router::with_peers("test", Limits::default(), None, Peers::new(1, vec![Some(l10), None]), 2);
-        Self { r: [r0, r1], from0, from1 }
-    }
-
-    /// What the agents' duty cycles pass each other: interest, then messages.
-    fn exchange(&mut self) {
-        let [r0, r1] = &mut self.r;
-        for change in r0.take_announcements() {
-            r1.handle_interest(&change);
-        }
-        for change in r1.take_announcements() {
-            r0.handle_interest(&change);
-        }
-        self.from0.receive(usize::MAX, |t, p, d| r1.route_forwarded(t, p, d));
-        self.from1.receive(usize::MAX, |t, p, d| r0.route_forwarded(t, p, d));
-    }
 }
 
 #[test]

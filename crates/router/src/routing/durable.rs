@@ -7,14 +7,14 @@
 //! count; past `max_deliveries` a message goes to `dead/NAME`. What
 //! retention removed before it was delivered comes as a LOSS event.
 
-use crate::routing::{control, Disconnect, Router};
+use super::{control, Disconnect, Router};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use tickwire_journal::{Journal, JournalError, Read, Reader};
 use tickwire_topic::Pattern;
 use tickwire_wire::client::{flags, guaranteed_value, ClientKind, ClientRepr, RejectCode};
 
-/// What is saved of a durable subscription ([`crate::guaranteed::DURABLES_FILE`]).
+/// What is saved of a durable subscription ([`super::guaranteed::DURABLES_FILE`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DurableState {
     /// Its name.
@@ -41,7 +41,7 @@ impl DurableState {
         Self { name: name.to_owned(), pattern: pattern.to_string(), acked, delivered_limit }
     }
 
-    pub(crate) fn load(path: &Path) -> Result<Vec<Self>, JournalError> {
+    pub(super) fn load(path: &Path) -> Result<Vec<Self>, JournalError> {
         let io = |source| JournalError::Io { path: path.to_path_buf(), source };
         match std::fs::read(path) {
             Ok(b) => serde_json::from_slice(&b)
@@ -51,7 +51,7 @@ impl DurableState {
         }
     }
 
-    pub(crate) fn save<'a>(path: &Path, all: impl Iterator<Item = &'a Self>) -> std::io::Result<()> {
+    pub(super) fn save<'a>(path: &Path, all: impl Iterator<Item = &'a Self>) -> std::io::Result<()> {
         let all: Vec<&Self> = all.collect();
         let tmp = path.with_extension("json.tmp");
         std::fs::write(&tmp, serde_json::to_vec_pretty(&all).map_err(std::io::Error::other)?)?;
@@ -61,11 +61,11 @@ impl DurableState {
 
 /// A durable subscription's live state.
 #[derive(Debug)]
-pub(crate) struct Durable {
-    pub(crate) name: String,
+pub(super) struct Durable {
+    pub(super) name: String,
     pattern: Pattern,
     /// Every message up to this sequence is acknowledged.
-    pub(crate) acked: u64,
+    pub(super) acked: u64,
     reader: Reader,
     /// Delivered, not acknowledged: (sequence, when sent, monotonic ns).
     inflight: VecDeque<(u64, u64)>,
@@ -75,9 +75,9 @@ pub(crate) struct Durable {
     /// Deliveries made of each unacknowledged sequence.
     counts: BTreeMap<u64, u32>,
     /// The session it is bound to: (session, serial, subscription id).
-    pub(crate) bound: Option<(u32, u64, u32)>,
+    pub(super) bound: Option<(u32, u64, u32)>,
     /// Saved: no delivery went past this (see [`DurableState::delivered_limit`]).
-    pub(crate) lease: u64,
+    pub(super) lease: u64,
     /// Loaded at start: its deliveries up to this may have been made before
     /// the restart (0: none).
     flag_upto: u64,
@@ -99,7 +99,7 @@ impl Durable {
         }
     }
 
-    pub(crate) fn restore(s: DurableState, journal: &Journal) -> Option<Self> {
+    pub(super) fn restore(s: DurableState, journal: &Journal) -> Option<Self> {
         match Pattern::parse(&s.pattern) {
             Ok(p) => {
                 let mut d = Self::new(s.name, p, s.acked, s.delivered_limit);
@@ -116,28 +116,28 @@ impl Durable {
         }
     }
 
-    pub(crate) fn state(&self) -> DurableState {
+    pub(super) fn state(&self) -> DurableState {
         DurableState::of(&self.name, &self.pattern, self.acked, self.lease)
     }
 
     /// Its topic pattern.
-    pub(crate) fn pattern(&self) -> &Pattern {
+    pub(super) fn pattern(&self) -> &Pattern {
         &self.pattern
     }
 
     /// Messages waiting for it: up to `last` (the journal's durable end).
-    pub(crate) fn backlog(&self, last: u64) -> u64 {
+    pub(super) fn backlog(&self, last: u64) -> u64 {
         last.saturating_sub(self.acked)
     }
 
     /// Unacknowledged deliveries.
-    pub(crate) fn in_flight(&self) -> usize {
+    pub(super) fn in_flight(&self) -> usize {
         self.inflight.len()
     }
 
     /// Sends again everything from the oldest unacknowledged delivery if it
     /// has waited `timeout` ns; returns how many were in flight.
-    pub(crate) fn expire(&mut self, now: u64, timeout: u64) -> u64 {
+    pub(super) fn expire(&mut self, now: u64, timeout: u64) -> u64 {
         match self.inflight.front() {
             Some(&(seq, sent)) if self.bound.is_some() && now.saturating_sub(sent) >= timeout => {
                 let n = self.inflight.len() as u64;
@@ -165,7 +165,7 @@ impl Router {
     /// SUBSCRIBE with `DURABLE`: binds session `id`'s subscription `sid` to
     /// the durable subscription `name` (made now, from the journal's end,
     /// if new); delivery starts after its last acknowledged message.
-    pub(crate) fn subscribe_durable(
+    pub(super) fn subscribe_durable(
         &mut self,
         id: u32,
         sid: u32,
@@ -223,7 +223,7 @@ impl Router {
 
     /// Lets go of session `id`'s durable subscriptions (`sid`: only that
     /// one); they keep their position.
-    pub(crate) fn unbind_durables(&mut self, id: u32, sid: Option<u32>) {
+    pub(super) fn unbind_durables(&mut self, id: u32, sid: Option<u32>) {
         let Some(g) = self.guaranteed.as_deref_mut() else { return };
         for d in g.durables.values_mut() {
             if d.bound.is_some_and(|(b, _, s)| b == id && sid.is_none_or(|x| x == s)) {
@@ -234,7 +234,7 @@ impl Router {
 
     /// ACK from session `id`: every delivery of its durable subscription
     /// `sid` up to journal sequence `seq` is done.
-    pub(crate) fn handle_ack(&mut self, id: u32, sid: u32, seq: u64) {
+    pub(super) fn handle_ack(&mut self, id: u32, sid: u32, seq: u64) {
         let Some(g) = self.guaranteed.as_deref_mut() else { return };
         let Some(d) = g.durables.values_mut().find(|d| d.bound.is_some_and(|(b, _, s)| b == id && s == sid)) else {
             return;
@@ -260,8 +260,8 @@ impl Router {
     }
 
     /// Delivers what each bound durable subscription has room for.
-    pub(crate) fn deliver_durables(&mut self, now: u64) -> usize {
-        let Router { guaranteed, sessions, backlog, users, .. } = self;
+    pub(super) fn deliver_durables(&mut self, now: u64) -> usize {
+        let Router { guaranteed, sessions, backlog, login, .. } = self;
         let Some(g) = guaranteed.as_deref_mut() else { return 0 };
         if g.durables.is_empty() {
             return 0;
@@ -304,7 +304,7 @@ impl Router {
                     }
                 };
                 let seq = r.sequence();
-                if !d.pattern.matches(r.topic()) || (users.is_some() && !s.may(r.topic(), false)) {
+                if !d.pattern.matches(r.topic()) || (login.enabled() && !s.may(r.topic(), false)) {
                     continue;
                 }
                 let count = d.counts.entry(seq).or_insert(0);

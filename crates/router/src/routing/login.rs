@@ -1,11 +1,16 @@
-//! The routing core's side of users ([`crate::access`]): HELLO's password
-//! sent for checking, the answer acted on, a new set of users applied to
-//! the sessions open. No I/O: the agent carries the checks to the
+//! Logging in: the routing core's side of users ([`crate::access`]):
+//! HELLO's password sent for checking, the answer acted on, a new set of
+//! users applied to the sessions open; and the deadline for being
+//! welcomed ([`Limits::hello_timeout`](crate::Limits::hello_timeout),
+//! [`Router::take_expired`]). No I/O: the agent carries the checks to the
 //! [`AuthWorker`](crate::access::AuthWorker) and back.
+//!
+//! Its state is [`Login`].
 
+use super::{control, Disconnect, Router};
 use crate::access::{AuthRequest, AuthResult, Reach, Users};
-use crate::routing::{control, Disconnect, Router};
 use crate::session::Session;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use tickwire_shm::counters::Kind;
 use tickwire_wire::client::{credentials, ClientKind, ClientRepr, RejectCode, HEADER_LEN};
@@ -23,7 +28,7 @@ const SUBSCRIBE_BYTES: usize = HEADER_LEN + 2 * MAX_TOPIC_LENGTH;
 /// client sends its subscriptions right after HELLO (as NATS clients send
 /// every SUB after CONNECT): up to `max_subscriptions` of them are kept
 /// beside 256 other frames, each kind within its byte bound.
-pub(crate) fn keep_unchecked(s: &mut Session, bytes: &[u8], max_subscriptions: usize) -> Result<(), Disconnect> {
+pub(super) fn keep_unchecked(s: &mut Session, bytes: &[u8], max_subscriptions: usize) -> Result<(), Disconnect> {
     let subscribe = bytes.first() == Some(&(ClientKind::Subscribe as u8));
     let (most, max_bytes) = if subscribe {
         (max_subscriptions, max_subscriptions.saturating_mul(SUBSCRIBE_BYTES))
@@ -46,10 +51,56 @@ pub(crate) fn keep_unchecked(s: &mut Session, bytes: &[u8], max_subscriptions: u
     Ok(())
 }
 
+/// Users, the password checks asked for, the sessions awaiting WELCOME.
+#[derive(Debug, Default)]
+pub(super) struct Login {
+    /// The configured users (`None`: every client is anonymous).
+    users: Option<Arc<Users>>,
+    /// Password checks to make ([`Router::take_auth_requests`]).
+    auth_out: Vec<AuthRequest>,
+    next_ticket: u64,
+    /// Some session's subscription reaches topics its user may not read:
+    /// a topic's targets are checked against their users' ACLs.
+    filtered: bool,
+    /// Sessions not yet welcomed when attached, oldest first: (session,
+    /// serial, attached at, monotonic ns; 0: not yet known). Welcomed and
+    /// ended ones are dropped when they reach the front
+    /// ([`Router::take_expired`]).
+    unwelcomed: VecDeque<(u32, u64, u64)>,
+    /// Some of `unwelcomed` were attached without a time.
+    unstamped: bool,
+}
+
+impl Login {
+    /// Whether users are configured (every client logs in as one).
+    #[inline]
+    pub(super) fn enabled(&self) -> bool {
+        self.users.is_some()
+    }
+
+    /// Whether some subscription reaches topics its user may not read.
+    #[inline]
+    pub(super) fn filtered(&self) -> bool {
+        self.filtered
+    }
+
+    /// A subscription was taken that reaches topics its user may not read.
+    pub(super) fn note_filtered(&mut self) {
+        self.filtered = true;
+    }
+
+    /// Session `id` of `serial`, attached at `now` (monotonic ns; 0: not
+    /// known), must be welcomed within the hello timeout.
+    pub(super) fn expect_welcome(&mut self, id: u32, serial: u64, now: u64) {
+        self.unwelcomed.push_back((id, serial, now));
+        self.unstamped |= now == 0;
+    }
+}
+
 impl Router {
     /// Sends WELCOME to session `id` (its HELLO accepted) and gives it its
     /// counters.
-    pub(crate) fn welcome(&mut self, id: u32) -> Result<(), Disconnect> {
+    pub(super) fn welcome(&mut self, id: u32) -> Result<(), Disconnect> {
         let client = self.client_id(id);
         let Some(Some(s)) = self.sessions.get_mut(id as usize) else { return Ok(()) };
         let label = match s.user() {
@@ -72,7 +123,7 @@ impl Router {
     /// HELLO from session `id` with `body` (its credentials) on a router
     /// with users: the password goes for checking, and the session's
     /// frames wait until the answer.
-    pub(crate) fn ask_password(&mut self, id: u32, body: &[u8]) -> Result<(), Disconnect> {
+    pub(super) fn ask_password(&mut self, id: u32, body: &[u8]) -> Result<(), Disconnect> {
         let forbidden = |reason: &str| Disconnect { code: RejectCode::Forbidden, reason: reason.into() };
         let (user, password) = match credentials::parse(body) {
             Ok(Some(c)) => c,
@@ -82,12 +133,12 @@ impl Router {
             }
             Err(e) => return Err(Disconnect::protocol(format!("HELLO: {e}"))),
         };
-        let ticket = self.next_ticket;
-        self.next_ticket += 1;
+        let ticket = self.login.next_ticket;
+        self.login.next_ticket += 1;
         if let Some(Some(s)) = self.sessions.get_mut(id as usize) {
             s.ticket = Some(ticket);
         }
-        self.auth_out.push(AuthRequest {
+        self.login.auth_out.push(AuthRequest {
             agent: self.me as usize,
             session: id,
             ticket,
@@ -99,7 +150,7 @@ impl Router {
 
     /// Password checks to make, for the agent to hand to the worker.
     pub fn take_auth_requests(&mut self) -> Vec<AuthRequest> {
-        std::mem::take(&mut self.auth_out)
+        std::mem::take(&mut self.login.auth_out)
     }
 
     /// The answer to a password check: the session is welcomed and the
@@ -117,7 +168,7 @@ impl Router {
         s.ticket = None;
         // Checked against the users of its time; held to today's (none
         // now: everyone is anonymous).
-        let user = r.outcome.and_then(|u| match &self.users {
+        let user = r.outcome.and_then(|u| match &self.login.users {
             None => Ok(None),
             Some(us) => match us.get(&u.name) {
                 Some(now) if now.same_login(&u) => Ok(Some(Arc::clone(now))),
@@ -154,9 +205,10 @@ impl Router {
     /// lose (with a REJECT) any subscription that now reaches nothing they
     /// may read.
     pub fn set_users(&mut self, users: Option<Arc<Users>>) -> Vec<(u32, Disconnect)> {
-        self.users = users.filter(|u| !u.is_empty());
-        self.readable.clear();
-        self.any_filtered = false;
+        self.login.users = users.filter(|u| !u.is_empty());
+        // Who may read what changed.
+        self.topics.invalidate();
+        self.login.filtered = false;
         let mut ending = Vec::new();
         let default_policy = self.limits().slow_consumer;
         for id in 0..self.sessions.len() as u32 {
@@ -167,7 +219,7 @@ impl Router {
             }
             s.access.clear();
             let forbidden = |reason: String| Disconnect { code: RejectCode::Forbidden, reason };
-            let now = match (&self.users, &s.user) {
+            let now = match (&self.login.users, &s.user) {
                 (None, _) => None,
                 (Some(_), None) => {
                     ending.push((id, forbidden("users are configured now: connect with a user and password".into())));
@@ -207,15 +259,14 @@ impl Router {
                 Reach::All => {}
                 Reach::Some => {
                     s.filtered = true;
-                    self.any_filtered = true;
+                    self.login.filtered = true;
                 }
                 Reach::None => gone.push(sid),
             }
         }
         for sid in gone {
             let Some(p) = s.subscriptions.remove(&sid) else { continue };
-            self.index.remove(&p, id, sid);
-            self.readable.clear();
+            self.topics.unsubscribe(&p, id, sid);
             if let Some(peers) = &mut self.peers {
                 peers.release(&p);
             }
@@ -230,5 +281,74 @@ impl Router {
             let _ = control(s, &r);
         }
         s.mark(id, &mut self.backlog);
+    }
+
+    /// Sessions not welcomed within
+    /// [`Limits::hello_timeout`](crate::Limits::hello_timeout) of their
+    /// attachment at `now` (monotonic ns), each once, with why (code
+    /// `Limit`), counted in [`Totals::hello_timeouts`](crate::counters::Totals::hello_timeouts):
+    /// no HELLO came (a silent connection, a frame stopped halfway, a TLS
+    /// handshake that stalled), or its password is still being checked
+    /// (the check's answer is then dropped: its ticket is gone). The
+    /// agent closes them. Each call looks at the sessions attached
+    /// longest ago only: a call where nothing expires costs one look.
+    pub fn take_expired(&mut self, now: u64) -> Vec<(u32, Disconnect)> {
+        let timeout = self.limits.hello_timeout;
+        let limit = timeout.as_nanos() as u64;
+        let mut expired = Vec::new();
+        if self.login.unstamped {
+            // Attached without a time ([`Router::attach`]): their deadline
+            // runs from now. Kept in order of time (the agent never does
+            // this: it says when).
+            self.login.unstamped = false;
+            for e in self.login.unwelcomed.iter_mut().filter(|e| e.2 == 0) {
+                e.2 = now.max(1);
+            }
+            self.login.unwelcomed.make_contiguous().sort_by_key(|e| e.2);
+        }
+        while let Some(&(id, serial, at)) = self.login.unwelcomed.front() {
+            let Some(ticket) = self.awaiting_welcome(id, serial) else {
+                // Welcomed, closing or gone.
+                self.login.unwelcomed.pop_front();
+                continue;
+            };
+            if now.saturating_sub(at) < limit {
+                break;
+            }
+            self.login.unwelcomed.pop_front();
+            let d = humantime::format_duration(timeout);
+            let reason = match ticket {
+                None => format!("no HELLO within {d}"),
+                Some(t) => {
+                    // Not yet handed to the worker: it never is.
+                    self.login.auth_out.retain(|r| r.session != id || r.ticket != t);
+                    format!("not logged in within {d}")
+                }
+            };
+            self.totals.hello_timeouts += 1;
+            expired.push((id, Disconnect { code: RejectCode::Limit, reason }));
+        }
+        expired
+    }
+
+    /// Whether session `id` of `serial` still waits to be welcomed (and
+    /// is not closing); if so, its password check's ticket, if any.
+    fn awaiting_welcome(&self, id: u32, serial: u64) -> Option<Option<u64>> {
+        match self.sessions.get(id as usize) {
+            Some(Some(s)) if s.serial == serial && !s.is_welcomed() && !s.closing => Some(s.ticket),
+            _ => None,
+        }
+    }
+
+    /// Drops the sessions at the front of the deadline queue that no longer
+    /// wait (welcomed, closing, gone), so that it stays short even where
+    /// [`Router::take_expired`] is not called.
+    pub(super) fn trim_unwelcomed(&mut self) {
+        while let Some(&(id, serial, _)) = self.login.unwelcomed.front() {
+            if self.awaiting_welcome(id, serial).is_some() {
+                break;
+            }
+            self.login.unwelcomed.pop_front();
+        }
     }
 }

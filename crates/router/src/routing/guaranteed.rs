@@ -3,15 +3,15 @@
 //! durable by the sync policy; a publisher's resends (after a reconnect or
 //! a router restart) are recognised by (publisher id, sequence) and stored
 //! once. Durable subscriptions, which replay the journal, are in
-//! [`crate::durable`].
+//! [`super::durable`].
 //!
 //! Everything here runs on the routing agent's thread; the only system
 //! calls are the journal's one `pwrite` per duty cycle with publishes, and
 //! the durable subscriptions' reads (from the page cache, in 256 KiB
 //! chunks). fsyncs run on the journal's own thread.
 
-use crate::durable::{Durable, DurableState};
-use crate::routing::{Disconnect, Router};
+use super::durable::{Durable, DurableState};
+use super::{Disconnect, Router};
 use crate::status::{DurableStatus, JournalStatus, PublisherStatus};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
@@ -61,8 +61,8 @@ pub struct GuaranteedStats {
 /// The journal, its publishers and durable subscriptions.
 #[derive(Debug)]
 pub struct Guaranteed {
-    pub(crate) journal: Journal,
-    pub(crate) cfg: GuaranteedConfig,
+    pub(super) journal: Journal,
+    pub(super) cfg: GuaranteedConfig,
     /// Each publisher's highest sequence stored.
     stored: HashMap<u64, u64>,
     /// Each publisher's highest sequence acknowledged (what the journal
@@ -71,12 +71,12 @@ pub struct Guaranteed {
     /// Publishes appended and awaiting durability, in journal order:
     /// (journal sequence, session, session serial, publisher sequence).
     awaiting: VecDeque<(u64, u32, u64, u64)>,
-    pub(crate) durables: BTreeMap<String, Durable>,
-    pub(crate) state_path: PathBuf,
+    pub(super) durables: BTreeMap<String, Durable>,
+    pub(super) state_path: PathBuf,
     /// What was last saved of each durable subscription.
-    pub(crate) saved: BTreeMap<String, DurableState>,
-    pub(crate) dirty: bool,
-    pub(crate) stats: GuaranteedStats,
+    pub(super) saved: BTreeMap<String, DurableState>,
+    pub(super) dirty: bool,
+    pub(super) stats: GuaranteedStats,
     /// The journal failed (a write or an fsync): nothing more is
     /// acknowledged, and guaranteed publishes are refused.
     failed: Option<String>,
@@ -144,7 +144,7 @@ impl Guaranteed {
 
     /// Saves the durable subscriptions' positions if they moved
     /// (write-then-rename: a crash leaves the old file or the new one).
-    pub(crate) fn save(&mut self) {
+    pub(super) fn save(&mut self) {
         if !self.dirty {
             return;
         }
@@ -181,7 +181,7 @@ impl Router {
     /// A guaranteed PUBLISH from session `id`: stored once per (publisher,
     /// sequence), acknowledged when durable ([`Router::poll_guaranteed`]),
     /// and routed at once to the direct subscribers.
-    pub(crate) fn publish_guaranteed(
+    pub(super) fn publish_guaranteed(
         &mut self,
         id: u32,
         topic: &str,
@@ -204,7 +204,7 @@ impl Router {
         if let Err(e) = check_topic(topic) {
             return self.reject(id, RejectCode::BadTopic, seq, &e.to_string());
         }
-        if self.users.is_some() && !s.may(topic, true) {
+        if self.login.enabled() && !s.may(topic, true) {
             let user = s.user().unwrap_or("").to_owned();
             self.totals.forbidden += 1;
             return self.reject(id, RejectCode::Forbidden, seq, &format!("user {user:?} may not publish on {topic}"));

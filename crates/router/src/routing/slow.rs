@@ -5,12 +5,47 @@
 //! publishers that send it past its bound are held, not read, until it has
 //! read half).
 //!
-//! Here too the other client too slow to be kept: one not welcomed within
-//! [`Limits::hello_timeout`](crate::Limits::hello_timeout) of its
-//! connection ([`Router::take_expired`]).
+//! Its state is [`SlowConsumers`]: the sessions found slow, and the count
+//! of publishers held.
 
-use crate::routing::{mark, Disconnect, Router};
-use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode};
+use super::{mark, Disconnect, Router};
+use crate::session::Session;
+use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode, SlowConsumer};
+
+/// The slow consumers found, and the publishers held for them.
+#[derive(Debug, Default)]
+pub(super) struct SlowConsumers {
+    /// Sessions whose queue overflowed under [`SlowConsumer::Disconnect`]
+    /// ([`Router::take_slow`]).
+    slow: Vec<u32>,
+    /// Back-pressure sessions over their bound after one delivery (kept:
+    /// no allocation per message).
+    held: Vec<u32>,
+    /// Publishers held by back-pressure sessions, counted with
+    /// repetition; 0: nothing held, nothing to check.
+    holds: usize,
+}
+
+impl SlowConsumers {
+    /// Notes what a delivery to session `c` left: its queue overflowed
+    /// under `disconnect`, or went past its bound under `back-pressure`
+    /// (`local`: the publisher is on this agent, so it can be held).
+    #[inline]
+    pub(super) fn after_delivery(&mut self, c: u32, s: &Session, dropped: u32, local: bool) {
+        match s.policy {
+            SlowConsumer::Disconnect if dropped > 0 => self.slow.push(c),
+            SlowConsumer::BackPressure if local && s.queue.is_over() => self.held.push(c),
+            _ => {}
+        }
+    }
+
+    /// Whether the last publish sent back-pressure sessions past their
+    /// bound ([`Router::hold`] its publisher).
+    #[inline]
+    pub(super) fn any_newly_held(&self) -> bool {
+        !self.held.is_empty()
+    }
+}
 
 impl Router {
     /// Starts ending session `id` for a reason its client should hear
@@ -28,8 +63,7 @@ impl Router {
         s.closing = true;
         self.totals.slow_disconnected += 1;
         for (sid, p) in s.subscriptions.drain() {
-            self.index.remove(&p, id, sid);
-            self.readable.clear();
+            self.topics.unsubscribe(&p, id, sid);
             if let Some(peers) = &mut self.peers {
                 peers.release(&p);
             }
@@ -56,12 +90,12 @@ impl Router {
     }
 
     /// Sessions to end because their queue overflowed and their policy
-    /// is [`SlowConsumer::Disconnect`](crate::SlowConsumer::Disconnect), each once, with why.
+    /// is [`SlowConsumer::Disconnect`], each once, with why.
     pub fn take_slow(&mut self) -> Vec<(u32, Disconnect)> {
-        if self.slow.is_empty() {
+        if self.slow.slow.is_empty() {
             return Vec::new();
         }
-        let mut ids = std::mem::take(&mut self.slow);
+        let mut ids = std::mem::take(&mut self.slow.slow);
         ids.sort_unstable();
         ids.dedup();
         let bytes = self.limits.queue_bytes;
@@ -77,7 +111,7 @@ impl Router {
     /// within one housekeeping period).
     pub fn take_stuck(&mut self, now: u64) -> Vec<(u32, Disconnect)> {
         let Some(timeout) = self.limits.back_pressure_timeout else { return Vec::new() };
-        if self.holds == 0 {
+        if self.slow.holds == 0 {
             return Vec::new();
         }
         let limit = timeout.as_nanos() as u64;
@@ -101,84 +135,15 @@ impl Router {
         stuck
     }
 
-    /// Sessions not welcomed within
-    /// [`Limits::hello_timeout`](crate::Limits::hello_timeout) of their
-    /// attachment at `now` (monotonic ns), each once, with why (code
-    /// `Limit`), counted in [`Totals::hello_timeouts`](crate::counters::Totals::hello_timeouts):
-    /// no HELLO came (a silent connection, a frame stopped halfway, a TLS
-    /// handshake that stalled), or its password is still being checked
-    /// (the check's answer is then dropped: its ticket is gone). The
-    /// agent closes them. Each call looks at the sessions attached
-    /// longest ago only: a call where nothing expires costs one look.
-    pub fn take_expired(&mut self, now: u64) -> Vec<(u32, Disconnect)> {
-        let timeout = self.limits.hello_timeout;
-        let limit = timeout.as_nanos() as u64;
-        let mut expired = Vec::new();
-        if self.unstamped {
-            // Attached without a time ([`Router::attach`]): their deadline
-            // runs from now. Kept in order of time (the agent never does
-            // this: it says when).
-            self.unstamped = false;
-            for e in self.unwelcomed.iter_mut().filter(|e| e.2 == 0) {
-                e.2 = now.max(1);
-            }
-            self.unwelcomed.make_contiguous().sort_by_key(|e| e.2);
-        }
-        while let Some(&(id, serial, at)) = self.unwelcomed.front() {
-            let Some(ticket) = self.awaiting_welcome(id, serial) else {
-                // Welcomed, closing or gone.
-                self.unwelcomed.pop_front();
-                continue;
-            };
-            if now.saturating_sub(at) < limit {
-                break;
-            }
-            self.unwelcomed.pop_front();
-            let d = humantime::format_duration(timeout);
-            let reason = match ticket {
-                None => format!("no HELLO within {d}"),
-                Some(t) => {
-                    // Not yet handed to the worker: it never is.
-                    self.auth_out.retain(|r| r.session != id || r.ticket != t);
-                    format!("not logged in within {d}")
-                }
-            };
-            self.totals.hello_timeouts += 1;
-            expired.push((id, Disconnect { code: RejectCode::Limit, reason }));
-        }
-        expired
-    }
-
-    /// Whether session `id` of `serial` still waits to be welcomed (and
-    /// is not closing); if so, its password check's ticket, if any.
-    fn awaiting_welcome(&self, id: u32, serial: u64) -> Option<Option<u64>> {
-        match self.sessions.get(id as usize) {
-            Some(Some(s)) if s.serial == serial && !s.is_welcomed() && !s.closing => Some(s.ticket),
-            _ => None,
-        }
-    }
-
-    /// Drops the sessions at the front of the deadline queue that no longer
-    /// wait (welcomed, closing, gone), so that it stays short even where
-    /// [`Router::take_expired`] is not called.
-    pub(crate) fn trim_unwelcomed(&mut self) {
-        while let Some(&(id, serial, _)) = self.unwelcomed.front() {
-            if self.awaiting_welcome(id, serial).is_some() {
-                break;
-            }
-            self.unwelcomed.pop_front();
-        }
-    }
-
     /// Publisher `from` sent the back-pressure sessions in `held` past
     /// their bound: it is not read until they have read half their queue.
-    pub(crate) fn hold(&mut self, from: u32) {
+    pub(super) fn hold(&mut self, from: u32) {
         let serial = match self.sessions.get(from as usize) {
             Some(Some(p)) => p.serial,
-            _ => return self.held.clear(),
+            _ => return self.slow.held.clear(),
         };
         let mut newly = 0u32;
-        for &c in &self.held {
+        for &c in &self.slow.held {
             if let Some(Some(s)) = self.sessions.get_mut(c as usize) {
                 if !s.holding.contains(&(from, serial)) {
                     s.holding.push((from, serial));
@@ -186,20 +151,20 @@ impl Router {
                 }
             }
         }
-        self.held.clear();
+        self.slow.held.clear();
         if newly > 0 {
             if let Some(Some(p)) = self.sessions.get_mut(from as usize) {
                 p.paused_by += newly;
             }
-            self.holds += newly as usize;
+            self.slow.holds += newly as usize;
             self.totals.back_pressured += u64::from(newly);
         }
     }
 
     /// Lets go of the publishers in `list` ((session, serial)), once each.
-    pub(crate) fn release(&mut self, list: &[(u32, u64)]) {
+    pub(super) fn release(&mut self, list: &[(u32, u64)]) {
         for &(id, serial) in list {
-            self.holds = self.holds.saturating_sub(1);
+            self.slow.holds = self.slow.holds.saturating_sub(1);
             if let Some(Some(p)) = self.sessions.get_mut(id as usize) {
                 if p.serial == serial {
                     p.paused_by = p.paused_by.saturating_sub(1);
@@ -211,7 +176,7 @@ impl Router {
     /// Whether any publisher is held (then [`Router::is_held`] says which).
     #[inline]
     pub fn any_held(&self) -> bool {
-        self.holds > 0
+        self.slow.holds > 0
     }
 
     /// Whether session `id`'s frames must not be read now: a back-pressure

@@ -1,0 +1,253 @@
+//! The routing core, sans I/O: sessions in slots, their subscriptions,
+//! and what each client frame does. The agent hands it frames read from
+//! clients ([`Router::handle_frame`]), messages from the other routing
+//! agents ([`Router::route_forwarded`]) and the time where a deadline
+//! needs it; it asks the core to move queued frames to their transports
+//! ([`Router::flush`]) and for the sessions to end. What a session's
+//! transport is does not matter here.
+//!
+//! [`Router`] is defined here with its shared state (the sessions, the
+//! topic table, the totals); each concept's methods and state live in a
+//! file of their own, and each keeps its state in a struct of its own
+//! whose fields no other file reaches:
+//! * `sessions`: attaching and ending sessions, the frame dispatch
+//!   (HELLO, SUBSCRIBE, UNSUBSCRIBE, ACK, CLOSE) and the flush;
+//! * `publish`: a publish to its subscribers, the other agents and the
+//!   last-value cache, through one lookup in the topic table
+//!   ([`crate::topics`]);
+//! * `login`: users, password checks and the hello deadline (`Login`);
+//! * `slow`: the slow-consumer policies (`SlowConsumers`);
+//! * [`guaranteed`] and [`durable`]: the journal, guaranteed publishes and
+//!   durable subscriptions (`Guaranteed`);
+//! * `report`: the counters and the status of what it serves.
+
+pub mod durable;
+pub mod guaranteed;
+mod login;
+mod publish;
+mod report;
+mod sessions;
+mod slow;
+
+use crate::cache::LastValues;
+use crate::counters::{TopicCounts, Totals};
+use crate::peers::Peers;
+use crate::session::Session;
+use crate::topics::{TopicTableStats, Topics, TOPIC_LIMIT};
+use login::Login;
+use slow::SlowConsumers;
+use std::sync::Arc;
+use std::time::Duration;
+use tickwire_shm::counters::Kind;
+use tickwire_shm::{CounterSet, CountersFile};
+use tickwire_topic::Pattern;
+use tickwire_wire::client::{ClientRepr, RejectCode, SlowConsumer};
+
+/// Per-client limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest client frame accepted, bytes (a larger one closes the session).
+    pub max_frame: usize,
+    /// Bytes of deliveries a client may have queued before the oldest are
+    /// dropped.
+    pub queue_bytes: usize,
+    /// Subscriptions per client.
+    pub max_subscriptions: usize,
+    /// Topics given their own counter set (the rest are counted together).
+    pub topic_counters: usize,
+    /// What happens to a client whose queue is full (unless its user says
+    /// otherwise).
+    pub slow_consumer: SlowConsumer,
+    /// Topics conflated for a lagging client: a message replaces the
+    /// newest one of its topic still queued for it.
+    pub conflate: Vec<Pattern>,
+    /// How long a back-pressure client may hold publishers before it is
+    /// disconnected as a slow consumer (`None`: for ever).
+    pub back_pressure_timeout: Option<Duration>,
+    /// How long a session may take to be welcomed: its HELLO read (on TLS,
+    /// after the handshake) and, with users, its password checked. Past
+    /// it the session is closed ([`Router::take_expired`]).
+    pub hello_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_frame: (1 << 20) + 512,
+            queue_bytes: 8 << 20,
+            max_subscriptions: 10_000,
+            topic_counters: 64,
+            slow_consumer: SlowConsumer::DropOldest,
+            conflate: Vec::new(),
+            back_pressure_timeout: Some(Duration::from_secs(5)),
+            hello_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Why a session ends: a code for the CLOSE frame and a reason for people.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disconnect {
+    /// The code sent in CLOSE (`Normal` when the client said goodbye).
+    pub code: RejectCode,
+    /// What happened, naming the frame or value.
+    pub reason: String,
+}
+
+impl Disconnect {
+    /// A protocol violation.
+    pub fn protocol(reason: impl Into<String>) -> Self {
+        Self { code: RejectCode::Protocol, reason: reason.into() }
+    }
+}
+
+impl std::fmt::Display for Disconnect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}: {}", self.code, self.reason)
+    }
+}
+
+/// Puts session `id` in the backlog if frames wait for its transport.
+#[inline]
+fn mark(sessions: &mut [Option<Session>], backlog: &mut Vec<u32>, id: u32) {
+    if let Some(Some(s)) = sessions.get_mut(id as usize) {
+        s.mark(id, backlog);
+    }
+}
+
+/// Queues a control frame for `s`.
+fn control(s: &mut Session, repr: &ClientRepr<'_>) -> Result<(), Disconnect> {
+    if s.send_control(repr) {
+        Ok(())
+    } else {
+        Err(Disconnect { code: RejectCode::Limit, reason: "the client does not read its replies".into() })
+    }
+}
+
+/// Sessions, subscriptions and routing.
+#[derive(Debug)]
+pub struct Router {
+    name: String,
+    limits: Limits,
+    /// The sessions, by id (a free slot is reused).
+    sessions: Vec<Option<Session>>,
+    free: Vec<u32>,
+    next_serial: u64,
+    /// Sessions with frames waiting for their transport: the only ones
+    /// [`Router::flush`] visits.
+    backlog: Vec<u32>,
+    /// The backlog being flushed (kept: no allocation per flush).
+    flushing: Vec<u32>,
+    /// Publishers to let go after a flush (kept).
+    releasing: Vec<(u32, u64)>,
+    /// The subscriptions, and what each topic seen needs.
+    topics: Topics,
+    /// The last-value cache, if configured.
+    cache: Option<LastValues>,
+    /// The other routing agents (none when this is the only one).
+    peers: Option<Peers>,
+    /// Routing agents, and which one this is: session `id` here is client
+    /// `id * agents + me` to the world.
+    agents: u32,
+    me: u32,
+    /// Users, password checks, the hello deadline.
+    login: Login,
+    /// Sessions found too slow, and the publishers held for them.
+    slow: SlowConsumers,
+    /// The journal and durable subscriptions, if configured.
+    guaranteed: Option<Box<guaranteed::Guaranteed>>,
+    totals: Totals,
+    topic_counts: TopicCounts,
+    counters: Option<Arc<CountersFile>>,
+    totals_set: Option<CounterSet>,
+}
+
+impl Router {
+    /// A router named `name` (sent in WELCOME), counting into `counters`.
+    pub fn new(name: &str, limits: Limits, counters: Option<Arc<CountersFile>>) -> Self {
+        let totals_set = counters.as_ref().and_then(|c| c.allocate(Kind::Router, 0, 0, name).ok());
+        let topic_counts = TopicCounts::new(limits.topic_counters, counters.clone());
+        Self {
+            name: name.into(),
+            limits,
+            sessions: Vec::new(),
+            free: Vec::new(),
+            next_serial: 0,
+            backlog: Vec::new(),
+            flushing: Vec::new(),
+            releasing: Vec::new(),
+            topics: Topics::new(TOPIC_LIMIT),
+            cache: None,
+            peers: None,
+            agents: 1,
+            me: 0,
+            login: Login::default(),
+            slow: SlowConsumers::default(),
+            guaranteed: None,
+            totals: Totals::default(),
+            topic_counts,
+            counters,
+            totals_set,
+        }
+    }
+
+    /// One of `agents` routing agents, reaching the others through
+    /// `peers`; its counter sets are labelled `LABEL [agent K]`.
+    pub fn with_peers(
+        name: &str,
+        limits: Limits,
+        counters: Option<Arc<CountersFile>>,
+        peers: Peers,
+        agents: u32,
+    ) -> Self {
+        let label = format!("{name} [agent {}]", peers.me());
+        let mut r = Self::new(&label, limits, counters);
+        name.clone_into(&mut r.name);
+        r.me = peers.me();
+        r.peers = Some(peers);
+        r.agents = agents.max(1);
+        r
+    }
+
+    /// The client id the world knows session `id` by (its number across
+    /// every routing agent).
+    pub fn client_id(&self, id: u32) -> u32 {
+        id.wrapping_mul(self.agents).wrapping_add(self.me)
+    }
+
+    /// The topic table: topics remembered, and how many were dropped to
+    /// make room for others ([`crate::topics`]).
+    pub fn topic_table(&self) -> TopicTableStats {
+        self.topics.table_stats()
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+    /// The totals.
+    pub fn totals(&self) -> Totals {
+        self.totals
+    }
+    /// Open sessions.
+    pub fn clients(&self) -> usize {
+        self.sessions.iter().flatten().count()
+    }
+    /// A session by id.
+    pub fn session(&self, id: u32) -> Option<&Session> {
+        self.sessions.get(id as usize)?.as_ref()
+    }
+    /// A session by id, mutably.
+    pub fn session_mut(&mut self, id: u32) -> Option<&mut Session> {
+        self.sessions.get_mut(id as usize)?.as_mut()
+    }
+    /// Ids of open sessions.
+    pub fn session_ids(&self) -> Vec<u32> {
+        (0..self.sessions.len() as u32).filter(|&i| self.sessions[i as usize].is_some()).collect()
+    }
+
+    /// The id the next [`Router::attach`] will return.
+    pub fn next_id(&self) -> u32 {
+        self.free.last().copied().unwrap_or(self.sessions.len() as u32)
+    }
+}

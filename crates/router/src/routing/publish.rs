@@ -1,0 +1,149 @@
+//! A publish to everyone that wants it: this agent's sessions (the
+//! delivery loop), the other routing agents, the last-value cache. Who
+//! they are is the topic's entry's to say ([`crate::topics`]): one hash
+//! lookup per message for all of it.
+
+use super::slow::SlowConsumers;
+use super::{Disconnect, Router};
+use crate::cache::LastValues;
+use crate::peers::{Interest, Peers};
+use crate::session::Session;
+use crate::topics::Sources;
+use tickwire_topic::check_topic;
+use tickwire_wire::client::RejectCode;
+
+/// Delivers a message to each of `targets` (session slots), putting those
+/// left with frames waiting in the backlog and telling `slow` what each
+/// delivery left; returns (deliveries, discards).
+#[inline]
+fn deliver_all(
+    sessions: &mut [Option<Session>],
+    (backlog, slow): (&mut Vec<u32>, &mut SlowConsumers),
+    targets: &[u32],
+    (topic, payload): (&str, &[u8]),
+    (discarded, local, conflate): (u32, bool, bool),
+) -> (u64, u64) {
+    let (mut n, mut discards) = (0u64, 0u64);
+    for &c in targets {
+        if let Some(Some(s)) = sessions.get_mut(c as usize) {
+            n += 1;
+            let dropped = s.deliver(topic, payload, 0, discarded, (local, conflate));
+            slow.after_delivery(c, s, dropped, local);
+            discards += u64::from(dropped);
+            s.mark(c, backlog);
+        }
+    }
+    (n, discards)
+}
+
+impl Router {
+    /// Keeps the last value of the topics `cache` is configured for. With
+    /// several routing agents, each keeps its own copy: it asks the others
+    /// for every message on those topics, as if a client of its own had
+    /// subscribed to them.
+    pub fn set_cache(&mut self, cache: LastValues) {
+        if let Some(peers) = &mut self.peers {
+            for p in cache.patterns() {
+                peers.hold(p);
+            }
+        }
+        self.cache = Some(cache);
+        // Where each topic's value is kept is remembered per topic.
+        self.topics.clear();
+    }
+
+    /// The last-value cache.
+    pub fn cache(&self) -> Option<&LastValues> {
+        self.cache.as_ref()
+    }
+
+    /// Delivers a publish to every session whose patterns match `topic`,
+    /// once each: one lookup of the topic ([`crate::topics`]) for
+    /// everything it needs.
+    #[inline]
+    pub(super) fn route(&mut self, from: u32, topic: &str, payload: &[u8], sequence: u64) -> Result<(), Disconnect> {
+        let src = Sources {
+            sessions: &mut self.sessions,
+            filtered: self.login.filtered(),
+            peers: self.peers.as_ref(),
+            conflate: &self.limits.conflate,
+        };
+        let e = match self.topics.entry(topic, check_topic, src) {
+            Ok(e) => e,
+            Err(e) => return self.reject(from, RejectCode::BadTopic, sequence, &e.to_string()),
+        };
+        if self.login.enabled()
+            && !self.sessions.get_mut(from as usize).and_then(Option::as_mut).is_some_and(|s| s.may(topic, true))
+        {
+            let user = self.session(from).and_then(Session::user).unwrap_or("").to_owned();
+            self.totals.forbidden += 1;
+            return self.reject(
+                from,
+                RejectCode::Forbidden,
+                sequence,
+                &format!("user {user:?} may not publish on {topic}"),
+            );
+        }
+        let queues = (&mut self.backlog, &mut self.slow);
+        let (n, discards) =
+            deliver_all(&mut self.sessions, queues, &e.targets, (topic, payload), (0, true, e.conflate));
+        if let Some(c) = &mut self.cache {
+            c.update_at(&mut e.last_value, topic, payload);
+        }
+        let remote = match &mut self.peers {
+            Some(p) if !e.agents.is_empty() => {
+                let before = (p.forwarded, p.link_discards);
+                let agents = p.forward_to(&e.agents, topic, payload);
+                self.totals.forwarded += p.forwarded - before.0;
+                self.totals.discards += p.link_discards - before.1;
+                agents
+            }
+            _ => 0,
+        };
+        self.totals.messages_in += 1;
+        self.totals.deliveries += n;
+        self.totals.discards += discards;
+        self.totals.unwanted += u64::from(n == 0 && remote == 0);
+        self.topic_counts.add(&mut e.counted, topic, 1, n, payload.len() as u64);
+        if self.slow.any_newly_held() {
+            self.hold(from);
+        }
+        Ok(())
+    }
+
+    /// Delivers a message another routing agent's client published (see
+    /// [`crate::peers`]) to this agent's matching clients; `discarded` is
+    /// the discard indication it carries.
+    pub fn route_forwarded(&mut self, topic: &str, payload: &[u8], discarded: u32) {
+        let src = Sources {
+            sessions: &mut self.sessions,
+            filtered: self.login.filtered(),
+            peers: self.peers.as_ref(),
+            conflate: &self.limits.conflate,
+        };
+        // The agent that read it from its client checked the topic.
+        let Ok(e) = self.topics.entry(topic, |_| Ok::<(), std::convert::Infallible>(()), src);
+        let queues = (&mut self.backlog, &mut self.slow);
+        let (n, discards) =
+            deliver_all(&mut self.sessions, queues, &e.targets, (topic, payload), (discarded, false, e.conflate));
+        if let Some(c) = &mut self.cache {
+            c.update_at(&mut e.last_value, topic, payload);
+        }
+        self.totals.deliveries += n;
+        self.totals.discards += discards;
+        self.topic_counts.add(&mut e.counted, topic, 0, n, payload.len() as u64);
+    }
+
+    /// Applies another routing agent's interest change.
+    pub fn handle_interest(&mut self, change: &Interest) {
+        if let Some(p) = &mut self.peers {
+            p.handle_interest(change);
+            self.topics.invalidate();
+        }
+    }
+
+    /// This agent's interest changes since the last call, for the others.
+    pub fn take_announcements(&mut self) -> Vec<Interest> {
+        self.peers.as_mut().map(Peers::take_announcements).unwrap_or_default()
+    }
+}

@@ -1,0 +1,280 @@
+//! Sessions: attached, acting on their frames, flushed, ended. Every
+//! client frame comes through [`Router::handle_frame`], which checks it
+//! (size, form, HELLO first) and acts on it: HELLO (to [`login`](super::login)
+//! when users are configured), SUBSCRIBE and UNSUBSCRIBE (the topic
+//! table's subscriptions, the other agents' interest), PUBLISH (to
+//! [`publish`](super::publish), or [`guaranteed`](super::guaranteed)), ACK
+//! (durable subscriptions) and CLOSE.
+
+use super::{control, login, mark, Disconnect, Router};
+use crate::access::Reach;
+use crate::session::{Outbound, Session};
+use tickwire_topic::Pattern;
+use tickwire_wire::client::{flags, ClientKind, ClientRepr, RejectCode, SlowConsumer, CLIENT_PROTOCOL_VERSION};
+use tickwire_wire::ClientFrame;
+
+impl Router {
+    /// Opens a session whose frames go to `out`; `peer` says where it is.
+    /// The client's first frame must be HELLO. Its
+    /// [`Limits::hello_timeout`](super::Limits::hello_timeout) runs from the next
+    /// [`Router::take_expired`] ([`Router::attach_at`] says when it
+    /// started).
+    pub fn attach(&mut self, out: Outbound, peer: String) -> u32 {
+        self.attach_at(out, peer, 0)
+    }
+
+    /// [`Router::attach`] at `now` (monotonic ns): the session must be
+    /// welcomed within [`Limits::hello_timeout`](super::Limits::hello_timeout) of it.
+    pub fn attach_at(&mut self, out: Outbound, peer: String, now: u64) -> u32 {
+        let mut s = Session::new(out, peer, self.limits.queue_bytes, None);
+        s.policy = self.limits.slow_consumer;
+        s.serial = self.next_serial;
+        self.next_serial += 1;
+        self.totals.connected += 1;
+        self.trim_unwelcomed();
+        self.login.expect_welcome(self.next_id(), s.serial, now);
+        match self.free.pop() {
+            Some(id) => {
+                self.sessions[id as usize] = Some(s);
+                id
+            }
+            None => {
+                self.sessions.push(Some(s));
+                self.sessions.len() as u32 - 1
+            }
+        }
+    }
+
+    /// Ends session `id`: its subscriptions go, a CLOSE with `why` is
+    /// offered to it (unless the client closed), and the session is handed
+    /// back for the caller to drop (closing its transport).
+    pub fn disconnect(&mut self, id: u32, why: &Disconnect) -> Option<Session> {
+        self.unbind_durables(id, None);
+        let mut s = self.sessions.get_mut(id as usize)?.take()?;
+        self.free.push(id);
+        let holding = std::mem::take(&mut s.holding);
+        self.release(&holding);
+        if s.in_backlog {
+            self.backlog.retain(|&b| b != id);
+        }
+        for (sid, p) in s.subscriptions.drain() {
+            self.topics.unsubscribe(&p, id, sid);
+            if let Some(peers) = &mut self.peers {
+                peers.release(&p);
+            }
+        }
+        // A closing session's CLOSE is already on its way.
+        if why.code != RejectCode::Normal && !s.closing {
+            let close = ClientRepr {
+                value: why.code as u32,
+                body: why.reason.as_bytes(),
+                ..ClientRepr::new(ClientKind::Close)
+            };
+            s.send_control(&close);
+        }
+        self.totals.disconnected += 1;
+        if matches!(why.code, RejectCode::Protocol | RejectCode::TooLarge) {
+            self.totals.violations += 1;
+        }
+        s.publish_counters();
+        Some(s)
+    }
+
+    /// Acts on one frame from session `id`.
+    ///
+    /// # Errors
+    /// [`Disconnect`] when the session must end: the frame is malformed,
+    /// out of order or not a client's to send, or the client said CLOSE.
+    /// Refusals that leave the session open (a bad topic, an unsupported
+    /// flag) go back to the client as REJECT frames instead.
+    pub fn handle_frame(&mut self, id: u32, bytes: &[u8]) -> Result<(), Disconnect> {
+        let r = self.act(id, bytes);
+        // Its replies (WELCOME, REJECT) may wait for room.
+        mark(&mut self.sessions, &mut self.backlog, id);
+        r
+    }
+
+    #[inline]
+    fn act(&mut self, id: u32, bytes: &[u8]) -> Result<(), Disconnect> {
+        let Some(Some(s)) = self.sessions.get_mut(id as usize) else {
+            return Err(Disconnect::protocol(format!("no session {id}")));
+        };
+        if s.ticket.is_some() {
+            return login::keep_unchecked(s, bytes, self.limits.max_subscriptions);
+        }
+        s.stats.messages_in += 1;
+        s.stats.bytes_in += bytes.len() as u64;
+        if bytes.len() > self.limits.max_frame {
+            return Err(Disconnect {
+                code: RejectCode::TooLarge,
+                reason: format!("frame of {} bytes, the limit is {}", bytes.len(), self.limits.max_frame),
+            });
+        }
+        let f = ClientFrame::new_checked(bytes).map_err(|e| Disconnect::protocol(e.to_string()))?;
+        if !s.hello && f.kind() != ClientKind::Hello {
+            return Err(Disconnect::protocol(format!("first frame must be HELLO, got {:?}", f.kind())));
+        }
+        match f.kind() {
+            ClientKind::Publish => {
+                if f.flags() & flags::GUARANTEED != 0 {
+                    return self.publish_guaranteed(id, f.topic(), f.body(), f.sequence());
+                }
+                self.route(id, f.topic(), f.body(), f.sequence())
+            }
+            ClientKind::Hello => {
+                if s.hello {
+                    return Err(Disconnect::protocol("a second HELLO"));
+                }
+                if f.value() != CLIENT_PROTOCOL_VERSION {
+                    return Err(Disconnect {
+                        code: RejectCode::Unsupported,
+                        reason: format!("client protocol {} (this router speaks {CLIENT_PROTOCOL_VERSION})", f.value()),
+                    });
+                }
+                if f.topic().chars().any(char::is_control) {
+                    return Err(Disconnect::protocol("client name holds control characters"));
+                }
+                s.hello = true;
+                s.name = f.topic().to_owned();
+                s.asked = SlowConsumer::from_hello_flags(f.flags());
+                s.publisher = f.sequence();
+                s.choose_policy(self.limits.slow_consumer);
+                if self.login.enabled() {
+                    return self.ask_password(id, f.body());
+                }
+                self.welcome(id)
+            }
+            ClientKind::Subscribe => {
+                let sid = f.value();
+                if f.flags() == flags::DURABLE {
+                    return self.subscribe_durable(id, sid, f.topic(), f.body());
+                }
+                if f.flags() & !flags::CACHED != 0 {
+                    return self.reject(
+                        id,
+                        RejectCode::Unsupported,
+                        sid.into(),
+                        "SUBSCRIBE takes the CACHED flag or the DURABLE flag alone",
+                    );
+                }
+                let cached = f.flags() & flags::CACHED != 0;
+                if cached && self.cache.is_none() {
+                    return self.reject(id, RejectCode::Unsupported, sid.into(), "no last-value cache is configured");
+                }
+                let pattern = match Pattern::parse(f.topic()) {
+                    Ok(p) => p,
+                    Err(e) => return self.reject(id, RejectCode::BadTopic, sid.into(), &e.to_string()),
+                };
+                match s.user.as_ref().map(|u| u.subscribe.reach(&pattern)) {
+                    Some(Reach::None) => {
+                        let why = format!("user {:?} may read no topic {} matches", s.user().unwrap_or(""), f.topic());
+                        self.totals.forbidden += 1;
+                        return self.reject(id, RejectCode::Forbidden, sid.into(), &why);
+                    }
+                    Some(Reach::Some) => {
+                        s.filtered = true;
+                        self.login.note_filtered();
+                    }
+                    _ => {}
+                }
+                if s.subscriptions.len() >= self.limits.max_subscriptions && !s.subscriptions.contains_key(&sid) {
+                    let why = format!("{} subscriptions is the limit", self.limits.max_subscriptions);
+                    return self.reject(id, RejectCode::Limit, sid.into(), &why);
+                }
+                if let Some(peers) = &mut self.peers {
+                    peers.hold(&pattern);
+                }
+                if let Some(old) = s.subscriptions.insert(sid, pattern.clone()) {
+                    self.topics.unsubscribe(&old, id, sid);
+                    if let Some(peers) = &mut self.peers {
+                        peers.release(&old);
+                    }
+                }
+                self.topics.subscribe(&pattern, id, sid);
+                if let (true, Some(cache)) = (cached, &self.cache) {
+                    // Before anything else reaches it: no gap, no duplicate.
+                    let mut n = 0;
+                    cache.each_match(&pattern, |topic, payload| {
+                        if !s.filtered || s.may(topic, false) {
+                            s.deliver(topic, payload, flags::CACHED, 0, (false, false));
+                            n += 1;
+                        }
+                    });
+                    self.totals.cache_deliveries += n;
+                }
+                Ok(())
+            }
+            ClientKind::Unsubscribe => {
+                self.unbind_durables(id, Some(f.value()));
+                let Some(Some(s)) = self.sessions.get_mut(id as usize) else { return Ok(()) };
+                if let Some(p) = s.subscriptions.remove(&f.value()) {
+                    self.topics.unsubscribe(&p, id, f.value());
+                    if let Some(peers) = &mut self.peers {
+                        peers.release(&p);
+                    }
+                }
+                Ok(())
+            }
+            ClientKind::Ack => {
+                self.handle_ack(id, f.value(), f.sequence());
+                Ok(())
+            }
+            // Its link's liveness is the agent's: the bytes came.
+            ClientKind::Heartbeat => Ok(()),
+            ClientKind::Close => Err(Disconnect {
+                code: RejectCode::Normal,
+                reason: format!("client closed: {}", String::from_utf8_lossy(f.body())),
+            }),
+            k @ (ClientKind::Welcome | ClientKind::Deliver | ClientKind::Reject | ClientKind::Loss) => {
+                Err(Disconnect::protocol(format!("{k:?} is the router's to send, not a client's")))
+            }
+        }
+    }
+
+    pub(super) fn reject(&mut self, id: u32, code: RejectCode, sequence: u64, reason: &str) -> Result<(), Disconnect> {
+        let Some(s) = self.session_mut(id) else { return Ok(()) };
+        s.stats.rejects += 1;
+        let r =
+            ClientRepr { value: code as u32, sequence, body: reason.as_bytes(), ..ClientRepr::new(ClientKind::Reject) };
+        control(s, &r)
+    }
+
+    /// Has [`Router::flush`] visit session `id` (its transport holds bytes
+    /// the router did not queue, such as TLS handshake records).
+    pub(crate) fn mark_pending(&mut self, id: u32) {
+        mark(&mut self.sessions, &mut self.backlog, id);
+    }
+
+    /// Moves queued frames to every session's transport; returns the frames
+    /// moved, and puts in `failed` the sessions whose transport broke.
+    pub fn flush(&mut self, failed: &mut Vec<(u32, String)>) -> usize {
+        if self.backlog.is_empty() {
+            return 0;
+        }
+        let mut n = 0;
+        std::mem::swap(&mut self.backlog, &mut self.flushing);
+        for &id in &self.flushing {
+            let Some(Some(s)) = self.sessions.get_mut(id as usize) else { continue };
+            n += s.flush();
+            if let Some(why) = s.transport_failure() {
+                failed.push((id, why.to_owned()));
+            }
+            if !s.holding.is_empty() && s.queue.is_below_half() {
+                self.releasing.append(&mut s.holding);
+                s.holding_since = 0;
+            }
+            s.in_backlog = s.needs_flush();
+            if s.in_backlog {
+                self.backlog.push(id);
+            }
+        }
+        self.flushing.clear();
+        if !self.releasing.is_empty() {
+            let list = std::mem::take(&mut self.releasing);
+            self.release(&list);
+            self.releasing = list;
+            self.releasing.clear();
+        }
+        n
+    }
+}
