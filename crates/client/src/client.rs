@@ -576,7 +576,9 @@ impl Client {
                         *client_id = f.value();
                         *refusals = 0;
                         // 0 from a router that does not say.
-                        *router_max_frame = usize::try_from(f.sequence()).unwrap_or(usize::MAX);
+                        *router_max_frame = (f.sequence() & u64::from(u32::MAX)) as usize;
+                        // Its heartbeat interval (0: none).
+                        heard = Some(Duration::from_millis(f.sequence() >> 32));
                         handler(ClientEvent::Connected { router: router_name, client_id: f.value() });
                     }
                     ClientKind::Reject => handler(ClientEvent::Rejected {

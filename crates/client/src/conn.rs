@@ -71,10 +71,11 @@ pub(crate) fn heartbeat_frame() -> [u8; HEADER_LEN] {
     f
 }
 
-/// Sends a heartbeat if the link has been quiet for its interval; fails it
-/// if the router has been silent for two.
-pub(crate) fn keep_alive(l: &mut StreamLink, now_ns: u64) -> Result<(), SendError> {
-    l.keep_alive(now_ns, &heartbeat_frame()).map_err(link_error)
+/// Sends a heartbeat if the link has been quiet for its interval; with
+/// `reading` (the application's poll, which reads), fails it if the router
+/// has been silent for two.
+pub(crate) fn keep_alive(l: &mut StreamLink, now_ns: u64, reading: bool) -> Result<(), SendError> {
+    l.keep_alive(now_ns, &heartbeat_frame(), reading).map_err(link_error)
 }
 
 /// Commits the frame reserved last; arms the flusher if it stays held.
@@ -298,7 +299,7 @@ impl Conn {
                 if let Some(i) = interval.filter(|i| *i != l.liveness.interval()) {
                     l.liveness.set_interval(i, now);
                 }
-                keep_alive(&mut l, now)
+                keep_alive(&mut l, now, true)
             }
         }
     }

@@ -23,7 +23,8 @@ use tickwire_transport::link::StreamLink;
 
 /// How often an armed flusher looks at the links.
 pub(crate) const PERIOD: Duration = Duration::from_millis(1);
-/// How often it looks when nothing is held (heartbeats).
+/// How often, at most, it looks when nothing is held (heartbeats; more
+/// often for a link whose interval is under four times this).
 pub(crate) const KEEPALIVE_EVERY: Duration = Duration::from_millis(250);
 
 struct Flusher {
@@ -69,27 +70,28 @@ pub(crate) fn arm() {
 }
 
 fn run(f: &'static Flusher) {
+    let mut every = KEEPALIVE_EVERY;
     loop {
         {
             let g = f.idle.lock().unwrap_or_else(PoisonError::into_inner);
             if !f.armed.load(Ordering::Acquire) {
-                let _ = f.wake.wait_timeout(g, KEEPALIVE_EVERY).unwrap_or_else(PoisonError::into_inner);
+                let _ = f.wake.wait_timeout(g, every).unwrap_or_else(PoisonError::into_inner);
             }
         }
         if !f.armed.load(Ordering::Acquire) {
             // Woken by the heartbeat clock, not a hold.
-            sweep(f);
+            (_, every) = sweep(f);
             continue;
         }
         loop {
             std::thread::sleep(PERIOD);
-            if sweep(f) {
+            if sweep(f).0 {
                 continue;
             }
             f.armed.store(false, Ordering::Release);
             // A link that held between the sweep and the store found the
             // flag still set and did not wake us: look once more.
-            if !sweep(f) {
+            if !sweep(f).0 {
                 break;
             }
             f.armed.store(true, Ordering::Release);
@@ -97,10 +99,13 @@ fn run(f: &'static Flusher) {
     }
 }
 
-/// Writes what is due on every link free to lock; whether any link still
-/// holds something (or was busy).
-fn sweep(f: &Flusher) -> bool {
+/// Writes what is due on every link free to lock, and heartbeats; whether
+/// any link still holds something (or was busy), and how soon to look
+/// again for heartbeats (a quarter of the shortest interval, at most
+/// [`KEEPALIVE_EVERY`]).
+fn sweep(f: &Flusher) -> (bool, Duration) {
     let mut held = false;
+    let mut every = KEEPALIVE_EVERY;
     let mut links = f.links.lock().unwrap_or_else(PoisonError::into_inner);
     links.retain(|w| w.strong_count() > 0);
     let now = monotonic_ns();
@@ -115,10 +120,16 @@ fn sweep(f: &Flusher) -> bool {
             }
         };
         // A failure stays in the writer: its application sees it next.
-        let _ = crate::conn::keep_alive(&mut l, now);
+        // It does not read: the application's poll judges the router's
+        // silence.
+        let _ = crate::conn::keep_alive(&mut l, now, false);
+        let interval = l.liveness.interval();
+        if !interval.is_zero() {
+            every = every.min(interval / 4);
+        }
         let (wire, _, writer) = l.parts();
         let _ = writer.flush_due(wire, now);
         held |= writer.held() > 0;
     }
-    held
+    (held, every)
 }

@@ -35,7 +35,7 @@ use tickwire_shm::{Event, LogAppender, LogReader};
 use tickwire_transport::framing::FrameError;
 use tickwire_transport::link;
 use tickwire_transport::tls::Wire;
-use tickwire_wire::client::{RejectCode, HEADER_LEN};
+use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode, HEADER_LEN};
 
 /// Frames read from one client per duty cycle (fairness between clients).
 const POLL_LIMIT: usize = 256;
@@ -134,6 +134,8 @@ struct IpcInput {
 struct TcpInput {
     stream: Arc<Wire>,
     reader: link::LinkReader,
+    /// Heartbeats once welcomed (`None` before: the hello timeout's).
+    live: Option<link::Liveness>,
 }
 
 /// One routing agent.
@@ -294,6 +296,7 @@ impl RoutingAgent {
                 self.expire();
                 self.router.guaranteed_housekeeping(self.now);
                 self.trim_links();
+                self.keep_links_alive();
                 self.publish_counters();
                 self.housekeeping = self.housekeeping.wrapping_add(1);
                 if self.housekeeping.is_multiple_of(STATUS_EVERY) {
@@ -319,6 +322,57 @@ impl RoutingAgent {
         }
         if let Ok(mut io) = self.shared.io.lock() {
             *io = self.io_counts();
+        }
+    }
+
+    /// Heartbeats on welcomed TCP links (`limits.heartbeat_interval`): one
+    /// right after WELCOME (the client learns the interval from it), one
+    /// whenever nothing was written for an interval; a client nothing was
+    /// read from for two intervals is closed as gone.
+    fn keep_links_alive(&mut self) {
+        let interval = self.router.limits().heartbeat_interval;
+        if interval.is_zero() || self.tcp_sessions == 0 {
+            return;
+        }
+        let ms = u32::try_from(interval.as_millis()).unwrap_or(u32::MAX);
+        let beat = ClientRepr { value: ms, ..ClientRepr::new(ClientKind::Heartbeat) };
+        let mut dead = Vec::new();
+        for (id, input) in self.tcp.iter_mut().enumerate() {
+            let (Some(input), Ok(id)) = (input, u32::try_from(id)) else { continue };
+            // A held publisher is not read: its silence proves nothing.
+            if self.router.is_held(id) {
+                input.live = None;
+                continue;
+            }
+            let Some(s) = self.router.session_mut(id).filter(|s| s.is_welcomed()) else { continue };
+            let Outbound::Tcp(out) = s.outbound() else { continue };
+            let stats = input.reader.stats().plus(out.stats());
+            let send = match &mut input.live {
+                None => {
+                    input.live = Some(link::Liveness::new(interval, self.now));
+                    true
+                }
+                Some(live) => match live.poll(stats, self.now) {
+                    link::Beat::Quiet => false,
+                    link::Beat::Send => true,
+                    link::Beat::Dead(ns) => {
+                        dead.push((id, ns));
+                        false
+                    }
+                },
+            };
+            if send {
+                s.send_control(&beat);
+                self.router.mark_pending(id);
+            }
+        }
+        for (id, ns) in dead {
+            let reason = format!(
+                "no frame or heartbeat from the client in {:.1} s (limits.heartbeat_interval {})",
+                ns as f64 / 1e9,
+                humantime::format_duration(interval)
+            );
+            self.close(id, &Disconnect { code: RejectCode::Limit, reason });
         }
     }
 
@@ -443,7 +497,8 @@ impl RoutingAgent {
             self.tcp.resize_with(i + 1, || None);
         }
         let max_frame = self.router.limits().max_frame;
-        self.tcp[i] = Some(TcpInput { stream: wire, reader: link::LinkReader::new(HEADER_LEN, max_frame) });
+        let reader = link::LinkReader::new(HEADER_LEN, max_frame);
+        self.tcp[i] = Some(TcpInput { stream: wire, reader, live: None });
         self.tcp_sessions += 1;
         tracing::info!(client = self.router.client_id(id), %peer, agent = %self.role, "{scheme} client connected");
     }
@@ -524,7 +579,7 @@ impl RoutingAgent {
                 }
                 continue;
             }
-            let Some(Some(TcpInput { stream, reader })) = self.tcp.get_mut(id) else { continue };
+            let Some(Some(TcpInput { stream, reader, .. })) = self.tcp.get_mut(id) else { continue };
             let (router, times, countdown) = (&mut self.router, &self.times, &mut self.countdown);
             let mut why: Option<Disconnect> = None;
             let reads = reader.stats().reads;

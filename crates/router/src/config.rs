@@ -46,6 +46,7 @@
 //! conflate = ["md/>"]             # a lagging client gets only the newest queued message of these topics
 //! back_pressure_timeout = "5s"     # a back-pressure client holding publishers longer is disconnected ("never")
 //! hello_timeout = "2s"            # a connection not logged in by then (HELLO, TLS handshake, password) is closed (at least 100ms)
+//! heartbeat_interval = "5s"       # TCP/TLS: HEARTBEAT after this long unwritten; a client silent twice as long is closed ("0s": off; else at least 10ms)
 //! ```
 //!
 //! Unknown keys are refused, naming the key, so a typo is not silently a
@@ -304,6 +305,17 @@ pub struct LimitsConfig {
     /// See [`Limits::hello_timeout`]: a duration of at least 100 ms
     /// (`"2s"`, `"300ms"`).
     pub hello_timeout: String,
+    /// See [`Limits::heartbeat_interval`]: `"0s"` (off) or a duration of
+    /// at least 10 ms.
+    pub heartbeat_interval: String,
+}
+
+/// `limits.heartbeat_interval` read.
+fn heartbeat_interval(v: &str) -> Result<Duration, ()> {
+    match humantime::parse_duration(v) {
+        Ok(d) if d.is_zero() || d >= Duration::from_millis(10) => Ok(d),
+        _ => Err(()),
+    }
 }
 
 /// The shortest `limits.hello_timeout`.
@@ -342,6 +354,7 @@ impl Default for LimitsConfig {
                 .back_pressure_timeout
                 .map_or_else(|| "never".into(), |d| humantime::format_duration(d).to_string()),
             hello_timeout: humantime::format_duration(l.hello_timeout).to_string(),
+            heartbeat_interval: humantime::format_duration(l.heartbeat_interval).to_string(),
         }
     }
 }
@@ -359,6 +372,8 @@ impl From<&LimitsConfig> for Limits {
             back_pressure_timeout: back_pressure_timeout(&c.back_pressure_timeout)
                 .unwrap_or(Limits::default().back_pressure_timeout),
             hello_timeout: hello_timeout(&c.hello_timeout).unwrap_or(Limits::default().hello_timeout),
+            heartbeat_interval: heartbeat_interval(&c.heartbeat_interval)
+                .unwrap_or(Limits::default().heartbeat_interval),
         }
     }
 }
@@ -520,6 +535,13 @@ impl RouterConfig {
         }
         if hello_timeout(&l.hello_timeout).is_err() {
             return bad("limits.hello_timeout", &l.hello_timeout, "a duration of at least 100ms (\"2s\", \"300ms\")");
+        }
+        if heartbeat_interval(&l.heartbeat_interval).is_err() {
+            return bad(
+                "limits.heartbeat_interval",
+                &l.heartbeat_interval,
+                "\"0s\" (off) or a duration of at least 10ms (\"5s\")",
+            );
         }
         self.metrics_addr()?;
         if let Some(j) = &self.journal {

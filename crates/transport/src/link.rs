@@ -418,6 +418,8 @@ pub struct Liveness {
     last_out_ns: u64,
     seen_in: u64,
     seen_out: u64,
+    /// The last call's time: bytes seen gone since went after it.
+    last_poll_ns: u64,
 }
 
 impl Liveness {
@@ -425,7 +427,7 @@ impl Liveness {
     /// declared dead), starting at `now_ns`.
     pub fn new(interval: Duration, now_ns: u64) -> Self {
         let interval_ns = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
-        Self { interval_ns, last_in_ns: now_ns, last_out_ns: now_ns, seen_in: 0, seen_out: 0 }
+        Self { interval_ns, last_in_ns: now_ns, last_out_ns: now_ns, seen_in: 0, seen_out: 0, last_poll_ns: now_ns }
     }
 
     /// Changes the interval (a client learns the router's), counting
@@ -440,25 +442,32 @@ impl Liveness {
     }
 
     /// Notes what `stats` says came and went since the last call, then
-    /// what to do at `now_ns`. After [`Beat::Send`] the next heartbeat is
+    /// what to do at `now_ns` (a heartbeat due before a peer's death: the
+    /// next call says that). After [`Beat::Send`] the next heartbeat is
     /// due an interval later, whether or not the caller's write went.
     pub fn poll(&mut self, stats: LinkStats, now_ns: u64) -> Beat {
         if stats.bytes_in != self.seen_in {
             (self.seen_in, self.last_in_ns) = (stats.bytes_in, now_ns);
         }
         if stats.bytes_out != self.seen_out {
-            (self.seen_out, self.last_out_ns) = (stats.bytes_out, now_ns);
+            // Written at the earliest just after the last call (a
+            // heartbeat of ours, for one): the next is due an interval from
+            // then, not from when it was noticed.
+            (self.seen_out, self.last_out_ns) = (stats.bytes_out, self.last_out_ns.max(self.last_poll_ns));
         }
+        self.last_poll_ns = now_ns;
         if self.interval_ns == 0 {
             return Beat::Quiet;
+        }
+        // A heartbeat due goes first: one that only writes must keep
+        // writing them, however long it has read nothing.
+        if now_ns.saturating_sub(self.last_out_ns) >= self.interval_ns {
+            self.last_out_ns = now_ns;
+            return Beat::Send;
         }
         let silent = now_ns.saturating_sub(self.last_in_ns);
         if silent >= self.interval_ns.saturating_mul(2) {
             return Beat::Dead(silent);
-        }
-        if now_ns.saturating_sub(self.last_out_ns) >= self.interval_ns {
-            self.last_out_ns = now_ns;
-            return Beat::Send;
         }
         Beat::Quiet
     }
@@ -505,14 +514,17 @@ impl StreamLink {
     }
 
     /// Keeps the link alive at `now_ns`: writes `heartbeat` (a whole frame)
-    /// if nothing went for an interval.
+    /// if nothing went for an interval. `reading`: the caller reads the
+    /// link too, so silence means the peer is gone (a caller that only
+    /// writes cannot tell, and never fails the link for it).
     ///
     /// # Errors
     /// The peer has been silent for two intervals (the link is failed from
     /// here), or the write failed.
-    pub fn keep_alive(&mut self, now_ns: u64, heartbeat: &[u8]) -> Result<(), LinkError> {
+    pub fn keep_alive(&mut self, now_ns: u64, heartbeat: &[u8], reading: bool) -> Result<(), LinkError> {
         match self.liveness.poll(self.stats(), now_ns) {
             Beat::Quiet => Ok(()),
+            Beat::Dead(_) if !reading => Ok(()),
             Beat::Send => {
                 self.writer.push(&self.wire, heartbeat, now_ns)?;
                 self.writer.flush(&self.wire, &mut []).map(|_| ())

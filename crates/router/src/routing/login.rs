@@ -108,12 +108,16 @@ impl Router {
             None => format!("{}@{}", s.name, s.peer),
         };
         s.counters = self.counters.as_ref().and_then(|c| c.allocate(Kind::RouterClient, client, 0, &label).ok());
-        // The largest frame it takes: a client refuses a bigger publish
-        // rather than have the session closed on it (and, guaranteed,
-        // resend it after every reconnection).
+        // The largest frame it takes (low 32 bits): a client refuses a
+        // bigger publish rather than have the session closed on it (and,
+        // guaranteed, resend it after every reconnection). The heartbeat
+        // interval in ms (high 32 bits): a client keeps its link alive
+        // from the start, polled or not.
+        let beat_ms =
+            u64::try_from(self.limits.heartbeat_interval.as_millis()).unwrap_or(u64::MAX).min(u32::MAX.into());
         let welcome = ClientRepr {
             value: client,
-            sequence: self.limits.max_frame as u64,
+            sequence: (self.limits.max_frame as u64).min(u32::MAX.into()) | beat_ms << 32,
             body: self.name.as_bytes(),
             ..ClientRepr::new(ClientKind::Welcome)
         };

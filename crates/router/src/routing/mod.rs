@@ -68,6 +68,10 @@ pub struct Limits {
     /// after the handshake) and, with users, its password checked. Past
     /// it the session is closed ([`Router::take_expired`]).
     pub hello_timeout: Duration,
+    /// TCP and TLS clients: a HEARTBEAT goes to a client the router has
+    /// written nothing to for this long, and a client it has read nothing
+    /// from for twice this long is closed as gone (zero: no heartbeats).
+    pub heartbeat_interval: Duration,
 }
 
 impl Default for Limits {
@@ -81,6 +85,7 @@ impl Default for Limits {
             conflate: Vec::new(),
             back_pressure_timeout: Some(Duration::from_secs(5)),
             hello_timeout: Duration::from_secs(2),
+            heartbeat_interval: Duration::from_secs(5),
         }
     }
 }

@@ -1,0 +1,192 @@
+//! Heartbeats on TCP links (issue 42, item 3): the router sends HEARTBEAT
+//! (its interval in ms) right after WELCOME and whenever it has written
+//! nothing for `limits.heartbeat_interval`; a client it has read nothing
+//! from for two intervals is closed; a quiet but live client, polled or
+//! not, stays; a client whose router falls silent reconnects.
+//!
+//! Each test prints when it saw what (`-- --nocapture`).
+
+mod common;
+
+use common::{start, tempdir};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+use tickwire_client::{Client, ClientEvent, ClientOptions};
+use tickwire_router::config::LimitsConfig;
+use tickwire_router::RouterConfig;
+use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION};
+use tickwire_wire::ClientFrame;
+
+/// The interval the tests run with (the default is 5 s).
+const INTERVAL: Duration = Duration::from_millis(200);
+
+fn config(interval: Duration) -> RouterConfig {
+    let limits = LimitsConfig {
+        heartbeat_interval: humantime::format_duration(interval).to_string(),
+        ..LimitsConfig::default()
+    };
+    RouterConfig { limits, ..RouterConfig::default() }
+}
+
+fn framed(r: &ClientRepr<'_>) -> Vec<u8> {
+    let mut b = vec![0u8; 4 + r.buffer_len()];
+    b[..4].copy_from_slice(&(r.buffer_len() as u32).to_le_bytes());
+    r.emit(&mut b[4..]).unwrap();
+    b
+}
+
+/// The frames in `bytes` (length-prefixed) as (kind, value, body).
+fn frames(bytes: &[u8]) -> Vec<(ClientKind, u32, String)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 4 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        let Some(b) = bytes.get(at + 4..at + 4 + len) else { break };
+        let f = ClientFrame::new_checked(b).unwrap();
+        out.push((f.kind(), f.value(), String::from_utf8_lossy(f.body()).into_owned()));
+        at += 4 + len;
+    }
+    out
+}
+
+/// Reads `s` until it ends (EOF or reset) or `wait` passes; what it heard
+/// and when it ended.
+fn read_until_closed(s: &mut TcpStream, wait: Duration) -> (Vec<u8>, Option<Duration>) {
+    let start = Instant::now();
+    s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+    let mut heard = Vec::new();
+    let mut buf = [0u8; 4096];
+    while start.elapsed() < wait {
+        match s.read(&mut buf) {
+            Ok(0) => return (heard, Some(start.elapsed())),
+            Ok(n) => heard.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return (heard, Some(start.elapsed())),
+        }
+    }
+    (heard, None)
+}
+
+#[test]
+fn a_client_that_falls_silent_is_closed_after_two_intervals_having_heard_heartbeats() {
+    let dir = tempdir("heartbeats-silent");
+    let r = start(&dir, config(INTERVAL));
+    let mut raw = TcpStream::connect(r.tcp).unwrap();
+    let hello = ClientRepr { value: CLIENT_PROTOCOL_VERSION, topic: "mute", ..ClientRepr::new(ClientKind::Hello) };
+    raw.write_all(&framed(&hello)).unwrap();
+    // It reads (so the router's heartbeats are taken) but never writes.
+    let (heard, closed) = read_until_closed(&mut raw, 10 * INTERVAL);
+    let f = frames(&heard);
+    println!("a silent client heard {:?}, closed after {closed:?}", f.iter().map(|x| x.0).collect::<Vec<_>>());
+    let closed = closed.expect("a client silent for 10 intervals was never closed");
+    assert!(closed >= 2 * INTERVAL - Duration::from_millis(30), "closed after {closed:?}, before two intervals");
+    assert!(closed <= 4 * INTERVAL, "closed after {closed:?}: more than two intervals late");
+    assert_eq!(f.first().map(|x| x.0), Some(ClientKind::Welcome), "{f:?}");
+    let beats: Vec<u32> = f.iter().filter(|x| x.0 == ClientKind::Heartbeat).map(|x| x.1).collect();
+    assert!(!beats.is_empty() && beats.iter().all(|&ms| ms == 200), "heartbeats carrying 200 ms: {beats:?}");
+    let last = f.last().unwrap();
+    assert_eq!((last.0, last.1), (ClientKind::Close, RejectCode::Limit as u32), "{f:?}");
+    assert!(last.2.contains("no frame or heartbeat"), "{}", last.2);
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn quiet_clients_stay_whether_or_not_their_application_polls() {
+    let dir = tempdir("heartbeats-quiet");
+    let r = start(&dir, config(INTERVAL));
+    let uri = format!("tcp://{}", r.tcp);
+    let open = |name: &str| {
+        let opts = ClientOptions { name: name.into(), dir: dir.clone(), ..ClientOptions::default() };
+        let mut c = Client::connect(&uri, opts).unwrap();
+        c.wait_connected(Duration::from_secs(5)).unwrap();
+        c
+    };
+    let mut polled = open("polled");
+    polled.subscribe("md/>").unwrap();
+    let mut unpolled = open("unpolled");
+    // Ten intervals: nothing published, `polled` polled, `unpolled` left
+    // alone (its library's flusher thread sends its heartbeats).
+    let mut gone = None;
+    let until = Instant::now() + 10 * INTERVAL;
+    while Instant::now() < until {
+        polled.poll(
+            |e| {
+                if let ClientEvent::Disconnected { reason } = e {
+                    gone = Some(reason.to_owned());
+                }
+            },
+            16,
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(gone, None, "a quiet client that polls was cut");
+    println!("the unpolled client's link: {:?}", unpolled.link_stats());
+    // The unpolled one is still connected: what it publishes now arrives.
+    unpolled.publish("md/eu/VOD", b"still here").unwrap();
+    unpolled.flush().unwrap();
+    let mut got = Vec::new();
+    let until = Instant::now() + Duration::from_secs(5);
+    while got.is_empty() && Instant::now() < until {
+        polled.poll(
+            |e| match e {
+                ClientEvent::Message(m) => got.push(m.payload.to_vec()),
+                ClientEvent::Disconnected { reason } => panic!("the polled client lost the router: {reason}"),
+                _ => {}
+            },
+            16,
+        );
+    }
+    assert_eq!(got, [b"still here".to_vec()], "the client left alone for ten intervals was cut");
+    let mut reconnected = false;
+    unpolled.poll(|e| reconnected |= matches!(e, ClientEvent::Disconnected { .. }), 16);
+    assert!(!reconnected, "the unpolled client had lost its session");
+    // Both still there when the router stops: it closes two sessions.
+    let report = r.stop();
+    assert_eq!(report.clients, 2, "{report:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_client_whose_router_falls_silent_reconnects_after_two_intervals() {
+    // A fake router: WELCOME and one HEARTBEAT (200 ms), then silence,
+    // the connection left open (a host gone without a FIN looks alike).
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let welcome = ClientRepr { value: 1, body: b"fake", ..ClientRepr::new(ClientKind::Welcome) };
+        let beat = ClientRepr { value: INTERVAL.as_millis() as u32, ..ClientRepr::new(ClientKind::Heartbeat) };
+        s.write_all(&framed(&welcome)).unwrap();
+        s.write_all(&framed(&beat)).unwrap();
+        // Held open, unread, while the client decides.
+        std::thread::sleep(Duration::from_secs(3));
+        drop(s);
+    });
+    let dir = tempdir("heartbeats-router-silent");
+    let opts = ClientOptions { name: "watcher".into(), dir: dir.clone(), ..ClientOptions::default() };
+    let mut c = Client::connect(&format!("tcp://{addr}"), opts).unwrap();
+    c.wait_connected(Duration::from_secs(5)).unwrap();
+    let connected = Instant::now();
+    let mut why = None;
+    while why.is_none() && connected.elapsed() < Duration::from_secs(3) {
+        c.poll(
+            |e| {
+                if let ClientEvent::Disconnected { reason } = e {
+                    why = Some(reason.to_owned());
+                }
+            },
+            16,
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let after = connected.elapsed();
+    println!("the client gave up on a silent router after {after:?}: {why:?}");
+    let why = why.expect("a client whose router fell silent never noticed");
+    assert!(why.contains("nothing from the peer"), "{why}");
+    assert!(after >= 2 * INTERVAL - Duration::from_millis(30) && after <= 4 * INTERVAL, "after {after:?}");
+    fake.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
