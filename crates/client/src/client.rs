@@ -95,6 +95,17 @@ impl Drop for ClientClaim<'_> {
     }
 }
 
+/// A client dropped without [`Client::close`] still writes what batching
+/// held (one non-blocking attempt): messages published before the drop
+/// are not lost to the batching window.
+impl Drop for Client {
+    fn drop(&mut self) {
+        if self.state == State::Connected {
+            let _ = self.flush();
+        }
+    }
+}
+
 impl Client {
     /// Starts connecting to the router at `uri` (`ipc`, `tcp://HOST:PORT`
     /// or `tls://HOST:PORT`). Returns at once: [`Client::poll`] (or
