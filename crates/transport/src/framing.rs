@@ -36,7 +36,8 @@ pub enum FrameError {
 ///
 /// Its buffer follows the traffic: it starts at [`MIN_BUFFER`] bytes,
 /// doubles whenever a read fills it (up to the largest frame, at least
-/// 64 KiB and at most 1 MiB, or one frame's size), and goes back to
+/// 64 KiB and at most 1 MiB, or one frame's size as its bytes arrive: a
+/// length prefix alone claims no memory), and goes back to
 /// [`MIN_BUFFER`] at a [`FrameReader::trim`] that finds it empty and
 /// unread since the last one: an idle connection holds a few KiB, a busy
 /// one reads up to 1 MiB a system call.
@@ -118,6 +119,8 @@ impl FrameReader {
     ) -> Result<usize, FrameError> {
         let mut frames = 0;
         let mut drained = false;
+        // The frame the buffer holds the start of, whole (0: none).
+        let mut want = 0;
         loop {
             // Hand over every whole frame buffered.
             loop {
@@ -135,9 +138,9 @@ impl FrameReader {
                     return Err(FrameError::TooShort { len });
                 }
                 if have < 4 + len {
-                    if self.buf.len() < 4 + len {
-                        self.buf.resize(4 + len, 0);
-                    }
+                    // Room for it comes as its bytes do (below): a length
+                    // alone claims no memory.
+                    want = 4 + len;
                     break;
                 }
                 let at = self.start + 4;
@@ -158,6 +161,12 @@ impl FrameReader {
                 self.buf.copy_within(self.start..self.end, 0);
                 self.end -= self.start;
                 self.start = 0;
+            }
+            // Full of a frame's first part: twice the room, as far as the
+            // frame needs (past `most` for a frame larger than it).
+            if self.end == self.buf.len() {
+                let grown = (self.buf.len() * 2).min(self.most.max(want));
+                self.buf.resize(grown.max(self.buf.len() + 1), 0);
             }
             let room = self.buf.len() - self.end;
             *reads += 1;
@@ -248,6 +257,26 @@ mod tests {
         assert!(r.capacity() > MIN_BUFFER, "read since the last trim: kept");
         r.trim();
         assert_eq!(r.capacity(), MIN_BUFFER, "idle for a whole trim: given back");
+    }
+
+    #[test]
+    fn a_length_claims_room_only_as_the_frame_s_bytes_arrive() {
+        let mut r = FrameReader::new(16, 1 << 20);
+        let body = vec![9u8; 500_000];
+        let whole = framed(&[&body]);
+        // The prefix and 100 bytes: the buffer is still its idle size.
+        let mut src = Trickle(whole[..104].to_vec(), usize::MAX);
+        assert_eq!(r.read_from(&mut src, |_| true), Ok(0));
+        assert_eq!(r.capacity(), MIN_BUFFER, "a length alone grew the buffer");
+        // The rest: it grows as it fills, and the frame comes whole.
+        let mut src = Trickle(whole[104..].to_vec(), usize::MAX);
+        let mut got = Vec::new();
+        r.read_from(&mut src, |f| {
+            got.push(f.len());
+            true
+        })
+        .unwrap();
+        assert_eq!(got, [500_000]);
     }
 
     #[test]
