@@ -62,7 +62,7 @@ pub struct RouterArgs {
     #[arg(long, default_value = "ipc", value_parser = ["ipc", "tcp", "tls"])]
     transport: String,
     /// TCP clients hold messages published within this long of their link's last write and send them together (0: one write per message).
-    #[arg(long, default_value = "20us", value_parser = parse_duration)]
+    #[arg(long, default_value = "10us", value_parser = parse_duration)]
     batch_window: Duration,
     /// Every subscriber on md/> (each message delivered to all), instead of one topic each.
     #[arg(long)]

@@ -135,7 +135,7 @@ impl Harness {
         }
         h.probe(fanout)?;
         if uri.starts_with("tcp://") || uri.starts_with("tls://") {
-            h.ready = Some(Ready::of(&h.subs)?);
+            h.ready = Some(Ready::of(&h.subs, &h.pubs)?);
         }
         Ok(h)
     }
@@ -237,25 +237,24 @@ struct Ready {
 }
 
 impl Ready {
-    fn of(subs: &[Client]) -> Result<Self, LabError> {
+    /// Every subscriber (index `i`) and publisher (index `subs.len() + p`):
+    /// a publisher is read only when the router wrote to it (a heartbeat,
+    /// a reply), not on a clock.
+    fn of(subs: &[Client], pubs: &[Client]) -> Result<Self, LabError> {
         let err = |e: nix::Error| LabError::Worker(format!("epoll: {e}"));
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(err)?;
-        for (i, s) in subs.iter().enumerate() {
-            let fd = s.as_fd().ok_or_else(|| LabError::Worker(format!("subscriber {i} is not connected")))?;
+        for (i, s) in subs.iter().chain(pubs).enumerate() {
+            let fd = s.as_fd().ok_or_else(|| LabError::Worker(format!("lab client {i} is not connected")))?;
             epoll.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, i as u64)).map_err(err)?;
         }
-        Ok(Self {
-            epoll,
-            events: vec![EpollEvent::empty(); subs.len()],
-            ready: Vec::with_capacity(subs.len()),
-            polls: 0,
-        })
+        let all = subs.len() + pubs.len();
+        Ok(Self { epoll, events: vec![EpollEvent::empty(); all], ready: Vec::with_capacity(all), polls: 0 })
     }
 
     /// The subscribers with something to read: their socket is readable,
     /// or their last poll left frames in the client.
     #[inline]
-    fn wait(&mut self, subs: &[Client]) -> Result<&[usize], LabError> {
+    fn wait(&mut self, subs: &[Client], pubs: &[Client]) -> Result<&[usize], LabError> {
         self.polls += 1;
         let n = self
             .epoll
@@ -263,7 +262,7 @@ impl Ready {
             .map_err(|e| LabError::Worker(format!("epoll: {e}")))?;
         self.ready.clear();
         self.ready.extend(self.events[..n].iter().map(|e| e.data() as usize));
-        for (i, s) in subs.iter().enumerate() {
+        for (i, s) in subs.iter().chain(pubs).enumerate() {
             if s.has_buffered() && !self.ready.contains(&i) {
                 self.ready.push(i);
             }
@@ -304,10 +303,23 @@ impl Offer for Routed<'_> {
         let Routed { h, samples, received, discarded, turn, .. } = self;
         let mut gone: Option<String> = None;
         let ready = match &mut h.ready {
-            Some(r) => r.wait(&h.subs)?,
+            Some(r) => r.wait(&h.subs, &h.pubs)?,
             None => &h.all,
         };
+        let subs = h.subs.len();
         for &i in ready {
+            if i >= subs {
+                // A publisher the router wrote to (TCP): its heartbeat.
+                h.pubs[i - subs].poll(
+                    |e| {
+                        if let ClientEvent::Disconnected { reason } = e {
+                            gone = Some(reason.to_owned())
+                        }
+                    },
+                    16,
+                );
+                continue;
+            }
             h.subs[i].poll(
                 |e| match e {
                     ClientEvent::Message(d) if stamp::seq(d.payload) != Some(PROBE) => {
@@ -326,10 +338,11 @@ impl Offer for Routed<'_> {
         for p in &mut h.pubs {
             p.flush_due();
         }
-        // The publishers read nothing but their own heartbeat (shared
-        // memory) and the odd reply: one is looked after every few turns.
+        // Over shared memory the publishers read nothing but their own
+        // heartbeat and the odd reply: one is looked after every few turns
+        // (over TCP, when readable, above).
         *turn += 1;
-        if *turn % PUBLISHER_EVERY != 0 {
+        if h.ready.is_some() || *turn % PUBLISHER_EVERY != 0 {
             return gone.map_or(Ok(()), |why| Err(LabError::Worker(format!("a lab client lost the router: {why}"))));
         }
         let p = (*turn / PUBLISHER_EVERY) % h.pubs.len();
