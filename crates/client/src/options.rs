@@ -75,7 +75,8 @@ pub struct ClientOptions {
     pub tcp_write_limit: usize,
     /// When a TCP client writes what it publishes
     /// ([`Batching::SMART`], the default: a message on an idle link at
-    /// once, messages close behind a write together, within 10 µs;
+    /// once, messages close behind a write together, within 10 µs (up to
+    /// 40 µs while the stream is dense);
     /// [`Batching::EVERY_FRAME`]: one write per message). Held messages go
     /// with the next publish or [`crate::Client::poll`] after the window,
     /// or at once with [`crate::Client::flush`], `park` or `close`.
