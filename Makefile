@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO_ENV := if [ -f $$HOME/.cargo/env ]; then . $$HOME/.cargo/env; fi;
 
-.PHONY: setup build demo test bench crash fuzz clean fresh-check loom
+.PHONY: setup build demo test bench crash fuzz clean fresh-check loom hostile
 
 setup:
 	@./scripts/setup.sh
@@ -32,6 +32,13 @@ loom:
 crash: setup
 	@$(CARGO_ENV) TICKWIRE_CRASH_CYCLES=100 cargo test --release -p tickwire-cli --test crash -- --nocapture
 	@$(CARGO_ENV) TICKWIRE_CRASH_CYCLES=30 TICKWIRE_CRASH_SYNC=fsync cargo test --release -p tickwire-cli --test crash -- --nocapture
+
+# The router against hostile and broken clients, with the figures each
+# test prints (make test runs the same tests, quietly): deadlines before
+# login, heartbeats after it, oversize and dribbled frames, subscribers
+# that never read. One at a time, so the timings are the router's.
+hostile: setup
+	@$(CARGO_ENV) cargo test --release -p tickwire-router --test deadlines --test heartbeats --test hostile_link -- --nocapture --test-threads=1
 
 # Every fuzz target under libFuzzer (nightly, installed if missing), each for
 # FUZZ_SECONDS (default 60) or FUZZ_RUNS inputs; make test replays the corpus.

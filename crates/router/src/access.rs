@@ -27,7 +27,6 @@
 
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
-use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use tickwire_topic::{Level, Pattern};
 use tickwire_wire::client::SlowConsumer;
@@ -284,79 +283,7 @@ pub fn hash_password(password: &[u8]) -> Result<String, String> {
     argon2::Argon2::default().hash_password(password, &salt).map(|h| h.to_string()).map_err(|e| e.to_string())
 }
 
-/// A password check asked of the [`AuthWorker`].
-#[derive(Debug)]
-pub struct AuthRequest {
-    /// The routing agent that asked.
-    pub agent: usize,
-    /// The session (on that agent).
-    pub session: u32,
-    /// The session's ticket: a result for an older session in the same
-    /// slot is ignored.
-    pub ticket: u64,
-    /// The user named.
-    pub user: String,
-    /// The password given.
-    pub password: Vec<u8>,
-}
-
-/// What the [`AuthWorker`] found.
-#[derive(Debug)]
-pub struct AuthResult {
-    /// See [`AuthRequest::session`].
-    pub session: u32,
-    /// See [`AuthRequest::ticket`].
-    pub ticket: u64,
-    /// The user, or why not.
-    pub outcome: Result<Arc<User>, String>,
-}
-
-enum Job {
-    Check(AuthRequest),
-    Users(Arc<Users>),
-}
-
-/// A thread that checks passwords, so that no routing agent stops for the
-/// tens of milliseconds an argon2 check takes. Checks are made in the
-/// order asked; each result goes back through `reply(agent, result)`.
-#[derive(Debug)]
-pub struct AuthWorker {
-    tx: Sender<Job>,
-}
-
-impl AuthWorker {
-    /// Starts the thread with `users`; it ends when the worker is dropped.
-    ///
-    /// # Errors
-    /// The thread could not be spawned.
-    pub fn start(users: Arc<Users>, reply: impl Fn(usize, AuthResult) + Send + 'static) -> std::io::Result<Self> {
-        let (tx, rx): (Sender<Job>, Receiver<Job>) = channel();
-        std::thread::Builder::new().name("router-auth".into()).spawn(move || {
-            let mut users = users;
-            for job in rx {
-                match job {
-                    Job::Users(u) => users = u,
-                    Job::Check(mut r) => {
-                        let outcome = users.verify(&r.user, &r.password);
-                        r.password.fill(0);
-                        reply(r.agent, AuthResult { session: r.session, ticket: r.ticket, outcome });
-                    }
-                }
-            }
-        })?;
-        Ok(Self { tx })
-    }
-
-    /// Asks for a check.
-    pub fn check(&self, r: AuthRequest) {
-        let _ = self.tx.send(Job::Check(r));
-    }
-
-    /// Checks from now on use `users`.
-    pub fn set_users(&self, users: Arc<Users>) {
-        let _ = self.tx.send(Job::Users(users));
-    }
-}
+pub use crate::auth::{AuthRequest, AuthResult, AuthStats, AuthWorker};
 
 #[cfg(test)]
 mod tests {

@@ -53,6 +53,7 @@
 
 pub mod access;
 pub mod agent;
+pub mod auth;
 pub mod cache;
 pub mod config;
 pub mod counters;

@@ -127,6 +127,15 @@ pub struct SessionStats {
     pub conflated: u64,
 }
 
+/// A session that ends takes back its password check, if one waits.
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(w) = &self.auth_wanted {
+            w.store(false, std::sync::atomic::Ordering::Release);
+        }
+    }
+}
+
 /// A client session.
 #[derive(Debug)]
 pub struct Session {
@@ -149,6 +158,9 @@ pub struct Session {
     pub(crate) user: Option<Arc<User>>,
     /// Its password is being checked: the check's ticket.
     pub(crate) ticket: Option<u64>,
+    /// Set while its password check is wanted; cleared when the session
+    /// ends, so the check is not made for nobody.
+    pub(crate) auth_wanted: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// Frames read while its password was being checked, in order.
     pub(crate) unchecked: Vec<Vec<u8>>,
     /// Of `unchecked`: (frames, bytes) other than SUBSCRIBE at 0, of
@@ -203,6 +215,7 @@ impl Session {
             hello: false,
             user: None,
             ticket: None,
+            auth_wanted: None,
             unchecked: Vec::new(),
             unchecked_kept: [(0, 0); 2],
             filtered: false,

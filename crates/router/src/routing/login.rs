@@ -139,8 +139,14 @@ impl Router {
         };
         let ticket = self.login.next_ticket;
         self.login.next_ticket += 1;
+        let wanted = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let mut address = String::new();
         if let Some(Some(s)) = self.sessions.get_mut(id as usize) {
             s.ticket = Some(ticket);
+            s.auth_wanted = Some(Arc::clone(&wanted));
+            // "tcp 10.0.0.7:51234": the host, not the port.
+            let peer = s.peer.rsplit_once(' ').map_or(s.peer.as_str(), |p| p.1);
+            address = peer.rsplit_once(':').map_or(peer, |p| p.0).to_owned();
         }
         self.login.auth_out.push(AuthRequest {
             agent: self.me as usize,
@@ -148,6 +154,8 @@ impl Router {
             ticket,
             user: user.to_owned(),
             password: password.to_vec(),
+            address,
+            wanted,
         });
         Ok(())
     }

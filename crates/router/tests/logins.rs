@@ -1,0 +1,117 @@
+//! Logins an attacker cannot starve (issue 42, item 2): during a flood of
+//! wrong passwords against one user (threads on raw TCP, half of them
+//! leaving before the answer), another user's fresh login, and the
+//! attacked user's with the right password, are each welcomed within 1 s;
+//! and after it too.
+//!
+//! Prints every login's time (`-- --nocapture`).
+
+mod common;
+
+use common::{start, tempdir};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tickwire_client::{Client, ClientOptions};
+use tickwire_router::access::{hash_password, UserConfig};
+use tickwire_router::RouterConfig;
+use tickwire_wire::client::{credentials, ClientKind, ClientRepr, CLIENT_PROTOCOL_VERSION};
+
+fn user(name: &str, password: &str) -> UserConfig {
+    UserConfig {
+        name: name.into(),
+        password_hash: hash_password(password.as_bytes()).unwrap(),
+        publish: vec!["md/>".into()],
+        subscribe: vec!["md/>".into()],
+        slow_consumer: None,
+    }
+}
+
+/// How long a client as `user` takes to be welcomed.
+fn login(uri: &str, dir: &Path, user: &str, password: &str) -> Duration {
+    let opts = ClientOptions {
+        name: format!("{user}-login"),
+        dir: dir.into(),
+        user: Some(user.into()),
+        password: Some(password.into()),
+        ..ClientOptions::default()
+    };
+    let started = Instant::now();
+    let mut c = Client::connect(uri, opts).unwrap();
+    c.wait_connected(Duration::from_secs(10)).unwrap_or_else(|e| panic!("{user} never logged in: {e}"));
+    let took = started.elapsed();
+    c.close();
+    took
+}
+
+/// One wrong-password HELLO as `user`; waits for the answer if `wait`.
+fn guess(addr: SocketAddr, user: &str, wait: bool) {
+    let Ok(mut s) = TcpStream::connect(addr) else { return };
+    let body = credentials::password(user, b"not-the-password");
+    let hello = ClientRepr {
+        value: CLIENT_PROTOCOL_VERSION,
+        topic: "guesser",
+        body: &body,
+        ..ClientRepr::new(ClientKind::Hello)
+    };
+    let mut b = vec![0u8; 4 + hello.buffer_len()];
+    b[..4].copy_from_slice(&(hello.buffer_len() as u32).to_le_bytes());
+    hello.emit(&mut b[4..]).unwrap();
+    if s.write_all(&b).is_err() || !wait {
+        return;
+    }
+    let _ = s.set_read_timeout(Some(Duration::from_secs(3)));
+    let mut buf = [0u8; 256];
+    let _ = s.read(&mut buf);
+}
+
+#[test]
+fn a_wrong_password_flood_against_one_user_delays_no_one_s_right_login_past_a_second() {
+    let dir = tempdir("logins-flood");
+    let users = vec![user("victim", "victim-pw"), user("other", "other-pw")];
+    let r = start(&dir, RouterConfig { users, ..RouterConfig::default() });
+    let uri = format!("tcp://{}", r.tcp);
+    // The victim logged in once before (as an application that restarts).
+    println!("victim before the flood: {:?}", login(&uri, &dir, "victim", "victim-pw"));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let guesses = Arc::new(AtomicU64::new(0));
+    let flood: Vec<_> = (0..8)
+        .map(|i| {
+            let (stop, guesses, addr) = (Arc::clone(&stop), Arc::clone(&guesses), r.tcp);
+            std::thread::spawn(move || {
+                let until = Instant::now() + Duration::from_secs(20);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+                    guess(addr, "victim", i % 2 == 0);
+                    guesses.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut during = Vec::new();
+    for round in 0..3 {
+        let other = login(&uri, &dir, "other", "other-pw");
+        let victim = login(&uri, &dir, "victim", "victim-pw");
+        println!("during the flood, round {round}: other {other:?}, victim {victim:?}");
+        during.push((other, victim));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in flood {
+        t.join().unwrap();
+    }
+    let sent = guesses.load(Ordering::Relaxed);
+    let after = (login(&uri, &dir, "other", "other-pw"), login(&uri, &dir, "victim", "victim-pw"));
+    println!("{sent} wrong guesses sent; after the flood: other {:?}, victim {:?}", after.0, after.1);
+    assert!(sent >= 50, "the flood was too small to prove anything: {sent} guesses");
+    for (other, victim) in during.into_iter().chain([after]) {
+        assert!(other < Duration::from_secs(1), "another user's login took {other:?}");
+        assert!(victim < Duration::from_secs(1), "the attacked user's right login took {victim:?}");
+    }
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}
