@@ -38,7 +38,7 @@ crash: setup
 # login, heartbeats after it, oversize and dribbled frames, subscribers
 # that never read. One at a time, so the timings are the router's.
 hostile: setup
-	@$(CARGO_ENV) cargo test --release -p tickwire-router --test deadlines --test heartbeats --test hostile_link -- --nocapture --test-threads=1
+	@$(CARGO_ENV) cargo test --release -p tickwire-router --test deadlines --test heartbeats --test hostile_link --test logins -- --nocapture --test-threads=1
 
 # Every fuzz target under libFuzzer (nightly, installed if missing), each for
 # FUZZ_SECONDS (default 60) or FUZZ_RUNS inputs; make test replays the corpus.
