@@ -93,11 +93,12 @@ fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
                             Kind::RouterClient => "router-client",
                             Kind::RouterTopic => "router-topic",
                             Kind::Xdp => "xdp",
+                            Kind::RouterAgent => "router-agent",
                         };
                         let vals: Vec<String> =
                             set.kind.names().iter().zip(set.values).map(|(n, v)| format!("{n}={v}")).collect();
                         out.push_str(&match set.kind {
-                            Kind::Router | Kind::RouterTopic | Kind::Xdp => {
+                            Kind::Router | Kind::RouterTopic | Kind::Xdp | Kind::RouterAgent => {
                                 format!("  {side} {}: {}\n", set.label, vals.join(" "))
                             }
                             Kind::RouterClient => {

@@ -31,7 +31,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tickwire_shm::{Event, LogAppender, LogReader};
+use tickwire_shm::counters::Kind;
+use tickwire_shm::{CounterSet, Event, LogAppender, LogReader};
 use tickwire_transport::framing::FrameError;
 use tickwire_transport::link;
 use tickwire_transport::tls::Wire;
@@ -159,6 +160,14 @@ pub struct RoutingAgent {
     /// System calls on TCP links: reads and polls live, and the writes of
     /// sessions that have ended.
     io: IoCounts,
+    /// Clients closed after two heartbeat intervals with nothing read.
+    heartbeat_timeouts: u64,
+    /// Its counter set (`Kind::RouterAgent`): the above, and on the first
+    /// agent the password checks and the topic table.
+    agent_set: Option<CounterSet>,
+    /// Whether it is the first agent (the one that reports the password
+    /// checks, which all agents share).
+    first: bool,
     control: Receiver<Control>,
     /// The other agents' control channels (`None` at this agent's place).
     others: Vec<Option<Sender<Control>>>,
@@ -206,6 +215,8 @@ pub(crate) struct Wiring {
 
 impl RoutingAgent {
     pub(crate) fn new(router: Router, role: String, wiring: Wiring) -> std::io::Result<Self> {
+        let agent_set = router.counters_file().and_then(|c| c.allocate(Kind::RouterAgent, 0, 0, &role).ok());
+        let first = wiring.others.first().is_none_or(Option::is_none);
         Ok(Self {
             router,
             role,
@@ -218,6 +229,9 @@ impl RoutingAgent {
             skipped: Vec::new(),
             failed: Vec::new(),
             io: IoCounts::default(),
+            heartbeat_timeouts: 0,
+            agent_set,
+            first,
             control: wiring.control,
             others: wiring.others,
             inbound: wiring.inbound,
@@ -320,8 +334,26 @@ impl RoutingAgent {
         if let Ok(mut t) = self.shared.totals.lock() {
             *t = self.router.totals();
         }
-        if let Ok(mut io) = self.shared.io.lock() {
-            *io = self.io_counts();
+        let io = self.io_counts();
+        if let Ok(mut shared) = self.shared.io.lock() {
+            *shared = io;
+        }
+        if let Some(set) = &self.agent_set {
+            use std::sync::atomic::Ordering::Relaxed;
+            let mut v = [0u64; 10];
+            v[..4].copy_from_slice(&[io.reads, io.writes, io.polls, self.heartbeat_timeouts]);
+            if self.first {
+                let a = self.auth.stats();
+                v[4..9].copy_from_slice(&[
+                    a.checked.load(Relaxed),
+                    a.remembered.load(Relaxed),
+                    a.failed.load(Relaxed),
+                    a.abandoned.load(Relaxed),
+                    a.throttled.load(Relaxed),
+                ]);
+            }
+            v[9] = self.router.topic_table().evictions;
+            set.set_all(&v);
         }
     }
 
@@ -367,6 +399,7 @@ impl RoutingAgent {
             }
         }
         for (id, ns) in dead {
+            self.heartbeat_timeouts += 1;
             let reason = format!(
                 "no frame or heartbeat from the client in {:.1} s (limits.heartbeat_interval {})",
                 ns as f64 / 1e9,

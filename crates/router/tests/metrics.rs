@@ -73,6 +73,15 @@ fn metrics_are_scraped_and_parsed() {
     // 1000 publishes, and the subscriber's and publisher's HELLO and
     // SUBSCRIBE: at least 3 frames of 256 timed.
     assert!(timed.is_some_and(|n| n >= 3.0), "{timed:?}\n{body}");
+    // The routing agent's own set: the TCP publisher's link was read, in
+    // far fewer reads than its 1000 messages (they came batched).
+    let agent = scrape.samples.iter().find(|s| s.metric == "tickwire_router_agent_socket_reads_total").expect(&body);
+    let reads = value(&scrape, "tickwire_router_agent_socket_reads_total", ("agent", &agent.labels["agent"]));
+    assert!(reads.is_some_and(|n| (1.0..1000.0).contains(&n)), "{reads:?}\n{body}");
+    for name in ["heartbeat_timeouts", "logins_failed", "logins_abandoned", "logins_throttled", "topic_evictions"] {
+        let full = format!("tickwire_router_agent_{name}_total");
+        assert!(scrape.samples.iter().any(|s| s.metric == full), "{full} missing\n{body}");
+    }
     assert_eq!(get(addr, "/").0, "HTTP/1.1 404 Not Found");
     drop(r);
     let _ = std::fs::remove_dir_all(&dir);

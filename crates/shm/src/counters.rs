@@ -62,6 +62,10 @@ pub enum Kind {
     /// The AF_XDP path of a `udp://` channel that asked for it (label: the
     /// channel); names from `tickwire_transport::XdpStats`.
     Xdp = 8,
+    /// One routing agent of a router, beyond routing (label: the agent's
+    /// role): its TCP links' system calls, the clients it closed as gone,
+    /// and (the first agent) the password checks and the topic table.
+    RouterAgent = 9,
 }
 
 impl Kind {
@@ -76,6 +80,7 @@ impl Kind {
             Kind::RouterClient => &ROUTER_CLIENT_NAMES,
             Kind::RouterTopic => &ROUTER_TOPIC_NAMES,
             Kind::Xdp => &XDP_NAMES,
+            Kind::RouterAgent => &ROUTER_AGENT_NAMES,
         }
     }
     fn from_u32(v: u32) -> Option<Self> {
@@ -88,6 +93,7 @@ impl Kind {
             6 => Some(Kind::RouterClient),
             7 => Some(Kind::RouterTopic),
             8 => Some(Kind::Xdp),
+            9 => Some(Kind::RouterAgent),
             _ => None,
         }
     }
@@ -225,6 +231,20 @@ pub const ROUTER_CLIENT_NAMES: [&str; 9] = [
 
 /// Router topic values, in index order.
 pub const ROUTER_TOPIC_NAMES: [&str; 4] = ["messages_in", "bytes_in", "deliveries", "bytes_out"];
+/// Routing agent values, in index order (see `tickwire_router::agent`).
+pub const ROUTER_AGENT_NAMES: [&str; 10] = [
+    "socket_reads",
+    "socket_writes",
+    "readiness_polls",
+    "heartbeat_timeouts",
+    "logins_checked",
+    "logins_remembered",
+    "logins_failed",
+    "logins_abandoned",
+    "logins_throttled",
+    "topic_evictions",
+];
+
 /// AF_XDP value names (`tickwire_transport::XdpStats::values` order).
 pub const XDP_NAMES: [&str; 16] = [
     "xdp_rx_packets",

@@ -124,6 +124,18 @@ fn described(kind: Kind) -> &'static [(&'static str, &'static str, bool)] {
             ),
             ("holding_publishers", "Publishers this back-pressure client holds (its queue is past its bound).", false),
         ],
+        Kind::RouterAgent => &[
+            ("socket_reads", "read calls on TCP clients' sockets (the links' own count).", true),
+            ("socket_writes", "write and writev calls on TCP clients' sockets.", true),
+            ("readiness_polls", "epoll_wait calls over TCP clients.", true),
+            ("heartbeat_timeouts", "Clients closed after two heartbeat intervals with nothing read.", true),
+            ("logins_checked", "Passwords checked with argon2.", true),
+            ("logins_remembered", "Passwords answered from a remembered success, without argon2.", true),
+            ("logins_failed", "Password checks failed (no such user, a wrong password).", true),
+            ("logins_abandoned", "Password checks dropped unmade: the session had ended.", true),
+            ("logins_throttled", "Password checks made to wait after a failure of the same user and address.", true),
+            ("topic_evictions", "Topics dropped from the topic table to make room for others.", true),
+        ],
         Kind::RouterTopic => &[
             ("messages_in", "Messages published on the topic.", true),
             ("bytes_in", "Payload bytes published on the topic.", true),
@@ -158,6 +170,7 @@ impl Collector for RouterCollector {
             (Kind::Router, "tickwire_router"),
             (Kind::RouterClient, "tickwire_router_client"),
             (Kind::RouterTopic, "tickwire_router_topic"),
+            (Kind::RouterAgent, "tickwire_router_agent"),
         ] {
             let of_kind: Vec<&SetSnapshot> = sets.iter().filter(|s| s.kind == kind).collect();
             for (i, (name, help, counter)) in described(kind).iter().enumerate() {
@@ -170,6 +183,7 @@ impl Collector for RouterCollector {
                         Kind::RouterClient => {
                             vec![("client", s.stream_id.to_string()), ("name", escaped(&s.label))]
                         }
+                        Kind::RouterAgent => vec![("agent", escaped(&s.label))],
                         _ => vec![("topic", escaped(&s.label))],
                     };
                     let v = s.values[i];

@@ -226,6 +226,11 @@ impl Router {
         self.topics.table_stats()
     }
 
+    /// The counters file its sets are in, if it has one.
+    pub(crate) fn counters_file(&self) -> Option<&Arc<CountersFile>> {
+        self.counters.as_ref()
+    }
+
     /// The limits.
     pub fn limits(&self) -> &Limits {
         &self.limits
