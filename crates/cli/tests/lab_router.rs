@@ -124,7 +124,8 @@ fn a_bad_scenario_is_refused_by_name() {
     assert!(err.contains("one subscriber per publisher"), "{err}");
     let out = Command::new(BIN).arg("--dir").arg(&d).args(["lab", "router", "--transport", "udp"]).output().unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("ipc or tcp"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("'udp'") && err.contains("ipc, tcp, tls"), "{err}");
     let _ = std::fs::remove_dir_all(&d);
 }
 

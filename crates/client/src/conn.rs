@@ -7,7 +7,7 @@ use std::time::Duration;
 use tickwire_shm::os::monotonic_ns;
 use tickwire_shm::{Claim, Context, Event, LogAppender, LogConfig, LogReader, OfferError, ReaderOptions};
 use tickwire_transport::framing::FrameError;
-use tickwire_transport::link::{Batching, LinkError, LinkStats, StreamLink};
+use tickwire_transport::link::{Batching, LinkError, LinkStats, LinkWriter, StreamLink};
 use tickwire_transport::tls::{ClientConfig, Wire};
 use tickwire_wire::client::{ClientRepr, HEADER_LEN, IPC_IN_CHANNEL, IPC_OUT_CHANNEL};
 
@@ -276,16 +276,24 @@ impl Conn {
         matches!(self, Conn::Tcp(t) if t.lock().reader.has_buffered())
     }
 
-    /// Writes every frame held for batching now.
-    pub(crate) fn flush(&mut self) -> Result<(), SendError> {
+    /// Runs `f` on a TCP link's writer (shared memory holds nothing back).
+    fn with_writer<T>(
+        &mut self,
+        f: impl FnOnce(&Wire, &mut LinkWriter) -> Result<T, LinkError>,
+    ) -> Result<(), SendError> {
         match self {
             Conn::Ipc(_) => Ok(()),
             Conn::Tcp(t) => {
                 let mut l = t.lock();
                 let (wire, _, w) = l.parts();
-                w.flush(wire, &mut []).map(|_| ()).map_err(link_error)
+                f(wire, w).map(|_| ()).map_err(link_error)
             }
         }
+    }
+
+    /// Writes every frame held for batching now.
+    pub(crate) fn flush(&mut self) -> Result<(), SendError> {
+        self.with_writer(|wire, w| w.flush(wire, &mut []))
     }
 
     /// Keeps a TCP link alive (heartbeats, a silent router detected);
@@ -306,14 +314,7 @@ impl Conn {
 
     /// Writes what batching holds if its window has passed.
     pub(crate) fn flush_due(&mut self) -> Result<(), SendError> {
-        match self {
-            Conn::Ipc(_) => Ok(()),
-            Conn::Tcp(t) => {
-                let mut l = t.lock();
-                let (wire, _, w) = l.parts();
-                w.flush_due(wire, monotonic_ns()).map(|_| ()).map_err(link_error)
-            }
-        }
+        self.with_writer(|wire, w| w.flush_due(wire, monotonic_ns()))
     }
 
     /// What a TCP link's halves did (system calls, frames, bytes).

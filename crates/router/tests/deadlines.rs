@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{start, tempdir};
+use common::{framed, frames, start, tempdir};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -26,11 +26,7 @@ fn limits(hello_timeout: Duration) -> LimitsConfig {
 }
 
 fn hello_frame(name: &str) -> Vec<u8> {
-    let r = ClientRepr { value: CLIENT_PROTOCOL_VERSION, topic: name, ..ClientRepr::new(ClientKind::Hello) };
-    let mut b = vec![0u8; 4 + r.buffer_len()];
-    b[..4].copy_from_slice(&(r.buffer_len() as u32).to_le_bytes());
-    r.emit(&mut b[4..]).unwrap();
-    b
+    framed(&ClientRepr { value: CLIENT_PROTOCOL_VERSION, topic: name, ..ClientRepr::new(ClientKind::Hello) })
 }
 
 /// A connection the test holds, and what it heard.
@@ -111,20 +107,6 @@ fn check(what: &str, held: &[Held], closed: usize, deadline: Duration, late: Dur
         );
         assert!(t <= deadline + late, "{what}: closed after {t:?}, deadline {deadline:?}");
     }
-}
-
-/// The frames in `bytes` (length-prefixed) as (kind, value, body).
-fn frames(bytes: &[u8]) -> Vec<(ClientKind, u32, String)> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at + 4 <= bytes.len() {
-        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-        let Some(b) = bytes.get(at + 4..at + 4 + len) else { break };
-        let f = ClientFrame::new_checked(b).unwrap();
-        out.push((f.kind(), f.value(), String::from_utf8_lossy(f.body()).into_owned()));
-        at += 4 + len;
-    }
-    out
 }
 
 /// Whether a connection is still open: nothing to read, no end.

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{start, tempdir};
+use common::{framed, frames, start, tempdir};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -16,7 +16,6 @@ use tickwire_client::{Client, ClientEvent, ClientOptions};
 use tickwire_router::config::LimitsConfig;
 use tickwire_router::RouterConfig;
 use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION};
-use tickwire_wire::ClientFrame;
 
 /// The interval the tests run with (the default is 5 s).
 const INTERVAL: Duration = Duration::from_millis(200);
@@ -27,27 +26,6 @@ fn config(interval: Duration) -> RouterConfig {
         ..LimitsConfig::default()
     };
     RouterConfig { limits, ..RouterConfig::default() }
-}
-
-fn framed(r: &ClientRepr<'_>) -> Vec<u8> {
-    let mut b = vec![0u8; 4 + r.buffer_len()];
-    b[..4].copy_from_slice(&(r.buffer_len() as u32).to_le_bytes());
-    r.emit(&mut b[4..]).unwrap();
-    b
-}
-
-/// The frames in `bytes` (length-prefixed) as (kind, value, body).
-fn frames(bytes: &[u8]) -> Vec<(ClientKind, u32, String)> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at + 4 <= bytes.len() {
-        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-        let Some(b) = bytes.get(at + 4..at + 4 + len) else { break };
-        let f = ClientFrame::new_checked(b).unwrap();
-        out.push((f.kind(), f.value(), String::from_utf8_lossy(f.body()).into_owned()));
-        at += 4 + len;
-    }
-    out
 }
 
 /// Reads `s` until it ends (EOF or reset) or `wait` passes; what it heard

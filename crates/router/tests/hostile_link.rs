@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{client, start, tempdir};
+use common::{client, framed, frames, start, tempdir};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -19,31 +19,8 @@ use tickwire_router::RouterConfig;
 use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode, SlowConsumer, CLIENT_PROTOCOL_VERSION};
 use tickwire_wire::ClientFrame;
 
-/// `r` behind its length, as on TCP.
-fn tcp_frame(r: &ClientRepr<'_>) -> Vec<u8> {
-    let mut b = vec![0u8; 4 + r.buffer_len()];
-    b[..4].copy_from_slice(&(r.buffer_len() as u32).to_le_bytes());
-    r.emit(&mut b[4..]).unwrap();
-    b
-}
-
 fn hello(name: &str, flags: u8) -> Vec<u8> {
-    tcp_frame(&ClientRepr { value: CLIENT_PROTOCOL_VERSION, topic: name, flags, ..ClientRepr::new(ClientKind::Hello) })
-}
-
-/// The frames in `bytes` (length-prefixed, whole ones) as (kind, value,
-/// body).
-fn frames(bytes: &[u8]) -> Vec<(ClientKind, u32, String)> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at + 4 <= bytes.len() {
-        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-        let Some(b) = bytes.get(at + 4..at + 4 + len) else { break };
-        let f = ClientFrame::new_checked(b).unwrap();
-        out.push((f.kind(), f.value(), String::from_utf8_lossy(f.body()).into_owned()));
-        at += 4 + len;
-    }
-    out
+    framed(&ClientRepr { value: CLIENT_PROTOCOL_VERSION, topic: name, flags, ..ClientRepr::new(ClientKind::Hello) })
 }
 
 /// Reads `s` until the router closes it (EOF or reset) or `wait` passes:
@@ -284,7 +261,7 @@ fn never_reading_subscriber(addr: SocketAddr, policy: SlowConsumer) -> TcpStream
     // two of loopback's 64 KiB segments the connection stalls in
     // zero-window probes once it is read at last.
     tickwire_transport::set_socket_buffers(&s, 128 << 10);
-    let sub = tcp_frame(&ClientRepr { value: 1, topic: "md/busy", ..ClientRepr::new(ClientKind::Subscribe) });
+    let sub = framed(&ClientRepr { value: 1, topic: "md/busy", ..ClientRepr::new(ClientKind::Subscribe) });
     (&s).write_all(&[hello("never-reads", policy.hello_flags()), sub].concat()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     // Its WELCOME (a frame of its own: read exactly it).

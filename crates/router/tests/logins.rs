@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{start, tempdir};
+use common::{framed, start, tempdir};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
@@ -57,10 +57,7 @@ fn guess(addr: SocketAddr, user: &str, wait: bool) {
         body: &body,
         ..ClientRepr::new(ClientKind::Hello)
     };
-    let mut b = vec![0u8; 4 + hello.buffer_len()];
-    b[..4].copy_from_slice(&(hello.buffer_len() as u32).to_le_bytes());
-    hello.emit(&mut b[4..]).unwrap();
-    if s.write_all(&b).is_err() || !wait {
+    if s.write_all(&framed(&hello)).is_err() || !wait {
         return;
     }
     let _ = s.set_read_timeout(Some(Duration::from_secs(3)));

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use tickwire_client::{Client, ClientEvent, ClientOptions};
 use tickwire_router::access::UserConfig;
 use tickwire_router::{RouterConfig, Server, ShutdownReport};
+use tickwire_wire::client::{ClientKind, ClientRepr};
+use tickwire_wire::ClientFrame;
 
 pub struct Running {
     stop: Arc<AtomicBool>,
@@ -101,4 +103,27 @@ pub fn quiet(c: &mut Client, wait: Duration) -> bool {
         c.poll(|e| n += usize::from(matches!(e, ClientEvent::Message(_))), 64);
     }
     n == 0
+}
+
+/// A client frame as it goes on a TCP link: its 4-byte length, then it.
+pub fn framed(r: &ClientRepr<'_>) -> Vec<u8> {
+    let mut b = vec![0u8; 4 + r.buffer_len()];
+    b[..4].copy_from_slice(&(r.buffer_len() as u32).to_le_bytes());
+    r.emit(&mut b[4..]).unwrap();
+    b
+}
+
+/// The whole frames in `bytes` (length-prefixed, as read from a TCP link)
+/// as (kind, value, body).
+pub fn frames(bytes: &[u8]) -> Vec<(ClientKind, u32, String)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 4 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        let Some(b) = bytes.get(at + 4..at + 4 + len) else { break };
+        let f = ClientFrame::new_checked(b).unwrap();
+        out.push((f.kind(), f.value(), String::from_utf8_lossy(f.body()).into_owned()));
+        at += 4 + len;
+    }
+    out
 }
