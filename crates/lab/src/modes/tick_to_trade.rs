@@ -59,8 +59,11 @@ fn pick(ts: &nix::sys::socket::Timestamps) -> (i128, bool) {
     }
 }
 
-/// The TX timestamp of the last datagram sent, from the error queue.
-fn tx_timestamp(sock: &UdpSocket) -> Result<Option<(i128, bool)>, LabError> {
+/// The TX timestamp of datagram `id` (counted from 0 by the kernel,
+/// `SOF_TIMESTAMPING_OPT_ID`), from the error queue: older entries left
+/// there (a stamp that came late) are read past, so a stamp is never
+/// paired with another tick's.
+fn tx_timestamp(sock: &UdpSocket, id: u64) -> Result<Option<(i128, bool)>, LabError> {
     let start = Instant::now();
     loop {
         let mut data = [0u8; 256];
@@ -68,12 +71,20 @@ fn tx_timestamp(sock: &UdpSocket) -> Result<Option<(i128, bool)>, LabError> {
         let mut cmsg = nix::cmsg_space!([TimeSpec; 3], nix::libc::sock_extended_err, nix::libc::sockaddr_storage);
         match recvmsg::<SockaddrStorage>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_ERRQUEUE) {
             Ok(msg) => {
+                let (mut stamp, mut of) = (None, None);
                 for c in msg.cmsgs().map_err(|e| io("cmsgs", e))? {
-                    if let ControlMessageOwned::ScmTimestampsns(ts) = c {
-                        return Ok(Some(pick(&ts)));
+                    match c {
+                        ControlMessageOwned::ScmTimestampsns(ts) => stamp = Some(pick(&ts)),
+                        ControlMessageOwned::Ipv4RecvErr(e, _) => of = Some(u64::from(e.ee_data)),
+                        _ => {}
                     }
                 }
-                return Ok(None);
+                // The id is 32 bits in the kernel.
+                match of.map(|o| o.cmp(&(id & u64::from(u32::MAX)))) {
+                    Some(std::cmp::Ordering::Less) => continue,
+                    Some(std::cmp::Ordering::Greater) => return Ok(None),
+                    _ => return Ok(stamp),
+                }
             }
             Err(nix::errno::Errno::EAGAIN) if start.elapsed() < Duration::from_millis(100) => std::hint::spin_loop(),
             Err(nix::errno::Errno::EAGAIN) => return Ok(None),
@@ -82,6 +93,10 @@ fn tx_timestamp(sock: &UdpSocket) -> Result<Option<(i128, bool)>, LabError> {
         }
     }
 }
+
+/// How long warm-up may go on waiting for the kernel's first receive
+/// timestamp.
+const STAMPS_WAIT: Duration = Duration::from_secs(2);
 
 /// Reads one whole order; returns the RX timestamp of the segment that
 /// completed it, if the kernel gave one.
@@ -152,7 +167,8 @@ pub fn run(o: &TickToTrade, machine: &Machine) -> Result<(Option<Measured>, Meas
     let hw = TimestampingFlag::SOF_TIMESTAMPING_RAW_HARDWARE;
     let tx = TimestampingFlag::SOF_TIMESTAMPING_TX_SOFTWARE
         | TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE
-        | TimestampingFlag::SOF_TIMESTAMPING_OPT_TSONLY;
+        | TimestampingFlag::SOF_TIMESTAMPING_OPT_TSONLY
+        | TimestampingFlag::SOF_TIMESTAMPING_OPT_ID;
     let rx = TimestampingFlag::SOF_TIMESTAMPING_RX_SOFTWARE | TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE;
     let set = |sock: &dyn std::os::fd::AsFd, flags: TimestampingFlag, hw_flags: TimestampingFlag| {
         setsockopt(&sock.as_fd(), sockopt::Timestamping, &(flags | hw | hw_flags)).is_ok()
@@ -168,7 +184,13 @@ pub fn run(o: &TickToTrade, machine: &Machine) -> Result<(Option<Measured>, Meas
     let mut kernel_missing = 0u64;
     let wall = SystemTime::now();
     let t_all = Instant::now();
-    for i in 0..o.warmup + o.runs {
+    // The kernel turns its receive timestamps on lazily (a static key
+    // flipped from a work queue once a socket asks), so the first orders
+    // may carry none: warm-up goes on until one does, for at most
+    // STAMPS_WAIT, and only then are runs counted.
+    let (mut measured, mut i, mut stamped) = (0u64, 0u64, !kernel_ts);
+    let warm_until = Instant::now() + STAMPS_WAIT;
+    while measured < o.runs {
         tick[..8].copy_from_slice(&i.to_le_bytes());
         let u0 = Instant::now();
         ticks.send_to(&tick, feed).map_err(|e| io("tick", e))?;
@@ -177,10 +199,13 @@ pub fn run(o: &TickToTrade, machine: &Machine) -> Result<(Option<Measured>, Meas
         if order[..8] != i.to_le_bytes() {
             return Err(LabError::Worker("the order does not answer the tick".into()));
         }
-        let tx_ts = if kernel_ts { tx_timestamp(&ticks)? } else { None };
-        if i < o.warmup {
+        let tx_ts = if kernel_ts { tx_timestamp(&ticks, i)? } else { None };
+        i += 1;
+        stamped |= tx_ts.is_some() && rx_ts.is_some();
+        if i <= o.warmup || (!stamped && Instant::now() < warm_until) {
             continue;
         }
+        measured += 1;
         hu.saturating_record(user);
         match (tx_ts, rx_ts) {
             // Both from the same source: two hardware or two software stamps.
