@@ -1,5 +1,7 @@
 //! [`Client`]: connect, publish, subscribe, poll, reconnect.
 
+mod session;
+
 use crate::conn::{ClaimInner, Conn, SendError};
 pub use crate::event::{ClientError, ClientEvent, Delivery, PublishError};
 use crate::guaranteed::Outbox;
@@ -9,11 +11,7 @@ use std::time::{Duration, Instant};
 use tickwire_shm::Context;
 use tickwire_topic::{check_topic, Pattern};
 use tickwire_transport::link::LinkStats;
-use tickwire_wire::client::{
-    credentials, flags, split_guaranteed_value, ClientKind, ClientRepr, RejectCode, SlowConsumer,
-    CLIENT_PROTOCOL_VERSION, HEADER_LEN,
-};
-use tickwire_wire::ClientFrame;
+use tickwire_wire::client::{flags, ClientKind, ClientRepr, HEADER_LEN};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum State {
@@ -320,32 +318,6 @@ impl Client {
         }
     }
 
-    /// The wait before connecting again: the reconnect interval, doubled
-    /// for each refusal in a row (a session that ended before WELCOME, a
-    /// router's limit), to at most 32 times the interval and at most 5 s
-    /// (100 ms: 200, 400, ... 3.2 s). A router that is away is tried at
-    /// the plain interval.
-    fn retry_delay(&self) -> Duration {
-        let base = self.opts.reconnect_interval;
-        let most = base.max(Duration::from_secs(5)).min(base.saturating_mul(32));
-        base.saturating_mul(1 << self.refusals.min(5)).min(most)
-    }
-
-    pub(crate) fn lose(&mut self, why: String) {
-        let was = self.state;
-        self.outbox.restart();
-        self.conn = None;
-        self.state = State::Waiting;
-        if was == State::Greeting {
-            self.refusals = self.refusals.saturating_add(1);
-        }
-        self.next_attempt = Instant::now() + self.retry_delay();
-        if matches!(was, State::Greeting | State::Connected) {
-            self.pending = Some(why.clone());
-        }
-        self.last_error = why;
-    }
-
     /// Publishes `payload` on `topic` (guaranteed if `topic` matches one of
     /// [`ClientOptions::guaranteed_topics`]).
     ///
@@ -464,187 +436,6 @@ impl Client {
             Err(SendError::Full) => Err(PublishError::BackPressured),
             Err(SendError::Broken(_) | SendError::Refused(_)) => Err(PublishError::NotConnected),
         }
-    }
-
-    /// Moves the connection along (connect, HELLO, subscriptions).
-    fn advance(&mut self) {
-        if self.state == State::Waiting && self.refused.is_none() && Instant::now() >= self.next_attempt {
-            self.next_attempt = Instant::now() + self.opts.reconnect_interval;
-            let made = match (&self.uri, &self.ctx) {
-                (RouterUri::Ipc, Some(ctx)) => Conn::open_ipc(ctx, self.opts.log_bytes),
-                (RouterUri::Tcp(a), _) => {
-                    Conn::open_tcp(*a, None, self.opts.max_frame, (self.opts.tcp_write_limit, self.opts.batching))
-                }
-                (RouterUri::Tls { addr, host }, _) => match &self.tls {
-                    Some(cfg) => Conn::open_tcp(
-                        *addr,
-                        Some((cfg, host)),
-                        self.opts.max_frame,
-                        (self.opts.tcp_write_limit, self.opts.batching),
-                    ),
-                    None => Err("no TLS configuration".into()),
-                },
-                (RouterUri::Ipc, None) => Err("no directory".into()),
-            };
-            match made {
-                Ok(c) => {
-                    self.conn = Some(c);
-                    self.state = State::Opening;
-                }
-                Err(e) => self.last_error = e,
-            }
-        }
-        if self.state == State::Greeting && self.greeted_at.elapsed() > self.opts.welcome_timeout {
-            let why = format!("no WELCOME from the router within {:?} of HELLO", self.opts.welcome_timeout);
-            self.lose(why);
-            return;
-        }
-        if self.state == State::Opening && self.conn.as_mut().is_some_and(|c| c.is_ready(self.ctx.as_ref())) {
-            self.state = State::Greeting;
-            self.greeted_at = Instant::now();
-            let name = self.opts.name.clone();
-            let credentials = match &self.opts.user {
-                Some(u) => credentials::password(u, self.opts.password.as_deref().unwrap_or("").as_bytes()),
-                None => Vec::new(),
-            };
-            self.send_control(&ClientRepr {
-                value: CLIENT_PROTOCOL_VERSION,
-                sequence: self.outbox.publisher,
-                topic: &name,
-                body: &credentials,
-                flags: self.opts.slow_consumer.map_or(0, SlowConsumer::hello_flags),
-                ..ClientRepr::new(ClientKind::Hello)
-            });
-            for id in self.subscriptions.keys().copied().collect::<Vec<_>>() {
-                self.send_subscribe(id);
-            }
-        }
-    }
-
-    /// Connects or reconnects as needed, then hands up to `limit` frames
-    /// from the router to `handler`; returns how many events it handed.
-    pub fn poll(&mut self, mut handler: impl FnMut(ClientEvent<'_>), limit: usize) -> usize {
-        self.advance();
-        let mut events = 0;
-        if let Some(why) = self.pending.take() {
-            handler(ClientEvent::Disconnected { reason: &why });
-            events += 1;
-        }
-        let Some(conn) = &mut self.conn else { return events };
-        let mut broken: Option<String> = None;
-        let mut forbidden: Option<String> = None;
-        let mut acked = 0u64;
-        let state = &mut self.state;
-        let router_name = &mut self.router_name;
-        let client_id = &mut self.client_id;
-        let router_max_frame = &mut self.router_max_frame;
-        let refusals = &mut self.refusals;
-        let mut limited = false;
-        let mut heard: Option<Duration> = None;
-        let r = conn.poll(
-            |bytes| {
-                if broken.is_some() {
-                    return;
-                }
-                let f = match ClientFrame::new_checked(bytes) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        broken = Some(format!("the router sent a malformed frame: {e}"));
-                        return;
-                    }
-                };
-                events += 1;
-                match f.kind() {
-                    ClientKind::Deliver => {
-                        let guaranteed = f.flags() & flags::GUARANTEED != 0;
-                        let (subscription, deliveries) = split_guaranteed_value(f.value());
-                        handler(ClientEvent::Message(Delivery {
-                            topic: f.topic(),
-                            payload: f.body(),
-                            flags: f.flags(),
-                            discarded: if guaranteed { 0 } else { f.value() },
-                            sequence: f.sequence(),
-                            subscription: guaranteed.then_some(subscription),
-                            deliveries: if guaranteed { deliveries } else { 1 },
-                        }));
-                    }
-                    ClientKind::Ack => acked = acked.max(f.sequence()),
-                    ClientKind::Heartbeat => {
-                        // Not an event: the router's interval, in ms.
-                        events -= 1;
-                        heard = Some(Duration::from_millis(u64::from(f.value())));
-                    }
-                    ClientKind::Loss => {
-                        let to = f
-                            .body()
-                            .get(..8)
-                            .map_or(f.sequence(), |b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
-                        handler(ClientEvent::Lost { subscription: f.value(), from: f.sequence(), to });
-                    }
-                    ClientKind::Welcome => {
-                        *state = State::Connected;
-                        *router_name = String::from_utf8_lossy(f.body()).into_owned();
-                        *client_id = f.value();
-                        *refusals = 0;
-                        // 0 from a router that does not say.
-                        *router_max_frame = (f.sequence() & u64::from(u32::MAX)) as usize;
-                        // Its heartbeat interval (0: none).
-                        heard = Some(Duration::from_millis(f.sequence() >> 32));
-                        handler(ClientEvent::Connected { router: router_name, client_id: f.value() });
-                    }
-                    ClientKind::Reject => handler(ClientEvent::Rejected {
-                        code: RejectCode::from_u32(f.value()),
-                        request: f.sequence(),
-                        reason: std::str::from_utf8(f.body()).unwrap_or("(not UTF-8)"),
-                    }),
-                    ClientKind::Close => {
-                        let code = RejectCode::from_u32(f.value());
-                        let why =
-                            format!("the router closed the session ({code:?}): {}", String::from_utf8_lossy(f.body()));
-                        // Not allowed (no user, a wrong password, a user
-                        // removed): connecting again would not change that.
-                        if code == RejectCode::Forbidden {
-                            forbidden = Some(why.clone());
-                        }
-                        // Over a limit of the router's: connecting again at
-                        // once would be refused again.
-                        limited |= code == RejectCode::Limit;
-                        broken = Some(why);
-                    }
-                    _ => events -= 1,
-                }
-            },
-            limit,
-        );
-        if let Some(why) = forbidden {
-            self.refused = Some(why);
-        }
-        if limited && self.state == State::Connected {
-            self.refusals = self.refusals.saturating_add(1);
-        }
-        self.outbox.ack(acked);
-        let r = r.and_then(|n| conn.keep_alive(heard).map(|()| n));
-        match r {
-            Err(SendError::Broken(why)) => {
-                broken.get_or_insert(why);
-            }
-            Err(SendError::Refused(why)) => {
-                self.refused = Some(why.clone());
-                broken.get_or_insert(why);
-            }
-            _ => {}
-        }
-        if let Some(why) = broken {
-            self.lose(why);
-            if let Some(why) = self.pending.take() {
-                handler(ClientEvent::Disconnected { reason: &why });
-                events += 1;
-            }
-        }
-        if !self.outbox.is_empty() {
-            self.pump();
-        }
-        events
     }
 
     /// Parks until the router may have written, for at most `max` (shared

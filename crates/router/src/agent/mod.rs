@@ -16,6 +16,11 @@
 //! (through its control channel); a router with one agent runs it on
 //! the server's own thread.
 
+mod tcp;
+
+pub use tcp::IoCounts;
+use tcp::TcpInput;
+
 use crate::access::{AuthResult, AuthWorker, Users};
 use crate::counters::Totals;
 use crate::metrics::{ForwardingTime, SAMPLE_EVERY};
@@ -23,8 +28,7 @@ use crate::peers::{Interest, LinkReader};
 use crate::routing::{Disconnect, Router};
 use crate::session::Outbound;
 use crate::status::ClientStatus;
-use crate::tcp::TcpOut;
-use mio::{Events, Interest as Readiness, Poll, Token};
+use mio::{Events, Poll, Token};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -33,10 +37,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tickwire_shm::counters::Kind;
 use tickwire_shm::{CounterSet, Event, LogAppender, LogReader};
-use tickwire_transport::framing::FrameError;
-use tickwire_transport::link;
 use tickwire_transport::tls::Wire;
-use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode, HEADER_LEN};
+use tickwire_wire::client::RejectCode;
 
 /// Frames read from one client per duty cycle (fairness between clients).
 const POLL_LIMIT: usize = 256;
@@ -101,27 +103,6 @@ pub(crate) struct AgentShared {
     pub(crate) io: Mutex<IoCounts>,
 }
 
-/// The system calls a router made on its TCP clients' links: the links'
-/// own counts of `read` and `write`/`writev` calls, and the agents'
-/// readiness polls (`epoll_wait`).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct IoCounts {
-    /// Reads of client sockets (would-block ones included).
-    pub reads: u64,
-    /// Writes (`writev`) to client sockets.
-    pub writes: u64,
-    /// Readiness polls of the agents' TCP clients.
-    pub polls: u64,
-}
-
-impl std::ops::AddAssign for IoCounts {
-    fn add_assign(&mut self, o: Self) {
-        self.reads += o.reads;
-        self.writes += o.writes;
-        self.polls += o.polls;
-    }
-}
-
 /// A shared-memory client's log into the router.
 struct IpcInput {
     /// Its session.
@@ -129,14 +110,6 @@ struct IpcInput {
     /// Its stream id (`tw-router-in-STREAM.log`).
     stream: u32,
     reader: LogReader,
-}
-
-/// A TCP client's connection.
-struct TcpInput {
-    stream: Arc<Wire>,
-    reader: link::LinkReader,
-    /// Heartbeats once welcomed (`None` before: the hello timeout's).
-    live: Option<link::Liveness>,
 }
 
 /// One routing agent.
@@ -357,85 +330,6 @@ impl RoutingAgent {
         }
     }
 
-    /// Heartbeats on welcomed TCP links (`limits.heartbeat_interval`): one
-    /// right after WELCOME (the client learns the interval from it), one
-    /// whenever nothing was written for an interval; a client nothing was
-    /// read from for two intervals is closed as gone.
-    fn keep_links_alive(&mut self) {
-        let interval = self.router.limits().heartbeat_interval;
-        if interval.is_zero() || self.tcp_sessions == 0 {
-            return;
-        }
-        let ms = u32::try_from(interval.as_millis()).unwrap_or(u32::MAX);
-        let beat = ClientRepr { value: ms, ..ClientRepr::new(ClientKind::Heartbeat) };
-        let mut dead = Vec::new();
-        for (id, input) in self.tcp.iter_mut().enumerate() {
-            let (Some(input), Ok(id)) = (input, u32::try_from(id)) else { continue };
-            // A held publisher is not read: its silence proves nothing.
-            if self.router.is_held(id) {
-                input.live = None;
-                continue;
-            }
-            let Some(s) = self.router.session_mut(id).filter(|s| s.is_welcomed()) else { continue };
-            let Outbound::Tcp(out) = s.outbound() else { continue };
-            let stats = input.reader.stats().plus(out.stats());
-            let send = match &mut input.live {
-                None => {
-                    input.live = Some(link::Liveness::new(interval, self.now));
-                    true
-                }
-                Some(live) => match live.poll(stats, self.now) {
-                    link::Beat::Quiet => false,
-                    link::Beat::Send => true,
-                    link::Beat::Dead(ns) => {
-                        dead.push((id, ns));
-                        false
-                    }
-                },
-            };
-            if send {
-                s.send_control(&beat);
-                self.router.mark_pending(id);
-            }
-        }
-        for (id, ns) in dead {
-            self.heartbeat_timeouts += 1;
-            let reason = format!(
-                "no frame or heartbeat from the client in {:.1} s (limits.heartbeat_interval {})",
-                ns as f64 / 1e9,
-                humantime::format_duration(interval)
-            );
-            self.close(id, &Disconnect { code: RejectCode::Limit, reason });
-        }
-    }
-
-    /// Gives back the buffers of TCP links idle since the last
-    /// housekeeping (an idle client costs a few KiB, not its peak).
-    fn trim_links(&mut self) {
-        if self.tcp_sessions == 0 {
-            return;
-        }
-        for input in self.tcp.iter_mut().flatten() {
-            input.reader.trim();
-        }
-        for id in self.router.session_ids() {
-            if let Some(Outbound::Tcp(t)) = self.router.session_mut(id).map(crate::Session::outbound_mut) {
-                t.trim();
-            }
-        }
-    }
-
-    /// Its system calls on TCP links so far (closed sessions' included).
-    pub(crate) fn io_counts(&self) -> IoCounts {
-        let mut io = self.io;
-        for id in self.router.session_ids() {
-            if let Some(Outbound::Tcp(t)) = self.router.session(id).map(crate::Session::outbound) {
-                io.writes += t.stats().writes;
-            }
-        }
-        io
-    }
-
     /// Starts ending slow consumer `id` ([`Router::begin_close`]); it is
     /// let go once its CLOSE is sent, or after [`CLOSE_WAIT_NS`].
     fn begin_close(&mut self, id: u32, why: Disconnect) {
@@ -511,31 +405,6 @@ impl RoutingAgent {
         n
     }
 
-    fn adopt_tcp(&mut self, wire: Arc<Wire>, peer: SocketAddr) {
-        // Registered under the id its session will get.
-        let next = self.router.next_id();
-        let fd = wire.stream().as_raw_fd();
-        if let Err(e) =
-            self.poll.registry().register(&mut mio::unix::SourceFd(&fd), Token(next as usize), Readiness::READABLE)
-        {
-            tracing::warn!("tcp://{peer}: {e}");
-            return;
-        }
-        let scheme = if wire.is_tls() { "tls" } else { "tcp" };
-        let out = Outbound::Tcp(TcpOut::new(Arc::clone(&wire)));
-        let id = self.router.attach_at(out, format!("{scheme} {peer}"), self.now);
-        debug_assert_eq!(id, next);
-        let i = id as usize;
-        if self.tcp.len() <= i {
-            self.tcp.resize_with(i + 1, || None);
-        }
-        let max_frame = self.router.limits().max_frame;
-        let reader = link::LinkReader::new(HEADER_LEN, max_frame);
-        self.tcp[i] = Some(TcpInput { stream: wire, reader, live: None });
-        self.tcp_sessions += 1;
-        tracing::info!(client = self.router.client_id(id), %peer, agent = %self.role, "{scheme} client connected");
-    }
-
     fn poll_ipc(&mut self) -> usize {
         let mut work = 0;
         let check_end = self.cycle.is_multiple_of(END_CHECK_EVERY);
@@ -580,77 +449,6 @@ impl RoutingAgent {
                 None => i += 1,
             }
         }
-        work
-    }
-
-    fn poll_tcp(&mut self) -> usize {
-        self.io.polls += 1;
-        if self.poll.poll(&mut self.events, Some(Duration::ZERO)).is_err() {
-            return 0;
-        }
-        let mut tokens = std::mem::take(&mut self.tokens);
-        tokens.clear();
-        tokens.extend(self.events.iter().map(|e| e.token()));
-        if !self.skipped.is_empty() {
-            let router = &self.router;
-            self.skipped.retain(|&t| {
-                let held = router.is_held(t.0 as u32);
-                if !held && !tokens.contains(&t) {
-                    tokens.push(t);
-                }
-                held
-            });
-        }
-        let mut work = 0;
-        let any_held = self.router.any_held();
-        for &t in &tokens {
-            let id = t.0;
-            // Held by a back-pressure client: its socket's buffers fill.
-            if any_held && self.router.is_held(id as u32) {
-                if !self.skipped.contains(&t) {
-                    self.skipped.push(t);
-                }
-                continue;
-            }
-            let Some(Some(TcpInput { stream, reader, .. })) = self.tcp.get_mut(id) else { continue };
-            let (router, times, countdown) = (&mut self.router, &self.times, &mut self.countdown);
-            let mut why: Option<Disconnect> = None;
-            let reads = reader.stats().reads;
-            // Once per readiness (again only if the buffer came back full).
-            let r = reader.read(
-                stream,
-                |f| match handle(router, times, countdown, id as u32, f) {
-                    Ok(()) => true,
-                    Err(d) => {
-                        why = Some(d);
-                        false
-                    }
-                },
-                usize::MAX,
-            );
-            self.io.reads += reader.stats().reads - reads;
-            match r {
-                Ok(n) => work += n,
-                Err(FrameError::Closed(e)) => {
-                    why.get_or_insert(Disconnect { code: RejectCode::Normal, reason: e });
-                }
-                Err(e @ FrameError::TooLarge { .. }) => {
-                    why.get_or_insert(Disconnect { code: RejectCode::TooLarge, reason: e.to_string() });
-                }
-                Err(e) => {
-                    why.get_or_insert(Disconnect::protocol(e.to_string()));
-                }
-            }
-            // TLS records the read left unsent (the handshake's replies
-            // when the socket was full) go with the session's next flush.
-            if why.is_none() && stream.wants_write() {
-                self.router.mark_pending(id as u32);
-            }
-            if let Some(d) = why {
-                self.close(id as u32, &d);
-            }
-        }
-        self.tokens = tokens;
         work
     }
 
