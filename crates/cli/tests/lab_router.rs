@@ -9,7 +9,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
 
 #[path = "support/ratios.rs"]
 mod ratios;
-use ratios::ratios_to;
+use ratios::{pause_free_ratios_to, ratios_to};
 
 /// Each run pins spinning processes to CPUs 0 and 1: one at a time, or two
 /// runs share the CPUs and neither keeps its schedule.
@@ -62,7 +62,7 @@ fn shared_memory_one_to_one_has_both_distributions_and_its_ring_floor() {
     assert_eq!(floor["count"], 8_000, "{floor}");
     assert_eq!(all["floor_probe"], "forward_ring", "{all}");
     ratios_to(all, floor);
-    ratios_to(free, &rows[3]);
+    pause_free_ratios_to(free, &rows[3]);
     let (min, p50, max) =
         (all["min_ns"].as_u64().unwrap(), all["p50_ns"].as_u64().unwrap(), all["max_ns"].as_u64().unwrap());
     assert!(0 < min && min <= p50 && p50 <= max, "{all}");
