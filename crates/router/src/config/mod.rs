@@ -52,17 +52,18 @@
 //! Unknown keys are refused, naming the key, so a typo is not silently a
 //! default.
 
+mod limits;
+
+pub use limits::{LimitsConfig, MIN_HELLO_TIMEOUT};
+
 use crate::access::{UserConfig, Users, UsersError};
 use crate::cache::CacheConfig;
 use crate::guaranteed::GuaranteedConfig;
-use crate::routing::Limits;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 use tickwire_journal::{JournalConfig, SyncPolicy};
 use tickwire_topic::Pattern;
-use tickwire_wire::client::SlowConsumer;
 
 /// Routing agents a router may run.
 pub const MAX_AGENTS: usize = 64;
@@ -283,101 +284,6 @@ impl CacheTable {
     }
 }
 
-/// `[limits]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LimitsConfig {
-    /// See [`Limits::max_frame`].
-    pub max_frame: usize,
-    /// See [`Limits::queue_bytes`].
-    pub queue_bytes: usize,
-    /// See [`Limits::max_subscriptions`].
-    pub max_subscriptions: usize,
-    /// See [`Limits::topic_counters`].
-    pub topic_counters: usize,
-    /// See [`Limits::slow_consumer`].
-    pub slow_consumer: SlowConsumer,
-    /// See [`Limits::conflate`].
-    pub conflate: Vec<String>,
-    /// See [`Limits::back_pressure_timeout`]: a duration (`"5s"`,
-    /// `"500ms"`) or `"never"`.
-    pub back_pressure_timeout: String,
-    /// See [`Limits::hello_timeout`]: a duration of at least 100 ms
-    /// (`"2s"`, `"300ms"`).
-    pub hello_timeout: String,
-    /// See [`Limits::heartbeat_interval`]: `"0s"` (off) or a duration of
-    /// at least 10 ms.
-    pub heartbeat_interval: String,
-}
-
-/// `limits.heartbeat_interval` read.
-fn heartbeat_interval(v: &str) -> Result<Duration, ()> {
-    match humantime::parse_duration(v) {
-        Ok(d) if d.is_zero() || d >= Duration::from_millis(10) => Ok(d),
-        _ => Err(()),
-    }
-}
-
-/// The shortest `limits.hello_timeout`.
-pub const MIN_HELLO_TIMEOUT: Duration = Duration::from_millis(100);
-
-/// `limits.hello_timeout` read.
-fn hello_timeout(v: &str) -> Result<Duration, ()> {
-    match humantime::parse_duration(v) {
-        Ok(d) if d >= MIN_HELLO_TIMEOUT => Ok(d),
-        _ => Err(()),
-    }
-}
-
-/// `limits.back_pressure_timeout` read: `None` for `"never"`.
-fn back_pressure_timeout(v: &str) -> Result<Option<Duration>, ()> {
-    if v == "never" {
-        return Ok(None);
-    }
-    match humantime::parse_duration(v) {
-        Ok(d) if d >= Duration::from_millis(1) => Ok(Some(d)),
-        _ => Err(()),
-    }
-}
-
-impl Default for LimitsConfig {
-    fn default() -> Self {
-        let l = Limits::default();
-        Self {
-            max_frame: l.max_frame,
-            queue_bytes: l.queue_bytes,
-            max_subscriptions: l.max_subscriptions,
-            topic_counters: l.topic_counters,
-            slow_consumer: l.slow_consumer,
-            conflate: Vec::new(),
-            back_pressure_timeout: l
-                .back_pressure_timeout
-                .map_or_else(|| "never".into(), |d| humantime::format_duration(d).to_string()),
-            hello_timeout: humantime::format_duration(l.hello_timeout).to_string(),
-            heartbeat_interval: humantime::format_duration(l.heartbeat_interval).to_string(),
-        }
-    }
-}
-
-impl From<&LimitsConfig> for Limits {
-    fn from(c: &LimitsConfig) -> Self {
-        Limits {
-            max_frame: c.max_frame,
-            queue_bytes: c.queue_bytes,
-            max_subscriptions: c.max_subscriptions,
-            topic_counters: c.topic_counters,
-            slow_consumer: c.slow_consumer,
-            // Checked by `RouterConfig::check`.
-            conflate: c.conflate.iter().filter_map(|p| Pattern::parse(p).ok()).collect(),
-            back_pressure_timeout: back_pressure_timeout(&c.back_pressure_timeout)
-                .unwrap_or(Limits::default().back_pressure_timeout),
-            hello_timeout: hello_timeout(&c.hello_timeout).unwrap_or(Limits::default().hello_timeout),
-            heartbeat_interval: heartbeat_interval(&c.heartbeat_interval)
-                .unwrap_or(Limits::default().heartbeat_interval),
-        }
-    }
-}
-
 impl Default for RouterConfig {
     fn default() -> Self {
         Self {
@@ -510,9 +416,6 @@ impl RouterConfig {
         if l.max_frame < 64 || l.max_frame > self.ipc_log_bytes / 2 {
             return bad("limits.max_frame", &l.max_frame, "at least 64 and at most ipc_log_bytes / 2");
         }
-        if l.queue_bytes < l.max_frame {
-            return bad("limits.queue_bytes", &l.queue_bytes, "at least limits.max_frame");
-        }
         if self.agents == 0 || self.agents > MAX_AGENTS {
             return bad("agents", &self.agents, "1 to 64");
         }
@@ -523,26 +426,7 @@ impl RouterConfig {
             return bad("agent_link_bytes", &self.agent_link_bytes, "at least limits.max_frame and at most 1 GiB");
         }
         Users::new(&self.users)?;
-        if let Some(p) = l.conflate.iter().find(|p| Pattern::parse(p).is_err()) {
-            return bad("limits.conflate", p, "topic patterns (see docs/topics.md)");
-        }
-        if back_pressure_timeout(&l.back_pressure_timeout).is_err() {
-            return bad(
-                "limits.back_pressure_timeout",
-                &l.back_pressure_timeout,
-                "a duration of at least 1ms (\"5s\", \"500ms\") or \"never\"",
-            );
-        }
-        if hello_timeout(&l.hello_timeout).is_err() {
-            return bad("limits.hello_timeout", &l.hello_timeout, "a duration of at least 100ms (\"2s\", \"300ms\")");
-        }
-        if heartbeat_interval(&l.heartbeat_interval).is_err() {
-            return bad(
-                "limits.heartbeat_interval",
-                &l.heartbeat_interval,
-                "\"0s\" (off) or a duration of at least 10ms (\"5s\")",
-            );
-        }
+        l.check()?;
         self.metrics_addr()?;
         if let Some(j) = &self.journal {
             j.to_config()?;
@@ -576,6 +460,8 @@ pub fn parse_tcp(uri: &str) -> Result<SocketAddr, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::routing::Limits;
+    use std::time::Duration;
 
     fn load(text: &str) -> Result<RouterConfig, ConfigError> {
         RouterConfig::from_table(toml::from_str(text).unwrap(), Path::new("router.toml"), Path::new("/tmp/x"))
