@@ -62,7 +62,7 @@ pub mod counter {
 /// it cannot be read).
 pub fn descriptor_limit() -> (u64, u64) {
     use nix::sys::resource::{getrlimit, Resource};
-    getrlimit(Resource::RLIMIT_NOFILE).map_or((UNKNOWN_NOFILE, UNKNOWN_NOFILE), |(s, h)| (s as u64, h as u64))
+    getrlimit(Resource::RLIMIT_NOFILE).map_or((UNKNOWN_NOFILE, UNKNOWN_NOFILE), |(s, h)| (s, h))
 }
 
 /// The TCP listeners, the connections they let in, and the refusals.
