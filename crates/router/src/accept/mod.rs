@@ -42,6 +42,12 @@ use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode};
 /// Connections taken from one listener per call at most (the rest wait
 /// for the next millisecond).
 const ACCEPTS_PER_CALL: usize = 256;
+/// Connections the kernel holds for a listener until they are taken
+/// (`listen`'s backlog; the kernel caps it at `net.core.somaxconn`).
+/// Rust's default, 128, fills between two accepts under a burst of
+/// connections, and the kernel then drops SYNs: those clients wait a
+/// second for their retransmission before they can even be refused.
+pub const ACCEPT_BACKLOG: i32 = 1024;
 /// Refusals are logged at most this often, ns.
 const LOG_INTERVAL_NS: u64 = 1_000_000_000;
 /// What a soft `RLIMIT_NOFILE` that cannot be read is taken to be.
@@ -102,6 +108,12 @@ impl Acceptor {
         let (max, lowered) = limits.max_connections(soft);
         if let Some(why) = lowered {
             tracing::warn!("{why}");
+        }
+        for (l, addr) in &listeners {
+            if let Err(e) = nix::sys::socket::Backlog::new(ACCEPT_BACKLOG).and_then(|b| nix::sys::socket::listen(l, b))
+            {
+                tracing::warn!("tcp://{addr}: a backlog of {ACCEPT_BACKLOG}: {e}");
+            }
         }
         let per_address = limits.max_connections_per_address;
         let set = counters.and_then(|c| c.allocate(Kind::RouterAccept, 0, 0, name).ok());
