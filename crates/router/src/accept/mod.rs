@@ -80,6 +80,10 @@ pub struct Acceptor {
     /// The descriptor given up to accept a connection when there is none
     /// left to refuse it with.
     spare: Option<File>,
+    /// When it last said it had no spare to refuse with (`accept` fails
+    /// with EMFILE every call then, whether or not a connection waits:
+    /// not a refusal, said at most once a second).
+    no_spare_said: Option<u64>,
     log: RefusalLog,
     set: Option<CounterSet>,
 }
@@ -122,6 +126,7 @@ impl Acceptor {
             tls,
             connections: Connections::new(max, per_address),
             spare: open_spare(),
+            no_spare_said: None,
             log: RefusalLog::new(LOG_INTERVAL_NS, max, per_address),
             set,
         };
@@ -231,7 +236,10 @@ impl Acceptor {
             // None to give up: the connection waits in the backlog until
             // a descriptor is free (and the spare with it).
             self.spare = open_spare();
-            self.note(Refusal::AcceptFailed, None, Some(e), now);
+            if self.spare.is_none() && self.no_spare_said.is_none_or(|t| now.saturating_sub(t) >= LOG_INTERVAL_NS) {
+                self.no_spare_said = Some(now);
+                tracing::warn!("accept: {e}, and no spare descriptor to refuse with: connections wait for one");
+            }
             return false;
         };
         drop(spare);
