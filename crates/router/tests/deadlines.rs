@@ -40,7 +40,7 @@ struct Held {
 
 fn connect(addr: SocketAddr, send: &[u8]) -> Held {
     // Paced: the router takes connections once a millisecond, and one left
-    // in a full accept queue (128) reaches it only when the kernel sends
+    // in a full accept queue (1024, `accept::ACCEPT_BACKLOG`) reaches it only when the kernel sends
     // its SYN-ACK again, a second later; its time would run from then.
     std::thread::sleep(Duration::from_micros(300));
     let mut stream = TcpStream::connect(addr).unwrap();

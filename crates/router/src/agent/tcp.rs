@@ -5,6 +5,7 @@
 //! all of it made ([`IoCounts`]).
 
 use super::{handle, RoutingAgent};
+use crate::accept::Slot;
 use crate::routing::Disconnect;
 use crate::session::Outbound;
 use crate::tcp::TcpOut;
@@ -45,10 +46,12 @@ pub(super) struct TcpInput {
     pub(super) reader: link::LinkReader,
     /// Heartbeats once welcomed (`None` before: the hello timeout's).
     live: Option<link::Liveness>,
+    /// Its place in the count of connections (dropped with it).
+    _slot: Slot,
 }
 
 impl RoutingAgent {
-    pub(super) fn adopt_tcp(&mut self, wire: Arc<Wire>, peer: SocketAddr) {
+    pub(super) fn adopt_tcp(&mut self, wire: Arc<Wire>, peer: SocketAddr, slot: Slot) {
         // Registered under the id its session will get.
         let next = self.router.next_id();
         let fd = wire.stream().as_raw_fd();
@@ -68,7 +71,7 @@ impl RoutingAgent {
         }
         let max_frame = self.router.limits().max_frame;
         let reader = link::LinkReader::new(HEADER_LEN, max_frame);
-        self.tcp[i] = Some(TcpInput { stream: wire, reader, live: None });
+        self.tcp[i] = Some(TcpInput { stream: wire, reader, live: None, _slot: slot });
         self.tcp_sessions += 1;
         tracing::info!(client = self.router.client_id(id), %peer, agent = %self.role, "{scheme} client connected");
     }

@@ -47,6 +47,8 @@
 //! back_pressure_timeout = "5s"     # a back-pressure client holding publishers longer is disconnected ("never")
 //! hello_timeout = "2s"            # a connection not logged in by then (HELLO, TLS handshake, password) is closed (at least 100ms)
 //! heartbeat_interval = "5s"       # TCP/TLS: HEARTBEAT after this long unwritten; a client silent twice as long is closed ("0s": off; else at least 10ms)
+//! max_connections = 1000          # TCP/TLS connections open at once (default: RLIMIT_NOFILE's soft limit less 64, never more); past it CLOSE Limit (TLS: a reset)
+//! max_connections_per_address = 0 # TCP/TLS connections open at once from one IP address (0: no limit)
 //! ```
 //!
 //! Unknown keys are refused, naming the key, so a typo is not silently a
@@ -54,7 +56,7 @@
 
 mod limits;
 
-pub use limits::{LimitsConfig, MIN_HELLO_TIMEOUT};
+pub use limits::{descriptor_share, LimitsConfig, MAX_CONNECTIONS_CEILING, MIN_HELLO_TIMEOUT, RESERVED_DESCRIPTORS};
 
 use crate::access::{UserConfig, Users, UsersError};
 use crate::cache::CacheConfig;
@@ -497,6 +499,43 @@ mod tests {
         for bad in ["never", "50ms", "0s", "soon"] {
             let e = load(&format!("[limits]\nhello_timeout = \"{bad}\"\n")).unwrap_err().to_string();
             assert!(e.contains("limits.hello_timeout") && e.contains(bad) && e.contains("100ms"), "{e}");
+        }
+    }
+
+    #[test]
+    fn max_connections_is_the_descriptor_share_at_most() {
+        let c = load("").unwrap();
+        assert_eq!((c.limits.max_connections, c.limits.max_connections_per_address), (None, 0));
+        assert_eq!(c.limits.max_connections(1024), (960, None), "1024 less 64 reserved");
+        assert_eq!(c.limits.max_connections(256).0, 192);
+        assert_eq!(c.limits.max_connections(10).0, 1, "never 0");
+        assert_eq!(c.limits.max_connections(u64::MAX).0, MAX_CONNECTIONS_CEILING, "RLIM_INFINITY");
+        let c = load("[limits]\nmax_connections = 100\nmax_connections_per_address = 4\n").unwrap();
+        assert_eq!((c.limits.max_connections(1024), c.limits.max_connections_per_address), ((100, None), 4));
+        let (n, why) = c.limits.max_connections(128);
+        let why = why.unwrap();
+        assert_eq!(n, 64);
+        assert!(why.contains("limits.max_connections = 100") && why.contains("RLIMIT_NOFILE 128"), "{why}");
+        let e = load("[limits]\nmax_connections = 0\n").unwrap_err().to_string();
+        assert!(e.contains("limits.max_connections = 0") && e.contains("at least 1"), "{e}");
+        let e = load("[limits]\nmax_connections = -1\n").unwrap_err().to_string();
+        assert!(e.contains("router.toml") && e.contains("-1"), "{e}");
+    }
+
+    /// docs/configuration.md's `[router.limits]` block is a valid table
+    /// with every key of [`LimitsConfig`].
+    #[test]
+    fn the_documented_limits_block_is_read_whole() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md")).unwrap();
+        let start = doc.find("\n[router.limits]\n").expect("a [router.limits] block") + 1;
+        let end = start + doc[start..].find("```").expect("the block's end");
+        let text = doc[start..end].replacen("[router.limits]", "[limits]", 1);
+        let c = load(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!((c.limits.max_connections, c.limits.max_connections_per_address), (Some(1000), 0), "{text}");
+        let module = include_str!("mod.rs");
+        for key in ["max_connections", "max_connections_per_address", "hello_timeout", "heartbeat_interval"] {
+            assert!(text.contains(&format!("\n{key} = ")), "{key} not in docs/configuration.md's block");
+            assert!(module.contains(&format!("//! {key} = ")), "{key} not in this module's table");
         }
     }
 }
