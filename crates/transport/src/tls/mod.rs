@@ -335,14 +335,18 @@ mod tests {
         let (c, s) = client(Some((&desk, &desk_key)));
         assert_eq!(carry(&c, &s, b"hello").unwrap(), b"hello");
         assert_eq!(s.peer_user().as_deref(), Some("desk"), "the server reads the user its certificate names");
-        assert_eq!(c.peer_user(), None, "the router's certificate has no CN and its SAN is localhost: not a user");
+        assert_eq!(c.peer_user().as_deref(), Some("localhost"), "the client's side: the router's certificate (no CN)");
+        // Whichever end fails first says why: the server ("peer sent no
+        // certificates", "invalid peer certificate: UnknownIssuer") or the
+        // client (the server's alert: CertificateRequired, UnknownCA).
         for (who, identity, why) in [
-            ("no certificate", None, "CertificateRequired"),
-            ("another CA's", Some((rogue.as_path(), rogue_key.as_path())), "UnknownIssuer"),
+            ("no certificate", None, ["no certificates", "CertificateRequired"]),
+            ("another CA's", Some((rogue.as_path(), rogue_key.as_path())), ["UnknownIssuer", "UnknownCA"]),
         ] {
             let (c, s) = client(identity);
             let e = carry(&c, &s, b"hello").unwrap_err().to_string();
-            assert!(e.contains("tls") && e.contains(why), "{who}: {e}");
+            println!("{who}: {e}");
+            assert!(e.contains("tls") && why.iter().any(|w| e.contains(w)), "{who}: {e}");
             assert_eq!(s.peer_user(), None, "{who}");
         }
         let _ = std::fs::remove_dir_all(dir);
