@@ -16,6 +16,9 @@ use tickwire_router::{RouterConfig, Server, ShutdownReport};
 use tickwire_wire::client::{ClientKind, ClientRepr};
 use tickwire_wire::ClientFrame;
 
+/// TLS files to read again, and where to say whether the router took them.
+type TlsReload = (Option<TlsFiles>, Sender<Result<(), String>>);
+
 pub struct Running {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<ShutdownReport>>,
@@ -23,7 +26,7 @@ pub struct Running {
     /// The metrics endpoint, if configured.
     pub metrics: Option<SocketAddr>,
     reload: Sender<Vec<UserConfig>>,
-    reload_tls: Sender<(Option<TlsFiles>, Sender<Result<(), String>>)>,
+    reload_tls: Sender<TlsReload>,
 }
 
 impl Running {
@@ -63,7 +66,7 @@ pub fn start(dir: &Path, cfg: RouterConfig) -> Running {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
     let (reload, users) = channel::<Vec<UserConfig>>();
-    let (reload_tls, tls) = channel::<(Option<TlsFiles>, Sender<Result<(), String>>)>();
+    let (reload_tls, tls) = channel::<TlsReload>();
     let thread = std::thread::spawn(move || {
         while !flag.load(Ordering::Relaxed) {
             if let Ok(u) = users.try_recv() {
