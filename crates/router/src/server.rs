@@ -182,7 +182,7 @@ impl Server {
             listeners.push((l, local));
         }
         let tls = match &cfg.tls {
-            Some(t) => Some(tickwire_transport::tls::server_config(&t.cert, &t.key)?),
+            Some(t) => Some(t.server_config()?),
             None => None,
         };
         let users = Arc::new(Users::new(&cfg.users).map_err(crate::config::ConfigError::from)?);
@@ -339,7 +339,9 @@ impl Server {
             parts.push(format!("ipc in {}", self.cfg.dir.display()));
         }
         let scheme = if self.acceptor.is_tls() { "tls" } else { "tcp" };
-        parts.extend(self.acceptor.addrs().iter().map(|a| format!("{scheme}://{a}")));
+        let mutual =
+            if self.cfg.tls.as_ref().is_some_and(|t| t.client_ca.is_some()) { " (client certificates)" } else { "" };
+        parts.extend(self.acceptor.addrs().iter().map(|a| format!("{scheme}://{a}{mutual}")));
         if let Some(m) = &self.metrics {
             parts.push(format!("metrics on http://{}/metrics", m.addr()));
         }
@@ -365,6 +367,27 @@ impl Server {
             let _ = tx.send(Control::Users(users.clone()));
         }
         Ok(n)
+    }
+
+    /// Reads the TLS certificate, key and client CA again (a reload):
+    /// connections accepted from now on use them; those open keep the
+    /// handshake they made. `files` must be `Some` exactly when the router
+    /// started with `[router.tls]` (listeners cannot change scheme).
+    ///
+    /// # Errors
+    /// [`TlsError`] naming the file at fault, or a `files` that would turn
+    /// TLS on or off; the old configuration stays.
+    pub fn set_tls(&mut self, files: Option<&crate::config::TlsFiles>) -> Result<(), TlsError> {
+        match (files, self.acceptor.is_tls()) {
+            (Some(f), true) => {
+                self.acceptor.set_tls(f.server_config()?);
+                self.cfg.tls = Some(f.clone());
+                Ok(())
+            }
+            (None, false) => Ok(()),
+            (Some(_), false) => Err(TlsError::Config("TLS cannot be turned on by a reload: restart the router".into())),
+            (None, true) => Err(TlsError::Config("TLS cannot be turned off by a reload: restart the router".into())),
+        }
     }
 
     fn agent_auth(&self) -> &AuthWorker {

@@ -194,7 +194,7 @@ fn quiet_for(c: &mut Client, wait: Duration) -> bool {
 fn stalled_tls_handshakes_are_closed_at_the_hello_timeout_and_counted() {
     let dir = tempdir("deadlines-tls");
     let (cert, key) = tickwire_testkit::self_signed(&dir, "router");
-    let tls = Some(tickwire_router::config::TlsFiles { cert: cert.clone(), key });
+    let tls = Some(tickwire_router::config::TlsFiles::new(cert.clone(), key));
     let r = start(&dir, RouterConfig { tls, limits: limits(SHORT), ..RouterConfig::default() });
 
     // A TLS client that logs in, then says nothing.

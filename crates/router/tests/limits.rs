@@ -205,7 +205,7 @@ fn over_tls_a_connection_past_the_limit_is_reset_at_once() {
     let dir = tempdir("limits-tls");
     std::fs::create_dir_all(&dir).unwrap();
     let (cert, key) = tickwire_testkit::self_signed(&dir, "router");
-    let tls = Some(tickwire_router::config::TlsFiles { cert: cert.clone(), key });
+    let tls = Some(tickwire_router::config::TlsFiles { cert: cert.clone(), key, client_ca: None });
     let r = start(&dir, RouterConfig { tls, limits: limits(Some(1), 0), ..RouterConfig::default() });
     let uri = format!("tls://localhost:{}", r.tcp.port());
     let opts = |name: &str| ClientOptions {

@@ -144,6 +144,15 @@ impl Acceptor {
         self.tls.is_some()
     }
 
+    /// The TLS configuration for connections accepted from now on (a
+    /// reload; those open keep the handshake they made). Listeners cannot
+    /// change scheme: the caller keeps `None` as `None`.
+    pub fn set_tls(&mut self, cfg: Arc<ServerConfig>) {
+        if self.tls.is_some() {
+            self.tls = Some(cfg);
+        }
+    }
+
     /// The connections open and their limits.
     pub fn connections(&self) -> &Connections {
         &self.connections

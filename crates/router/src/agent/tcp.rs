@@ -1,6 +1,7 @@
 //! A routing agent's TCP clients: taking a connection ([`RoutingAgent`]'s
 //! `adopt_tcp`), reading the readable ones once per readiness
-//! (`poll_tcp`), heartbeats on welcomed links (`keep_links_alive`),
+//! (`poll_tcp`; with mutual TLS, the user a client's certificate names
+//! given to its session before its HELLO), heartbeats on welcomed links (`keep_links_alive`),
 //! idle links' buffers given back (`trim_links`), and the system calls
 //! all of it made ([`IoCounts`]).
 
@@ -112,11 +113,20 @@ impl RoutingAgent {
             // Once per readiness (again only if the buffer came back full).
             let r = reader.read(
                 stream,
-                |f| match handle(router, times, countdown, id as u32, f) {
-                    Ok(()) => true,
-                    Err(d) => {
-                        why = Some(d);
-                        false
+                |f| {
+                    // Mutual TLS: the handshake is over by the first frame;
+                    // HELLO logs in as the user the certificate names.
+                    if f.first() == Some(&(ClientKind::Hello as u8)) {
+                        if let Some(user) = stream.peer_user() {
+                            router.set_certified(id as u32, user);
+                        }
+                    }
+                    match handle(router, times, countdown, id as u32, f) {
+                        Ok(()) => true,
+                        Err(d) => {
+                            why = Some(d);
+                            false
+                        }
                     }
                 },
                 usize::MAX,

@@ -16,7 +16,8 @@
 //!
 //! [router.tls]                    # every TCP listener speaks TLS (rustls); clients use tls://
 //! cert = "router.pem"             # certificate chain, PEM (relative: to this file)
-//! key = "router.key"              # its private key, PEM
+//! key = "router.key"              # its private key, PEM (its owner's alone: mode 600)
+//! client_ca = "clients-ca.pem"    # mutual TLS: clients must show a certificate this CA signed; its CN (or first DNS/e-mail SAN) is their user
 //!
 //! [router.cache]                  # the last-value cache (none without this table)
 //! patterns = ["md/>"]             # topics whose newest message is kept
@@ -118,14 +119,39 @@ pub struct RouterConfig {
     pub metrics: Option<String>,
 }
 
-/// `[tls]`: the certificate and key of a router whose TCP listeners speak TLS.
+/// `[tls]`: the certificate and key of a router whose TCP listeners speak
+/// TLS, and the CA its clients' certificates must chain to (mutual TLS).
+/// Read at start and again on every reload ([`crate::Server::set_tls`]).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsFiles {
     /// Certificate chain (PEM).
     pub cert: PathBuf,
-    /// Its private key (PEM).
+    /// Its private key (PEM), its owner's alone.
     pub key: PathBuf,
+    /// Mutual TLS: every client must show a certificate that chains to one
+    /// in this file (PEM), and logs in as the user it names (subject CN,
+    /// else its first DNS or e-mail SAN) without a password. None: clients
+    /// show no certificate.
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    /// A certificate and key, no client CA.
+    pub fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        Self { cert: cert.into(), key: key.into(), client_ca: None }
+    }
+
+    /// The server's TLS configuration from these files (read now).
+    ///
+    /// # Errors
+    /// [`tickwire_transport::tls::TlsError`] naming the file at fault.
+    pub fn server_config(
+        &self,
+    ) -> Result<std::sync::Arc<tickwire_transport::tls::ServerConfig>, tickwire_transport::tls::TlsError> {
+        tickwire_transport::tls::server_config(&self.cert, &self.key, self.client_ca.as_deref())
+    }
 }
 
 /// `[cache]`: the last-value cache.
@@ -351,6 +377,7 @@ impl RouterConfig {
         if let (Some(t), Some(base)) = (&mut cfg.tls, path.parent()) {
             t.cert = base.join(&t.cert);
             t.key = base.join(&t.key);
+            t.client_ca = t.client_ca.as_ref().map(|c| base.join(c));
         }
         if let (Some(j), Some(base)) = (&mut cfg.journal, path.parent()) {
             j.dir = base.join(&j.dir);
@@ -479,7 +506,11 @@ mod tests {
         let e = load("[tls]\ncert = \"a.pem\"\n").unwrap_err().to_string();
         assert!(e.contains("key"), "{e}");
         let t = load("[tls]\ncert = \"a.pem\"\nkey = \"/k.pem\"\n").unwrap().tls.unwrap();
-        assert_eq!((t.cert.to_str(), t.key.to_str()), (Some("a.pem"), Some("/k.pem")));
+        assert_eq!((t.cert.to_str(), t.key.to_str(), t.client_ca), (Some("a.pem"), Some("/k.pem"), None));
+        let t = load("[tls]\ncert = \"a.pem\"\nkey = \"k.pem\"\nclient_ca = \"ca.pem\"\n").unwrap().tls.unwrap();
+        assert_eq!(t.client_ca.as_deref().and_then(Path::to_str), Some("ca.pem"), "relative: to the file");
+        let e = load("[tls]\ncert = \"a.pem\"\nkey = \"k.pem\"\nclient_cert = \"ca.pem\"\n").unwrap_err().to_string();
+        assert!(e.contains("client_cert"), "{e}");
         let c = load("cpu = 1\nidle = \"spin\"\nlisten = []\n").unwrap();
         assert_eq!((c.cpu, c.listen.len(), c.ipc, c.dir.to_str()), (Some(1), 0, true, Some("/tmp/x")));
         assert_eq!((c.agent_cpu(0), c.agent_cpu(1)), (Some(1), None));

@@ -54,7 +54,7 @@ use tickwire_shm::counters::{Kind, SetSnapshot};
 use tickwire_shm::CountersFile;
 
 mod http;
-pub use http::MetricsServer;
+pub use http::{MetricsServer, MAX_REQUESTS};
 
 /// Buckets of the forwarding-time histogram: 64 ns doubling to ~34 ms.
 const BUCKETS: usize = 20;
