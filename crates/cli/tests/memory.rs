@@ -231,7 +231,8 @@ fn subscriptions_cost_at_most_512_bytes_each_and_are_given_back_when_they_go() {
         let mut clients: Vec<TcpStream> = (0..CLIENTS)
             .map(|c| {
                 let mut s = login(r.tcp, &format!("subs-{c}"), &[]);
-                let mut frames: Vec<u8> = (0..SUBS).flat_map(|i| subscribe(i as u32 + 1, &pattern(round, c, i))).collect();
+                let mut frames: Vec<u8> =
+                    (0..SUBS).flat_map(|i| subscribe(i as u32 + 1, &pattern(round, c, i))).collect();
                 // A pattern the router refuses: its REJECT comes after
                 // every subscription before it is in place.
                 frames.extend(subscribe(u32::MAX, "md//bad"));

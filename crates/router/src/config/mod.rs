@@ -39,7 +39,8 @@
 //!
 //! [router.limits]
 //! max_frame = 1049088             # largest client frame
-//! queue_bytes = 8388608           # per client, before the oldest deliveries are dropped
+//! queue_bytes = 8388608           # per client, before the oldest deliveries are dropped (the memory its queue may take)
+//! max_queued_bytes = 1073741824   # all clients' queues together; past it the largest are cut first, by their policy (0: none)
 //! max_subscriptions = 10000       # per client
 //! topic_counters = 64             # topics with their own counters in `tickwire stat`
 //! slow_consumer = "drop-oldest"   # a client whose queue is full: drop-oldest | disconnect | back-pressure

@@ -57,6 +57,7 @@ impl Router {
         if s.in_backlog {
             self.backlog.retain(|&b| b != id);
         }
+        self.memory.released(s.queue.allocated() + s.subscriptions.len() * super::memory::SUBSCRIPTION_BYTES);
         for (sid, p) in s.subscriptions.drain() {
             self.topics.unsubscribe(&p, id, sid);
             if let Some(peers) = &mut self.peers {
