@@ -32,6 +32,10 @@ use tickwire_wire::client::{RejectCode, SlowConsumer};
 /// memory to the OS.
 const RELEASE_EVERY: usize = 4 << 20;
 
+/// Housekeepings (of 20 ms) after giving memory back that it is given
+/// back once more: past the next status write (once a second).
+const AGAIN_AFTER: u32 = 75;
+
 /// What a subscription is taken to free when it goes, bytes (its pattern,
 /// its index node, its entry in its session's map): for deciding when to
 /// ask the allocator to give memory back, not a measure.
@@ -50,6 +54,10 @@ pub(super) struct Memory {
     squeezed: bool,
     /// Bytes given back since the allocator last returned memory.
     released: usize,
+    /// Housekeepings until the allocator is asked once more (0: not):
+    /// what was freed just after the first time (the status of sessions
+    /// that went, written once a second) goes back too.
+    again: u32,
     /// Sessions to end for the bound (`disconnect`, `back-pressure`).
     pub(super) over: Vec<(u32, Disconnect)>,
     /// Queues cut by the bound since start.
@@ -113,7 +121,13 @@ impl Router {
         }
         if self.memory.released >= RELEASE_EVERY {
             self.memory.released = 0;
+            self.memory.again = AGAIN_AFTER;
             tickwire_shm::os::release_free_memory();
+        } else if self.memory.again > 0 {
+            self.memory.again -= 1;
+            if self.memory.again == 0 {
+                tickwire_shm::os::release_free_memory();
+            }
         }
     }
 

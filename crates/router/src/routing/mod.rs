@@ -130,6 +130,12 @@ fn mark(sessions: &mut [Option<Session>], backlog: &mut Vec<u32>, id: u32) {
     }
 }
 
+/// A subscription's pattern from its text as its session keeps it
+/// (checked when it came, so this does not fail; `None` if it did).
+fn parsed(text: &str) -> Option<Pattern> {
+    Pattern::parse(text).ok()
+}
+
 /// Queues a control frame for `s`.
 fn control(s: &mut Session, repr: &ClientRepr<'_>) -> Result<(), Disconnect> {
     if s.send_control(repr) {

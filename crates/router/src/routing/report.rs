@@ -50,7 +50,7 @@ impl Router {
         let mut out = Vec::new();
         for id in self.session_ids() {
             let Some(s) = self.session(id) else { continue };
-            let mut subscriptions: Vec<String> = s.subscriptions.values().map(|p| p.as_str().to_owned()).collect();
+            let mut subscriptions: Vec<String> = s.subscriptions.values().map(|p| p.to_string()).collect();
             if let Some(g) = self.guaranteed() {
                 let bound = g.durables.values().filter(|d| d.bound.is_some_and(|b| b.0 == id));
                 subscriptions.extend(bound.map(|d| format!("{} (durable {})", d.pattern(), d.name)));

@@ -62,7 +62,8 @@ impl Router {
         }
         s.closing = true;
         self.totals.slow_disconnected += 1;
-        for (sid, p) in s.subscriptions.drain() {
+        for (sid, text) in s.subscriptions.drain() {
+            let Some(p) = super::parsed(&text) else { continue };
             self.topics.unsubscribe(&p, id, sid);
             if let Some(peers) = &mut self.peers {
                 peers.release(&p);
