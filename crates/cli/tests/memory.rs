@@ -11,8 +11,11 @@
 //!   most 10% of what the round grew it by;
 //! * 40 subscribers that stop reading, under 20k msg/s of 1000 B, hold at
 //!   most 40 x `queue_bytes` x 1.1 + 32 MiB (or, under a router-wide
-//!   `max_queued_bytes`, that x 1.1 + 32 MiB), and the one that reads
-//!   loses nothing.
+//!   `max_queued_bytes` of 64 MiB, that x 1.1 + 32 MiB), and the one that
+//!   reads loses nothing.
+//!
+//! The figure is the growth of the router's RSS over its own before the
+//! clients came (the peak, `VmHWM`, for the stalled subscribers).
 //!
 //! Each test prints its figures. The stalled test publishes 100,000
 //! messages (5 s); `TICKWIRE_MEMORY_MESSAGES=200001` (`make hostile`) runs
@@ -400,6 +403,19 @@ fn stalled_subscribers_hold_what_queue_bytes_says_and_the_reader_loses_nothing()
     let (peak, got, n) =
         stalled("stalled", &format!("queue_bytes = {QUEUE}\nheartbeat_interval = \"0s\"\nmax_frame = 65536"));
     let bound = 40 * QUEUE * 11 / 10 + 32 * MIB;
+    assert!(peak <= bound, "peak growth {:.1} MiB, the bound is {:.1} MiB", mib(peak), mib(bound));
+    assert_eq!((got.got, got.discarded, got.out_of_order), (n, 0, None), "the reader lost messages");
+}
+
+#[test]
+fn past_max_queued_bytes_stalled_subscribers_are_cut_to_it_and_the_reader_loses_nothing() {
+    const QUEUE: u64 = 8 * MIB;
+    const MAX: u64 = 64 * MIB;
+    let (peak, got, n) = stalled(
+        "stalled-max",
+        &format!("queue_bytes = {QUEUE}\nmax_queued_bytes = {MAX}\nheartbeat_interval = \"0s\"\nmax_frame = 65536"),
+    );
+    let bound = MAX * 11 / 10 + 32 * MIB;
     assert!(peak <= bound, "peak growth {:.1} MiB, the bound is {:.1} MiB", mib(peak), mib(bound));
     assert_eq!((got.got, got.discarded, got.out_of_order), (n, 0, None), "the reader lost messages");
 }

@@ -520,7 +520,7 @@ mod tests {
             q.push(&deliver(s));
         }
         let full = q.allocated();
-        assert!(full >= 700_000 && full <= 1 << 20, "{full}");
+        assert!((700_000..=1 << 20).contains(&full), "{full}");
         // Nearly drained: each trim halves it, down to what it holds.
         let mut rest = Vec::new();
         q.consume(q.bytes() - 36 * 10, &mut rest);

@@ -490,6 +490,16 @@ mod tests {
     }
 
     #[test]
+    fn max_queued_bytes_is_0_or_at_least_queue_bytes() {
+        let m = |text: &str| load(text).map(|c| Limits::from(&c.limits).max_queued_bytes);
+        assert_eq!(m("").unwrap(), 1 << 30);
+        assert_eq!(m("[limits]\nmax_queued_bytes = 0\n").unwrap(), 0);
+        assert_eq!(m("[limits]\nmax_queued_bytes = 67108864\n").unwrap(), 64 << 20);
+        let e = m("[limits]\nmax_queued_bytes = 1000000\n").unwrap_err().to_string();
+        assert!(e.contains("limits.max_queued_bytes") && e.contains("1000000") && e.contains("queue_bytes"), "{e}");
+    }
+
+    #[test]
     fn hello_timeout_is_a_duration_of_at_least_100ms() {
         let l = |c: &RouterConfig| Limits::from(&c.limits).hello_timeout;
         assert_eq!(l(&load("").unwrap()), Duration::from_secs(2));
