@@ -18,8 +18,9 @@
 //!   `disconnect` and `back-pressure` (which never drop) are ended as slow
 //!   consumers with the reason. A queue under the level (a client that
 //!   keeps reading) is not touched.
-//! * After a few MiB were given back (queues, ended sessions and their
-//!   subscriptions), the allocator is asked to return its free memory to
+//! * Once 1 MiB or more was given back (queues, ended sessions and their
+//!   subscriptions) and the frees have stopped (or every 64 MiB while
+//!   they go on), the allocator is asked to return its free memory to
 //!   the OS (`tickwire_shm::os::release_free_memory`): glibc keeps freed
 //!   memory otherwise.
 //!
@@ -28,9 +29,12 @@
 use super::{Disconnect, Router};
 use tickwire_wire::client::{RejectCode, SlowConsumer};
 
-/// Bytes given back before the allocator is asked to return its free
-/// memory to the OS.
-const RELEASE_EVERY: usize = 4 << 20;
+/// Bytes given back, once the frees stop (a housekeeping with none), before
+/// the allocator is asked to return its free memory to the OS.
+const RELEASE_AFTER: usize = 1 << 20;
+
+/// Bytes given back after which it is asked even while frees go on.
+const RELEASE_EVERY: usize = 64 << 20;
 
 /// Housekeepings (of 20 ms) after giving memory back that it is given
 /// back once more: past the next status write (once a second).
@@ -54,6 +58,8 @@ pub(super) struct Memory {
     squeezed: bool,
     /// Bytes given back since the allocator last returned memory.
     released: usize,
+    /// `released` at the last housekeeping.
+    released_before: usize,
     /// Housekeepings until the allocator is asked once more (0: not):
     /// what was freed just after the first time (the status of sessions
     /// that went, written once a second) goes back too.
@@ -119,8 +125,11 @@ impl Router {
             }
             self.memory.squeezed = false;
         }
-        if self.memory.released >= RELEASE_EVERY {
-            self.memory.released = 0;
+        let m = &mut self.memory;
+        let stopped = m.released == m.released_before;
+        m.released_before = m.released;
+        if m.released >= RELEASE_EVERY || (stopped && m.released >= RELEASE_AFTER) {
+            (self.memory.released, self.memory.released_before) = (0, 0);
             self.memory.again = AGAIN_AFTER;
             tickwire_shm::os::release_free_memory();
         } else if self.memory.again > 0 {
