@@ -91,6 +91,15 @@ impl Router {
         kib * KIB
     }
 
+    /// CPU seconds it has used (user and system), from `/proc/PID/stat`.
+    fn cpu_seconds(&self) -> f64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        // Fields after the command's closing parenthesis: utime is the
+        // 12th, stime the 13th (in clock ticks of 1/100 s).
+        let f: Vec<&str> = s[s.rfind(')').unwrap() + 2..].split_whitespace().collect();
+        (f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()) as f64 / 100.0
+    }
+
     /// Its resident set now, bytes.
     fn rss(&self) -> u64 {
         self.proc_status("VmRSS")
@@ -377,19 +386,24 @@ fn stalled(name: &str, limits: &str) -> (u64, Reading, u64) {
         })
         .collect();
     let reader = login(r.tcp, "reader", &subscribe(1, "md/busy"));
+    // A 4 MiB receive buffer: on a host whose other work starves this
+    // thread for a moment, its own lag lands there, not in its queue.
+    tickwire_transport::set_socket_buffers(&reader, 4 << 20);
     // Its subscription is in place before the first message (another
     // connection): the REJECT of a bad one after it says so.
     let mut probe = reader.try_clone().unwrap();
     probe.write_all(&subscribe(2, "md//bad")).unwrap();
     wait_for(&mut probe, ClientKind::Reject, "reader");
     let deadline = Instant::now() + Duration::from_secs(n / RATE + 30);
+    let cpu = r.cpu_seconds();
     let reading = std::thread::spawn(move || read_all(reader, n, deadline));
     let took = publish(r.tcp, n, RATE);
     let got = reading.join().unwrap();
     let peak = r.proc_status("VmHWM").saturating_sub(base);
+    let cpu = r.cpu_seconds() - cpu;
     println!(
         "{name}: {n} messages of 1000 B in {:.1} s to {STALLED} stalled subscribers and one reading: \
-         router RSS {:.1} MiB before, peak +{:.1} MiB; the reader got {} ({} discarded before them)",
+         router CPU {cpu:.1} s, RSS {:.1} MiB before, peak +{:.1} MiB; the reader got {} ({} discarded before them)",
         took.as_secs_f64(),
         mib(base),
         mib(peak),

@@ -196,6 +196,10 @@ pub struct Session {
     pub(crate) holding: Vec<(u32, u64)>,
     /// In the router's list of sessions with frames waiting.
     pub(crate) in_backlog: bool,
+    /// `stats.messages_out` at the last housekeeping, and whether it had
+    /// grown since the one before: a client that reads, whose queue the
+    /// router-wide `max_queued_bytes` leaves alone while others stall.
+    pub(crate) out_seen: (u64, bool),
     /// Totals.
     pub stats: SessionStats,
     pub(crate) counters: Option<CounterSet>,
@@ -232,6 +236,7 @@ impl Session {
             paused_by: 0,
             holding: Vec::new(),
             in_backlog: false,
+            out_seen: (0, false),
             stats: SessionStats::default(),
             counters,
         }

@@ -16,8 +16,11 @@
 //!   discards, the next delivery carrying the count) and stays squeezed to
 //!   that level until the total is under three quarters of the share;
 //!   `disconnect` and `back-pressure` (which never drop) are ended as slow
-//!   consumers with the reason. A queue under the level (a client that
-//!   keeps reading) is not touched.
+//!   consumers with the reason. A client that read since the last
+//!   housekeeping is left alone (and let go of a squeeze) unless the
+//!   others alone cannot make room, and a queue under the level is not
+//!   touched: a client that keeps reading loses nothing while others
+//!   stall.
 //! * Once 1 MiB or more was given back (queues, ended sessions and their
 //!   subscriptions) and the frees have stopped (or every 64 MiB while
 //!   they go on), the allocator is asked to return its free memory to
@@ -114,6 +117,12 @@ impl Router {
         for s in self.sessions.iter_mut().flatten() {
             self.memory.released += s.queue.trim();
             total += s.queue.allocated();
+            let out = s.stats.messages_out;
+            s.out_seen = (out, out != s.out_seen.0);
+            if s.out_seen.1 {
+                // It reads: squeezed while it lagged, it is not now.
+                s.queue.unsqueeze();
+            }
         }
         self.memory.queued = total;
         let budget = self.queued_budget();
@@ -146,15 +155,26 @@ impl Router {
         let target = budget - budget / 8;
         // Sessions closing, or about to be, give theirs back.
         let going = |id: u32, s: &crate::Session| s.closing || self.memory.over.iter().any(|o| o.0 == id);
-        let mut total = 0;
+        // Clients that read since the last housekeeping are cut only if
+        // the others alone cannot make room.
+        let (mut total, mut reading) = (0, 0);
         let mut sizes: Vec<(usize, u32)> = Vec::new();
+        let mut readers: Vec<(usize, u32)> = Vec::new();
         for (id, s) in self.sessions.iter().enumerate() {
             let Some(s) = s else { continue };
             let a = s.queue.allocated();
             if a > 0 && !going(id as u32, s) {
                 total += a;
-                sizes.push((a, id as u32));
+                if s.out_seen.1 {
+                    reading += a;
+                    readers.push((a, id as u32));
+                } else {
+                    sizes.push((a, id as u32));
+                }
             }
+        }
+        if reading + MIN_LEVEL * sizes.len() > target {
+            sizes.append(&mut readers);
         }
         sizes.sort_unstable_by(|a, b| b.cmp(a));
         // The level: the `k` largest cut to it and the rest as they are
