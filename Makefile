@@ -37,11 +37,15 @@ crash: setup
 # test prints (make test runs the same tests, quietly): deadlines before
 # login, heartbeats after it, oversize and dribbled frames, subscribers
 # that never read, connection limits, and (the real binary under
-# RLIMIT_NOFILE 256) descriptors running out. One at a time, so the
-# timings are the router's.
+# RLIMIT_NOFILE 256) descriptors running out; the router's memory
+# (tests/memory.rs: idle clients, subscriptions coming and going, stalled
+# subscribers, here for the issue's full 200,001 messages, 10 s, where
+# make test publishes 100,000). One at a time, so the timings are the
+# router's.
 hostile: setup
-	@$(CARGO_ENV) cargo test --release -p tickwire-router --test deadlines --test heartbeats --test hostile_link --test logins --test limits -- --nocapture --test-threads=1
+	@$(CARGO_ENV) cargo test --release -p tickwire-router --test deadlines --test heartbeats --test hostile_link --test logins --test limits --test queued_bytes --test metrics_hostile -- --nocapture --test-threads=1
 	@$(CARGO_ENV) cargo test --release -p tickwire-cli --test limits -- --nocapture --test-threads=1
+	@$(CARGO_ENV) TICKWIRE_MEMORY_MESSAGES=200001 cargo test --release -p tickwire-cli --test memory -- --nocapture --test-threads=1
 
 # Every fuzz target under libFuzzer (nightly, installed if missing), each for
 # FUZZ_SECONDS (default 60) or FUZZ_RUNS inputs; make test replays the corpus.

@@ -6,13 +6,20 @@
 //! many unrelated subscriptions the index holds. The index keeps no cache:
 //! the router remembers each topic's match in its topic table
 //! ([`crate::topics`]), recomputed after a subscription changes.
+//!
+//! What a subscription held is given back when it goes: a node left with
+//! nothing is removed (no node stays for a pattern nobody holds), and a
+//! list or map left at under a quarter of its room is shrunk. A node is 64
+//! bytes: most are leaves, so their children's map is boxed, and made
+//! only for a node that has some; lists grow from one entry, not four.
 
 use rustc_hash::FxHashMap as HashMap;
 use tickwire_topic::{Level, Pattern};
 
 #[derive(Debug)]
 struct Node<K> {
-    literal: HashMap<Box<str>, Node<K>>,
+    /// Children by literal level (none: a leaf).
+    literal: Option<Box<HashMap<Box<str>, Node<K>>>>,
     one: Option<Box<Node<K>>>,
     /// Patterns ending at this node: (subscriber, subscription id).
     here: Vec<(K, u32)>,
@@ -22,14 +29,22 @@ struct Node<K> {
 
 impl<K> Default for Node<K> {
     fn default() -> Self {
-        Self { literal: HashMap::default(), one: None, here: Vec::new(), tail: Vec::new() }
+        Self { literal: None, one: None, here: Vec::new(), tail: Vec::new() }
     }
 }
 
 impl<K> Node<K> {
     fn is_empty(&self) -> bool {
-        self.literal.is_empty() && self.one.is_none() && self.here.is_empty() && self.tail.is_empty()
+        self.literal.is_none() && self.one.is_none() && self.here.is_empty() && self.tail.is_empty()
     }
+}
+
+/// Appends `e`, growing `v` from one entry by doubling (not from four).
+fn push<E>(v: &mut Vec<E>, e: E) {
+    if v.len() == v.capacity() {
+        v.reserve_exact(v.len().max(1));
+    }
+    v.push(e);
 }
 
 /// Subscriptions by pattern, matched by topic. `K` names a subscriber (the
@@ -71,16 +86,18 @@ impl<K: Copy + Ord> SubscriptionIndex<K> {
         let mut node = &mut self.root;
         for level in pattern.levels() {
             match level {
-                Level::Literal(l) => node = node.literal.entry(l.clone()).or_default(),
+                Level::Literal(l) => {
+                    node = node.literal.get_or_insert_with(Default::default).entry(l.clone()).or_default()
+                }
                 Level::One => node = node.one.get_or_insert_with(Default::default),
                 Level::Tail => {
-                    node.tail.push((key, id));
+                    push(&mut node.tail, (key, id));
                     self.len += 1;
                     return;
                 }
             }
         }
-        node.here.push((key, id));
+        push(&mut node.here, (key, id));
         self.len += 1;
     }
 
@@ -116,6 +133,9 @@ fn remove_at<K: Copy + Eq>(node: &mut Node<K>, levels: &[Level], key: K, id: u32
     let take = |v: &mut Vec<(K, u32)>| match v.iter().position(|&e| e == (key, id)) {
         Some(i) => {
             v.swap_remove(i);
+            if v.len() < v.capacity() / 4 {
+                v.shrink_to(v.len() * 2);
+            }
             true
         }
         None => false,
@@ -134,10 +154,16 @@ fn remove_at<K: Copy + Eq>(node: &mut Node<K>, levels: &[Level], key: K, id: u32
             removed
         }
         Level::Literal(l) => {
-            let Some(child) = node.literal.get_mut(l) else { return false };
+            let Some(children) = node.literal.as_deref_mut() else { return false };
+            let Some(child) = children.get_mut(l) else { return false };
             let removed = remove_at(child, rest, key, id);
             if removed && child.is_empty() {
-                node.literal.remove(l);
+                children.remove(l);
+                if children.is_empty() {
+                    node.literal = None;
+                } else if children.len() < children.capacity() / 4 {
+                    children.shrink_to(children.len() * 2);
+                }
             }
             removed
         }
@@ -155,7 +181,7 @@ fn collect<K: Copy>(node: &Node<K>, topic: &str, out: &mut Vec<K>) {
         Some(r) => collect(child, r, out),
         None => out.extend(child.here.iter().map(|e| e.0)),
     };
-    if let Some(child) = node.literal.get(level) {
+    if let Some(child) = node.literal.as_deref().and_then(|c| c.get(level)) {
         visit(child);
     }
     if let Some(child) = node.one.as_deref() {
@@ -190,6 +216,27 @@ mod tests {
         assert_eq!(ix.len(), 1);
         assert!(ix.remove(&p("fx/>"), 3, 1));
         assert!(ix.root.is_empty(), "emptied branches are pruned");
+    }
+
+    #[test]
+    fn a_node_is_64_bytes_and_lists_grow_from_one_entry() {
+        println!("index node: {} bytes", std::mem::size_of::<Node<u32>>());
+        assert_eq!(std::mem::size_of::<Node<u32>>(), 64);
+        let mut ix = SubscriptionIndex::new();
+        ix.insert(&p("md/eu/VOD"), 1u32, 1);
+        let leaf = |ix: &SubscriptionIndex<u32>| {
+            let md = &ix.root.literal.as_ref().unwrap()["md"];
+            md.literal.as_ref().unwrap()["eu"].literal.as_ref().unwrap()["VOD"].here.capacity()
+        };
+        assert_eq!(leaf(&ix), 1, "one subscriber: room for one");
+        for k in 2..=9 {
+            ix.insert(&p("md/eu/VOD"), k, 1);
+        }
+        assert_eq!(leaf(&ix), 16, "doubling from one");
+        for k in 2..=9 {
+            assert!(ix.remove(&p("md/eu/VOD"), k, 1));
+        }
+        assert!(leaf(&ix) <= 6, "shrunk as they went (16 to 6 at 3 left): {}", leaf(&ix));
     }
 
     fn level() -> impl Strategy<Value = String> {

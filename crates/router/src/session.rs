@@ -10,7 +10,6 @@ use rustc_hash::FxHashMap;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use tickwire_shm::{CounterSet, LogAppender, OfferError};
-use tickwire_topic::Pattern;
 use tickwire_wire::client::{ClientKind, ClientRepr, SlowConsumer};
 
 /// Control frames (WELCOME, REJECT, CLOSE) a session may have waiting; a
@@ -151,7 +150,11 @@ pub struct Session {
     /// stands for every one before it: it needs no room in `control` and
     /// is never dropped.
     ack_due: u64,
-    pub(crate) subscriptions: HashMap<u32, Pattern>,
+    /// Its subscriptions by id, each pattern as its text (checked when
+    /// it came): a parsed [`Pattern`](tickwire_topic::Pattern) costs about 250 bytes more (a vector
+    /// and a string per level), and a subscription is parsed again only
+    /// when it goes ([`crate::routing`]'s `parsed`).
+    pub(crate) subscriptions: HashMap<u32, Box<str>>,
     pub(crate) next_sequence: u64,
     pub(crate) hello: bool,
     /// Its user (when users are configured), once authenticated.
@@ -196,6 +199,10 @@ pub struct Session {
     pub(crate) holding: Vec<(u32, u64)>,
     /// In the router's list of sessions with frames waiting.
     pub(crate) in_backlog: bool,
+    /// `stats.messages_out` at the last housekeeping, and whether it had
+    /// grown since the one before: a client that reads, whose queue the
+    /// router-wide `max_queued_bytes` leaves alone while others stall.
+    pub(crate) out_seen: (u64, bool),
     /// Totals.
     pub stats: SessionStats,
     pub(crate) counters: Option<CounterSet>,
@@ -233,6 +240,7 @@ impl Session {
             paused_by: 0,
             holding: Vec::new(),
             in_backlog: false,
+            out_seen: (0, false),
             stats: SessionStats::default(),
             counters,
         }

@@ -21,6 +21,9 @@ use std::time::Duration;
 /// The file's name in the router's directory.
 pub const STATUS_FILE: &str = "router-status.json";
 
+/// Subscriptions [`ClientStatus`] lists by pattern, per client.
+pub const STATUS_SUBSCRIPTIONS: usize = 100;
+
 /// One client session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClientStatus {
@@ -34,7 +37,11 @@ pub struct ClientStatus {
     pub user: Option<String>,
     /// The routing agent serving it.
     pub agent: u32,
-    /// Its subscriptions' patterns.
+    /// Its subscriptions' patterns, sorted: the first
+    /// [`STATUS_SUBSCRIPTIONS`] of them, then, if it has more, one entry
+    /// `(and N more)` (the status is written every second: 10,000
+    /// patterns for each of many clients would cost the router memory
+    /// each time).
     pub subscriptions: Vec<String>,
     /// Deliveries waiting in its queue.
     pub queue_messages: usize,

@@ -68,7 +68,8 @@ impl TcpOut {
     /// Writes what is pending, then as much of `queue` as the socket takes,
     /// in one `writev`; returns the frames and bytes of the queue written.
     pub(crate) fn write_queue(&mut self, queue: &mut OutQueue) -> (usize, usize) {
-        let Ok(n) = self.writer.flush(&self.stream, &mut [queue.as_bytes()]) else { return (0, 0) };
+        let (a, b) = queue.as_slices();
+        let Ok(n) = self.writer.flush(&self.stream, &mut [a, b]) else { return (0, 0) };
         if n == 0 {
             return (0, 0);
         }

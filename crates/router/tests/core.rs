@@ -425,3 +425,16 @@ fn a_welcome_after_a_password_check_is_flushed_when_the_client_has_room() {
     let got = drain(&mut r, id);
     assert_eq!(got.first().map(|f| f.0), Some(ClientKind::Welcome), "{got:?}");
 }
+
+#[test]
+fn the_status_lists_the_first_100_subscriptions_and_how_many_more() {
+    let mut r = Router::new("test", Limits::default(), None);
+    let id = client(&mut r, "many", usize::MAX);
+    for i in 0..150u32 {
+        r.handle_frame(id, &subscribe(i + 1, &format!("md/s{i:03}"))).unwrap();
+    }
+    let listed = r.client_status().into_iter().find(|c| c.name == "many").unwrap().subscriptions;
+    let mut want: Vec<String> = (0..100).map(|i| format!("md/s{i:03}")).collect();
+    want.push("(and 50 more)".into());
+    assert_eq!(listed, want);
+}

@@ -238,7 +238,7 @@ pub const ROUTER_CLIENT_NAMES: [&str; 9] = [
 /// Router topic values, in index order.
 pub const ROUTER_TOPIC_NAMES: [&str; 4] = ["messages_in", "bytes_in", "deliveries", "bytes_out"];
 /// Routing agent values, in index order (see `tickwire_router::agent`).
-pub const ROUTER_AGENT_NAMES: [&str; 10] = [
+pub const ROUTER_AGENT_NAMES: [&str; 12] = [
     "socket_reads",
     "socket_writes",
     "readiness_polls",
@@ -249,6 +249,8 @@ pub const ROUTER_AGENT_NAMES: [&str; 10] = [
     "logins_abandoned",
     "logins_throttled",
     "topic_evictions",
+    "queue_trims",
+    "queued_bytes",
 ];
 
 /// A router's accepting values, in index order (see

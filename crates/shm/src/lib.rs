@@ -53,9 +53,10 @@ mod sys;
 
 /// The operating-system services other crates need, as safe functions:
 /// the system-wide monotonic clock, process identity and liveness, and the
-/// signal dispositions the command line and lab workers set.
+/// signal dispositions the command line and lab workers set, and the
+/// allocator's free memory handed back to the OS.
 pub mod os {
-    pub use crate::sys::{default_sigpipe, ignore_sigint, monotonic_ns, ProcessId};
+    pub use crate::sys::{default_sigpipe, ignore_sigint, monotonic_ns, release_free_memory, ProcessId};
 }
 
 pub use clean::{clean, CleanReport};

@@ -287,6 +287,7 @@ impl RoutingAgent {
                 self.expire();
                 self.router.guaranteed_housekeeping(self.now);
                 self.trim_links();
+                self.router.housekeep_memory();
                 self.keep_links_alive();
                 self.publish_counters();
                 self.housekeeping = self.housekeeping.wrapping_add(1);
@@ -317,7 +318,7 @@ impl RoutingAgent {
         }
         if let Some(set) = &self.agent_set {
             use std::sync::atomic::Ordering::Relaxed;
-            let mut v = [0u64; 10];
+            let mut v = [0u64; 12];
             v[..4].copy_from_slice(&[io.reads, io.writes, io.polls, self.heartbeat_timeouts]);
             if self.first {
                 let a = self.auth.stats();
@@ -330,6 +331,8 @@ impl RoutingAgent {
                 ]);
             }
             v[9] = self.router.topic_table().evictions;
+            v[10] = self.router.queue_trims();
+            v[11] = self.router.queued_allocated() as u64;
             set.set_all(&v);
         }
     }

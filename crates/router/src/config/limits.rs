@@ -16,6 +16,8 @@ pub struct LimitsConfig {
     pub max_frame: usize,
     /// See [`Limits::queue_bytes`].
     pub queue_bytes: usize,
+    /// See [`Limits::max_queued_bytes`] (0: no bound).
+    pub max_queued_bytes: usize,
     /// See [`Limits::max_subscriptions`].
     pub max_subscriptions: usize,
     /// See [`Limits::topic_counters`].
@@ -96,6 +98,7 @@ impl Default for LimitsConfig {
         Self {
             max_frame: l.max_frame,
             queue_bytes: l.queue_bytes,
+            max_queued_bytes: l.max_queued_bytes,
             max_subscriptions: l.max_subscriptions,
             topic_counters: l.topic_counters,
             slow_consumer: l.slow_consumer,
@@ -116,6 +119,7 @@ impl From<&LimitsConfig> for Limits {
         Limits {
             max_frame: c.max_frame,
             queue_bytes: c.queue_bytes,
+            max_queued_bytes: c.max_queued_bytes,
             max_subscriptions: c.max_subscriptions,
             topic_counters: c.topic_counters,
             slow_consumer: c.slow_consumer,
@@ -162,6 +166,9 @@ impl LimitsConfig {
         let l = self;
         if l.queue_bytes < l.max_frame {
             return bad("limits.queue_bytes", &l.queue_bytes, "at least limits.max_frame");
+        }
+        if l.max_queued_bytes != 0 && l.max_queued_bytes < l.queue_bytes {
+            return bad("limits.max_queued_bytes", &l.max_queued_bytes, "0 (no bound) or at least limits.queue_bytes");
         }
         if let Some(p) = l.conflate.iter().find(|p| Pattern::parse(p).is_err()) {
             return bad("limits.conflate", p, "topic patterns (see docs/topics.md)");

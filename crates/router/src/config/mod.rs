@@ -40,7 +40,8 @@
 //!
 //! [router.limits]
 //! max_frame = 1049088             # largest client frame
-//! queue_bytes = 8388608           # per client, before the oldest deliveries are dropped
+//! queue_bytes = 8388608           # per client, before the oldest deliveries are dropped (the memory its queue may take)
+//! max_queued_bytes = 1073741824   # all clients' queues together; past it the largest are cut first, by their policy (0: none)
 //! max_subscriptions = 10000       # per client
 //! topic_counters = 64             # topics with their own counters in `tickwire stat`
 //! slow_consumer = "drop-oldest"   # a client whose queue is full: drop-oldest | disconnect | back-pressure
@@ -519,6 +520,16 @@ mod tests {
         assert!(load("agents = 0\n").unwrap_err().to_string().contains("agents = 0"));
         assert!(load("cpu = 1\ncpus = [0]\n").unwrap_err().to_string().contains("cpus"));
         assert!(load("agent_link_bytes = 1000\n").unwrap_err().to_string().contains("agent_link_bytes"));
+    }
+
+    #[test]
+    fn max_queued_bytes_is_0_or_at_least_queue_bytes() {
+        let m = |text: &str| load(text).map(|c| Limits::from(&c.limits).max_queued_bytes);
+        assert_eq!(m("").unwrap(), 1 << 30);
+        assert_eq!(m("[limits]\nmax_queued_bytes = 0\n").unwrap(), 0);
+        assert_eq!(m("[limits]\nmax_queued_bytes = 67108864\n").unwrap(), 64 << 20);
+        let e = m("[limits]\nmax_queued_bytes = 1000000\n").unwrap_err().to_string();
+        assert!(e.contains("limits.max_queued_bytes") && e.contains("1000000") && e.contains("queue_bytes"), "{e}");
     }
 
     #[test]

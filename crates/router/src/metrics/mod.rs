@@ -140,6 +140,8 @@ fn described(kind: Kind) -> &'static [(&'static str, &'static str, bool)] {
             ("logins_abandoned", "Password checks dropped unmade: the session had ended.", true),
             ("logins_throttled", "Password checks made to wait after a failure of the same user and address.", true),
             ("topic_evictions", "Topics dropped from the topic table to make room for others.", true),
+            ("queue_trims", "Client queues cut (or their clients ended) past limits.max_queued_bytes.", true),
+            ("queued_bytes", "Bytes the agent's client queues have allocated (the allocator's view).", false),
         ],
         Kind::RouterAccept => &[
             ("connections", "TCP and TLS connections open (counted from accept to close).", false),

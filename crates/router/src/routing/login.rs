@@ -318,8 +318,9 @@ impl Router {
         };
         let mut gone = Vec::new();
         s.filtered = false;
-        for (&sid, p) in &s.subscriptions {
-            match user.subscribe.reach(p) {
+        for (&sid, text) in &s.subscriptions {
+            let Some(p) = super::parsed(text) else { continue };
+            match user.subscribe.reach(&p) {
                 Reach::All => {}
                 Reach::Some => {
                     s.filtered = true;
@@ -329,7 +330,7 @@ impl Router {
             }
         }
         for sid in gone {
-            let Some(p) = s.subscriptions.remove(&sid) else { continue };
+            let Some(p) = s.subscriptions.remove(&sid).and_then(|t| super::parsed(&t)) else { continue };
             self.topics.unsubscribe(&p, id, sid);
             if let Some(peers) = &mut self.peers {
                 peers.release(&p);

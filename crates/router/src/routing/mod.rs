@@ -17,6 +17,8 @@
 //!   ([`crate::topics`]);
 //! * `login`: users, password checks and the hello deadline (`Login`);
 //! * `slow`: the slow-consumer policies (`SlowConsumers`);
+//! * `memory`: the queues' memory under `limits.max_queued_bytes`, and
+//!   memory given back (`Memory`);
 //! * [`guaranteed`] and [`durable`]: the journal, guaranteed publishes and
 //!   durable subscriptions (`Guaranteed`);
 //! * `report`: the counters and the status of what it serves.
@@ -24,6 +26,7 @@
 pub mod durable;
 pub mod guaranteed;
 mod login;
+mod memory;
 mod publish;
 mod report;
 mod sessions;
@@ -35,6 +38,7 @@ use crate::peers::Peers;
 use crate::session::Session;
 use crate::topics::{TopicTableStats, Topics, TOPIC_LIMIT};
 use login::Login;
+use memory::Memory;
 use slow::SlowConsumers;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,8 +53,13 @@ pub struct Limits {
     /// Largest client frame accepted, bytes (a larger one closes the session).
     pub max_frame: usize,
     /// Bytes of deliveries a client may have queued before the oldest are
-    /// dropped.
+    /// dropped (the memory its queue may allocate).
     pub queue_bytes: usize,
+    /// Bytes all clients' queues together may allocate (0: no bound);
+    /// past it the largest are cut first, each by its slow-consumer
+    /// policy (`routing::memory`). Each of several routing agents takes
+    /// an equal share.
+    pub max_queued_bytes: usize,
     /// Subscriptions per client.
     pub max_subscriptions: usize,
     /// Topics given their own counter set (the rest are counted together).
@@ -79,6 +88,7 @@ impl Default for Limits {
         Self {
             max_frame: (1 << 20) + 512,
             queue_bytes: 8 << 20,
+            max_queued_bytes: 1 << 30,
             max_subscriptions: 10_000,
             topic_counters: 64,
             slow_consumer: SlowConsumer::DropOldest,
@@ -120,6 +130,12 @@ fn mark(sessions: &mut [Option<Session>], backlog: &mut Vec<u32>, id: u32) {
     }
 }
 
+/// A subscription's pattern from its text as its session keeps it
+/// (checked when it came, so this does not fail; `None` if it did).
+fn parsed(text: &str) -> Option<Pattern> {
+    Pattern::parse(text).ok()
+}
+
 /// Queues a control frame for `s`.
 fn control(s: &mut Session, repr: &ClientRepr<'_>) -> Result<(), Disconnect> {
     if s.send_control(repr) {
@@ -159,6 +175,8 @@ pub struct Router {
     login: Login,
     /// Sessions found too slow, and the publishers held for them.
     slow: SlowConsumers,
+    /// The queues' memory, and what was given back.
+    memory: Memory,
     /// The journal and durable subscriptions, if configured.
     guaranteed: Option<Box<guaranteed::Guaranteed>>,
     totals: Totals,
@@ -188,6 +206,7 @@ impl Router {
             me: 0,
             login: Login::default(),
             slow: SlowConsumers::default(),
+            memory: Memory::default(),
             guaranteed: None,
             totals: Totals::default(),
             topic_counts,

@@ -14,7 +14,7 @@ use tickwire_wire::client::RejectCode;
 
 /// Delivers a message to each of `targets` (session slots), putting those
 /// left with frames waiting in the backlog and telling `slow` what each
-/// delivery left; returns (deliveries, discards).
+/// delivery left; returns (deliveries, discards, bytes the queues grew by).
 #[inline]
 fn deliver_all(
     sessions: &mut [Option<Session>],
@@ -22,18 +22,20 @@ fn deliver_all(
     targets: &[u32],
     (topic, payload): (&str, &[u8]),
     (discarded, local, conflate): (u32, bool, bool),
-) -> (u64, u64) {
-    let (mut n, mut discards) = (0u64, 0u64);
+) -> (u64, u64, usize) {
+    let (mut n, mut discards, mut grown) = (0u64, 0u64, 0usize);
     for &c in targets {
         if let Some(Some(s)) = sessions.get_mut(c as usize) {
             n += 1;
+            let before = s.queue.allocated();
             let dropped = s.deliver(topic, payload, 0, discarded, (local, conflate));
+            grown += s.queue.allocated().saturating_sub(before);
             slow.after_delivery(c, s, dropped, local);
             discards += u64::from(dropped);
             s.mark(c, backlog);
         }
     }
-    (n, discards)
+    (n, discards, grown)
 }
 
 impl Router {
@@ -85,7 +87,7 @@ impl Router {
             );
         }
         let queues = (&mut self.backlog, &mut self.slow);
-        let (n, discards) =
+        let (n, discards, grown) =
             deliver_all(&mut self.sessions, queues, &e.targets, (topic, payload), (0, true, e.conflate));
         if let Some(c) = &mut self.cache {
             c.update_at(&mut e.last_value, topic, payload);
@@ -108,6 +110,9 @@ impl Router {
         if self.slow.any_newly_held() {
             self.hold(from);
         }
+        if grown > 0 {
+            self.queues_grew(grown);
+        }
         Ok(())
     }
 
@@ -124,7 +129,7 @@ impl Router {
         // The agent that read it from its client checked the topic.
         let Ok(e) = self.topics.entry(topic, |_| Ok::<(), std::convert::Infallible>(()), src);
         let queues = (&mut self.backlog, &mut self.slow);
-        let (n, discards) =
+        let (n, discards, grown) =
             deliver_all(&mut self.sessions, queues, &e.targets, (topic, payload), (discarded, false, e.conflate));
         if let Some(c) = &mut self.cache {
             c.update_at(&mut e.last_value, topic, payload);
@@ -132,6 +137,9 @@ impl Router {
         self.totals.deliveries += n;
         self.totals.discards += discards;
         self.topic_counts.add(&mut e.counted, topic, 0, n, payload.len() as u64);
+        if grown > 0 {
+            self.queues_grew(grown);
+        }
     }
 
     /// Applies another routing agent's interest change.

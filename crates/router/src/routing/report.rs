@@ -6,7 +6,7 @@
 use super::Router;
 use crate::counters::client as cc;
 use crate::counters::router as rc;
-use crate::status::ClientStatus;
+use crate::status::{ClientStatus, STATUS_SUBSCRIPTIONS};
 
 impl Router {
     /// Copies every total into the counters file (call a few times a
@@ -50,12 +50,22 @@ impl Router {
         let mut out = Vec::new();
         for id in self.session_ids() {
             let Some(s) = self.session(id) else { continue };
-            let mut subscriptions: Vec<String> = s.subscriptions.values().map(|p| p.as_str().to_owned()).collect();
+            // The first few, sorted, without copying every pattern.
+            let mut texts: Vec<&str> = s.subscriptions.values().map(|p| &**p).collect();
+            let more = texts.len().saturating_sub(STATUS_SUBSCRIPTIONS);
+            if more > 0 {
+                texts.select_nth_unstable(STATUS_SUBSCRIPTIONS);
+                texts.truncate(STATUS_SUBSCRIPTIONS);
+            }
+            let mut subscriptions: Vec<String> = texts.into_iter().map(str::to_owned).collect();
             if let Some(g) = self.guaranteed() {
                 let bound = g.durables.values().filter(|d| d.bound.is_some_and(|b| b.0 == id));
                 subscriptions.extend(bound.map(|d| format!("{} (durable {})", d.pattern(), d.name)));
             }
             subscriptions.sort();
+            if more > 0 {
+                subscriptions.push(format!("(and {more} more)"));
+            }
             out.push(ClientStatus {
                 client: self.client_id(id),
                 name: s.name.clone(),

@@ -57,7 +57,9 @@ impl Router {
         if s.in_backlog {
             self.backlog.retain(|&b| b != id);
         }
-        for (sid, p) in s.subscriptions.drain() {
+        self.memory.released(s.queue.allocated() + s.subscriptions.len() * super::memory::SUBSCRIPTION_BYTES);
+        for (sid, text) in s.subscriptions.drain() {
+            let Some(p) = super::parsed(&text) else { continue };
             self.topics.unsubscribe(&p, id, sid);
             if let Some(peers) = &mut self.peers {
                 peers.release(&p);
@@ -187,7 +189,8 @@ impl Router {
                 if let Some(peers) = &mut self.peers {
                     peers.hold(&pattern);
                 }
-                if let Some(old) = s.subscriptions.insert(sid, pattern.clone()) {
+                if let Some(old) = s.subscriptions.insert(sid, pattern.as_str().into()).and_then(|t| super::parsed(&t))
+                {
                     self.topics.unsubscribe(&old, id, sid);
                     if let Some(peers) = &mut self.peers {
                         peers.release(&old);
@@ -210,7 +213,7 @@ impl Router {
             ClientKind::Unsubscribe => {
                 self.unbind_durables(id, Some(f.value()));
                 let Some(Some(s)) = self.sessions.get_mut(id as usize) else { return Ok(()) };
-                if let Some(p) = s.subscriptions.remove(&f.value()) {
+                if let Some(p) = s.subscriptions.remove(&f.value()).and_then(|t| super::parsed(&t)) {
                     self.topics.unsubscribe(&p, id, f.value());
                     if let Some(peers) = &mut self.peers {
                         peers.release(&p);

@@ -62,13 +62,16 @@ impl Router {
         }
         s.closing = true;
         self.totals.slow_disconnected += 1;
-        for (sid, p) in s.subscriptions.drain() {
+        for (sid, text) in s.subscriptions.drain() {
+            let Some(p) = super::parsed(&text) else { continue };
             self.topics.unsubscribe(&p, id, sid);
             if let Some(peers) = &mut self.peers {
                 peers.release(&p);
             }
         }
+        let held = s.queue.allocated();
         let dropped = s.queue.clear() as u64;
+        self.memory.released(held);
         s.stats.discards += dropped;
         self.totals.discards += dropped;
         let close =
@@ -91,16 +94,21 @@ impl Router {
 
     /// Sessions to end because their queue overflowed and their policy
     /// is [`SlowConsumer::Disconnect`], each once, with why.
+    /// Those over the router-wide `limits.max_queued_bytes` under
+    /// `disconnect` or `back-pressure` too (`routing::memory`).
     pub fn take_slow(&mut self) -> Vec<(u32, Disconnect)> {
-        if self.slow.slow.is_empty() {
+        if self.slow.slow.is_empty() && self.memory.over.is_empty() {
             return Vec::new();
         }
         let mut ids = std::mem::take(&mut self.slow.slow);
         ids.sort_unstable();
         ids.dedup();
+        let mut out = std::mem::take(&mut self.memory.over);
+        ids.retain(|id| !out.iter().any(|o| o.0 == *id));
         let bytes = self.limits.queue_bytes;
         let why = format!("slow consumer: its queue of {bytes} bytes is full (policy disconnect)");
-        ids.into_iter().map(|id| (id, Disconnect { code: RejectCode::Limit, reason: why.clone() })).collect()
+        out.extend(ids.into_iter().map(|id| (id, Disconnect { code: RejectCode::Limit, reason: why.clone() })));
+        out
     }
 
     /// Back-pressure sessions that have held publishers for longer than

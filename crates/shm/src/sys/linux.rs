@@ -186,6 +186,21 @@ pub fn default_sigpipe() {
     }
 }
 
+/// Asks the C allocator to return the free memory it holds to the OS
+/// (glibc's `malloc_trim(0)`: the top of each arena, and whole free pages
+/// inside them): after a large free, so that memory given back by a
+/// long-running process shows in its resident set. A no-op elsewhere.
+/// Takes time in proportion to the heap (about a millisecond for 100 MiB):
+/// call it off the per-message path.
+pub fn release_free_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim takes the allocator's own locks and only gives
+    // back pages no allocation uses; it reads or writes no memory of ours.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Nanoseconds on CLOCK_MONOTONIC: comparable between processes of one boot.
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };

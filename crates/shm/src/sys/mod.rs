@@ -4,7 +4,8 @@
 //! [`Mapping`]), futex wait/wake on a 32-bit word in a shared mapping
 //! ([`futex_wait`], [`futex_wake`]), an asymmetric barrier ([`membarrier_register`],
 //! [`membarrier_global`]), process identity and liveness
-//! ([`ProcessId`]), and a system-wide monotonic clock ([`monotonic_ns`]).
+//! ([`ProcessId`]), a system-wide monotonic clock ([`monotonic_ns`]), and a way to hand
+//! the allocator's free memory back ([`release_free_memory`]).
 //! A SIGBUS on a registered file mapping (the file was truncated under us)
 //! exits with a message naming the file ([`sigbus`]). Only Linux is
 //! implemented.
