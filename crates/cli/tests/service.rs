@@ -225,6 +225,7 @@ const NEEDED: &[&str] = &[
     "ip",
     "taskset",
     "setpriv",
+    "prlimit",
     "ping",
     "sockperf",
     "lscpu",
