@@ -81,7 +81,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            dir: PathBuf::from(tickwire_shm::DEFAULT_DIR),
+            dir: tickwire_shm::default_dir(),
             log: LogConfig::default(),
             router: None,
             users: None,

@@ -27,7 +27,7 @@ use crate::routing::Router;
 use crate::status::{RouterStatus, StatusWriter, STATUS_FILE};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -35,9 +35,12 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 use tickwire_agent::{AgentRunner, Idle};
-use tickwire_shm::{Context, LogAppender, LogConfig, ReaderOptions};
+use tickwire_shm::{Context, Dir, LogAppender, LogConfig, ReaderOptions};
 use tickwire_transport::tls::{ServerConfig, TlsError, Wire};
 use tickwire_wire::client::{IPC_IN_CHANNEL, IPC_OUT_CHANNEL};
+
+/// The router's lock in its directory.
+pub const LOCK_FILE: &str = "router.lock";
 
 /// How often to look for new shared-memory clients.
 const HOUSEKEEPING_NS: u64 = 20_000_000;
@@ -148,20 +151,28 @@ impl Server {
     /// thread cannot be pinned.
     pub fn start(cfg: RouterConfig) -> Result<Self, StartError> {
         cfg.check()?;
-        std::fs::create_dir_all(&cfg.dir)
-            .map_err(|source| StartError::Io { what: cfg.dir.display().to_string(), source })?;
-        let lock_path = cfg.dir.join("router.lock");
+        let group = cfg.group.as_deref().map(tickwire_shm::group_id).transpose()?;
+        // The router's own directory: this user's, created 0700 (02750
+        // with a group), refused if another user owns or may write to it.
+        let dir = Dir::create(&cfg.dir, group)?;
+        let want = if group.is_some() { tickwire_shm::dir::GROUP_DIR_MODE } else { tickwire_shm::dir::DIR_MODE };
+        if dir.mode() != want {
+            tracing::warn!(
+                "{}: mode {:04o}, not the {want:04o} the router creates it with",
+                cfg.dir.display(),
+                dir.mode()
+            );
+        }
+        let lock_path = cfg.dir.join(LOCK_FILE);
         let io = |what: &Path, source| StartError::Io { what: what.display().to_string(), source };
-        let mut lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| io(&lock_path, e))?;
+        // Relative to the directory's handle, never through a link, and
+        // only a regular file of this user's.
+        let mut lock = dir.open_file(LOCK_FILE, true, true).map_err(|e| io(&lock_path, e))?;
         if let Err(e) = lock.try_lock() {
+            let mut holder = String::new();
+            let _ = (&lock).take(32).read_to_string(&mut holder);
             let holder =
-                std::fs::read_to_string(&lock_path).ok().map(|p| format!(", by pid {}", p.trim())).unwrap_or_default();
+                Some(holder.trim()).filter(|h| !h.is_empty()).map(|p| format!(", by pid {p}")).unwrap_or_default();
             return match e {
                 std::fs::TryLockError::WouldBlock => {
                     Err(StartError::Locked { dir: cfg.dir.clone(), lock: lock_path, holder })
@@ -563,8 +574,12 @@ impl Server {
         }
         // The writer first: it must not write the file again.
         self.status = None;
-        let _ = std::fs::remove_file(self.cfg.dir.join(STATUS_FILE));
-        let _ = std::fs::remove_file(self.cfg.dir.join("router.lock"));
+        if let Ok(d) = Dir::existing(&self.cfg.dir) {
+            let _ = d.remove(STATUS_FILE);
+        }
+        if let Ok(d) = Dir::existing(&self.cfg.dir) {
+            let _ = d.remove(LOCK_FILE);
+        }
         report
     }
 }

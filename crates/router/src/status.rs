@@ -182,25 +182,15 @@ impl From<Totals> for StatusTotals {
 /// The file cannot be written.
 pub fn write(dir: &Path, status: &RouterStatus) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join(STATUS_FILE);
+    let d = tickwire_shm::Dir::existing(dir).map_err(std::io::Error::other)?;
     // An unpredictable name, created new (O_EXCL: a link planted there is
-    // not followed), with its mode whatever the umask.
-    let mut nonce = [0u8; 8];
-    getrandom::fill(&mut nonce).map_err(std::io::Error::other)?;
-    let tmp = dir.join(format!(".{STATUS_FILE}.{:016x}", u64::from_le_bytes(nonce)));
+    // not followed), with the directory's file mode whatever the umask.
     let text = serde_json::to_vec_pretty(status).map_err(std::io::Error::other)?;
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(&text));
-    match written.and_then(|()| std::fs::rename(&tmp, &path)) {
+    let (mut f, tmp) = d.create_temp(STATUS_FILE)?;
+    match f.write_all(&text).and_then(|()| d.rename(&tmp, STATUS_FILE)) {
         Ok(()) => Ok(()),
         Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
+            let _ = d.remove(&tmp);
             Err(e)
         }
     }
