@@ -306,6 +306,7 @@ impl CountersFile {
         let (map, tmp) = MappedFile::create_new(&d, &format!("counters-{}", me.pid), file_len(), &path)?;
         let counters = Self::init(map, me);
         let name = format!("counters-{}.twc", me.pid);
+        d.remove_foreign(&name);
         if let Err(e) = d.rename(&tmp, &name) {
             let _ = d.remove(&tmp);
             return Err(ShmError::io(&path, e));

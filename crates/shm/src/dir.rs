@@ -149,6 +149,33 @@ impl Dir {
     pub fn path(&self) -> &Path {
         &self.path
     }
+    /// The directory's owner (uid).
+    pub fn owner(&self) -> u32 {
+        self.owner
+    }
+    /// Removes `name` if another user owns it: in this user's own directory
+    /// such a file is a forgery (another user's log or counters file, made
+    /// while the directory let them), never read. The directory's owner may
+    /// remove it even under the sticky bit. Logged with the reason.
+    /// Returns whether one was removed.
+    pub fn remove_foreign(&self, name: &str) -> bool {
+        let Ok(st) = rfs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) else { return false };
+        if st.st_uid == self.owner {
+            return false;
+        }
+        let removed = self.remove(name);
+        let path = self.path.join(name);
+        match &removed {
+            Ok(()) => tracing::warn!(
+                "{}: owned by {}, not by the directory's owner {}: removed unread (a file another user planted)",
+                path.display(),
+                describe_user(st.st_uid),
+                describe_user(self.owner)
+            ),
+            Err(e) => tracing::warn!("{}: owned by {}: cannot remove it: {e}", path.display(), describe_user(st.st_uid)),
+        }
+        removed.is_ok()
+    }
     /// The directory's mode bits (`0o2750`, …).
     pub fn mode(&self) -> u32 {
         self.mode

@@ -355,6 +355,9 @@ pub fn inspect(path: &Path) -> FileStatus {
 
 /// Removes `path` if it is a tickwire log whose publisher is dead.
 fn remove_if_stale(dir: &Dir, path: &Path, name: &str) -> Result<(), ShmError> {
+    if dir.remove_foreign(name) {
+        return Ok(());
+    }
     match inspect(path) {
         FileStatus::Live(d) => Err(ShmError::InUse { path: path.into(), pid: d.publisher.pid }),
         FileStatus::Stale { .. } => match dir.remove(name) {
