@@ -131,8 +131,14 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.cmd {
-        Cmd::Pub(a) => pubsub::publish(&settings, &a),
-        Cmd::Sub(a) => pubsub::subscribe(&settings, &a),
+        Cmd::Pub(a) => {
+            warnings();
+            pubsub::publish(&settings, &a)
+        }
+        Cmd::Sub(a) => {
+            warnings();
+            pubsub::subscribe(&settings, &a)
+        }
         Cmd::Router(a) => router::run(&settings, &a),
         Cmd::Stat(a) => stat::run(&settings, &a),
         Cmd::Clean => stat::clean(&settings),
@@ -153,3 +159,14 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod doc_tests;
+
+/// Warnings of the libraries (a file another user planted in the
+/// directory, removed unread) on stderr; `TICKWIRE_LOG` as for the router.
+fn warnings() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TICKWIRE_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .without_time()
+        .try_init();
+}

@@ -172,7 +172,9 @@ impl Dir {
                 describe_user(st.st_uid),
                 describe_user(self.owner)
             ),
-            Err(e) => tracing::warn!("{}: owned by {}: cannot remove it: {e}", path.display(), describe_user(st.st_uid)),
+            Err(e) => {
+                tracing::warn!("{}: owned by {}: cannot remove it: {e}", path.display(), describe_user(st.st_uid))
+            }
         }
         removed.is_ok()
     }
@@ -236,8 +238,17 @@ impl Dir {
         if create {
             flags |= OFlags::CREATE;
         }
-        let fd = rfs::openat(&self.fd, name, flags, Mode::from_raw_mode(self.file_mode()))
-            .map_err(|e| nofollow(e.into()))?;
+        let fd = rfs::openat(&self.fd, name, flags, Mode::from_raw_mode(self.file_mode())).map_err(|e| {
+            // The kernel may refuse before O_NOFOLLOW is seen (another
+            // user's link in a sticky directory, protected_regular): say
+            // what the name is.
+            match rfs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if rfs::FileType::from_raw_mode(st.st_mode) == rfs::FileType::Symlink => {
+                    nofollow(io::Error::from_raw_os_error(libc::ELOOP))
+                }
+                _ => nofollow(e.into()),
+            }
+        })?;
         let file = File::from(fd);
         let meta = file.metadata()?;
         crate::mapped::not_regular(&meta)?;
