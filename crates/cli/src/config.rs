@@ -1,7 +1,7 @@
 //! `tickwire.toml`: defaults for every command, overridden by flags.
 //!
 //! ```toml
-//! dir = "/dev/shm/tickwire"
+//! dir = "/dev/shm/tickwire-trader"   # default: /dev/shm/tickwire-USER
 //! [log]
 //! capacity = "16MiB"
 //! mtu = "64k"

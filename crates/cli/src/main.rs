@@ -19,7 +19,7 @@ use std::process::ExitCode;
 #[derive(Debug, Parser)]
 #[command(name = "tickwire", version = version(), about)]
 struct Cli {
-    /// Directory for log and counters files [default: /dev/shm/tickwire, or `dir` in the config].
+    /// Directory for log and counters files [default: /dev/shm/tickwire-USER, this user's own, or `dir` in the config].
     #[arg(long, global = true)]
     dir: Option<PathBuf>,
     /// TOML config file (see docs/configuration.md); flags override it [default for `tickwire router`:

@@ -225,6 +225,10 @@ const NEEDED: &[&str] = &[
     "ip",
     "taskset",
     "setpriv",
+    // a second Unix user (tests/local_users.rs; passwd and coreutils are Essential)
+    "useradd",
+    "userdel",
+    "id",
     "ping",
     "sockperf",
     "lscpu",

@@ -310,7 +310,7 @@ pub(crate) fn owned_by(meta: &std::fs::Metadata, owner: u32) -> io::Result<()> {
 /// `ELOOP` from `O_NOFOLLOW` says what happened.
 fn nofollow(e: io::Error) -> io::Error {
     if e.raw_os_error() == Some(libc::ELOOP) {
-        io::Error::new(io::ErrorKind::InvalidInput, "a symbolic link, not followed: refused")
+        io::Error::new(io::ErrorKind::InvalidInput, "a symbolic link, not a tickwire file (not followed)")
     } else {
         e
     }
