@@ -104,7 +104,7 @@ impl Dir {
             OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| io(nofollow(e.into())))?;
+        .map_err(|e| io(dir_error(path, e.into())))?;
         if made {
             // Exactly this mode whatever the umask, and the group's.
             if let Some(gid) = group {
@@ -123,7 +123,7 @@ impl Dir {
     pub fn existing(path: &Path) -> Result<Self, ShmError> {
         let fd =
             rfs::open(path, OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-                .map_err(|e| ShmError::io(path, nofollow(e.into())))?;
+                .map_err(|e| ShmError::io(path, dir_error(path, e.into())))?;
         Self::check(fd, path)
     }
 
@@ -305,6 +305,15 @@ pub(crate) fn owned_by(meta: &std::fs::Metadata, owner: u32) -> io::Result<()> {
             describe_user(owner)
         ),
     ))
+}
+
+/// A directory that could not be opened: a link (`O_DIRECTORY |
+/// O_NOFOLLOW` on one fails `ENOTDIR`) is named as one.
+fn dir_error(path: &Path, e: io::Error) -> io::Error {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => nofollow(io::Error::from_raw_os_error(libc::ELOOP)),
+        _ => nofollow(e),
+    }
 }
 
 /// `ELOOP` from `O_NOFOLLOW` says what happened.
