@@ -39,7 +39,8 @@
 //! * [`tcp`]: length-prefixed frames on non-blocking sockets.
 //! * [`agent`]: a routing agent's duty cycle: its clients' logs and
 //!   sockets in, its router, its links from the other agents.
-//! * [`server`]: finds shared-memory clients, accepts TCP ones, and hands
+//! * [`server`]: takes its directory, its user's own, and the directory's
+//!   lock (`lock`); finds shared-memory clients, accepts TCP ones, and hands
 //!   each to the agent serving the fewest; runs the first agent and starts
 //!   the others; [`config`] is its `router.toml`.
 //! * [`metrics`] (Prometheus, read from the counter sets) and [`status`]
@@ -58,6 +59,7 @@ pub mod cache;
 pub mod config;
 pub mod counters;
 pub mod index;
+mod lock;
 pub mod metrics;
 pub mod peers;
 pub mod queue;

@@ -21,13 +21,13 @@ use crate::agent::{AgentShared, Control, RoutingAgent, Wiring};
 use crate::config::RouterConfig;
 use crate::counters::Totals;
 use crate::guaranteed::Guaranteed;
+use crate::lock::LOCK_FILE;
 use crate::metrics::MetricsServer;
 use crate::peers::{link, Peers};
 use crate::routing::Router;
 use crate::status::{RouterStatus, StatusWriter, STATUS_FILE};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -38,9 +38,6 @@ use tickwire_agent::{AgentRunner, Idle};
 use tickwire_shm::{Context, Dir, LogAppender, LogConfig, ReaderOptions};
 use tickwire_transport::tls::{ServerConfig, TlsError, Wire};
 use tickwire_wire::client::{IPC_IN_CHANNEL, IPC_OUT_CHANNEL};
-
-/// The router's lock in its directory.
-pub const LOCK_FILE: &str = "router.lock";
 
 /// How often to look for new shared-memory clients.
 const HOUSEKEEPING_NS: u64 = 20_000_000;
@@ -151,36 +148,8 @@ impl Server {
     /// thread cannot be pinned.
     pub fn start(cfg: RouterConfig) -> Result<Self, StartError> {
         cfg.check()?;
-        let group = cfg.group.as_deref().map(tickwire_shm::group_id).transpose()?;
-        // The router's own directory: this user's, created 0700 (02750
-        // with a group), refused if another user owns or may write to it.
-        let dir = Dir::create(&cfg.dir, group)?;
-        let want = if group.is_some() { tickwire_shm::dir::GROUP_DIR_MODE } else { tickwire_shm::dir::DIR_MODE };
-        if dir.mode() != want {
-            tracing::warn!(
-                "{}: mode {:04o}, not the {want:04o} the router creates it with",
-                cfg.dir.display(),
-                dir.mode()
-            );
-        }
-        let lock_path = cfg.dir.join(LOCK_FILE);
+        let lock = crate::lock::take(&cfg)?;
         let io = |what: &Path, source| StartError::Io { what: what.display().to_string(), source };
-        // Relative to the directory's handle, never through a link, and
-        // only a regular file of this user's.
-        let mut lock = dir.open_file(LOCK_FILE, true, true).map_err(|e| io(&lock_path, e))?;
-        if let Err(e) = lock.try_lock() {
-            let mut holder = String::new();
-            let _ = (&lock).take(32).read_to_string(&mut holder);
-            let holder =
-                Some(holder.trim()).filter(|h| !h.is_empty()).map(|p| format!(", by pid {p}")).unwrap_or_default();
-            return match e {
-                std::fs::TryLockError::WouldBlock => {
-                    Err(StartError::Locked { dir: cfg.dir.clone(), lock: lock_path, holder })
-                }
-                std::fs::TryLockError::Error(e) => Err(io(&lock_path, e)),
-            };
-        }
-        lock.set_len(0).and_then(|()| write!(lock, "{}", std::process::id())).map_err(|e| io(&lock_path, e))?;
         let ctx = Context::new(&cfg.dir)?;
         let mut listeners = Vec::new();
         for addr in cfg.listen_addrs()? {

@@ -340,7 +340,7 @@ mod tests {
     }
 
     /// Issue 44: the status file is written through a new file with an
-    /// unpredictable name and its own mode, renamed over
+    /// unpredictable name and the directory's file mode, renamed over
     /// the old one: a link planted at the status file's name is replaced,
     /// its target untouched, and no temporary file is left.
     #[test]
@@ -357,7 +357,8 @@ mod tests {
         assert_eq!(std::fs::read(&target).unwrap(), b"keep");
         let meta = std::fs::symlink_metadata(dir.join(STATUS_FILE)).unwrap();
         assert!(meta.is_file(), "the link was replaced by the status file");
-        assert_eq!(meta.permissions().mode() & 0o777, 0o644);
+        // The directory's file mode (0600; 0640 in a group's directory).
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
         let left: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(Result::ok).map(|e| e.file_name()).collect();
         assert_eq!(left.len(), 2, "{left:?}");
         let _ = std::fs::remove_dir_all(&dir);
