@@ -36,9 +36,12 @@ crash: setup
 # The router against hostile and broken clients, with the figures each
 # test prints (make test runs the same tests, quietly): deadlines before
 # login, heartbeats after it, oversize and dribbled frames, subscribers
-# that never read. One at a time, so the timings are the router's.
+# that never read, connection limits, and (the real binary under
+# RLIMIT_NOFILE 256) descriptors running out. One at a time, so the
+# timings are the router's.
 hostile: setup
-	@$(CARGO_ENV) cargo test --release -p tickwire-router --test deadlines --test heartbeats --test hostile_link --test logins -- --nocapture --test-threads=1
+	@$(CARGO_ENV) cargo test --release -p tickwire-router --test deadlines --test heartbeats --test hostile_link --test logins --test limits -- --nocapture --test-threads=1
+	@$(CARGO_ENV) cargo test --release -p tickwire-cli --test limits -- --nocapture --test-threads=1
 
 # Every fuzz target under libFuzzer (nightly, installed if missing), each for
 # FUZZ_SECONDS (default 60) or FUZZ_RUNS inputs; make test replays the corpus.

@@ -19,12 +19,24 @@ pub struct Login {
     /// The file holding --user's password (its first line).
     #[arg(long, requires = "user")]
     pub(crate) password_file: Option<PathBuf>,
+    /// With --router tls://: this client's certificate (PEM) for a router that asks for one (mutual TLS);
+    /// it logs in as the user the certificate names, no password needed. Needs --tls-key.
+    #[arg(long, visible_alias = "cert", requires = "tls_key", requires = "router")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert, readable by its owner alone (chmod 600).
+    #[arg(long, visible_alias = "key", requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
 }
 
 /// The environment variable a password may come in.
 const PASSWORD_VAR: &str = "TICKWIRE_PASSWORD";
 
 impl Login {
+    /// `opts` with this login's client certificate and key, if any.
+    fn identity(&self, opts: ClientOptions) -> ClientOptions {
+        ClientOptions { tls_cert: self.tls_cert.clone(), tls_key: self.tls_key.clone(), ..opts }
+    }
+
     /// (user, password), if a user is given. Called first thing, before
     /// any thread starts: [`take_password_var`] changes the environment.
     /// The password file must be its owner's alone (the check every secret
@@ -80,6 +92,9 @@ fn connect(
 ) -> Result<Client, String> {
     if uri.starts_with("tls://") && tls_ca.is_none() {
         return Err(format!("{uri} needs --tls-ca FILE: the certificate (PEM) the router's must chain to"));
+    }
+    if opts.tls_cert.is_some() && !uri.starts_with("tls://") {
+        return Err(format!("--tls-cert is for a tls:// router, not {uri}"));
     }
     let opts = ClientOptions {
         name: format!("tickwire-{role}-{}", std::process::id()),
@@ -249,7 +264,8 @@ pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
         return Err("--router needs --topic".into());
     }
     tickwire_topic::check_topic(&a.topic).map_err(|e| e.to_string())?;
-    let mut client = connect(s, uri, "pub", a.tls_ca.as_deref(), credentials, ClientOptions::default())?;
+    let mut client =
+        connect(s, uri, "pub", a.tls_ca.as_deref(), credentials, a.login.identity(ClientOptions::default()))?;
     if !wait(&mut client, a.wait, |_| {})? {
         return Ok(());
     }
@@ -419,7 +435,7 @@ pub fn subscribe(s: &Settings, a: &SubArgs, uri: &str) -> Result<(), String> {
     let credentials = a.login.credentials()?;
     install_ctrl_c();
     let pattern = a.topic.as_deref().ok_or("--router needs --topic PATTERN")?;
-    let opts = ClientOptions { slow_consumer: a.slow_consumer, ..ClientOptions::default() };
+    let opts = a.login.identity(ClientOptions { slow_consumer: a.slow_consumer, ..ClientOptions::default() });
     let mut client = connect(s, uri, "sub", a.tls_ca.as_deref(), credentials, opts)?;
     if let Some(name) = &a.durable {
         client.subscribe_durable(pattern, name).map_err(|e| e.to_string())?;
@@ -483,7 +499,7 @@ mod tests {
     #[test]
     fn the_password_variable_is_removed_once_read() {
         std::env::set_var(PASSWORD_VAR, "env-s3cret");
-        let login = Login { user: Some("desk".into()), password_file: None };
+        let login = Login { user: Some("desk".into()), password_file: None, tls_cert: None, tls_key: None };
         let (user, password) = login.credentials().unwrap().unwrap();
         assert_eq!((user.as_str(), password.as_str()), ("desk", "env-s3cret"));
         assert!(std::env::var_os(PASSWORD_VAR).is_none(), "still in the environment");

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tickwire_agent::{Idle, ThreadParker};
+use tickwire_router::config::TlsFiles;
 use tickwire_router::{RouterConfig, Server};
 
 /// Options of `tickwire router` (each overrides the config file's `[router]`).
@@ -50,6 +51,10 @@ pub struct RouterArgs {
     /// The private key (PEM) of --tls-cert.
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
+    /// Mutual TLS: clients must show a certificate this CA (PEM) signed, and log in as the user it names
+    /// (subject CN, else its first DNS or e-mail SAN) without a password ([router.tls] client_ca).
+    #[arg(long)]
+    tls_client_ca: Option<std::path::PathBuf>,
     /// Keep a journal in DIR: guaranteed publishes and durable subscriptions ([router.journal] in the config).
     #[arg(long)]
     journal: Option<std::path::PathBuf>,
@@ -200,16 +205,38 @@ fn users(s: &Settings) -> Result<Vec<tickwire_router::access::UserConfig>, Strin
     }
 }
 
-/// Reads the config file again for its `[[users]]` (SIGHUP).
-fn reload(s: &Settings, server: &mut Server) {
+/// SIGHUP: reads the config file again for its `[[users]]`, and the TLS
+/// certificate, key and client CA (the files `[router.tls]` and the flags
+/// name now) for the connections accepted from now on. Either stays as it
+/// was if its new version is refused, with the reason logged.
+fn reload(s: &Settings, a: &RouterArgs, server: &mut Server) {
     let Some(path) = &s.path else {
-        tracing::warn!("SIGHUP: no config file to reload (--config)");
+        // No file: the same TLS files, read again.
+        tls_reload(server, config(s, a).map(|c| c.tls));
+        tracing::warn!("SIGHUP: no config file to reload users from (--config)");
         return;
     };
-    let users = crate::config::load(Some(path)).and_then(|s| users(&s));
+    let fresh = crate::config::load(Some(path));
+    let users = fresh.as_ref().map_err(Clone::clone).and_then(users);
     match users.and_then(|u| server.set_users(&u).map_err(|e| e.to_string())) {
         Ok(n) => tracing::info!(users = n, "SIGHUP: users reloaded from {}", path.display()),
         Err(e) => tracing::error!("SIGHUP: {e}; the users stay as they were"),
+    }
+    tls_reload(server, fresh.and_then(|f| config(&f, a)).map(|c| c.tls));
+}
+
+/// The TLS half of [`reload`].
+fn tls_reload(server: &mut Server, files: Result<Option<TlsFiles>, String>) {
+    let r = files.and_then(|f| server.set_tls(f.as_ref()).map(|()| f).map_err(|e| format!("[router.tls] {e}")));
+    match r {
+        Ok(Some(t)) => tracing::info!(
+            "SIGHUP: TLS certificate {}, key {}{} read again; new connections use them",
+            t.cert.display(),
+            t.key.display(),
+            t.client_ca.as_ref().map_or_else(String::new, |c| format!(", client CA {}", c.display()))
+        ),
+        Ok(None) => {}
+        Err(e) => tracing::error!("SIGHUP: {e}; TLS stays as it was"),
     }
 }
 
@@ -235,7 +262,7 @@ pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
         Some(p) => tracing::info!("config: {}", p.display()),
         None => tracing::info!("config: none ({} absent): defaults and flags", crate::config::SYSTEM_CONFIG),
     }
-    serve(s, cfg, a.drain)
+    serve(s, a, cfg)
 }
 
 /// The configuration a router would run with: the file's `[router]`,
@@ -280,7 +307,13 @@ fn config(s: &Settings, a: &RouterArgs) -> Result<RouterConfig, String> {
         cfg.idle.clone_from(i);
     }
     if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
-        cfg.tls = Some(tickwire_router::config::TlsFiles { cert: cert.clone(), key: key.clone() });
+        // The file's client CA stays unless the flag replaces it.
+        let client_ca = cfg.tls.take().and_then(|t| t.client_ca);
+        cfg.tls = Some(tickwire_router::config::TlsFiles { client_ca, ..TlsFiles::new(cert.clone(), key.clone()) });
+    }
+    if let Some(ca) = &a.tls_client_ca {
+        let t = cfg.tls.as_mut().ok_or("--tls-client-ca needs --tls-cert and --tls-key (or [router.tls])")?;
+        t.client_ca = Some(ca.clone());
     }
     if let Some(dir) = &a.journal {
         let t = cfg.journal.get_or_insert_with(|| tickwire_router::config::JournalTable::at(dir));
@@ -314,11 +347,12 @@ fn check_config(s: &Settings, file: Option<&std::path::Path>, a: &RouterArgs) ->
     let s = crate::config::load(Some(&path))?;
     let cfg = config(&s, a)?;
     if let Some(t) = &cfg.tls {
-        tickwire_transport::tls::server_config(&t.cert, &t.key)
-            .map_err(|e| format!("{}: [router.tls] {e}", path.display()))?;
+        t.server_config().map_err(|e| format!("{}: [router.tls] {e}", path.display()))?;
         // What the router logs at start: a certificate expired or expiring soon.
-        let warnings = tickwire_transport::tls::expiry_warnings(&t.cert).map_err(|e| e.to_string())?;
-        warnings.iter().for_each(|w| eprintln!("warning: {w}"));
+        for file in std::iter::once(&t.cert).chain(&t.client_ca) {
+            let warnings = tickwire_transport::tls::expiry_warnings(file).map_err(|e| e.to_string())?;
+            warnings.iter().for_each(|w| eprintln!("warning: {w}"));
+        }
     }
     println!(
         "{}: ok: router {:?}, {}{}, {} user(s), journal {}, metrics {}",
@@ -380,7 +414,8 @@ impl Systemd {
 }
 
 /// Runs the router until SIGINT or SIGTERM, then drains.
-fn serve(s: &Settings, cfg: RouterConfig, drain: Duration) -> Result<(), String> {
+fn serve(s: &Settings, a: &RouterArgs, cfg: RouterConfig) -> Result<(), String> {
+    let drain = a.drain;
     let mut idle = Idle::parse(&cfg.idle)?;
     if let Some(cpu) = cfg.agent_cpu(0) {
         tickwire_agent::pin_current_thread(cpu).map_err(|e| e.to_string())?;
@@ -396,7 +431,10 @@ fn serve(s: &Settings, cfg: RouterConfig, drain: Duration) -> Result<(), String>
         signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(|e| e.to_string())?;
     }
     signal_hook::flag::register(SIGHUP, Arc::clone(&hup)).map_err(|e| e.to_string())?;
-    eprintln!("router listening: {} (Ctrl-C or SIGTERM to stop, SIGHUP to reload users)", server.describe());
+    eprintln!(
+        "router listening: {} (Ctrl-C or SIGTERM to stop, SIGHUP to reload users and TLS files)",
+        server.describe()
+    );
     let mut systemd = Systemd::new();
     systemd.notify(&[NotifyState::Ready, NotifyState::Status(&format!("listening: {}", server.describe()))]);
     let mut parker = ThreadParker;
@@ -405,7 +443,7 @@ fn serve(s: &Settings, cfg: RouterConfig, drain: Duration) -> Result<(), String>
         if hup.load(Ordering::Relaxed) {
             hup.store(false, Ordering::Relaxed);
             systemd.notify(&[NotifyState::Reloading]);
-            reload(s, &mut server);
+            reload(s, a, &mut server);
             systemd.notify(&[NotifyState::Ready]);
         }
         systemd.watchdog();

@@ -94,11 +94,12 @@ fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
                             Kind::RouterTopic => "router-topic",
                             Kind::Xdp => "xdp",
                             Kind::RouterAgent => "router-agent",
+                            Kind::RouterAccept => "router-accept",
                         };
                         let vals: Vec<String> =
                             set.kind.names().iter().zip(set.values).map(|(n, v)| format!("{n}={v}")).collect();
                         out.push_str(&match set.kind {
-                            Kind::Router | Kind::RouterTopic | Kind::Xdp | Kind::RouterAgent => {
+                            Kind::Router | Kind::RouterTopic | Kind::Xdp | Kind::RouterAgent | Kind::RouterAccept => {
                                 format!("  {side} {}: {}\n", set.label, vals.join(" "))
                             }
                             Kind::RouterClient => {

@@ -30,7 +30,7 @@ pub enum ClientError {
     #[error(transparent)]
     Shm(#[from] tickwire_shm::ShmError),
     /// `wait_connected` ran out of time.
-    #[error("no router answered at {uri} within {waited:?}{last}")]
+    #[error("not connected to {uri} within {waited:?}{last}")]
     Timeout {
         /// Where.
         uri: String,

@@ -85,6 +85,15 @@ pub struct ClientOptions {
     pub max_frame: usize,
     /// `tls://`: the certificates (PEM) the router's must chain to.
     pub tls_ca: Option<PathBuf>,
+    /// `tls://` to a router that asks for client certificates (mutual TLS,
+    /// its `[router.tls] client_ca`): this client's certificate chain
+    /// (PEM), with [`ClientOptions::tls_key`]. The router logs the client
+    /// in as the user the certificate names (its subject CN, else its
+    /// first DNS or e-mail SAN), without a password.
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of [`ClientOptions::tls_cert`], readable by
+    /// its owner alone (mode 600).
+    pub tls_key: Option<PathBuf>,
     /// The user to connect as, on a router with users (with `password`).
     /// Over plain TCP the password crosses the network in clear: use
     /// `tls://` off the host.
@@ -118,6 +127,8 @@ impl std::fmt::Debug for ClientOptions {
             batching,
             max_frame,
             tls_ca,
+            tls_cert,
+            tls_key,
             user,
             password,
             slow_consumer,
@@ -134,6 +145,8 @@ impl std::fmt::Debug for ClientOptions {
             .field("batching", batching)
             .field("max_frame", max_frame)
             .field("tls_ca", tls_ca)
+            .field("tls_cert", tls_cert)
+            .field("tls_key", tls_key)
             .field("user", user)
             .field("password", &password.as_ref().map(|_| "***"))
             .field("slow_consumer", slow_consumer)
@@ -155,6 +168,8 @@ impl Default for ClientOptions {
             batching: Batching::SMART,
             max_frame: (1 << 20) + 512,
             tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
             user: None,
             password: None,
             slow_consumer: None,

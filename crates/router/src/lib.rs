@@ -39,6 +39,10 @@
 //! * [`tcp`]: length-prefixed frames on non-blocking sockets.
 //! * [`agent`]: a routing agent's duty cycle: its clients' logs and
 //!   sockets in, its router, its links from the other agents.
+//! * [`accept`]: takes TCP connections and refuses, at once and with a
+//!   reason, those past `limits.max_connections`, the per-address limit,
+//!   or the descriptors (a spare one kept to refuse with); counts open
+//!   connections where their sockets are opened and closed.
 //! * [`server`]: takes its directory, its user's own, and the directory's
 //!   lock (`lock`); finds shared-memory clients, accepts TCP ones, and hands
 //!   each to the agent serving the fewest; runs the first agent and starts
@@ -52,6 +56,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod accept;
 pub mod access;
 pub mod agent;
 pub mod auth;

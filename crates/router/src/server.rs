@@ -6,7 +6,8 @@
 //! run on threads of their own (pinned by `cpus`), linked as
 //! [`crate::peers`] describes. Each new client goes to the agent serving
 //! the fewest. On top of the first agent's duty cycle, the server:
-//! 1. once a millisecond, accepts TCP connections (non-blocking `accept`);
+//! 1. once a millisecond, accepts TCP connections (non-blocking `accept`),
+//!    refusing those past a limit ([`crate::accept`]);
 //! 2. every 20 ms, looks for new shared-memory clients (`readdir`).
 //!
 //! A shared-memory client creates `tw-router-in-ID.log` and the router,
@@ -16,6 +17,7 @@
 //! kernel releases when the process dies, so a router killed with kill -9
 //! never blocks the next start.
 
+use crate::accept::Acceptor;
 use crate::access::{AuthWorker, UserConfig, Users, UsersError};
 use crate::agent::{AgentShared, Control, RoutingAgent, Wiring};
 use crate::config::RouterConfig;
@@ -36,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tickwire_agent::{AgentRunner, Idle};
 use tickwire_shm::{Context, Dir, LogAppender, LogConfig, ReaderOptions};
-use tickwire_transport::tls::{ServerConfig, TlsError, Wire};
+use tickwire_transport::tls::TlsError;
 use tickwire_wire::client::{IPC_IN_CHANNEL, IPC_OUT_CHANNEL};
 
 /// How often to look for new shared-memory clients.
@@ -113,9 +115,9 @@ pub struct Server {
     ctx: Context,
     cfg: RouterConfig,
     _lock: File,
-    listeners: Vec<(TcpListener, SocketAddr)>,
-    /// TLS on every TCP listener (`[router.tls]`).
-    tls: Option<Arc<ServerConfig>>,
+    /// The TCP listeners (TLS on each with `[router.tls]`), their
+    /// connections' count and limits.
+    acceptor: Acceptor,
     ipc_serving: HashSet<u32>,
     ipc_refused: HashMap<u32, String>,
     /// Shared-memory streams whose sessions ended (from the agents).
@@ -160,7 +162,7 @@ impl Server {
             listeners.push((l, local));
         }
         let tls = match &cfg.tls {
-            Some(t) => Some(tickwire_transport::tls::server_config(&t.cert, &t.key)?),
+            Some(t) => Some(t.server_config()?),
             None => None,
         };
         let users = Arc::new(Users::new(&cfg.users).map_err(crate::config::ConfigError::from)?);
@@ -222,6 +224,7 @@ impl Server {
             }
         }
         let n = controls.len();
+        let acceptor = Acceptor::new(listeners, tls, &cfg.limits, Some(ctx.counters()), &cfg.name);
         let mut server = Self {
             agent,
             runners,
@@ -231,8 +234,7 @@ impl Server {
             ctx,
             cfg,
             _lock: lock,
-            listeners,
-            tls,
+            acceptor,
             ipc_serving: HashSet::new(),
             ipc_refused: HashMap::new(),
             gone,
@@ -316,8 +318,10 @@ impl Server {
         if self.cfg.ipc {
             parts.push(format!("ipc in {}", self.cfg.dir.display()));
         }
-        let scheme = if self.tls.is_some() { "tls" } else { "tcp" };
-        parts.extend(self.listeners.iter().map(|(_, a)| format!("{scheme}://{a}")));
+        let scheme = if self.acceptor.is_tls() { "tls" } else { "tcp" };
+        let mutual =
+            if self.cfg.tls.as_ref().is_some_and(|t| t.client_ca.is_some()) { " (client certificates)" } else { "" };
+        parts.extend(self.acceptor.addrs().iter().map(|a| format!("{scheme}://{a}{mutual}")));
         if let Some(m) = &self.metrics {
             parts.push(format!("metrics on http://{}/metrics", m.addr()));
         }
@@ -345,6 +349,27 @@ impl Server {
         Ok(n)
     }
 
+    /// Reads the TLS certificate, key and client CA again (a reload):
+    /// connections accepted from now on use them; those open keep the
+    /// handshake they made. `files` must be `Some` exactly when the router
+    /// started with `[router.tls]` (listeners cannot change scheme).
+    ///
+    /// # Errors
+    /// [`TlsError`] naming the file at fault, or a `files` that would turn
+    /// TLS on or off; the old configuration stays.
+    pub fn set_tls(&mut self, files: Option<&crate::config::TlsFiles>) -> Result<(), TlsError> {
+        match (files, self.acceptor.is_tls()) {
+            (Some(f), true) => {
+                self.acceptor.set_tls(f.server_config()?);
+                self.cfg.tls = Some(f.clone());
+                Ok(())
+            }
+            (None, false) => Ok(()),
+            (Some(_), false) => Err(TlsError::Config("TLS cannot be turned on by a reload: restart the router".into())),
+            (None, true) => Err(TlsError::Config("TLS cannot be turned off by a reload: restart the router".into())),
+        }
+    }
+
     fn agent_auth(&self) -> &AuthWorker {
         self.agent.auth()
     }
@@ -356,7 +381,13 @@ impl Server {
 
     /// The TCP listeners' bound addresses (port 0 resolved).
     pub fn tcp_addrs(&self) -> Vec<SocketAddr> {
-        self.listeners.iter().map(|(_, a)| *a).collect()
+        self.acceptor.addrs()
+    }
+
+    /// What takes TCP connections: those open and their limits, the
+    /// refusals.
+    pub fn acceptor(&self) -> &Acceptor {
+        &self.acceptor
     }
 
     /// The first routing agent's core (its sessions, counts).
@@ -402,10 +433,15 @@ impl Server {
         if ticked {
             if now.saturating_sub(self.last_accept) >= ACCEPT_NS {
                 self.last_accept = now;
-                work += self.accept();
+                let mut taken = Vec::new();
+                work += self.acceptor.accept(now, |wire, peer, slot| taken.push((wire, peer, slot)));
+                for (wire, peer, slot) in taken {
+                    self.hand(Control::Tcp { wire: Arc::new(wire), peer, slot });
+                }
             }
             if now.saturating_sub(self.last_housekeeping) >= HOUSEKEEPING_NS {
                 self.last_housekeeping = now;
+                self.acceptor.housekeeping(now);
                 while let Ok((stream, why)) = self.gone.try_recv() {
                     self.ipc_serving.remove(&stream);
                     self.ipc_refused.insert(stream, why);
@@ -430,36 +466,6 @@ impl Server {
         let k = self.pick();
         // An agent's receiver lives as long as the server.
         let _ = self.controls[k].send(c);
-    }
-
-    fn accept(&mut self) -> usize {
-        let mut n = 0;
-        for i in 0..self.listeners.len() {
-            loop {
-                let (stream, peer) = match self.listeners[i].0.accept() {
-                    Ok(s) => s,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(e) => {
-                        tracing::warn!("accept: {e}");
-                        break;
-                    }
-                };
-                if let Err(e) = stream.set_nonblocking(true).and_then(|()| stream.set_nodelay(true)) {
-                    tracing::warn!("tcp://{peer}: {e}");
-                    continue;
-                }
-                let wire = match &self.tls {
-                    Some(cfg) => Wire::tls_server(stream, cfg),
-                    None => Ok(Wire::plain(stream)),
-                };
-                match wire {
-                    Ok(w) => self.hand(Control::Tcp { wire: Arc::new(w), peer }),
-                    Err(e) => tracing::warn!("tcp://{peer}: {e}"),
-                }
-                n += 1;
-            }
-        }
-        n
     }
 
     /// Looks for shared-memory clients' logs not yet served.

@@ -156,6 +156,9 @@ pub struct Session {
     pub(crate) hello: bool,
     /// Its user (when users are configured), once authenticated.
     pub(crate) user: Option<Arc<User>>,
+    /// The user its TLS client certificate names (mutual TLS): it logs in
+    /// as that user, without a password.
+    pub(crate) certified: Option<String>,
     /// Its password is being checked: the check's ticket.
     pub(crate) ticket: Option<u64>,
     /// Set while its password check is wanted; cleared when the session
@@ -214,6 +217,7 @@ impl Session {
             next_sequence: 0,
             hello: false,
             user: None,
+            certified: None,
             ticket: None,
             auth_wanted: None,
             unchecked: Vec::new(),

@@ -467,7 +467,7 @@ fn tls_clients_are_served_and_plain_or_untrusting_ones_are_turned_away() {
     let d = tempdir("tls");
     let (cert, key) = tickwire_testkit::self_signed(&d, "router");
     let (stranger, _) = tickwire_testkit::self_signed(&d, "stranger");
-    let tls = Some(tickwire_router::config::TlsFiles { cert: cert.clone(), key });
+    let tls = Some(tickwire_router::config::TlsFiles::new(cert.clone(), key));
     let r = start(&d, RouterConfig { tls, ..RouterConfig::default() });
     let uri = format!("tls://localhost:{}", r.tcp.port());
     let tls_client = |name: &str, ca: &Path| {

@@ -40,7 +40,7 @@ struct Held {
 
 fn connect(addr: SocketAddr, send: &[u8]) -> Held {
     // Paced: the router takes connections once a millisecond, and one left
-    // in a full accept queue (128) reaches it only when the kernel sends
+    // in a full accept queue (1024, `accept::ACCEPT_BACKLOG`) reaches it only when the kernel sends
     // its SYN-ACK again, a second later; its time would run from then.
     std::thread::sleep(Duration::from_micros(300));
     let mut stream = TcpStream::connect(addr).unwrap();
@@ -194,7 +194,7 @@ fn quiet_for(c: &mut Client, wait: Duration) -> bool {
 fn stalled_tls_handshakes_are_closed_at_the_hello_timeout_and_counted() {
     let dir = tempdir("deadlines-tls");
     let (cert, key) = tickwire_testkit::self_signed(&dir, "router");
-    let tls = Some(tickwire_router::config::TlsFiles { cert: cert.clone(), key });
+    let tls = Some(tickwire_router::config::TlsFiles::new(cert.clone(), key));
     let r = start(&dir, RouterConfig { tls, limits: limits(SHORT), ..RouterConfig::default() });
 
     // A TLS client that logs in, then says nothing.

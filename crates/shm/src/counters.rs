@@ -67,6 +67,10 @@ pub enum Kind {
     /// role): its TCP links' system calls, the clients it closed as gone,
     /// and (the first agent) the password checks and the topic table.
     RouterAgent = 9,
+    /// A router's accepting of TCP connections (label: the router's name):
+    /// connections open and their limit, and the connections refused, by
+    /// reason. Router-wide, written by the thread that accepts.
+    RouterAccept = 10,
 }
 
 impl Kind {
@@ -82,6 +86,7 @@ impl Kind {
             Kind::RouterTopic => &ROUTER_TOPIC_NAMES,
             Kind::Xdp => &XDP_NAMES,
             Kind::RouterAgent => &ROUTER_AGENT_NAMES,
+            Kind::RouterAccept => &ROUTER_ACCEPT_NAMES,
         }
     }
     fn from_u32(v: u32) -> Option<Self> {
@@ -95,6 +100,7 @@ impl Kind {
             7 => Some(Kind::RouterTopic),
             8 => Some(Kind::Xdp),
             9 => Some(Kind::RouterAgent),
+            10 => Some(Kind::RouterAccept),
             _ => None,
         }
     }
@@ -244,6 +250,17 @@ pub const ROUTER_AGENT_NAMES: [&str; 10] = [
     "logins_abandoned",
     "logins_throttled",
     "topic_evictions",
+];
+
+/// A router's accepting values, in index order (see
+/// `tickwire_router::accept`).
+pub const ROUTER_ACCEPT_NAMES: [&str; 6] = [
+    "connections",
+    "max_connections",
+    "refused_max_connections",
+    "refused_per_address",
+    "refused_no_descriptors",
+    "accept_failures",
 ];
 
 /// AF_XDP value names (`tickwire_transport::XdpStats::values` order).

@@ -12,6 +12,8 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod ca;
+
 /// The payload of message `seq` with `len` bytes: the sequence number, then a
 /// pattern derived from it, so any misplaced or torn byte is detected.
 pub fn pattern(seq: u64, len: usize, out: &mut Vec<u8>) {

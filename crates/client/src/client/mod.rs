@@ -113,7 +113,8 @@ impl Client {
     /// # Errors
     /// [`ClientError::Uri`] for a bad URI, [`ClientError::Shm`] if the
     /// directory cannot be used, [`ClientError::Tls`] for `tls://` without
-    /// a readable `tls_ca`; [`ClientError::Topic`] for a
+    /// a readable `tls_ca`, or a `tls_cert` without its `tls_key` (or one
+    /// unreadable, or a key others may read); [`ClientError::Topic`] for a
     /// `guaranteed_topics` pattern that breaks the topic rules.
     pub fn connect(uri: &str, opts: ClientOptions) -> Result<Self, ClientError> {
         let uri: RouterUri = uri.parse()?;
@@ -122,10 +123,19 @@ impl Client {
             RouterUri::Ipc => Some(Context::new(&opts.dir)?),
             _ => None,
         };
+        let identity =
+            match (&opts.tls_cert, &opts.tls_key) {
+                (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
+                (None, None) => None,
+                _ => return Err(ClientError::Tls(
+                    "a client certificate needs its key and a key its certificate (ClientOptions::tls_cert, tls_key)"
+                        .into(),
+                )),
+            };
         let tls = match (&uri, &opts.tls_ca) {
-            (RouterUri::Tls { .. }, Some(ca)) => {
-                Some(tickwire_transport::tls::client_config(ca).map_err(|e| ClientError::Tls(e.to_string()))?)
-            }
+            (RouterUri::Tls { .. }, Some(ca)) => Some(
+                tickwire_transport::tls::client_config(ca, identity).map_err(|e| ClientError::Tls(e.to_string()))?,
+            ),
             (RouterUri::Tls { .. }, None) => {
                 return Err(ClientError::Tls(format!("{uri} needs the certificate authority (ClientOptions::tls_ca)")))
             }

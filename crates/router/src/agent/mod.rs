@@ -21,6 +21,7 @@ mod tcp;
 pub use tcp::IoCounts;
 use tcp::TcpInput;
 
+use crate::accept::Slot;
 use crate::access::{AuthResult, AuthWorker, Users};
 use crate::counters::Totals;
 use crate::metrics::{ForwardingTime, SAMPLE_EVERY};
@@ -79,6 +80,9 @@ pub(crate) enum Control {
         wire: Arc<Wire>,
         /// Where it is.
         peer: SocketAddr,
+        /// Its place in the count of connections, given back when its
+        /// socket is closed.
+        slot: Slot,
     },
     /// Another agent's clients' interest changed.
     Interest(Interest),
@@ -388,7 +392,7 @@ impl RoutingAgent {
                     self.ipc.push(IpcInput { id, stream, reader: *reader });
                     tracing::info!(client = self.router.client_id(id), stream, agent = %self.role, "ipc client connected");
                 }
-                Control::Tcp { wire, peer } => self.adopt_tcp(wire, peer),
+                Control::Tcp { wire, peer, slot } => self.adopt_tcp(wire, peer, slot),
                 Control::Authenticated(r) => {
                     let id = r.session;
                     if let Err(d) = self.router.handle_auth(r) {
@@ -468,8 +472,12 @@ impl RoutingAgent {
             // Its log stays until the client goes: the server must not
             // take it again.
             let _ = self.gone.send((input.stream, why.to_string()));
-        } else if let Some(TcpInput { stream, .. }) = self.tcp.get_mut(id as usize).and_then(Option::take) {
-            let _ = self.poll.registry().deregister(&mut mio::unix::SourceFd(&stream.stream().as_raw_fd()));
+        }
+        // Dropped last (after the session, the socket's other holder): its
+        // slot goes back when the socket is closed.
+        let tcp = self.tcp.get_mut(id as usize).and_then(Option::take);
+        if let Some(input) = &tcp {
+            let _ = self.poll.registry().deregister(&mut mio::unix::SourceFd(&input.stream.stream().as_raw_fd()));
             self.tcp_sessions -= 1;
         }
         let client = self.router.client_id(id);

@@ -1,10 +1,12 @@
 //! A routing agent's TCP clients: taking a connection ([`RoutingAgent`]'s
 //! `adopt_tcp`), reading the readable ones once per readiness
-//! (`poll_tcp`), heartbeats on welcomed links (`keep_links_alive`),
+//! (`poll_tcp`; with mutual TLS, the user a client's certificate names
+//! given to its session before its HELLO), heartbeats on welcomed links (`keep_links_alive`),
 //! idle links' buffers given back (`trim_links`), and the system calls
 //! all of it made ([`IoCounts`]).
 
 use super::{handle, RoutingAgent};
+use crate::accept::Slot;
 use crate::routing::Disconnect;
 use crate::session::Outbound;
 use crate::tcp::TcpOut;
@@ -45,10 +47,12 @@ pub(super) struct TcpInput {
     pub(super) reader: link::LinkReader,
     /// Heartbeats once welcomed (`None` before: the hello timeout's).
     live: Option<link::Liveness>,
+    /// Its place in the count of connections (dropped with it).
+    _slot: Slot,
 }
 
 impl RoutingAgent {
-    pub(super) fn adopt_tcp(&mut self, wire: Arc<Wire>, peer: SocketAddr) {
+    pub(super) fn adopt_tcp(&mut self, wire: Arc<Wire>, peer: SocketAddr, slot: Slot) {
         // Registered under the id its session will get.
         let next = self.router.next_id();
         let fd = wire.stream().as_raw_fd();
@@ -68,7 +72,7 @@ impl RoutingAgent {
         }
         let max_frame = self.router.limits().max_frame;
         let reader = link::LinkReader::new(HEADER_LEN, max_frame);
-        self.tcp[i] = Some(TcpInput { stream: wire, reader, live: None });
+        self.tcp[i] = Some(TcpInput { stream: wire, reader, live: None, _slot: slot });
         self.tcp_sessions += 1;
         tracing::info!(client = self.router.client_id(id), %peer, agent = %self.role, "{scheme} client connected");
     }
@@ -109,11 +113,20 @@ impl RoutingAgent {
             // Once per readiness (again only if the buffer came back full).
             let r = reader.read(
                 stream,
-                |f| match handle(router, times, countdown, id as u32, f) {
-                    Ok(()) => true,
-                    Err(d) => {
-                        why = Some(d);
-                        false
+                |f| {
+                    // Mutual TLS: the handshake is over by the first frame;
+                    // HELLO logs in as the user the certificate names.
+                    if f.first() == Some(&(ClientKind::Hello as u8)) {
+                        if let Some(user) = stream.peer_user() {
+                            router.set_certified(id as u32, user);
+                        }
+                    }
+                    match handle(router, times, countdown, id as u32, f) {
+                        Ok(()) => true,
+                        Err(d) => {
+                            why = Some(d);
+                            false
+                        }
                     }
                 },
                 usize::MAX,

@@ -33,6 +33,31 @@ pub struct LimitsConfig {
     /// See [`Limits::heartbeat_interval`]: `"0s"` (off) or a duration of
     /// at least 10 ms.
     pub heartbeat_interval: String,
+    /// TCP and TLS connections open at once, router-wide; past it a new
+    /// connection is refused (CLOSE `Limit`, or a reset over TLS). Absent:
+    /// the descriptor limit's share ([`LimitsConfig::max_connections`]).
+    pub max_connections: Option<usize>,
+    /// TCP and TLS connections open at once from one IP address (0: no
+    /// limit).
+    pub max_connections_per_address: usize,
+}
+
+/// Descriptors a router keeps out of `max_connections`' share of
+/// `RLIMIT_NOFILE`: its listeners, counters file, lock, journal segments,
+/// metrics connections, logs, shared-memory clients, the agents' epoll
+/// and the spare it refuses connections with.
+pub const RESERVED_DESCRIPTORS: u64 = 64;
+
+/// The largest `max_connections` the descriptor limit leads to (an
+/// unlimited `RLIMIT_NOFILE` is no reason to take a million connections).
+pub const MAX_CONNECTIONS_CEILING: usize = 1 << 20;
+
+/// The connections a soft `RLIMIT_NOFILE` of `soft` leaves room for:
+/// `soft` less [`RESERVED_DESCRIPTORS`] (at least 1, at most
+/// [`MAX_CONNECTIONS_CEILING`]).
+pub fn descriptor_share(soft: u64) -> usize {
+    let share = soft.saturating_sub(RESERVED_DESCRIPTORS).max(1);
+    usize::try_from(share).unwrap_or(usize::MAX).min(MAX_CONNECTIONS_CEILING)
 }
 
 /// `limits.heartbeat_interval` read.
@@ -80,6 +105,8 @@ impl Default for LimitsConfig {
                 .map_or_else(|| "never".into(), |d| humantime::format_duration(d).to_string()),
             hello_timeout: humantime::format_duration(l.hello_timeout).to_string(),
             heartbeat_interval: humantime::format_duration(l.heartbeat_interval).to_string(),
+            max_connections: None,
+            max_connections_per_address: 0,
         }
     }
 }
@@ -104,6 +131,25 @@ impl From<&LimitsConfig> for Limits {
 }
 
 impl LimitsConfig {
+    /// The `max_connections` in force under a soft `RLIMIT_NOFILE` of
+    /// `soft`: the key's value, never more than [`descriptor_share`]
+    /// (`None` when it is, with the line saying it was lowered), or that
+    /// share when the key is absent.
+    pub fn max_connections(&self, soft: u64) -> (usize, Option<String>) {
+        let share = descriptor_share(soft);
+        match self.max_connections {
+            None => (share, None),
+            Some(n) if n <= share => (n, None),
+            Some(n) => (
+                share,
+                Some(format!(
+                    "limits.max_connections = {n} is more than the descriptor limit leaves room for \
+                     (RLIMIT_NOFILE {soft} less {RESERVED_DESCRIPTORS} reserved): {share} in force"
+                )),
+            ),
+        }
+    }
+
     /// Checks the values that need no other table (`max_frame` is checked
     /// against `ipc_log_bytes` by the caller).
     ///
@@ -129,6 +175,9 @@ impl LimitsConfig {
         }
         if hello_timeout(&l.hello_timeout).is_err() {
             return bad("limits.hello_timeout", &l.hello_timeout, "a duration of at least 100ms (\"2s\", \"300ms\")");
+        }
+        if l.max_connections == Some(0) {
+            return bad("limits.max_connections", &0, "at least 1 (leave it out for the descriptor limit's share)");
         }
         if heartbeat_interval(&l.heartbeat_interval).is_err() {
             return bad(

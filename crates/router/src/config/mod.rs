@@ -20,7 +20,8 @@
 //!
 //! [router.tls]                    # every TCP listener speaks TLS (rustls); clients use tls://
 //! cert = "router.pem"             # certificate chain, PEM (relative: to this file)
-//! key = "router.key"              # its private key, PEM
+//! key = "router.key"              # its private key, PEM (its owner's alone: mode 600)
+//! client_ca = "clients-ca.pem"    # mutual TLS: clients must show a certificate this CA signed; its CN (or first DNS/e-mail SAN) is their user
 //!
 //! [router.cache]                  # the last-value cache (none without this table)
 //! patterns = ["md/>"]             # topics whose newest message is kept
@@ -51,6 +52,8 @@
 //! back_pressure_timeout = "5s"     # a back-pressure client holding publishers longer is disconnected ("never")
 //! hello_timeout = "2s"            # a connection not logged in by then (HELLO, TLS handshake, password) is closed (at least 100ms)
 //! heartbeat_interval = "5s"       # TCP/TLS: HEARTBEAT after this long unwritten; a client silent twice as long is closed ("0s": off; else at least 10ms)
+//! max_connections = 1000          # TCP/TLS connections open at once (default: RLIMIT_NOFILE's soft limit less 64, never more); past it CLOSE Limit (TLS: a reset)
+//! max_connections_per_address = 0 # TCP/TLS connections open at once from one IP address (0: no limit)
 //! ```
 //!
 //! Unknown keys are refused, naming the key, so a typo is not silently a
@@ -58,7 +61,7 @@
 
 mod limits;
 
-pub use limits::{LimitsConfig, MIN_HELLO_TIMEOUT};
+pub use limits::{descriptor_share, LimitsConfig, MAX_CONNECTIONS_CEILING, MIN_HELLO_TIMEOUT, RESERVED_DESCRIPTORS};
 
 use crate::access::{UserConfig, Users, UsersError};
 use crate::cache::CacheConfig;
@@ -123,14 +126,39 @@ pub struct RouterConfig {
     pub metrics: Option<String>,
 }
 
-/// `[tls]`: the certificate and key of a router whose TCP listeners speak TLS.
+/// `[tls]`: the certificate and key of a router whose TCP listeners speak
+/// TLS, and the CA its clients' certificates must chain to (mutual TLS).
+/// Read at start and again on every reload ([`crate::Server::set_tls`]).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsFiles {
     /// Certificate chain (PEM).
     pub cert: PathBuf,
-    /// Its private key (PEM).
+    /// Its private key (PEM), its owner's alone.
     pub key: PathBuf,
+    /// Mutual TLS: every client must show a certificate that chains to one
+    /// in this file (PEM), and logs in as the user it names (subject CN,
+    /// else its first DNS or e-mail SAN) without a password. None: clients
+    /// show no certificate.
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    /// A certificate and key, no client CA.
+    pub fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        Self { cert: cert.into(), key: key.into(), client_ca: None }
+    }
+
+    /// The server's TLS configuration from these files (read now).
+    ///
+    /// # Errors
+    /// [`tickwire_transport::tls::TlsError`] naming the file at fault.
+    pub fn server_config(
+        &self,
+    ) -> Result<std::sync::Arc<tickwire_transport::tls::ServerConfig>, tickwire_transport::tls::TlsError> {
+        tickwire_transport::tls::server_config(&self.cert, &self.key, self.client_ca.as_deref())
+    }
 }
 
 /// `[cache]`: the last-value cache.
@@ -357,6 +385,7 @@ impl RouterConfig {
         if let (Some(t), Some(base)) = (&mut cfg.tls, path.parent()) {
             t.cert = base.join(&t.cert);
             t.key = base.join(&t.key);
+            t.client_ca = t.client_ca.as_ref().map(|c| base.join(c));
         }
         if let (Some(j), Some(base)) = (&mut cfg.journal, path.parent()) {
             j.dir = base.join(&j.dir);
@@ -490,7 +519,11 @@ mod tests {
         let e = load("[tls]\ncert = \"a.pem\"\n").unwrap_err().to_string();
         assert!(e.contains("key"), "{e}");
         let t = load("[tls]\ncert = \"a.pem\"\nkey = \"/k.pem\"\n").unwrap().tls.unwrap();
-        assert_eq!((t.cert.to_str(), t.key.to_str()), (Some("a.pem"), Some("/k.pem")));
+        assert_eq!((t.cert.to_str(), t.key.to_str(), t.client_ca), (Some("a.pem"), Some("/k.pem"), None));
+        let t = load("[tls]\ncert = \"a.pem\"\nkey = \"k.pem\"\nclient_ca = \"ca.pem\"\n").unwrap().tls.unwrap();
+        assert_eq!(t.client_ca.as_deref().and_then(Path::to_str), Some("ca.pem"), "relative: to the file");
+        let e = load("[tls]\ncert = \"a.pem\"\nkey = \"k.pem\"\nclient_cert = \"ca.pem\"\n").unwrap_err().to_string();
+        assert!(e.contains("client_cert"), "{e}");
         let c = load("cpu = 1\nidle = \"spin\"\nlisten = []\n").unwrap();
         assert_eq!((c.cpu, c.listen.len(), c.ipc, c.dir.to_str()), (Some(1), 0, true, Some("/tmp/x")));
         assert_eq!((c.agent_cpu(0), c.agent_cpu(1)), (Some(1), None));
@@ -510,6 +543,43 @@ mod tests {
         for bad in ["never", "50ms", "0s", "soon"] {
             let e = load(&format!("[limits]\nhello_timeout = \"{bad}\"\n")).unwrap_err().to_string();
             assert!(e.contains("limits.hello_timeout") && e.contains(bad) && e.contains("100ms"), "{e}");
+        }
+    }
+
+    #[test]
+    fn max_connections_is_the_descriptor_share_at_most() {
+        let c = load("").unwrap();
+        assert_eq!((c.limits.max_connections, c.limits.max_connections_per_address), (None, 0));
+        assert_eq!(c.limits.max_connections(1024), (960, None), "1024 less 64 reserved");
+        assert_eq!(c.limits.max_connections(256).0, 192);
+        assert_eq!(c.limits.max_connections(10).0, 1, "never 0");
+        assert_eq!(c.limits.max_connections(u64::MAX).0, MAX_CONNECTIONS_CEILING, "RLIM_INFINITY");
+        let c = load("[limits]\nmax_connections = 100\nmax_connections_per_address = 4\n").unwrap();
+        assert_eq!((c.limits.max_connections(1024), c.limits.max_connections_per_address), ((100, None), 4));
+        let (n, why) = c.limits.max_connections(128);
+        let why = why.unwrap();
+        assert_eq!(n, 64);
+        assert!(why.contains("limits.max_connections = 100") && why.contains("RLIMIT_NOFILE 128"), "{why}");
+        let e = load("[limits]\nmax_connections = 0\n").unwrap_err().to_string();
+        assert!(e.contains("limits.max_connections = 0") && e.contains("at least 1"), "{e}");
+        let e = load("[limits]\nmax_connections = -1\n").unwrap_err().to_string();
+        assert!(e.contains("router.toml") && e.contains("-1"), "{e}");
+    }
+
+    /// docs/configuration.md's `[router.limits]` block is a valid table
+    /// with every key of [`LimitsConfig`].
+    #[test]
+    fn the_documented_limits_block_is_read_whole() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md")).unwrap();
+        let start = doc.find("\n[router.limits]\n").expect("a [router.limits] block") + 1;
+        let end = start + doc[start..].find("```").expect("the block's end");
+        let text = doc[start..end].replacen("[router.limits]", "[limits]", 1);
+        let c = load(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!((c.limits.max_connections, c.limits.max_connections_per_address), (Some(1000), 0), "{text}");
+        let module = include_str!("mod.rs");
+        for key in ["max_connections", "max_connections_per_address", "hello_timeout", "heartbeat_interval"] {
+            assert!(text.contains(&format!("\n{key} = ")), "{key} not in docs/configuration.md's block");
+            assert!(module.contains(&format!("//! {key} = ")), "{key} not in this module's table");
         }
     }
 }

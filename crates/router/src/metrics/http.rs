@@ -1,13 +1,16 @@
-//! The `/metrics` listener: each request on a thread of its own (at most
-//! [`MAX_REQUESTS`] at once) with a whole-request deadline, so that a
-//! client trickling its request blinds no scrape.
+//! The `/metrics` listener: each request on a thread of its own with a
+//! whole-request deadline (2 s), so that a client trickling its request
+//! blinds no scrape; at most [`MAX_REQUESTS`] at once, one more ending the
+//! oldest ([`MetricsServer::evicted`]), so that clients holding every
+//! place keep no scrape out either.
 
 use super::{CountersFile, ForwardingTime, JournalMetrics, RouterCollector};
 use prometheus_client::registry::Registry;
+use std::collections::VecDeque;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The `/metrics` listener and its thread.
@@ -15,6 +18,7 @@ use std::time::Duration;
 pub struct MetricsServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
+    evicted: Arc<AtomicU64>,
 }
 
 impl MetricsServer {
@@ -39,8 +43,11 @@ impl MetricsServer {
             registry.register_collector(Box::new(j));
         }
         let registry = Arc::new(registry);
-        let active = Arc::new(AtomicUsize::new(0));
+        let open: Arc<Mutex<VecDeque<(u64, TcpStream)>>> = Arc::default();
+        let evicted = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&evicted);
         std::thread::Builder::new().name("router-metrics".into()).spawn(move || {
+            let mut next = 0u64;
             for conn in listener.incoming() {
                 if flag.load(Ordering::Relaxed) {
                     return;
@@ -48,25 +55,45 @@ impl MetricsServer {
                 let Ok(c) = conn else { continue };
                 // Each request on a thread of its own, so that a client
                 // that trickles its request blinds no scrape; at most
-                // MAX_REQUESTS at once (more are closed at once).
-                if active.load(Ordering::Relaxed) >= MAX_REQUESTS {
-                    tracing::debug!("metrics: {MAX_REQUESTS} requests in progress; one more closed");
-                    continue;
+                // MAX_REQUESTS at once: one more ends the oldest, so that
+                // clients holding every place cannot keep a scrape out
+                // (a scrape takes milliseconds, a holder its deadline).
+                let Ok(handle) = c.try_clone() else { continue };
+                let id = next;
+                next += 1;
+                if let Ok(mut o) = open.lock() {
+                    if o.len() >= MAX_REQUESTS {
+                        if let Some((_, oldest)) = o.pop_front() {
+                            let _ = oldest.shutdown(Shutdown::Both);
+                            counted.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!("metrics: {MAX_REQUESTS} requests in progress; the oldest ended");
+                        }
+                    }
+                    o.push_back((id, handle));
                 }
-                active.fetch_add(1, Ordering::Relaxed);
-                let (registry, done) = (Arc::clone(&registry), Arc::clone(&active));
+                let (registry, done) = (Arc::clone(&registry), Arc::clone(&open));
                 let spawned = std::thread::Builder::new().name("router-metrics-req".into()).spawn(move || {
                     if let Err(e) = serve(c, &registry) {
                         tracing::debug!("metrics: {e}");
                     }
-                    done.fetch_sub(1, Ordering::Relaxed);
+                    if let Ok(mut o) = done.lock() {
+                        o.retain(|(k, _)| *k != id);
+                    }
                 });
                 if spawned.is_err() {
-                    active.fetch_sub(1, Ordering::Relaxed);
+                    if let Ok(mut o) = open.lock() {
+                        o.retain(|(k, _)| *k != id);
+                    }
                 }
             }
         })?;
-        Ok(Self { addr, stop })
+        Ok(Self { addr, stop, evicted })
+    }
+
+    /// Requests ended unanswered to make room for a newer one (more than
+    /// [`MAX_REQUESTS`] at once).
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
     }
 
     /// Where it listens (port 0 resolved).
@@ -84,7 +111,7 @@ impl Drop for MetricsServer {
 }
 
 /// Requests served at once.
-const MAX_REQUESTS: usize = 16;
+pub const MAX_REQUESTS: usize = 16;
 /// The longest a whole request may take to arrive (however it trickles).
 const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 

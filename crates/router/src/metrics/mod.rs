@@ -23,6 +23,11 @@
 //! * `tickwire_router_topic_messages_in_total`, `..._deliveries_total`,
 //!   ... per topic (label `topic`; topics past `limits.topic_counters`
 //!   together as `(other topics)`);
+//! * `tickwire_router_accept_connections` (open TCP and TLS connections),
+//!   `..._max_connections` (the limit in force), and the connections
+//!   refused: `..._refused_max_connections_total`,
+//!   `..._refused_per_address_total`, `..._refused_no_descriptors_total`,
+//!   `..._accept_failures_total`, router-wide (label `router`);
 //! * `tickwire_router_forwarding_seconds`: a histogram of the time from
 //!   reading a client's frame to handing the message to every
 //!   subscriber's transport, one frame in 256;
@@ -49,7 +54,7 @@ use tickwire_shm::counters::{Kind, SetSnapshot};
 use tickwire_shm::CountersFile;
 
 mod http;
-pub use http::MetricsServer;
+pub use http::{MetricsServer, MAX_REQUESTS};
 
 /// Buckets of the forwarding-time histogram: 64 ns doubling to ~34 ms.
 const BUCKETS: usize = 20;
@@ -136,6 +141,14 @@ fn described(kind: Kind) -> &'static [(&'static str, &'static str, bool)] {
             ("logins_throttled", "Password checks made to wait after a failure of the same user and address.", true),
             ("topic_evictions", "Topics dropped from the topic table to make room for others.", true),
         ],
+        Kind::RouterAccept => &[
+            ("connections", "TCP and TLS connections open (counted from accept to close).", false),
+            ("max_connections", "The limit of open connections in force (limits.max_connections).", false),
+            ("refused_max_connections", "Connections refused at limits.max_connections.", true),
+            ("refused_per_address", "Connections refused at limits.max_connections_per_address.", true),
+            ("refused_no_descriptors", "Connections refused for lack of file descriptors (EMFILE, ENFILE).", true),
+            ("accept_failures", "accept calls that failed otherwise (ENOBUFS, ENOMEM, ...).", true),
+        ],
         Kind::RouterTopic => &[
             ("messages_in", "Messages published on the topic.", true),
             ("bytes_in", "Payload bytes published on the topic.", true),
@@ -171,6 +184,7 @@ impl Collector for RouterCollector {
             (Kind::RouterClient, "tickwire_router_client"),
             (Kind::RouterTopic, "tickwire_router_topic"),
             (Kind::RouterAgent, "tickwire_router_agent"),
+            (Kind::RouterAccept, "tickwire_router_accept"),
         ] {
             let of_kind: Vec<&SetSnapshot> = sets.iter().filter(|s| s.kind == kind).collect();
             for (i, (name, help, counter)) in described(kind).iter().enumerate() {
@@ -184,6 +198,7 @@ impl Collector for RouterCollector {
                             vec![("client", s.stream_id.to_string()), ("name", escaped(&s.label))]
                         }
                         Kind::RouterAgent => vec![("agent", escaped(&s.label))],
+                        Kind::RouterAccept => vec![("router", escaped(&s.label))],
                         _ => vec![("topic", escaped(&s.label))],
                     };
                     let v = s.values[i];

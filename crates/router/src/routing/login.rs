@@ -160,6 +160,48 @@ impl Router {
         Ok(())
     }
 
+    /// Session `id` showed a TLS client certificate that the router's
+    /// client CA signed, naming `user` (mutual TLS; the agent learns it
+    /// from the handshake, before the session's HELLO is handled).
+    pub fn set_certified(&mut self, id: u32, user: String) {
+        if let Some(Some(s)) = self.sessions.get_mut(id as usize) {
+            s.certified = Some(user);
+        }
+    }
+
+    /// HELLO from session `id`, whose certificate names `user`: it logs in
+    /// as that user without a password check. With users configured the
+    /// user must be one of them; a user named in HELLO too must be the
+    /// same (its password is not checked). Without users it stays
+    /// anonymous, as every client then is.
+    pub(super) fn login_certified(&mut self, id: u32, user: String, body: &[u8]) -> Result<(), Disconnect> {
+        let forbidden = |reason: String| Disconnect { code: RejectCode::Forbidden, reason };
+        let named = match credentials::parse(body) {
+            Ok(c) => c.map(|(u, _)| u.to_owned()),
+            Err(e) => return Err(Disconnect::protocol(format!("HELLO: {e}"))),
+        };
+        if let Some(named) = named.filter(|n| *n != user) {
+            self.totals.forbidden += 1;
+            return Err(forbidden(format!("HELLO names user {named:?}, its client certificate user {user:?}")));
+        }
+        let found = match &self.login.users {
+            None => None,
+            Some(users) => match users.get(&user) {
+                Some(u) => Some(Arc::clone(u)),
+                None => {
+                    self.totals.forbidden += 1;
+                    return Err(forbidden(format!("client certificate names user {user:?}, not one of [[users]]")));
+                }
+            },
+        };
+        let default_policy = self.limits().slow_consumer;
+        if let Some(Some(s)) = self.sessions.get_mut(id as usize) {
+            s.user = found;
+            s.choose_policy(default_policy);
+        }
+        self.welcome(id)
+    }
+
     /// Password checks to make, for the agent to hand to the worker.
     pub fn take_auth_requests(&mut self) -> Vec<AuthRequest> {
         std::mem::take(&mut self.login.auth_out)
@@ -231,13 +273,23 @@ impl Router {
             }
             s.access.clear();
             let forbidden = |reason: String| Disconnect { code: RejectCode::Forbidden, reason };
-            let now = match (&self.login.users, &s.user) {
-                (None, _) => None,
-                (Some(_), None) => {
+            let now = match (&self.login.users, &s.user, &s.certified) {
+                (None, _, _) => None,
+                // A certificate's user does not log in with a password: it
+                // carries on while it is one of the users.
+                (Some(users), _, Some(named)) => match users.get(named) {
+                    Some(u) => Some(Arc::clone(u)),
+                    None => {
+                        let why = format!("user {named:?} of its client certificate is not one of [[users]] now");
+                        ending.push((id, forbidden(why)));
+                        continue;
+                    }
+                },
+                (Some(_), None, None) => {
                     ending.push((id, forbidden("users are configured now: connect with a user and password".into())));
                     continue;
                 }
-                (Some(users), Some(was)) => match users.get(&was.name) {
+                (Some(users), Some(was), None) => match users.get(&was.name) {
                     Some(u) if u.same_login(was) => Some(Arc::clone(u)),
                     Some(_) => {
                         ending.push((id, forbidden(format!("the password of user {:?} changed", was.name))));

@@ -139,6 +139,9 @@ impl Router {
                 s.asked = SlowConsumer::from_hello_flags(f.flags());
                 s.publisher = f.sequence();
                 s.choose_policy(self.limits.slow_consumer);
+                if let Some(user) = s.certified.clone() {
+                    return self.login_certified(id, user, f.body());
+                }
                 if self.login.enabled() {
                     return self.ask_password(id, f.body());
                 }

@@ -11,9 +11,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tickwire_client::{Client, ClientEvent, ClientOptions};
 use tickwire_router::access::UserConfig;
+use tickwire_router::config::TlsFiles;
 use tickwire_router::{RouterConfig, Server, ShutdownReport};
 use tickwire_wire::client::{ClientKind, ClientRepr};
 use tickwire_wire::ClientFrame;
+
+/// TLS files to read again, and where to say whether the router took them.
+type TlsReload = (Option<TlsFiles>, Sender<Result<(), String>>);
 
 pub struct Running {
     stop: Arc<AtomicBool>,
@@ -22,12 +26,21 @@ pub struct Running {
     /// The metrics endpoint, if configured.
     pub metrics: Option<SocketAddr>,
     reload: Sender<Vec<UserConfig>>,
+    reload_tls: Sender<TlsReload>,
 }
 
 impl Running {
     /// Has the router take these users (as on SIGHUP); panics if refused.
     pub fn reload(&self, users: Vec<UserConfig>) {
         self.reload.send(users).unwrap();
+    }
+
+    /// Has the router read these TLS files (as on SIGHUP); returns its
+    /// answer once it has.
+    pub fn reload_tls(&self, files: Option<TlsFiles>) -> Result<(), String> {
+        let (tx, rx) = channel();
+        self.reload_tls.send((files, tx)).unwrap();
+        rx.recv_timeout(Duration::from_secs(10)).unwrap()
     }
 
     pub fn stop(mut self) -> ShutdownReport {
@@ -53,10 +66,14 @@ pub fn start(dir: &Path, cfg: RouterConfig) -> Running {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
     let (reload, users) = channel::<Vec<UserConfig>>();
+    let (reload_tls, tls) = channel::<TlsReload>();
     let thread = std::thread::spawn(move || {
         while !flag.load(Ordering::Relaxed) {
             if let Ok(u) = users.try_recv() {
                 server.set_users(&u).unwrap();
+            }
+            if let Ok((files, answer)) = tls.try_recv() {
+                let _ = answer.send(server.set_tls(files.as_ref()).map_err(|e| e.to_string()));
             }
             if server.do_work() == 0 {
                 std::thread::yield_now();
@@ -64,7 +81,7 @@ pub fn start(dir: &Path, cfg: RouterConfig) -> Running {
         }
         server.shutdown(Duration::from_millis(200))
     });
-    Running { stop, thread: Some(thread), tcp, metrics, reload }
+    Running { stop, thread: Some(thread), tcp, metrics, reload, reload_tls }
 }
 
 pub fn tempdir(name: &str) -> PathBuf {

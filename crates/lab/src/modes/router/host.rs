@@ -139,10 +139,7 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
         ipc: true,
         listen: if spec.tcp { vec!["tcp://127.0.0.1:0".into()] } else { Vec::new() },
         ipc_log_bytes: spec.log_bytes,
-        tls: spec
-            .tls
-            .as_ref()
-            .map(|(cert, key)| tickwire_router::config::TlsFiles { cert: cert.clone(), key: key.clone() }),
+        tls: spec.tls.as_ref().map(|(cert, key)| tickwire_router::config::TlsFiles::new(cert.clone(), key.clone())),
         ..RouterConfig::default()
     };
     let cfg = if spec.secure {
