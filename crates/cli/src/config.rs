@@ -1,7 +1,7 @@
 //! `tickwire.toml`: defaults for every command, overridden by flags.
 //!
 //! ```toml
-//! dir = "/dev/shm/tickwire"
+//! dir = "/dev/shm/tickwire-trader"   # default: /dev/shm/tickwire-USER
 //! [log]
 //! capacity = "16MiB"
 //! mtu = "64k"
@@ -81,7 +81,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            dir: PathBuf::from(tickwire_shm::DEFAULT_DIR),
+            dir: tickwire_shm::default_dir(),
             log: LogConfig::default(),
             router: None,
             users: None,

@@ -19,7 +19,7 @@ use std::process::ExitCode;
 #[derive(Debug, Parser)]
 #[command(name = "tickwire", version = version(), about)]
 struct Cli {
-    /// Directory for log and counters files [default: /dev/shm/tickwire, or `dir` in the config].
+    /// Directory for log and counters files [default: /dev/shm/tickwire-USER, this user's own, or `dir` in the config].
     #[arg(long, global = true)]
     dir: Option<PathBuf>,
     /// TOML config file (see docs/configuration.md); flags override it [default for `tickwire router`:
@@ -131,8 +131,14 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.cmd {
-        Cmd::Pub(a) => pubsub::publish(&settings, &a),
-        Cmd::Sub(a) => pubsub::subscribe(&settings, &a),
+        Cmd::Pub(a) => {
+            warnings();
+            pubsub::publish(&settings, &a)
+        }
+        Cmd::Sub(a) => {
+            warnings();
+            pubsub::subscribe(&settings, &a)
+        }
         Cmd::Router(a) => router::run(&settings, &a),
         Cmd::Stat(a) => stat::run(&settings, &a),
         Cmd::Clean => stat::clean(&settings),
@@ -153,3 +159,14 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod doc_tests;
+
+/// Warnings of the libraries (a file another user planted in the
+/// directory, removed unread) on stderr; `TICKWIRE_LOG` as for the router.
+fn warnings() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TICKWIRE_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .without_time()
+        .try_init();
+}

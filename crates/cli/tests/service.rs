@@ -225,7 +225,12 @@ const NEEDED: &[&str] = &[
     "ip",
     "taskset",
     "setpriv",
+    // descriptor limits (tests/limits.rs; util-linux)
     "prlimit",
+    // a second Unix user (tests/local_users.rs; passwd and coreutils are Essential)
+    "useradd",
+    "userdel",
+    "id",
     "ping",
     "sockperf",
     "lscpu",

@@ -160,7 +160,7 @@ impl Default for ClientOptions {
     fn default() -> Self {
         Self {
             name: format!("pid-{}", std::process::id()),
-            dir: tickwire_shm::DEFAULT_DIR.into(),
+            dir: tickwire_shm::default_dir(),
             log_bytes: 1 << 20,
             reconnect_interval: Duration::from_millis(100),
             welcome_timeout: Duration::from_secs(10),

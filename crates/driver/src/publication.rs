@@ -19,7 +19,7 @@ use tickwire_wire::OfferError;
 ///
 /// ```no_run
 /// use tickwire_driver::{Channel, Publication};
-/// let ctx = tickwire_shm::Context::new("/dev/shm/tickwire")?;
+/// let ctx = tickwire_shm::Context::new(tickwire_shm::default_dir())?;
 /// let channel: Channel = "ipc:md".parse()?;
 /// let mut publication = Publication::open(&ctx, &channel, 10)?;
 /// while publication.offer(b"bid 101.25").is_err() {

@@ -18,7 +18,7 @@ use tickwire_wire::Event;
 ///
 /// ```no_run
 /// use tickwire_driver::{Channel, Event, Subscription};
-/// let ctx = tickwire_shm::Context::new("/dev/shm/tickwire")?;
+/// let ctx = tickwire_shm::Context::new(tickwire_shm::default_dir())?;
 /// let mut sub = Subscription::open(&ctx, &"ipc:md".parse::<Channel>()?, 10)?;
 /// sub.poll(|event| match event {
 ///     Event::Message(m) => println!("{} {:?}", m.topic, m.payload),

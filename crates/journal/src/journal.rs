@@ -212,7 +212,11 @@ impl Journal {
         let mut last = 0u64;
         for (i, (name_base, path)) in listed.into_iter().enumerate() {
             let is_last = i + 1 == count;
-            let mut bytes = std::fs::read(&path).map_err(io(&path))?;
+            // Never through a link planted in the directory.
+            let file = OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(&path);
+            let file = file.map_err(io(&path))?;
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut &file, &mut bytes).map_err(io(&path))?;
             let header = match SegmentHeader::parse(&bytes) {
                 Ok(h) if h.base == name_base => h,
                 // A segment being created when the router died.
@@ -271,12 +275,10 @@ impl Journal {
                 }
             };
             if end < bytes.len() as u64 {
-                let f = OpenOptions::new().write(true).open(&path).map_err(io(&path))?;
-                f.set_len(end).map_err(io(&path))?;
-                f.sync_all().map_err(io(&path))?;
+                file.set_len(end).map_err(io(&path))?;
+                file.sync_all().map_err(io(&path))?;
                 bytes.truncate(end as usize);
             }
-            let file = OpenOptions::new().read(true).write(true).open(&path).map_err(io(&path))?;
             last = seg_last;
             segments.push(Segment {
                 base: header.base,

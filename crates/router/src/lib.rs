@@ -43,7 +43,8 @@
 //!   reason, those past `limits.max_connections`, the per-address limit,
 //!   or the descriptors (a spare one kept to refuse with); counts open
 //!   connections where their sockets are opened and closed.
-//! * [`server`]: finds shared-memory clients, accepts TCP ones, and hands
+//! * [`server`]: takes its directory, its user's own, and the directory's
+//!   lock (`lock`); finds shared-memory clients, accepts TCP ones, and hands
 //!   each to the agent serving the fewest; runs the first agent and starts
 //!   the others; [`config`] is its `router.toml`.
 //! * [`metrics`] (Prometheus, read from the counter sets) and [`status`]
@@ -63,6 +64,7 @@ pub mod cache;
 pub mod config;
 pub mod counters;
 pub mod index;
+mod lock;
 pub mod metrics;
 pub mod peers;
 pub mod queue;

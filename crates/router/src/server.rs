@@ -23,13 +23,13 @@ use crate::agent::{AgentShared, Control, RoutingAgent, Wiring};
 use crate::config::RouterConfig;
 use crate::counters::Totals;
 use crate::guaranteed::Guaranteed;
+use crate::lock::LOCK_FILE;
 use crate::metrics::MetricsServer;
 use crate::peers::{link, Peers};
 use crate::routing::Router;
 use crate::status::{RouterStatus, StatusWriter, STATUS_FILE};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -37,7 +37,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 use tickwire_agent::{AgentRunner, Idle};
-use tickwire_shm::{Context, LogAppender, LogConfig, ReaderOptions};
+use tickwire_shm::{Context, Dir, LogAppender, LogConfig, ReaderOptions};
 use tickwire_transport::tls::TlsError;
 use tickwire_wire::client::{IPC_IN_CHANNEL, IPC_OUT_CHANNEL};
 
@@ -150,28 +150,8 @@ impl Server {
     /// thread cannot be pinned.
     pub fn start(cfg: RouterConfig) -> Result<Self, StartError> {
         cfg.check()?;
-        std::fs::create_dir_all(&cfg.dir)
-            .map_err(|source| StartError::Io { what: cfg.dir.display().to_string(), source })?;
-        let lock_path = cfg.dir.join("router.lock");
+        let lock = crate::lock::take(&cfg)?;
         let io = |what: &Path, source| StartError::Io { what: what.display().to_string(), source };
-        let mut lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| io(&lock_path, e))?;
-        if let Err(e) = lock.try_lock() {
-            let holder =
-                std::fs::read_to_string(&lock_path).ok().map(|p| format!(", by pid {}", p.trim())).unwrap_or_default();
-            return match e {
-                std::fs::TryLockError::WouldBlock => {
-                    Err(StartError::Locked { dir: cfg.dir.clone(), lock: lock_path, holder })
-                }
-                std::fs::TryLockError::Error(e) => Err(io(&lock_path, e)),
-            };
-        }
-        lock.set_len(0).and_then(|()| write!(lock, "{}", std::process::id())).map_err(|e| io(&lock_path, e))?;
         let ctx = Context::new(&cfg.dir)?;
         let mut listeners = Vec::new();
         for addr in cfg.listen_addrs()? {
@@ -569,8 +549,12 @@ impl Server {
         }
         // The writer first: it must not write the file again.
         self.status = None;
-        let _ = std::fs::remove_file(self.cfg.dir.join(STATUS_FILE));
-        let _ = std::fs::remove_file(self.cfg.dir.join("router.lock"));
+        if let Ok(d) = Dir::existing(&self.cfg.dir) {
+            let _ = d.remove(STATUS_FILE);
+        }
+        if let Ok(d) = Dir::existing(&self.cfg.dir) {
+            let _ = d.remove(LOCK_FILE);
+        }
         report
     }
 }

@@ -189,25 +189,15 @@ impl From<Totals> for StatusTotals {
 /// The file cannot be written.
 pub fn write(dir: &Path, status: &RouterStatus) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join(STATUS_FILE);
+    let d = tickwire_shm::Dir::existing(dir).map_err(std::io::Error::other)?;
     // An unpredictable name, created new (O_EXCL: a link planted there is
-    // not followed), with its mode whatever the umask.
-    let mut nonce = [0u8; 8];
-    getrandom::fill(&mut nonce).map_err(std::io::Error::other)?;
-    let tmp = dir.join(format!(".{STATUS_FILE}.{:016x}", u64::from_le_bytes(nonce)));
+    // not followed), with the directory's file mode whatever the umask.
     let text = serde_json::to_vec_pretty(status).map_err(std::io::Error::other)?;
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(&text));
-    match written.and_then(|()| std::fs::rename(&tmp, &path)) {
+    let (mut f, tmp) = d.create_temp(STATUS_FILE)?;
+    match f.write_all(&text).and_then(|()| d.rename(&tmp, STATUS_FILE)) {
         Ok(()) => Ok(()),
         Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
+            let _ = d.remove(&tmp);
             Err(e)
         }
     }
@@ -357,7 +347,7 @@ mod tests {
     }
 
     /// Issue 44: the status file is written through a new file with an
-    /// unpredictable name and its own mode, renamed over
+    /// unpredictable name and the directory's file mode, renamed over
     /// the old one: a link planted at the status file's name is replaced,
     /// its target untouched, and no temporary file is left.
     #[test]
@@ -374,7 +364,8 @@ mod tests {
         assert_eq!(std::fs::read(&target).unwrap(), b"keep");
         let meta = std::fs::symlink_metadata(dir.join(STATUS_FILE)).unwrap();
         assert!(meta.is_file(), "the link was replaced by the status file");
-        assert_eq!(meta.permissions().mode() & 0o777, 0o644);
+        // The directory's file mode (0600; 0640 in a group's directory).
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
         let left: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(Result::ok).map(|e| e.file_name()).collect();
         assert_eq!(left.len(), 2, "{left:?}");
         let _ = std::fs::remove_dir_all(&dir);

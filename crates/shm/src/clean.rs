@@ -61,9 +61,16 @@ pub fn clean(dir: &Path) -> Result<Vec<CleanReport>, ShmError> {
 }
 
 /// The pid in a name of the form tickwire gives its temporary files:
-/// `.CHANNEL-STREAM.PID.tmp` (a log being made) or `.counters-PID.PID.tmp`.
+/// `.CHANNEL-STREAM.PID.RANDOM.tmp` (a log being made) or
+/// `.counters-PID.PID.RANDOM.tmp` (RANDOM: 16 hex digits); the older form
+/// without RANDOM is recognised too.
 fn temporary_pid(name: &str) -> Option<u32> {
-    let inner = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let mut inner = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    if let Some((rest, random)) = inner.rsplit_once('.') {
+        if random.len() == 16 && random.bytes().all(|b| b.is_ascii_hexdigit()) {
+            inner = rest;
+        }
+    }
     let (stem, pid) = inner.rsplit_once('.')?;
     let pid: u32 = pid.parse().ok().filter(|&p| p > 0)?;
     let (base, number) = stem.rsplit_once('-')?;
@@ -107,6 +114,8 @@ mod tests {
     fn only_tickwire_temporary_names_carry_a_pid() {
         assert_eq!(temporary_pid(".md-10.4242.tmp"), Some(4242));
         assert_eq!(temporary_pid(".counters-77.77.tmp"), Some(77));
+        assert_eq!(temporary_pid(".md-10.4242.0123456789abcdef.tmp"), Some(4242));
+        assert_eq!(temporary_pid(".counters-77.77.fedcba9876543210.tmp"), Some(77));
         for foreign in [".notes.x.tmp", ".foo.tmp", ".md-10.0.tmp", ".md-x.12.tmp", "md-10.12.tmp", ".-10.12.tmp"] {
             assert_eq!(temporary_pid(foreign), None, "{foreign}");
         }

@@ -1,11 +1,7 @@
 //! Log buffer configuration.
 
 use crate::error::ShmError;
-use std::path::PathBuf;
 use std::time::Duration;
-
-/// The directory tickwire keeps its files in unless told otherwise.
-pub const DEFAULT_DIR: &str = "/dev/shm/tickwire";
 
 /// How a publication's log is sized and how it behaves when stuck.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,15 +61,5 @@ impl LogConfig {
             return bad(format!("max_subscribers {} must be in 1..=1024", self.max_subscribers));
         }
         Ok(())
-    }
-}
-
-/// Where files live.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Dir(pub PathBuf);
-
-impl Default for Dir {
-    fn default() -> Self {
-        Self(PathBuf::from(DEFAULT_DIR))
     }
 }

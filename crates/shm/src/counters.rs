@@ -18,6 +18,7 @@
 //! plain (non-RMW) relaxed stores; readers such as `tickwire stat` load the
 //! values without ever writing, so the hot path sees no contention.
 
+use crate::dir::Dir;
 use crate::error::ShmError;
 use crate::mapped::MappedFile;
 use crate::sys::ProcessId;
@@ -302,7 +303,7 @@ impl CountersFile {
     /// [`ShmError::Io`] if the directory or file cannot be created.
     pub fn create(dir: &Path) -> Result<Arc<Self>, ShmError> {
         static OPEN: Mutex<Vec<(PathBuf, std::sync::Weak<CountersFile>)>> = Mutex::new(Vec::new());
-        std::fs::create_dir_all(dir).map_err(|e| ShmError::io(dir, e))?;
+        Dir::open(dir)?;
         let key = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
         let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
         open.retain(|(_, w)| w.strong_count() > 0);
@@ -317,15 +318,16 @@ impl CountersFile {
     fn create_file(dir: &Path) -> Result<Arc<Self>, ShmError> {
         let me = ProcessId::current();
         let path = counters_path(dir, me.pid);
+        let d = Dir::open(dir)?;
         // Made whole under a temporary name, then renamed into place: no
         // reader ever sees a half-made file. Our pid: an old file at `path`
         // is a dead process's, and the rename replaces it.
-        let tmp = dir.join(format!(".counters-{}.{}.tmp", me.pid, me.pid));
-        let _ = std::fs::remove_file(&tmp);
-        let map = MappedFile::create_new(&tmp, file_len(), &path)?;
+        let (map, tmp) = MappedFile::create_new(&d, &format!("counters-{}", me.pid), file_len(), &path)?;
         let counters = Self::init(map, me);
-        if let Err(e) = std::fs::rename(&tmp, &path) {
-            let _ = std::fs::remove_file(&tmp);
+        let name = format!("counters-{}.twc", me.pid);
+        d.remove_foreign(&name);
+        if let Err(e) = d.rename(&tmp, &name) {
+            let _ = d.remove(&tmp);
             return Err(ShmError::io(&path, e));
         }
         Ok(Arc::new(counters))

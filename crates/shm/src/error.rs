@@ -102,6 +102,30 @@ pub enum ShmError {
         /// Bytes the file needs.
         needs: u64,
     },
+    /// The directory belongs to another user: it is not used (that user
+    /// could replace or read every file in it).
+    #[error("{path}: owned by {owner} (mode {mode:04o}), not by this process's user {user}: a tickwire directory must be its user's own")]
+    DirNotOwn {
+        /// The directory.
+        path: PathBuf,
+        /// Its owner.
+        owner: String,
+        /// Its mode bits.
+        mode: u32,
+        /// This process's user.
+        user: String,
+    },
+    /// Other users may write to the directory and no sticky bit keeps them
+    /// to their own files: it is not used.
+    #[error("{path}: writable by other users without the sticky bit (owner {owner}, mode {mode:04o}): anyone could replace its files; chmod go-w it")]
+    DirOpen {
+        /// The directory.
+        path: PathBuf,
+        /// Its owner.
+        owner: String,
+        /// Its mode bits.
+        mode: u32,
+    },
     /// An invalid configuration or name.
     #[error("invalid configuration: {0}")]
     Config(String),

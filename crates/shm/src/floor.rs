@@ -6,10 +6,26 @@
 //! * [`RawRing`]: a plain single-producer single-consumer index ring of fixed
 //!   slots, the textbook C design (each side caches the other's index).
 
+use crate::dir::Dir;
 use crate::error::ShmError;
 use crate::mapped::MappedFile;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Makes the file `path` of `len` zero bytes in its directory (this user's
+/// own, [`Dir`]), replacing any file of that name.
+fn create(path: &Path, len: usize) -> Result<MappedFile, ShmError> {
+    let io = |e| ShmError::io(path, e);
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| io(std::io::ErrorKind::InvalidInput.into()))?;
+    let dir = Dir::open(parent)?;
+    let (map, tmp) = MappedFile::create_new(&dir, name, len, path)?;
+    if let Err(e) = dir.rename(&tmp, name) {
+        let _ = dir.remove(&tmp);
+        return Err(io(e));
+    }
+    Ok(map)
+}
 
 /// Two padded counters in a shared file.
 #[derive(Debug)]
@@ -23,8 +39,7 @@ impl CacheLines {
     /// # Errors
     /// I/O errors.
     pub fn create(path: &Path) -> Result<Self, ShmError> {
-        let _ = std::fs::remove_file(path);
-        Ok(Self { map: MappedFile::create_new(path, 4096, path)? })
+        Ok(Self { map: create(path, 4096)? })
     }
     /// Opens a file made by [`CacheLines::create`].
     ///
@@ -72,8 +87,7 @@ impl RawRing {
         if !slots.is_power_of_two() || slot_len % 64 != 0 || slot_len == 0 {
             return Err(ShmError::Config("raw ring: slots must be a power of two, slot_len a multiple of 64".into()));
         }
-        let _ = std::fs::remove_file(path);
-        let map = MappedFile::create_new(path, RING_HDR + slots * slot_len, path)?;
+        let map = create(path, RING_HDR + slots * slot_len)?;
         map.atomic_u64(8).store(slots as u64, Ordering::Relaxed);
         map.atomic_u64(16).store(slot_len as u64, Ordering::Release);
         Ok(Self { map, slots: slots as u64, slot_len, index: 0, cached_other: 0, published: 0 })

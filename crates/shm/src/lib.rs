@@ -6,12 +6,14 @@
 //!  LogAppender::offer / try_claim+commit        LogReader::poll(handler)
 //!        |                                              ^
 //!        v                                              |
-//!  [ log file in /dev/shm/tickwire: descriptor | publisher line |
+//!  [ log file in /dev/shm/tickwire-USER: descriptor | publisher line |
 //!    subscriber slots | ring of 32-byte-aligned DATA/PAD frames ] -----+
 //! ```
 //!
 //! * [`log`]: the log buffer protocol (claim, commit, back-pressure, lossy
 //!   eviction with `Lost` notices, stuck-claim pad-out, futex parking).
+//! * [`dir`]: the directory, this user's own, and every file in it
+//!   opened relative to its handle without following links.
 //! * [`counters`]: per-stream counters in a shared file read by `tickwire stat`.
 //! * [`floor`]: the raw cache-line and ring probes the lab measures against.
 //! * `sys` (private): everything OS-specific (mmap, futex, membarrier,
@@ -45,6 +47,7 @@
 mod clean;
 pub mod config;
 pub mod counters;
+pub mod dir;
 mod error;
 pub mod floor;
 pub mod log;
@@ -60,8 +63,9 @@ pub mod os {
 }
 
 pub use clean::{clean, CleanReport};
-pub use config::{LogConfig, DEFAULT_DIR};
+pub use config::LogConfig;
 pub use counters::{CounterSet, CountersFile, CountersReader};
+pub use dir::{default_dir, describe_user, group_id, Dir};
 pub use error::{PollError, ShmError};
 pub use log::file::{inspect, log_path, status, Descriptor, FileStatus, LogStatus};
 pub use log::{Claim, LogAppender, LogReader, Mode, ReaderOptions};
@@ -79,14 +83,17 @@ pub struct Context {
 }
 
 impl Context {
-    /// Opens (creating if needed) `dir` and this process's counters file.
-    /// Stale files of dead processes in `dir` are removed.
+    /// Opens (creating it `0700` if needed) `dir`, which must be this
+    /// user's own ([`Dir`]), and this process's counters file. Stale files
+    /// of dead processes in `dir` are removed.
     ///
     /// # Errors
-    /// [`ShmError::Io`] if the directory or counters file cannot be created.
+    /// [`ShmError::DirNotOwn`] or [`ShmError::DirOpen`] for a directory
+    /// another user owns or may write to; [`ShmError::Io`] if the directory
+    /// or counters file cannot be created.
     pub fn new(dir: impl AsRef<Path>) -> Result<Self, ShmError> {
         let dir = dir.as_ref().to_owned();
-        std::fs::create_dir_all(&dir).map_err(|e| ShmError::io(&dir, e))?;
+        Dir::open(&dir)?;
         let _ = clean(&dir);
         Ok(Self { counters: CountersFile::create(&dir)?, dir })
     }

@@ -1,5 +1,6 @@
 //! A mapped file with bounds-checked atomic and byte access.
 
+use crate::dir::Dir;
 use crate::error::ShmError;
 use crate::sys::{self, Mapping};
 use std::fs::{File, OpenOptions};
@@ -19,11 +20,12 @@ pub(crate) struct MappedFile {
 }
 
 impl MappedFile {
-    /// Creates `path` exclusively (fails if it exists), reserves `len` zero
-    /// bytes for it on its filesystem and maps it. `known_as` is the name the
-    /// file will have once the caller has filled it in and moved it into
-    /// place (the same path when it is not moved): errors and the SIGBUS
-    /// handler name it, and [`MappedFile::remove_created`] removes it.
+    /// Creates a temporary file in `dir` (an unpredictable name from
+    /// `stem`, `O_EXCL`, the directory's file mode), reserves `len` zero
+    /// bytes for it on its filesystem and maps it; returns it and the
+    /// temporary name. `known_as` is the name the file will have once the
+    /// caller has filled it in and moved it into place: errors and the
+    /// SIGBUS handler name it, and [`MappedFile::remove_created`] removes it.
     ///
     /// The space is reserved up front (`posix_fallocate`): on a full tmpfs
     /// the first touch of an unreserved page raises SIGBUS, so a full
@@ -33,33 +35,37 @@ impl MappedFile {
     /// # Errors
     /// [`ShmError::NoSpace`] when the filesystem cannot hold `len` bytes,
     /// [`ShmError::Io`] otherwise.
-    pub fn create_new(path: &Path, len: usize, known_as: &Path) -> Result<Self, ShmError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(path)
-            .map_err(|e| ShmError::io(path, e))?;
+    pub fn create_new(dir: &Dir, stem: &str, len: usize, known_as: &Path) -> Result<(Self, String), ShmError> {
+        let (file, tmp) = dir.create_temp(stem).map_err(|e| ShmError::io(&dir.path().join(stem), e))?;
         let made = sys::reserve(&file, len).and_then(|()| Ok((file.metadata()?, sys::map_file(&file, len, known_as)?)));
         match made {
             Ok((meta, map)) => {
                 use std::os::unix::fs::MetadataExt;
-                Ok(Self { map, path: Some(known_as.to_owned()), created: Some((meta.dev(), meta.ino())) })
+                Ok((Self { map, path: Some(known_as.to_owned()), created: Some((meta.dev(), meta.ino())) }, tmp))
             }
             Err(e) => {
-                let _ = std::fs::remove_file(path);
+                let _ = dir.remove(&tmp);
                 Err(if e.raw_os_error() == Some(libc::ENOSPC) {
                     ShmError::NoSpace {
-                        dir: known_as.parent().map(Path::to_owned).unwrap_or_default(),
+                        dir: dir.path().to_owned(),
                         file: known_as.file_name().map(Into::into).unwrap_or_default(),
                         needs: len as u64,
                     }
                 } else {
-                    ShmError::io(path, e)
+                    ShmError::io(&dir.path().join(&tmp), e)
                 })
             }
         }
+    }
+
+    /// Maps the first `len` bytes of an open file, which the caller has
+    /// checked is at least that long; `path` names it in errors and the
+    /// SIGBUS handler.
+    pub fn from_file(file: &File, len: usize, path: &Path) -> io::Result<Self> {
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "empty file"));
+        }
+        Ok(Self { map: sys::map_file(file, len, path)?, path: Some(path.to_owned()), created: None })
     }
 
     /// Opens and maps an existing regular file whole. The caller validates
@@ -161,19 +167,25 @@ impl MappedFile {
     }
 }
 
-/// Opens `path` only if it is a regular file (following symlinks), never
-/// blocking: a FIFO, socket or device named like a tickwire file would
-/// otherwise hang the open or the read. Checked before opening (so a device
-/// is never opened) and again on the open descriptor (so a file swapped in
-/// between is caught).
+/// Opens `path` only if it is a regular file belonging to its directory's
+/// owner, never following a symbolic link and never blocking: a FIFO,
+/// socket or device named like a tickwire file would otherwise hang the
+/// open or the read, and another user's file (in a shared directory) could
+/// be a forgery. Checked before opening (so a device is never opened) and
+/// again on the open descriptor (so a file swapped in between is caught).
 pub(crate) fn open_regular(path: &Path, write: bool) -> io::Result<File> {
-    not_regular(&std::fs::metadata(path)?)?;
-    let file = OpenOptions::new().read(true).write(write).custom_flags(libc::O_NONBLOCK).open(path)?;
-    not_regular(&file.metadata()?)?;
+    use std::os::unix::fs::MetadataExt;
+    not_regular(&std::fs::symlink_metadata(path)?)?;
+    let flags = libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let file = OpenOptions::new().read(true).write(write).custom_flags(flags).open(path)?;
+    let meta = file.metadata()?;
+    not_regular(&meta)?;
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    crate::dir::owned_by(&meta, std::fs::metadata(parent)?.uid())?;
     Ok(file)
 }
 
-fn not_regular(meta: &std::fs::Metadata) -> io::Result<()> {
+pub(crate) fn not_regular(meta: &std::fs::Metadata) -> io::Result<()> {
     use std::os::unix::fs::FileTypeExt;
     let t = meta.file_type();
     let what = if t.is_file() {
@@ -186,6 +198,8 @@ fn not_regular(meta: &std::fs::Metadata) -> io::Result<()> {
         "a device"
     } else if t.is_dir() {
         "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
     } else {
         "not a regular file"
     };

@@ -1,6 +1,9 @@
 //! The `[router]` table of a tickwire config file: everything a router can
 //! be told, with safe defaults. The directory is the file's top-level `dir`
-//! (or `--dir`): shared-memory clients' logs, counters and the router's lock.
+//! (or `--dir`; default `/dev/shm/tickwire-USER`): shared-memory clients'
+//! logs, counters and the router's lock. It must be the router's user's own
+//! (another user's, or one others may write to without the sticky bit, is
+//! refused); the router creates it `0700`, or `02750` with `group`.
 //!
 //! ```toml
 //! [router]
@@ -13,6 +16,7 @@
 //! agent_link_bytes = 4194304      # the ring from each agent to each other one
 //! idle = "backoff"                # spin | yield | backoff | park
 //! ipc_log_bytes = 4194304         # each shared-memory client's log out of the router
+//! group = "trading"               # the directory's group (name or gid): created 02750, files 0640 (default: none, 0700 and 0600)
 //!
 //! [router.tls]                    # every TCP listener speaks TLS (rustls); clients use tls://
 //! cert = "router.pem"             # certificate chain, PEM (relative: to this file)
@@ -102,6 +106,9 @@ pub struct RouterConfig {
     /// Ring bytes of each shared-memory client's log out of the router (a
     /// power of two).
     pub ipc_log_bytes: usize,
+    /// The group (name or gid) whose members may read the directory: it is
+    /// created `02750` and its files `0640`. None: `0700` and `0600`.
+    pub group: Option<String>,
     /// Per-client limits.
     pub limits: LimitsConfig,
     /// TLS on every TCP listener.
@@ -317,7 +324,7 @@ impl Default for RouterConfig {
     fn default() -> Self {
         Self {
             name: "tickwire-router".into(),
-            dir: tickwire_shm::DEFAULT_DIR.into(),
+            dir: tickwire_shm::default_dir(),
             ipc: true,
             listen: vec![DEFAULT_LISTEN.into()],
             cpu: None,
@@ -326,6 +333,7 @@ impl Default for RouterConfig {
             agent_link_bytes: 4 << 20,
             idle: "backoff".into(),
             ipc_log_bytes: 4 << 20,
+            group: None,
             limits: LimitsConfig::default(),
             tls: None,
             cache: None,
@@ -438,6 +446,11 @@ impl RouterConfig {
         self.listen_addrs()?;
         if tickwire_agent::Idle::parse(&self.idle).is_err() {
             return bad("idle", &self.idle, "one of spin, yield, backoff, park");
+        }
+        if let Some(g) = &self.group {
+            if tickwire_shm::group_id(g).is_err() {
+                return bad("group", g, "a group of this system (name or gid)");
+            }
         }
         if !self.ipc_log_bytes.is_power_of_two() || self.ipc_log_bytes < 64 << 10 {
             return bad("ipc_log_bytes", &self.ipc_log_bytes, "a power of two, at least 65536");

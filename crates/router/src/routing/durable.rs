@@ -43,7 +43,14 @@ impl DurableState {
 
     pub(super) fn load(path: &Path) -> Result<Vec<Self>, JournalError> {
         let io = |source| JournalError::Io { path: path.to_path_buf(), source };
-        match std::fs::read(path) {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        // Never through a link planted in the journal's directory.
+        let read = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path).and_then(|f| {
+            let mut b = Vec::new();
+            f.take(64 << 20).read_to_end(&mut b).map(|_| b)
+        });
+        match read {
             Ok(b) => serde_json::from_slice(&b)
                 .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
@@ -53,9 +60,28 @@ impl DurableState {
 
     pub(super) fn save<'a>(path: &Path, all: impl Iterator<Item = &'a Self>) -> std::io::Result<()> {
         let all: Vec<&Self> = all.collect();
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(&all).map_err(std::io::Error::other)?)?;
-        std::fs::rename(&tmp, path)
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        // An unpredictable name, created new (O_EXCL, no link followed),
+        // the router's user's alone whatever the umask.
+        let mut nonce = [0u8; 8];
+        getrandom::fill(&mut nonce).map_err(std::io::Error::other)?;
+        let tmp = path.with_extension(format!("json.{:016x}.tmp", u64::from_le_bytes(nonce)));
+        let text = serde_json::to_vec_pretty(&all).map_err(std::io::Error::other)?;
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(&text));
+        match written.and_then(|()| std::fs::rename(&tmp, path)) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                Err(e)
+            }
+        }
     }
 }
 

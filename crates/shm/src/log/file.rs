@@ -3,6 +3,7 @@
 use super::layout::*;
 use super::order;
 use crate::config::LogConfig;
+use crate::dir::Dir;
 use crate::error::ShmError;
 use crate::mapped::MappedFile;
 use crate::sys::{self, ProcessId};
@@ -143,12 +144,11 @@ impl LogFile {
         cfg.validate()?;
         let name = channel_name(channel)?;
         let path = log_path(dir, channel, stream_id)?;
-        std::fs::create_dir_all(dir).map_err(|e| ShmError::io(dir, e))?;
+        let file_name = format!("{name}-{stream_id}.log");
+        let d = Dir::open(dir)?;
         let me = ProcessId::current();
         let hlen = header_len(cfg.max_subscribers);
-        let tmp = dir.join(format!(".{name}-{stream_id}.{}.tmp", me.pid));
-        let _ = std::fs::remove_file(&tmp);
-        let map = MappedFile::create_new(&tmp, hlen + cfg.capacity, &path)?;
+        let (map, tmp) = MappedFile::create_new(&d, &format!("{name}-{stream_id}"), hlen + cfg.capacity, &path)?;
         let session_id = session_id(me, stream_id);
         let mut head = vec![0u8; 128];
         head[..8].copy_from_slice(&MAGIC);
@@ -176,17 +176,17 @@ impl LogFile {
         // fails if the name exists, so a live publisher's file is never
         // clobbered and readers never see a half-written header.
         let result = loop {
-            match std::fs::hard_link(&tmp, &path) {
+            match d.link(&tmp, &file_name) {
                 Ok(()) => break Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    if let Err(e) = remove_if_stale(&path) {
+                    if let Err(e) = remove_if_stale(&d, &path, &file_name) {
                         break Err(e);
                     }
                 }
                 Err(e) => break Err(ShmError::io(&path, e)),
             }
         };
-        let _ = std::fs::remove_file(&tmp);
+        let _ = d.remove(&tmp);
         result?;
         let desc = read_descriptor(&path, &head, hlen + cfg.capacity)?;
         Ok(Self { map, desc, path })
@@ -194,16 +194,34 @@ impl LogFile {
 
     /// Opens an existing log and validates it.
     pub(crate) fn open(dir: &Path, channel: &str, stream_id: u32) -> Result<Self, ShmError> {
+        use std::os::unix::fs::FileExt;
         let path = log_path(dir, channel, stream_id)?;
-        let head = match MappedFile::peek(&path, 128) {
-            Ok(h) => h,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(ShmError::NoPublisher { path }),
+        let no_publisher = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+        let d = match Dir::existing(dir) {
+            Ok(d) => d,
+            Err(ShmError::Io { source, .. }) if no_publisher(&source) => return Err(ShmError::NoPublisher { path }),
+            Err(e) => return Err(e),
+        };
+        let name = format!("{}-{stream_id}.log", channel_name(channel)?);
+        let file = match d.open_file(&name, true, false) {
+            Ok(f) => f,
+            Err(e) if no_publisher(&e) => return Err(ShmError::NoPublisher { path }),
             Err(e) => return Err(ShmError::io(&path, e)),
         };
-        let file_len = std::fs::metadata(&path).map_err(|e| ShmError::io(&path, e))?.len() as usize;
-        let desc = read_descriptor(&path, &head, file_len)?;
+        let mut head = [0u8; 128];
+        let mut got = 0;
+        while got < head.len() {
+            match file.read_at(&mut head[got..], got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ShmError::io(&path, e)),
+            }
+        }
+        let file_len = file.metadata().map_err(|e| ShmError::io(&path, e))?.len() as usize;
+        let desc = read_descriptor(&path, &head[..got], file_len)?;
         // Map only after the size check above, so no access can fault.
-        let map = MappedFile::open(&path).map_err(|e| ShmError::io(&path, e))?;
+        let map = MappedFile::from_file(&file, file_len, &path).map_err(|e| ShmError::io(&path, e))?;
         if map.len() < desc.header_len + desc.capacity {
             return Err(ShmError::Corrupt { path, reason: "file shrank while opening".into() });
         }
@@ -336,10 +354,13 @@ pub fn inspect(path: &Path) -> FileStatus {
 }
 
 /// Removes `path` if it is a tickwire log whose publisher is dead.
-fn remove_if_stale(path: &Path) -> Result<(), ShmError> {
+fn remove_if_stale(dir: &Dir, path: &Path, name: &str) -> Result<(), ShmError> {
+    if dir.remove_foreign(name) {
+        return Ok(());
+    }
     match inspect(path) {
         FileStatus::Live(d) => Err(ShmError::InUse { path: path.into(), pid: d.publisher.pid }),
-        FileStatus::Stale { .. } => match std::fs::remove_file(path) {
+        FileStatus::Stale { .. } => match dir.remove(name) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(ShmError::io(path, e)),

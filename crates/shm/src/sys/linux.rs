@@ -164,6 +164,38 @@ pub fn membarrier_global() -> bool {
     unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0 }
 }
 
+/// The name of the user `uid` from the system's user database (NSS, so
+/// LDAP users too), if it has one.
+pub fn user_name(uid: u32) -> Option<String> {
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: an all-zero `passwd` is a valid value of a plain C struct.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call: `pw` and `out` are ours,
+    // `buf` is writable for `buf.len()` bytes; the strings `pw` points to
+    // live in `buf`, read below while it lives.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut out) };
+    if rc != 0 || out.is_null() || pw.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: getpwuid_r succeeded: `pw_name` is a NUL-terminated string in `buf`.
+    let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
+    name.to_str().ok().filter(|n| !n.is_empty()).map(str::to_owned)
+}
+
+/// The id of the group `name` from the system's group database, if it exists.
+pub fn group_id(name: &str) -> Option<u32> {
+    let cname = std::ffi::CString::new(name).ok()?;
+    let mut buf = vec![0u8; 1 << 16];
+    // SAFETY: an all-zero `group` is a valid value of a plain C struct.
+    let mut gr: libc::group = unsafe { std::mem::zeroed() };
+    let mut out: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: `cname` is NUL-terminated; `gr`, `out` are ours and `buf` is
+    // writable for `buf.len()` bytes; only the gid (a copy) is kept.
+    let rc = unsafe { libc::getgrnam_r(cname.as_ptr(), &mut gr, buf.as_mut_ptr().cast(), buf.len(), &mut out) };
+    (rc == 0 && !out.is_null()).then_some(gr.gr_gid)
+}
+
 /// Ignores SIGINT in this process (`SIG_IGN`, not a handler, so blocking
 /// system calls are not interrupted). For worker processes whose parent
 /// decides when they stop.
