@@ -199,10 +199,14 @@ pub struct Session {
     pub(crate) holding: Vec<(u32, u64)>,
     /// In the router's list of sessions with frames waiting.
     pub(crate) in_backlog: bool,
-    /// `stats.messages_out` at the last housekeeping, and whether it had
-    /// grown since the one before: a client that reads, whose queue the
-    /// router-wide `max_queued_bytes` leaves alone while others stall.
-    pub(crate) out_seen: (u64, bool),
+    /// Waiting, out of the backlog, for its socket to be writable (still
+    /// `in_backlog`, so nothing puts it back before then).
+    pub(crate) parked: bool,
+    /// `stats.messages_out` at the last housekeeping, and how many
+    /// housekeepings it has not grown for: a client whose output moved
+    /// lately reads, and the router-wide `max_queued_bytes` leaves its
+    /// queue alone while others stall.
+    pub(crate) out_seen: (u64, u32),
     /// Totals.
     pub stats: SessionStats,
     pub(crate) counters: Option<CounterSet>,
@@ -240,7 +244,8 @@ impl Session {
             paused_by: 0,
             holding: Vec::new(),
             in_backlog: false,
-            out_seen: (0, false),
+            parked: false,
+            out_seen: (0, 0),
             stats: SessionStats::default(),
             counters,
         }
@@ -322,6 +327,12 @@ impl Session {
             || !self.control.is_empty()
             || self.ack_due > 0
             || matches!(&self.out, Outbound::Tcp(t) if t.has_pending() || t.failure().is_some())
+    }
+
+    /// Whether its transport (a TCP connection) found its socket full at
+    /// the last flush: flushing again before it is writable is wasted.
+    pub(crate) fn write_blocked(&self) -> bool {
+        matches!(&self.out, Outbound::Tcp(t) if t.is_blocked())
     }
 
     /// Why its transport failed (a TCP connection's write), once it has.

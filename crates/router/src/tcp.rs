@@ -37,6 +37,12 @@ impl TcpOut {
         !self.writer.is_flushed(&self.stream) && self.writer.failure().is_none()
     }
 
+    /// Whether its last write found the socket full: nothing more can go
+    /// until the socket is writable again.
+    pub(crate) fn is_blocked(&self) -> bool {
+        self.writer.is_blocked() && self.writer.failure().is_none()
+    }
+
     /// Why the connection failed, once it has.
     pub(crate) fn failure(&self) -> Option<&str> {
         self.writer.failure()

@@ -130,6 +130,9 @@ pub struct LinkWriter {
     stats: LinkStats,
     /// `stats.writes` at the last trim.
     writes_at_trim: u64,
+    /// The last flush stopped because the socket took no more (see
+    /// [`LinkWriter::is_blocked`]).
+    blocked: bool,
 }
 
 impl LinkWriter {
@@ -145,6 +148,7 @@ impl LinkWriter {
             failed: None,
             stats: LinkStats::default(),
             writes_at_trim: 0,
+            blocked: false,
         }
     }
 
@@ -253,9 +257,12 @@ impl LinkWriter {
             return Err(self.fail(format!("write: {e}")));
         }
         let mut taken = 0;
+        self.blocked = true;
         loop {
             let rest: usize = extra.iter().map(|e| e.len()).sum::<usize>() - taken;
             if self.buf.is_empty() && rest == 0 {
+                // TLS: records it could not write wait for writability too.
+                self.blocked = wire.wants_write();
                 return Ok(taken);
             }
             let mut slices = [IoSlice::new(&[]); 4];
@@ -342,6 +349,13 @@ impl LinkWriter {
     /// Bytes held.
     pub fn held(&self) -> usize {
         self.buf.len()
+    }
+
+    /// Whether the last [`flush`](Self::flush) stopped because the socket
+    /// took no more (a short write or would-block), so trying again before
+    /// it is writable would be a wasted system call.
+    pub fn is_blocked(&self) -> bool {
+        self.blocked
     }
 
     /// Whether nothing written waits (here or in the TLS layer).

@@ -133,6 +133,9 @@ pub struct RoutingAgent {
     /// poll is edge-triggered and a held publisher's full socket will not
     /// signal again, so they are read as soon as they are let go.
     skipped: Vec<Token>,
+    /// Sessions whose sockets were full at a flush, just handed over by the
+    /// router to be watched for writability (kept: no allocation).
+    parked: Vec<u32>,
     failed: Vec<(u32, String)>,
     /// System calls on TCP links: reads and polls live, and the writes of
     /// sessions that have ended.
@@ -204,6 +207,7 @@ impl RoutingAgent {
             events: Events::with_capacity(256),
             tokens: Vec::with_capacity(256),
             skipped: Vec::new(),
+            parked: Vec::new(),
             failed: Vec::new(),
             io: IoCounts::default(),
             heartbeat_timeouts: 0,
@@ -259,6 +263,7 @@ impl RoutingAgent {
         }
         work += self.router.poll_guaranteed(self.now);
         work += self.router.flush(&mut self.failed);
+        self.watch_parked();
         for (id, why) in self.router.take_slow() {
             self.begin_close(id, why);
         }

@@ -77,6 +77,25 @@ impl RoutingAgent {
         tracing::info!(client = self.router.client_id(id), %peer, agent = %self.role, "{scheme} client connected");
     }
 
+    /// Watches the sessions the router parked (their sockets full at a
+    /// flush) for writability as well as readability: one `epoll_ctl`
+    /// each, instead of a failed write every duty cycle until the client
+    /// reads. Registering again reports a socket already writable, so no
+    /// wake-up is lost between the write and this.
+    pub(super) fn watch_parked(&mut self) {
+        self.router.poll_parked(&mut self.parked);
+        for id in self.parked.drain(..) {
+            let Some(Some(input)) = self.tcp.get(id as usize) else { continue };
+            let fd = input.stream.stream().as_raw_fd();
+            let both = Readiness::READABLE | Readiness::WRITABLE;
+            if let Err(e) = self.poll.registry().reregister(&mut mio::unix::SourceFd(&fd), Token(id as usize), both) {
+                // Not watched: flushed again at once rather than never.
+                tracing::debug!(client = self.router.client_id(id), "watching for writability: {e}");
+                self.router.unpark(id);
+            }
+        }
+    }
+
     pub(super) fn poll_tcp(&mut self) -> usize {
         self.io.polls += 1;
         if self.poll.poll(&mut self.events, Some(Duration::ZERO)).is_err() {
@@ -84,7 +103,17 @@ impl RoutingAgent {
         }
         let mut tokens = std::mem::take(&mut self.tokens);
         tokens.clear();
-        tokens.extend(self.events.iter().map(|e| e.token()));
+        let (tcp, poll, router) = (&self.tcp, &self.poll, &mut self.router);
+        for e in self.events.iter() {
+            if e.is_writable() {
+                // A parked session's socket has room again: watch it for
+                // reading only, and flush it with the next flush.
+                unpark(tcp, poll, router, e.token());
+            }
+            if e.is_readable() || e.is_read_closed() || e.is_error() {
+                tokens.push(e.token());
+            }
+        }
         if !self.skipped.is_empty() {
             let router = &self.router;
             self.skipped.retain(|&t| {
@@ -235,4 +264,13 @@ impl RoutingAgent {
         }
         io
     }
+}
+
+/// Session `t`'s socket is writable: back to reading only, and back in the
+/// router's backlog.
+fn unpark(tcp: &[Option<TcpInput>], poll: &mio::Poll, router: &mut crate::routing::Router, t: Token) {
+    let Some(Some(input)) = tcp.get(t.0) else { return };
+    let fd = input.stream.stream().as_raw_fd();
+    let _ = poll.registry().reregister(&mut mio::unix::SourceFd(&fd), t, Readiness::READABLE);
+    router.unpark(t.0 as u32);
 }

@@ -159,6 +159,9 @@ pub struct Router {
     backlog: Vec<u32>,
     /// The backlog being flushed (kept: no allocation per flush).
     flushing: Vec<u32>,
+    /// Sessions parked by the last flushes (their sockets full), for the
+    /// agent to watch for writability ([`Router::poll_parked`]).
+    parked: Vec<u32>,
     /// Publishers to let go after a flush (kept).
     releasing: Vec<(u32, u64)>,
     /// The subscriptions, and what each topic seen needs.
@@ -198,6 +201,7 @@ impl Router {
             next_serial: 0,
             backlog: Vec::new(),
             flushing: Vec::new(),
+            parked: Vec::new(),
             releasing: Vec::new(),
             topics: Topics::new(TOPIC_LIMIT),
             cache: None,

@@ -57,6 +57,9 @@ impl Router {
         if s.in_backlog {
             self.backlog.retain(|&b| b != id);
         }
+        if s.parked {
+            self.parked.retain(|&b| b != id);
+        }
         self.memory.released(s.queue.allocated() + s.subscriptions.len() * super::memory::SUBSCRIPTION_BYTES);
         for (sid, text) in s.subscriptions.drain() {
             let Some(p) = super::parsed(&text) else { continue };
@@ -251,6 +254,26 @@ impl Router {
         mark(&mut self.sessions, &mut self.backlog, id);
     }
 
+    /// Sessions whose sockets the last flushes found full, moved into
+    /// `out`: the agent watches each for writability and then calls
+    /// [`Router::unpark`].
+    pub fn poll_parked(&mut self, out: &mut Vec<u32>) {
+        out.append(&mut self.parked);
+    }
+
+    /// Session `id`'s socket is writable again: back in the backlog, to
+    /// be flushed by the next [`Router::flush`]. A session not parked
+    /// (ended, or its id reused since) is left alone.
+    pub fn unpark(&mut self, id: u32) {
+        if let Some(Some(s)) = self.sessions.get_mut(id as usize) {
+            if s.parked {
+                s.parked = false;
+                self.parked.retain(|&b| b != id);
+                self.backlog.push(id);
+            }
+        }
+    }
+
     /// Moves queued frames to every session's transport; returns the frames
     /// moved, and puts in `failed` the sessions whose transport broke.
     pub fn flush(&mut self, failed: &mut Vec<(u32, String)>) -> usize {
@@ -270,7 +293,13 @@ impl Router {
                 s.holding_since = 0;
             }
             s.in_backlog = s.needs_flush();
-            if s.in_backlog {
+            if s.in_backlog && s.write_blocked() {
+                // Its socket is full: trying again each duty cycle would
+                // cost a failed write each (40 stalled clients: 40 a
+                // cycle). It waits for the agent to see it writable.
+                s.parked = true;
+                self.parked.push(id);
+            } else if s.in_backlog {
                 self.backlog.push(id);
             }
         }
