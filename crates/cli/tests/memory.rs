@@ -39,11 +39,19 @@ struct Router {
     child: Child,
     tcp: SocketAddr,
     dir: String,
+    /// One router at a time: run side by side, four routers and their
+    /// thousands of clients starve each other's readers on 2 CPUs, and a
+    /// reader's own lag is not what these tests measure.
+    _alone: std::sync::MutexGuard<'static, ()>,
 }
+
+/// Held by the running test's router.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Router {
     /// Starts one with `limits` (lines of `[router.limits]`).
     fn start(name: &str, limits: &str) -> Self {
+        let alone = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let dir = std::env::temp_dir().join(format!("tw-memory-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -78,7 +86,7 @@ impl Router {
             .find_map(|p| p.split_whitespace().find_map(|w| w.strip_prefix("tcp://")))
             .and_then(|a| a.trim_end_matches(',').parse().ok())
             .unwrap_or_else(|| panic!("no tcp:// address in {line:?}"));
-        Self { child, tcp, dir }
+        Self { child, tcp, dir, _alone: alone }
     }
 
     /// A field of its `/proc/PID/status`, bytes.

@@ -16,8 +16,8 @@
 //!   discards, the next delivery carrying the count) and stays squeezed to
 //!   that level until the total is under three quarters of the share;
 //!   `disconnect` and `back-pressure` (which never drop) are ended as slow
-//!   consumers with the reason. A client that read since the last
-//!   housekeeping is left alone (and let go of a squeeze) unless the
+//!   consumers with the reason. A client that read within the last
+//!   500 ms is left alone (and let go of a squeeze) unless the
 //!   others alone cannot make room, and a queue under the level is not
 //!   touched: a client that keeps reading loses nothing while others
 //!   stall.
@@ -47,6 +47,12 @@ const AGAIN_AFTER: u32 = 75;
 /// its index node, its entry in its session's map): for deciding when to
 /// ask the allocator to give memory back, not a measure.
 pub(super) const SUBSCRIPTION_BYTES: usize = 256;
+
+/// A client is taken to be reading while its output moved within this
+/// many housekeepings (of 20 ms): 500 ms, longer than the pauses a busy or
+/// virtual host gives a reader that keeps up (a 20 ms window squeezed a
+/// reader paused for that long, and it lost thousands of messages).
+const READING_HOUSEKEEPINGS: u32 = 25;
 
 /// The least a squeezed queue keeps, bytes.
 const MIN_LEVEL: usize = 4 << 10;
@@ -118,8 +124,9 @@ impl Router {
             self.memory.released += s.queue.trim();
             total += s.queue.allocated();
             let out = s.stats.messages_out;
-            s.out_seen = (out, out != s.out_seen.0);
-            if s.out_seen.1 {
+            let quiet = if out == s.out_seen.0 { s.out_seen.1.saturating_add(1) } else { 0 };
+            s.out_seen = (out, quiet);
+            if quiet == 0 {
                 // It reads: squeezed while it lagged, it is not now.
                 s.queue.unsqueeze();
             }
@@ -165,7 +172,7 @@ impl Router {
             let a = s.queue.allocated();
             if a > 0 && !going(id as u32, s) {
                 total += a;
-                if s.out_seen.1 {
+                if s.out_seen.1 < READING_HOUSEKEEPINGS {
                     reading += a;
                     readers.push((a, id as u32));
                 } else {
