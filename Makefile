@@ -43,7 +43,7 @@ crash: setup
 # make test publishes 100,000). One at a time, so the timings are the
 # router's.
 hostile: setup
-	@$(CARGO_ENV) cargo test --release -p tickwire-router --test deadlines --test heartbeats --test hostile_link --test logins --test limits --test queued_bytes --test metrics_hostile -- --nocapture --test-threads=1
+	@$(CARGO_ENV) TICKWIRE_FLOOD_THREADS=20 TICKWIRE_FLOOD_SECONDS=10 cargo test --release -p tickwire-router --test deadlines --test heartbeats --test hostile_link --test logins --test limits --test queued_bytes --test metrics_hostile -- --nocapture --test-threads=1
 	@$(CARGO_ENV) cargo test --release -p tickwire-cli --test limits -- --nocapture --test-threads=1
 	@$(CARGO_ENV) TICKWIRE_MEMORY_MESSAGES=200001 cargo test --release -p tickwire-cli --test memory -- --nocapture --test-threads=1
 

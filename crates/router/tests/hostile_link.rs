@@ -401,3 +401,54 @@ fn a_subscriber_that_never_reads_under_the_disconnect_policy_is_closed_and_count
     assert_eq!(totals.slow_disconnected, 1, "{totals:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The agents' `write`/`writev` calls on TCP sockets, from the metrics
+/// page (`tickwire_router_agent_socket_writes_total`, all agents).
+fn socket_writes(metrics: SocketAddr) -> u64 {
+    let mut c = TcpStream::connect(metrics).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).unwrap();
+    let n: Vec<u64> = (text.lines())
+        .filter(|l| l.starts_with("tickwire_router_agent_socket_writes_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert!(!n.is_empty(), "no socket_writes in the metrics page:\n{text}");
+    n.iter().sum()
+}
+
+/// A subscriber that never reads leaves its socket full and frames queued
+/// once a busy run is over: the router waits for epoll to say the socket
+/// is writable, and does not try (and fail) a `writev` on it every duty
+/// cycle meanwhile (it did: 40 stalled clients cost 40 failed calls a
+/// cycle, 2-3 times the router's CPU).
+#[test]
+fn a_full_socket_is_not_written_to_again_until_it_is_writable() {
+    let dir = tempdir("hostile-parked");
+    let limits =
+        LimitsConfig { queue_bytes: QUEUE, max_frame: 16 << 10, heartbeat_interval: "0s".into(), ..Default::default() };
+    let cfg = RouterConfig { limits, metrics: Some("127.0.0.1:0".into()), ..RouterConfig::default() };
+    let r = start(&dir, cfg);
+    let metrics = r.metrics.expect("the metrics listener");
+    let _never = never_reading_subscriber(r.tcp, SlowConsumer::DropOldest);
+    let (mut fast, mut publ) = fast_and_publisher(r.tcp, &dir);
+    let got = publish_busy(&mut publ, &mut fast);
+    assert_eq!(got.len() as u64, BUSY, "the subscriber that reads got every message");
+    let st = status_of(&dir, "never-reads", |c| c.queue_messages > 0).expect("never-reads in the status");
+    assert!(st.queue_messages > 0, "frames wait for the full socket: {st:?}");
+    // Quiet now: no publisher, no heartbeats; only the full socket waits.
+    std::thread::sleep(Duration::from_millis(100));
+    let before = socket_writes(metrics);
+    std::thread::sleep(Duration::from_millis(500));
+    let after = socket_writes(metrics);
+    println!(
+        "a full socket with {} frames ({} bytes) queued for it: {} socket writes in 500 ms of quiet ({before} before)",
+        st.queue_messages,
+        st.queue_bytes,
+        after - before
+    );
+    assert!(after - before <= 2, "{} writes in 500 ms to a socket that stays full", after - before);
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}
