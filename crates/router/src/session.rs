@@ -202,11 +202,13 @@ pub struct Session {
     /// Waiting, out of the backlog, for its socket to be writable (still
     /// `in_backlog`, so nothing puts it back before then).
     pub(crate) parked: bool,
-    /// `stats.messages_out` at the last housekeeping, and how many
-    /// housekeepings it has not grown for: a client whose output moved
-    /// lately reads, and the router-wide `max_queued_bytes` leaves its
-    /// queue alone while others stall.
-    pub(crate) out_seen: (u64, u32),
+    /// `stats.messages_out` at the last housekeeping.
+    pub(crate) out_seen: u64,
+    /// When its output last moved (monotonic ns, as of the router's last
+    /// clock; its attach time before): a client whose output moved lately
+    /// reads, and the router-wide `max_queued_bytes` cuts the queues of
+    /// the clients whose output has been still longest first.
+    pub(crate) moved_at: u64,
     /// Totals.
     pub stats: SessionStats,
     pub(crate) counters: Option<CounterSet>,
@@ -245,7 +247,8 @@ impl Session {
             holding: Vec::new(),
             in_backlog: false,
             parked: false,
-            out_seen: (0, 0),
+            out_seen: 0,
+            moved_at: 0,
             stats: SessionStats::default(),
             counters,
         }

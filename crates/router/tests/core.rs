@@ -121,7 +121,7 @@ fn a_stalled_client_loses_its_oldest_and_hears_how_many() {
     // The slow client reads again: the newest 10, the first carrying the count.
     let Outbound::Memory(m) = r.session_mut(slow).unwrap().outbound_mut() else { panic!() };
     m.room = usize::MAX;
-    r.flush(&mut Vec::new());
+    r.flush(0, &mut Vec::new());
     let got = drain(&mut r, slow);
     let firsts: Vec<(u64, u32)> = got.iter().map(|f| (u64::from_le_bytes(f.2[..8].try_into().unwrap()), f.3)).collect();
     assert_eq!(firsts[0], (15, 15), "message 15 comes first and says 15 were dropped before it");
@@ -254,7 +254,7 @@ fn under_the_disconnect_policy_a_stalled_client_is_closed_and_the_others_are_unt
     assert!(!r.close_sent(slow), "no room yet");
     let Outbound::Memory(m) = r.session_mut(slow).unwrap().outbound_mut() else { panic!() };
     m.room = usize::MAX;
-    r.flush(&mut Vec::new());
+    r.flush(0, &mut Vec::new());
     assert!(r.close_sent(slow));
     let last = drain(&mut r, slow).pop().unwrap();
     assert_eq!((last.0, last.3), (ClientKind::Close, RejectCode::Limit as u32), "the CLOSE is next, no delivery");
@@ -280,7 +280,7 @@ fn under_back_pressure_nothing_is_dropped_and_the_publisher_is_held_until_half_i
     // It reads: below half its bound, p is let go; every message arrives.
     let Outbound::Memory(m) = r.session_mut(slow).unwrap().outbound_mut() else { panic!() };
     m.room = usize::MAX;
-    r.flush(&mut Vec::new());
+    r.flush(0, &mut Vec::new());
     assert!(!r.any_held() && !r.is_held(p));
     let got = drain(&mut r, slow);
     let seqs: Vec<u64> = got
@@ -310,7 +310,7 @@ fn a_back_pressure_client_that_holds_publishers_past_the_timeout_is_ended_and_th
     assert!(stuck[0].1.reason.contains("back_pressure_timeout"), "{}", stuck[0].1.reason);
     assert!(r.begin_close(slow, &stuck[0].1));
     assert_eq!(r.totals().slow_disconnected, 1);
-    r.flush(&mut Vec::new());
+    r.flush(0, &mut Vec::new());
     assert!(!r.is_held(p) && !r.any_held(), "its publisher is let go");
     r.handle_frame(p, &publish("t", b"after")).unwrap();
     assert_eq!(topics(&drain(&mut r, fast)).len(), 12);
@@ -331,7 +331,7 @@ fn a_hold_that_ends_in_time_starts_the_clock_again() {
         // It reads everything, then stalls again.
         let Outbound::Memory(m) = r.session_mut(slow).unwrap().outbound_mut() else { panic!() };
         m.room = usize::MAX;
-        r.flush(&mut Vec::new());
+        r.flush(0, &mut Vec::new());
         assert!(!r.is_held(p));
         drain(&mut r, slow);
         let Outbound::Memory(m) = r.session_mut(slow).unwrap().outbound_mut() else { panic!() };
@@ -378,7 +378,7 @@ fn a_lagging_client_gets_only_the_newest_message_of_a_conflated_topic() {
     assert_eq!(topics(&drain(&mut r, fast)).len(), 6, "a client that keeps up gets every one");
     let Outbound::Memory(m) = r.session_mut(lag).unwrap().outbound_mut() else { panic!() };
     m.room = usize::MAX;
-    r.flush(&mut Vec::new());
+    r.flush(0, &mut Vec::new());
     let got: Vec<(String, Vec<u8>)> = deliveries(&mut r, lag).into_iter().map(|d| (d.0, d.1)).collect();
     let want = [("md/a", b"3"), ("md/b", b"1"), ("fx/x", b"1"), ("fx/x", b"2")];
     assert_eq!(got, want.map(|(t, v)| (t.to_owned(), v.to_vec())), "md/a's newest in md/a's place; fx/x not conflated");
@@ -412,7 +412,7 @@ fn a_welcome_after_a_password_check_is_flushed_when_the_client_has_room() {
     };
     r.handle_frame(id, &frame(hello)).unwrap();
     let mut failed = Vec::new();
-    r.flush(&mut failed);
+    r.flush(0, &mut failed);
     let asked = r.take_auth_requests();
     assert_eq!(asked.len(), 1);
     let a = &asked[0];
@@ -421,7 +421,7 @@ fn a_welcome_after_a_password_check_is_flushed_when_the_client_has_room() {
     // The client reads again; the router's next duty cycle flushes.
     let Outbound::Memory(m) = r.session_mut(id).unwrap().outbound_mut() else { panic!() };
     m.room = usize::MAX;
-    r.flush(&mut failed);
+    r.flush(0, &mut failed);
     let got = drain(&mut r, id);
     assert_eq!(got.first().map(|f| f.0), Some(ClientKind::Welcome), "{got:?}");
 }

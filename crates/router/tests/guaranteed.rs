@@ -352,8 +352,8 @@ fn an_ack_is_never_dropped_for_a_publisher_behind_on_reading() {
     let Outbound::Memory(m) = r.session_mut(p).unwrap().outbound_mut() else { panic!() };
     m.room = usize::MAX;
     let mut failed = Vec::new();
-    r.flush(&mut failed);
-    r.flush(&mut failed);
+    r.flush(0, &mut failed);
+    r.flush(0, &mut failed);
     assert!(failed.is_empty(), "{failed:?}");
     let acks: Vec<u64> = frames(&mut r, p).iter().filter(|f| f.0 == ClientKind::Ack).map(|f| f.3).collect();
     assert_eq!(acks.last(), Some(&500), "the highest ACK the client got: {acks:?}");

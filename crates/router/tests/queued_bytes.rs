@@ -38,20 +38,35 @@ fn router(disconnects: usize) -> (Router, Vec<u32>, u32, u32) {
     (r, stalled, reader, publ)
 }
 
-/// Publishes `n` messages of 1000 B with a housekeeping every 100; returns
-/// the most the queues held after a publish.
-fn publish_n(r: &mut Router, publ: u32, n: u64) -> usize {
-    let mut peak = 0;
-    for i in 0..n {
+/// 1 ms, in the router's clock.
+const MS: u64 = 1_000_000;
+
+/// Publishes messages `from..to` of 1000 B (each body starts with its
+/// index), the queues' most after a publish raised to `peak`.
+fn publish_range(r: &mut Router, publ: u32, (from, to): (u64, u64), peak: &mut usize) {
+    for i in from..to {
         let mut body = [0u8; 1000];
         body[..8].copy_from_slice(&i.to_le_bytes());
         r.handle_frame(publ, &publish("md/x", &body)).unwrap();
-        peak = peak.max(r.queued_allocated());
-        if i % 100 == 99 {
-            r.housekeep_memory();
-        }
+        *peak = (*peak).max(r.queued_allocated());
+    }
+}
+
+/// Publishes `n` messages of 1000 B with a housekeeping every 100 (20 ms
+/// apart); returns the most the queues held after a publish.
+fn publish_n(r: &mut Router, publ: u32, n: u64) -> usize {
+    let mut peak = 0;
+    for i in (0..n).step_by(100) {
+        publish_range(r, publ, (i, (i + 100).min(n)), &mut peak);
+        r.housekeep_memory((i / 100 + 1) * 20 * MS);
     }
     peak
+}
+
+/// Sets the frames session `id`'s transport takes before it is full.
+fn set_room(r: &mut Router, id: u32, room: usize) {
+    let Outbound::Memory(m) = r.session_mut(id).unwrap().outbound_mut() else { panic!() };
+    m.room = room;
 }
 
 /// The reader's deliveries: (index, discards before it).
@@ -86,9 +101,8 @@ fn past_max_queued_bytes_the_largest_drop_oldest_queues_are_cut_and_the_reader_l
     assert!(hi - lo <= 8 && *lo > 5_000 - (QUEUE as u64 / 1020), "{discards:?}");
     assert_eq!(r.totals().discards, discards.iter().sum::<u64>());
     // A cut queue's next delivery says how many went before it.
-    let Outbound::Memory(m) = r.session_mut(stalled[0]).unwrap().outbound_mut() else { panic!() };
-    m.room = usize::MAX;
-    r.flush(&mut Vec::new());
+    set_room(&mut r, stalled[0], usize::MAX);
+    r.flush(2 * 1000 * MS, &mut Vec::new());
     let first = read(&mut r, stalled[0])[0];
     assert_eq!(u64::from(first.1), first.0, "message {} says {} were dropped before it", first.0, first.1);
 }
@@ -104,4 +118,40 @@ fn past_max_queued_bytes_a_disconnect_client_among_the_largest_is_ended_with_the
     assert_eq!(ended, stalled[..2], "the two disconnect clients, once each");
     assert!(slow.iter().all(|s| s.1.reason.contains("limits.max_queued_bytes")), "{slow:?}");
     assert_eq!(read(&mut r, reader).len(), 2_000, "the reader got everything");
+}
+
+#[test]
+fn in_the_first_500_ms_the_stillest_queues_are_cut_first_and_a_reader_that_lagged_loses_nothing() {
+    // Every client's output moved within 500 ms, so none is past the
+    // reading window: the stalled ones (still for 43 ms) are cut, not the
+    // reader, which lags (its queue 190 KiB, over the common level of
+    // about 100 KiB) but moved just now.
+    let (mut r, stalled, reader, publ) = router(0);
+    let mut peak = 0;
+    for &id in &stalled {
+        set_room(&mut r, id, 5);
+    }
+    publish_range(&mut r, publ, (0, 5), &mut peak);
+    r.housekeep_memory(2 * MS);
+    for &id in stalled.iter().chain([&reader]) {
+        set_room(&mut r, id, 0);
+    }
+    publish_range(&mut r, publ, (5, 55), &mut peak);
+    set_room(&mut r, reader, 10);
+    r.flush(45 * MS, &mut Vec::new());
+    set_room(&mut r, reader, 0);
+    publish_range(&mut r, publ, (55, 205), &mut peak);
+    set_room(&mut r, reader, usize::MAX);
+    r.flush(46 * MS, &mut Vec::new());
+    let got = read(&mut r, reader);
+    let discards: Vec<u64> = stalled.iter().map(|&id| r.session(id).unwrap().stats.discards).collect();
+    println!(
+        "8 stalled, one reader lagging 190 KiB, all moved within 45 ms: at most {} KiB held, {} cuts, \
+         discards per stalled client {discards:?}",
+        peak >> 10,
+        r.queue_trims()
+    );
+    assert!(peak <= MAX, "{peak} bytes queued, the bound is {MAX}");
+    assert_eq!(got, (0..205).map(|i| (i, 0)).collect::<Vec<_>>(), "the reader got everything, nothing dropped");
+    assert!(discards.iter().all(|&d| d > 0), "every stalled queue was cut: {discards:?}");
 }

@@ -41,7 +41,11 @@ use tickwire_shm::{CounterSet, Event, LogAppender, LogReader};
 use tickwire_transport::tls::Wire;
 use tickwire_wire::client::RejectCode;
 
-/// Frames read from one client per duty cycle (fairness between clients).
+/// Frames read from one client per duty cycle: fairness between clients,
+/// and a bound on what is delivered between two flushes (a publisher's
+/// backlog after a pause, fanned out to every queue before any socket
+/// took a byte, crossed `limits.max_queued_bytes` with every queue alike,
+/// the reader's too).
 const POLL_LIMIT: usize = 256;
 /// How often to publish counters.
 const HOUSEKEEPING_NS: u64 = 20_000_000;
@@ -129,10 +133,11 @@ pub struct RoutingAgent {
     events: Events,
     /// The tokens of one poll's events (kept: no allocation per poll).
     tokens: Vec<Token>,
-    /// Connections that were readable while their publisher was held: the
-    /// poll is edge-triggered and a held publisher's full socket will not
-    /// signal again, so they are read as soon as they are let go.
-    skipped: Vec<Token>,
+    /// Connections with frames left to read that the edge-triggered poll
+    /// will not signal again: those readable while their publisher was
+    /// held (read as soon as they are let go), and those whose last read
+    /// stopped at [`POLL_LIMIT`] frames (read again next cycle).
+    unread: Vec<Token>,
     /// Sessions whose sockets were full at a flush, just handed over by the
     /// router to be watched for writability (kept: no allocation).
     parked: Vec<u32>,
@@ -206,7 +211,7 @@ impl RoutingAgent {
             poll: Poll::new()?,
             events: Events::with_capacity(256),
             tokens: Vec::with_capacity(256),
-            skipped: Vec::new(),
+            unread: Vec::new(),
             parked: Vec::new(),
             failed: Vec::new(),
             io: IoCounts::default(),
@@ -262,7 +267,7 @@ impl RoutingAgent {
             });
         }
         work += self.router.poll_guaranteed(self.now);
-        work += self.router.flush(&mut self.failed);
+        work += self.router.flush(self.now, &mut self.failed);
         self.watch_parked();
         for (id, why) in self.router.take_slow() {
             self.begin_close(id, why);
@@ -292,7 +297,7 @@ impl RoutingAgent {
                 self.expire();
                 self.router.guaranteed_housekeeping(self.now);
                 self.trim_links();
-                self.router.housekeep_memory();
+                self.router.housekeep_memory(self.now);
                 self.keep_links_alive();
                 self.publish_counters();
                 self.housekeeping = self.housekeeping.wrapping_add(1);
@@ -515,7 +520,7 @@ impl RoutingAgent {
             r.session_ids().iter().filter_map(|&id| r.session(id)).map(crate::Session::queued).sum()
         };
         while tickwire_shm::os::monotonic_ns() < deadline && queued(&self.router) > 0 {
-            self.router.flush(&mut self.failed);
+            self.router.flush(self.now, &mut self.failed);
             std::thread::sleep(Duration::from_micros(100));
         }
         let dropped = queued(&self.router);

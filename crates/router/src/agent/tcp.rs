@@ -5,7 +5,7 @@
 //! idle links' buffers given back (`trim_links`), and the system calls
 //! all of it made ([`IoCounts`]).
 
-use super::{handle, RoutingAgent};
+use super::{handle, RoutingAgent, POLL_LIMIT};
 use crate::accept::Slot;
 use crate::routing::Disconnect;
 use crate::session::Outbound;
@@ -114,9 +114,9 @@ impl RoutingAgent {
                 tokens.push(e.token());
             }
         }
-        if !self.skipped.is_empty() {
+        if !self.unread.is_empty() {
             let router = &self.router;
-            self.skipped.retain(|&t| {
+            self.unread.retain(|&t| {
                 let held = router.is_held(t.0 as u32);
                 if !held && !tokens.contains(&t) {
                     tokens.push(t);
@@ -130,8 +130,8 @@ impl RoutingAgent {
             let id = t.0;
             // Held by a back-pressure client: its socket's buffers fill.
             if any_held && self.router.is_held(id as u32) {
-                if !self.skipped.contains(&t) {
-                    self.skipped.push(t);
+                if !self.unread.contains(&t) {
+                    self.unread.push(t);
                 }
                 continue;
             }
@@ -158,9 +158,10 @@ impl RoutingAgent {
                         }
                     }
                 },
-                usize::MAX,
+                POLL_LIMIT,
             );
             self.io.reads += reader.stats().reads - reads;
+            let buffered = reader.has_buffered();
             match r {
                 Ok(n) => work += n,
                 Err(FrameError::Closed(e)) => {
@@ -180,6 +181,8 @@ impl RoutingAgent {
             }
             if let Some(d) = why {
                 self.close(id as u32, &d);
+            } else if buffered && !self.unread.contains(&t) {
+                self.unread.push(t);
             }
         }
         self.tokens = tokens;

@@ -16,11 +16,15 @@
 //!   discards, the next delivery carrying the count) and stays squeezed to
 //!   that level until the total is under three quarters of the share;
 //!   `disconnect` and `back-pressure` (which never drop) are ended as slow
-//!   consumers with the reason. A client that read within the last
-//!   500 ms is left alone (and let go of a squeeze) unless the
-//!   others alone cannot make room, and a queue under the level is not
-//!   touched: a client that keeps reading loses nothing while others
-//!   stall.
+//!   consumers with the reason. A client whose output moved within the
+//!   last 500 ms is left alone unless the others alone cannot make room;
+//!   then the clients whose output has been still longest are cut first,
+//!   as many as make room, in steps of 20 ms, those whose socket is full
+//!   first within a step (in a run's first 500 ms every client moved
+//!   lately, and this ranking, not the window, spares the one that
+//!   reads). A client whose output moved since the last housekeeping is
+//!   let go of its squeeze, and a queue under the level is not touched: a
+//!   client that keeps reading loses nothing while others stall.
 //! * Once 1 MiB or more was given back (queues, ended sessions and their
 //!   subscriptions) and the frees have stopped (or every 64 MiB while
 //!   they go on), the allocator is asked to return its free memory to
@@ -49,10 +53,15 @@ const AGAIN_AFTER: u32 = 75;
 pub(super) const SUBSCRIPTION_BYTES: usize = 256;
 
 /// A client is taken to be reading while its output moved within this
-/// many housekeepings (of 20 ms): 500 ms, longer than the pauses a busy or
-/// virtual host gives a reader that keeps up (a 20 ms window squeezed a
-/// reader paused for that long, and it lost thousands of messages).
-const READING_HOUSEKEEPINGS: u32 = 25;
+/// long, ns: 500 ms, longer than the pauses a busy or virtual host gives a
+/// reader that keeps up (a 20 ms window squeezed a reader paused for that
+/// long, and it lost thousands of messages).
+const READING_NS: u64 = 500_000_000;
+
+/// How long clients' output has been still is compared in steps of this
+/// many ns (20 ms, a housekeeping): the clients of one step are cut
+/// alike.
+const STILL_STEP_NS: u64 = 20_000_000;
 
 /// The least a squeezed queue keeps, bytes.
 const MIN_LEVEL: usize = 4 << 10;
@@ -77,6 +86,10 @@ pub(super) struct Memory {
     pub(super) over: Vec<(u32, Disconnect)>,
     /// Queues cut by the bound since start.
     trims: u64,
+    /// The router's clock (monotonic ns) at the last flush or
+    /// housekeeping: how long a client's output has been still is
+    /// measured from it.
+    pub(super) now: u64,
 }
 
 impl Memory {
@@ -114,20 +127,22 @@ impl Router {
         }
     }
 
-    /// The housekeeping's: queues give back what they no longer use, the
-    /// bound is enforced on a fresh count (squeezed queues let go once the
-    /// total is under three quarters of it), and the allocator returns
-    /// its free memory once a few MiB were given back.
-    pub fn housekeep_memory(&mut self) {
+    /// The housekeeping's, at `now` (monotonic ns): queues give back what
+    /// they no longer use, the bound is enforced on a fresh count
+    /// (squeezed queues let go once the total is under three quarters of
+    /// it), and the allocator returns its free memory once a few MiB were
+    /// given back.
+    pub fn housekeep_memory(&mut self, now: u64) {
+        self.memory.now = now;
         let mut total = 0;
         for s in self.sessions.iter_mut().flatten() {
             self.memory.released += s.queue.trim();
             total += s.queue.allocated();
             let out = s.stats.messages_out;
-            let quiet = if out == s.out_seen.0 { s.out_seen.1.saturating_add(1) } else { 0 };
-            s.out_seen = (out, quiet);
-            if quiet == 0 {
-                // It reads: squeezed while it lagged, it is not now.
+            if out != s.out_seen {
+                // It reads (sent straight, or flushed): squeezed while it
+                // lagged, it is not now.
+                (s.out_seen, s.moved_at) = (out, now);
                 s.queue.unsqueeze();
             }
         }
@@ -162,26 +177,40 @@ impl Router {
         let target = budget - budget / 8;
         // Sessions closing, or about to be, give theirs back.
         let going = |id: u32, s: &crate::Session| s.closing || self.memory.over.iter().any(|o| o.0 == id);
-        // Clients that read since the last housekeeping are cut only if
-        // the others alone cannot make room.
+        // Clients whose output moved lately are cut only if the others
+        // alone cannot make room, the stillest first, as many as that
+        // takes.
+        let now = self.memory.now;
         let (mut total, mut reading) = (0, 0);
         let mut sizes: Vec<(usize, u32)> = Vec::new();
-        let mut readers: Vec<(usize, u32)> = Vec::new();
+        let mut readers: Vec<(u64, usize, u32)> = Vec::new();
         for (id, s) in self.sessions.iter().enumerate() {
             let Some(s) = s else { continue };
             let a = s.queue.allocated();
             if a > 0 && !going(id as u32, s) {
                 total += a;
-                if s.out_seen.1 < READING_HOUSEKEEPINGS {
+                let still = now.saturating_sub(s.moved_at);
+                if still < READING_NS {
+                    // Ranked by the step it has been still for, then by
+                    // whether its socket is full now.
+                    let rank = still / STILL_STEP_NS * 2 + u64::from(s.write_blocked());
                     reading += a;
-                    readers.push((a, id as u32));
+                    readers.push((rank, a, id as u32));
                 } else {
                     sizes.push((a, id as u32));
                 }
             }
         }
-        if reading + MIN_LEVEL * sizes.len() > target {
-            sizes.append(&mut readers);
+        readers.sort_unstable_by_key(|r| std::cmp::Reverse(r.0));
+        let mut next = readers.iter().peekable();
+        while reading + MIN_LEVEL * sizes.len() > target {
+            // The stillest rank goes in whole: clients that stopped about
+            // together are cut alike.
+            let Some(&&(rank, ..)) = next.peek() else { break };
+            while let Some(&(_, a, id)) = next.next_if(|r| r.0 == rank) {
+                reading -= a;
+                sizes.push((a, id));
+            }
         }
         sizes.sort_unstable_by(|a, b| b.cmp(a));
         // The level: the `k` largest cut to it and the rest as they are

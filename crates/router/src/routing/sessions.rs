@@ -27,6 +27,7 @@ impl Router {
     /// welcomed within [`Limits::hello_timeout`](super::Limits::hello_timeout) of it.
     pub fn attach_at(&mut self, out: Outbound, peer: String, now: u64) -> u32 {
         let mut s = Session::new(out, peer, self.limits.queue_bytes, None);
+        s.moved_at = now;
         s.policy = self.limits.slow_consumer;
         s.serial = self.next_serial;
         self.next_serial += 1;
@@ -274,9 +275,12 @@ impl Router {
         }
     }
 
-    /// Moves queued frames to every session's transport; returns the frames
-    /// moved, and puts in `failed` the sessions whose transport broke.
-    pub fn flush(&mut self, failed: &mut Vec<(u32, String)>) -> usize {
+    /// Moves queued frames to every session's transport at `now`
+    /// (monotonic ns: when each session's output last moved is kept);
+    /// returns the frames moved, and puts in `failed` the sessions whose
+    /// transport broke.
+    pub fn flush(&mut self, now: u64, failed: &mut Vec<(u32, String)>) -> usize {
+        self.memory.now = now;
         if self.backlog.is_empty() {
             return 0;
         }
@@ -284,7 +288,11 @@ impl Router {
         std::mem::swap(&mut self.backlog, &mut self.flushing);
         for &id in &self.flushing {
             let Some(Some(s)) = self.sessions.get_mut(id as usize) else { continue };
-            n += s.flush();
+            let moved = s.flush();
+            if moved > 0 {
+                s.moved_at = now;
+            }
+            n += moved;
             if let Some(why) = s.transport_failure() {
                 failed.push((id, why.to_owned()));
             }
