@@ -510,7 +510,9 @@ impl Server {
 
     fn attach_ipc(&mut self, stream: u32) -> Result<(), tickwire_shm::ShmError> {
         let opts = ReaderOptions::default();
-        let reader = self.ctx.reader(IPC_IN_CHANNEL, stream, opts)?;
+        // The client's file, and ours that the client can reach: shrunk
+        // under us, they end this session, not the router.
+        let reader = tickwire_shm::os::untrusted(|| self.ctx.reader(IPC_IN_CHANNEL, stream, opts))?;
         if reader.position() > 0 {
             // A client waits for the router to attach before its HELLO, so
             // a log that has carried frames belongs to an ended session (a
@@ -522,7 +524,9 @@ impl Server {
         }
         let pid = reader.descriptor().publisher.pid;
         let cfg = LogConfig::with_capacity(self.cfg.ipc_log_bytes);
-        let out = LogAppender::create(self.ctx.dir(), IPC_OUT_CHANNEL, stream, &cfg, self.ctx.counters())?;
+        let out = tickwire_shm::os::untrusted(|| {
+            LogAppender::create(self.ctx.dir(), IPC_OUT_CHANNEL, stream, &cfg, self.ctx.counters())
+        })?;
         self.hand(Control::Ipc {
             stream,
             reader: Box::new(reader),

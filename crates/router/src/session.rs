@@ -338,6 +338,12 @@ impl Session {
         matches!(&self.out, Outbound::Tcp(t) if t.is_blocked())
     }
 
+    /// Whether its shared-memory log out of the router was truncated or
+    /// replaced under the router (it now holds zero pages).
+    pub(crate) fn is_output_broken(&self) -> bool {
+        matches!(&self.out, Outbound::Ipc(a) if a.is_broken())
+    }
+
     /// Why its transport failed (a TCP connection's write), once it has.
     pub(crate) fn transport_failure(&self) -> Option<&str> {
         match &self.out {

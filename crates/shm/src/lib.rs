@@ -57,8 +57,11 @@ mod sys;
 /// The operating-system services other crates need, as safe functions:
 /// the system-wide monotonic clock, process identity and liveness, and the
 /// signal dispositions the command line and lab workers set, and the
-/// allocator's free memory handed back to the OS.
+/// allocator's free memory handed back to the OS; and the files of other
+/// processes mapped so that their truncation ends a session, not this
+/// process ([`os::untrusted`]).
 pub mod os {
+    pub use crate::sys::sigbus::untrusted;
     pub use crate::sys::{default_sigpipe, ignore_sigint, monotonic_ns, release_free_memory, ProcessId};
 }
 

@@ -105,6 +105,12 @@ impl MappedFile {
         }
     }
 
+    /// Whether its file was truncated or replaced under it and the mapping,
+    /// made inside [`crate::os::untrusted`], now holds zero pages.
+    pub fn is_broken(&self) -> bool {
+        self.map.is_broken()
+    }
+
     /// Mapped length.
     pub fn len(&self) -> usize {
         self.map.len()

@@ -173,6 +173,27 @@ fn foreign_and_truncated_files_are_clear_errors() {
 }
 
 #[test]
+fn a_log_truncated_under_untrusted_mappings_reads_zeros_and_says_so_without_killing_the_process() {
+    // Outside `untrusted`, this truncation would end the test process
+    // (status 74, the file named); the router maps its clients' logs so.
+    let d = dir("untrusted");
+    let ctx = Context::new(&d).unwrap();
+    let mut p = tickwire_shm::os::untrusted(|| ctx.appender("u", 1, &small())).unwrap();
+    let mut s = tickwire_shm::os::untrusted(|| ctx.reader("u", 1, ReaderOptions::default())).unwrap();
+    p.offer(b"before").unwrap();
+    assert_eq!(drain(&mut s), vec![Ok(b"before".to_vec())]);
+    assert!(!s.is_broken() && !p.is_broken());
+    let path = log_path(&d, "u", 1).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(0).unwrap();
+    // The reader's next poll touches a page past the end: zeros instead.
+    assert!(drain(&mut s).is_empty(), "a zeroed log holds no message");
+    assert!(s.is_broken(), "the reader says its log was truncated");
+    let _ = p.offer(b"after");
+    assert!(p.is_broken(), "the appender says its log was truncated");
+    drop((p, s));
+}
+
+#[test]
 fn park_wakes_on_commit_from_another_thread() {
     let ctx = Context::new(dir("park")).unwrap();
     let mut p = ctx.appender("t", 1, &small()).unwrap();

@@ -460,6 +460,16 @@ impl RoutingAgent {
                 Ok(n) => work += n,
                 Err(e) => why = Some(Disconnect::protocol(format!("client log: {e}"))),
             }
+            // A log shrunk under us reads zeros from then on: whatever the
+            // poll made of them, the session ends for that.
+            if (why.is_some() || check_end)
+                && (input.reader.is_broken() || self.router.session(id).is_some_and(crate::Session::is_output_broken))
+            {
+                why = Some(Disconnect::protocol(format!(
+                    "the client's log {} was truncated or replaced while the router had it mapped",
+                    if input.reader.is_broken() { "into the router" } else { "out of the router" }
+                )));
+            }
             match why {
                 // Closing takes it out of `ipc` (the last one moves to `i`).
                 Some(d) => self.close(id, &d),

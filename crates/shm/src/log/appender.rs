@@ -115,6 +115,12 @@ impl LogAppender {
     pub fn counters(&self) -> &CounterSet {
         &self.counters
     }
+    /// Whether the log was truncated or replaced under this appender,
+    /// created inside [`crate::os::untrusted`]: what it writes now goes
+    /// nowhere, and whoever created it ends what it served.
+    pub fn is_broken(&self) -> bool {
+        self.log.map.is_broken()
+    }
 
     #[inline]
     fn tail(&self) -> &AtomicU64 {

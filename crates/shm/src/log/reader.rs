@@ -166,6 +166,12 @@ impl LogReader {
     pub fn counters(&self) -> &CounterSet {
         &self.counters
     }
+    /// Whether the log was truncated or replaced under this reader, opened
+    /// inside [`crate::os::untrusted`]: it now reads zeros, and whoever
+    /// opened it ends what it served (nothing it read since can be trusted).
+    pub fn is_broken(&self) -> bool {
+        self.log.map.is_broken()
+    }
     /// Whether the publisher process is alive (reads /proc: not for hot loops).
     pub fn is_publisher_alive(&self) -> bool {
         self.log.desc.publisher.is_alive()

@@ -25,6 +25,12 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
+    /// Whether its file was truncated or replaced under it and, made
+    /// inside [`super::sigbus::untrusted`], it now holds zero pages.
+    pub fn is_broken(&self) -> bool {
+        self.guard.is_some_and(super::sigbus::is_broken)
+    }
+
     /// Base address (page-aligned).
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
@@ -54,7 +60,9 @@ impl Drop for Mapping {
 /// The caller must have checked that the file is at least `len` bytes long:
 /// touching a mapped page beyond the end of the file raises SIGBUS. If the
 /// file shrinks later (another process truncates it), the SIGBUS handler
-/// names `path` and exits ([`super::sigbus`]).
+/// names `path` and exits, or, for a mapping made inside
+/// [`super::sigbus::untrusted`], replaces it with zero pages
+/// ([`super::sigbus`]).
 pub fn map_file(file: &File, len: usize, path: &std::path::Path) -> io::Result<Mapping> {
     // SAFETY: a fresh mapping at an address of the kernel's choosing; the fd
     // is valid for the call and the mapping outlives it independently.

@@ -1,19 +1,31 @@
-//! SIGBUS on a mapped file: a message naming the file instead of a core dump.
+//! SIGBUS on a mapped file: a message naming the file instead of a core
+//! dump, or, for a file another process owns, the mapping replaced and the
+//! owner's session ended.
 //!
 //! Touching a page of a shared file mapping past the file's end raises
 //! SIGBUS. That happens when another process truncates or replaces a log or
 //! counters file this process has mapped (an operator's `truncate`, a full
-//! filesystem). There is no way to go on after it, so, as Aeron and Chronicle
-//! Queue do, the handler finds which registered mapping the faulting address
-//! belongs to, writes `tickwire: FILE was truncated ...` to stderr and exits
-//! with status [`EXIT_CODE`]. A fault outside every registered mapping goes to
-//! the handler that was installed before ours (the default: the process dies
-//! with SIGBUS as it would have).
+//! filesystem, a client that shrinks its own log under the router).
+//!
+//! * A mapping made inside [`untrusted`] (the router's mappings of its
+//!   clients' logs) survives it, as a Wayland compositor survives a client
+//!   truncating its `wl_shm` pool: the handler maps zero pages over the
+//!   whole mapping (`MAP_FIXED`, private and anonymous), marks it broken
+//!   and returns, so the faulting access runs again on a zero page. Its
+//!   owner sees [`is_broken`] and ends that one session; the process and
+//!   its other clients go on.
+//! * Any other registered mapping cannot be gone on from, so, as Aeron
+//!   and Chronicle Queue do, the handler writes `tickwire: FILE was
+//!   truncated ...` to stderr and exits with status [`EXIT_CODE`].
+//! * A fault outside every registered mapping goes to the handler that was
+//!   installed before ours (the default: the process dies with SIGBUS as
+//!   it would have).
 //!
 //! The registry is a fixed array of atomics, so the handler allocates
-//! nothing and takes no lock (only async-signal-safe calls: `write`,
-//! `_exit`, `sigaction`).
+//! nothing and takes no lock (only async-signal-safe calls: `mmap`,
+//! `write`, `_exit`, `sigaction`).
 
+use std::cell::Cell;
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Once;
@@ -29,6 +41,10 @@ const LIVE: u8 = 2;
 
 struct Slot {
     state: AtomicU8,
+    /// Made inside [`untrusted`]: a fault replaces it with zero pages.
+    recover: AtomicU8,
+    /// A fault replaced it ([`is_broken`]).
+    broken: AtomicU8,
     start: AtomicUsize,
     len: AtomicUsize,
     path_len: AtomicUsize,
@@ -39,6 +55,8 @@ impl Slot {
     const fn new() -> Self {
         Self {
             state: AtomicU8::new(FREE),
+            recover: AtomicU8::new(0),
+            broken: AtomicU8::new(0),
             start: AtomicUsize::new(0),
             len: AtomicUsize::new(0),
             path_len: AtomicUsize::new(0),
@@ -52,6 +70,31 @@ static INSTALL: Once = Once::new();
 /// The action installed before ours: handler address and `sa_flags`.
 static PREVIOUS: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
 static PREVIOUS_FLAGS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// Inside [`untrusted`] on this thread.
+    static UNTRUSTED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with every file mapping it makes on this thread surviving the
+/// file's truncation ([`is_broken`] then says so): for the files of other
+/// processes, whose shrinking must end their session, not this process.
+pub fn untrusted<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            UNTRUSTED.with(|u| u.set(self.0));
+        }
+    }
+    let _restore = Restore(UNTRUSTED.with(|u| u.replace(true)));
+    f()
+}
+
+/// Whether a fault replaced the mapping in slot `i` with zero pages (its
+/// file was truncated or replaced under us).
+pub(crate) fn is_broken(i: usize) -> bool {
+    REGISTRY[i].broken.load(Ordering::Acquire) != 0
+}
 
 /// Registers `[start, start + len)` as a mapping of `path`; returns the slot
 /// to pass to [`unregister`] (`None` when all slots are taken: a fault there
@@ -68,6 +111,8 @@ pub(crate) fn register(start: usize, len: usize, path: &Path) -> Option<usize> {
         dst.store(b, Ordering::Relaxed);
     }
     s.path_len.store(n, Ordering::Relaxed);
+    s.recover.store(u8::from(UNTRUSTED.with(Cell::get)), Ordering::Relaxed);
+    s.broken.store(0, Ordering::Relaxed);
     s.start.store(start, Ordering::Relaxed);
     s.len.store(len, Ordering::Relaxed);
     s.state.store(LIVE, Ordering::Release);
@@ -132,6 +177,28 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
         let (start, len) = (s.start.load(Ordering::Relaxed), s.len.load(Ordering::Relaxed));
         if addr < start || addr >= start + len {
             continue;
+        }
+        if s.recover.load(Ordering::Relaxed) != 0 && s.broken.load(Ordering::Relaxed) == 0 {
+            // SAFETY: [start, start + len) is a live mapping of ours (the
+            // slot is LIVE until its owner unmaps it, and unregisters
+            // first); MAP_FIXED replaces its pages with private zero pages
+            // at the same addresses, which the owner unmaps as before.
+            // mmap is a plain system call, safe in a signal handler.
+            let p = unsafe {
+                libc::mmap(
+                    start as *mut libc::c_void,
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                    -1,
+                    0,
+                )
+            };
+            if p as usize == start {
+                s.broken.store(1, Ordering::Release);
+                // The faulting access runs again, on a zero page.
+                return;
+            }
         }
         let mut line = Line { buf: [0; 512], n: 0 };
         line.put(b"tickwire: ");
