@@ -1,7 +1,9 @@
 //! A client's connection to its router: a pair of shared-memory logs, or a
 //! TCP socket. Both carry the same client frames.
 
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tickwire_shm::os::monotonic_ns;
@@ -9,7 +11,7 @@ use tickwire_shm::{Claim, Context, Event, LogAppender, LogConfig, LogReader, Off
 use tickwire_transport::framing::FrameError;
 use tickwire_transport::link::{Batching, LinkError, LinkStats, LinkWriter, StreamLink};
 use tickwire_transport::tls::{ClientConfig, Wire};
-use tickwire_wire::client::{ClientRepr, HEADER_LEN, IPC_IN_CHANNEL, IPC_OUT_CHANNEL};
+use tickwire_wire::client::{ClientRepr, HEADER_LEN, IPC_IN_CHANNEL, IPC_LOGIN_SOCKET, IPC_OUT_CHANNEL};
 
 /// Why a frame could not go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +30,9 @@ pub(crate) struct IpcConn {
     pub(crate) id: u32,
     out: LogAppender,
     input: Option<LogReader>,
+    /// The router's login socket, until the router has attached: a
+    /// refusal comes on it.
+    login: Option<UnixStream>,
     /// Polls so far: the log's heartbeat is kept every
     /// [`HEARTBEAT_EVERY`] polls, not on each (it reads the clock).
     polls: u32,
@@ -107,18 +112,54 @@ fn fresh_id(attempt: u32) -> u32 {
 }
 
 impl Conn {
-    /// Creates this client's log into the router.
-    pub(crate) fn open_ipc(ctx: &Context, log_bytes: usize) -> Result<Self, String> {
+    /// Creates this client's log into the router and logs in on the
+    /// router's Unix socket with `hello` (its HELLO frame): the password
+    /// it may carry crosses the socket, never shared memory.
+    pub(crate) fn open_ipc(ctx: &Context, log_bytes: usize, hello: &[u8]) -> Result<Self, String> {
+        let socket = ctx.dir().join(IPC_LOGIN_SOCKET);
+        // No router, no log: nothing is left behind for a retry.
+        let mut login = UnixStream::connect(&socket).map_err(|e| format!("{}: {e}", socket.display()))?;
         let cfg = LogConfig::with_capacity(log_bytes);
         let mut last = String::new();
         for attempt in 0..8 {
             let id = fresh_id(attempt);
             match ctx.appender(IPC_IN_CHANNEL, id, &cfg) {
-                Ok(out) => return Ok(Conn::Ipc(IpcConn { id, out, input: None, polls: 0 })),
+                Ok(out) => {
+                    let mut msg = Vec::with_capacity(8 + hello.len());
+                    msg.extend_from_slice(&(4 + hello.len() as u32).to_le_bytes());
+                    msg.extend_from_slice(&id.to_le_bytes());
+                    msg.extend_from_slice(hello);
+                    login
+                        .set_write_timeout(Some(Duration::from_secs(1)))
+                        .and_then(|()| login.write_all(&msg))
+                        .and_then(|()| login.set_nonblocking(true))
+                        .map_err(|e| format!("{}: {e}", socket.display()))?;
+                    return Ok(Conn::Ipc(IpcConn { id, out, input: None, login: Some(login), polls: 0 }));
+                }
                 Err(e) => last = e.to_string(),
             }
         }
         Err(last)
+    }
+
+    /// Why the router refused this client's shared-memory login, once it
+    /// has said so on the login socket.
+    pub(crate) fn refusal(&mut self) -> Option<String> {
+        let Conn::Ipc(c) = self else { return None };
+        let login = c.login.as_mut()?;
+        let mut buf = [0u8; 1024];
+        match login.read(&mut buf) {
+            Ok(0) => {
+                // Closed without a word: the router attached.
+                c.login = None;
+                None
+            }
+            Ok(n) => {
+                c.login = None;
+                Some(format!("the router refused the login: {}", String::from_utf8_lossy(&buf[..n])))
+            }
+            Err(_) => None,
+        }
     }
 
     /// Connects to a router's TCP listener; with `tls` (its configuration
@@ -158,7 +199,12 @@ impl Conn {
                         c.input = ctx.reader(IPC_OUT_CHANNEL, c.id, ReaderOptions::default()).ok();
                     }
                 }
-                c.input.is_some() && c.out.is_connected()
+                let ready = c.input.is_some() && c.out.is_connected();
+                if ready {
+                    // Taken: the login socket has nothing more to say.
+                    c.login = None;
+                }
+                ready
             }
         }
     }

@@ -37,8 +37,16 @@ use tickwire_wire::client::SlowConsumer;
 pub struct UserConfig {
     /// The name a client gives in HELLO.
     pub name: String,
-    /// The password's argon2 hash in PHC form (`tickwire router hash-password`).
+    /// The password's argon2 hash in PHC form (`tickwire router hash-password`);
+    /// may be left out for a user with `unix_user`, who then logs in by
+    /// being that Unix user alone.
+    #[serde(default)]
     pub password_hash: String,
+    /// The Unix user (a name or a numeric uid) whose shared-memory clients
+    /// log in as this user with no password: the router learns a client's
+    /// uid from its login socket (`SO_PEERCRED`).
+    #[serde(default)]
+    pub unix_user: Option<String>,
     /// Patterns of the topics it may publish on.
     #[serde(default)]
     pub publish: Vec<String>,
@@ -156,6 +164,21 @@ impl User {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Users {
     by_name: FxHashMap<String, Arc<User>>,
+    /// Users by the Unix uid (`unix_user`) their shared-memory clients log
+    /// in as.
+    by_uid: FxHashMap<u32, String>,
+}
+
+/// The uid of Unix user `name` (a name, or a number taken as the uid).
+fn unix_uid(name: &str) -> Result<u32, String> {
+    if let Ok(uid) = name.parse::<u32>() {
+        return Ok(uid);
+    }
+    match nix::unistd::User::from_name(name) {
+        Ok(Some(u)) => Ok(u.uid.as_raw()),
+        Ok(None) => Err(format!("no Unix user {name:?} on this host")),
+        Err(e) => Err(format!("looking up Unix user {name:?}: {e}")),
+    }
 }
 
 /// A well-formed argon2id hash of a password nobody has: verified against
@@ -174,12 +197,21 @@ impl Users {
     /// a bad pattern.
     pub fn new(cfgs: &[UserConfig]) -> Result<Self, UsersError> {
         let mut by_name = FxHashMap::default();
+        let mut by_uid = FxHashMap::default();
         for c in cfgs {
             let bad = |key, why: String| UsersError { user: c.name.clone(), key, why };
             if c.name.is_empty() || c.name.len() > 100 || c.name.chars().any(char::is_control) {
                 return Err(bad("name", "1 to 100 bytes, no control characters".into()));
             }
+            if let Some(unix) = &c.unix_user {
+                let uid = unix_uid(unix).map_err(|why| bad("unix_user", why))?;
+                if let Some(other) = by_uid.insert(uid, c.name.clone()) {
+                    return Err(bad("unix_user", format!("{unix:?} (uid {uid}) is user {other:?}'s too")));
+                }
+            }
             match argon2::PasswordHash::new(&c.password_hash) {
+                // A Unix-mapped user without a password: no password logs in as it.
+                _ if c.password_hash.is_empty() && c.unix_user.is_some() => {}
                 Ok(h) => strong_enough(&h).map_err(|why| {
                     bad("password_hash", format!("{why}: `tickwire router hash-password` makes a good one"))
                 })?,
@@ -205,7 +237,7 @@ impl Users {
                 return Err(bad("name", "given twice".into()));
             }
         }
-        Ok(Self { by_name })
+        Ok(Self { by_name, by_uid })
     }
 
     /// Whether no user is configured (every client is anonymous).
@@ -223,6 +255,11 @@ impl Users {
         self.by_name.get(name)
     }
 
+    /// The user whose `unix_user` is uid `uid`, if any.
+    pub fn by_uid(&self, uid: u32) -> Option<&str> {
+        self.by_uid.get(&uid).map(String::as_str)
+    }
+
     /// Checks `password` for user `name` (slow: argon2).
     ///
     /// # Errors
@@ -230,11 +267,12 @@ impl Users {
     pub fn verify(&self, name: &str, password: &[u8]) -> Result<Arc<User>, String> {
         use argon2::PasswordVerifier;
         let user = self.by_name.get(name);
-        let hash = user.map_or(DUMMY_HASH, |u| u.hash.as_str());
+        // A user with no password (`unix_user` alone) takes as long to refuse.
+        let hash = user.map(|u| u.hash.as_str()).filter(|h| !h.is_empty()).unwrap_or(DUMMY_HASH);
         let ok = argon2::PasswordHash::new(hash)
             .is_ok_and(|h| argon2::Argon2::default().verify_password(password, &h).is_ok());
         match user {
-            Some(u) if ok => Ok(Arc::clone(u)),
+            Some(u) if ok && !u.hash.is_empty() => Ok(Arc::clone(u)),
             _ => Err(format!("user {name:?}: unknown user or wrong password")),
         }
     }
@@ -361,6 +399,7 @@ mod tests {
         let cfg = UserConfig {
             name: "desk".into(),
             password_hash: hash,
+            unix_user: None,
             publish: vec![],
             subscribe: vec!["md/>".into()],
             slow_consumer: None,
@@ -395,6 +434,7 @@ mod tests {
         let user = |h: String| UserConfig {
             name: "desk".into(),
             password_hash: h,
+            unix_user: None,
             publish: vec![],
             subscribe: vec![],
             slow_consumer: None,

@@ -64,6 +64,7 @@ pub mod cache;
 pub mod config;
 pub mod counters;
 pub mod index;
+pub mod ipc_login;
 mod lock;
 pub mod metrics;
 pub mod peers;

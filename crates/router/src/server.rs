@@ -8,11 +8,14 @@
 //! the fewest. On top of the first agent's duty cycle, the server:
 //! 1. once a millisecond, accepts TCP connections (non-blocking `accept`),
 //!    refusing those past a limit ([`crate::accept`]);
-//! 2. every 20 ms, looks for new shared-memory clients (`readdir`).
+//! 2. on the same beat, takes shared-memory clients' logins from its Unix
+//!    socket, `DIR/router.sock` ([`crate::ipc_login`]).
 //!
-//! A shared-memory client creates `tw-router-in-ID.log` and the router,
-//! finding it, attaches a tethered reader and creates
-//! `tw-router-out-ID.log` for the client to read. One router serves a
+//! A shared-memory client creates `tw-router-in-ID.log` and sends its ID
+//! and HELLO on the socket; the router, having checked that the log is the
+//! connecting process's, attaches a tethered reader, creates
+//! `tw-router-out-ID.log` for the client to read, and hands the session
+//! its HELLO. One router serves a
 //! directory: it holds an exclusive `flock` on `DIR/router.lock`, which the
 //! kernel releases when the process dies, so a router killed with kill -9
 //! never blocks the next start.
@@ -23,12 +26,13 @@ use crate::agent::{AgentShared, Control, RoutingAgent, Wiring};
 use crate::config::RouterConfig;
 use crate::counters::Totals;
 use crate::guaranteed::Guaranteed;
+use crate::ipc_login::{IpcLogin, Request, SOCKET_FILE};
 use crate::lock::LOCK_FILE;
 use crate::metrics::MetricsServer;
 use crate::peers::{link, Peers};
 use crate::routing::Router;
 use crate::status::{RouterStatus, StatusWriter, STATUS_FILE};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -118,8 +122,12 @@ pub struct Server {
     /// The TCP listeners (TLS on each with `[router.tls]`), their
     /// connections' count and limits.
     acceptor: Acceptor,
+    /// Shared-memory clients' logins (`DIR/router.sock`), unless `ipc = false`.
+    ipc_login: Option<IpcLogin>,
+    /// Logins taken and not yet acted on (kept: no allocation per beat).
+    logins: Vec<Request>,
+    /// The streams of the shared-memory clients served.
     ipc_serving: HashSet<u32>,
-    ipc_refused: HashMap<u32, String>,
     /// Shared-memory streams whose sessions ended (from the agents).
     gone: Receiver<(u32, String)>,
     last_housekeeping: u64,
@@ -223,6 +231,16 @@ impl Server {
                 }
             }
         }
+        let ipc_login = if cfg.ipc {
+            let limits = crate::Limits::from(&cfg.limits);
+            let mode = if Dir::existing(&cfg.dir)?.file_mode() & 0o040 != 0 { 0o660 } else { 0o600 };
+            let timeout = limits.hello_timeout.as_nanos() as u64;
+            let l = IpcLogin::bind(&cfg.dir, mode, limits.max_frame, timeout)
+                .map_err(|source| StartError::Io { what: format!("{}/{SOCKET_FILE}", cfg.dir.display()), source })?;
+            Some(l)
+        } else {
+            None
+        };
         let n = controls.len();
         let acceptor = Acceptor::new(listeners, tls, &cfg.limits, Some(ctx.counters()), &cfg.name);
         let mut server = Self {
@@ -235,8 +253,9 @@ impl Server {
             cfg,
             _lock: lock,
             acceptor,
+            ipc_login,
+            logins: Vec::new(),
             ipc_serving: HashSet::new(),
-            ipc_refused: HashMap::new(),
             gone,
             last_housekeeping: 0,
             last_accept: 0,
@@ -438,16 +457,16 @@ impl Server {
                 for (wire, peer, slot) in taken {
                     self.hand(Control::Tcp { wire: Arc::new(wire), peer, slot });
                 }
+                work += self.take_logins(now);
             }
             if now.saturating_sub(self.last_housekeeping) >= HOUSEKEEPING_NS {
                 self.last_housekeeping = now;
-                self.acceptor.housekeeping(now);
-                while let Ok((stream, why)) = self.gone.try_recv() {
-                    self.ipc_serving.remove(&stream);
-                    self.ipc_refused.insert(stream, why);
+                if let Some(l) = &self.ipc_login {
+                    self.acceptor.set_ipc_refused(l.refused);
                 }
-                if self.cfg.ipc {
-                    work += self.scan_ipc();
+                self.acceptor.housekeeping(now);
+                while let Ok((stream, _)) = self.gone.try_recv() {
+                    self.ipc_serving.remove(&stream);
                 }
             }
         }
@@ -468,70 +487,74 @@ impl Server {
         let _ = self.controls[k].send(c);
     }
 
-    /// Looks for shared-memory clients' logs not yet served.
-    fn scan_ipc(&mut self) -> usize {
-        let Ok(dir) = std::fs::read_dir(&self.cfg.dir) else { return 0 };
-        let prefix = format!("{IPC_IN_CHANNEL}-");
-        let mut seen = HashSet::new();
-        let mut found = Vec::new();
-        for e in dir.flatten() {
-            let name = e.file_name();
-            let Some(id) =
-                name.to_str().and_then(|n| n.strip_prefix(&prefix)?.strip_suffix(".log")?.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            seen.insert(id);
-            if !self.ipc_serving.contains(&id) && !self.ipc_refused.contains_key(&id) {
-                found.push(id);
-            }
-        }
-        // A refused log that is gone may come back as a new client.
-        self.ipc_refused.retain(|id, _| seen.contains(id));
-        let n = found.len();
-        for stream in found {
-            match self.attach_ipc(stream) {
-                Ok(()) => {
-                    self.ipc_serving.insert(stream);
-                }
-                // Busy for a moment (its join lock, all reader slots taken):
-                // try again at the next scan.
-                Err(e @ (tickwire_shm::ShmError::LockTimeout { .. } | tickwire_shm::ShmError::NoFreeSlot { .. })) => {
-                    tracing::debug!(stream, "ipc client log busy: {e}");
-                }
-                Err(e) => {
-                    tracing::warn!(stream, "ipc client log not served: {e}");
-                    self.ipc_refused.insert(stream, e.to_string());
+    /// Acts on the shared-memory logins that came whole.
+    fn take_logins(&mut self, now: u64) -> usize {
+        let Some(login) = &mut self.ipc_login else { return 0 };
+        login.poll(now, &mut self.logins);
+        let mut logins = std::mem::take(&mut self.logins);
+        let n = logins.len();
+        for r in logins.drain(..) {
+            let (stream, pid) = (r.stream, r.pid);
+            if let Err(why) = self.attach_ipc(r) {
+                tracing::debug!(stream, pid, "shared-memory login refused: {why}");
+                if let Some(l) = &mut self.ipc_login {
+                    l.note_refusal(&format!("pid {pid}, {IPC_IN_CHANNEL}-{stream}: {why}"), now);
                 }
             }
         }
+        self.logins = logins;
         n
     }
 
-    fn attach_ipc(&mut self, stream: u32) -> Result<(), tickwire_shm::ShmError> {
-        let opts = ReaderOptions::default();
+    /// Serves the shared-memory client that logged in with `r`; refused
+    /// (and told why on its socket) when its log is not the connecting
+    /// process's, carried an earlier session, or is served already.
+    fn attach_ipc(&mut self, r: Request) -> Result<(), String> {
+        let Request { stream, hello, pid, uid, conn } = r;
+        // Dropped at the end: the close alone says it was taken.
+        let refuse = |why: String| {
+            crate::ipc_login::refuse(&conn, &why);
+            Err(why)
+        };
+        if self.ipc_serving.contains(&stream) {
+            return refuse(format!("{IPC_IN_CHANNEL}-{stream} is served already"));
+        }
         // The client's file, and ours that the client can reach: shrunk
         // under us, they end this session, not the router.
-        let reader = tickwire_shm::os::untrusted(|| self.ctx.reader(IPC_IN_CHANNEL, stream, opts))?;
+        let opts = ReaderOptions::default();
+        let reader = match tickwire_shm::os::untrusted(|| self.ctx.reader(IPC_IN_CHANNEL, stream, opts)) {
+            Ok(r) => r,
+            Err(e) => return refuse(format!("its log: {e}")),
+        };
+        let publisher = reader.descriptor().publisher.pid;
+        if i64::from(publisher) != i64::from(pid) {
+            return refuse(format!(
+                "{IPC_IN_CHANNEL}-{stream} is pid {publisher}'s log, not the connecting process's (pid {pid})"
+            ));
+        }
         if reader.position() > 0 {
-            // A client waits for the router to attach before its HELLO, so
-            // a log that has carried frames belongs to an ended session (a
-            // previous router's); its client starts a new one when it notices.
-            return Err(tickwire_shm::ShmError::Config(format!(
+            // A client logs in before it writes to its log, so a log that
+            // has carried frames belongs to an ended session.
+            return refuse(format!(
                 "{IPC_IN_CHANNEL}-{stream}: carried an earlier session (position {})",
                 reader.position()
-            )));
+            ));
         }
-        let pid = reader.descriptor().publisher.pid;
         let cfg = LogConfig::with_capacity(self.cfg.ipc_log_bytes);
-        let out = tickwire_shm::os::untrusted(|| {
+        let out = match tickwire_shm::os::untrusted(|| {
             LogAppender::create(self.ctx.dir(), IPC_OUT_CHANNEL, stream, &cfg, self.ctx.counters())
-        })?;
+        }) {
+            Ok(o) => o,
+            Err(e) => return refuse(format!("its log out of the router: {e}")),
+        };
+        self.ipc_serving.insert(stream);
         self.hand(Control::Ipc {
             stream,
             reader: Box::new(reader),
             out: Box::new(out),
-            peer: format!("ipc pid {pid}"),
+            peer: format!("ipc pid {pid} uid {uid}"),
+            hello,
+            uid,
         });
         Ok(())
     }

@@ -396,6 +396,7 @@ fn a_welcome_after_a_password_check_is_flushed_when_the_client_has_room() {
     let desk = UserConfig {
         name: "desk".into(),
         password_hash: hash_password(b"pw").unwrap(),
+        unix_user: None,
         publish: vec![],
         subscribe: vec!["md/>".into()],
         slow_consumer: None,

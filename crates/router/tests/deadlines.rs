@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tickwire_client::{Client, ClientOptions};
 use tickwire_router::config::LimitsConfig;
 use tickwire_router::{Disconnect, Limits, MemoryOut, Outbound, Router, RouterConfig};
-use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION, IPC_IN_CHANNEL};
+use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION, IPC_LOGIN_SOCKET};
 use tickwire_wire::ClientFrame;
 
 /// The short deadline the tests run with (the default is 2 s).
@@ -243,33 +243,41 @@ fn the_default_deadline_is_two_seconds() {
 }
 
 #[test]
-fn a_shared_memory_client_that_never_says_hello_is_let_go() {
+fn a_shared_memory_login_that_never_comes_whole_is_refused_at_the_hello_timeout_and_counted() {
     let dir = tempdir("deadlines-ipc");
     let r = start(&dir, RouterConfig { limits: limits(SHORT), ..RouterConfig::default() });
-    let ctx = tickwire_shm::Context::new(&dir).unwrap();
-    let mut mute = ctx.appender(IPC_IN_CHANNEL, 0x5ee, &tickwire_shm::LogConfig::with_capacity(64 << 10)).unwrap();
-    let until = Instant::now() + Duration::from_secs(5);
-    while !mute.is_connected() {
-        assert!(Instant::now() < until, "the router did not take the log");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let attached = Instant::now();
-    let until = attached + Duration::from_secs(10);
-    loop {
-        mute.do_work();
-        if !mute.is_connected() {
-            break; // the router let go of the log
-        }
-        assert!(Instant::now() < until, "the router still reads a log that never said HELLO");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let t = attached.elapsed();
-    println!("a mute shared-memory client let go {t:?} after the router took its log");
-    // Slack: the test sees the router's reader at the next check of its own.
+    // Half a login message: a length promising more than ever comes.
+    let mut s = std::os::unix::net::UnixStream::connect(dir.join(IPC_LOGIN_SOCKET)).unwrap();
+    s.write_all(&[40, 0, 0, 0, 1, 2]).unwrap();
+    let sent = Instant::now();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut why = String::new();
+    let _ = s.read_to_string(&mut why);
+    let t = sent.elapsed();
+    println!("a half shared-memory login closed after {t:?}: {why:?}");
+    assert!(why.contains("limits.hello_timeout"), "{why:?}");
     assert!(t + Duration::from_millis(50) >= SHORT && t <= SHORT + Duration::from_secs(1), "{t:?}");
-    assert_eq!(r.stop().totals.hello_timeouts, 1);
-    drop(mute);
+    // An ID that is no log of the connecting process's: refused at once.
+    let mut s = common::ipc_login(&dir, 0x5ee, "no-log");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut why = String::new();
+    let _ = s.read_to_string(&mut why);
+    assert!(why.contains("tw-router-in-1518"), "{why:?}");
+    let c = counters(&dir);
+    assert_eq!(c, 2, "refused_ipc_logins");
+    drop(r);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The router's `refused_ipc_logins` counter, once its housekeeping has
+/// published it.
+fn counters(dir: &std::path::Path) -> u64 {
+    use tickwire_shm::counters::{counters_path, Kind, ROUTER_ACCEPT_NAMES};
+    let at = ROUTER_ACCEPT_NAMES.iter().position(|n| *n == "refused_ipc_logins").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let path = counters_path(dir, std::process::id());
+    let r = tickwire_shm::CountersReader::open(&path).unwrap();
+    r.sets().into_iter().find(|s| s.kind == Kind::RouterAccept).map_or(0, |s| s.values[at])
 }
 
 // ---------------------------------------------------------------------
@@ -339,6 +347,7 @@ fn a_session_whose_password_is_still_being_checked_expires_and_the_answer_is_dro
     let desk = UserConfig {
         name: "desk".into(),
         password_hash: hash_password(b"pw").unwrap(),
+        unix_user: None,
         publish: vec![],
         subscribe: vec!["md/>".into()],
         slow_consumer: None,

@@ -26,6 +26,7 @@ fn user(name: &str, password: &str) -> UserConfig {
     UserConfig {
         name: name.into(),
         password_hash: hash_password(password.as_bytes()).unwrap(),
+        unix_user: None,
         publish: vec!["md/>".into()],
         subscribe: vec!["md/>".into()],
         slow_consumer: None,

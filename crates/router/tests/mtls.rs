@@ -21,6 +21,7 @@ fn user(name: &str, hash: &str, publish: &[&str], subscribe: &[&str]) -> UserCon
     UserConfig {
         name: name.into(),
         password_hash: hash.into(),
+        unix_user: None,
         publish: publish.iter().map(|s| (*s).to_owned()).collect(),
         subscribe: subscribe.iter().map(|s| (*s).to_owned()).collect(),
         slow_consumer: None,

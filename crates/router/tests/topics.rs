@@ -62,6 +62,7 @@ fn user(name: &str, hash: &str, subscribe: &[&str]) -> UserConfig {
     UserConfig {
         name: name.into(),
         password_hash: hash.into(),
+        unix_user: None,
         publish: vec![">".into()],
         subscribe: subscribe.iter().map(|s| (*s).into()).collect(),
         slow_consumer: None,

@@ -28,6 +28,7 @@ fn user(name: &str, password: &str, publish: &[&str], subscribe: &[&str]) -> Use
     UserConfig {
         name: name.into(),
         password_hash: hash(password),
+        unix_user: None,
         publish: publish.iter().map(|s| (*s).to_owned()).collect(),
         subscribe: subscribe.iter().map(|s| (*s).to_owned()).collect(),
         slow_consumer: None,
@@ -111,6 +112,76 @@ fn passwords_and_acls_hold_over_shared_memory_and_tcp() {
 
     let report = r.stop();
     assert!(report.totals.forbidden >= 5, "{:?}", report.totals);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every byte of every regular file under `dir`.
+fn all_file_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let t = e.file_type().unwrap();
+        if t.is_file() {
+            out.push((e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap_or_default()));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_shared_memory_client_s_password_crosses_the_login_socket_never_shared_memory() {
+    let dir = tempdir("users-secret");
+    let r = start(&dir, RouterConfig { users: users(), ..RouterConfig::default() });
+    let mut feed = connect("ipc", &dir, "feed", Some(("feed", "feed-pw"))).unwrap();
+    let mut desk = connect("ipc", &dir, "desk", Some(("desk", "desk-pw"))).unwrap();
+    desk.subscribe("md/eu/>").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    feed.publish("md/eu/VOD", b"bid 101").unwrap();
+    assert_eq!(receive(&mut desk, 1), [("md/eu/VOD".into(), b"bid 101".to_vec(), 0)]);
+    // The logs in and out, the counters, the status: no password in any.
+    let files = all_file_bytes(&dir);
+    assert!(
+        files.iter().any(|(n, _)| n.starts_with("tw-router-in-")),
+        "{:?}",
+        files.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
+    for (name, bytes) in &files {
+        for pw in [&b"feed-pw"[..], b"desk-pw"] {
+            assert!(!bytes.windows(pw.len()).any(|w| w == pw), "{name} holds a password");
+        }
+    }
+    drop((feed, desk));
+    r.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_shared_memory_client_of_a_mapped_unix_user_logs_in_as_its_user_without_a_password() {
+    let dir = tempdir("users-unix");
+    let me = nix::unistd::geteuid().as_raw();
+    let name = nix::unistd::User::from_uid(nix::unistd::geteuid()).unwrap().map_or(me.to_string(), |u| u.name);
+    // "feed" is this process's Unix user (by name) and has no password.
+    let mut cfgs = users();
+    cfgs[0].unix_user = Some(name.clone());
+    cfgs[0].password_hash = String::new();
+    let r = start(&dir, RouterConfig { users: cfgs, ..RouterConfig::default() });
+    let tcp = format!("tcp://{}", r.tcp);
+    let mut desk = connect(&tcp, &dir, "desk", Some(("desk", "desk-pw"))).unwrap();
+    desk.subscribe("md/eu/>").unwrap();
+    // No user, no password: feed, by its Unix user.
+    let mut feed = connect("ipc", &dir, "feed-by-uid", None).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    feed.publish("md/eu/VOD", b"bid 101").unwrap();
+    feed.publish("orders/desk/1", b"buy").unwrap(); // not feed's to publish
+    assert_eq!(receive(&mut desk, 1), [("md/eu/VOD".into(), b"bid 101".to_vec(), 0)]);
+    assert_eq!(rejects(&mut feed, Duration::from_millis(200)).first().map(|r| r.0), Some(RejectCode::Forbidden));
+    // Naming another user in HELLO is refused; so is feed's (empty)
+    // password over TCP, where no Unix user is known.
+    let e = connect("ipc", &dir, "other", Some(("desk", "desk-pw"))).expect_err("refused");
+    assert!(e.to_string().contains("Unix user"), "{e}");
+    let e = connect(&tcp, &dir, "feed-tcp", Some(("feed", ""))).expect_err("refused");
+    assert!(e.to_string().contains("unknown user or wrong password"), "{e}");
+    println!("unix_user {name:?} (uid {me}) logged in as feed; {e}");
+    r.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -256,13 +256,14 @@ pub const ROUTER_AGENT_NAMES: [&str; 12] = [
 
 /// A router's accepting values, in index order (see
 /// `tickwire_router::accept`).
-pub const ROUTER_ACCEPT_NAMES: [&str; 6] = [
+pub const ROUTER_ACCEPT_NAMES: [&str; 7] = [
     "connections",
     "max_connections",
     "refused_max_connections",
     "refused_per_address",
     "refused_no_descriptors",
     "accept_failures",
+    "refused_ipc_logins",
 ];
 
 /// AF_XDP value names (`tickwire_transport::XdpStats::values` order).

@@ -57,12 +57,18 @@ pub const VALUE_OFFSET: usize = VALUE;
 pub const CLIENT_PROTOCOL_VERSION: u32 = 1;
 
 /// Over shared memory a client publishes its frames into the log
-/// `IPC_IN_CHANNEL-ID` (it creates it, with a random nonzero ID) and reads
-/// the router's from `IPC_OUT_CHANNEL-ID` (the router creates it when it
-/// finds the client's log).
+/// `IPC_IN_CHANNEL-ID` (it creates it, with a random nonzero ID), logs in
+/// on the router's Unix socket [`IPC_LOGIN_SOCKET`] with its ID and HELLO,
+/// and reads the router's frames from `IPC_OUT_CHANNEL-ID` (the router
+/// creates it when it takes the login).
 pub const IPC_IN_CHANNEL: &str = "tw-router-in";
 /// See [`IPC_IN_CHANNEL`].
 pub const IPC_OUT_CHANNEL: &str = "tw-router-out";
+/// The router's login socket in its directory: one message,
+/// `[u32 length][u32 ID][HELLO frame]` little-endian (the length counts
+/// what follows it); a refusal comes back as text before the router
+/// closes it, an attach as the close alone.
+pub const IPC_LOGIN_SOCKET: &str = "router.sock";
 
 /// Frame flags.
 pub mod flags {

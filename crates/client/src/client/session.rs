@@ -44,7 +44,7 @@ impl Client {
         if self.state == State::Waiting && self.refused.is_none() && Instant::now() >= self.next_attempt {
             self.next_attempt = Instant::now() + self.opts.reconnect_interval;
             let made = match (&self.uri, &self.ctx) {
-                (RouterUri::Ipc, Some(ctx)) => Conn::open_ipc(ctx, self.opts.log_bytes),
+                (RouterUri::Ipc, Some(ctx)) => Conn::open_ipc(ctx, self.opts.log_bytes, &self.hello_frame()),
                 (RouterUri::Tcp(a), _) => {
                     Conn::open_tcp(*a, None, self.opts.max_frame, (self.opts.tcp_write_limit, self.opts.batching))
                 }
@@ -72,26 +72,46 @@ impl Client {
             self.lose(why);
             return;
         }
+        if self.state == State::Opening {
+            if let Some(why) = self.conn.as_mut().and_then(Conn::refusal) {
+                self.lose(why);
+                return;
+            }
+        }
         if self.state == State::Opening && self.conn.as_mut().is_some_and(|c| c.is_ready(self.ctx.as_ref())) {
             self.state = State::Greeting;
             self.greeted_at = Instant::now();
-            let name = self.opts.name.clone();
-            let credentials = match &self.opts.user {
-                Some(u) => credentials::password(u, self.opts.password.as_deref().unwrap_or("").as_bytes()),
-                None => Vec::new(),
-            };
-            self.send_control(&ClientRepr {
-                value: CLIENT_PROTOCOL_VERSION,
-                sequence: self.outbox.publisher,
-                topic: &name,
-                body: &credentials,
-                flags: self.opts.slow_consumer.map_or(0, SlowConsumer::hello_flags),
-                ..ClientRepr::new(ClientKind::Hello)
-            });
+            // Over shared memory HELLO went on the login socket.
+            if !matches!(self.uri, RouterUri::Ipc) {
+                let hello = self.hello_frame();
+                if let Ok(f) = ClientFrame::new_checked(&hello[..]) {
+                    self.send_control(&ClientRepr::parse(&f));
+                }
+            }
             for id in self.subscriptions.keys().copied().collect::<Vec<_>>() {
                 self.send_subscribe(id);
             }
         }
+    }
+
+    /// This client's HELLO: its name, publisher id, credentials and
+    /// slow-consumer policy.
+    fn hello_frame(&self) -> Vec<u8> {
+        let credentials = match &self.opts.user {
+            Some(u) => credentials::password(u, self.opts.password.as_deref().unwrap_or("").as_bytes()),
+            None => Vec::new(),
+        };
+        let repr = ClientRepr {
+            value: CLIENT_PROTOCOL_VERSION,
+            sequence: self.outbox.publisher,
+            topic: &self.opts.name,
+            body: &credentials,
+            flags: self.opts.slow_consumer.map_or(0, SlowConsumer::hello_flags),
+            ..ClientRepr::new(ClientKind::Hello)
+        };
+        let mut frame = vec![0u8; repr.buffer_len()];
+        let _ = repr.emit(&mut frame);
+        frame
     }
 
     /// Connects or reconnects as needed, then hands up to `limit` frames

@@ -62,6 +62,8 @@ pub mod counter {
     pub const MAX_CONNECTIONS: usize = 1;
     /// Refusals, by [`Refusal::index`](super::Refusal::index), from here.
     pub const REFUSED: usize = 2;
+    /// Shared-memory logins refused ([`crate::ipc_login`]).
+    pub const REFUSED_IPC_LOGINS: usize = 6;
 }
 
 /// The soft and hard `RLIMIT_NOFILE` of this process (`(1024, 1024)` if
@@ -86,6 +88,8 @@ pub struct Acceptor {
     no_spare_said: Option<u64>,
     log: RefusalLog,
     set: Option<CounterSet>,
+    /// Shared-memory logins refused (counted by the login socket).
+    ipc_refused: u64,
 }
 
 impl std::fmt::Debug for Acceptor {
@@ -129,6 +133,7 @@ impl Acceptor {
             no_spare_said: None,
             log: RefusalLog::new(LOG_INTERVAL_NS, max, per_address),
             set,
+            ipc_refused: 0,
         };
         a.publish();
         a
@@ -299,6 +304,12 @@ impl Acceptor {
         for (k, v) in self.log.totals().into_iter().enumerate() {
             set.set(counter::REFUSED + k, v);
         }
+        set.set(counter::REFUSED_IPC_LOGINS, self.ipc_refused);
+    }
+
+    /// Notes the shared-memory logins refused so far, for its counters.
+    pub(crate) fn set_ipc_refused(&mut self, n: u64) {
+        self.ipc_refused = n;
     }
 }
 

@@ -75,8 +75,12 @@ pub(crate) enum Control {
         reader: Box<LogReader>,
         /// Its log out of the router (created by the server).
         out: Box<LogAppender>,
-        /// `ipc pid N`.
+        /// `ipc pid N uid U`.
         peer: String,
+        /// Its HELLO, from the login socket.
+        hello: Vec<u8>,
+        /// Its Unix user, from the login socket.
+        uid: u32,
     },
     /// Serve this TCP client.
     Tcp {
@@ -400,10 +404,17 @@ impl RoutingAgent {
             n += 1;
             match c {
                 Control::Interest(change) => self.router.handle_interest(&change),
-                Control::Ipc { stream, reader, out, peer } => {
+                Control::Ipc { stream, reader, out, peer, hello, uid } => {
                     let id = self.router.attach_at(Outbound::Ipc(*out), peer, self.now);
                     self.ipc.push(IpcInput { id, stream, reader: *reader });
-                    tracing::info!(client = self.router.client_id(id), stream, agent = %self.role, "ipc client connected");
+                    tracing::info!(client = self.router.client_id(id), stream, uid, agent = %self.role, "ipc client connected");
+                    // A Unix user a `[[users]]` entry names logs in as it.
+                    if let Some(user) = self.router.user_of_uid(uid) {
+                        self.router.set_certified(id, user);
+                    }
+                    if let Err(d) = handle(&mut self.router, &self.times, &mut self.countdown, id, &hello) {
+                        self.close(id, &d);
+                    }
                 }
                 Control::Tcp { wire, peer, slot } => self.adopt_tcp(wire, peer, slot),
                 Control::Authenticated(r) => {

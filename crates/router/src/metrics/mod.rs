@@ -150,6 +150,11 @@ fn described(kind: Kind) -> &'static [(&'static str, &'static str, bool)] {
             ("refused_per_address", "Connections refused at limits.max_connections_per_address.", true),
             ("refused_no_descriptors", "Connections refused for lack of file descriptors (EMFILE, ENFILE).", true),
             ("accept_failures", "accept calls that failed otherwise (ENOBUFS, ENOMEM, ...).", true),
+            (
+                "refused_ipc_logins",
+                "Shared-memory logins refused on the login socket (late, malformed, another process's log).",
+                true,
+            ),
         ],
         Kind::RouterTopic => &[
             ("messages_in", "Messages published on the topic.", true),

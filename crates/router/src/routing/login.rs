@@ -160,6 +160,12 @@ impl Router {
         Ok(())
     }
 
+    /// The user whose `unix_user` is uid `uid` (a shared-memory client's,
+    /// from its login socket), if users are configured and one is.
+    pub fn user_of_uid(&self, uid: u32) -> Option<String> {
+        self.login.users.as_ref()?.by_uid(uid).map(str::to_owned)
+    }
+
     /// Session `id` showed a TLS client certificate that the router's
     /// client CA signed, naming `user` (mutual TLS; the agent learns it
     /// from the handshake, before the session's HELLO is handled).
@@ -182,7 +188,9 @@ impl Router {
         };
         if let Some(named) = named.filter(|n| *n != user) {
             self.totals.forbidden += 1;
-            return Err(forbidden(format!("HELLO names user {named:?}, its client certificate user {user:?}")));
+            return Err(forbidden(format!(
+                "HELLO names user {named:?}, its client certificate or Unix user (unix_user) user {user:?}"
+            )));
         }
         let found = match &self.login.users {
             None => None,

@@ -122,6 +122,25 @@ pub fn quiet(c: &mut Client, wait: Duration) -> bool {
     n == 0
 }
 
+/// Logs a raw shared-memory client in: its log `tw-router-in-STREAM` must
+/// exist (made by this process); sends `[length][STREAM][HELLO named
+/// name]` on the router's login socket and returns the connection (the
+/// router closes it once attached, or writes why it refused first).
+pub fn ipc_login(dir: &Path, stream: u32, name: &str) -> std::os::unix::net::UnixStream {
+    use std::io::Write;
+    let hello = ClientRepr {
+        value: tickwire_wire::client::CLIENT_PROTOCOL_VERSION,
+        topic: name,
+        ..ClientRepr::new(ClientKind::Hello)
+    };
+    let mut frame = vec![0u8; hello.buffer_len()];
+    hello.emit(&mut frame).unwrap();
+    let mut s = std::os::unix::net::UnixStream::connect(dir.join(tickwire_wire::client::IPC_LOGIN_SOCKET)).unwrap();
+    let msg = [(4 + frame.len() as u32).to_le_bytes().to_vec(), stream.to_le_bytes().to_vec(), frame].concat();
+    s.write_all(&msg).unwrap();
+    s
+}
+
 /// A client frame as it goes on a TCP link: its 4-byte length, then it.
 pub fn framed(r: &ClientRepr<'_>) -> Vec<u8> {
     let mut b = vec![0u8; 4 + r.buffer_len()];

@@ -147,6 +147,7 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
         let user = tickwire_router::access::UserConfig {
             name: LAB_USER.0.into(),
             password_hash: hash,
+            unix_user: None,
             publish: vec!["md/*".into()],
             subscribe: vec!["md/*".into()],
             slow_consumer: None,
