@@ -113,6 +113,77 @@ pub fn key_line(text: &str, dotted: &str) -> Option<usize> {
     span.map(|s| line_of(text, s.start))
 }
 
+/// The dotted key (`router.limits.queue_bytes`, `users[1].publish`) whose
+/// value holds byte `offset` of a TOML text, the innermost if several do.
+pub fn key_at(text: &str, offset: usize) -> Option<String> {
+    use toml_edit::{Item, Value};
+    fn in_value(v: &Value, offset: usize, path: &mut Vec<String>) -> bool {
+        match v {
+            Value::InlineTable(t) => {
+                for (k, v) in t.iter() {
+                    path.push(k.to_owned());
+                    if in_value(v, offset, path) {
+                        return true;
+                    }
+                    path.pop();
+                }
+            }
+            Value::Array(a) => {
+                for (i, v) in a.iter().enumerate() {
+                    let Some(last) = path.last_mut() else { break };
+                    let cut = last.len();
+                    last.push_str(&format!("[{i}]"));
+                    if in_value(v, offset, path) {
+                        return true;
+                    }
+                    if let Some(last) = path.last_mut() {
+                        last.truncate(cut);
+                    }
+                }
+            }
+            _ => {}
+        }
+        v.span().is_some_and(|s| s.contains(&offset))
+    }
+    fn in_item(item: &Item, offset: usize, path: &mut Vec<String>) -> bool {
+        match item {
+            Item::Table(t) => {
+                for (k, v) in t.iter() {
+                    path.push(k.to_owned());
+                    if in_item(v, offset, path) {
+                        return true;
+                    }
+                    path.pop();
+                }
+                false
+            }
+            Item::ArrayOfTables(a) => {
+                for (i, t) in a.iter().enumerate() {
+                    let Some(last) = path.last_mut() else { break };
+                    let cut = last.len();
+                    last.push_str(&format!("[{i}]"));
+                    for (k, v) in t.iter() {
+                        path.push(k.to_owned());
+                        if in_item(v, offset, path) {
+                            return true;
+                        }
+                        path.pop();
+                    }
+                    if let Some(last) = path.last_mut() {
+                        last.truncate(cut);
+                    }
+                }
+                false
+            }
+            Item::Value(v) => in_value(v, offset, path),
+            Item::None => false,
+        }
+    }
+    let doc = toml_edit::ImDocument::parse(text).ok()?;
+    let mut path = Vec::new();
+    in_item(doc.as_item(), offset, &mut path).then(|| path.join("."))
+}
+
 /// An error about `[router]` or `[[users]]` of the file at `path`, with the
 /// line of the key it names: the typed parse of the whole text (which
 /// knows where each value is) for parse errors, the key's line for a value
@@ -130,7 +201,15 @@ pub fn locate(path: &Path, e: &tickwire_router::config::ConfigError) -> String {
             }
             match toml::from_str::<Typed>(&text) {
                 Err(t) => match t.span() {
-                    Some(span) => format!("{}:{}: {message}", path.display(), line_of(&text, span.start)),
+                    Some(span) => {
+                        let line = line_of(&text, span.start);
+                        // The key the bad value is under, where the message
+                        // names only its table.
+                        match key_at(&text, span.start) {
+                            Some(key) => format!("{}:{line}: {key}: {}", path.display(), t.message()),
+                            None => format!("{}:{line}: {message}", path.display()),
+                        }
+                    }
                     None => format!("{}: {t}", path.display()),
                 },
                 Ok(_) => e.to_string(),
@@ -212,5 +291,29 @@ mod tests {
         assert!(e.contains("t.toml:4: [log] unblock_timeout") && e.contains("e.g. 100us, 5s"), "{e}");
         std::fs::write(&p, "[log]\nmax_subscribers = 0\n").unwrap();
         assert!(load(Some(&p)).unwrap_err().contains("t.toml:2: [log] max_subscribers: 0 is not in 1..=1024"));
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_named_by_its_key() {
+        let text = "[router]\nlisten = []\n[router.limits]\nqueue_bytes = \"abc\"\n\n[[users]]\nname = \"a\"\n\n[[users]]\nname = \"b\"\npublish = [\"md\", 7]\nx = { y = 1 }\n";
+        let at = |needle: &str| text.find(needle).unwrap();
+        assert_eq!(key_at(text, at("\"abc\"")).as_deref(), Some("router.limits.queue_bytes"));
+        assert_eq!(key_at(text, at("7]")).as_deref(), Some("users[1].publish[1]"));
+        assert_eq!(key_at(text, at("1 }")).as_deref(), Some("users[1].x.y"));
+        assert_eq!(key_at(text, at("[router]")), None, "a table header is no value");
+        // Through the router's config, as `tickwire router` reports it.
+        let d = std::env::temp_dir().join(format!("twcfg-key-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join("r.toml");
+        std::fs::write(&p, "[router]\nlisten = []\n[router.limits]\nqueue_bytes = \"abc\"\n").unwrap();
+        let table: toml::Table = toml::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        let router = table["router"].as_table().unwrap().clone();
+        let e = tickwire_router::RouterConfig::from_table(router, &p, &d).unwrap_err();
+        let said = locate(&p, &e);
+        assert!(
+            said.ends_with("r.toml:4: router.limits.queue_bytes: invalid type: string \"abc\", expected usize"),
+            "{said}"
+        );
+        let _ = std::fs::remove_dir_all(&d);
     }
 }
