@@ -213,6 +213,14 @@ fn hostile_topics_leave_the_page_valid_and_slow_clients_blind_no_scrape() {
     let names: Vec<&str> =
         samples.iter().flat_map(|(_, ls)| ls.iter().filter(|(k, _)| k == "name").map(|(_, v)| v.as_str())).collect();
     assert!(names.iter().any(|n| n.starts_with("feed\"\\desk@")), "the client's name read back: {names:?}");
+    // The requests ended to make room are counted on the page.
+    let (body, _) = scrape(addr);
+    let evicted: Vec<f64> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("tickwire_router_metrics_evicted_total "))
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    assert!(evicted.len() == 1 && evicted[0] >= 1.0, "tickwire_router_metrics_evicted_total: {evicted:?}");
 
     drop(silent);
     trickle.join().unwrap();

@@ -5,11 +5,12 @@
 //! place keep no scrape out either.
 
 use super::{CountersFile, ForwardingTime, JournalMetrics, RouterCollector};
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +19,9 @@ use std::time::Duration;
 pub struct MetricsServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    evicted: Arc<AtomicU64>,
+    /// Requests ended to make room (exported as
+    /// `tickwire_router_metrics_evicted_total`).
+    evicted: Counter,
 }
 
 impl MetricsServer {
@@ -42,10 +45,17 @@ impl MetricsServer {
         if let Some(j) = journal {
             registry.register_collector(Box::new(j));
         }
+        let evicted = Counter::default();
+        registry.register(
+            "tickwire_router_metrics_evicted",
+            format!(
+                "Metrics requests ended unanswered to make room for a newer one (more than {MAX_REQUESTS} at once)."
+            ),
+            evicted.clone(),
+        );
         let registry = Arc::new(registry);
         let open: Arc<Mutex<VecDeque<(u64, TcpStream)>>> = Arc::default();
-        let evicted = Arc::new(AtomicU64::new(0));
-        let counted = Arc::clone(&evicted);
+        let counted = evicted.clone();
         std::thread::Builder::new().name("router-metrics".into()).spawn(move || {
             let mut next = 0u64;
             for conn in listener.incoming() {
@@ -65,7 +75,7 @@ impl MetricsServer {
                     if o.len() >= MAX_REQUESTS {
                         if let Some((_, oldest)) = o.pop_front() {
                             let _ = oldest.shutdown(Shutdown::Both);
-                            counted.fetch_add(1, Ordering::Relaxed);
+                            counted.inc();
                             tracing::debug!("metrics: {MAX_REQUESTS} requests in progress; the oldest ended");
                         }
                     }
@@ -93,7 +103,7 @@ impl MetricsServer {
     /// Requests ended unanswered to make room for a newer one (more than
     /// [`MAX_REQUESTS`] at once).
     pub fn evicted(&self) -> u64 {
-        self.evicted.load(Ordering::Relaxed)
+        self.evicted.get()
     }
 
     /// Where it listens (port 0 resolved).
