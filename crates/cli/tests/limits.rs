@@ -13,31 +13,27 @@
 //! and a fresh login within 1 s once the 400 go. The figures are printed
 //! (`cargo test -p tickwire-cli --test limits -- --nocapture`).
 
-use std::io::{BufRead, BufReader, Read};
+#[path = "support/router.rs"]
+mod router;
+
+use router::{RouterProcess, BIN};
+use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use tickwire_client::{Client, ClientEvent, ClientOptions};
 
-const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
-/// Linux reports process times in USER_HZ (100 a second on every
-/// architecture's ABI).
-const TICKS_PER_SECOND: f64 = 100.0;
 const FLOOD: usize = 400;
 
 struct Router {
-    child: Child,
+    process: RouterProcess,
     dir: String,
     addr: SocketAddr,
-    /// Its stderr lines, with when each came.
-    lines: Arc<Mutex<Vec<(Instant, String)>>>,
 }
 
 impl Drop for Router {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -53,53 +49,26 @@ fn start(name: &str, leaked: usize) -> Router {
     let dir = dir.display().to_string();
     let leak = format!("for fd in $(seq 10 {}); do eval \"exec $fd</dev/null\"; done", 9 + leaked);
     let script = format!("{leak}; exec prlimit --nofile=256:256 \"$0\" \"$@\"");
-    let mut child = Command::new("bash")
-        .args(["-c", &script, BIN, "--dir", &dir, "--config", &config.display().to_string()])
-        .args(["router", "--listen", "tcp://127.0.0.1:0"])
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let (stderr, into) = (child.stderr.take().unwrap(), Arc::clone(&lines));
-    std::thread::spawn(move || {
-        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-            into.lock().unwrap().push((Instant::now(), l));
-        }
-    });
-    let until = Instant::now() + Duration::from_secs(20);
-    let addr = loop {
-        let found = lines.lock().unwrap().iter().find_map(|(_, l)| {
-            let rest = l.split("router listening: ").nth(1)?;
-            rest.split("tcp://").nth(1)?.split([',', ' ']).next()?.parse::<SocketAddr>().ok()
-        });
-        if let Some(a) = found {
-            break a;
-        }
-        let exited = child.try_wait().unwrap();
-        assert!(exited.is_none() && Instant::now() < until, "router did not start ({exited:?}): {:?}", lines.lock());
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Router { child, dir, addr, lines }
+    let process = RouterProcess::spawn(
+        Command::new("bash")
+            .args(["-c", &script, BIN, "--dir", &dir, "--config", &config.display().to_string()])
+            .args(["router", "--listen", "tcp://127.0.0.1:0"])
+            .env("RUST_LOG", "info"),
+    );
+    let addr = process.tcp.expect("the router's listening line names its tcp:// address");
+    Router { process, dir, addr }
 }
 
 impl Router {
-    /// Its CPU time so far (user and system), from /proc/PID/stat.
+    /// Its CPU time so far (user and system).
     fn cpu(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
-        // Fields after the command's closing parenthesis: state is 3rd,
-        // utime the 14th and stime the 15th of the line.
-        let after = &stat[stat.rfind(')').unwrap() + 2..];
-        let f: Vec<&str> = after.split(' ').collect();
-        let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
-        Duration::from_secs_f64(ticks as f64 / TICKS_PER_SECOND)
+        Duration::from_secs_f64(self.process.cpu_seconds())
     }
 
     /// Its stderr lines about refused connections, with when each came.
     fn refusal_lines(&self) -> Vec<(Instant, String)> {
-        self.lines
+        self.process
+            .lines
             .lock()
             .unwrap()
             .iter()

@@ -21,22 +21,23 @@
 //! messages (5 s); `TICKWIRE_MEMORY_MESSAGES=200001` (`make hostile`) runs
 //! the issue's full 10 s.
 
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+#[path = "support/router.rs"]
+mod router;
+
+use router::RouterProcess;
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use tickwire_wire::client::{ClientKind, ClientRepr, CLIENT_PROTOCOL_VERSION};
 use tickwire_wire::ClientFrame;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * 1024;
 
 /// A `tickwire router` process on a scratch directory, listening on a
 /// loopback port; killed when dropped.
 struct Router {
-    child: Child,
+    process: RouterProcess,
     tcp: SocketAddr,
     dir: String,
     /// One router at a time: run side by side, four routers and their
@@ -62,50 +63,19 @@ impl Router {
              [router.limits]\n{limits}\n"
         );
         std::fs::write(&config, toml).unwrap();
-        let mut child = Command::new(BIN)
-            .args(["--config", &config, "router"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // Its stderr is read to the end (2,000 "connected" lines must not
-        // fill the pipe); the listening line gives the port.
-        let (tx, rx) = mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                if l.contains("router listening") {
-                    let _ = tx.send(l);
-                }
-            }
-        });
-        let line = rx.recv_timeout(Duration::from_secs(20)).expect("the router says it is listening within 20 s");
-        let tcp = line
-            .split(", ")
-            .find_map(|p| p.split_whitespace().find_map(|w| w.strip_prefix("tcp://")))
-            .and_then(|a| a.trim_end_matches(',').parse().ok())
-            .unwrap_or_else(|| panic!("no tcp:// address in {line:?}"));
-        Self { child, tcp, dir, _alone: alone }
+        let process = RouterProcess::start(&["--config", &config, "router"]);
+        let tcp = process.tcp.expect("the router's listening line names its tcp:// address");
+        Self { process, tcp, dir, _alone: alone }
     }
 
     /// A field of its `/proc/PID/status`, bytes.
     fn proc_status(&self, field: &str) -> u64 {
-        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kib: u64 = s
-            .lines()
-            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.trim().strip_suffix("kB")?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {field} in the router's status"));
-        kib * KIB
+        self.process.proc_status(field)
     }
 
-    /// CPU seconds it has used (user and system), from `/proc/PID/stat`.
+    /// CPU seconds it has used (user and system).
     fn cpu_seconds(&self) -> f64 {
-        let s = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
-        // Fields after the command's closing parenthesis: utime is the
-        // 12th, stime the 13th (in clock ticks of 1/100 s).
-        let f: Vec<&str> = s[s.rfind(')').unwrap() + 2..].split_whitespace().collect();
-        (f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()) as f64 / 100.0
+        self.process.cpu_seconds()
     }
 
     /// Its resident set now, bytes.
@@ -145,8 +115,7 @@ impl Router {
 
 impl Drop for Router {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -414,7 +383,7 @@ fn stalled(name: &str, limits: &str, pause: Option<Duration>) -> (u64, Reading, 
     if let Some(pause) = pause {
         // A host pause of the router 5 ms in: the publisher's backlog then
         // comes in one burst while every client still looks like a reader.
-        let pid = r.child.id().to_string();
+        let pid = r.process.child.id().to_string();
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(5));
             let signal = |s: &str| std::process::Command::new("kill").args([s, &pid]).status().unwrap();

@@ -10,14 +10,12 @@
 #[path = "support/router.rs"]
 mod router;
 
-use router::RouterProcess;
+use router::{RouterProcess, BIN};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tickwire_client::{Client, ClientEvent, ClientOptions, PublishError};
-
-const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
 
 /// Messages the pair's publisher sends, one every 100 µs.
 const MESSAGES: u64 = 20_000;
@@ -141,7 +139,7 @@ fn a_client_log_truncated_under_the_router_ends_that_session_only_and_the_others
     assert_eq!((next, lost), (MESSAGES, 0), "the pair's subscriber got {next} of {MESSAGES}, {lost} losses");
     for which in ["into the router", "out of the router"] {
         let line = r.wait_for_line(&format!("log {which} was truncated"), Duration::from_secs(5));
-        let line = line.unwrap_or_else(|| panic!("no line about the log {which}: {:?}", r.stderr.lock().unwrap()));
+        let line = line.unwrap_or_else(|| panic!("no line about the log {which}: {:?}", r.lines.lock().unwrap()));
         println!("router: {line}");
     }
     // The victims are gone: each touched its own truncated log (SIGBUS,
