@@ -7,41 +7,26 @@
 //! subscribers, each publisher's order is kept (redeliveries aside), every
 //! repeat is flagged, and the journal holds each message once.
 
+#[path = "support/router.rs"]
+mod router;
+
+use router::{RouterProcess, BIN};
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tickwire_client::{Client, ClientEvent, ClientOptions, PublishError};
 
-const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
-
 /// Starts the router and waits until it listens.
-fn router(dir: &Path, journal: &Path, sync: &str) -> Child {
-    let mut child = Command::new(BIN)
-        .args(["--dir", &dir.display().to_string(), "router", "--no-tcp", "--journal"])
-        .arg(journal)
-        .args(["--sync", sync])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if l.contains("router listening") {
-                let _ = tx.send(());
-            }
-            if l.contains("ERROR") || l.contains("recovered") {
-                eprintln!("router: {l}");
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(20)).expect("the router starts within 20 s");
-    child
+fn router(dir: &Path, journal: &Path, sync: &str) -> RouterProcess {
+    RouterProcess::spawn(
+        Command::new(BIN)
+            .args(["--dir", &dir.display().to_string(), "router", "--no-tcp", "--journal"])
+            .arg(journal)
+            .args(["--sync", sync]),
+    )
 }
 
 fn opts(dir: &Path, name: &str) -> ClientOptions {
@@ -186,8 +171,7 @@ fn no_acknowledged_message_is_lost_across_kill_9_of_the_router() {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         std::thread::sleep(Duration::from_millis(100 + seed % 400));
-        r.kill().unwrap(); // SIGKILL
-        r.wait().unwrap();
+        r.stop(); // SIGKILL
         r = router(&dir, &journal, &sync);
     }
     std::thread::sleep(Duration::from_millis(300));
@@ -222,8 +206,8 @@ fn no_acknowledged_message_is_lost_across_kill_9_of_the_router() {
     for t in subs {
         t.join().unwrap();
     }
-    let _ = Command::new("kill").args(["-INT", &r.id().to_string()]).status();
-    r.wait().unwrap();
+    let _ = Command::new("kill").args(["-INT", &r.child.id().to_string()]).status();
+    r.child.wait().unwrap();
 
     let total: u64 = acked.values().sum();
     assert!(total > 1000, "the publishers published: {acked:?}");
