@@ -149,16 +149,25 @@ impl Conn {
         let login = c.login.as_mut()?;
         let mut buf = [0u8; 1024];
         match login.read(&mut buf) {
-            Ok(0) => {
-                // Closed without a word: the router attached.
+            // Taken: the router attached to our log.
+            Ok(n) if n > 0 && buf[0] == 0 => {
                 c.login = None;
                 None
             }
-            Ok(n) => {
+            Ok(n) if n > 0 => {
                 c.login = None;
                 Some(format!("the router refused the login: {}", String::from_utf8_lossy(&buf[..n])))
             }
-            Err(_) => None,
+            // Closed without an answer: the router stopped meanwhile.
+            Ok(_) => {
+                c.login = None;
+                Some("the router closed the login socket without an answer (it stopped?)".into())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::Interrupted => None,
+            Err(e) => {
+                c.login = None;
+                Some(format!("the router's login socket: {e}"))
+            }
         }
     }
 

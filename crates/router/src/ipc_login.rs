@@ -14,7 +14,8 @@
 //! Every wait has a deadline (`limits.hello_timeout`), every buffer a
 //! bound (`max_frame`), and the pending connections a limit; each refusal
 //! is logged (at most a line a second) and counted, and the client is told
-//! why on the socket before it is closed. The socket is `0600` (`0660`
+//! why on the socket before it is closed; a login taken is answered with
+//! one zero byte. The socket is `0600` (`0660`
 //! with the directory's group) in a directory that is the router's own.
 
 use std::io::{ErrorKind, Read, Write};
@@ -228,6 +229,13 @@ impl Drop for IpcLogin {
             let _ = std::fs::remove_file(&self.path);
         }
     }
+}
+
+/// Tells the client its login was taken: one zero byte (a refusal is
+/// text, never starting with one).
+pub(crate) fn accept(mut conn: &UnixStream) {
+    let _ = conn.set_nonblocking(true);
+    let _ = conn.write_all(&[0]);
 }
 
 /// Tells the client why it is refused (best effort: it may be gone); the

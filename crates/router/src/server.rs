@@ -511,7 +511,6 @@ impl Server {
     /// process's, carried an earlier session, or is served already.
     fn attach_ipc(&mut self, r: Request) -> Result<(), String> {
         let Request { stream, hello, pid, uid, conn } = r;
-        // Dropped at the end: the close alone says it was taken.
         let refuse = |why: String| {
             crate::ipc_login::refuse(&conn, &why);
             Err(why)
@@ -548,6 +547,8 @@ impl Server {
             Err(e) => return refuse(format!("its log out of the router: {e}")),
         };
         self.ipc_serving.insert(stream);
+        // Taken: one zero byte (a refusal is text), then the close.
+        crate::ipc_login::accept(&conn);
         self.hand(Control::Ipc {
             stream,
             reader: Box::new(reader),

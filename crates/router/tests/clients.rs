@@ -537,3 +537,46 @@ fn tls_clients_are_served_and_plain_or_untrusting_ones_are_turned_away() {
     drop(r);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_shared_memory_login_the_router_never_answers_is_tried_again() {
+    use std::os::unix::net::UnixListener;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempdir("login-unanswered");
+    std::fs::create_dir_all(&dir).unwrap();
+    // A router that stops in the middle of each login: it takes the
+    // message and closes without an answer (a router killed there).
+    let listener = UnixListener::bind(dir.join(tickwire_wire::client::IPC_LOGIN_SOCKET)).unwrap();
+    let logins = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&logins);
+    std::thread::spawn(move || {
+        for _ in 0..2 {
+            let (mut s, _) = listener.accept().unwrap();
+            let _ = s.read(&mut [0u8; 256]);
+            counted.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    let opts = ClientOptions {
+        name: "unanswered".into(),
+        dir: dir.clone(),
+        reconnect_interval: Duration::from_millis(20),
+        ..ClientOptions::default()
+    };
+    let mut c = Client::connect("ipc", opts).unwrap();
+    let start = Instant::now();
+    let mut said = String::new();
+    while logins.load(Ordering::Relaxed) < 2 && start.elapsed() < Duration::from_secs(5) {
+        c.poll(|_| {}, 16);
+        if c.last_error().contains("without an answer") {
+            said = c.last_error().to_owned();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = start.elapsed();
+    println!("an unanswered login tried again within {took:?}: {said}");
+    assert!(said.contains("without an answer"), "the client said {:?}", c.last_error());
+    // Not the welcome timeout (10 s): the close itself ends the attempt.
+    assert_eq!(logins.load(Ordering::Relaxed), 2, "a second login within {took:?}");
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -66,8 +66,8 @@ pub const IPC_IN_CHANNEL: &str = "tw-router-in";
 pub const IPC_OUT_CHANNEL: &str = "tw-router-out";
 /// The router's login socket in its directory: one message,
 /// `[u32 length][u32 ID][HELLO frame]` little-endian (the length counts
-/// what follows it); a refusal comes back as text before the router
-/// closes it, an attach as the close alone.
+/// what follows it); the answer is one zero byte once the router has
+/// attached, or a refusal's text, and then the close.
 pub const IPC_LOGIN_SOCKET: &str = "router.sock";
 
 /// Frame flags.

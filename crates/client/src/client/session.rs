@@ -63,11 +63,16 @@ impl Client {
                 Ok(c) => {
                     self.conn = Some(c);
                     self.state = State::Opening;
+                    // Shared memory: the router answers the login and
+                    // attaches within this too, or the attempt is over.
+                    self.greeted_at = Instant::now();
                 }
                 Err(e) => self.last_error = e,
             }
         }
-        if self.state == State::Greeting && self.greeted_at.elapsed() > self.opts.welcome_timeout {
+        if matches!(self.state, State::Opening | State::Greeting)
+            && self.greeted_at.elapsed() > self.opts.welcome_timeout
+        {
             let why = format!("no WELCOME from the router within {:?} of HELLO", self.opts.welcome_timeout);
             self.lose(why);
             return;
