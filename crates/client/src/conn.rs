@@ -11,7 +11,9 @@ use tickwire_shm::{Claim, Context, Event, LogAppender, LogConfig, LogReader, Off
 use tickwire_transport::framing::FrameError;
 use tickwire_transport::link::{Batching, LinkError, LinkStats, LinkWriter, StreamLink};
 use tickwire_transport::tls::{ClientConfig, Wire};
-use tickwire_wire::client::{ClientRepr, HEADER_LEN, IPC_IN_CHANNEL, IPC_LOGIN_SOCKET, IPC_OUT_CHANNEL};
+use tickwire_wire::client::{
+    ipc_login_message, ClientRepr, HEADER_LEN, IPC_IN_CHANNEL, IPC_LOGIN_SOCKET, IPC_LOGIN_TAKEN, IPC_OUT_CHANNEL,
+};
 
 /// Why a frame could not go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,13 +127,9 @@ impl Conn {
             let id = fresh_id(attempt);
             match ctx.appender(IPC_IN_CHANNEL, id, &cfg) {
                 Ok(out) => {
-                    let mut msg = Vec::with_capacity(8 + hello.len());
-                    msg.extend_from_slice(&(4 + hello.len() as u32).to_le_bytes());
-                    msg.extend_from_slice(&id.to_le_bytes());
-                    msg.extend_from_slice(hello);
                     login
                         .set_write_timeout(Some(Duration::from_secs(1)))
-                        .and_then(|()| login.write_all(&msg))
+                        .and_then(|()| login.write_all(&ipc_login_message(id, hello)))
                         .and_then(|()| login.set_nonblocking(true))
                         .map_err(|e| format!("{}: {e}", socket.display()))?;
                     return Ok(Conn::Ipc(IpcConn { id, out, input: None, login: Some(login), polls: 0 }));
@@ -150,7 +148,7 @@ impl Conn {
         let mut buf = [0u8; 1024];
         match login.read(&mut buf) {
             // Taken: the router attached to our log.
-            Ok(n) if n > 0 && buf[0] == 0 => {
+            Ok(n) if n > 0 && buf[0] == IPC_LOGIN_TAKEN => {
                 c.login = None;
                 None
             }

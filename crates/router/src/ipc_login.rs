@@ -235,7 +235,7 @@ impl Drop for IpcLogin {
 /// text, never starting with one).
 pub(crate) fn accept(mut conn: &UnixStream) {
     let _ = conn.set_nonblocking(true);
-    let _ = conn.write_all(&[0]);
+    let _ = conn.write_all(&[tickwire_wire::client::IPC_LOGIN_TAKEN]);
 }
 
 /// Tells the client why it is refused (best effort: it may be gone); the

@@ -124,8 +124,6 @@ pub struct Server {
     acceptor: Acceptor,
     /// Shared-memory clients' logins (`DIR/router.sock`), unless `ipc = false`.
     ipc_login: Option<IpcLogin>,
-    /// Logins taken and not yet acted on (kept: no allocation per beat).
-    logins: Vec<Request>,
     /// The streams of the shared-memory clients served.
     ipc_serving: HashSet<u32>,
     /// Shared-memory streams whose sessions ended (from the agents).
@@ -254,7 +252,6 @@ impl Server {
             _lock: lock,
             acceptor,
             ipc_login,
-            logins: Vec::new(),
             ipc_serving: HashSet::new(),
             gone,
             last_housekeeping: 0,
@@ -490,10 +487,11 @@ impl Server {
     /// Acts on the shared-memory logins that came whole.
     fn take_logins(&mut self, now: u64) -> usize {
         let Some(login) = &mut self.ipc_login else { return 0 };
-        login.poll(now, &mut self.logins);
-        let mut logins = std::mem::take(&mut self.logins);
+        // No allocation unless a login came.
+        let mut logins = Vec::new();
+        login.poll(now, &mut logins);
         let n = logins.len();
-        for r in logins.drain(..) {
+        for r in logins {
             let (stream, pid) = (r.stream, r.pid);
             if let Err(why) = self.attach_ipc(r) {
                 tracing::debug!(stream, pid, "shared-memory login refused: {why}");
@@ -502,7 +500,6 @@ impl Server {
                 }
             }
         }
-        self.logins = logins;
         n
     }
 

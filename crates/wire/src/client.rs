@@ -69,6 +69,18 @@ pub const IPC_OUT_CHANNEL: &str = "tw-router-out";
 /// what follows it); the answer is one zero byte once the router has
 /// attached, or a refusal's text, and then the close.
 pub const IPC_LOGIN_SOCKET: &str = "router.sock";
+/// The router's answer on [`IPC_LOGIN_SOCKET`] to a login it has taken (a
+/// refusal is text, never starting with this byte).
+pub const IPC_LOGIN_TAKEN: u8 = 0;
+
+/// The login message of [`IPC_LOGIN_SOCKET`] for log `id` and `hello`.
+pub fn ipc_login_message(id: u32, hello: &[u8]) -> Vec<u8> {
+    let mut msg = Vec::with_capacity(8 + hello.len());
+    msg.extend_from_slice(&(4 + hello.len() as u32).to_le_bytes());
+    msg.extend_from_slice(&id.to_le_bytes());
+    msg.extend_from_slice(hello);
+    msg
+}
 
 /// Frame flags.
 pub mod flags {

@@ -201,7 +201,11 @@ impl Router {
                 }
             }
         }
-        readers.sort_unstable_by_key(|r| std::cmp::Reverse(r.0));
+        if reading + MIN_LEVEL * sizes.len() > target {
+            // Sorted only when readers must be cut: this runs on every
+            // delivery past the bound.
+            readers.sort_unstable_by_key(|r| std::cmp::Reverse(r.0));
+        }
         let mut next = readers.iter().peekable();
         while reading + MIN_LEVEL * sizes.len() > target {
             // The stillest rank goes in whole: clients that stopped about

@@ -136,8 +136,7 @@ pub fn ipc_login(dir: &Path, stream: u32, name: &str) -> std::os::unix::net::Uni
     let mut frame = vec![0u8; hello.buffer_len()];
     hello.emit(&mut frame).unwrap();
     let mut s = std::os::unix::net::UnixStream::connect(dir.join(tickwire_wire::client::IPC_LOGIN_SOCKET)).unwrap();
-    let msg = [(4 + frame.len() as u32).to_le_bytes().to_vec(), stream.to_le_bytes().to_vec(), frame].concat();
-    s.write_all(&msg).unwrap();
+    s.write_all(&tickwire_wire::client::ipc_login_message(stream, &frame)).unwrap();
     s
 }
 
