@@ -42,7 +42,12 @@ impl Login {
     /// The password file must be its owner's alone (the check every secret
     /// file gets: [`tickwire_transport::tls::read_secret`]); its bytes are
     /// zeroed once the first line is taken.
-    fn credentials(&self) -> Result<Option<(String, Zeroizing<String>)>, String> {
+    ///
+    /// Over shared memory (`ipc`) no password is needed: a router whose
+    /// `[[users]]` entry names this process's Unix user (`unix_user`) logs
+    /// it in as that user from the socket's credentials; the password, when
+    /// given, is sent all the same (and checked for any other user).
+    fn credentials(&self, ipc: bool) -> Result<Option<(String, Zeroizing<String>)>, String> {
         let Some(user) = &self.user else { return Ok(None) };
         let password = match &self.password_file {
             Some(f) => {
@@ -52,9 +57,15 @@ impl Login {
                     .map_err(|_| format!("--password-file {}: not UTF-8 text", f.display()))?;
                 Zeroizing::new(text.lines().next().unwrap_or("").to_owned())
             }
-            None => take_password_var().map(Zeroizing::new).ok_or_else(|| {
-                format!("--user {user} needs its password in --password-file FILE or the {PASSWORD_VAR} environment variable")
-            })?,
+            None => match take_password_var() {
+                Some(p) => Zeroizing::new(p),
+                None if ipc => Zeroizing::new(String::new()),
+                None => {
+                    return Err(format!(
+                        "--user {user} needs its password in --password-file FILE or the {PASSWORD_VAR} environment variable (or, over --router ipc, a router that maps this Unix user to it)"
+                    ))
+                }
+            },
         };
         Ok(Some((user.clone(), password)))
     }
@@ -258,7 +269,7 @@ fn finish_guaranteed(client: &mut Client) -> Result<(), String> {
 pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
     // Before any thread starts (the Ctrl-C handler's): it may change the
     // environment.
-    let credentials = a.login.credentials()?;
+    let credentials = a.login.credentials(uri == "ipc")?;
     install_ctrl_c();
     if a.topic.is_empty() {
         return Err("--router needs --topic".into());
@@ -432,7 +443,7 @@ fn acknowledge(client: &mut Client, acks: &mut std::collections::VecDeque<(u32, 
 pub fn subscribe(s: &Settings, a: &SubArgs, uri: &str) -> Result<(), String> {
     // Before any thread starts (the Ctrl-C handler's): it may change the
     // environment.
-    let credentials = a.login.credentials()?;
+    let credentials = a.login.credentials(uri == "ipc")?;
     install_ctrl_c();
     let pattern = a.topic.as_deref().ok_or("--router needs --topic PATTERN")?;
     let opts = a.login.identity(ClientOptions { slow_consumer: a.slow_consumer, ..ClientOptions::default() });
@@ -500,12 +511,12 @@ mod tests {
     fn the_password_variable_is_removed_once_read() {
         std::env::set_var(PASSWORD_VAR, "env-s3cret");
         let login = Login { user: Some("desk".into()), password_file: None, tls_cert: None, tls_key: None };
-        let (user, password) = login.credentials().unwrap().unwrap();
+        let (user, password) = login.credentials(false).unwrap().unwrap();
         assert_eq!((user.as_str(), password.as_str()), ("desk", "env-s3cret"));
         assert!(std::env::var_os(PASSWORD_VAR).is_none(), "still in the environment");
         let child = std::process::Command::new("env").output().unwrap();
         assert!(!String::from_utf8_lossy(&child.stdout).contains("env-s3cret"), "a child inherited it");
-        let e = login.credentials().unwrap_err();
+        let e = login.credentials(false).unwrap_err();
         assert!(e.contains("TICKWIRE_PASSWORD"), "read once: {e}");
     }
 }

@@ -53,12 +53,6 @@ fn wait_for_file(path: &str) {
     }
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
-        .unwrap_or(false)
-}
-
 /// A pid that belonged to a process that has exited.
 fn dead_pid() -> u32 {
     let mut c = Command::new("true").spawn().unwrap();
@@ -71,7 +65,7 @@ fn dead_pid() -> u32 {
 /// size, with nothing left behind (no SIGBUS, no zero-filled file).
 #[test]
 fn a_full_tmpfs_is_a_clear_error_and_leaves_nothing_behind() {
-    if !is_root() {
+    if !tickwire_testkit::is_root() {
         tickwire_testkit::skip("mounting a small tmpfs needs root");
         return;
     }

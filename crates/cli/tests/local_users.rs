@@ -14,6 +14,11 @@
 //!   other user planted are removed unread (logged), the real publisher
 //!   and subscriber go on and lose nothing; a subscriber never reads the
 //!   other user's log, it says whose it is.
+//! * A member of the router's group, another Unix user, logs in over
+//!   shared memory through the group's socket, as the user its `unix_user`
+//!   names, and receives: its logs cross the socket, so it needs no right
+//!   to create anything in the router's directory, and it leaves nothing
+//!   there.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -205,7 +210,8 @@ fn another_user_reads_nothing_in_the_directory_or_the_journal() {
     }
     let names: Vec<_> = files.iter().map(|f| f.file_name().unwrap().to_string_lossy().into_owned()).collect();
     println!("{} files and directories checked as {}: {names:?}", files.len(), other.name);
-    assert!(names.iter().any(|n| n.starts_with("tw-router-in-")), "a client's log was there: {names:?}");
+    // A session's logs are sealed memfds handed over the login socket.
+    assert!(!names.iter().any(|n| n.starts_with("tw-router-")), "a client's log has a name: {names:?}");
     assert!(names.iter().any(|n| n.ends_with(".twj")), "a journal segment was there: {names:?}");
     assert!(readable.is_empty(), "readable by another user: {readable:?}");
     let grep = other.sh(&format!("grep -r '{password}' '{}' '{}'", d.display(), journal.display()));
@@ -324,4 +330,76 @@ fn a_log_or_counters_file_planted_by_another_user_is_removed_unread_and_the_publ
     assert!(se.contains(&format!("received {n} messages")) && se.contains("sequence gaps 0"), "{se}");
     assert!(!se.contains("LOST"), "{se}");
     let _ = std::fs::remove_dir_all(&shared);
+}
+
+#[test]
+fn a_member_of_the_routers_group_logs_in_over_shared_memory_and_leaves_nothing_in_the_directory() {
+    let other = OtherUser::new("g");
+    let group = other.name.replacen("twlu", "twlg", 1);
+    let _ = Command::new("groupdel").arg(&group).output();
+    let made = Command::new("groupadd").arg(&group).output().unwrap();
+    assert!(made.status.success(), "groupadd {group}: {}", String::from_utf8_lossy(&made.stderr));
+    let gid = String::from_utf8_lossy(&Command::new("getent").args(["group", &group]).output().unwrap().stdout)
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .trim()
+        .parse::<u32>()
+        .unwrap();
+    let d = scratch("group");
+    let etc = scratch("group-etc");
+    std::fs::create_dir_all(&etc).unwrap();
+    let cfg = etc.join("router.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[router]\ngroup = \"{group}\"\n\n[[users]]\nname = \"desk\"\nunix_user = \"{}\"\nsubscribe = [\"md/>\"]\n\n\
+             [[users]]\nname = \"feed\"\nunix_user = \"root\"\npublish = [\"md/>\"]\n",
+            other.name
+        ),
+    )
+    .unwrap();
+    let (mut router, _log) =
+        start(&["--dir", s(&d), "--config", s(&cfg), "router", "--no-tcp"], &[], "router listening");
+    let mode = std::fs::metadata(&d).unwrap().mode() & 0o7777;
+    assert_eq!(mode, 0o2750, "the group's directory");
+
+    // The other user, in the router's group and no other, subscribes as
+    // "desk" (its unix_user) with no password; root publishes as "feed".
+    let sub = Command::new("setpriv")
+        .args([&format!("--reuid={}", other.uid), "--regid=65534", &format!("--groups={gid}")])
+        .args([BIN, "--dir", s(&d), "sub", "--router", "ipc", "--topic", "md/>", "--count", "50"])
+        .args(["--user", "desk", "--duration", "20s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let publ = Command::new(BIN)
+        .args(["--dir", s(&d), "pub", "--router", "ipc", "--topic", "md/x", "--user", "feed", "--count", "50"])
+        .args(["--rate", "20"])
+        .output()
+        .unwrap();
+    assert!(publ.status.success(), "{}", String::from_utf8_lossy(&publ.stderr));
+    let sub = sub.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&sub.stderr);
+    println!("the group member's subscriber: {}", err.trim());
+    assert!(sub.status.success(), "{err}");
+    assert!(err.contains("received 50 messages"), "{err}");
+
+    // Nothing of the other user's in the router's directory; its counters
+    // went to its own.
+    let mut files = Vec::new();
+    walk(&d, &mut files);
+    let theirs: Vec<_> =
+        files.iter().filter(|f| std::fs::symlink_metadata(f).is_ok_and(|m| m.uid() == other.uid)).collect();
+    assert!(theirs.is_empty(), "the other user's files in the router's directory: {theirs:?}");
+    let _ = router.kill();
+    let _ = router.wait();
+    let own = PathBuf::from(format!("/dev/shm/tickwire-{}", other.name));
+    let _ = std::fs::remove_dir_all(&own);
+    let _ = std::fs::remove_dir_all(&d);
+    let _ = std::fs::remove_dir_all(&etc);
+    let _ = Command::new("groupdel").arg(&group).output();
 }

@@ -23,12 +23,6 @@ const PAGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/operations.m
 /// working directory ($2) and runs the rest.
 const HOST_SHELL: &str = r#"mount --bind "$1" /dev/shm && cd "$2" && shift 2 && exec "$@""#;
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
-        .unwrap_or(false)
-}
-
 // ---------------------------------------------------------------- the page
 
 /// What a marked block of the page asks for.
@@ -334,7 +328,7 @@ struct Walk {
 
 #[test]
 fn the_operations_walkthrough_across_two_hosts() {
-    if !is_root() {
+    if !tickwire_testkit::is_root() {
         let _ = writeln!(
             std::io::stderr(),
             "SKIPPED the_operations_walkthrough_across_two_hosts: it needs root (network namespaces, veth, mount)"

@@ -1,13 +1,16 @@
 //! A client's connection to its router: a pair of shared-memory logs, or a
 //! TCP socket. Both carry the same client frames.
 
-use std::io::{Read, Write};
+use std::fs::File;
+use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tickwire_shm::os::monotonic_ns;
-use tickwire_shm::{Claim, Context, Event, LogAppender, LogConfig, LogReader, OfferError, ReaderOptions};
+use tickwire_shm::{handover, Claim, Context, Event, LogAppender, LogConfig, LogReader, OfferError, ReaderOptions};
 use tickwire_transport::framing::FrameError;
 use tickwire_transport::link::{Batching, LinkError, LinkStats, LinkWriter, StreamLink};
 use tickwire_transport::tls::{ClientConfig, Wire};
@@ -103,10 +106,10 @@ pub(crate) enum Conn {
     Tcp(TcpConn),
 }
 
-/// A nonzero id unlikely to be in use: pid, time and a counter mixed.
-fn fresh_id(attempt: u32) -> u32 {
+/// A nonzero id unlikely to be in use: pid and time mixed.
+fn fresh_id() -> u32 {
     let t = tickwire_shm::os::monotonic_ns();
-    let mut x = u64::from(std::process::id()) << 32 ^ t ^ u64::from(attempt).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut x = u64::from(std::process::id()) << 32 ^ t;
     x ^= x >> 33;
     x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
     x ^= x >> 33;
@@ -114,58 +117,58 @@ fn fresh_id(attempt: u32) -> u32 {
 }
 
 impl Conn {
-    /// Creates this client's log into the router and logs in on the
-    /// router's Unix socket with `hello` (its HELLO frame): the password
-    /// it may carry crosses the socket, never shared memory.
-    pub(crate) fn open_ipc(ctx: &Context, log_bytes: usize, hello: &[u8]) -> Result<Self, String> {
-        let socket = ctx.dir().join(IPC_LOGIN_SOCKET);
-        // No router, no log: nothing is left behind for a retry.
-        let mut login = UnixStream::connect(&socket).map_err(|e| format!("{}: {e}", socket.display()))?;
-        let cfg = LogConfig::with_capacity(log_bytes);
-        let mut last = String::new();
-        for attempt in 0..8 {
-            let id = fresh_id(attempt);
-            match ctx.appender(IPC_IN_CHANNEL, id, &cfg) {
-                Ok(out) => {
-                    login
-                        .set_write_timeout(Some(Duration::from_secs(1)))
-                        .and_then(|()| login.write_all(&ipc_login_message(id, hello)))
-                        .and_then(|()| login.set_nonblocking(true))
-                        .map_err(|e| format!("{}: {e}", socket.display()))?;
-                    return Ok(Conn::Ipc(IpcConn { id, out, input: None, login: Some(login), polls: 0 }));
-                }
-                Err(e) => last = e.to_string(),
-            }
-        }
-        Err(last)
+    /// Creates this client's log into the router in a sealed anonymous
+    /// file and logs in on the router's Unix socket in `dir` with `hello`
+    /// (its HELLO frame), the log's descriptor beside it: nothing of the
+    /// session has a name in the router's directory, its password crosses
+    /// the socket, never shared memory, and the router, whatever user it
+    /// runs as, maps a file this client cannot shrink under it.
+    pub(crate) fn open_ipc(ctx: &Context, dir: &Path, log_bytes: usize, hello: &[u8]) -> Result<Self, String> {
+        let socket = dir.join(IPC_LOGIN_SOCKET);
+        let named = |e: std::io::Error| format!("{}: {e}", socket.display());
+        let mut login = UnixStream::connect(&socket).map_err(named)?;
+        let id = fresh_id();
+        let (out, file) =
+            ctx.appender_sealed(IPC_IN_CHANNEL, id, &LogConfig::with_capacity(log_bytes)).map_err(|e| e.to_string())?;
+        let message = ipc_login_message(id, hello);
+        login.set_write_timeout(Some(Duration::from_secs(1))).map_err(named)?;
+        // The descriptor rides with the first bytes; the rest follow.
+        let sent = handover::send(&login, &message, Some(file.as_fd())).map_err(named)?;
+        login.write_all(&message[sent..]).and_then(|()| login.set_nonblocking(true)).map_err(named)?;
+        Ok(Conn::Ipc(IpcConn { id, out, input: None, login: Some(login), polls: 0 }))
     }
 
-    /// Why the router refused this client's shared-memory login, once it
-    /// has said so on the login socket.
-    pub(crate) fn refusal(&mut self) -> Option<String> {
+    /// Reads the router's answer to a shared-memory login: on a taken
+    /// login, attaches to the log the router handed over beside it; on a
+    /// refusal, or an answer this client cannot use, says why.
+    pub(crate) fn refusal(&mut self, ctx: Option<&Context>) -> Option<String> {
         let Conn::Ipc(c) = self else { return None };
         let login = c.login.as_mut()?;
-        let mut buf = [0u8; 1024];
-        match login.read(&mut buf) {
-            // Taken: the router attached to our log.
+        let (mut buf, mut fds) = ([0u8; 1024], Vec::new());
+        let got = handover::recv(&*login, &mut buf, &mut fds);
+        if !matches!(&got, Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted) {
+            c.login = None;
+        }
+        match got {
+            // Taken: the router's log to us came with the answer.
             Ok(n) if n > 0 && buf[0] == IPC_LOGIN_TAKEN => {
-                c.login = None;
-                None
+                let (Some(ctx), Some(fd)) = (ctx, fds.pop()) else {
+                    return Some("the router took the login but handed over no log".into());
+                };
+                let label = PathBuf::from(format!("memfd:{IPC_OUT_CHANNEL}-{} (from the router)", c.id));
+                match ctx.reader_fd(&File::from(fd), &label, ReaderOptions::default()) {
+                    Ok(r) => {
+                        c.input = Some(r);
+                        None
+                    }
+                    Err(e) => Some(format!("the router's log: {e}")),
+                }
             }
-            Ok(n) if n > 0 => {
-                c.login = None;
-                Some(format!("the router refused the login: {}", String::from_utf8_lossy(&buf[..n])))
-            }
+            Ok(n) if n > 0 => Some(format!("the router refused the login: {}", String::from_utf8_lossy(&buf[..n]))),
             // Closed without an answer: the router stopped meanwhile.
-            Ok(_) => {
-                c.login = None;
-                Some("the router closed the login socket without an answer (it stopped?)".into())
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::Interrupted => None,
-            Err(e) => {
-                c.login = None;
-                Some(format!("the router's login socket: {e}"))
-            }
+            Ok(_) => Some("the router closed the login socket without an answer (it stopped?)".into()),
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => None,
+            Err(e) => Some(format!("the router's login socket: {e}")),
         }
     }
 
@@ -195,23 +198,13 @@ impl Conn {
     }
 
     /// Whether frames can flow both ways (shared memory: the router has
-    /// attached to our log and made its log for us).
-    pub(crate) fn is_ready(&mut self, ctx: Option<&Context>) -> bool {
+    /// taken the login and handed over its log to us, and reads ours).
+    pub(crate) fn is_ready(&mut self) -> bool {
         match self {
             Conn::Tcp(_) => true,
             Conn::Ipc(c) => {
                 c.out.do_work();
-                if c.input.is_none() {
-                    if let Some(ctx) = ctx {
-                        c.input = ctx.reader(IPC_OUT_CHANNEL, c.id, ReaderOptions::default()).ok();
-                    }
-                }
-                let ready = c.input.is_some() && c.out.is_connected();
-                if ready {
-                    // Taken: the login socket has nothing more to say.
-                    c.login = None;
-                }
-                ready
+                c.input.is_some() && c.out.is_connected()
             }
         }
     }

@@ -1,27 +1,34 @@
 //! Shared-memory clients log in over a Unix socket, `DIR/router.sock`.
 //!
-//! A client creates its log into the router (`tw-router-in-ID.log`), then
-//! connects here and sends one message: `[u32 length][u32 ID][HELLO]`,
-//! little-endian, the length counting what follows it. The router learns
-//! the client's process and user from the socket (`SO_PEERCRED`), checks
-//! that the log's publisher is that process, attaches to it, and handles
-//! the HELLO as the session's first frame: its password, when it has one,
-//! crossed this socket and is never in shared memory, and a client whose
-//! Unix user a `[[users]]` entry names (`unix_user`) logs in as that user
-//! with none. A HELLO arriving later through the log is a protocol
-//! violation.
+//! A client creates its log into the router (`tw-router-in-ID`) in a
+//! sealed anonymous file (`memfd`, [`tickwire_shm::handover`]), then
+//! connects here and sends one message, `[u32 length][u32 ID][HELLO]`,
+//! little-endian, the length counting what follows it, with the log's
+//! descriptor beside its first bytes (`SCM_RIGHTS`). The router learns the
+//! client's process and user from the socket (`SO_PEERCRED`), checks that
+//! the file is sealed against shrinking and that the log's publisher is
+//! that process, attaches to it, and handles the HELLO as the session's
+//! first frame: its password, when it has one, crossed this socket and is
+//! never in shared memory, and a client whose Unix user a `[[users]]`
+//! entry names (`unix_user`) logs in as that user with none. A HELLO
+//! arriving later through the log is a protocol violation. A login taken
+//! is answered with one zero byte and, beside it, the router's log to the
+//! client (`tw-router-out-ID`), sealed the same way: neither log has a
+//! name in the directory, so a client needs no right to it beyond the
+//! socket's, and neither side can shrink the other's mapping.
 //!
 //! Every wait has a deadline (`limits.hello_timeout`), every buffer a
 //! bound (`max_frame`), and the pending connections a limit; each refusal
 //! is logged (at most a line a second) and counted, and the client is told
-//! why on the socket before it is closed; a login taken is answered with
-//! one zero byte. The socket is `0600` (`0660`
+//! why on the socket before it is closed. The socket is `0600` (`0660`
 //! with the directory's group) in a directory that is the router's own.
 
-use std::io::{ErrorKind, Read, Write};
-use std::os::fd::AsFd;
+use std::fs::File;
+use std::io::{ErrorKind, Write};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use tickwire_shm::handover;
 
 /// The socket's name in the router's directory.
 pub use tickwire_wire::client::IPC_LOGIN_SOCKET as SOCKET_FILE;
@@ -33,8 +40,10 @@ const MAX_PENDING: usize = 256;
 /// who it is.
 #[derive(Debug)]
 pub(crate) struct Request {
-    /// The id of its log (`tw-router-in-ID.log`).
+    /// The id of its log (`tw-router-in-ID`).
     pub stream: u32,
+    /// Its log, handed over (not yet checked).
+    pub log: File,
     /// Its HELLO frame.
     pub hello: Vec<u8>,
     /// Its process and user, from the socket.
@@ -50,6 +59,8 @@ struct Pending {
     pid: i32,
     uid: u32,
     buf: Vec<u8>,
+    /// Descriptors that came with it (one is a log; more is a refusal).
+    fds: Vec<OwnedFd>,
     deadline: u64,
 }
 
@@ -129,8 +140,12 @@ impl IpcLogin {
         while i < self.pending.len() {
             match self.read(i) {
                 Ok(Some((stream, hello))) => {
-                    let Pending { conn, pid, uid, .. } = self.pending.swap_remove(i);
-                    out.push(Request { stream, hello, pid, uid, conn });
+                    let Pending { conn, pid, uid, mut fds, .. } = self.pending.swap_remove(i);
+                    match (fds.pop(), fds.is_empty()) {
+                        (Some(fd), true) => out.push(Request { stream, log: File::from(fd), hello, pid, uid, conn }),
+                        (None, _) => self.refuse_pending(conn, "no log came with the login message", now),
+                        (Some(_), false) => self.refuse_pending(conn, "more than one file came with the login", now),
+                    }
                 }
                 Ok(None) if now < self.pending[i].deadline => i += 1,
                 Ok(None) => {
@@ -163,6 +178,7 @@ impl IpcLogin {
             pid: cred.pid(),
             uid: cred.uid(),
             buf: Vec::new(),
+            fds: Vec::new(),
             deadline: now + self.timeout_ns,
         });
     }
@@ -189,8 +205,9 @@ impl IpcLogin {
                 return Ok(Some((stream, p.buf[8..want].to_vec())));
             }
             let n = (want - p.buf.len()).min(chunk.len());
-            match p.conn.read(&mut chunk[..n]) {
+            match handover::recv(&p.conn, &mut chunk[..n], &mut p.fds) {
                 Ok(0) => return Err("the client closed the login socket before its message was whole".into()),
+                Ok(_) if p.fds.len() > 1 => return Err("more than one file came with the login".into()),
                 Ok(k) => p.buf.extend_from_slice(&chunk[..k]),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -232,10 +249,17 @@ impl Drop for IpcLogin {
 }
 
 /// Tells the client its login was taken: one zero byte (a refusal is
-/// text, never starting with one).
-pub(crate) fn accept(mut conn: &UnixStream) {
-    let _ = conn.set_nonblocking(true);
-    let _ = conn.write_all(&[tickwire_wire::client::IPC_LOGIN_TAKEN]);
+/// text, never starting with one), with the router's log to it beside.
+///
+/// # Errors
+/// When the answer could not be sent (the client is gone, or its socket
+/// full): the login is not taken.
+pub(crate) fn accept(conn: &UnixStream, log: &File) -> std::io::Result<()> {
+    conn.set_nonblocking(true)?;
+    match handover::send(conn, &[tickwire_wire::client::IPC_LOGIN_TAKEN], Some(log.as_fd()))? {
+        1 => Ok(()),
+        _ => Err(ErrorKind::WriteZero.into()),
+    }
 }
 
 /// Tells the client why it is refused (best effort: it may be gone); the

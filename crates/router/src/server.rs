@@ -11,11 +11,12 @@
 //! 2. on the same beat, takes shared-memory clients' logins from its Unix
 //!    socket, `DIR/router.sock` ([`crate::ipc_login`]).
 //!
-//! A shared-memory client creates `tw-router-in-ID.log` and sends its ID
-//! and HELLO on the socket; the router, having checked that the log is the
-//! connecting process's, attaches a tethered reader, creates
-//! `tw-router-out-ID.log` for the client to read, and hands the session
-//! its HELLO. One router serves a
+//! A shared-memory client creates its log `tw-router-in-ID` in a sealed
+//! memfd and sends it, its ID and HELLO on the socket; the router, having
+//! checked that the file cannot shrink and that the log is the connecting
+//! process's, attaches a tethered reader, creates `tw-router-out-ID` the
+//! same way and hands it to the client beside the answer, and hands the
+//! session its HELLO. One router serves a
 //! directory: it holds an exclusive `flock` on `DIR/router.lock`, which the
 //! kernel releases when the process dies, so a router killed with kill -9
 //! never blocks the next start.
@@ -41,7 +42,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 use tickwire_agent::{AgentRunner, Idle};
-use tickwire_shm::{Context, Dir, LogAppender, LogConfig, ReaderOptions};
+use tickwire_shm::{Context, Dir, LogConfig, ReaderOptions};
 use tickwire_transport::tls::TlsError;
 use tickwire_wire::client::{IPC_IN_CHANNEL, IPC_OUT_CHANNEL};
 
@@ -507,7 +508,7 @@ impl Server {
     /// (and told why on its socket) when its log is not the connecting
     /// process's, carried an earlier session, or is served already.
     fn attach_ipc(&mut self, r: Request) -> Result<(), String> {
-        let Request { stream, hello, pid, uid, conn } = r;
+        let Request { stream, log, hello, pid, uid, conn } = r;
         let refuse = |why: String| {
             crate::ipc_login::refuse(&conn, &why);
             Err(why)
@@ -515,17 +516,24 @@ impl Server {
         if self.ipc_serving.contains(&stream) {
             return refuse(format!("{IPC_IN_CHANNEL}-{stream} is served already"));
         }
-        // The client's file, and ours that the client can reach: shrunk
-        // under us, they end this session, not the router.
+        // The client's file, checked to be sealed against shrinking; mapped
+        // inside `untrusted` all the same, so that a file shrunk under us
+        // would end this session, not the router.
+        let label = PathBuf::from(format!("memfd:{IPC_IN_CHANNEL}-{stream} (from pid {pid})"));
         let opts = ReaderOptions::default();
-        let reader = match tickwire_shm::os::untrusted(|| self.ctx.reader(IPC_IN_CHANNEL, stream, opts)) {
+        let reader = match tickwire_shm::os::untrusted(|| self.ctx.reader_fd(&log, &label, opts)) {
             Ok(r) => r,
             Err(e) => return refuse(format!("its log: {e}")),
         };
-        let publisher = reader.descriptor().publisher.pid;
-        if i64::from(publisher) != i64::from(pid) {
+        drop(log);
+        let d = reader.descriptor();
+        if d.stream_id != stream || d.channel != IPC_IN_CHANNEL {
+            return refuse(format!("its log is {}-{}, not {IPC_IN_CHANNEL}-{stream}", d.channel, d.stream_id));
+        }
+        if i64::from(d.publisher.pid) != i64::from(pid) {
             return refuse(format!(
-                "{IPC_IN_CHANNEL}-{stream} is pid {publisher}'s log, not the connecting process's (pid {pid})"
+                "{IPC_IN_CHANNEL}-{stream} is pid {}'s log, not the connecting process's (pid {pid})",
+                d.publisher.pid
             ));
         }
         if reader.position() > 0 {
@@ -537,15 +545,16 @@ impl Server {
             ));
         }
         let cfg = LogConfig::with_capacity(self.cfg.ipc_log_bytes);
-        let out = match tickwire_shm::os::untrusted(|| {
-            LogAppender::create(self.ctx.dir(), IPC_OUT_CHANNEL, stream, &cfg, self.ctx.counters())
-        }) {
+        let (out, file) = match self.ctx.appender_sealed(IPC_OUT_CHANNEL, stream, &cfg) {
             Ok(o) => o,
             Err(e) => return refuse(format!("its log out of the router: {e}")),
         };
+        // Taken: one zero byte (a refusal is text) with our log beside it.
+        if let Err(e) = crate::ipc_login::accept(&conn, &file) {
+            return Err(format!("the answer could not be sent: {e}"));
+        }
+        drop(file);
         self.ipc_serving.insert(stream);
-        // Taken: one zero byte (a refusal is text), then the close.
-        crate::ipc_login::accept(&conn);
         self.hand(Control::Ipc {
             stream,
             reader: Box::new(reader),

@@ -129,8 +129,9 @@ fn malformed_frames_close_only_the_client_that_sent_them() {
 
     // A shared-memory client writing garbage into its own log.
     let ctx = tickwire_shm::Context::new(&dir).unwrap();
-    let mut evil = ctx.appender(IPC_IN_CHANNEL, 0xbad, &tickwire_shm::LogConfig::with_capacity(64 << 10)).unwrap();
-    let _login = common::ipc_login(&dir, 0xbad, "evil");
+    let (mut evil, log) =
+        ctx.appender_sealed(IPC_IN_CHANNEL, 0xbad, &tickwire_shm::LogConfig::with_capacity(64 << 10)).unwrap();
+    let _login = common::ipc_login(&dir, 0xbad, &[&log], "evil");
     let until = Instant::now() + Duration::from_secs(5);
     while !evil.is_connected() && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(5));

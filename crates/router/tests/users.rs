@@ -127,6 +127,24 @@ fn all_file_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+/// The bytes of every session log this process maps (the router runs on
+/// a thread here), read through `/proc/self/mem`.
+fn mapped_logs() -> Vec<(String, Vec<u8>)> {
+    use std::os::unix::fs::FileExt;
+    let mem = std::fs::File::open("/proc/self/mem").unwrap();
+    let mut out = Vec::new();
+    for l in std::fs::read_to_string("/proc/self/maps").unwrap().lines() {
+        let Some(at) = l.find("/memfd:tw-router-") else { continue };
+        let range = l.split_whitespace().next().unwrap();
+        let (a, b) = range.split_once('-').unwrap();
+        let (a, b) = (u64::from_str_radix(a, 16).unwrap(), u64::from_str_radix(b, 16).unwrap());
+        let mut bytes = vec![0u8; (b - a) as usize];
+        mem.read_exact_at(&mut bytes, a).unwrap();
+        out.push((l[at..].to_owned(), bytes));
+    }
+    out
+}
+
 #[test]
 fn a_shared_memory_client_s_password_crosses_the_login_socket_never_shared_memory() {
     let dir = tempdir("users-secret");
@@ -137,13 +155,16 @@ fn a_shared_memory_client_s_password_crosses_the_login_socket_never_shared_memor
     std::thread::sleep(Duration::from_millis(100));
     feed.publish("md/eu/VOD", b"bid 101").unwrap();
     assert_eq!(receive(&mut desk, 1), [("md/eu/VOD".into(), b"bid 101".to_vec(), 0)]);
-    // The logs in and out, the counters, the status: no password in any.
-    let files = all_file_bytes(&dir);
+    // The logs in and out (memfds, read where they are mapped), the
+    // counters, the status: no password in any.
+    let mut files = all_file_bytes(&dir);
+    let logs = mapped_logs();
     assert!(
-        files.iter().any(|(n, _)| n.starts_with("tw-router-in-")),
+        logs.iter().any(|(n, _)| n.contains("tw-router-in-")) && logs.iter().any(|(n, _)| n.contains("tw-router-out-")),
         "{:?}",
-        files.iter().map(|f| &f.0).collect::<Vec<_>>()
+        logs.iter().map(|f| &f.0).collect::<Vec<_>>()
     );
+    files.extend(logs);
     for (name, bytes) in &files {
         for pw in [&b"feed-pw"[..], b"desk-pw"] {
             assert!(!bytes.windows(pw.len()).any(|w| w == pw), "{name} holds a password");

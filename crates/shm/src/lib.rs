@@ -14,6 +14,8 @@
 //!   eviction with `Lost` notices, stuck-claim pad-out, futex parking).
 //! * [`dir`]: the directory, this user's own, and every file in it
 //!   opened relative to its handle without following links.
+//! * [`handover`]: logs in sealed anonymous files (`memfd`) handed over a
+//!   Unix socket, for a reader that must not trust the publisher's file.
 //! * [`counters`]: per-stream counters in a shared file read by `tickwire stat`.
 //! * [`floor`]: the raw cache-line and ring probes the lab measures against.
 //! * `sys` (private): everything OS-specific (mmap, futex, membarrier,
@@ -50,6 +52,7 @@ pub mod counters;
 pub mod dir;
 mod error;
 pub mod floor;
+pub mod handover;
 pub mod log;
 mod mapped;
 mod sys;
@@ -116,6 +119,28 @@ impl Context {
     /// See [`LogAppender::create`].
     pub fn appender(&self, channel: &str, stream_id: u32, cfg: &LogConfig) -> Result<LogAppender, ShmError> {
         LogAppender::create(&self.dir, channel, stream_id, cfg, &self.counters)
+    }
+
+    /// Creates the log of `channel`/`stream_id` in a sealed anonymous file,
+    /// and its appender; returns them and the file to hand over.
+    ///
+    /// # Errors
+    /// See [`LogAppender::create_sealed`].
+    pub fn appender_sealed(
+        &self,
+        channel: &str,
+        stream_id: u32,
+        cfg: &LogConfig,
+    ) -> Result<(LogAppender, std::fs::File), ShmError> {
+        LogAppender::create_sealed(channel, stream_id, cfg, &self.counters)
+    }
+
+    /// Attaches a reader to a log handed over as `file` ([`handover`]).
+    ///
+    /// # Errors
+    /// See [`LogReader::open_fd`].
+    pub fn reader_fd(&self, file: &std::fs::File, label: &Path, opts: ReaderOptions) -> Result<LogReader, ShmError> {
+        LogReader::open_fd(file, label, opts, &self.counters)
     }
 
     /// Attaches a reader to the log of `channel`/`stream_id`.

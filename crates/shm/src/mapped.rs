@@ -58,6 +58,16 @@ impl MappedFile {
         }
     }
 
+    /// Makes a sealed anonymous file of `len` bytes ([`crate::handover::sealed`],
+    /// named after `label`, `memfd:NAME`) and maps it; returns
+    /// it and the file, to hand over. `label` names it in errors.
+    pub fn create_sealed(len: usize, label: &Path) -> io::Result<(Self, File)> {
+        let name = label.to_string_lossy();
+        let file = crate::handover::sealed(name.strip_prefix("memfd:").unwrap_or(&name), len)?;
+        let map = sys::map_file(&file, len, label)?;
+        Ok((Self { map, path: Some(label.to_owned()), created: None }, file))
+    }
+
     /// Maps the first `len` bytes of an open file, which the caller has
     /// checked is at least that long; `path` names it in errors and the
     /// SIGBUS handler.

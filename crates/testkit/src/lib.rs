@@ -98,6 +98,13 @@ pub fn send_spoofed(from: std::net::SocketAddrV4, to: std::net::SocketAddrV4, pa
     Ok(())
 }
 
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
+}
+
 /// Skips the calling test, visibly: writes `SKIPPED: TEST: WHY` to the real
 /// standard error (not through `eprintln!`, which the test harness captures
 /// and hides for a test that passes, so that a skip would read as "ok").

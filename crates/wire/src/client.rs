@@ -57,17 +57,19 @@ pub const VALUE_OFFSET: usize = VALUE;
 pub const CLIENT_PROTOCOL_VERSION: u32 = 1;
 
 /// Over shared memory a client publishes its frames into the log
-/// `IPC_IN_CHANNEL-ID` (it creates it, with a random nonzero ID), logs in
-/// on the router's Unix socket [`IPC_LOGIN_SOCKET`] with its ID and HELLO,
-/// and reads the router's frames from `IPC_OUT_CHANNEL-ID` (the router
-/// creates it when it takes the login).
+/// `IPC_IN_CHANNEL-ID` (it creates it in a sealed memfd, with a random
+/// nonzero ID), logs in on the router's Unix socket [`IPC_LOGIN_SOCKET`]
+/// with its ID and HELLO and the log's descriptor beside them, and reads
+/// the router's frames from `IPC_OUT_CHANNEL-ID` (the router creates it
+/// the same way when it takes the login, and hands it over in its answer).
 pub const IPC_IN_CHANNEL: &str = "tw-router-in";
 /// See [`IPC_IN_CHANNEL`].
 pub const IPC_OUT_CHANNEL: &str = "tw-router-out";
 /// The router's login socket in its directory: one message,
 /// `[u32 length][u32 ID][HELLO frame]` little-endian (the length counts
-/// what follows it); the answer is one zero byte once the router has
-/// attached, or a refusal's text, and then the close.
+/// what follows it), with the client's log beside it (`SCM_RIGHTS`); the
+/// answer is one zero byte with the router's log beside it once the router
+/// has attached, or a refusal's text, and then the close.
 pub const IPC_LOGIN_SOCKET: &str = "router.sock";
 /// The router's answer on [`IPC_LOGIN_SOCKET`] to a login it has taken (a
 /// refusal is text, never starting with this byte).

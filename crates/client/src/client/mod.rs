@@ -120,7 +120,14 @@ impl Client {
         let uri: RouterUri = uri.parse()?;
         let guaranteed_topics = opts.guaranteed_topics.iter().map(|p| Pattern::parse(p)).collect::<Result<_, _>>()?;
         let ctx = match uri {
-            RouterUri::Ipc => Some(Context::new(&opts.dir)?),
+            RouterUri::Ipc => Some(match Context::new(&opts.dir) {
+                Ok(c) => c,
+                // The router's directory is another user's (a deployment
+                // with a group): the logs cross its socket, and this
+                // client's counters live in its own user's directory.
+                Err(tickwire_shm::ShmError::DirNotOwn { .. }) => Context::new(tickwire_shm::default_dir())?,
+                Err(e) => return Err(e.into()),
+            }),
             _ => None,
         };
         let identity =

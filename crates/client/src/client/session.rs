@@ -44,7 +44,9 @@ impl Client {
         if self.state == State::Waiting && self.refused.is_none() && Instant::now() >= self.next_attempt {
             self.next_attempt = Instant::now() + self.opts.reconnect_interval;
             let made = match (&self.uri, &self.ctx) {
-                (RouterUri::Ipc, Some(ctx)) => Conn::open_ipc(ctx, self.opts.log_bytes, &self.hello_frame()),
+                (RouterUri::Ipc, Some(ctx)) => {
+                    Conn::open_ipc(ctx, &self.opts.dir, self.opts.log_bytes, &self.hello_frame())
+                }
                 (RouterUri::Tcp(a), _) => {
                     Conn::open_tcp(*a, None, self.opts.max_frame, (self.opts.tcp_write_limit, self.opts.batching))
                 }
@@ -78,12 +80,12 @@ impl Client {
             return;
         }
         if self.state == State::Opening {
-            if let Some(why) = self.conn.as_mut().and_then(Conn::refusal) {
+            if let Some(why) = self.conn.as_mut().and_then(|c| c.refusal(self.ctx.as_ref())) {
                 self.lose(why);
                 return;
             }
         }
-        if self.state == State::Opening && self.conn.as_mut().is_some_and(|c| c.is_ready(self.ctx.as_ref())) {
+        if self.state == State::Opening && self.conn.as_mut().is_some_and(Conn::is_ready) {
             self.state = State::Greeting;
             self.greeted_at = Instant::now();
             // Over shared memory HELLO went on the login socket.

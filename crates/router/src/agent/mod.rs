@@ -69,7 +69,7 @@ const TIMEOUT_LOG_NS: u64 = 1_000_000_000;
 pub(crate) enum Control {
     /// Serve this shared-memory client.
     Ipc {
-        /// Its stream id (`tw-router-in-STREAM.log`).
+        /// Its stream id (its log into the router is `tw-router-in-STREAM`).
         stream: u32,
         /// Its log into the router.
         reader: Box<LogReader>,
@@ -119,7 +119,7 @@ pub(crate) struct AgentShared {
 struct IpcInput {
     /// Its session.
     id: u32,
-    /// Its stream id (`tw-router-in-STREAM.log`).
+    /// Its stream id (its log into the router is `tw-router-in-STREAM`).
     stream: u32,
     reader: LogReader,
 }

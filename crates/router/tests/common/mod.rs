@@ -122,12 +122,14 @@ pub fn quiet(c: &mut Client, wait: Duration) -> bool {
     n == 0
 }
 
-/// Logs a raw shared-memory client in: its log `tw-router-in-STREAM` must
-/// exist (made by this process); sends `[length][STREAM][HELLO named
-/// name]` on the router's login socket and returns the connection (the
-/// router closes it once attached, or writes why it refused first).
-pub fn ipc_login(dir: &Path, stream: u32, name: &str) -> std::os::unix::net::UnixStream {
+/// Logs a raw shared-memory client in: sends `[length][STREAM][HELLO named
+/// name]` on the router's login socket with the files `logs` beside it
+/// (one sealed log, made by this process, for a login the router takes)
+/// and returns the connection (the router answers a zero byte and its log
+/// once attached, or writes why it refused, then closes it).
+pub fn ipc_login(dir: &Path, stream: u32, logs: &[&std::fs::File], name: &str) -> std::os::unix::net::UnixStream {
     use std::io::Write;
+    use std::os::fd::AsFd;
     let hello = ClientRepr {
         value: tickwire_wire::client::CLIENT_PROTOCOL_VERSION,
         topic: name,
@@ -136,7 +138,13 @@ pub fn ipc_login(dir: &Path, stream: u32, name: &str) -> std::os::unix::net::Uni
     let mut frame = vec![0u8; hello.buffer_len()];
     hello.emit(&mut frame).unwrap();
     let mut s = std::os::unix::net::UnixStream::connect(dir.join(tickwire_wire::client::IPC_LOGIN_SOCKET)).unwrap();
-    s.write_all(&tickwire_wire::client::ipc_login_message(stream, &frame)).unwrap();
+    let message = tickwire_wire::client::ipc_login_message(stream, &frame);
+    let mut sent = 0;
+    for (i, log) in logs.iter().enumerate() {
+        // One file a byte: the kernel keeps them apart.
+        sent += tickwire_shm::handover::send(&s, &message[i..i + 1], Some(log.as_fd())).unwrap();
+    }
+    s.write_all(&message[sent..]).unwrap();
     s
 }
 

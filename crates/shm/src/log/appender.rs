@@ -73,6 +73,30 @@ impl LogAppender {
         let asymmetric = sys::membarrier_register();
         let flags = if asymmetric { FLAG_ASYMMETRIC_FENCE } else { 0 };
         let log = LogFile::create(dir, channel, stream_id, cfg, flags)?;
+        Self::start(log, counters, asymmetric)
+    }
+
+    /// Creates a log of `channel`/`stream_id` in a sealed anonymous file
+    /// and starts publishing on it; returns it and the file, to hand over a
+    /// Unix socket ([`crate::handover`]) to the process that reads it.
+    ///
+    /// # Errors
+    /// [`ShmError::Config`] for an invalid config or channel,
+    /// [`ShmError::NoSpace`] when memory is short, or I/O errors.
+    pub fn create_sealed(
+        channel: &str,
+        stream_id: u32,
+        cfg: &LogConfig,
+        counters: &Arc<CountersFile>,
+    ) -> Result<(Self, std::fs::File), ShmError> {
+        let asymmetric = sys::membarrier_register();
+        let flags = if asymmetric { FLAG_ASYMMETRIC_FENCE } else { 0 };
+        let (log, file) = LogFile::create_sealed(channel, stream_id, cfg, flags)?;
+        Ok((Self::start(log, counters, asymmetric)?, file))
+    }
+
+    fn start(log: LogFile, counters: &Arc<CountersFile>, asymmetric: bool) -> Result<Self, ShmError> {
+        let stream_id = log.desc.stream_id;
         let counters = counters.allocate(Kind::Publisher, stream_id, log.desc.session_id, &log.desc.channel)?;
         let ring = log.ring();
         let tail = std::ptr::NonNull::from(log.u64_at(TAIL_OFFSET));

@@ -146,31 +146,11 @@ impl LogFile {
         let path = log_path(dir, channel, stream_id)?;
         let file_name = format!("{name}-{stream_id}.log");
         let d = Dir::open(dir)?;
-        let me = ProcessId::current();
         let hlen = header_len(cfg.max_subscribers);
         let (map, tmp) = MappedFile::create_new(&d, &format!("{name}-{stream_id}"), hlen + cfg.capacity, &path)?;
-        let session_id = session_id(me, stream_id);
-        let mut head = vec![0u8; 128];
-        head[..8].copy_from_slice(&MAGIC);
-        head[LAYOUT_VERSION_OFFSET..][..4].copy_from_slice(&LAYOUT_VERSION.to_le_bytes());
-        head[HEADER_LEN_OFFSET..][..4].copy_from_slice(&(hlen as u32).to_le_bytes());
-        head[CAPACITY_OFFSET..][..8].copy_from_slice(&(cfg.capacity as u64).to_le_bytes());
-        head[MTU_OFFSET..][..4].copy_from_slice(&(cfg.mtu as u32).to_le_bytes());
-        head[MAX_MESSAGE_OFFSET..][..4].copy_from_slice(&(cfg.max_message as u32).to_le_bytes());
-        head[STREAM_ID_OFFSET..][..4].copy_from_slice(&stream_id.to_le_bytes());
-        head[SESSION_ID_OFFSET..][..4].copy_from_slice(&session_id.to_le_bytes());
-        head[MAX_SUBSCRIBERS_OFFSET..][..4].copy_from_slice(&(cfg.max_subscribers as u32).to_le_bytes());
-        head[FLAGS_OFFSET..][..4].copy_from_slice(&flags.to_le_bytes());
-        head[PUBLISHER_PID_OFFSET..][..8].copy_from_slice(&u64::from(me.pid).to_le_bytes());
-        head[PUBLISHER_START_OFFSET..][..8].copy_from_slice(&me.start_time.to_le_bytes());
-        head[CREATED_NS_OFFSET..][..8].copy_from_slice(&sys::monotonic_ns().to_le_bytes());
-        let unblock = cfg.unblock_timeout.as_nanos().min(u128::from(u64::MAX)) as u64;
-        head[UNBLOCK_TIMEOUT_OFFSET..][..8].copy_from_slice(&unblock.to_le_bytes());
-        head[CHANNEL_OFFSET..][..name.len()].copy_from_slice(name.as_bytes());
-        // SAFETY: the file is new, under a temporary name only this process
-        // knows; nobody else maps it until it is linked into place below.
-        unsafe { map.write_bytes(0, &head) };
-        map.atomic_u64(PUB_HEARTBEAT_OFFSET).store(sys::monotonic_ns(), Ordering::Release);
+        // The file is new, under a temporary name only this process knows:
+        // nobody else maps it until it is linked into place below.
+        let head = write_header(&map, name, stream_id, cfg, flags);
 
         // Publish the finished file under its real name atomically: link(2)
         // fails if the name exists, so a live publisher's file is never
@@ -192,9 +172,34 @@ impl LogFile {
         Ok(Self { map, desc, path })
     }
 
+    /// Creates a log for a new publisher in a sealed anonymous file
+    /// ([`crate::handover`]), to hand over a Unix socket: no name in any
+    /// directory, and a size nobody can change. Returns it and its file.
+    pub(crate) fn create_sealed(
+        channel: &str,
+        stream_id: u32,
+        cfg: &LogConfig,
+        flags: u32,
+    ) -> Result<(Self, std::fs::File), ShmError> {
+        cfg.validate()?;
+        let name = channel_name(channel)?;
+        let path = PathBuf::from(format!("memfd:{name}-{stream_id}"));
+        let hlen = header_len(cfg.max_subscribers);
+        let (map, file) =
+            MappedFile::create_sealed(hlen + cfg.capacity, &path).map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOSPC) => {
+                    ShmError::NoSpace { dir: "memfd:".into(), file: path.clone(), needs: (hlen + cfg.capacity) as u64 }
+                }
+                _ => ShmError::io(&path, e),
+            })?;
+        // No other process has the file until it is handed over.
+        let head = write_header(&map, name, stream_id, cfg, flags);
+        let desc = read_descriptor(&path, &head, hlen + cfg.capacity)?;
+        Ok((Self { map, desc, path }, file))
+    }
+
     /// Opens an existing log and validates it.
     pub(crate) fn open(dir: &Path, channel: &str, stream_id: u32) -> Result<Self, ShmError> {
-        use std::os::unix::fs::FileExt;
         let path = log_path(dir, channel, stream_id)?;
         let no_publisher = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
         let d = match Dir::existing(dir) {
@@ -208,6 +213,24 @@ impl LogFile {
             Err(e) if no_publisher(&e) => return Err(ShmError::NoPublisher { path }),
             Err(e) => return Err(ShmError::io(&path, e)),
         };
+        let log = Self::from_file(&file, path)?;
+        if log.desc.stream_id != stream_id {
+            return Err(ShmError::Corrupt { path: log.path, reason: format!("holds stream {}", log.desc.stream_id) });
+        }
+        Ok(log)
+    }
+
+    /// Opens a log handed over by another process, which must be sealed
+    /// against shrinking ([`crate::handover::check_sealed`]); `label` names
+    /// it in errors.
+    pub(crate) fn open_fd(file: &std::fs::File, label: &Path) -> Result<Self, ShmError> {
+        crate::handover::check_sealed(file).map_err(|e| ShmError::io(label, e))?;
+        Self::from_file(file, label.to_owned())
+    }
+
+    /// Validates the descriptor at the start of `file`, then maps it.
+    fn from_file(file: &std::fs::File, path: PathBuf) -> Result<Self, ShmError> {
+        use std::os::unix::fs::FileExt;
         let mut head = [0u8; 128];
         let mut got = 0;
         while got < head.len() {
@@ -221,12 +244,9 @@ impl LogFile {
         let file_len = file.metadata().map_err(|e| ShmError::io(&path, e))?.len() as usize;
         let desc = read_descriptor(&path, &head[..got], file_len)?;
         // Map only after the size check above, so no access can fault.
-        let map = MappedFile::from_file(&file, file_len, &path).map_err(|e| ShmError::io(&path, e))?;
+        let map = MappedFile::from_file(file, file_len, &path).map_err(|e| ShmError::io(&path, e))?;
         if map.len() < desc.header_len + desc.capacity {
             return Err(ShmError::Corrupt { path, reason: "file shrank while opening".into() });
-        }
-        if desc.stream_id != stream_id {
-            return Err(ShmError::Corrupt { path, reason: format!("holds stream {}", desc.stream_id) });
         }
         Ok(Self { map, desc, path })
     }
@@ -313,6 +333,37 @@ impl Drop for LockGuard<'_> {
     fn drop(&mut self) {
         self.lock.store(0, order::LOCK_RELEASE);
     }
+}
+
+/// Writes a new log's descriptor and first heartbeat into `map`, which no
+/// other process maps yet; returns the descriptor's bytes.
+fn write_header(map: &MappedFile, name: &str, stream_id: u32, cfg: &LogConfig, flags: u32) -> Vec<u8> {
+    let me = ProcessId::current();
+    let hlen = header_len(cfg.max_subscribers);
+    let session_id = session_id(me, stream_id);
+    let mut head = vec![0u8; 128];
+    head[..8].copy_from_slice(&MAGIC);
+    head[LAYOUT_VERSION_OFFSET..][..4].copy_from_slice(&LAYOUT_VERSION.to_le_bytes());
+    head[HEADER_LEN_OFFSET..][..4].copy_from_slice(&(hlen as u32).to_le_bytes());
+    head[CAPACITY_OFFSET..][..8].copy_from_slice(&(cfg.capacity as u64).to_le_bytes());
+    head[MTU_OFFSET..][..4].copy_from_slice(&(cfg.mtu as u32).to_le_bytes());
+    head[MAX_MESSAGE_OFFSET..][..4].copy_from_slice(&(cfg.max_message as u32).to_le_bytes());
+    head[STREAM_ID_OFFSET..][..4].copy_from_slice(&stream_id.to_le_bytes());
+    head[SESSION_ID_OFFSET..][..4].copy_from_slice(&session_id.to_le_bytes());
+    head[MAX_SUBSCRIBERS_OFFSET..][..4].copy_from_slice(&(cfg.max_subscribers as u32).to_le_bytes());
+    head[FLAGS_OFFSET..][..4].copy_from_slice(&flags.to_le_bytes());
+    head[PUBLISHER_PID_OFFSET..][..8].copy_from_slice(&u64::from(me.pid).to_le_bytes());
+    head[PUBLISHER_START_OFFSET..][..8].copy_from_slice(&me.start_time.to_le_bytes());
+    head[CREATED_NS_OFFSET..][..8].copy_from_slice(&sys::monotonic_ns().to_le_bytes());
+    let unblock = cfg.unblock_timeout.as_nanos().min(u128::from(u64::MAX)) as u64;
+    head[UNBLOCK_TIMEOUT_OFFSET..][..8].copy_from_slice(&unblock.to_le_bytes());
+    head[CHANNEL_OFFSET..][..name.len()].copy_from_slice(name.as_bytes());
+    // SAFETY: the caller's file is new and mapped by this process alone:
+    // nobody else reads these bytes until it is linked into a directory
+    // or handed over.
+    unsafe { map.write_bytes(0, &head) };
+    map.atomic_u64(PUB_HEARTBEAT_OFFSET).store(sys::monotonic_ns(), Ordering::Release);
+    head
 }
 
 /// A session id that differs between publisher incarnations.

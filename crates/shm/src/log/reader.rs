@@ -106,7 +106,28 @@ impl LogReader {
         opts: ReaderOptions,
         counters: &Arc<CountersFile>,
     ) -> Result<Self, ShmError> {
-        let log = LogFile::open(dir, channel, stream_id)?;
+        Self::attach(LogFile::open(dir, channel, stream_id)?, opts, counters)
+    }
+
+    /// Attaches to a log handed over a Unix socket by its publisher
+    /// ([`crate::handover`]); `label` names it in errors. The file must be
+    /// sealed against shrinking, so its publisher cannot fault this
+    /// process by truncating it.
+    ///
+    /// # Errors
+    /// As [`LogReader::open`], and [`ShmError::Io`] (`InvalidInput`) for
+    /// a file that is not a sealed memfd.
+    pub fn open_fd(
+        file: &std::fs::File,
+        label: &Path,
+        opts: ReaderOptions,
+        counters: &Arc<CountersFile>,
+    ) -> Result<Self, ShmError> {
+        Self::attach(LogFile::open_fd(file, label)?, opts, counters)
+    }
+
+    fn attach(log: LogFile, opts: ReaderOptions, counters: &Arc<CountersFile>) -> Result<Self, ShmError> {
+        let stream_id = log.desc.stream_id;
         let publisher = log.desc.publisher;
         if !publisher.is_alive() {
             return Err(ShmError::Stale { path: log.path.clone(), pid: publisher.pid });
