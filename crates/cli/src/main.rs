@@ -4,6 +4,7 @@
 mod config;
 mod lab;
 mod pubsub;
+mod request;
 mod routed;
 mod router;
 mod stat;
@@ -36,6 +37,10 @@ enum Cmd {
     Pub(pubsub::PubArgs),
     /// Subscribe to a channel (ipc:, udp:// or tcp://) and stream; print or count what arrives.
     Sub(pubsub::SubArgs),
+    /// Send a request through a router and print the reply (exit status 3: no responders).
+    Request(request::RequestArgs),
+    /// Answer requests through a router (--echo, or --exec CMD), alone or in a queue group.
+    Reply(request::ReplyArgs),
     /// Run the message router: topics with * and > wildcards, shared-memory and TCP clients.
     Router(router::RouterArgs),
     /// Show live counters and streams of every tickwire process (like AeronStat).
@@ -138,6 +143,14 @@ fn main() -> ExitCode {
         Cmd::Sub(a) => {
             warnings();
             pubsub::subscribe(&settings, &a)
+        }
+        Cmd::Request(a) => {
+            warnings();
+            return request::request(&settings, &a);
+        }
+        Cmd::Reply(a) => {
+            warnings();
+            request::reply(&settings, &a)
         }
         Cmd::Router(a) => router::run(&settings, &a),
         Cmd::Stat(a) => stat::run(&settings, &a),

@@ -33,7 +33,7 @@ const PASSWORD_VAR: &str = "TICKWIRE_PASSWORD";
 
 impl Login {
     /// `opts` with this login's client certificate and key, if any.
-    fn identity(&self, opts: ClientOptions) -> ClientOptions {
+    pub(crate) fn identity(&self, opts: ClientOptions) -> ClientOptions {
         ClientOptions { tls_cert: self.tls_cert.clone(), tls_key: self.tls_key.clone(), ..opts }
     }
 
@@ -47,7 +47,7 @@ impl Login {
     /// `[[users]]` entry names this process's Unix user (`unix_user`) logs
     /// it in as that user from the socket's credentials; the password, when
     /// given, is sent all the same (and checked for any other user).
-    fn credentials(&self, ipc: bool) -> Result<Option<(String, Zeroizing<String>)>, String> {
+    pub(crate) fn credentials(&self, ipc: bool) -> Result<Option<(String, Zeroizing<String>)>, String> {
         let Some(user) = &self.user else { return Ok(None) };
         let password = match &self.password_file {
             Some(f) => {
@@ -91,9 +91,9 @@ fn take_password_var() -> Option<String> {
     Some(password)
 }
 
-/// Connects as `role` ("pub" or "sub"); `opts` carries what only one of
-/// them sets.
-fn connect(
+/// Connects as `role` ("pub", "sub", "request", "reply"); `opts` carries
+/// what only one of them sets.
+pub(crate) fn connect(
     s: &Settings,
     uri: &str,
     role: &str,
@@ -121,7 +121,11 @@ fn connect(
 }
 
 /// Polls until connected, saying once (after 100 ms) that it waits.
-fn wait(client: &mut Client, limit: Option<Duration>, mut on: impl FnMut(ClientEvent<'_>)) -> Result<bool, String> {
+pub(crate) fn wait(
+    client: &mut Client,
+    limit: Option<Duration>,
+    mut on: impl FnMut(ClientEvent<'_>),
+) -> Result<bool, String> {
     let start = Instant::now();
     let mut said = false;
     while !client.is_connected() {
@@ -373,6 +377,8 @@ fn on_event(seen: &mut Seen, a: &SubArgs, pattern: &str, uri: &str, e: ClientEve
             eprintln!("the router lost messages {from} to {to} of this durable subscription (retention removed them)");
             seen.lost += to - from + 1;
         }
+        // A subscriber answers no requests (`tickwire reply` does).
+        ClientEvent::Request(_) | ClientEvent::Reply { .. } | ClientEvent::RequestFailed { .. } => {}
         // --count: the rest of the last batch is not taken.
         ClientEvent::Message(_) if a.count.is_some_and(|c| seen.msgs >= c) => {}
         ClientEvent::Message(m) => {
@@ -448,7 +454,9 @@ pub fn subscribe(s: &Settings, a: &SubArgs, uri: &str) -> Result<(), String> {
     let pattern = a.topic.as_deref().ok_or("--router needs --topic PATTERN")?;
     let opts = a.login.identity(ClientOptions { slow_consumer: a.slow_consumer, ..ClientOptions::default() });
     let mut client = connect(s, uri, "sub", a.tls_ca.as_deref(), credentials, opts)?;
-    if let Some(name) = &a.durable {
+    if let Some(group) = &a.queue {
+        client.subscribe_queue(pattern, group).map_err(|e| e.to_string())?;
+    } else if let Some(name) = &a.durable {
         client.subscribe_durable(pattern, name).map_err(|e| e.to_string())?;
     } else if a.cached {
         client.subscribe_cached(pattern).map_err(|e| e.to_string())?;

@@ -95,11 +95,17 @@ fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
                             Kind::Xdp => "xdp",
                             Kind::RouterAgent => "router-agent",
                             Kind::RouterAccept => "router-accept",
+                            Kind::RouterRequests => "router-requests",
                         };
                         let vals: Vec<String> =
                             set.kind.names().iter().zip(set.values).map(|(n, v)| format!("{n}={v}")).collect();
                         out.push_str(&match set.kind {
-                            Kind::Router | Kind::RouterTopic | Kind::Xdp | Kind::RouterAgent | Kind::RouterAccept => {
+                            Kind::Router
+                            | Kind::RouterTopic
+                            | Kind::Xdp
+                            | Kind::RouterAgent
+                            | Kind::RouterAccept
+                            | Kind::RouterRequests => {
                                 format!("  {side} {}: {}\n", set.label, vals.join(" "))
                             }
                             Kind::RouterClient => {

@@ -114,6 +114,13 @@ fn a_file_truncated_under_live_processes_is_named_not_a_signal_death() {
         let out = finish(child, Duration::from_secs(10), who);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.signal(), None, "{who} died of a signal: {err}");
+        // A subscriber parked at the time may see its publisher dead (of
+        // the truncation) before it touches the log again: it says so and
+        // never faults. Either way, no signal death and a named reason.
+        if who == "sub" && out.status.code() == Some(1) {
+            assert!(err.contains("died without closing its stream"), "{who}: {err}");
+            continue;
+        }
         assert_eq!(out.status.code(), Some(SIGBUS_EXIT), "{who}: {err}");
         assert!(err.contains(&format!("{log} was truncated or replaced")), "{who}: {err}");
     }

@@ -57,6 +57,10 @@ pub enum PublishError {
     /// (`guaranteed_window`); poll and try again.
     #[error("{0} guaranteed publishes await the router's acknowledgement (the window is full)")]
     WindowFull(usize),
+    /// [`crate::Client::reply`] on a topic that is not an inbox (the reply
+    /// would reach that topic's subscribers): not sent.
+    #[error("{0:?} is not an inbox: a reply goes on the inbox its request came with")]
+    NotAnInbox(String),
     /// The frame (header, topic and payload) is over the router's
     /// `max_frame` (told in WELCOME; before it, [`crate::ClientOptions::max_frame`]):
     /// nothing was sent, and it never will be.
@@ -107,6 +111,41 @@ impl Delivery<'_> {
     }
 }
 
+/// A request the router delivered to this client, a responder: answer it
+/// with [`crate::Client::reply`] on its `inbox`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request<'a> {
+    /// The topic it was sent on.
+    pub topic: &'a str,
+    /// Its payload.
+    pub payload: &'a [u8],
+    /// Where the reply goes (the requester's inbox, made by the router).
+    pub inbox: &'a str,
+    /// Messages for this client the router dropped just before this one.
+    pub discarded: u32,
+}
+
+/// Why a request got no reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// No subscription wanted its topic: nobody will answer (the router
+    /// says so at once).
+    #[error("no responders: no subscription wants the request's topic")]
+    NoResponders,
+    /// No reply came within its timeout.
+    #[error("no reply within the request's timeout")]
+    TimedOut,
+    /// The connection to the router was lost before the reply (its inbox
+    /// went with the session).
+    #[error("the connection to the router was lost before the reply")]
+    Disconnected,
+    /// The router or this client refused it: a topic breaking the rules
+    /// (`BadTopic`), over `max_frame` (`TooLarge`), not allowed
+    /// (`Forbidden`).
+    #[error("the request was refused ({0:?})")]
+    Refused(RejectCode),
+}
+
 /// What [`crate::Client::poll`] hands its handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientEvent<'a> {
@@ -120,6 +159,22 @@ pub enum ClientEvent<'a> {
     },
     /// A message.
     Message(Delivery<'a>),
+    /// A request for this client to answer ([`crate::Client::reply`]).
+    Request(Request<'a>),
+    /// The reply to request `request` ([`crate::Client::send_request`]).
+    Reply {
+        /// The request's id.
+        request: u64,
+        /// The reply's payload.
+        payload: &'a [u8],
+    },
+    /// Request `request` will get no (more) replies.
+    RequestFailed {
+        /// The request's id.
+        request: u64,
+        /// Why.
+        why: RequestError,
+    },
     /// The router refused a request; the session goes on.
     Rejected {
         /// Why, as a code.

@@ -42,6 +42,9 @@ mod flusher;
 mod guaranteed;
 mod options;
 
-pub use client::{Client, ClientClaim, ClientError, ClientEvent, ClientOptions, Delivery, PublishError, RouterUri};
+pub use client::{
+    Client, ClientClaim, ClientError, ClientEvent, ClientOptions, Delivery, Gather, PublishError, Request,
+    RequestError, RouterUri,
+};
 pub use tickwire_transport::link::{Batching, LinkStats};
 pub use tickwire_wire::client::{flags, RejectCode, SlowConsumer};

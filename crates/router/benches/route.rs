@@ -83,7 +83,7 @@ fn round(c: &mut Case, n: usize) -> f64 {
                 }
             }
             if let Some(l) = &mut c.link {
-                l.receive(usize::MAX, |t, p, _| {
+                l.receive(usize::MAX, |t, p, _, _| {
                     black_box((t, p));
                 });
             }

@@ -78,7 +78,7 @@ pub struct Link {
 impl Link {
     /// Puts one message on the link; false (and counted for the next one)
     /// when it is full.
-    fn send(&mut self, topic: &str, payload: &[u8]) -> bool {
+    fn send(&mut self, topic: &str, payload: &[u8], flags: u8) -> bool {
         let need = RECORD_HEADER + topic.len() + payload.len();
         if self.tx.slots() < need {
             self.carried = self.carried.saturating_add(1);
@@ -89,7 +89,7 @@ impl Link {
         s.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         s.extend_from_slice(&self.carried.to_le_bytes());
         s.extend_from_slice(&(topic.len() as u16).to_le_bytes());
-        s.extend_from_slice(&[0, 0]);
+        s.extend_from_slice(&[flags, 0]);
         s.extend_from_slice(topic.as_bytes());
         s.extend_from_slice(payload);
         match self.tx.push_entire_slice(s) {
@@ -114,8 +114,9 @@ pub struct LinkReader {
 
 impl LinkReader {
     /// Hands up to `limit` messages to `f(topic, payload, discards before
-    /// it)`; returns how many.
-    pub fn receive(&mut self, limit: usize, mut f: impl FnMut(&str, &[u8], u32)) -> usize {
+    /// it, flags)` (the flags a client frame carried: `REQUEST`); returns
+    /// how many.
+    pub fn receive(&mut self, limit: usize, mut f: impl FnMut(&str, &[u8], u32, u8)) -> usize {
         let mut n = 0;
         while n < limit {
             let mut header = [0u8; RECORD_HEADER];
@@ -131,6 +132,7 @@ impl LinkReader {
             let word = |at: usize| u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]);
             let (payload_len, discards) = (word(0) as usize, word(4));
             let topic_len = usize::from(u16::from_le_bytes([header[8], header[9]]));
+            let flags = header[10];
             let total = RECORD_HEADER + topic_len + payload_len;
             // The writer pushes a record whole, so it is all there.
             let Ok(chunk) = self.rx.read_chunk(total) else { return n };
@@ -147,7 +149,7 @@ impl LinkReader {
             // The topic was checked by the agent that read it from its
             // client, and the bytes come from this process only.
             if let Ok(topic) = std::str::from_utf8(&body[..topic_len]) {
-                f(topic, &body[topic_len..], discards);
+                f(topic, &body[topic_len..], discards, flags);
             }
             chunk.commit_all();
             n += 1;
@@ -243,22 +245,24 @@ impl Peers {
         self.interest.matches_into(topic, out);
     }
 
-    /// Sends a published message (its topic checked) to every other agent
-    /// whose clients want it; returns how many agents it went to.
-    pub fn forward(&mut self, topic: &str, payload: &[u8]) -> usize {
+    /// Sends a published message (its topic checked; `flags`, what its
+    /// frame carried that the other agent must know: `REQUEST`) to every
+    /// other agent whose clients want it; returns how many agents it went
+    /// to.
+    pub fn forward(&mut self, topic: &str, payload: &[u8], flags: u8) -> usize {
         let mut agents = Vec::new();
         self.interested(topic, &mut agents);
-        self.forward_to(&agents, topic, payload)
+        self.forward_to(&agents, topic, payload, flags)
     }
 
     /// [`Peers::forward`] to `agents`, found by [`Peers::interested`]
     /// (the router remembers them per topic); returns `agents.len()`.
     #[inline]
-    pub fn forward_to(&mut self, agents: &[u32], topic: &str, payload: &[u8]) -> usize {
+    pub fn forward_to(&mut self, agents: &[u32], topic: &str, payload: &[u8], flags: u8) -> usize {
         let mut sent = 0;
         for &k in agents {
             if let Some(Some(link)) = self.links.get_mut(k as usize) {
-                if link.send(topic, payload) {
+                if link.send(topic, payload, flags) {
                     sent += 1;
                 } else {
                     self.link_discards += 1;
@@ -308,13 +312,14 @@ mod tests {
         // Many records of odd sizes: some straddle the ring's end.
         for i in 0..200u32 {
             let payload = vec![i as u8; (i % 37) as usize];
-            assert_eq!(a.forward("md/eu", &payload), 1, "one agent wants it, through two patterns");
+            let flags = (i % 2) as u8 * tickwire_wire::client::flags::REQUEST;
+            assert_eq!(a.forward("md/eu", &payload, flags), 1, "one agent wants it, through two patterns");
             let mut got = Vec::new();
-            assert_eq!(r1.receive(8, |t, b, d| got.push((t.to_owned(), b.to_vec(), d))), 1);
-            assert_eq!(got, vec![("md/eu".to_owned(), payload, 0)]);
-            assert_eq!(r2.receive(8, |_, _, _| panic!("agent 2 wants nothing")), 0);
+            assert_eq!(r1.receive(8, |t, b, d, f| got.push((t.to_owned(), b.to_vec(), d, f))), 1);
+            assert_eq!(got, vec![("md/eu".to_owned(), payload, 0, flags)]);
+            assert_eq!(r2.receive(8, |_, _, _, _| panic!("agent 2 wants nothing")), 0);
         }
-        assert_eq!(a.forward("fx/usd", b"x"), 0);
+        assert_eq!(a.forward("fx/usd", b"x", 0), 0);
     }
 
     #[test]
@@ -324,16 +329,16 @@ mod tests {
         a.handle_interest(&Interest::Add { agent: 1, id: 0, pattern: p("t") });
         let body = [7u8; 20];
         // 12 + 1 + 20 = 33 bytes: one fits in 64, the next two do not.
-        a.forward("t", &body);
-        a.forward("t", &body);
-        a.forward("t", &body);
+        a.forward("t", &body, 0);
+        a.forward("t", &body, 0);
+        a.forward("t", &body, 0);
         assert_eq!((a.forwarded, a.link_discards), (1, 2));
-        assert_eq!(r1.receive(8, |_, _, d| assert_eq!(d, 0)), 1);
-        a.forward("t", &body);
+        assert_eq!(r1.receive(8, |_, _, d, _| assert_eq!(d, 0)), 1);
+        a.forward("t", &body, 0);
         let mut carried = Vec::new();
-        assert_eq!(r1.receive(8, |_, _, d| carried.push(d)), 1);
+        assert_eq!(r1.receive(8, |_, _, d, _| carried.push(d)), 1);
         assert_eq!(carried, vec![2], "the two drops ride on the next message");
         a.handle_interest(&Interest::Remove { agent: 1, id: 0, pattern: p("t") });
-        assert_eq!(a.forward("t", &body), 0);
+        assert_eq!(a.forward("t", &body, 0), 0);
     }
 }

@@ -150,6 +150,8 @@ pub(crate) struct TopicEntry {
     pub(crate) targets: Vec<u32>,
     /// The other routing agents whose clients want it.
     pub(crate) agents: Vec<u32>,
+    /// The queue groups with members it goes to: one member of each.
+    pub(crate) groups: Vec<GroupTargets>,
     /// Whether it is conflated ([`Limits::conflate`](crate::Limits::conflate)).
     pub(crate) conflate: bool,
     /// Its counters ([`crate::counters::TopicCounts`]).
@@ -168,6 +170,7 @@ impl Default for TopicEntry {
             epoch: NEVER,
             targets: Vec::new(),
             agents: Vec::new(),
+            groups: Vec::new(),
             conflate: false,
             counted: crate::counters::Counted::NOT_YET,
             last_value: Slot::UNKNOWN,
@@ -188,17 +191,45 @@ pub(crate) struct Sources<'a> {
     pub(crate) conflate: &'a [Pattern],
 }
 
+/// The members of one queue group a topic's messages go to, and which
+/// one is next (round-robin).
+#[derive(Debug, Default)]
+pub(crate) struct GroupTargets {
+    /// Sessions, each once.
+    pub(crate) members: Vec<u32>,
+    /// Where the next pick starts.
+    pub(crate) next: usize,
+}
+
+/// Queue-group subscriptions: their own index (keyed by member slot), and
+/// what each slot is.
+#[derive(Debug, Default)]
+struct Queues {
+    index: SubscriptionIndex<u32>,
+    /// Member slot: (session, group); `None` when free.
+    members: Vec<Option<(u32, u32)>>,
+    free: Vec<u32>,
+    /// (session, subscription) to its member slot.
+    by_subscription: FxHashMap<(u32, u32), u32>,
+    /// Group names to ids, with how many members hold each.
+    groups: FxHashMap<Box<str>, (u32, usize)>,
+    next_group: u32,
+    /// Member slots matched (kept: no allocation per entry worked out).
+    scratch: Vec<u32>,
+}
+
 /// The local subscriptions and the topic table they are cached in.
 #[derive(Debug)]
 pub(crate) struct Topics {
     index: SubscriptionIndex<u32>,
+    queues: Queues,
     table: TopicTable<TopicEntry>,
     epoch: u64,
 }
 
 impl Topics {
     pub(crate) fn new(limit: usize) -> Self {
-        Self { index: SubscriptionIndex::new(), table: TopicTable::new(limit), epoch: 0 }
+        Self { index: SubscriptionIndex::new(), queues: Queues::default(), table: TopicTable::new(limit), epoch: 0 }
     }
 
     /// The entry of `topic`, worked out now if it has none or an old one.
@@ -241,8 +272,43 @@ impl Topics {
             if let Some(p) = src.peers {
                 p.interested(topic, &mut e.agents);
             }
+            e.groups.clear();
+            if !self.queues.by_subscription.is_empty() {
+                self.queues.groups_of(topic, &mut e.groups, &mut src.sessions[..], src.filtered);
+            }
         }
         Ok(e)
+    }
+
+    /// Adds subscription `sid` of session `id` as a member of queue group
+    /// `group`: each message it matches goes to one member of the group.
+    pub(crate) fn subscribe_queue(&mut self, pattern: &Pattern, id: u32, sid: u32, group: &str) {
+        let q = &mut self.queues;
+        let g = match q.groups.get_mut(group) {
+            Some((g, holders)) => {
+                *holders += 1;
+                *g
+            }
+            None => {
+                let g = q.next_group;
+                q.next_group = q.next_group.wrapping_add(1);
+                q.groups.insert(group.into(), (g, 1));
+                g
+            }
+        };
+        let slot = match q.free.pop() {
+            Some(s) => {
+                q.members[s as usize] = Some((id, g));
+                s
+            }
+            None => {
+                q.members.push(Some((id, g)));
+                q.members.len() as u32 - 1
+            }
+        };
+        q.by_subscription.insert((id, sid), slot);
+        q.index.insert(pattern, slot, sid);
+        self.invalidate();
     }
 
     /// Adds subscription `sid` of session `id`.
@@ -251,9 +317,27 @@ impl Topics {
         self.invalidate();
     }
 
-    /// Removes subscription `sid` of session `id`.
+    /// Removes subscription `sid` of session `id` (plain or a queue
+    /// group's).
     pub(crate) fn unsubscribe(&mut self, pattern: &Pattern, id: u32, sid: u32) {
-        self.index.remove(pattern, id, sid);
+        let q = &mut self.queues;
+        match q.by_subscription.remove(&(id, sid)) {
+            Some(slot) => {
+                q.index.remove(pattern, slot, sid);
+                if let Some((_, g)) = q.members[slot as usize].take() {
+                    q.free.push(slot);
+                    q.groups.retain(|_, (gid, holders)| {
+                        if *gid == g {
+                            *holders -= 1;
+                        }
+                        *holders > 0
+                    });
+                }
+            }
+            None => {
+                self.index.remove(pattern, id, sid);
+            }
+        }
         self.invalidate();
     }
 
@@ -272,6 +356,38 @@ impl Topics {
     /// The table's size and evictions.
     pub(crate) fn table_stats(&self) -> TopicTableStats {
         TopicTableStats { topics: self.table.len(), limit: self.table.limit(), evictions: self.table.evictions() }
+    }
+}
+
+impl Queues {
+    /// The groups whose members' patterns match `topic`, each with its
+    /// members (each once, by session; filtered by their users' ACLs when
+    /// `filtered`), into `out`.
+    fn groups_of(
+        &mut self,
+        topic: &str,
+        out: &mut Vec<GroupTargets>,
+        sessions: &mut [Option<Session>],
+        filtered: bool,
+    ) {
+        self.index.matches_into(topic, &mut self.scratch);
+        let mut found: Vec<(u32, u32)> = self
+            .scratch
+            .iter()
+            .filter_map(|&slot| self.members.get(slot as usize).copied().flatten())
+            .map(|(session, group)| (group, session))
+            .collect();
+        if filtered {
+            found.retain(|&(_, c)| match sessions.get_mut(c as usize) {
+                Some(Some(s)) => !s.filtered || s.may(topic, false),
+                _ => false,
+            });
+        }
+        found.sort_unstable();
+        found.dedup();
+        for chunk in found.chunk_by(|a, b| a.0 == b.0) {
+            out.push(GroupTargets { members: chunk.iter().map(|&(_, s)| s).collect(), next: 0 });
+        }
     }
 }
 

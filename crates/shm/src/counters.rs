@@ -71,6 +71,9 @@ pub enum Kind {
     /// connections open and their limit, and the connections refused, by
     /// reason. Router-wide, written by the thread that accepts.
     RouterAccept = 10,
+    /// One routing agent's requests and replies, and its queue groups
+    /// (label: the agent's role).
+    RouterRequests = 11,
 }
 
 impl Kind {
@@ -87,6 +90,7 @@ impl Kind {
             Kind::Xdp => &XDP_NAMES,
             Kind::RouterAgent => &ROUTER_AGENT_NAMES,
             Kind::RouterAccept => &ROUTER_ACCEPT_NAMES,
+            Kind::RouterRequests => &ROUTER_REQUEST_NAMES,
         }
     }
     fn from_u32(v: u32) -> Option<Self> {
@@ -101,6 +105,7 @@ impl Kind {
             8 => Some(Kind::Xdp),
             9 => Some(Kind::RouterAgent),
             10 => Some(Kind::RouterAccept),
+            11 => Some(Kind::RouterRequests),
             _ => None,
         }
     }
@@ -265,6 +270,11 @@ pub const ROUTER_ACCEPT_NAMES: [&str; 7] = [
     "accept_failures",
     "refused_ipc_logins",
 ];
+
+/// A routing agent's request values, in index order (see
+/// `tickwire_router::routing::request`).
+pub const ROUTER_REQUEST_NAMES: [&str; 5] =
+    ["requests", "no_responders", "replies", "replies_undeliverable", "queue_group_deliveries"];
 
 /// AF_XDP value names (`tickwire_transport::XdpStats::values` order).
 pub const XDP_NAMES: [&str; 16] = [

@@ -99,8 +99,16 @@ pub mod flags {
     /// DELIVER (guaranteed): this message may have been delivered before
     /// (its delivery count is above 1, or the router restarted since).
     pub const REDELIVERED: u8 = 0x20;
-    /// Every flag this version knows.
-    pub const KNOWN: u8 = GUARANTEED | CACHED | SLOW_CONSUMER | DURABLE | REDELIVERED;
+    /// PUBLISH: a request, its `sequence` the requester's correlation id,
+    /// answered on the requester's inbox ([`crate::request`]).
+    /// DELIVER: a request, its body the inbox to reply on and the payload
+    /// ([`crate::request::split_body`]).
+    pub const REQUEST: u8 = 0x40;
+    /// SUBSCRIBE: a member of a queue group, its name in the body.
+    pub const QUEUE: u8 = 0x80;
+    /// Every flag this version knows, on some kind
+    /// ([`ClientKind::flags`](super::ClientKind::flags) says which).
+    pub const KNOWN: u8 = GUARANTEED | CACHED | SLOW_CONSUMER | DURABLE | REDELIVERED | REQUEST | QUEUE;
 }
 
 /// A guaranteed DELIVER's `value`: the durable subscription's id (low 24
@@ -214,6 +222,19 @@ pub enum ClientKind {
 }
 
 impl ClientKind {
+    /// The flags a frame of this kind may carry (any other is refused:
+    /// [`ClientFrameError::UnknownFlags`]).
+    pub fn flags(self) -> u8 {
+        use flags::*;
+        match self {
+            ClientKind::Hello => SLOW_CONSUMER,
+            ClientKind::Subscribe => CACHED | DURABLE | QUEUE,
+            ClientKind::Publish => GUARANTEED | REQUEST,
+            ClientKind::Deliver => GUARANTEED | CACHED | REDELIVERED | REQUEST,
+            _ => 0,
+        }
+    }
+
     fn from_u8(v: u8) -> Option<Self> {
         use ClientKind::*;
         Some(match v {
@@ -253,6 +274,8 @@ pub enum RejectCode {
     Shutdown = 6,
     /// A resource limit was reached (subscriptions, clients).
     Limit = 7,
+    /// A request no subscription wanted: nobody will answer it.
+    NoResponders = 8,
     /// Anything else (an unknown code read from a peer).
     Other = 255,
 }
@@ -270,6 +293,7 @@ impl RejectCode {
             5 => Forbidden,
             6 => Shutdown,
             7 => Limit,
+            8 => NoResponders,
             _ => Other,
         }
     }
@@ -289,8 +313,8 @@ pub enum ClientFrameError {
     /// An unknown kind byte.
     #[error("unknown client frame kind {0}")]
     UnknownKind(u8),
-    /// Flags this version does not know.
-    #[error("unknown flags {0:#04x}")]
+    /// Flags this version does not know for the frame's kind.
+    #[error("unknown flags {0:#04x} for the frame's kind")]
     UnknownFlags(u8),
     /// A topic over the wire limit, or not UTF-8.
     #[error("client frame topic {0}")]
@@ -316,7 +340,7 @@ impl<'a> ClientFrame<'a> {
             return Err(ClientFrameError::Truncated { need: HEADER_LEN, have: buf.len() });
         }
         let kind = ClientKind::from_u8(buf[KIND]).ok_or(ClientFrameError::UnknownKind(buf[KIND]))?;
-        if buf[FLAGS] & !flags::KNOWN != 0 {
+        if buf[FLAGS] & !kind.flags() != 0 {
             return Err(ClientFrameError::UnknownFlags(buf[FLAGS]));
         }
         let tl = usize::from(u16_at(buf, TOPIC_LENGTH));

@@ -52,6 +52,7 @@ pub mod data;
 pub mod error_frame;
 pub mod heartbeat;
 pub mod nak;
+pub mod request;
 pub mod setup;
 pub mod status;
 

@@ -1,11 +1,13 @@
 //! [`Client`]: connect, publish, subscribe, poll, reconnect.
 
+mod request;
 mod session;
 
 use crate::conn::{ClaimInner, Conn, SendError};
-pub use crate::event::{ClientError, ClientEvent, Delivery, PublishError};
+pub use crate::event::{ClientError, ClientEvent, Delivery, PublishError, Request, RequestError};
 use crate::guaranteed::Outbox;
 pub use crate::options::{ClientOptions, RouterUri};
+pub use request::Gather;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tickwire_shm::Context;
@@ -56,6 +58,8 @@ pub struct Client {
     /// Why the router's end refused this client for good (TLS); no more
     /// connection attempts once set.
     refused: Option<String>,
+    /// Requests awaiting their replies.
+    pub(crate) requests: request::Outstanding,
 }
 
 /// The longest [`Client::close`] waits for what was published to leave.
@@ -169,6 +173,7 @@ impl Client {
             refused: None,
             outbox: Outbox::new(),
             guaranteed_topics,
+            requests: request::Outstanding::new(),
         };
         c.advance();
         Ok(c)
@@ -289,6 +294,21 @@ impl Client {
         self.subscribe_with_body(pattern, flags::DURABLE, name)
     }
 
+    /// Joins queue group `group` on `pattern`: each message (and request)
+    /// the pattern matches goes to one member of the group, round-robin
+    /// among those keeping up, while plain subscribers still get every
+    /// one. A member that leaves or dies gets no more at once; what was
+    /// already handed to it goes with it, like any direct message.
+    /// (Joined again after every reconnection.)
+    ///
+    /// # Errors
+    /// As [`Client::subscribe`]; the router refuses a group name that is
+    /// empty, over 64 bytes or holds whitespace, and, with more than one
+    /// routing agent, queue groups at all, with a [`ClientEvent::Rejected`].
+    pub fn subscribe_queue(&mut self, pattern: &str, group: &str) -> Result<u32, ClientError> {
+        self.subscribe_with_body(pattern, flags::QUEUE, group)
+    }
+
     fn subscribe_with(&mut self, pattern: &str, flags: u8) -> Result<u32, ClientError> {
         self.subscribe_with_body(pattern, flags, "")
     }
@@ -354,16 +374,30 @@ impl Client {
         if !self.guaranteed_topics.is_empty() && self.guaranteed_topics.iter().any(|p| p.matches(topic)) {
             return self.publish_guaranteed(topic, payload).map(|_| ());
         }
+        self.send_publish(topic, payload, 0, None)
+    }
+
+    /// Sends one PUBLISH flagged `flags`, its sequence `sequence` (a
+    /// request's correlation id) or the next publish number.
+    #[inline]
+    fn send_publish(
+        &mut self,
+        topic: &str,
+        payload: &[u8],
+        flags: u8,
+        sequence: Option<u64>,
+    ) -> Result<(), PublishError> {
         check_topic(topic)?;
         self.check_size(topic, payload.len())?;
         if self.state != State::Connected {
             return Err(PublishError::NotConnected);
         }
         let Some(conn) = &mut self.conn else { return Err(PublishError::NotConnected) };
-        let sequence = self.next_sequence;
-        match conn.send(&ClientRepr { sequence, topic, body: payload, ..ClientRepr::new(ClientKind::Publish) }) {
+        let numbered = sequence.is_none();
+        let sequence = sequence.unwrap_or(self.next_sequence);
+        match conn.send(&ClientRepr { sequence, topic, body: payload, flags, ..ClientRepr::new(ClientKind::Publish) }) {
             Ok(()) => {
-                self.next_sequence += 1;
+                self.next_sequence += u64::from(numbered);
                 Ok(())
             }
             Err(SendError::Full) => Err(PublishError::BackPressured),

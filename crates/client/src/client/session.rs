@@ -3,14 +3,14 @@
 //! and the frames the router sends, read by [`Client::poll`] into
 //! [`ClientEvent`]s.
 
-use super::{Client, ClientEvent, Delivery, RouterUri, State};
+use super::{Client, ClientEvent, Delivery, Request, RouterUri, State};
 use crate::conn::{Conn, SendError};
 use std::time::{Duration, Instant};
 use tickwire_wire::client::{
     credentials, flags, split_guaranteed_value, ClientKind, ClientRepr, RejectCode, SlowConsumer,
     CLIENT_PROTOCOL_VERSION,
 };
-use tickwire_wire::ClientFrame;
+use tickwire_wire::{request, ClientFrame};
 
 impl Client {
     /// The wait before connecting again: the reconnect interval, doubled
@@ -27,6 +27,8 @@ impl Client {
     pub(crate) fn lose(&mut self, why: String) {
         let was = self.state;
         self.outbox.restart();
+        // Their inbox went with the session.
+        self.requests.connection_lost();
         self.conn = None;
         self.state = State::Waiting;
         if was == State::Greeting {
@@ -141,6 +143,7 @@ impl Client {
         let refusals = &mut self.refusals;
         let mut limited = false;
         let mut heard: Option<Duration> = None;
+        let requests = &mut self.requests;
         let r = conn.poll(
             |bytes| {
                 if broken.is_some() {
@@ -155,6 +158,28 @@ impl Client {
                 };
                 events += 1;
                 match f.kind() {
+                    ClientKind::Deliver if f.flags() & flags::REQUEST != 0 => match request::split_body(f.body()) {
+                        Some((inbox, payload)) => handler(ClientEvent::Request(Request {
+                            topic: f.topic(),
+                            payload,
+                            inbox,
+                            discarded: f.value(),
+                        })),
+                        None => broken = Some("the router sent a malformed request".into()),
+                    },
+                    ClientKind::Deliver if f.topic().starts_with(request::INBOX_PREFIX) => {
+                        match request::correlation_of(f.topic()).filter(|&c| requests.is_waiting(c)) {
+                            Some(c) => {
+                                requests.replied(c);
+                                handler(ClientEvent::Reply { request: c, payload: f.body() });
+                            }
+                            // Late (its request timed out) or not ours.
+                            None => {
+                                requests.stray += 1;
+                                events -= 1;
+                            }
+                        }
+                    }
                     ClientKind::Deliver => {
                         let guaranteed = f.flags() & flags::GUARANTEED != 0;
                         let (subscription, deliveries) = split_guaranteed_value(f.value());
@@ -191,6 +216,11 @@ impl Client {
                         // Its heartbeat interval (0: none).
                         heard = Some(Duration::from_millis(f.sequence() >> 32));
                         handler(ClientEvent::Connected { router: router_name, client_id: f.value() });
+                    }
+                    ClientKind::Reject if requests.is_waiting(f.sequence()) => {
+                        requests.end(f.sequence());
+                        let why = super::request::refusal(RejectCode::from_u32(f.value()));
+                        handler(ClientEvent::RequestFailed { request: f.sequence(), why });
                     }
                     ClientKind::Reject => handler(ClientEvent::Rejected {
                         code: RejectCode::from_u32(f.value()),
@@ -243,6 +273,14 @@ impl Client {
         }
         if !self.outbox.is_empty() {
             self.pump();
+        }
+        if !self.requests.is_idle() {
+            let mut ended = Vec::new();
+            self.requests.take_ended(&mut ended);
+            for (request, why) in ended {
+                handler(ClientEvent::RequestFailed { request, why });
+                events += 1;
+            }
         }
         events
     }

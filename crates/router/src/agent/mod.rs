@@ -266,8 +266,8 @@ impl RoutingAgent {
         }
         let router = &mut self.router;
         for link in &mut self.inbound {
-            work += link.receive(POLL_LIMIT, |topic, payload, discarded| {
-                router.route_forwarded(topic, payload, discarded);
+            work += link.receive(POLL_LIMIT, |topic, payload, discarded, flags| {
+                router.route_forwarded(topic, payload, discarded, flags);
             });
         }
         work += self.router.poll_guaranteed(self.now);

@@ -156,6 +156,17 @@ fn described(kind: Kind) -> &'static [(&'static str, &'static str, bool)] {
                 true,
             ),
         ],
+        Kind::RouterRequests => &[
+            ("requests", "Requests published (PUBLISH flagged REQUEST).", true),
+            ("no_responders", "Requests no subscription wanted, answered at once with NoResponders.", true),
+            ("replies", "Replies published on an inbox.", true),
+            (
+                "replies_undeliverable",
+                "Replies whose requester is gone (or an inbox this router never made): dropped.",
+                true,
+            ),
+            ("queue_group_deliveries", "Messages delivered to one member of a queue group.", true),
+        ],
         Kind::RouterTopic => &[
             ("messages_in", "Messages published on the topic.", true),
             ("bytes_in", "Payload bytes published on the topic.", true),
@@ -192,6 +203,7 @@ impl Collector for RouterCollector {
             (Kind::RouterTopic, "tickwire_router_topic"),
             (Kind::RouterAgent, "tickwire_router_agent"),
             (Kind::RouterAccept, "tickwire_router_accept"),
+            (Kind::RouterRequests, "tickwire_router"),
         ] {
             let of_kind: Vec<&SetSnapshot> = sets.iter().filter(|s| s.kind == kind).collect();
             for (i, (name, help, counter)) in described(kind).iter().enumerate() {
@@ -204,7 +216,7 @@ impl Collector for RouterCollector {
                         Kind::RouterClient => {
                             vec![("client", s.stream_id.to_string()), ("name", escaped(&s.label))]
                         }
-                        Kind::RouterAgent => vec![("agent", escaped(&s.label))],
+                        Kind::RouterAgent | Kind::RouterRequests => vec![("agent", escaped(&s.label))],
                         Kind::RouterAccept => vec![("router", escaped(&s.label))],
                         _ => vec![("topic", escaped(&s.label))],
                     };

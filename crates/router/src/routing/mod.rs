@@ -21,6 +21,7 @@
 //!   memory given back (`Memory`);
 //! * [`guaranteed`] and [`durable`]: the journal, guaranteed publishes and
 //!   durable subscriptions (`Guaranteed`);
+//! * [`request`]: requests and replies (`Requests`);
 //! * `report`: the counters and the status of what it serves.
 
 pub mod durable;
@@ -29,6 +30,7 @@ mod login;
 mod memory;
 mod publish;
 mod report;
+pub mod request;
 mod sessions;
 mod slow;
 
@@ -183,6 +185,8 @@ pub struct Router {
     /// The journal and durable subscriptions, if configured.
     guaranteed: Option<Box<guaranteed::Guaranteed>>,
     totals: Totals,
+    /// Requests, replies and queue groups.
+    requests: request::Requests,
     topic_counts: TopicCounts,
     counters: Option<Arc<CountersFile>>,
     totals_set: Option<CounterSet>,
@@ -213,6 +217,7 @@ impl Router {
             memory: Memory::default(),
             guaranteed: None,
             totals: Totals::default(),
+            requests: request::Requests::new(counters.as_ref(), name),
             topic_counts,
             counters,
             totals_set,

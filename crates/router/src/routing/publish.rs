@@ -8,19 +8,20 @@ use super::{Disconnect, Router};
 use crate::cache::LastValues;
 use crate::peers::{Interest, Peers};
 use crate::session::Session;
-use crate::topics::Sources;
+use crate::topics::{GroupTargets, Sources};
 use tickwire_topic::check_topic;
 use tickwire_wire::client::RejectCode;
 
-/// Delivers a message to each of `targets` (session slots), putting those
-/// left with frames waiting in the backlog and telling `slow` what each
-/// delivery left; returns (deliveries, discards, bytes the queues grew by).
+/// Delivers a message (flagged `flags`: a request's is `REQUEST`) to each
+/// of `targets` (session slots), putting those left with frames waiting in
+/// the backlog and telling `slow` what each delivery left; returns
+/// (deliveries, discards, bytes the queues grew by).
 #[inline]
 fn deliver_all(
     sessions: &mut [Option<Session>],
     (backlog, slow): (&mut Vec<u32>, &mut SlowConsumers),
     targets: &[u32],
-    (topic, payload): (&str, &[u8]),
+    (topic, payload, flags): (&str, &[u8], u8),
     (discarded, local, conflate): (u32, bool, bool),
 ) -> (u64, u64, usize) {
     let (mut n, mut discards, mut grown) = (0u64, 0u64, 0usize);
@@ -28,7 +29,44 @@ fn deliver_all(
         if let Some(Some(s)) = sessions.get_mut(c as usize) {
             n += 1;
             let before = s.queue.allocated();
-            let dropped = s.deliver(topic, payload, 0, discarded, (local, conflate));
+            let dropped = s.deliver(topic, payload, flags, discarded, (local, conflate));
+            grown += s.queue.allocated().saturating_sub(before);
+            slow.after_delivery(c, s, dropped, local);
+            discards += u64::from(dropped);
+            s.mark(c, backlog);
+        }
+    }
+    (n, discards, grown)
+}
+
+/// Delivers a message to one member of each of `groups`, round-robin,
+/// passing over members whose queue is past half its bound while another
+/// has room; returns (deliveries, discards, bytes the queues grew by).
+#[inline]
+fn deliver_groups(
+    sessions: &mut [Option<Session>],
+    (backlog, slow): (&mut Vec<u32>, &mut SlowConsumers),
+    groups: &mut [GroupTargets],
+    (topic, payload, flags): (&str, &[u8], u8),
+    (discarded, local): (u32, bool),
+) -> (u64, u64, usize) {
+    let (mut n, mut discards, mut grown) = (0u64, 0u64, 0usize);
+    for g in groups {
+        let len = g.members.len();
+        let roomy = |c: u32, sessions: &[Option<Session>]| matches!(sessions.get(c as usize), Some(Some(s)) if s.queue.is_below_half());
+        let Some(pick) = (0..len)
+            .map(|i| (g.next + i) % len)
+            .find(|&i| roomy(g.members[i], sessions))
+            .or((len > 0).then_some(g.next % len.max(1)))
+        else {
+            continue;
+        };
+        g.next = (pick + 1) % len;
+        let c = g.members[pick];
+        if let Some(Some(s)) = sessions.get_mut(c as usize) {
+            n += 1;
+            let before = s.queue.allocated();
+            let dropped = s.deliver(topic, payload, flags, discarded, (local, false));
             grown += s.queue.allocated().saturating_sub(before);
             slow.after_delivery(c, s, dropped, local);
             discards += u64::from(dropped);
@@ -64,6 +102,22 @@ impl Router {
     /// everything it needs.
     #[inline]
     pub(super) fn route(&mut self, from: u32, topic: &str, payload: &[u8], sequence: u64) -> Result<(), Disconnect> {
+        self.route_flagged(from, topic, payload, sequence, 0).map(|_| ())
+    }
+
+    /// [`Router::route`] of a message flagged `flags` (0, or `REQUEST`: a
+    /// request's body, never cached or conflated); returns how many
+    /// sessions and other agents it went to, or `None` when it was
+    /// refused (REJECT sent: a bad topic, an ACL).
+    #[inline]
+    pub(super) fn route_flagged(
+        &mut self,
+        from: u32,
+        topic: &str,
+        payload: &[u8],
+        sequence: u64,
+        flags: u8,
+    ) -> Result<Option<u64>, Disconnect> {
         let src = Sources {
             sessions: &mut self.sessions,
             filtered: self.login.filtered(),
@@ -72,30 +126,39 @@ impl Router {
         };
         let e = match self.topics.entry(topic, check_topic, src) {
             Ok(e) => e,
-            Err(e) => return self.reject(from, RejectCode::BadTopic, sequence, &e.to_string()),
+            Err(e) => return self.reject(from, RejectCode::BadTopic, sequence, &e.to_string()).map(|()| None),
         };
         if self.login.enabled()
             && !self.sessions.get_mut(from as usize).and_then(Option::as_mut).is_some_and(|s| s.may(topic, true))
         {
             let user = self.session(from).and_then(Session::user).unwrap_or("").to_owned();
             self.totals.forbidden += 1;
-            return self.reject(
-                from,
-                RejectCode::Forbidden,
-                sequence,
-                &format!("user {user:?} may not publish on {topic}"),
-            );
+            return self
+                .reject(from, RejectCode::Forbidden, sequence, &format!("user {user:?} may not publish on {topic}"))
+                .map(|()| None);
         }
         let queues = (&mut self.backlog, &mut self.slow);
-        let (n, discards, grown) =
-            deliver_all(&mut self.sessions, queues, &e.targets, (topic, payload), (0, true, e.conflate));
-        if let Some(c) = &mut self.cache {
+        let plain = flags == 0;
+        let (mut n, mut discards, mut grown) = deliver_all(
+            &mut self.sessions,
+            queues,
+            &e.targets,
+            (topic, payload, flags),
+            (0, true, e.conflate && plain),
+        );
+        if !e.groups.is_empty() {
+            let queues = (&mut self.backlog, &mut self.slow);
+            let g = deliver_groups(&mut self.sessions, queues, &mut e.groups, (topic, payload, flags), (0, true));
+            self.requests.counts[super::request::value::QUEUE_GROUP_DELIVERIES] += g.0;
+            (n, discards, grown) = (n + g.0, discards + g.1, grown + g.2);
+        }
+        if let (Some(c), true) = (&mut self.cache, plain) {
             c.update_at(&mut e.last_value, topic, payload);
         }
         let remote = match &mut self.peers {
             Some(p) if !e.agents.is_empty() => {
                 let before = (p.forwarded, p.link_discards);
-                let agents = p.forward_to(&e.agents, topic, payload);
+                let agents = p.forward_to(&e.agents, topic, payload, flags);
                 self.totals.forwarded += p.forwarded - before.0;
                 self.totals.discards += p.link_discards - before.1;
                 agents
@@ -113,13 +176,17 @@ impl Router {
         if grown > 0 {
             self.queues_grew(grown);
         }
-        Ok(())
+        Ok(Some(n + remote as u64))
     }
 
     /// Delivers a message another routing agent's client published (see
     /// [`crate::peers`]) to this agent's matching clients; `discarded` is
-    /// the discard indication it carries.
-    pub fn route_forwarded(&mut self, topic: &str, payload: &[u8], discarded: u32) {
+    /// the discard indication it carries, `flags` what its frame carried
+    /// (`REQUEST`). A reply on an inbox goes to its session alone.
+    pub fn route_forwarded(&mut self, topic: &str, payload: &[u8], discarded: u32, flags: u8) {
+        if tickwire_wire::request::is_inbox(topic) {
+            return self.deliver_reply(topic, payload);
+        }
         let src = Sources {
             sessions: &mut self.sessions,
             filtered: self.login.filtered(),
@@ -129,9 +196,22 @@ impl Router {
         // The agent that read it from its client checked the topic.
         let Ok(e) = self.topics.entry(topic, |_| Ok::<(), std::convert::Infallible>(()), src);
         let queues = (&mut self.backlog, &mut self.slow);
-        let (n, discards, grown) =
-            deliver_all(&mut self.sessions, queues, &e.targets, (topic, payload), (discarded, false, e.conflate));
-        if let Some(c) = &mut self.cache {
+        let plain = flags == 0;
+        let (mut n, mut discards, mut grown) = deliver_all(
+            &mut self.sessions,
+            queues,
+            &e.targets,
+            (topic, payload, flags),
+            (discarded, false, e.conflate && plain),
+        );
+        if !e.groups.is_empty() {
+            let queues = (&mut self.backlog, &mut self.slow);
+            let g =
+                deliver_groups(&mut self.sessions, queues, &mut e.groups, (topic, payload, flags), (discarded, false));
+            self.requests.counts[super::request::value::QUEUE_GROUP_DELIVERIES] += g.0;
+            (n, discards, grown) = (n + g.0, discards + g.1, grown + g.2);
+        }
+        if let (Some(c), true) = (&mut self.cache, plain) {
             c.update_at(&mut e.last_value, topic, payload);
         }
         self.totals.deliveries += n;

@@ -12,6 +12,7 @@ impl Router {
     /// Copies every total into the counters file (call a few times a
     /// second, off the per-message path).
     pub fn publish_counters(&self) {
+        self.requests.publish();
         if let Some(c) = &self.totals_set {
             let t = &self.totals;
             c.set(rc::CLIENTS, self.clients() as u64);

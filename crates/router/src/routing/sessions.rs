@@ -11,6 +11,7 @@ use crate::access::Reach;
 use crate::session::{Outbound, Session};
 use tickwire_topic::Pattern;
 use tickwire_wire::client::{flags, ClientKind, ClientRepr, RejectCode, SlowConsumer, CLIENT_PROTOCOL_VERSION};
+use tickwire_wire::request;
 use tickwire_wire::ClientFrame;
 
 impl Router {
@@ -122,10 +123,22 @@ impl Router {
         }
         match f.kind() {
             ClientKind::Publish => {
-                if f.flags() & flags::GUARANTEED != 0 {
-                    return self.publish_guaranteed(id, f.topic(), f.body(), f.sequence());
+                let topic = f.topic();
+                // One byte compared on the hot path: `_` starts no other
+                // usual topic.
+                if topic.as_bytes().first() == Some(&b'_') && request::is_inbox(topic) {
+                    if f.flags() & (flags::GUARANTEED | flags::REQUEST) != 0 {
+                        let why = format!("{topic}: a reply on an inbox is a plain PUBLISH");
+                        return self.reject(id, RejectCode::Unsupported, f.sequence(), &why);
+                    }
+                    return self.reply(id, topic, f.body(), f.sequence());
                 }
-                self.route(id, f.topic(), f.body(), f.sequence())
+                match f.flags() & (flags::GUARANTEED | flags::REQUEST) {
+                    0 => self.route(id, topic, f.body(), f.sequence()),
+                    flags::GUARANTEED => self.publish_guaranteed(id, topic, f.body(), f.sequence()),
+                    flags::REQUEST => self.request(id, topic, f.body(), f.sequence()),
+                    _ => self.reject(id, RejectCode::Unsupported, f.sequence(), "a request cannot be guaranteed"),
+                }
             }
             ClientKind::Hello => {
                 if s.hello {
@@ -158,14 +171,23 @@ impl Router {
                 if f.flags() == flags::DURABLE {
                     return self.subscribe_durable(id, sid, f.topic(), f.body());
                 }
-                if f.flags() & !flags::CACHED != 0 {
+                if f.flags() & !flags::CACHED != 0 && f.flags() != flags::QUEUE {
                     return self.reject(
                         id,
                         RejectCode::Unsupported,
                         sid.into(),
-                        "SUBSCRIBE takes the CACHED flag or the DURABLE flag alone",
+                        "SUBSCRIBE takes the CACHED flag, or the DURABLE or the QUEUE flag alone",
                     );
                 }
+                let group = match (f.flags() == flags::QUEUE).then(|| queue_group(f.body())) {
+                    None => None,
+                    Some(Ok(_)) if self.agents > 1 => {
+                        let why = "queue groups need a router with one routing agent (agents = 1)";
+                        return self.reject(id, RejectCode::Unsupported, sid.into(), why);
+                    }
+                    Some(Ok(g)) => Some(g),
+                    Some(Err(why)) => return self.reject(id, RejectCode::BadTopic, sid.into(), &why),
+                };
                 let cached = f.flags() & flags::CACHED != 0;
                 if cached && self.cache.is_none() {
                     return self.reject(id, RejectCode::Unsupported, sid.into(), "no last-value cache is configured");
@@ -174,6 +196,13 @@ impl Router {
                     Ok(p) => p,
                     Err(e) => return self.reject(id, RejectCode::BadTopic, sid.into(), &e.to_string()),
                 };
+                if request::is_inbox(f.topic()) {
+                    // Replies reach their requester alone: no pattern
+                    // matches an inbox, and none may name one.
+                    let why = format!("{}: inboxes are the router's; a client's replies come to it unasked", f.topic());
+                    self.totals.forbidden += 1;
+                    return self.reject(id, RejectCode::Forbidden, sid.into(), &why);
+                }
                 match s.user.as_ref().map(|u| u.subscribe.reach(&pattern)) {
                     Some(Reach::None) => {
                         let why = format!("user {:?} may read no topic {} matches", s.user().unwrap_or(""), f.topic());
@@ -200,7 +229,10 @@ impl Router {
                         peers.release(&old);
                     }
                 }
-                self.topics.subscribe(&pattern, id, sid);
+                match group {
+                    Some(g) => self.topics.subscribe_queue(&pattern, id, sid, g),
+                    None => self.topics.subscribe(&pattern, id, sid),
+                }
                 if let (true, Some(cache)) = (cached, &self.cache) {
                     // Before anything else reaches it: no gap, no duplicate.
                     let mut n = 0;
@@ -320,4 +352,14 @@ impl Router {
         }
         n
     }
+}
+
+/// The name of a queue group, from a SUBSCRIBE's body: 1 to 64 bytes of
+/// UTF-8, no whitespace or control characters.
+fn queue_group(body: &[u8]) -> Result<&str, String> {
+    let name = std::str::from_utf8(body).map_err(|_| "a queue group's name is not UTF-8".to_owned())?;
+    if name.is_empty() || name.len() > 64 || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("queue group {name:?}: 1 to 64 bytes, no whitespace or control characters"));
+    }
+    Ok(name)
 }

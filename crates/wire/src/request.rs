@@ -1,0 +1,117 @@
+//! Request/reply over the router: inboxes and the body of a delivered
+//! request.
+//!
+//! A client sends a request as a PUBLISH flagged
+//! [`REQUEST`](crate::client::flags::REQUEST) whose `sequence` is its
+//! correlation id. The router delivers it, flagged the same, to every
+//! subscriber of the topic (one member of each queue group), with a body
+//! of the inbox to answer on and the payload ([`body`], [`split_body`]).
+//! An inbox is a topic the router makes for the requester,
+//! `_inbox/AGENT.SESSION.SERIAL/CORRELATION` ([`Inbox`]): a reply is a
+//! PUBLISH on it, which the router hands to that session alone, never to a
+//! subscription (no pattern, not even `>`, matches an inbox, and a pattern
+//! naming one is refused). When no subscription wants a request, the
+//! router answers at once with REJECT `NoResponders`, its `sequence` the
+//! correlation id.
+
+/// The first level of every inbox topic.
+pub const INBOX_PREFIX: &str = "_inbox/";
+
+/// The longest inbox topic: the prefix and four 20-digit numbers.
+pub const INBOX_MAX: usize = INBOX_PREFIX.len() + 4 * 20 + 3;
+
+/// Where a reply goes: the requester's routing agent, its session there
+/// (id and serial: an id reused by a later session does not get it), and
+/// the requester's correlation id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inbox {
+    /// The routing agent serving the requester.
+    pub agent: u32,
+    /// The requester's session id at that agent.
+    pub session: u32,
+    /// That session's serial number (unique per router run).
+    pub serial: u64,
+    /// The requester's correlation id.
+    pub correlation: u64,
+}
+
+impl Inbox {
+    /// Its topic, `_inbox/AGENT.SESSION.SERIAL/CORRELATION`.
+    pub fn topic(&self) -> String {
+        format!("{INBOX_PREFIX}{}.{}.{}/{}", self.agent, self.session, self.serial, self.correlation)
+    }
+
+    /// Reads an inbox topic; `None` for any other topic.
+    pub fn parse(topic: &str) -> Option<Self> {
+        let rest = topic.strip_prefix(INBOX_PREFIX)?;
+        let (who, correlation) = rest.split_once('/')?;
+        let mut parts = who.split('.');
+        let agent = parts.next()?.parse().ok()?;
+        let session = parts.next()?.parse().ok()?;
+        let serial = parts.next()?.parse().ok()?;
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(Self { agent, session, serial, correlation: correlation.parse().ok()? })
+    }
+}
+
+/// Whether `topic` is in the inbox namespace (`_inbox/...`): the router's
+/// to route, never a subscription's.
+pub fn is_inbox(topic: &str) -> bool {
+    topic.starts_with(INBOX_PREFIX) || topic == "_inbox"
+}
+
+/// The correlation id of a reply's topic (its last level), if it is an
+/// inbox.
+pub fn correlation_of(topic: &str) -> Option<u64> {
+    let rest = topic.strip_prefix(INBOX_PREFIX)?;
+    rest.rsplit_once('/')?.1.parse().ok()
+}
+
+/// A delivered request's body: the inbox's length (u8), the inbox, then
+/// the payload; into `out` (cleared first).
+pub fn body(inbox: &str, payload: &[u8], out: &mut Vec<u8>) {
+    debug_assert!(inbox.len() <= usize::from(u8::MAX));
+    out.clear();
+    out.push(inbox.len() as u8);
+    out.extend_from_slice(inbox.as_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// Splits a delivered request's body into (inbox, payload); `None` when it
+/// is malformed (too short, or the inbox not one).
+pub fn split_body(b: &[u8]) -> Option<(&str, &[u8])> {
+    let n = usize::from(*b.first()?);
+    let inbox = std::str::from_utf8(b.get(1..1 + n)?).ok()?;
+    is_inbox(inbox).then(|| (inbox, &b[1 + n..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_inbox_round_trips_and_anything_else_is_not_one() {
+        let i = Inbox { agent: 2, session: 17, serial: u64::MAX, correlation: 0xdead_beef_0000_0001 };
+        let t = i.topic();
+        assert!(t.len() <= INBOX_MAX);
+        assert_eq!(Inbox::parse(&t), Some(i));
+        assert_eq!(correlation_of(&t), Some(i.correlation));
+        for bad in ["md/x", "_inbox/1.2/3", "_inbox/1.2.3.4/5", "_inbox/a.2.3/4", "_inbox/1.2.3/x", "_inbox/1.2.3"] {
+            assert_eq!(Inbox::parse(bad), None, "{bad}");
+        }
+        assert!(is_inbox("_inbox") && is_inbox("_inbox/x") && !is_inbox("_inboxes/x"));
+    }
+
+    #[test]
+    fn a_request_body_splits_into_its_inbox_and_payload() {
+        let mut b = Vec::new();
+        body("_inbox/0.1.2/3", b"rfq", &mut b);
+        assert_eq!(split_body(&b), Some(("_inbox/0.1.2/3", &b"rfq"[..])));
+        assert_eq!(split_body(&[]), None);
+        assert_eq!(split_body(&[40, b'x']), None);
+        body("md/not-an-inbox", b"", &mut b);
+        assert_eq!(split_body(&b), None);
+    }
+}
