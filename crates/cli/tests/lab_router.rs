@@ -1,6 +1,7 @@
 //! `tickwire lab router` end to end: the Solace scenario through a real
 //! router process, over shared memory and TCP, one to one and fan-out,
-//! with its forwarding floor, and nothing left behind.
+//! with its forwarding floor, and nothing left behind; `lab request`, round
+//! trips beside two one-way hops through the same router.
 
 use std::process::Command;
 use std::sync::Mutex;
@@ -22,11 +23,15 @@ fn dir(name: &str) -> std::path::PathBuf {
 }
 
 fn lab(d: &std::path::Path, args: &str) -> (String, String) {
+    lab_mode(d, "router", args)
+}
+
+/// `tickwire lab MODE ARGS` (`router` or `request`).
+fn lab_mode(d: &std::path::Path, mode: &str, args: &str) -> (String, String) {
     let _cpus = CPUS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let out =
-        Command::new(BIN).arg("--dir").arg(d).args(["lab", "router"]).args(args.split_whitespace()).output().unwrap();
+    let out = Command::new(BIN).arg("--dir").arg(d).args(["lab", mode]).args(args.split_whitespace()).output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into());
-    assert!(out.status.success(), "lab router {args}: {stderr}\n{stdout}");
+    assert!(out.status.success(), "lab {mode} {args}: {stderr}\n{stdout}");
     (stdout, stderr)
 }
 
@@ -157,4 +162,30 @@ fn guaranteed_reports_peak_and_latency_beside_the_fsync_floor_and_leaves_nothing
     nothing_left(&d);
     assert_eq!(std::fs::read_dir(&journals).unwrap().count(), 0, "journals left behind");
     let _ = std::fs::remove_dir_all(&journals);
+}
+
+#[test]
+fn request_round_trips_over_shared_memory_and_tcp_sit_beside_two_one_way_hops() {
+    for transport in ["ipc", "tcp"] {
+        let d = dir(&format!("request-{transport}"));
+        let args = format!(
+            "--transport {transport} --rate 10k --duration 400ms --rounds 2 --publishers 2 --subscribers 2 --json"
+        );
+        let (out, _) = lab_mode(&d, "request", &args);
+        let rows = json_rows(&out);
+        assert_eq!(rows.len(), 4, "{out}");
+        let (all, floor) = (&rows[0], &rows[2]);
+        assert_eq!(all["mode"], "request", "{all}");
+        assert_eq!(floor["probe"], "2x_one_way", "{floor}");
+        // 10k requests a second for two rounds of 200 ms: 4,000 round trips.
+        assert_eq!(all["count"], 4_000, "{transport}: {all}");
+        assert_eq!(all["lost"], 0, "{transport}: every request answered: {all}");
+        // A round trip takes longer than one hop: the floor's median, which
+        // is two hops, halved.
+        let (rtt, hops) = (all["p50_ns"].as_u64().unwrap(), floor["p50_ns"].as_u64().unwrap());
+        assert!(rtt > hops / 2, "{transport}: round trip {rtt} ns, two hops {hops} ns");
+        assert!(all["ratio_p50"].as_f64().is_some(), "{all}");
+        nothing_left(&d);
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }

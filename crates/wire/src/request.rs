@@ -79,6 +79,17 @@ pub fn body(inbox: &str, payload: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(payload);
 }
 
+/// [`body`] of `inbox`'s topic, written in place (no allocation once
+/// `out` has grown).
+pub fn body_of(inbox: &Inbox, payload: &[u8], out: &mut Vec<u8>) {
+    use std::io::Write;
+    out.clear();
+    out.push(0);
+    let _ = write!(out, "{INBOX_PREFIX}{}.{}.{}/{}", inbox.agent, inbox.session, inbox.serial, inbox.correlation);
+    out[0] = (out.len() - 1) as u8;
+    out.extend_from_slice(payload);
+}
+
 /// Splits a delivered request's body into (inbox, payload); `None` when it
 /// is malformed (too short, or the inbox not one).
 pub fn split_body(b: &[u8]) -> Option<(&str, &[u8])> {
@@ -113,5 +124,8 @@ mod tests {
         assert_eq!(split_body(&[40, b'x']), None);
         body("md/not-an-inbox", b"", &mut b);
         assert_eq!(split_body(&b), None);
+        let i = Inbox { agent: 1, session: 2, serial: 3, correlation: u64::MAX };
+        body_of(&i, b"x", &mut b);
+        assert_eq!(split_body(&b), Some((i.topic().as_str(), &b"x"[..])));
     }
 }

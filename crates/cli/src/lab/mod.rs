@@ -46,6 +46,9 @@ pub enum LabCmd {
     TopicMatch(TopicMatchArgs),
     /// The Solace scenario (paper 001) through the router, beside its forwarding floor.
     Router(RouterArgs),
+    /// Request/reply round trips through the router at fixed rates (each publisher a requester, the
+    /// subscriber of its topic answering at once), beside two one-way hops through the same router.
+    Request(RouterArgs),
     /// Guaranteed publishing through the router per sync policy: peak rate, publish-to-ack and -delivery latency, beside this disk's fsync.
     Guaranteed(GuaranteedArgs),
     /// What a shared key (auth=FILE: a MAC on every datagram) costs reliable UDP: ping-pong and throughput, keyed and not, beside kernel UDP.
@@ -448,7 +451,7 @@ impl LabCmd {
             LabCmd::Oneway(a) => &a.common,
             LabCmd::SweepRate(a) => &a.common,
             LabCmd::TickToTrade(a) => &a.common,
-            LabCmd::Router(a) => &a.common,
+            LabCmd::Router(a) | LabCmd::Request(a) => &a.common,
             LabCmd::Guaranteed(a) => &a.common,
             LabCmd::AuthCost(a) => &a.common,
             LabCmd::Reproduce(a) => return Some((a.cpus, a.share_cpu)),
@@ -570,7 +573,8 @@ impl LabCmd {
                 json: a.json,
             },
             LabCmd::TopicMatch(a) => a.into_request(),
-            LabCmd::Router(a) => a.into_request(dir),
+            LabCmd::Router(a) => a.into_request(dir, false),
+            LabCmd::Request(a) => a.into_request(dir, true),
             LabCmd::AuthCost(a) => a.into_request(dir),
             LabCmd::Guaranteed(a) => a.into_request(dir),
             LabCmd::Doctor(a) => Request::Doctor(DoctorRequest {

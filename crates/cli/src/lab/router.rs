@@ -110,7 +110,8 @@ impl TopicMatchArgs {
 
 impl RouterArgs {
     /// `dir`: where the routers' and clients' files go.
-    pub(super) fn into_request(self, dir: PathBuf) -> Request {
+    /// `request`: `lab request` (requests and replies, round trips).
+    pub(super) fn into_request(self, dir: PathBuf, request: bool) -> Request {
         Request::Router {
             run: RouterLab {
                 transport: if self.transport == "ipc" { Transport::Ipc } else { Transport::Tcp },
@@ -133,6 +134,7 @@ impl RouterArgs {
                 log_bytes: self.capacity,
                 floor: !self.no_floor,
                 secure: self.secure,
+                request,
             },
             output: self.common.output(&self.hlog, &self.plot),
         }

@@ -166,6 +166,17 @@ impl Client {
         }
     }
 
+    /// Requests sent and still waiting for a reply (or their deadline).
+    pub fn requests_waiting(&self) -> usize {
+        self.requests.waiting.len()
+    }
+
+    /// Replies that matched no waiting request since the start (late:
+    /// their request had timed out; or not meant for this session).
+    pub fn stray_replies(&self) -> u64 {
+        self.requests.stray
+    }
+
     /// Answers a request ([`ClientEvent::Request`]) on its `inbox`.
     ///
     /// # Errors

@@ -118,6 +118,27 @@ impl LatencyRow {
         }
     }
 
+    /// The row of two hops like this one back to back, each percentile
+    /// doubled (`lab request`'s floor: a round trip is two one-way hops);
+    /// its probe says so.
+    pub fn twice(mut self) -> Self {
+        for v in [
+            &mut self.min_ns,
+            &mut self.p50_ns,
+            &mut self.p90_ns,
+            &mut self.p99_ns,
+            &mut self.p999_ns,
+            &mut self.p9999_ns,
+            &mut self.max_ns,
+        ] {
+            *v = v.saturating_mul(2);
+        }
+        self.mean_ns *= 2.0;
+        self.std_ns *= 2.0;
+        self.probe = Some("2x_one_way".into());
+        self
+    }
+
     /// Records the floor (same run) and the ratios to it.
     pub fn with_floor(mut self, floor: &LatencyRow) -> Self {
         if self.p50_ns == 0 || floor.p50_ns == 0 {

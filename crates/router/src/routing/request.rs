@@ -62,9 +62,9 @@ impl Router {
         correlation: u64,
     ) -> Result<(), Disconnect> {
         let Some(serial) = self.session(from).map(|s| s.serial) else { return Ok(()) };
-        let inbox = Inbox { agent: self.me, session: from, serial, correlation }.topic();
+        let inbox = Inbox { agent: self.me, session: from, serial, correlation };
         let mut body = std::mem::take(&mut self.requests.body);
-        request::body(&inbox, payload, &mut body);
+        request::body_of(&inbox, payload, &mut body);
         let reached = self.route_flagged(from, topic, &body, correlation, flags::REQUEST);
         self.requests.body = body;
         self.requests.counts[value::REQUESTS] += 1;

@@ -14,6 +14,14 @@
 //! publisher (its heartbeat and replies). A delivery's latency is its
 //! arrival in the subscriber's callback minus the intended send time
 //! carried in its first 16 bytes.
+//!
+//! In request mode ([`Harness::set_request`], `lab request`) publisher
+//! `i % P` sends message *i* as a request (`Client::send_request`); the
+//! subscriber of its topic answers it on the turn it polls it, with the
+//! request's own bytes (`Client::reply`); the sample is the reply's
+//! arrival at the requester minus the request's intended send time: a
+//! whole round trip. Every requester is polled on every turn (over TCP,
+//! those the epoll finds readable).
 
 use super::host::HostReport;
 use crate::modes::oneway::topic;
@@ -46,6 +54,10 @@ pub(crate) struct Harness {
     all: Vec<usize>,
     /// Deliveries per message.
     pub(crate) fan: u64,
+    /// Requests and replies instead of publishes.
+    request: bool,
+    /// Requests polled and not yet answered: (inbox, payload).
+    answers: Vec<(String, Vec<u8>)>,
 }
 
 /// What one router round gave.
@@ -129,7 +141,16 @@ impl Harness {
             s.subscribe(pattern).map_err(|e| client_err(pattern, e))?;
         }
         let fan = if fanout { subscribers as u64 } else { 1 };
-        let mut h = Self { pubs, subs, topics, ready: None, all: (0..subscribers).collect(), fan };
+        let mut h = Self {
+            pubs,
+            subs,
+            topics,
+            ready: None,
+            all: (0..subscribers).collect(),
+            fan,
+            request: false,
+            answers: Vec::new(),
+        };
         for c in h.pubs.iter_mut().chain(h.subs.iter_mut()) {
             c.wait_connected(SETUP_TIMEOUT).map_err(|e| client_err("lab router client", e))?;
         }
@@ -209,11 +230,18 @@ impl Harness {
             path.work()?;
         }
         let discarded = path.discarded;
+
         let clients = ClientIo::of(self).since(io);
         router.write_line(&format!("sleep {}", pauses.display()))?;
         let host: HostReport = crate::worker::parse_report("router", &router.read_line()?)?;
         let split = samples.split_with_peer(recorder.into_pauses(), pauses)?;
         Ok(RoundResult { published, split, discarded, host, clients })
+    }
+
+    /// Requests and replies from the next round on (`true`), or
+    /// publishes (`false`).
+    pub(crate) fn set_request(&mut self, on: bool) {
+        self.request = on;
     }
 
     /// Says goodbye to the router on every session.
@@ -223,6 +251,9 @@ impl Harness {
         }
     }
 }
+
+/// How long a lab request waits for its reply (a round's drain is shorter).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One publisher's connection is polled every this many turns.
 const PUBLISHER_EVERY: usize = 16;
@@ -288,7 +319,11 @@ impl Offer for Routed<'_> {
     #[inline]
     fn offer(&mut self, msg: &[u8]) -> Result<bool, LabError> {
         let i = self.n % self.h.pubs.len();
-        match self.h.pubs[i].publish(&self.h.topics[i], msg) {
+        let sent = match self.h.request {
+            true => self.h.pubs[i].send_request(&self.h.topics[i], msg, REQUEST_TIMEOUT).map(|_| ()),
+            false => self.h.pubs[i].publish(&self.h.topics[i], msg),
+        };
+        match sent {
             Ok(()) => {
                 self.n += 1;
                 Ok(true)
@@ -307,16 +342,22 @@ impl Offer for Routed<'_> {
             None => &h.all,
         };
         let subs = h.subs.len();
+        let answers = &mut h.answers;
         for &i in ready {
             if i >= subs {
-                // A publisher the router wrote to (TCP): its heartbeat.
+                // A publisher the router wrote to (TCP): its heartbeat, or
+                // its replies.
                 h.pubs[i - subs].poll(
-                    |e| {
-                        if let ClientEvent::Disconnected { reason } = e {
-                            gone = Some(reason.to_owned())
+                    |e| match e {
+                        ClientEvent::Reply { payload, .. } => {
+                            samples.arrived(payload);
+                            *received += 1;
                         }
+                        ClientEvent::RequestFailed { why, .. } => gone = Some(format!("a request failed: {why}")),
+                        ClientEvent::Disconnected { reason } => gone = Some(reason.to_owned()),
+                        _ => {}
                     },
-                    16,
+                    64,
                 );
                 continue;
             }
@@ -327,11 +368,43 @@ impl Offer for Routed<'_> {
                         *received += 1;
                         *discarded += u64::from(d.discarded);
                     }
+                    ClientEvent::Request(r) => {
+                        *discarded += u64::from(r.discarded);
+                        answers.push((r.inbox.to_owned(), r.payload.to_vec()));
+                    }
                     ClientEvent::Disconnected { reason } => gone = Some(reason.to_owned()),
                     _ => {}
                 },
                 64,
             );
+            // Answered at once, as a responder would.
+            let mut k = 0;
+            while k < answers.len() {
+                match h.subs[i].reply(&answers[k].0, &answers[k].1) {
+                    Ok(()) => k += 1,
+                    Err(PublishError::BackPressured) => break,
+                    Err(e) => return Err(client_err(&format!("responder {i}"), e)),
+                }
+            }
+            // What the router had no room for goes on a later turn.
+            answers.drain(..k);
+        }
+        if h.request && h.ready.is_none() {
+            // Shared memory: every requester's replies, every turn.
+            for p in &mut h.pubs {
+                p.poll(
+                    |e| match e {
+                        ClientEvent::Reply { payload, .. } => {
+                            samples.arrived(payload);
+                            *received += 1;
+                        }
+                        ClientEvent::RequestFailed { why, .. } => gone = Some(format!("a request failed: {why}")),
+                        ClientEvent::Disconnected { reason } => gone = Some(reason.to_owned()),
+                        _ => {}
+                    },
+                    64,
+                );
+            }
         }
         // What their links hold for batching goes once its window has
         // passed (no system call before).
@@ -342,7 +415,8 @@ impl Offer for Routed<'_> {
         // heartbeat and the odd reply: one is looked after every few turns
         // (over TCP, when readable, above).
         *turn += 1;
-        if h.ready.is_some() || *turn % PUBLISHER_EVERY != 0 {
+        // (In request mode every requester was polled above.)
+        if h.ready.is_some() || h.request || *turn % PUBLISHER_EVERY != 0 {
             return gone.map_or(Ok(()), |why| Err(LabError::Worker(format!("a lab client lost the router: {why}"))));
         }
         let p = (*turn / PUBLISHER_EVERY) % h.pubs.len();

@@ -74,6 +74,11 @@ pub struct RouterLab {
     /// Also measure a second router with users, topic ACLs and the
     /// metrics endpoint on, interleaved in the same rounds.
     pub secure: bool,
+    /// `lab request`: each publisher sends requests, the subscriber of its
+    /// topic answers each at once, and the samples are round trips; the
+    /// floor is the same clients' one-way publish-to-delivery through the
+    /// same router, interleaved, counted twice (two one-way hops).
+    pub request: bool,
 }
 
 /// One rate's results.
@@ -126,6 +131,9 @@ pub fn run(o: &RouterLab, machine: &Machine) -> Result<Vec<RateResult>, LabError
     }
     if o.size < 16 || o.rates.is_empty() || o.rates.contains(&0) {
         return Err(LabError::Usage("lab router needs --size >= 16 and rates above zero".into()));
+    }
+    if o.request && (o.fanout || o.secure) {
+        return Err(LabError::Usage("lab request takes neither --fanout nor --secure".into()));
     }
     let tag = crate::run_tag();
     let router_dir = o.dir.join(format!("{tag}-router"));
@@ -234,10 +242,17 @@ fn one_rate(
         if crate::stop_requested() {
             break;
         }
-        if o.floor {
+        if o.floor && o.request {
+            // Two one-way hops: the same clients publishing, same router.
+            h.set_request(false);
+            let r = h.round((rate, o.size, per_round), o.cpus, router, pauses)?;
+            floor_totals.add_report(r.published, &SinkReport::of(&r.split))?;
+            h.set_request(true);
+        } else if o.floor {
             let (published, report) = floor_round(o, rate, per_round)?;
             floor_totals.add_report(published, &report)?;
         }
+        h.set_request(o.request);
         let r = h.round((rate, o.size, per_round), o.cpus, router, pauses)?;
         mine.add_report(r.published, &SinkReport::of(&r.split))?;
         discarded += r.discarded;
@@ -253,9 +268,18 @@ fn one_rate(
     bar.finish_and_clear();
     let (transport, probe) = o.names();
     let shape = |fan: u64| RunShape { size: o.size, rate, fan, cpus: o.cpus };
-    let [mut all, mut free] = mine.rows("router", transport, None, &shape(h.fan), machine, wall);
+    let mode = if o.request { "request" } else { "router" };
+    let [mut all, mut free] = mine.rows(mode, transport, None, &shape(h.fan), machine, wall);
     let mut rows = Vec::with_capacity(4);
-    if o.floor {
+    if o.floor && o.request {
+        let [mut f_all, mut f_free] = floor_totals.rows("2x one-way", transport, None, &shape(1), machine, wall);
+        for f in [&mut f_all, &mut f_free] {
+            f.row = std::mem::take(&mut f.row).twice();
+        }
+        all.row = all.row.with_floor(&f_all.row);
+        free.row = free.row.with_floor(&f_free.row);
+        rows.extend([all, free, f_all, f_free]);
+    } else if o.floor {
         let [f_all, f_free] = floor_totals.rows("floor", transport, Some(probe), &shape(1), machine, wall);
         all.row = all.row.with_floor(&f_all.row);
         free.row = free.row.with_floor(&f_free.row);
@@ -369,7 +393,13 @@ pub fn print(o: &RouterLab, results: &[RateResult], out: &Output, machine: &Mach
          thread on CPU {}",
         o.size, o.cpus.remote, o.cpus.local
     );
-    if o.floor {
+    if o.floor && o.request {
+        println!("request mode: each publisher sends requests, the subscriber of its topic answers each at once;");
+        println!("samples are round trips, from the request's intended time to its reply's arrival");
+        println!(
+            "floor (interleaved in rounds): the same clients publishing one way through the same router, each percentile doubled (two one-way hops)"
+        );
+    } else if o.floor {
         let floor = match o.transport {
             Transport::Tcp => "kernel TCP to a process on the router's CPU that writes each message back",
             _ => "a raw ring to a thread on the router's CPU that copies each message into a second raw ring",
