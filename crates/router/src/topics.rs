@@ -317,6 +317,15 @@ impl Topics {
         self.invalidate();
     }
 
+    /// The queue group subscription `sid` of session `id` is a member of,
+    /// if it is one (for status: a scan of the groups).
+    pub(crate) fn queue_group_of(&self, id: u32, sid: u32) -> Option<&str> {
+        let q = &self.queues;
+        let slot = *q.by_subscription.get(&(id, sid))?;
+        let (_, g) = q.members.get(slot as usize).copied().flatten()?;
+        q.groups.iter().find(|(_, &(gid, _))| gid == g).map(|(name, _)| &**name)
+    }
+
     /// Removes subscription `sid` of session `id` (plain or a queue
     /// group's).
     pub(crate) fn unsubscribe(&mut self, pattern: &Pattern, id: u32, sid: u32) {

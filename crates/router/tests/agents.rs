@@ -1,12 +1,13 @@
 //! A router with several routing agents on threads of their own: clients
-//! spread over them, messages cross between them, once per subscriber.
+//! spread over them, messages cross between them, once per subscriber;
+//! requests and their replies cross them too.
 
 mod common;
 
 use common::{client, start, tempdir};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use tickwire_client::{Client, ClientEvent};
+use tickwire_client::{Client, ClientEvent, RejectCode, RequestError};
 use tickwire_router::RouterConfig;
 
 /// Everything a subscriber received, by topic (probes left out), and the
@@ -175,5 +176,104 @@ fn the_cache_seam_holds_across_agents_while_publishing() {
         assert_eq!(w[1].0, w[0].0 + 1 + u64::from(w[1].2), "no gap, no duplicate at or after the seam: {w:?}");
     }
     drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Requests and replies across agents: requesters and responders spread
+/// over two agents, each reply back to its requester's agent (by the
+/// inbox's agent), no responders known across agents, and queue groups
+/// refused (they need one agent).
+#[test]
+fn requests_cross_agents_and_each_reply_finds_its_requester() {
+    let dir = tempdir("agents-requests");
+    let r = start(&dir, RouterConfig { agents: 2, ..RouterConfig::default() });
+    let tcp = format!("tcp://{}", r.tcp);
+    let mut clients: Vec<Client> = (0..4).map(|i| client(if i % 2 == 0 { "ipc" } else { &tcp }, &dir, "c")).collect();
+    for c in &mut clients {
+        c.wait_connected(Duration::from_secs(10)).unwrap();
+    }
+    // Each client to the agent serving the fewest: 0, 1, 0, 1 (by id).
+    let agent = |c: &Client| c.client_id().unwrap() % 2;
+    let (a0, a1): (Vec<usize>, Vec<usize>) = (0..4).partition(|&i| agent(&clients[i]) == 0);
+    assert_eq!((a0.len(), a1.len()), (2, 2));
+    // A responder on each agent, each on its own topic; the requesters
+    // are the other two.
+    let (resp, ask) = ([a0[0], a1[0]], [a1[1], a0[1]]);
+    for (k, &i) in resp.iter().enumerate() {
+        clients[i].subscribe(&format!("svc/{k}")).unwrap();
+    }
+    // Interest crosses agents in order: wait until a request is answered.
+    let until = Instant::now() + Duration::from_secs(10);
+    for (k, &i) in ask.iter().enumerate() {
+        // The requester on the other agent than responder k.
+        assert_ne!(agent(&clients[i]), agent(&clients[resp[k]]));
+        let mut answered = 0;
+        while answered < 50 {
+            assert!(Instant::now() < until, "requests to svc/{k} never all answered");
+            let id = match clients[i].send_request(&format!("svc/{k}"), &[k as u8, answered], Duration::from_secs(5)) {
+                Ok(id) => id,
+                Err(_) => continue,
+            };
+            let mut outcome = None;
+            let step = Instant::now() + Duration::from_secs(5);
+            while outcome.is_none() && Instant::now() < step {
+                let (head, tail) = clients.split_at_mut(resp[k].max(i));
+                let (responder, requester) =
+                    if resp[k] < i { (&mut head[resp[k]], &mut tail[0]) } else { (&mut tail[0], &mut head[i]) };
+                let mut todo = Vec::new();
+                responder.poll(
+                    |e| {
+                        if let ClientEvent::Request(r) = e {
+                            todo.push((r.inbox.to_owned(), r.payload.to_vec()));
+                        }
+                    },
+                    64,
+                );
+                for (inbox, p) in todo {
+                    responder.reply(&inbox, &p).unwrap();
+                }
+                requester.poll(
+                    |e| match e {
+                        ClientEvent::Reply { request, payload } if request == id => {
+                            outcome = Some(Ok(payload.to_vec()))
+                        }
+                        ClientEvent::RequestFailed { request, why } if request == id => outcome = Some(Err(why)),
+                        _ => {}
+                    },
+                    64,
+                );
+            }
+            match outcome {
+                Some(Ok(p)) => {
+                    assert_eq!(p, [k as u8, answered], "the reply to its own request");
+                    answered += 1;
+                }
+                // The interest has not crossed yet: try again.
+                Some(Err(RequestError::NoResponders)) => std::thread::sleep(Duration::from_millis(10)),
+                other => panic!("request to svc/{k}: {other:?}"),
+            }
+        }
+    }
+    // Nothing anywhere wants it: said at once, across agents too.
+    let got = clients[ask[0]].request("svc/none", b"?", Duration::from_secs(5), |_| {});
+    assert_eq!(got, Err(RequestError::NoResponders));
+    let queue = clients[resp[0]].subscribe_queue("svc/q", "g").unwrap();
+    let mut refused = None;
+    let until = Instant::now() + Duration::from_secs(5);
+    while refused.is_none() && Instant::now() < until {
+        clients[resp[0]].poll(
+            |e| {
+                if let ClientEvent::Rejected { code, request, reason } = e {
+                    refused = Some((code, request, reason.to_owned()));
+                }
+            },
+            64,
+        );
+    }
+    let (code, request, reason) = refused.expect("the queue subscription refused");
+    assert_eq!((code, request), (RejectCode::Unsupported, u64::from(queue)), "{reason}");
+    assert!(reason.contains("one routing agent"), "{reason}");
+    drop(clients);
+    let _ = r.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -439,3 +439,52 @@ fn the_status_lists_the_first_100_subscriptions_and_how_many_more() {
     want.push("(and 50 more)".into());
     assert_eq!(listed, want);
 }
+
+#[test]
+fn a_queue_group_alternates_its_members_shows_in_status_and_a_member_that_leaves_gets_nothing() {
+    let mut r = Router::new("test", Limits::default(), None);
+    let (p, a, b, plain) = (
+        client(&mut r, "p", usize::MAX),
+        client(&mut r, "a", usize::MAX),
+        client(&mut r, "b", usize::MAX),
+        client(&mut r, "plain", usize::MAX),
+    );
+    let member = |sid: u32, group: &str| {
+        frame(ClientRepr {
+            value: sid,
+            flags: flags::QUEUE,
+            topic: "orders/>",
+            body: group.as_bytes(),
+            ..ClientRepr::new(ClientKind::Subscribe)
+        })
+    };
+    r.handle_frame(a, &member(1, "gw")).unwrap();
+    r.handle_frame(b, &member(7, "gw")).unwrap();
+    r.handle_frame(plain, &subscribe(1, "orders/>")).unwrap();
+    let listed = r.client_status().into_iter().find(|c| c.name == "b").unwrap().subscriptions;
+    assert_eq!(listed, ["orders/> (queue group gw)"]);
+    for i in 0..10u8 {
+        r.handle_frame(p, &publish("orders/eu", &[i])).unwrap();
+    }
+    let (got_a, got_b) = (deliveries(&mut r, a), deliveries(&mut r, b));
+    assert_eq!((got_a.len(), got_b.len()), (5, 5), "alternating");
+    let mut all: Vec<u8> = got_a.iter().chain(&got_b).map(|d| d.1[0]).collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..10).collect::<Vec<u8>>(), "each once");
+    assert_eq!(deliveries(&mut r, plain).len(), 10, "a plain subscriber gets every one");
+    // A name that is no name is refused, the session goes on.
+    r.handle_frame(a, &member(2, "two words")).unwrap();
+    let refused: Vec<_> = drain(&mut r, a).into_iter().filter(|f| f.0 == ClientKind::Reject).collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(RejectCode::from_u32(refused[0].3), RejectCode::BadTopic);
+    // a leaves the group: b takes every message at once.
+    r.handle_frame(a, &frame(ClientRepr { value: 1, ..ClientRepr::new(ClientKind::Unsubscribe) })).unwrap();
+    for i in 0..4u8 {
+        r.handle_frame(p, &publish("orders/eu", &[i])).unwrap();
+    }
+    assert_eq!((deliveries(&mut r, a).len(), deliveries(&mut r, b).len()), (0, 4));
+    // b ends: nothing of the group is left to deliver to.
+    r.disconnect(b, &Disconnect { code: RejectCode::Normal, reason: "bye".into() });
+    r.handle_frame(p, &publish("orders/eu", b"x")).unwrap();
+    assert_eq!(deliveries(&mut r, plain).len(), 5);
+}

@@ -52,13 +52,19 @@ impl Router {
         for id in self.session_ids() {
             let Some(s) = self.session(id) else { continue };
             // The first few, sorted, without copying every pattern.
-            let mut texts: Vec<&str> = s.subscriptions.values().map(|p| &**p).collect();
+            let mut texts: Vec<(&str, u32)> = s.subscriptions.iter().map(|(&sid, p)| (&**p, sid)).collect();
             let more = texts.len().saturating_sub(STATUS_SUBSCRIPTIONS);
             if more > 0 {
                 texts.select_nth_unstable(STATUS_SUBSCRIPTIONS);
                 texts.truncate(STATUS_SUBSCRIPTIONS);
             }
-            let mut subscriptions: Vec<String> = texts.into_iter().map(str::to_owned).collect();
+            let mut subscriptions: Vec<String> = texts
+                .into_iter()
+                .map(|(p, sid)| match self.topics.queue_group_of(id, sid) {
+                    Some(g) => format!("{p} (queue group {g})"),
+                    None => p.to_owned(),
+                })
+                .collect();
             if let Some(g) = self.guaranteed() {
                 let bound = g.durables.values().filter(|d| d.bound.is_some_and(|b| b.0 == id));
                 subscriptions.extend(bound.map(|d| format!("{} (durable {})", d.pattern(), d.name)));
