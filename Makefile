@@ -28,10 +28,13 @@ loom:
 	@$(CARGO_ENV) RUSTFLAGS="--cfg loom" cargo test --release -p tickwire-shm --test loom_log --target-dir target/loom
 
 # Guaranteed delivery's long crash run (make test runs 20 cycles with os):
-# the router kill -9'd 100 times under the os policy, then 30 under fsync.
+# the router kill -9'd 100 times under the os policy, then 30 under fsync;
+# then a durable queue's consumers kill -9'd 20 times and its router 5
+# (make test: 6 and 2).
 crash: setup
 	@$(CARGO_ENV) TICKWIRE_CRASH_CYCLES=100 cargo test --release -p tickwire-cli --test crash -- --nocapture
 	@$(CARGO_ENV) TICKWIRE_CRASH_CYCLES=30 TICKWIRE_CRASH_SYNC=fsync cargo test --release -p tickwire-cli --test crash -- --nocapture
+	@$(CARGO_ENV) TICKWIRE_QUEUE_KILLS=20 TICKWIRE_QUEUE_ROUTER_KILLS=5 cargo test --release -p tickwire-cli --test durable_queue -- --nocapture
 
 # The router against hostile and broken clients, with the figures each
 # test prints (make test runs the same tests, quietly): deadlines before

@@ -121,6 +121,10 @@ pub struct SubArgs {
     /// With --router: ask for this slow-consumer policy (drop-oldest, disconnect, back-pressure) [default: the router's; its config may fix one for --user].
     #[arg(long, requires = "router", value_parser = str::parse::<tickwire_client::SlowConsumer>)]
     pub(crate) slow_consumer: Option<tickwire_client::SlowConsumer>,
+    /// With --router: consume this durable queue (made with --topic's pattern if new): its guaranteed messages
+    /// are shared among its consumers, each acknowledged.
+    #[arg(long, requires = "router", conflicts_with_all = ["durable", "cached", "queue"])]
+    pub(crate) durable_queue: Option<String>,
     /// With --router: join this queue group: each message goes to one member of the group.
     #[arg(long, requires = "router", conflicts_with_all = ["durable", "cached"])]
     pub(crate) queue: Option<String>,

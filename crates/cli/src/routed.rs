@@ -429,13 +429,24 @@ fn on_event(seen: &mut Seen, a: &SubArgs, pattern: &str, uri: &str, e: ClientEve
 
 /// Acknowledges (cumulatively, per subscription) the guaranteed deliveries
 /// that arrived at least `delay` ago.
-fn acknowledge(client: &mut Client, acks: &mut std::collections::VecDeque<(u32, u64, Instant)>, delay: Duration) {
+/// A durable queue's consumer (`each`) acknowledges every delivery on its
+/// own: a queue's acknowledgement names one delivery.
+fn acknowledge(
+    client: &mut Client,
+    acks: &mut std::collections::VecDeque<(u32, u64, Instant)>,
+    delay: Duration,
+    each: bool,
+) {
     let mut last: Vec<(u32, u64)> = Vec::new();
     while let Some(&(sub, seq, at)) = acks.front() {
         if at.elapsed() < delay {
             break;
         }
         acks.pop_front();
+        if each {
+            client.ack(sub, seq);
+            continue;
+        }
         match last.iter_mut().find(|l| l.0 == sub) {
             Some(l) => l.1 = l.1.max(seq),
             None => last.push((sub, seq)),
@@ -454,7 +465,9 @@ pub fn subscribe(s: &Settings, a: &SubArgs, uri: &str) -> Result<(), String> {
     let pattern = a.topic.as_deref().ok_or("--router needs --topic PATTERN")?;
     let opts = a.login.identity(ClientOptions { slow_consumer: a.slow_consumer, ..ClientOptions::default() });
     let mut client = connect(s, uri, "sub", a.tls_ca.as_deref(), credentials, opts)?;
-    if let Some(group) = &a.queue {
+    if let Some(name) = &a.durable_queue {
+        client.subscribe_durable_queue(pattern, name).map_err(|e| e.to_string())?;
+    } else if let Some(group) = &a.queue {
         client.subscribe_queue(pattern, group).map_err(|e| e.to_string())?;
     } else if let Some(name) = &a.durable {
         client.subscribe_durable(pattern, name).map_err(|e| e.to_string())?;
@@ -474,13 +487,13 @@ pub fn subscribe(s: &Settings, a: &SubArgs, uri: &str) -> Result<(), String> {
         if client.poll(|e| on_event(&mut seen, a, pattern, uri, e), 256) == 0 {
             client.park(Duration::from_millis(if seen.acks.is_empty() { 10 } else { 1 }));
         }
-        acknowledge(&mut client, &mut seen.acks, a.ack_delay.unwrap_or(Duration::ZERO));
+        acknowledge(&mut client, &mut seen.acks, a.ack_delay.unwrap_or(Duration::ZERO), a.durable_queue.is_some());
         if let Some(why) = client.refused() {
             seen.failure = Some(format!("the router at {uri} refused this client: {why}"));
         }
     }
     let cached = if a.cached { format!(" ({} from the cache)", seen.cached) } else { String::new() };
-    acknowledge(&mut client, &mut seen.acks, Duration::ZERO);
+    acknowledge(&mut client, &mut seen.acks, Duration::ZERO, a.durable_queue.is_some());
     let dups = match (a.verify, &a.durable) {
         (true, Some(_)) => format!(
             ", {} redeliveries (flagged), {} unflagged duplicates, {} lost",

@@ -126,7 +126,9 @@ impl Client {
 
     /// Acknowledges every delivery of durable subscription `subscription`
     /// up to journal sequence `sequence` ([`crate::Delivery::sequence`]):
-    /// the router will not send them again.
+    /// the router will not send them again. For a durable queue's consumer
+    /// ([`crate::Client::subscribe_durable_queue`]) it acknowledges that
+    /// one delivery.
     pub fn ack(&mut self, subscription: u32, sequence: u64) {
         if self.state == State::Connected {
             self.send_control(&ClientRepr { value: subscription, sequence, ..ClientRepr::new(ClientKind::Ack) });

@@ -294,6 +294,24 @@ impl Client {
         self.subscribe_with_body(pattern, flags::DURABLE, name)
     }
 
+    /// Consumes durable queue `name`, fed by `pattern` (made by the first
+    /// consumer, from the journal's end): its guaranteed messages are
+    /// shared among its consumers, each delivered to one at a time
+    /// (flagged [`Delivery::is_guaranteed`]) until that one acknowledges it
+    /// with [`Client::ack`] (which, for a queue, names that one delivery).
+    /// What a consumer does not acknowledge (it leaves, dies, or lets the
+    /// router's acknowledgement timeout pass) goes to another, flagged
+    /// [`Delivery::is_redelivered`]. (Bound again after every
+    /// reconnection.)
+    ///
+    /// # Errors
+    /// As [`Client::subscribe`]; a router without a journal, a name that
+    /// is a durable subscription, or a pattern other than the queue's is
+    /// refused with a [`ClientEvent::Rejected`].
+    pub fn subscribe_durable_queue(&mut self, pattern: &str, name: &str) -> Result<u32, ClientError> {
+        self.subscribe_with_body(pattern, flags::DURABLE | flags::QUEUE, name)
+    }
+
     /// Joins queue group `group` on `pattern`: each message (and request)
     /// the pattern matches goes to one member of the group, round-robin
     /// among those keeping up, while plain subscribers still get every

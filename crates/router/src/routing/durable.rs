@@ -29,6 +29,13 @@ pub struct DurableState {
     /// flagged as redelivered.
     #[serde(default)]
     pub delivered_limit: u64,
+    /// A durable queue (competing consumers), not a subscription.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queue: bool,
+    /// A queue's messages after `acked` acknowledged already (its
+    /// consumers acknowledge one delivery each, not in order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acked_beyond: Vec<u64>,
 }
 
 /// How far past what it has delivered a durable subscription's saved
@@ -37,8 +44,15 @@ pub struct DurableState {
 pub const LEASE: u64 = 4096;
 
 impl DurableState {
-    fn of(name: &str, pattern: &Pattern, acked: u64, delivered_limit: u64) -> Self {
-        Self { name: name.to_owned(), pattern: pattern.to_string(), acked, delivered_limit }
+    pub(super) fn of(name: &str, pattern: &Pattern, acked: u64, delivered_limit: u64) -> Self {
+        Self {
+            name: name.to_owned(),
+            pattern: pattern.to_string(),
+            acked,
+            delivered_limit,
+            queue: false,
+            acked_beyond: Vec::new(),
+        }
     }
 
     pub(super) fn load(path: &Path) -> Result<Vec<Self>, JournalError> {
@@ -183,7 +197,7 @@ impl Durable {
 
 /// Durable names: 1 to 64 of `A-Z a-z 0-9 _ . -` (they become a file key
 /// and the topic `dead/NAME`).
-fn valid_name(n: &str) -> bool {
+pub(super) fn valid_name(n: &str) -> bool {
     (1..=64).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
 }
 
@@ -220,6 +234,10 @@ impl Router {
             }
         }
         let Some(g) = self.guaranteed.as_deref_mut() else { return Ok(()) };
+        if g.queues.contains_key(&name) {
+            let why = format!("{name} is a durable queue: consume it with DURABLE and QUEUE");
+            return self.reject(id, RejectCode::Unsupported, seq, &why);
+        }
         let live = |b: Option<(u32, u64, u32)>| {
             b.is_some_and(|(bid, bserial, _)| {
                 matches!(self.sessions.get(bid as usize), Some(Some(x)) if x.serial == bserial) && bid != id
@@ -251,6 +269,9 @@ impl Router {
     /// one); they keep their position.
     pub(super) fn unbind_durables(&mut self, id: u32, sid: Option<u32>) {
         let Some(g) = self.guaranteed.as_deref_mut() else { return };
+        for q in g.queues.values_mut() {
+            q.remove_consumers(|&(b, _, s)| b == id && sid.is_none_or(|x| x == s));
+        }
         for d in g.durables.values_mut() {
             if d.bound.is_some_and(|(b, _, s)| b == id && sid.is_none_or(|x| x == s)) {
                 d.unbind();
@@ -261,6 +282,9 @@ impl Router {
     /// ACK from session `id`: every delivery of its durable subscription
     /// `sid` up to journal sequence `seq` is done.
     pub(super) fn handle_ack(&mut self, id: u32, sid: u32, seq: u64) {
+        if self.ack_queue(id, sid, seq) {
+            return;
+        }
         let Some(g) = self.guaranteed.as_deref_mut() else { return };
         let Some(d) = g.durables.values_mut().find(|d| d.bound.is_some_and(|(b, _, s)| b == id && s == sid)) else {
             return;

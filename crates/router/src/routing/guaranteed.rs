@@ -11,6 +11,7 @@
 //! chunks). fsyncs run on the journal's own thread.
 
 use super::durable::{Durable, DurableState};
+use super::durable_queue::DurableQueue;
 use super::{Disconnect, Router};
 use crate::status::{DurableStatus, JournalStatus, PublisherStatus};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -72,6 +73,8 @@ pub struct Guaranteed {
     /// (journal sequence, session, session serial, publisher sequence).
     awaiting: VecDeque<(u64, u32, u64, u64)>,
     pub(super) durables: BTreeMap<String, Durable>,
+    /// The durable queues.
+    pub(super) queues: BTreeMap<String, DurableQueue>,
     pub(super) state_path: PathBuf,
     /// What was last saved of each durable subscription.
     pub(super) saved: BTreeMap<String, DurableState>,
@@ -102,8 +105,13 @@ impl Guaranteed {
         // start (else the file would lose the others until the next full
         // save, and a crash then would lose them).
         let saved: BTreeMap<String, DurableState> = loaded.iter().map(|d| (d.name.clone(), d.clone())).collect();
+        let (queued, loaded): (Vec<DurableState>, Vec<DurableState>) = loaded.into_iter().partition(|d| d.queue);
         let durables =
             loaded.into_iter().filter_map(|d| Durable::restore(d, &journal).map(|x| (x.name.clone(), x))).collect();
+        let queues = queued
+            .into_iter()
+            .filter_map(|d| DurableQueue::restore(d, &journal).map(|x| (x.name.clone(), x)))
+            .collect();
         let g = Self {
             journal,
             cfg,
@@ -111,6 +119,7 @@ impl Guaranteed {
             acked: recovery.publishers.clone(),
             awaiting: VecDeque::new(),
             durables,
+            queues,
             state_path,
             saved,
             dirty: false,
@@ -149,6 +158,7 @@ impl Guaranteed {
             return;
         }
         self.saved = self.durables.values().map(|d| (d.name.clone(), d.state())).collect();
+        self.saved.extend(self.queues.values().map(|q| (q.name.clone(), q.state())));
         match DurableState::save(&self.state_path, self.saved.values()) {
             Ok(()) => self.dirty = false,
             Err(e) => tracing::warn!(error = %e, "durable subscriptions' positions not saved"),
@@ -271,7 +281,7 @@ impl Router {
                 work += 1;
             }
         }
-        let work = work + self.deliver_durables(now);
+        let work = work + self.deliver_durables(now) + self.deliver_queues(now);
         // Idle while an fsync is awaited: give the journal's sync thread
         // the CPU (on a machine whose cores all spin, it would otherwise
         // wait for the scheduler's tick to preempt a spinning thread).
@@ -328,6 +338,17 @@ impl Router {
                         acked: s.acked,
                     }
                 })
+                .chain(g.queues.values().map(|q| {
+                    let s = q.state();
+                    DurableStatus {
+                        backlog: q.backlog(durable),
+                        in_flight: q.in_flight(),
+                        client: q.consumers.first().map(|((id, _, _), _)| self.client_id(*id)),
+                        name: format!("{} (queue, {} consumers)", s.name, q.consumers.len()),
+                        pattern: s.pattern,
+                        acked: s.acked,
+                    }
+                }))
                 .collect(),
         })
     }
@@ -339,6 +360,10 @@ impl Router {
         let timeout = g.cfg.ack_timeout.as_nanos() as u64;
         for d in g.durables.values_mut() {
             g.stats.redeliveries += d.expire(now, timeout);
+        }
+        for q in g.queues.values_mut() {
+            // Counted as redeliveries when they go again.
+            q.expire(now, timeout);
         }
         if let Err(e) = g.journal.enforce_retention() {
             tracing::warn!(error = %e, "journal retention");

@@ -19,12 +19,14 @@
 //! * `slow`: the slow-consumer policies (`SlowConsumers`);
 //! * `memory`: the queues' memory under `limits.max_queued_bytes`, and
 //!   memory given back (`Memory`);
-//! * [`guaranteed`] and [`durable`]: the journal, guaranteed publishes and
-//!   durable subscriptions (`Guaranteed`);
+//! * [`guaranteed`], [`durable`] and `durable_queue`: the journal,
+//!   guaranteed publishes, durable subscriptions and durable queues
+//!   (`Guaranteed`);
 //! * [`request`]: requests and replies (`Requests`);
 //! * `report`: the counters and the status of what it serves.
 
 pub mod durable;
+mod durable_queue;
 pub mod guaranteed;
 mod login;
 mod memory;

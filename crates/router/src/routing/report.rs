@@ -68,6 +68,8 @@ impl Router {
             if let Some(g) = self.guaranteed() {
                 let bound = g.durables.values().filter(|d| d.bound.is_some_and(|b| b.0 == id));
                 subscriptions.extend(bound.map(|d| format!("{} (durable {})", d.pattern(), d.name)));
+                let consuming = g.queues.values().filter(|q| q.consumers.iter().any(|((b, _, _), _)| *b == id));
+                subscriptions.extend(consuming.map(|q| format!("{} (durable queue {})", q.pattern(), q.name)));
             }
             subscriptions.sort();
             if more > 0 {

@@ -171,12 +171,15 @@ impl Router {
                 if f.flags() == flags::DURABLE {
                     return self.subscribe_durable(id, sid, f.topic(), f.body());
                 }
+                if f.flags() == flags::DURABLE | flags::QUEUE {
+                    return self.subscribe_durable_queue(id, sid, f.topic(), f.body());
+                }
                 if f.flags() & !flags::CACHED != 0 && f.flags() != flags::QUEUE {
                     return self.reject(
                         id,
                         RejectCode::Unsupported,
                         sid.into(),
-                        "SUBSCRIBE takes the CACHED flag, or the DURABLE or the QUEUE flag alone",
+                        "SUBSCRIBE takes the CACHED flag, or DURABLE, QUEUE, or both (a durable queue)",
                     );
                 }
                 let group = match (f.flags() == flags::QUEUE).then(|| queue_group(f.body())) {

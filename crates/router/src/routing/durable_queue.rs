@@ -1,0 +1,369 @@
+//! Durable queues: a named queue in the journal, fed by a topic pattern
+//! of its own (as Solace maps topics to queues), whose consumers compete.
+//! A consumer binds with SUBSCRIBE flagged `DURABLE | QUEUE` (the queue's
+//! name in the body); each message goes to one consumer at a time,
+//! round-robin among those with room in their window, and stays in flight
+//! until that consumer acknowledges it (its ACK names that one delivery).
+//! A message whose consumer leaves, dies or lets the acknowledgement
+//! timeout pass is delivered again to a consumer, flagged `REDELIVERED`
+//! with its delivery count; past `max_deliveries` it goes to `dead/NAME`.
+//! The queue's position (everything up to it done) is saved beside the
+//! durable subscriptions', with the same delivery lease, so a restart
+//! delivers again only what may not have been acknowledged, flagged.
+
+use super::durable::{valid_name, DurableState, LEASE};
+use super::{control, Disconnect, Router};
+use std::collections::{BTreeMap, BTreeSet};
+use tickwire_journal::{Journal, Read, Reader};
+use tickwire_topic::Pattern;
+use tickwire_wire::client::{flags, guaranteed_value, ClientKind, ClientRepr, RejectCode};
+
+/// A consumer: its session, that session's serial, its subscription id.
+type Consumer = (u32, u64, u32);
+
+/// A durable queue's live state.
+#[derive(Debug)]
+pub(super) struct DurableQueue {
+    pub(super) name: String,
+    pattern: Pattern,
+    /// Every message up to this sequence is done: acknowledged, or not
+    /// the queue's.
+    pub(super) acked: u64,
+    /// The next message never delivered.
+    reader: Reader,
+    /// Delivered and unacknowledged: its consumer (index into
+    /// `consumers`' identities), when sent, deliveries so far.
+    inflight: BTreeMap<u64, (Consumer, u64, u32)>,
+    /// To deliver again (its consumer left, or its acknowledgement timed
+    /// out), with its deliveries so far.
+    again: BTreeMap<u64, u32>,
+    /// Acknowledged after `acked` (out of order): not to deliver again,
+    /// after a restart either.
+    done: BTreeSet<u64>,
+    /// The consumers bound, and how many deliveries each has in flight.
+    pub(super) consumers: Vec<(Consumer, usize)>,
+    /// Where the next round-robin pick starts.
+    next: usize,
+    /// Saved: no delivery went past this (see [`DurableState::delivered_limit`]).
+    pub(super) lease: u64,
+    /// Loaded at start: its deliveries up to this may have been made
+    /// before the restart.
+    flag_upto: u64,
+}
+
+impl DurableQueue {
+    fn new(name: String, pattern: Pattern, acked: u64, lease: u64) -> Self {
+        Self {
+            name,
+            pattern,
+            acked,
+            reader: Reader::new(acked + 1),
+            inflight: BTreeMap::new(),
+            again: BTreeMap::new(),
+            done: BTreeSet::new(),
+            consumers: Vec::new(),
+            next: 0,
+            lease,
+            flag_upto: lease,
+        }
+    }
+
+    /// The queue of a saved state (`queue` set), or `None` for a pattern
+    /// that no longer parses.
+    pub(super) fn restore(s: DurableState, journal: &Journal) -> Option<Self> {
+        match Pattern::parse(&s.pattern) {
+            Ok(p) => {
+                let mut q = Self::new(s.name, p, s.acked, s.delivered_limit);
+                q.done = s.acked_beyond.into_iter().filter(|&d| d > s.acked).collect();
+                let limit = if s.delivered_limit == 0 { u64::MAX } else { s.delivered_limit };
+                q.flag_upto = limit.min(journal.written());
+                Some(q)
+            }
+            Err(e) => {
+                tracing::warn!(queue = %s.name, pattern = %s.pattern, error = %e, "durable queue dropped");
+                None
+            }
+        }
+    }
+
+    pub(super) fn state(&self) -> DurableState {
+        DurableState {
+            queue: true,
+            acked_beyond: self.done.iter().copied().collect(),
+            ..DurableState::of(&self.name, &self.pattern, self.acked, self.lease)
+        }
+    }
+
+    /// Its topic pattern.
+    pub(super) fn pattern(&self) -> &Pattern {
+        &self.pattern
+    }
+
+    /// Messages waiting: up to `last` (the journal's durable end).
+    pub(super) fn backlog(&self, last: u64) -> u64 {
+        last.saturating_sub(self.acked)
+    }
+
+    /// Deliveries awaiting acknowledgement.
+    pub(super) fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Lets go of the consumers `gone` says are gone; what they had in
+    /// flight is to be delivered again.
+    pub(super) fn remove_consumers(&mut self, gone: impl Fn(&Consumer) -> bool) {
+        if !self.consumers.iter().any(|(c, _)| gone(c)) {
+            return;
+        }
+        self.consumers.retain(|(c, _)| !gone(c));
+        let again = &mut self.again;
+        self.inflight.retain(|&seq, &mut (c, _, count)| {
+            let keep = !gone(&c);
+            if !keep {
+                again.insert(seq, count);
+            }
+            keep
+        });
+    }
+
+    /// Consumer `c` acknowledged `seq`; false if it was not its to.
+    fn ack(&mut self, c: &Consumer, seq: u64) -> bool {
+        match self.inflight.get(&seq) {
+            Some((holder, _, _)) if holder == c => {
+                self.inflight.remove(&seq);
+                self.done.insert(seq);
+                if let Some((_, load)) = self.consumers.iter_mut().find(|(x, _)| x == c) {
+                    *load = load.saturating_sub(1);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Deliveries unacknowledged for `timeout` ns are to be delivered
+    /// again; returns how many.
+    pub(super) fn expire(&mut self, now: u64, timeout: u64) -> u64 {
+        let late: Vec<(u64, Consumer, u32)> = self
+            .inflight
+            .iter()
+            .filter(|(_, &(_, sent, _))| now.saturating_sub(sent) >= timeout)
+            .map(|(&seq, &(c, _, count))| (seq, c, count))
+            .collect();
+        for &(seq, c, count) in &late {
+            self.inflight.remove(&seq);
+            self.again.insert(seq, count);
+            if let Some((_, load)) = self.consumers.iter_mut().find(|(x, _)| *x == c) {
+                *load = load.saturating_sub(1);
+            }
+        }
+        late.len() as u64
+    }
+
+    /// Everything before the oldest message in flight, waiting to go
+    /// again, or never delivered, is done.
+    /// (What it acknowledged up to there is forgotten.)
+    fn done_upto(&mut self) -> u64 {
+        let first = [self.inflight.keys().next(), self.again.keys().next()]
+            .into_iter()
+            .flatten()
+            .copied()
+            .fold(self.reader.position(), u64::min);
+        while self.done.first().is_some_and(|&d| d < first) {
+            self.done.pop_first();
+        }
+        first.saturating_sub(1)
+    }
+
+    /// The consumer to deliver to next: round-robin among those with fewer
+    /// than `window` in flight whose session has room (`room`).
+    fn pick(&mut self, window: usize, room: impl Fn(&Consumer) -> bool) -> Option<usize> {
+        let n = self.consumers.len();
+        let k = (0..n).map(|i| (self.next + i) % n).find(|&k| {
+            let (c, load) = &self.consumers[k];
+            *load < window && room(c)
+        })?;
+        self.next = (k + 1) % n;
+        Some(k)
+    }
+}
+
+impl Router {
+    /// SUBSCRIBE with `DURABLE | QUEUE`: session `id`'s subscription `sid`
+    /// becomes a consumer of durable queue `name` (made now, from the
+    /// journal's end, if new).
+    pub(super) fn subscribe_durable_queue(
+        &mut self,
+        id: u32,
+        sid: u32,
+        pattern: &str,
+        name: &[u8],
+    ) -> Result<(), Disconnect> {
+        let seq = u64::from(sid);
+        if self.guaranteed.is_none() {
+            return self.reject(id, RejectCode::Unsupported, seq, "durable queues need a journal");
+        }
+        let name = match std::str::from_utf8(name) {
+            Ok(n) if valid_name(n) => n.to_owned(),
+            _ => return self.reject(id, RejectCode::Protocol, seq, "a queue's name is 1 to 64 of A-Z a-z 0-9 _ . -"),
+        };
+        let p = match Pattern::parse(pattern) {
+            Ok(p) => p,
+            Err(e) => return self.reject(id, RejectCode::BadTopic, seq, &e.to_string()),
+        };
+        let Some(Some(s)) = self.sessions.get(id as usize) else { return Ok(()) };
+        let serial = s.serial;
+        if let Some(user) = s.user.as_ref() {
+            // Every message of the queue goes to whichever consumer is
+            // next: each must be allowed all of them.
+            if user.subscribe.reach(&p) != crate::access::Reach::All {
+                self.totals.forbidden += 1;
+                let why = format!("user {:?} may not read every topic {pattern} matches", user.name);
+                return self.reject(id, RejectCode::Forbidden, seq, &why);
+            }
+        }
+        let Some(g) = self.guaranteed.as_deref_mut() else { return Ok(()) };
+        if g.durables.contains_key(&name) {
+            let why = format!("{name} is a durable subscription, not a queue");
+            return self.reject(id, RejectCode::Unsupported, seq, &why);
+        }
+        match g.queues.get(&name) {
+            Some(q) if q.pattern != p => {
+                let why = format!("queue {name} is fed by {}, not {pattern}", q.pattern);
+                return self.reject(id, RejectCode::Unsupported, seq, &why);
+            }
+            Some(_) => {}
+            None => {
+                let from = g.journal.last_appended();
+                g.queues.insert(name.clone(), DurableQueue::new(name.clone(), p, from, from));
+                g.dirty = true;
+                g.save();
+            }
+        }
+        let Some(q) = g.queues.get_mut(&name) else { return Ok(()) };
+        let me = (id, serial, sid);
+        if !q.consumers.iter().any(|(c, _)| *c == me) {
+            q.consumers.push((me, 0));
+        }
+        tracing::info!(queue = %name, client = id, consumers = q.consumers.len(), "durable queue consumer bound");
+        Ok(())
+    }
+
+    /// ACK from session `id`'s queue consumer `sid` for the delivery of
+    /// `seq`; false if `sid` is no queue consumer of its.
+    pub(super) fn ack_queue(&mut self, id: u32, sid: u32, seq: u64) -> bool {
+        let Some(g) = self.guaranteed.as_deref_mut() else { return false };
+        for q in g.queues.values_mut() {
+            if let Some(&(c, _)) = q.consumers.iter().find(|((b, _, s), _)| *b == id && *s == sid) {
+                g.dirty |= q.ack(&c, seq);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Delivers what each durable queue has for its consumers' room.
+    pub(super) fn deliver_queues(&mut self, now: u64) -> usize {
+        let Router { guaranteed, sessions, backlog, .. } = self;
+        let Some(g) = guaranteed.as_deref_mut() else { return 0 };
+        if g.queues.is_empty() {
+            return 0;
+        }
+        let limit = g.journal.durable();
+        let (window, max) = (g.cfg.window, g.cfg.max_deliveries);
+        let mut work = 0;
+        let mut dead: Vec<(String, Vec<u8>)> = Vec::new();
+        for q in g.queues.values_mut() {
+            let live = |c: &Consumer| matches!(sessions.get(c.0 as usize), Some(Some(s)) if s.serial == c.1);
+            q.remove_consumers(|c| !live(c));
+            while let Some(k) =
+                q.pick(window, |c| matches!(sessions.get(c.0 as usize), Some(Some(s)) if s.has_control_room()))
+            {
+                // A message to deliver again first, else the next new one.
+                let again = q.again.pop_first();
+                let mut one;
+                let reader = match again {
+                    Some((seq, _)) => {
+                        one = Reader::new(seq);
+                        &mut one
+                    }
+                    None => &mut q.reader,
+                };
+                let r = match reader.next(&g.journal, limit) {
+                    Ok(Read::Record(r)) if again.is_none_or(|(seq, _)| r.sequence() == seq) => r,
+                    Ok(Read::End) if again.is_none() => break,
+                    Ok(Read::Lost { from, to }) => {
+                        g.stats.losses += 1;
+                        tracing::warn!(queue = %q.name, from, to, "durable queue: messages lost to retention");
+                        continue;
+                    }
+                    // A message to deliver again that retention removed.
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::error!(queue = %q.name, error = %e, "durable queue: journal unreadable");
+                        if let Some((seq, n)) = again {
+                            q.again.insert(seq, n);
+                        }
+                        break;
+                    }
+                };
+                let seq = r.sequence();
+                if again.is_none() && (!q.pattern.matches(r.topic()) || q.done.contains(&seq)) {
+                    continue;
+                }
+                let count = again.map_or(0, |(_, n)| n);
+                let count = count + 1;
+                if count > max {
+                    dead.push((format!("dead/{}", q.name), r.payload().to_vec()));
+                    continue;
+                }
+                let redelivered = count > 1 || seq <= q.flag_upto;
+                let (c, _) = q.consumers[k];
+                let Some(Some(s)) = sessions.get_mut(c.0 as usize) else { continue };
+                if seq > q.lease {
+                    q.lease = seq + LEASE;
+                    g.saved.insert(
+                        q.name.clone(),
+                        DurableState {
+                            queue: true,
+                            acked_beyond: q.done.iter().copied().collect(),
+                            ..DurableState::of(&q.name, &q.pattern, q.acked, q.lease)
+                        },
+                    );
+                    if let Err(e) = DurableState::save(&g.state_path, g.saved.values()) {
+                        tracing::warn!(queue = %q.name, error = %e, "delivered limit not saved");
+                    }
+                }
+                let f = ClientRepr {
+                    flags: flags::GUARANTEED | if redelivered { flags::REDELIVERED } else { 0 },
+                    value: guaranteed_value(c.2, count),
+                    sequence: seq,
+                    topic: r.topic(),
+                    body: r.payload(),
+                    ..ClientRepr::new(ClientKind::Deliver)
+                };
+                let _ = control(s, &f);
+                s.stats.messages_out += 1;
+                s.stats.bytes_out += f.buffer_len() as u64;
+                s.mark(c.0, backlog);
+                q.inflight.insert(seq, (c, now, count));
+                q.consumers[k].1 += 1;
+                g.stats.deliveries += 1;
+                g.stats.redeliveries += u64::from(redelivered);
+                work += 1;
+            }
+            let done = q.done_upto();
+            if done > q.acked {
+                q.acked = done;
+                g.dirty = true;
+            }
+        }
+        for (topic, payload) in dead {
+            g.stats.dead_letters += 1;
+            if let Err(e) = g.journal.append(0, 0, &topic, &payload) {
+                tracing::warn!(error = %e, topic, "dead letter not stored");
+            }
+        }
+        work
+    }
+}
