@@ -17,9 +17,9 @@ use tickwire_client::{Client, ClientEvent, ClientOptions, Gather, PublishError, 
 /// topic.
 const NO_RESPONDERS: u8 = 3;
 
-/// Options of `tickwire request`.
+/// The router a request or reply command talks to, and as whom.
 #[derive(Debug, Args)]
-pub struct RequestArgs {
+pub struct Target {
     /// The router: ipc (the router in --dir), tcp://HOST:PORT or tls://HOST:PORT.
     #[arg(long)]
     pub(crate) router: String,
@@ -28,6 +28,28 @@ pub struct RequestArgs {
     pub(crate) tls_ca: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) login: Login,
+    /// Give up if the router is not there within this long [default: wait until Ctrl-C].
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) wait: Option<Duration>,
+}
+
+impl Target {
+    /// Connects as `role` and waits for the router (`None`: Ctrl-C came
+    /// first).
+    fn connect(&self, s: &Settings, role: &str) -> Result<Option<Client>, String> {
+        let credentials = self.login.credentials(self.router == "ipc")?;
+        install_ctrl_c();
+        let opts = self.login.identity(ClientOptions::default());
+        let mut client = connect(s, &self.router, role, self.tls_ca.as_deref(), credentials, opts)?;
+        Ok(wait(&mut client, self.wait, |_| {})?.then_some(client))
+    }
+}
+
+/// Options of `tickwire request`.
+#[derive(Debug, Args)]
+pub struct RequestArgs {
+    #[command(flatten)]
+    pub(crate) to: Target,
     /// The topic to send the request on.
     #[arg(long)]
     pub(crate) topic: String,
@@ -47,22 +69,13 @@ pub struct RequestArgs {
     /// come within --timeout).
     #[arg(long)]
     pub(crate) replies: Option<usize>,
-    /// Give up if the router is not there within this long [default: wait until Ctrl-C].
-    #[arg(long, value_parser = parse_duration)]
-    pub(crate) wait: Option<Duration>,
 }
 
 /// Options of `tickwire reply`.
 #[derive(Debug, Args)]
 pub struct ReplyArgs {
-    /// The router: ipc (the router in --dir), tcp://HOST:PORT or tls://HOST:PORT.
-    #[arg(long)]
-    pub(crate) router: String,
-    /// With --router tls://: the certificate authority (PEM) the router's certificate must chain to.
-    #[arg(long)]
-    pub(crate) tls_ca: Option<PathBuf>,
     #[command(flatten)]
-    pub(crate) login: Login,
+    pub(crate) to: Target,
     /// The topic pattern to answer requests on (levels split by /, * one level, > the rest).
     #[arg(long)]
     pub(crate) topic: String,
@@ -82,9 +95,6 @@ pub struct ReplyArgs {
     /// Stop after this long.
     #[arg(long, value_parser = parse_duration)]
     pub(crate) duration: Option<Duration>,
-    /// Give up if the router is not there within this long [default: wait until Ctrl-C].
-    #[arg(long, value_parser = parse_duration)]
-    pub(crate) wait: Option<Duration>,
 }
 
 /// Runs `tickwire request`: prints each reply on standard output (text as
@@ -115,14 +125,8 @@ impl From<String> for Failed {
 }
 
 fn run_request(s: &Settings, a: &RequestArgs) -> Result<(), Failed> {
-    let credentials = a.login.credentials(a.router == "ipc")?;
-    install_ctrl_c();
     tickwire_topic::check_topic(&a.topic).map_err(|e| e.to_string())?;
-    let opts = a.login.identity(ClientOptions::default());
-    let mut client = connect(s, &a.router, "request", a.tls_ca.as_deref(), credentials, opts)?;
-    if !wait(&mut client, a.wait, |_| {})? {
-        return Ok(());
-    }
+    let Some(mut client) = a.to.connect(s, "request")? else { return Ok(()) };
     let payloads: Box<dyn Iterator<Item = Vec<u8>>> = if a.stdin {
         Box::new(std::io::stdin().lock().lines().map_while(Result::ok).map(String::into_bytes))
     } else {
@@ -171,20 +175,14 @@ fn print_payload(out: &mut impl Write, p: &[u8]) {
 /// Runs `tickwire reply`: answers requests on `--topic` until `--count`,
 /// `--duration` or Ctrl-C; says how many it answered.
 pub fn reply(s: &Settings, a: &ReplyArgs) -> Result<(), String> {
-    let credentials = a.login.credentials(a.router == "ipc")?;
-    install_ctrl_c();
-    let opts = a.login.identity(ClientOptions::default());
-    let mut client = connect(s, &a.router, "reply", a.tls_ca.as_deref(), credentials, opts)?;
+    let Some(mut client) = a.to.connect(s, "reply")? else { return Ok(()) };
     match &a.queue {
         Some(g) => client.subscribe_queue(&a.topic, g),
         None => client.subscribe(&a.topic),
     }
     .map_err(|e| e.to_string())?;
-    if !wait(&mut client, a.wait, |_| {})? {
-        return Ok(());
-    }
     let group = a.queue.as_deref().map(|g| format!(" in queue group {g}")).unwrap_or_default();
-    eprintln!("answering requests on {}{group} at {}", a.topic, a.router);
+    eprintln!("answering requests on {}{group} at {}", a.topic, a.to.router);
     let started = Instant::now();
     let mut answered = 0u64;
     let mut todo: Vec<(String, String, Vec<u8>)> = Vec::new();

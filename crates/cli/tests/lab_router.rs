@@ -23,15 +23,15 @@ fn dir(name: &str) -> std::path::PathBuf {
 }
 
 fn lab(d: &std::path::Path, args: &str) -> (String, String) {
-    lab_mode(d, "router", args)
+    run(d, &["lab", "router"], args)
 }
 
-/// `tickwire lab MODE ARGS` (`router` or `request`).
-fn lab_mode(d: &std::path::Path, mode: &str, args: &str) -> (String, String) {
+/// `tickwire COMMAND ARGS` (`lab router` or `lab request`).
+fn run(d: &std::path::Path, command: &[&str], args: &str) -> (String, String) {
     let _cpus = CPUS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let out = Command::new(BIN).arg("--dir").arg(d).args(["lab", mode]).args(args.split_whitespace()).output().unwrap();
+    let out = Command::new(BIN).arg("--dir").arg(d).args(command).args(args.split_whitespace()).output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into());
-    assert!(out.status.success(), "lab {mode} {args}: {stderr}\n{stdout}");
+    assert!(out.status.success(), "{command:?} {args}: {stderr}\n{stdout}");
     (stdout, stderr)
 }
 
@@ -171,7 +171,7 @@ fn request_round_trips_over_shared_memory_and_tcp_sit_beside_two_one_way_hops() 
         let args = format!(
             "--transport {transport} --rate 10k --duration 400ms --rounds 2 --publishers 2 --subscribers 2 --json"
         );
-        let (out, _) = lab_mode(&d, "request", &args);
+        let (out, _) = run(&d, &["lab", "request"], &args);
         let rows = json_rows(&out);
         assert_eq!(rows.len(), 4, "{out}");
         let (all, floor) = (&rows[0], &rows[2]);

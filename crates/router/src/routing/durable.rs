@@ -8,6 +8,7 @@
 //! retention removed before it was delivered comes as a LOSS event.
 
 use super::{control, Disconnect, Router};
+use crate::access::Reach;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use tickwire_journal::{Journal, JournalError, Read, Reader};
@@ -52,6 +53,24 @@ impl DurableState {
             delivered_limit,
             queue: false,
             acked_beyond: Vec::new(),
+        }
+    }
+
+    /// Its pattern, parsed (`None`, logged, for one that no longer
+    /// parses: it is dropped), and up to where its deliveries may have been
+    /// made before the restart: nothing past the journal's end was
+    /// delivered; without a saved limit (an older file), anything up to it
+    /// may have been.
+    pub(super) fn restored(&self, journal: &Journal) -> Option<(Pattern, u64)> {
+        match Pattern::parse(&self.pattern) {
+            Ok(p) => {
+                let limit = if self.delivered_limit == 0 { u64::MAX } else { self.delivered_limit };
+                Some((p, limit.min(journal.written())))
+            }
+            Err(e) => {
+                tracing::warn!(durable = %self.name, pattern = %self.pattern, error = %e, "durable subscription or queue dropped");
+                None
+            }
         }
     }
 
@@ -140,20 +159,10 @@ impl Durable {
     }
 
     pub(super) fn restore(s: DurableState, journal: &Journal) -> Option<Self> {
-        match Pattern::parse(&s.pattern) {
-            Ok(p) => {
-                let mut d = Self::new(s.name, p, s.acked, s.delivered_limit);
-                // Nothing past the journal's end was delivered; without a
-                // saved limit (an older file), anything up to it may have been.
-                let limit = if s.delivered_limit == 0 { u64::MAX } else { s.delivered_limit };
-                d.flag_upto = limit.min(journal.written());
-                Some(d)
-            }
-            Err(e) => {
-                tracing::warn!(durable = %s.name, pattern = %s.pattern, error = %e, "durable subscription dropped");
-                None
-            }
-        }
+        let (p, flag_upto) = s.restored(journal)?;
+        let mut d = Self::new(s.name, p, s.acked, s.delivered_limit);
+        d.flag_upto = flag_upto;
+        Some(d)
     }
 
     pub(super) fn state(&self) -> DurableState {
@@ -197,8 +206,40 @@ impl Durable {
 
 /// Durable names: 1 to 64 of `A-Z a-z 0-9 _ . -` (they become a file key
 /// and the topic `dead/NAME`).
-pub(super) fn valid_name(n: &str) -> bool {
+fn valid_name(n: &str) -> bool {
     (1..=64).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+}
+
+/// Saves `state` (a durable's new delivered limit) with every other
+/// durable's last saved state, before a delivery passes its old limit.
+pub(super) fn save_limit(saved: &mut BTreeMap<String, DurableState>, path: &Path, state: DurableState) {
+    let name = state.name.clone();
+    saved.insert(name.clone(), state);
+    if let Err(e) = DurableState::save(path, saved.values()) {
+        tracing::warn!(durable = %name, error = %e, "delivered limit not saved");
+    }
+}
+
+/// Sends session `s` the guaranteed delivery of journal record `seq`
+/// (`topic`, `payload`) for its subscription `sid`, the `count`th
+/// (`redelivered`: it may have been delivered before).
+pub(super) fn send_record(
+    s: &mut crate::session::Session,
+    (sid, count, redelivered): (u32, u32, bool),
+    seq: u64,
+    (topic, payload): (&str, &[u8]),
+) {
+    let f = ClientRepr {
+        flags: flags::GUARANTEED | if redelivered { flags::REDELIVERED } else { 0 },
+        value: guaranteed_value(sid, count),
+        sequence: seq,
+        topic,
+        body: payload,
+        ..ClientRepr::new(ClientKind::Deliver)
+    };
+    let _ = control(s, &f);
+    s.stats.messages_out += 1;
+    s.stats.bytes_out += f.buffer_len() as u64;
 }
 
 impl Router {
@@ -213,26 +254,7 @@ impl Router {
         name: &[u8],
     ) -> Result<(), Disconnect> {
         let seq = u64::from(sid);
-        if self.guaranteed.is_none() {
-            return self.reject(id, RejectCode::Unsupported, seq, "durable subscriptions need a journal");
-        }
-        let name = match std::str::from_utf8(name) {
-            Ok(n) if valid_name(n) => n.to_owned(),
-            _ => return self.reject(id, RejectCode::Protocol, seq, "a durable name is 1 to 64 of A-Z a-z 0-9 _ . -"),
-        };
-        let p = match Pattern::parse(pattern) {
-            Ok(p) => p,
-            Err(e) => return self.reject(id, RejectCode::BadTopic, seq, &e.to_string()),
-        };
-        let Some(Some(s)) = self.sessions.get(id as usize) else { return Ok(()) };
-        let serial = s.serial;
-        if let Some(user) = s.user.as_ref() {
-            if user.subscribe.reach(&p) == crate::access::Reach::None {
-                self.totals.forbidden += 1;
-                let why = format!("user {:?} may read no topic {pattern} matches", user.name);
-                return self.reject(id, RejectCode::Forbidden, seq, &why);
-            }
-        }
+        let Some((name, p, serial)) = self.durable_binding(id, sid, pattern, name, false)? else { return Ok(()) };
         let Some(g) = self.guaranteed.as_deref_mut() else { return Ok(()) };
         if g.queues.contains_key(&name) {
             let why = format!("{name} is a durable queue: consume it with DURABLE and QUEUE");
@@ -263,6 +285,53 @@ impl Router {
         d.reader.seek(d.acked + 1);
         tracing::info!(durable = %name, client = id, from = d.acked + 1, "durable subscription bound");
         Ok(())
+    }
+
+    /// What binding session `id`'s subscription `sid` to durable `name`
+    /// (a subscription, or a queue: `queue`) checks first: a journal, the
+    /// name, the pattern, and what the session's user may read (a queue's
+    /// consumer: every topic it matches, since any may come to it).
+    /// Returns (name, pattern, the session's serial), or `None` once
+    /// refused (a REJECT sent).
+    pub(super) fn durable_binding(
+        &mut self,
+        id: u32,
+        sid: u32,
+        pattern: &str,
+        name: &[u8],
+        queue: bool,
+    ) -> Result<Option<(String, Pattern, u64)>, Disconnect> {
+        let seq = u64::from(sid);
+        let what = if queue { "durable queues" } else { "durable subscriptions" };
+        if self.guaranteed.is_none() {
+            return self.reject(id, RejectCode::Unsupported, seq, &format!("{what} need a journal")).map(|()| None);
+        }
+        let name = match std::str::from_utf8(name) {
+            Ok(n) if valid_name(n) => n.to_owned(),
+            _ => {
+                let why = "a durable name is 1 to 64 of A-Z a-z 0-9 _ . -";
+                return self.reject(id, RejectCode::Protocol, seq, why).map(|()| None);
+            }
+        };
+        let p = match Pattern::parse(pattern) {
+            Ok(p) => p,
+            Err(e) => return self.reject(id, RejectCode::BadTopic, seq, &e.to_string()).map(|()| None),
+        };
+        let Some(Some(s)) = self.sessions.get(id as usize) else { return Ok(None) };
+        let serial = s.serial;
+        if let Some(user) = s.user.as_ref() {
+            let reach = user.subscribe.reach(&p);
+            let refused = match queue {
+                true => (reach != Reach::All).then(|| format!("may not read every topic {pattern} matches")),
+                false => (reach == Reach::None).then(|| format!("may read no topic {pattern} matches")),
+            };
+            if let Some(why) = refused {
+                self.totals.forbidden += 1;
+                let why = format!("user {:?} {why}", user.name);
+                return self.reject(id, RejectCode::Forbidden, seq, &why).map(|()| None);
+            }
+        }
+        Ok(Some((name, p, serial)))
     }
 
     /// Lets go of session `id`'s durable subscriptions (`sid`: only that
@@ -373,23 +442,11 @@ impl Router {
                 if save {
                     // Before this delivery passes the saved limit.
                     // (Field by field: the reader's record is still borrowed.)
-                    g.saved.insert(d.name.clone(), DurableState::of(&d.name, &d.pattern, d.acked, d.lease));
-                    if let Err(e) = DurableState::save(&g.state_path, g.saved.values()) {
-                        tracing::warn!(durable = %d.name, error = %e, "delivered limit not saved");
-                    }
+                    let state = DurableState::of(&d.name, &d.pattern, d.acked, d.lease);
+                    save_limit(&mut g.saved, &g.state_path, state);
                     save = false;
                 }
-                let f = ClientRepr {
-                    flags: flags::GUARANTEED | if redelivered { flags::REDELIVERED } else { 0 },
-                    value: guaranteed_value(sid, count),
-                    sequence: seq,
-                    topic: r.topic(),
-                    body: r.payload(),
-                    ..ClientRepr::new(ClientKind::Deliver)
-                };
-                let _ = control(s, &f);
-                s.stats.messages_out += 1;
-                s.stats.bytes_out += f.buffer_len() as u64;
+                send_record(s, (sid, count, redelivered), seq, (r.topic(), r.payload()));
                 d.inflight.push_back((seq, now));
                 d.sent_hw = d.sent_hw.max(seq);
                 g.stats.deliveries += 1;

@@ -11,12 +11,12 @@
 //! durable subscriptions', with the same delivery lease, so a restart
 //! delivers again only what may not have been acknowledged, flagged.
 
-use super::durable::{valid_name, DurableState, LEASE};
-use super::{control, Disconnect, Router};
+use super::durable::{save_limit, send_record, DurableState, LEASE};
+use super::{Disconnect, Router};
 use std::collections::{BTreeMap, BTreeSet};
 use tickwire_journal::{Journal, Read, Reader};
 use tickwire_topic::Pattern;
-use tickwire_wire::client::{flags, guaranteed_value, ClientKind, ClientRepr, RejectCode};
+use tickwire_wire::client::RejectCode;
 
 /// A consumer: its session, that session's serial, its subscription id.
 type Consumer = (u32, u64, u32);
@@ -71,19 +71,11 @@ impl DurableQueue {
     /// The queue of a saved state (`queue` set), or `None` for a pattern
     /// that no longer parses.
     pub(super) fn restore(s: DurableState, journal: &Journal) -> Option<Self> {
-        match Pattern::parse(&s.pattern) {
-            Ok(p) => {
-                let mut q = Self::new(s.name, p, s.acked, s.delivered_limit);
-                q.done = s.acked_beyond.into_iter().filter(|&d| d > s.acked).collect();
-                let limit = if s.delivered_limit == 0 { u64::MAX } else { s.delivered_limit };
-                q.flag_upto = limit.min(journal.written());
-                Some(q)
-            }
-            Err(e) => {
-                tracing::warn!(queue = %s.name, pattern = %s.pattern, error = %e, "durable queue dropped");
-                None
-            }
-        }
+        let (p, flag_upto) = s.restored(journal)?;
+        let mut q = Self::new(s.name, p, s.acked, s.delivered_limit);
+        q.done = s.acked_beyond.into_iter().filter(|&d| d > s.acked).collect();
+        q.flag_upto = flag_upto;
+        Some(q)
     }
 
     pub(super) fn state(&self) -> DurableState {
@@ -200,28 +192,7 @@ impl Router {
         name: &[u8],
     ) -> Result<(), Disconnect> {
         let seq = u64::from(sid);
-        if self.guaranteed.is_none() {
-            return self.reject(id, RejectCode::Unsupported, seq, "durable queues need a journal");
-        }
-        let name = match std::str::from_utf8(name) {
-            Ok(n) if valid_name(n) => n.to_owned(),
-            _ => return self.reject(id, RejectCode::Protocol, seq, "a queue's name is 1 to 64 of A-Z a-z 0-9 _ . -"),
-        };
-        let p = match Pattern::parse(pattern) {
-            Ok(p) => p,
-            Err(e) => return self.reject(id, RejectCode::BadTopic, seq, &e.to_string()),
-        };
-        let Some(Some(s)) = self.sessions.get(id as usize) else { return Ok(()) };
-        let serial = s.serial;
-        if let Some(user) = s.user.as_ref() {
-            // Every message of the queue goes to whichever consumer is
-            // next: each must be allowed all of them.
-            if user.subscribe.reach(&p) != crate::access::Reach::All {
-                self.totals.forbidden += 1;
-                let why = format!("user {:?} may not read every topic {pattern} matches", user.name);
-                return self.reject(id, RejectCode::Forbidden, seq, &why);
-            }
-        }
+        let Some((name, p, serial)) = self.durable_binding(id, sid, pattern, name, true)? else { return Ok(()) };
         let Some(g) = self.guaranteed.as_deref_mut() else { return Ok(()) };
         if g.durables.contains_key(&name) {
             let why = format!("{name} is a durable subscription, not a queue");
@@ -322,29 +293,14 @@ impl Router {
                 let Some(Some(s)) = sessions.get_mut(c.0 as usize) else { continue };
                 if seq > q.lease {
                     q.lease = seq + LEASE;
-                    g.saved.insert(
-                        q.name.clone(),
-                        DurableState {
-                            queue: true,
-                            acked_beyond: q.done.iter().copied().collect(),
-                            ..DurableState::of(&q.name, &q.pattern, q.acked, q.lease)
-                        },
-                    );
-                    if let Err(e) = DurableState::save(&g.state_path, g.saved.values()) {
-                        tracing::warn!(queue = %q.name, error = %e, "delivered limit not saved");
-                    }
+                    let state = DurableState {
+                        queue: true,
+                        acked_beyond: q.done.iter().copied().collect(),
+                        ..DurableState::of(&q.name, &q.pattern, q.acked, q.lease)
+                    };
+                    save_limit(&mut g.saved, &g.state_path, state);
                 }
-                let f = ClientRepr {
-                    flags: flags::GUARANTEED | if redelivered { flags::REDELIVERED } else { 0 },
-                    value: guaranteed_value(c.2, count),
-                    sequence: seq,
-                    topic: r.topic(),
-                    body: r.payload(),
-                    ..ClientRepr::new(ClientKind::Deliver)
-                };
-                let _ = control(s, &f);
-                s.stats.messages_out += 1;
-                s.stats.bytes_out += f.buffer_len() as u64;
+                send_record(s, (c.2, count, redelivered), seq, (r.topic(), r.payload()));
                 s.mark(c.0, backlog);
                 q.inflight.insert(seq, (c, now, count));
                 q.consumers[k].1 += 1;

@@ -8,72 +8,109 @@ use super::{Disconnect, Router};
 use crate::cache::LastValues;
 use crate::peers::{Interest, Peers};
 use crate::session::Session;
-use crate::topics::{GroupTargets, Sources};
+use crate::topics::{GroupTargets, Sources, TopicEntry};
 use tickwire_topic::check_topic;
 use tickwire_wire::client::RejectCode;
 
-/// Delivers a message (flagged `flags`: a request's is `REQUEST`) to each
-/// of `targets` (session slots), putting those left with frames waiting in
-/// the backlog and telling `slow` what each delivery left; returns
-/// (deliveries, discards, bytes the queues grew by).
+/// What deliveries did: how many were made, the discards they caused,
+/// and the bytes the queues grew by.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Delivered {
+    pub(super) n: u64,
+    pub(super) discards: u64,
+    pub(super) grown: usize,
+}
+
+impl std::ops::AddAssign for Delivered {
+    fn add_assign(&mut self, o: Self) {
+        (self.n, self.discards, self.grown) = (self.n + o.n, self.discards + o.discards, self.grown + o.grown);
+    }
+}
+
+impl Delivered {
+    /// Delivers a message (flagged `flags`: a request's is `REQUEST`) to
+    /// session slot `c` if it is open, puts it in the backlog and tells
+    /// `slow` what the delivery left.
+    #[inline]
+    pub(super) fn to(
+        &mut self,
+        sessions: &mut [Option<Session>],
+        (backlog, slow): (&mut Vec<u32>, &mut SlowConsumers),
+        c: u32,
+        (topic, payload, flags): (&str, &[u8], u8),
+        (discarded, local, conflate): (u32, bool, bool),
+    ) {
+        if let Some(Some(s)) = sessions.get_mut(c as usize) {
+            self.n += 1;
+            let before = s.queue.allocated();
+            let dropped = s.deliver(topic, payload, flags, discarded, (local, conflate));
+            self.grown += s.queue.allocated().saturating_sub(before);
+            slow.after_delivery(c, s, dropped, local);
+            self.discards += u64::from(dropped);
+            s.mark(c, backlog);
+        }
+    }
+}
+
+/// Delivers a message to each of `targets` (session slots).
 #[inline]
 fn deliver_all(
     sessions: &mut [Option<Session>],
     (backlog, slow): (&mut Vec<u32>, &mut SlowConsumers),
     targets: &[u32],
-    (topic, payload, flags): (&str, &[u8], u8),
-    (discarded, local, conflate): (u32, bool, bool),
-) -> (u64, u64, usize) {
-    let (mut n, mut discards, mut grown) = (0u64, 0u64, 0usize);
+    message: (&str, &[u8], u8),
+    how: (u32, bool, bool),
+) -> Delivered {
+    let mut d = Delivered::default();
     for &c in targets {
-        if let Some(Some(s)) = sessions.get_mut(c as usize) {
-            n += 1;
-            let before = s.queue.allocated();
-            let dropped = s.deliver(topic, payload, flags, discarded, (local, conflate));
-            grown += s.queue.allocated().saturating_sub(before);
-            slow.after_delivery(c, s, dropped, local);
-            discards += u64::from(dropped);
-            s.mark(c, backlog);
-        }
+        d.to(sessions, (&mut *backlog, &mut *slow), c, message, how);
     }
-    (n, discards, grown)
+    d
 }
 
 /// Delivers a message to one member of each of `groups`, round-robin,
 /// passing over members whose queue is past half its bound while another
-/// has room; returns (deliveries, discards, bytes the queues grew by).
+/// has room.
 #[inline]
 fn deliver_groups(
     sessions: &mut [Option<Session>],
     (backlog, slow): (&mut Vec<u32>, &mut SlowConsumers),
     groups: &mut [GroupTargets],
-    (topic, payload, flags): (&str, &[u8], u8),
+    message: (&str, &[u8], u8),
     (discarded, local): (u32, bool),
-) -> (u64, u64, usize) {
-    let (mut n, mut discards, mut grown) = (0u64, 0u64, 0usize);
+) -> Delivered {
+    let mut d = Delivered::default();
     for g in groups {
         let len = g.members.len();
-        let roomy = |c: u32, sessions: &[Option<Session>]| matches!(sessions.get(c as usize), Some(Some(s)) if s.queue.is_below_half());
-        let Some(pick) = (0..len)
-            .map(|i| (g.next + i) % len)
-            .find(|&i| roomy(g.members[i], sessions))
-            .or((len > 0).then_some(g.next % len.max(1)))
-        else {
+        if len == 0 {
             continue;
-        };
-        g.next = (pick + 1) % len;
-        let c = g.members[pick];
-        if let Some(Some(s)) = sessions.get_mut(c as usize) {
-            n += 1;
-            let before = s.queue.allocated();
-            let dropped = s.deliver(topic, payload, flags, discarded, (local, false));
-            grown += s.queue.allocated().saturating_sub(before);
-            slow.after_delivery(c, s, dropped, local);
-            discards += u64::from(dropped);
-            s.mark(c, backlog);
         }
+        let roomy = |c: u32| matches!(sessions.get(c as usize), Some(Some(s)) if s.queue.is_below_half());
+        let pick = (0..len).map(|i| (g.next + i) % len).find(|&i| roomy(g.members[i])).unwrap_or(g.next % len);
+        g.next = (pick + 1) % len;
+        d.to(sessions, (&mut *backlog, &mut *slow), g.members[pick], message, (discarded, local, false));
     }
-    (n, discards, grown)
+    d
+}
+
+/// Delivers a message to the sessions of a topic's entry and to one member
+/// of each of its queue groups; returns what that did, and how many of the
+/// deliveries were a group's.
+#[inline]
+fn deliver_entry(
+    sessions: &mut [Option<Session>],
+    (backlog, slow): (&mut Vec<u32>, &mut SlowConsumers),
+    e: &mut TopicEntry,
+    message: (&str, &[u8], u8),
+    (discarded, local, conflate): (u32, bool, bool),
+) -> (Delivered, u64) {
+    let mut d = deliver_all(sessions, (&mut *backlog, &mut *slow), &e.targets, message, (discarded, local, conflate));
+    if e.groups.is_empty() {
+        return (d, 0);
+    }
+    let g = deliver_groups(sessions, (backlog, slow), &mut e.groups, message, (discarded, local));
+    d += g;
+    (d, g.n)
 }
 
 impl Router {
@@ -139,19 +176,10 @@ impl Router {
         }
         let queues = (&mut self.backlog, &mut self.slow);
         let plain = flags == 0;
-        let (mut n, mut discards, mut grown) = deliver_all(
-            &mut self.sessions,
-            queues,
-            &e.targets,
-            (topic, payload, flags),
-            (0, true, e.conflate && plain),
-        );
-        if !e.groups.is_empty() {
-            let queues = (&mut self.backlog, &mut self.slow);
-            let g = deliver_groups(&mut self.sessions, queues, &mut e.groups, (topic, payload, flags), (0, true));
-            self.requests.counts[super::request::value::QUEUE_GROUP_DELIVERIES] += g.0;
-            (n, discards, grown) = (n + g.0, discards + g.1, grown + g.2);
-        }
+        let (d, grouped) =
+            deliver_entry(&mut self.sessions, queues, e, (topic, payload, flags), (0, true, e.conflate && plain));
+        self.requests.counts[super::request::value::QUEUE_GROUP_DELIVERIES] += grouped;
+        let Delivered { n, discards, grown } = d;
         if let (Some(c), true) = (&mut self.cache, plain) {
             c.update_at(&mut e.last_value, topic, payload);
         }
@@ -197,20 +225,10 @@ impl Router {
         let Ok(e) = self.topics.entry(topic, |_| Ok::<(), std::convert::Infallible>(()), src);
         let queues = (&mut self.backlog, &mut self.slow);
         let plain = flags == 0;
-        let (mut n, mut discards, mut grown) = deliver_all(
-            &mut self.sessions,
-            queues,
-            &e.targets,
-            (topic, payload, flags),
-            (discarded, false, e.conflate && plain),
-        );
-        if !e.groups.is_empty() {
-            let queues = (&mut self.backlog, &mut self.slow);
-            let g =
-                deliver_groups(&mut self.sessions, queues, &mut e.groups, (topic, payload, flags), (discarded, false));
-            self.requests.counts[super::request::value::QUEUE_GROUP_DELIVERIES] += g.0;
-            (n, discards, grown) = (n + g.0, discards + g.1, grown + g.2);
-        }
+        let how = (discarded, false, e.conflate && plain);
+        let (d, grouped) = deliver_entry(&mut self.sessions, queues, e, (topic, payload, flags), how);
+        self.requests.counts[super::request::value::QUEUE_GROUP_DELIVERIES] += grouped;
+        let Delivered { n, discards, grown } = d;
         if let (Some(c), true) = (&mut self.cache, plain) {
             c.update_at(&mut e.last_value, topic, payload);
         }

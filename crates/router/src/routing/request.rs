@@ -4,6 +4,7 @@
 //! here or at the routing agent serving it. A request nobody wants is
 //! answered at once with REJECT `NoResponders`.
 
+use super::publish::Delivered;
 use super::{Disconnect, Router};
 use tickwire_shm::counters::Kind;
 use tickwire_shm::{CounterSet, CountersFile};
@@ -107,17 +108,15 @@ impl Router {
             self.requests.counts[value::REPLIES_UNDELIVERABLE] += 1;
             return;
         };
-        match self.sessions.get_mut(inbox.session as usize) {
+        match self.sessions.get(inbox.session as usize) {
             Some(Some(s)) if s.serial == inbox.serial && inbox.agent == self.me => {
-                let before = s.queue.allocated();
-                let dropped = s.deliver(topic, payload, 0, 0, (true, false));
-                let grown = s.queue.allocated().saturating_sub(before);
-                self.slow.after_delivery(inbox.session, s, dropped, true);
-                s.mark(inbox.session, &mut self.backlog);
-                self.totals.deliveries += 1;
-                self.totals.discards += u64::from(dropped);
-                if grown > 0 {
-                    self.queues_grew(grown);
+                let mut d = Delivered::default();
+                let queues = (&mut self.backlog, &mut self.slow);
+                d.to(&mut self.sessions, queues, inbox.session, (topic, payload, 0), (0, true, false));
+                self.totals.deliveries += d.n;
+                self.totals.discards += d.discards;
+                if d.grown > 0 {
+                    self.queues_grew(d.grown);
                 }
             }
             _ => self.requests.counts[value::REPLIES_UNDELIVERABLE] += 1,

@@ -252,6 +252,20 @@ impl Harness {
     }
 }
 
+/// What a requester's poll hands out: a reply is a sample (a publisher's
+/// heartbeat is nothing); a failed request or a lost router ends the round.
+fn requester_event(e: ClientEvent<'_>, samples: &mut Samples, received: &mut u64, gone: &mut Option<String>) {
+    match e {
+        ClientEvent::Reply { payload, .. } => {
+            samples.arrived(payload);
+            *received += 1;
+        }
+        ClientEvent::RequestFailed { why, .. } => *gone = Some(format!("a request failed: {why}")),
+        ClientEvent::Disconnected { reason } => *gone = Some(reason.to_owned()),
+        _ => {}
+    }
+}
+
 /// How long a lab request waits for its reply (a round's drain is shorter).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -347,18 +361,7 @@ impl Offer for Routed<'_> {
             if i >= subs {
                 // A publisher the router wrote to (TCP): its heartbeat, or
                 // its replies.
-                h.pubs[i - subs].poll(
-                    |e| match e {
-                        ClientEvent::Reply { payload, .. } => {
-                            samples.arrived(payload);
-                            *received += 1;
-                        }
-                        ClientEvent::RequestFailed { why, .. } => gone = Some(format!("a request failed: {why}")),
-                        ClientEvent::Disconnected { reason } => gone = Some(reason.to_owned()),
-                        _ => {}
-                    },
-                    64,
-                );
+                h.pubs[i - subs].poll(|e| requester_event(e, samples, received, &mut gone), 64);
                 continue;
             }
             h.subs[i].poll(
@@ -392,18 +395,7 @@ impl Offer for Routed<'_> {
         if h.request && h.ready.is_none() {
             // Shared memory: every requester's replies, every turn.
             for p in &mut h.pubs {
-                p.poll(
-                    |e| match e {
-                        ClientEvent::Reply { payload, .. } => {
-                            samples.arrived(payload);
-                            *received += 1;
-                        }
-                        ClientEvent::RequestFailed { why, .. } => gone = Some(format!("a request failed: {why}")),
-                        ClientEvent::Disconnected { reason } => gone = Some(reason.to_owned()),
-                        _ => {}
-                    },
-                    64,
-                );
+                p.poll(|e| requester_event(e, samples, received, &mut gone), 64);
             }
         }
         // What their links hold for batching goes once its window has
