@@ -339,13 +339,13 @@ fn a_member_of_the_routers_group_logs_in_over_shared_memory_and_leaves_nothing_i
     let _ = Command::new("groupdel").arg(&group).output();
     let made = Command::new("groupadd").arg(&group).output().unwrap();
     assert!(made.status.success(), "groupadd {group}: {}", String::from_utf8_lossy(&made.stderr));
-    let gid = String::from_utf8_lossy(&Command::new("getent").args(["group", &group]).output().unwrap().stdout)
-        .split(':')
-        .nth(2)
-        .unwrap()
-        .trim()
-        .parse::<u32>()
-        .unwrap();
+    let groups = std::fs::read_to_string("/etc/group").unwrap();
+    let gid: u32 = groups
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{group}:")))
+        .and_then(|rest| rest.split(':').nth(1))
+        .and_then(|g| g.parse().ok())
+        .unwrap_or_else(|| panic!("{group} not in /etc/group"));
     let d = scratch("group");
     let etc = scratch("group-etc");
     std::fs::create_dir_all(&etc).unwrap();

@@ -227,9 +227,12 @@ const NEEDED: &[&str] = &[
     "setpriv",
     // descriptor limits (tests/limits.rs; util-linux)
     "prlimit",
-    // a second Unix user (tests/local_users.rs; passwd and coreutils are Essential)
+    // a second Unix user and a group (tests/local_users.rs; passwd and
+    // coreutils are Essential)
     "useradd",
     "userdel",
+    "groupadd",
+    "groupdel",
     "id",
     "ping",
     "sockperf",

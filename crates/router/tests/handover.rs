@@ -1,7 +1,8 @@
 //! Shared-memory sessions whose logs cross the login socket as sealed
 //! memfds: nothing of a session is named in the router's directory, neither
 //! side can shrink the other's log, and a login whose file could shrink, is
-//! no log, or is another stream's is refused while the router goes on.
+//! sparse, is no log, or is another stream's is refused while the router
+//! goes on.
 
 mod common;
 
@@ -53,6 +54,19 @@ fn a_login_whose_file_could_shrink_is_no_log_or_is_another_streams_is_refused_an
     let why = refusal(common::ipc_login(&dir, 0x51, &[&open], "unsealed"));
     println!("unsealed: {why}");
     assert!(why.contains("not sealed against shrinking"), "{why:?}");
+
+    // The same log's header in a sealed memfd that is sparse (nothing
+    // reserved behind it): mapping it would allocate in the router.
+    let sparse = File::from(
+        rustix::fs::memfd_create("sparse", rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING)
+            .unwrap(),
+    );
+    sparse.set_len(bytes.len() as u64).unwrap();
+    sparse.write_all_at(&bytes[..4096], 0).unwrap();
+    rustix::fs::fcntl_add_seals(&sparse, rustix::fs::SealFlags::SHRINK | rustix::fs::SealFlags::GROW).unwrap();
+    let why = refusal(common::ipc_login(&dir, 0x51, &[&sparse], "sparse"));
+    println!("sparse: {why}");
+    assert!(why.contains("sparse"), "{why:?}");
 
     // A sealed file that holds no log.
     let junk = tickwire_shm::handover::sealed("junk", 1 << 16).unwrap();

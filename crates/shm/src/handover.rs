@@ -57,6 +57,27 @@ pub fn check_sealed(file: &File) -> io::Result<()> {
     }
 }
 
+/// Checks that the first `len` bytes of `file`, received from another
+/// process, are backed by memory its maker reserved (allocated blocks, not
+/// a sparse hole): mapping a sparse file with its pages populated would
+/// allocate them in the receiver, at the sender's say.
+///
+/// # Errors
+/// `InvalidInput` naming the bytes reserved and needed.
+pub fn check_reserved(file: &File, len: usize) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let reserved = file.metadata()?.blocks().saturating_mul(512);
+    if reserved < len as u64 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{reserved} bytes reserved of the {len} its layout needs (a sparse file, not a log made by tickwire)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Sends `data` on a Unix stream socket, with `fd` beside its first byte
 /// when given. Returns the bytes sent (a short send on a full socket
 /// carries the descriptor all the same).
@@ -115,6 +136,16 @@ mod tests {
         let got = File::from(fds.pop().unwrap());
         check_sealed(&got).unwrap();
         assert_eq!(got.metadata().unwrap().len(), 8192);
+    }
+
+    #[test]
+    fn a_sparse_memfd_is_not_reserved_and_a_sealed_one_is() {
+        let f = sealed("tw-reserved", 1 << 16).unwrap();
+        check_reserved(&f, 1 << 16).unwrap();
+        let sparse = File::from(rustix::fs::memfd_create("tw-sparse", MemfdFlags::CLOEXEC).unwrap());
+        sparse.set_len(1 << 30).unwrap();
+        let e = check_reserved(&sparse, 1 << 30).unwrap_err();
+        assert!(e.to_string().contains("sparse"), "{e}");
     }
 
     #[test]

@@ -213,7 +213,7 @@ impl LogFile {
             Err(e) if no_publisher(&e) => return Err(ShmError::NoPublisher { path }),
             Err(e) => return Err(ShmError::io(&path, e)),
         };
-        let log = Self::from_file(&file, path)?;
+        let log = Self::from_file(&file, path, false)?;
         if log.desc.stream_id != stream_id {
             return Err(ShmError::Corrupt { path: log.path, reason: format!("holds stream {}", log.desc.stream_id) });
         }
@@ -225,11 +225,13 @@ impl LogFile {
     /// it in errors.
     pub(crate) fn open_fd(file: &std::fs::File, label: &Path) -> Result<Self, ShmError> {
         crate::handover::check_sealed(file).map_err(|e| ShmError::io(label, e))?;
-        Self::from_file(file, label.to_owned())
+        Self::from_file(file, label.to_owned(), true)
     }
 
-    /// Validates the descriptor at the start of `file`, then maps it.
-    fn from_file(file: &std::fs::File, path: PathBuf) -> Result<Self, ShmError> {
+    /// Validates the descriptor at the start of `file`, then maps what its
+    /// layout needs (`handed`: a file from another process, which must be
+    /// reserved, not sparse, as far as that: [`crate::handover::check_reserved`]).
+    fn from_file(file: &std::fs::File, path: PathBuf, handed: bool) -> Result<Self, ShmError> {
         use std::os::unix::fs::FileExt;
         let mut head = [0u8; 128];
         let mut got = 0;
@@ -243,8 +245,14 @@ impl LogFile {
         }
         let file_len = file.metadata().map_err(|e| ShmError::io(&path, e))?.len() as usize;
         let desc = read_descriptor(&path, &head[..got], file_len)?;
-        // Map only after the size check above, so no access can fault.
-        let map = MappedFile::from_file(file, file_len, &path).map_err(|e| ShmError::io(&path, e))?;
+        let need = desc.header_len + desc.capacity;
+        if handed {
+            crate::handover::check_reserved(file, need).map_err(|e| ShmError::io(&path, e))?;
+        }
+        // Map only after the size check above, so no access can fault;
+        // what a handed-over file has beyond its layout is never mapped.
+        let len = if handed { need } else { file_len };
+        let map = MappedFile::from_file(file, len, &path).map_err(|e| ShmError::io(&path, e))?;
         if map.len() < desc.header_len + desc.capacity {
             return Err(ShmError::Corrupt { path, reason: "file shrank while opening".into() });
         }
