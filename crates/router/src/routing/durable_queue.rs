@@ -124,12 +124,17 @@ impl DurableQueue {
             Some((holder, _, _)) if holder == c => {
                 self.inflight.remove(&seq);
                 self.done.insert(seq);
-                if let Some((_, load)) = self.consumers.iter_mut().find(|(x, _)| x == c) {
-                    *load = load.saturating_sub(1);
-                }
+                self.unload(c);
                 true
             }
             _ => false,
+        }
+    }
+
+    /// One delivery fewer in flight for consumer `c`.
+    fn unload(&mut self, c: &Consumer) {
+        if let Some((_, load)) = self.consumers.iter_mut().find(|(x, _)| x == c) {
+            *load = load.saturating_sub(1);
         }
     }
 
@@ -145,9 +150,7 @@ impl DurableQueue {
         for &(seq, c, count) in &late {
             self.inflight.remove(&seq);
             self.again.insert(seq, count);
-            if let Some((_, load)) = self.consumers.iter_mut().find(|(x, _)| *x == c) {
-                *load = load.saturating_sub(1);
-            }
+            self.unload(&c);
         }
         late.len() as u64
     }
@@ -250,6 +253,10 @@ impl Router {
             while let Some(k) =
                 q.pick(window, |c| matches!(sessions.get(c.0 as usize), Some(Some(s)) if s.has_control_room()))
             {
+                // Its session, before a message is taken for it (`pick`
+                // saw it open, so this always finds it).
+                let (c, _) = q.consumers[k];
+                let Some(Some(s)) = sessions.get_mut(c.0 as usize) else { break };
                 // A message to deliver again first, else the next new one.
                 let again = q.again.pop_first();
                 let mut one;
@@ -282,15 +289,12 @@ impl Router {
                 if again.is_none() && (!q.pattern.matches(r.topic()) || q.done.contains(&seq)) {
                     continue;
                 }
-                let count = again.map_or(0, |(_, n)| n);
-                let count = count + 1;
+                let count = again.map_or(0, |(_, n)| n) + 1;
                 if count > max {
                     dead.push((format!("dead/{}", q.name), r.payload().to_vec()));
                     continue;
                 }
                 let redelivered = count > 1 || seq <= q.flag_upto;
-                let (c, _) = q.consumers[k];
-                let Some(Some(s)) = sessions.get_mut(c.0 as usize) else { continue };
                 if seq > q.lease {
                     q.lease = seq + LEASE;
                     let state = DurableState {
