@@ -11,7 +11,7 @@ use cmd::{dir, ordered, rows, run, run_line};
 
 #[path = "support/ratios.rs"]
 mod ratios;
-use ratios::{carried_floor, pause_free_ratios_to, ratios_to, throughput_ratio};
+use ratios::{carried_floor, carried_floors, pause_free_ratios_to, ratios_to, throughput_ratio};
 
 #[test]
 fn lab_pingpong_json_is_self_consistent_and_has_a_floor_ratio() {
@@ -453,9 +453,7 @@ fn every_mode_reports_its_floor_ratio_and_plots_on_request() {
         // Open-loop modes print their floor's rows too; every other row has
         // ratios to them. (A ratio may round to 0.000 when a host pause
         // lands in the floor's round: 1,163 ns against 6.8 ms was seen.)
-        for r in rows(&out).into_iter().filter(|r| r["mode"] != "floor") {
-            carried_floor(&r);
-        }
+        carried_floors(&rows(&out));
     };
     std::fs::create_dir_all(&d).unwrap();
     check(&[

@@ -36,6 +36,30 @@ pub fn pause_free_ratios_to(r: &serde_json::Value, floor: &serde_json::Value) {
     }
 }
 
+/// `carried_floor` for each row of a mode's output that is not a floor row,
+/// except a pause-free row with nothing to compare: a host pause as long as
+/// the step leaves either that row or its floor's pause-free row (printed in
+/// the same output, at the same offered rate) empty, and then the row must
+/// carry no ratio rather than a made-up one (CI saw the floor's side empty
+/// in a 200 ms sweep step).
+pub fn carried_floors(rows: &[serde_json::Value]) {
+    for r in rows.iter().filter(|r| r["mode"] != "floor") {
+        if r.get("floor_p50_ns").map_or(true, serde_json::Value::is_null) && r["distribution"] == "pause_free" {
+            assert!(r.get("ratio_p50").map_or(true, serde_json::Value::is_null), "{r}");
+            let empty = |x: &serde_json::Value| x["count"] == 0 || x["p50_ns"] == 0;
+            let floor_empty = rows.iter().any(|f| {
+                f["mode"] == "floor"
+                    && f["distribution"] == "pause_free"
+                    && f.get("offered_rate") == r.get("offered_rate")
+                    && empty(f)
+            });
+            assert!(empty(r) || floor_empty, "a pause-free row without a floor, and neither side empty: {r}");
+        } else {
+            carried_floor(r);
+        }
+    }
+}
+
 /// A row whose floor is not printed beside it: the ratios agree with the
 /// floor figures it carries, and the floor p99 that `ratio_p99` implies lies
 /// between the floor's p50 and p99.9.
