@@ -4,6 +4,7 @@
 mod config;
 mod lab;
 mod pubsub;
+mod queue;
 mod request;
 mod routed;
 mod router;
@@ -41,6 +42,8 @@ enum Cmd {
     Request(request::RequestArgs),
     /// Answer requests through a router (--echo, or --exec CMD), alone or in a queue group.
     Reply(request::ReplyArgs),
+    /// Manage a router's durable queues: create, list, delete, browse.
+    Queue(queue::QueueArgs),
     /// Run the message router: topics with * and > wildcards, shared-memory and TCP clients.
     Router(router::RouterArgs),
     /// Show live counters and streams of every tickwire process (like AeronStat).
@@ -151,6 +154,10 @@ fn main() -> ExitCode {
         Cmd::Reply(a) => {
             warnings();
             request::reply(&settings, &a)
+        }
+        Cmd::Queue(a) => {
+            warnings();
+            queue::run(&settings, &a)
         }
         Cmd::Router(a) => router::run(&settings, &a),
         Cmd::Stat(a) => stat::run(&settings, &a),

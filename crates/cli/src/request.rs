@@ -36,7 +36,7 @@ pub struct Target {
 impl Target {
     /// Connects as `role` and waits for the router (`None`: Ctrl-C came
     /// first).
-    fn connect(&self, s: &Settings, role: &str) -> Result<Option<Client>, String> {
+    pub(crate) fn connect(&self, s: &Settings, role: &str) -> Result<Option<Client>, String> {
         let credentials = self.login.credentials(self.router == "ipc")?;
         install_ctrl_c();
         let opts = self.login.identity(ClientOptions::default());

@@ -107,8 +107,9 @@ fn journal_status(j: &tickwire_router::status::JournalStatus) {
         j.fsync_p99_ns
     );
     println!(
-        "guaranteed: {} stored, {} duplicates dropped, {} deliveries, {} redeliveries, {} dead letters, {} losses",
-        s.stored, s.duplicates, s.deliveries, s.redeliveries, s.dead_letters, s.losses
+        "guaranteed: {} stored, {} duplicates dropped, {} deliveries, {} redeliveries, {} dead letters, {} losses, \
+         {} refused for a full queue, {} held ({} held now)",
+        s.stored, s.duplicates, s.deliveries, s.redeliveries, s.dead_letters, s.losses, s.queue_full, s.held, j.held
     );
     for p in &j.publishers {
         println!(
@@ -127,9 +128,10 @@ fn journal_status(j: &tickwire_router::status::JournalStatus) {
         );
         for d in &j.durables {
             let client = d.client.map_or_else(|| "-".into(), |c| c.to_string());
+            let name = if d.detail.is_empty() { d.name.clone() } else { format!("{} ({})", d.name, d.detail) };
             println!(
                 "{:<24} {:<20} {:>12} {:>10} {:>9} {:>7}",
-                d.name, d.pattern, d.acked, d.backlog, d.in_flight, client
+                name, d.pattern, d.acked, d.backlog, d.in_flight, client
             );
         }
     }

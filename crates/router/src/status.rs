@@ -111,6 +111,9 @@ pub struct JournalStatus {
     pub stats: crate::guaranteed::GuaranteedStats,
     /// Publishers awaiting acknowledgement: records not yet durable.
     pub ack_lag: u64,
+    /// Guaranteed publishes held for a full durable queue now.
+    #[serde(default)]
+    pub held: usize,
     /// The guaranteed publishers connected now.
     #[serde(default)]
     pub publishers: Vec<PublisherStatus>,
@@ -145,8 +148,12 @@ pub struct DurableStatus {
     pub backlog: u64,
     /// Delivered, not yet acknowledged.
     pub in_flight: usize,
-    /// The client it is bound to, if any.
+    /// The client it is bound to, if any (a queue: its first consumer).
     pub client: Option<u32>,
+    /// A durable queue's kind, consumers and options ("queue, 3
+    /// consumers, exclusive"); empty for a durable subscription.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
 }
 
 /// [`Totals`] in the file.

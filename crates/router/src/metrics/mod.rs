@@ -299,6 +299,11 @@ impl Collector for JournalMetrics {
                 "Records appended and not yet durable (publishers awaiting acknowledgement).",
                 j.ack_lag,
             ),
+            (
+                "tickwire_router_guaranteed_held_publishes",
+                "Guaranteed publishes held now for a full durable queue.",
+                j.held as u64,
+            ),
         ];
         for (name, help, v) in gauges {
             let f = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
@@ -319,6 +324,16 @@ impl Collector for JournalMetrics {
             ),
             ("tickwire_router_guaranteed_dead_letters", "Messages moved to a dead-letter topic.", s.dead_letters),
             ("tickwire_router_guaranteed_losses", "Loss events sent to durable subscriptions.", s.losses),
+            (
+                "tickwire_router_guaranteed_queue_full",
+                "Guaranteed publishes refused because a durable queue they feed was full.",
+                s.queue_full,
+            ),
+            (
+                "tickwire_router_guaranteed_held",
+                "Guaranteed publishes held (unacknowledged) until a full durable queue had room.",
+                s.held,
+            ),
         ];
         for (name, help, v) in counters {
             let f = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;

@@ -7,6 +7,7 @@
 //! count; past `max_deliveries` a message goes to `dead/NAME`. What
 //! retention removed before it was delivered comes as a LOSS event.
 
+use super::queue_admin::QueueOptions;
 use super::{control, Disconnect, Router};
 use crate::access::Reach;
 use std::collections::{BTreeMap, VecDeque};
@@ -33,10 +34,14 @@ pub struct DurableState {
     /// A durable queue (competing consumers), not a subscription.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub queue: bool,
-    /// A queue's messages after `acked` acknowledged already (its
-    /// consumers acknowledge one delivery each, not in order).
+    /// A queue's messages after `acked` acknowledged already, as ranges
+    /// (first, last): its consumers acknowledge one delivery each, not in
+    /// order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub acked_beyond: Vec<u64>,
+    pub acked_beyond: Vec<(u64, u64)>,
+    /// A queue's options (`_sys/queue/create`).
+    #[serde(default, skip_serializing_if = "QueueOptions::is_default")]
+    pub options: QueueOptions,
 }
 
 /// How far past what it has delivered a durable subscription's saved
@@ -53,6 +58,7 @@ impl DurableState {
             delivered_limit,
             queue: false,
             acked_beyond: Vec::new(),
+            options: QueueOptions::default(),
         }
     }
 

@@ -10,10 +10,18 @@
 //! The queue's position (everything up to it done) is saved beside the
 //! durable subscriptions', with the same delivery lease, so a restart
 //! delivers again only what may not have been acknowledged, flagged.
+//!
+//! A queue made by `_sys/queue/create` ([`super::queue_admin`]) may be
+//! exclusive (one consumer at a time, the next taking over in order) and
+//! bounded (`max_depth` messages waiting; a guaranteed publish past it is
+//! refused or held, [`FullPolicy`]).
 
+use super::done::Done;
 use super::durable::{save_limit, send_record, DurableState, LEASE};
+use super::guaranteed::Guaranteed;
+use super::queue_admin::{FullPolicy, QueueInfo, QueueOptions};
 use super::{Disconnect, Router};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use tickwire_journal::{Journal, Read, Reader};
 use tickwire_topic::Pattern;
 use tickwire_wire::client::RejectCode;
@@ -26,6 +34,11 @@ type Consumer = (u32, u64, u32);
 pub(super) struct DurableQueue {
     pub(super) name: String,
     pattern: Pattern,
+    /// How it was made (`_sys/queue/create`), else the defaults.
+    pub(super) options: QueueOptions,
+    /// Its messages waiting: stored and not done (delivered ones
+    /// included).
+    depth: u64,
     /// Every message up to this sequence is done: acknowledged, or not
     /// the queue's.
     pub(super) acked: u64,
@@ -39,7 +52,7 @@ pub(super) struct DurableQueue {
     again: BTreeMap<u64, u32>,
     /// Acknowledged after `acked` (out of order): not to deliver again,
     /// after a restart either.
-    done: BTreeSet<u64>,
+    done: Done,
     /// The consumers bound, and how many deliveries each has in flight.
     pub(super) consumers: Vec<(Consumer, usize)>,
     /// Where the next round-robin pick starts.
@@ -52,15 +65,17 @@ pub(super) struct DurableQueue {
 }
 
 impl DurableQueue {
-    fn new(name: String, pattern: Pattern, acked: u64, lease: u64) -> Self {
+    pub(super) fn new(name: String, pattern: Pattern, acked: u64, lease: u64) -> Self {
         Self {
             name,
             pattern,
+            options: QueueOptions::default(),
+            depth: 0,
             acked,
             reader: Reader::new(acked + 1),
             inflight: BTreeMap::new(),
             again: BTreeMap::new(),
-            done: BTreeSet::new(),
+            done: Done::default(),
             consumers: Vec::new(),
             next: 0,
             lease,
@@ -73,17 +88,92 @@ impl DurableQueue {
     pub(super) fn restore(s: DurableState, journal: &Journal) -> Option<Self> {
         let (p, flag_upto) = s.restored(journal)?;
         let mut q = Self::new(s.name, p, s.acked, s.delivered_limit);
-        q.done = s.acked_beyond.into_iter().filter(|&d| d > s.acked).collect();
+        q.done = Done::from_ranges(s.acked_beyond.into_iter().filter(|&(_, b)| b > s.acked));
+        q.done.drop_below(s.acked + 1);
+        q.options = s.options;
         q.flag_upto = flag_upto;
+        q.recount(journal);
         Some(q)
     }
 
     pub(super) fn state(&self) -> DurableState {
         DurableState {
             queue: true,
-            acked_beyond: self.done.iter().copied().collect(),
+            acked_beyond: self.done.ranges(),
+            options: self.options,
             ..DurableState::of(&self.name, &self.pattern, self.acked, self.lease)
         }
+    }
+
+    /// Counts its messages waiting from the journal (at start, and after
+    /// retention removed some): those past the reader that it takes and
+    /// has not done, and those delivered or to deliver again.
+    fn recount(&mut self, journal: &Journal) {
+        let mut r = Reader::new(self.reader.position());
+        let mut n = (self.inflight.len() + self.again.len()) as u64;
+        loop {
+            match r.next(journal, journal.durable()) {
+                Ok(Read::Record(m)) => {
+                    n += u64::from(self.pattern.matches(m.topic()) && !self.done.contains(m.sequence()));
+                }
+                Ok(Read::Lost { .. }) => continue,
+                Ok(Read::End) | Err(_) => break,
+            }
+        }
+        self.depth = n;
+    }
+
+    /// A stored message on `topic`: one more waiting if it is this
+    /// queue's.
+    pub(super) fn stored(&mut self, topic: &str) {
+        if self.pattern.matches(topic) {
+            self.depth += 1;
+        }
+    }
+
+    /// Whether a message on `topic` would find this queue full: its policy
+    /// then.
+    pub(super) fn full_for(&self, topic: &str) -> Option<FullPolicy> {
+        let max = self.options.max_depth;
+        (max > 0 && self.depth >= max && self.pattern.matches(topic)).then_some(self.options.full)
+    }
+
+    /// How `router status` names it.
+    pub(super) fn describe(&self) -> String {
+        let mut d = format!("queue, {} consumers", self.consumers.len());
+        if self.options.exclusive {
+            d.push_str(", exclusive");
+        }
+        if self.options.max_depth > 0 {
+            let full = match self.options.full {
+                FullPolicy::Reject => "reject",
+                FullPolicy::Block => "block",
+            };
+            d.push_str(&format!(", max depth {} then {full}", self.options.max_depth));
+        }
+        d
+    }
+
+    /// As `list` shows it.
+    pub(super) fn info(&self, durable: u64) -> QueueInfo {
+        QueueInfo {
+            name: self.name.clone(),
+            topic: self.pattern.to_string(),
+            options: self.options,
+            depth: self.depth,
+            in_flight: self.inflight.len(),
+            consumers: self.consumers.len(),
+            acked: self.acked.min(durable),
+        }
+    }
+
+    /// For `browse`: the deliveries so far of message `seq` on `topic` if
+    /// it is this queue's and waiting, else `None`.
+    pub(super) fn waiting(&self, seq: u64, topic: &str) -> Option<u32> {
+        if seq <= self.acked || self.done.contains(seq) || !self.pattern.matches(topic) {
+            return None;
+        }
+        Some(self.inflight.get(&seq).map(|x| x.2).or_else(|| self.again.get(&seq).copied()).unwrap_or(0))
     }
 
     /// Its topic pattern.
@@ -91,9 +181,9 @@ impl DurableQueue {
         &self.pattern
     }
 
-    /// Messages waiting: up to `last` (the journal's durable end).
-    pub(super) fn backlog(&self, last: u64) -> u64 {
-        last.saturating_sub(self.acked)
+    /// Messages waiting.
+    pub(super) fn depth(&self) -> u64 {
+        self.depth
     }
 
     /// Deliveries awaiting acknowledgement.
@@ -124,6 +214,7 @@ impl DurableQueue {
             Some((holder, _, _)) if holder == c => {
                 self.inflight.remove(&seq);
                 self.done.insert(seq);
+                self.depth = self.depth.saturating_sub(1);
                 self.unload(c);
                 true
             }
@@ -164,16 +255,18 @@ impl DurableQueue {
             .flatten()
             .copied()
             .fold(self.reader.position(), u64::min);
-        while self.done.first().is_some_and(|&d| d < first) {
-            self.done.pop_first();
-        }
+        self.done.drop_below(first);
         first.saturating_sub(1)
     }
 
     /// The consumer to deliver to next: round-robin among those with fewer
-    /// than `window` in flight whose session has room (`room`).
+    /// than `window` in flight whose session has room (`room`); in an
+    /// exclusive queue, the first bound alone.
     fn pick(&mut self, window: usize, room: impl Fn(&Consumer) -> bool) -> Option<usize> {
-        let n = self.consumers.len();
+        let n = if self.options.exclusive { self.consumers.len().min(1) } else { self.consumers.len() };
+        if n == 0 {
+            return None;
+        }
         let k = (0..n).map(|i| (self.next + i) % n).find(|&k| {
             let (c, load) = &self.consumers[k];
             *load < window && room(c)
@@ -183,7 +276,107 @@ impl DurableQueue {
     }
 }
 
+/// Publishes held at most (`FullPolicy::Block`), and their bytes.
+const HELD_MAX: usize = 65_536;
+const HELD_BYTES_MAX: usize = 64 << 20;
+
+/// One guaranteed publish held for a full queue.
+#[derive(Debug)]
+pub(super) struct HeldPublish {
+    /// Its session and that session's serial.
+    from: (u32, u64),
+    seq: u64,
+    topic: String,
+    payload: Vec<u8>,
+}
+
+/// Guaranteed publishes held for full queues, in arrival order (one
+/// publisher's held ones keep its later ones behind them).
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    list: std::collections::VecDeque<HeldPublish>,
+    bytes: usize,
+}
+
+/// What a guaranteed publish may do now.
+pub(super) enum Admit {
+    /// Be stored.
+    Now,
+    /// Nothing: it is held.
+    Held,
+    /// Be refused, for this reason.
+    Refused(String),
+}
+
+impl Guaranteed {
+    /// Whether a guaranteed publish on `topic` from `from` may be stored
+    /// now; one behind a held publish of its session, or for a full queue
+    /// that blocks, is held (up to the bound).
+    pub(super) fn admit(&mut self, from: (u32, u64), topic: &str, payload: &[u8], seq: u64) -> Admit {
+        let full = self.queues.values().find_map(|q| q.full_for(topic).map(|p| (q, p)));
+        let behind = self.held.list.iter().any(|h| h.from == from);
+        let policy = match full {
+            Some((q, FullPolicy::Reject)) if !behind => {
+                self.stats.queue_full += 1;
+                return Admit::Refused(format!("queue {} is full ({} messages)", q.name, q.options.max_depth));
+            }
+            None if !behind => return Admit::Now,
+            Some((q, p)) => Some((q.name.clone(), p)),
+            None => None,
+        };
+        if self.held.list.len() >= HELD_MAX || self.held.bytes + payload.len() > HELD_BYTES_MAX {
+            self.stats.queue_full += 1;
+            let name = policy.map_or_else(String::new, |(n, _)| n);
+            return Admit::Refused(format!("queue {name} is full and the router holds {HELD_MAX} publishes already"));
+        }
+        self.stats.held += 1;
+        self.held.bytes += payload.len() + topic.len();
+        self.held.list.push_back(HeldPublish { from, seq, topic: topic.to_owned(), payload: payload.to_vec() });
+        Admit::Held
+    }
+
+    /// A message on `topic` was stored: one more waiting in each queue it
+    /// feeds.
+    pub(super) fn queued(&mut self, topic: &str) {
+        for q in self.queues.values_mut() {
+            q.stored(topic);
+        }
+    }
+
+    /// Held publishes waiting.
+    pub(super) fn held_count(&self) -> usize {
+        self.held.list.len()
+    }
+}
+
 impl Router {
+    /// Stores the held publishes whose queues have room now, in order
+    /// (the first still blocked keeps the rest behind it); drops those
+    /// whose session ended (never acknowledged, their publisher sends them
+    /// again). Returns how many moved.
+    pub(super) fn release_held(&mut self) -> usize {
+        let mut n = 0;
+        loop {
+            let Some(g) = self.guaranteed.as_deref_mut() else { return n };
+            let Some(h) = g.held.list.front() else { return n };
+            let live = matches!(self.sessions.get(h.from.0 as usize), Some(Some(s)) if s.serial == h.from.1);
+            if live && g.queues.values().any(|q| q.full_for(&h.topic).is_some()) {
+                return n;
+            }
+            let Some(h) = g.held.list.pop_front() else { return n };
+            g.held.bytes = g.held.bytes.saturating_sub(h.payload.len() + h.topic.len());
+            n += 1;
+            if live {
+                // An error here is a refusal the session had no room to
+                // be told (its control queue full): its publisher is not
+                // acknowledged and sends it again.
+                if let Err(d) = self.store_guaranteed(h.from.0, &h.topic, &h.payload, h.seq) {
+                    tracing::debug!(client = h.from.0, reason = %d.reason, "held publish refused");
+                }
+            }
+        }
+    }
+
     /// SUBSCRIBE with `DURABLE | QUEUE`: session `id`'s subscription `sid`
     /// becomes a consumer of durable queue `name` (made now, from the
     /// journal's end, if new).
@@ -248,6 +441,7 @@ impl Router {
         let mut work = 0;
         let mut dead: Vec<(String, Vec<u8>)> = Vec::new();
         for q in g.queues.values_mut() {
+            let mut lost = false;
             let live = |c: &Consumer| matches!(sessions.get(c.0 as usize), Some(Some(s)) if s.serial == c.1);
             q.remove_consumers(|c| !live(c));
             while let Some(k) =
@@ -272,11 +466,15 @@ impl Router {
                     Ok(Read::End) if again.is_none() => break,
                     Ok(Read::Lost { from, to }) => {
                         g.stats.losses += 1;
+                        lost = true;
                         tracing::warn!(queue = %q.name, from, to, "durable queue: messages lost to retention");
                         continue;
                     }
                     // A message to deliver again that retention removed.
-                    Ok(_) => continue,
+                    Ok(_) => {
+                        q.depth = q.depth.saturating_sub(1);
+                        continue;
+                    }
                     Err(e) => {
                         tracing::error!(queue = %q.name, error = %e, "durable queue: journal unreadable");
                         if let Some((seq, n)) = again {
@@ -286,12 +484,14 @@ impl Router {
                     }
                 };
                 let seq = r.sequence();
-                if again.is_none() && (!q.pattern.matches(r.topic()) || q.done.contains(&seq)) {
+                if again.is_none() && (!q.pattern.matches(r.topic()) || q.done.contains(seq)) {
                     continue;
                 }
                 let count = again.map_or(0, |(_, n)| n) + 1;
                 if count > max {
                     dead.push((format!("dead/{}", q.name), r.payload().to_vec()));
+                    q.done.insert(seq);
+                    q.depth = q.depth.saturating_sub(1);
                     continue;
                 }
                 let redelivered = count > 1 || seq <= q.flag_upto;
@@ -299,7 +499,8 @@ impl Router {
                     q.lease = seq + LEASE;
                     let state = DurableState {
                         queue: true,
-                        acked_beyond: q.done.iter().copied().collect(),
+                        acked_beyond: q.done.ranges(),
+                        options: q.options,
                         ..DurableState::of(&q.name, &q.pattern, q.acked, q.lease)
                     };
                     save_limit(&mut g.saved, &g.state_path, state);
@@ -312,6 +513,9 @@ impl Router {
                 g.stats.redeliveries += u64::from(redelivered);
                 work += 1;
             }
+            if lost {
+                q.recount(&g.journal);
+            }
             let done = q.done_upto();
             if done > q.acked {
                 q.acked = done;
@@ -320,8 +524,9 @@ impl Router {
         }
         for (topic, payload) in dead {
             g.stats.dead_letters += 1;
-            if let Err(e) = g.journal.append(0, 0, &topic, &payload) {
-                tracing::warn!(error = %e, topic, "dead letter not stored");
+            match g.journal.append(0, 0, &topic, &payload) {
+                Ok(_) => g.queued(&topic),
+                Err(e) => tracing::warn!(error = %e, topic, "dead letter not stored"),
             }
         }
         work

@@ -11,7 +11,7 @@
 //! chunks). fsyncs run on the journal's own thread.
 
 use super::durable::{Durable, DurableState};
-use super::durable_queue::DurableQueue;
+use super::durable_queue::{Admit, DurableQueue, Held};
 use super::{Disconnect, Router};
 use crate::status::{DurableStatus, JournalStatus, PublisherStatus};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -57,6 +57,12 @@ pub struct GuaranteedStats {
     pub dead_letters: u64,
     /// Loss events sent (retention removed what a subscription needed).
     pub losses: u64,
+    /// Guaranteed publishes refused for a full durable queue.
+    #[serde(default)]
+    pub queue_full: u64,
+    /// Guaranteed publishes held for a full durable queue (`full = block`).
+    #[serde(default)]
+    pub held: u64,
 }
 
 /// The journal, its publishers and durable subscriptions.
@@ -75,6 +81,8 @@ pub struct Guaranteed {
     pub(super) durables: BTreeMap<String, Durable>,
     /// The durable queues.
     pub(super) queues: BTreeMap<String, DurableQueue>,
+    /// Guaranteed publishes held for a full queue, in arrival order.
+    pub(super) held: Held,
     pub(super) state_path: PathBuf,
     /// What was last saved of each durable subscription.
     pub(super) saved: BTreeMap<String, DurableState>,
@@ -118,6 +126,7 @@ impl Guaranteed {
             stored: recovery.publishers.clone(),
             acked: recovery.publishers.clone(),
             awaiting: VecDeque::new(),
+            held: Held::default(),
             durables,
             queues,
             state_path,
@@ -225,6 +234,25 @@ impl Router {
             g.awaiting.push_back((g.journal.last_appended(), id, serial, seq));
             return Ok(());
         }
+        match g.admit((id, serial), topic, payload, seq) {
+            Admit::Now => self.store_guaranteed(id, topic, payload, seq),
+            Admit::Held => Ok(()),
+            Admit::Refused(why) => self.reject(id, RejectCode::Limit, seq, &why),
+        }
+    }
+
+    /// Appends a guaranteed publish admitted, and routes it to the direct
+    /// subscribers.
+    pub(super) fn store_guaranteed(
+        &mut self,
+        id: u32,
+        topic: &str,
+        payload: &[u8],
+        seq: u64,
+    ) -> Result<(), Disconnect> {
+        let Some(g) = self.guaranteed.as_deref_mut() else { return Ok(()) };
+        let Some(Some(s)) = self.sessions.get(id as usize) else { return Ok(()) };
+        let (publisher, serial) = (s.publisher, s.serial);
         let at = match g.journal.append(publisher, seq, topic, payload) {
             Ok(at) => at,
             Err(e @ JournalError::Record(_)) => return self.reject(id, RejectCode::TooLarge, seq, &e.to_string()),
@@ -236,6 +264,7 @@ impl Router {
         // Only once it is in: a refused one is not a duplicate later.
         g.stored.insert(publisher, seq);
         g.stats.stored += 1;
+        g.queued(topic);
         g.awaiting.push_back((at, id, serial, seq));
         self.route(id, topic, payload, seq)
     }
@@ -245,8 +274,8 @@ impl Router {
     /// have room for; `now` is the monotonic clock in ns. Returns the work
     /// done.
     pub fn poll_guaranteed(&mut self, now: u64) -> usize {
+        let mut work = self.release_held();
         let Some(g) = self.guaranteed.as_deref_mut() else { return 0 };
-        let mut work = 0;
         if g.journal.has_pending() {
             if let Err(e) = g.journal.write() {
                 g.fail(&e);
@@ -313,6 +342,7 @@ impl Router {
             fsync_p99_ns: fsync.map_or(0, |f| f.quantile(0.99)),
             stats: g.stats,
             ack_lag: j.last_appended().saturating_sub(durable),
+            held: g.held_count(),
             publishers: self
                 .sessions
                 .iter()
@@ -336,15 +366,17 @@ impl Router {
                         name: s.name,
                         pattern: s.pattern,
                         acked: s.acked,
+                        detail: String::new(),
                     }
                 })
                 .chain(g.queues.values().map(|q| {
                     let s = q.state();
                     DurableStatus {
-                        backlog: q.backlog(durable),
+                        backlog: q.depth(),
                         in_flight: q.in_flight(),
                         client: q.consumers.first().map(|((id, _, _), _)| self.client_id(*id)),
-                        name: format!("{} (queue, {} consumers)", s.name, q.consumers.len()),
+                        name: s.name,
+                        detail: q.describe(),
                         pattern: s.pattern,
                         acked: s.acked,
                     }

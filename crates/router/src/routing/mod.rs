@@ -23,14 +23,17 @@
 //!   guaranteed publishes, durable subscriptions and durable queues
 //!   (`Guaranteed`);
 //! * [`request`]: requests and replies (`Requests`);
+//! * [`queue_admin`]: the router's own requests, managing durable queues;
 //! * `report`: the counters and the status of what it serves.
 
+mod done;
 pub mod durable;
 mod durable_queue;
 pub mod guaranteed;
 mod login;
 mod memory;
 mod publish;
+pub mod queue_admin;
 mod report;
 pub mod request;
 mod sessions;

@@ -6,7 +6,7 @@
 //! [`publish`](super::publish), or [`guaranteed`](super::guaranteed)), ACK
 //! (durable subscriptions) and CLOSE.
 
-use super::{control, login, mark, Disconnect, Router};
+use super::{control, login, mark, queue_admin, Disconnect, Router};
 use crate::access::Reach;
 use crate::session::{Outbound, Session};
 use tickwire_topic::Pattern;
@@ -132,6 +132,13 @@ impl Router {
                         return self.reject(id, RejectCode::Unsupported, f.sequence(), &why);
                     }
                     return self.reply(id, topic, f.body(), f.sequence());
+                }
+                if topic.as_bytes().first() == Some(&b'_') && queue_admin::is_system(topic) {
+                    if f.flags() & (flags::GUARANTEED | flags::REQUEST) != flags::REQUEST {
+                        let why = format!("{topic}: the router's own topics take plain requests only");
+                        return self.reject(id, RejectCode::Unsupported, f.sequence(), &why);
+                    }
+                    return self.system_request(id, topic, f.body(), f.sequence());
                 }
                 match f.flags() & (flags::GUARANTEED | flags::REQUEST) {
                     0 => self.route(id, topic, f.body(), f.sequence()),
