@@ -164,6 +164,39 @@ fn guaranteed_reports_peak_and_latency_beside_the_fsync_floor_and_leaves_nothing
     let _ = std::fs::remove_dir_all(&journals);
 }
 
+/// `lab guaranteed --consumers 3`: a durable queue's three consumers share
+/// every message (each delivered once, to one of them), and the queue's
+/// journal goes with the run.
+#[test]
+fn guaranteed_through_a_durable_queue_spreads_every_message_over_its_consumers() {
+    let (d, journals) = (dir("guaranteed-queue"), dir("guaranteed-queue-journals"));
+    std::fs::create_dir_all(&journals).unwrap();
+    let _cpus = CPUS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let out = Command::new(BIN)
+        .arg("--dir")
+        .arg(&d)
+        .args(["lab", "guaranteed", "--sync", "group", "--publishers", "2", "--consumers", "3", "--rate", "5k"])
+        .args(["--duration", "600ms", "--rounds", "1", "--json", "--journal-dir"])
+        .arg(&journals)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    let r = &json_rows(&stdout)[0];
+    assert_eq!(r["consumers"], 3, "{r}");
+    assert_eq!((r["ack"]["count"].as_u64(), r["deliver"]["count"].as_u64()), (Some(1500), Some(1500)), "{r}");
+    let per: Vec<u64> = r["per_consumer"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    let peak = r["peak_rates"][0].as_f64().unwrap() * 0.3;
+    let total: u64 = per.iter().sum();
+    // The probe, the peak's messages and the latency phase's 1,500: each
+    // delivered once (a redelivery is not counted), spread over all three.
+    assert!(per.len() == 3 && per.iter().all(|&n| n > total / 10), "{per:?}");
+    assert!(total as f64 >= 1_501.0 + peak * 0.5, "{total} deliveries for a peak of {peak} messages: {r}");
+    nothing_left(&d);
+    assert_eq!(std::fs::read_dir(&journals).unwrap().count(), 0, "journals left behind");
+    let _ = std::fs::remove_dir_all(&journals);
+}
+
 #[test]
 fn request_round_trips_over_shared_memory_and_tcp_sit_beside_two_one_way_hops() {
     for transport in ["ipc", "tcp"] {

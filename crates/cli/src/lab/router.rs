@@ -36,6 +36,10 @@ pub struct GuaranteedArgs {
     /// Publisher counts, each measured in turn.
     #[arg(long, default_value = "1,10", value_delimiter = ',')]
     publishers: Vec<usize>,
+    /// Consume through a durable queue with this many competing consumers, each acknowledging every delivery,
+    /// instead of one durable subscription.
+    #[arg(long, default_value_t = 0)]
+    consumers: usize,
     /// Payload bytes (at least 16).
     #[arg(long, default_value = "100", value_parser = parse_size)]
     size: usize,
@@ -149,6 +153,7 @@ impl GuaranteedArgs {
             run: GuaranteedLab {
                 syncs: self.sync,
                 publishers: self.publishers,
+                consumers: self.consumers,
                 size: self.size,
                 duration: self.duration,
                 rate: self.rate,

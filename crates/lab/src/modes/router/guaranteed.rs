@@ -18,6 +18,11 @@
 //!    publish-to-acknowledgement (from the intended time to the poll that
 //!    sees the acknowledgement) and publish-to-delivery (to the durable
 //!    subscriber's callback).
+//!
+//! With `consumers` above zero the durable subscriber is replaced by that
+//! many consumers of a durable queue on `md/>`, competing; each
+//! acknowledges every delivery on its own (a queue's acknowledgement names
+//! one delivery), and the catch-up rate is the queue's rate out.
 
 use super::host::{HostReport, HostSpec};
 use crate::{Cpus, LabError, Role, WorkerProcess};
@@ -38,6 +43,9 @@ pub struct GuaranteedLab {
     pub syncs: Vec<String>,
     /// Publisher counts measured, each in turn.
     pub publishers: Vec<usize>,
+    /// Consumers of a durable queue instead of one durable subscription
+    /// (0: the subscription).
+    pub consumers: usize,
     /// Payload bytes (at least 16).
     pub size: usize,
     /// Peak and latency phases together, over all rounds, per case.
@@ -88,6 +96,10 @@ pub struct GuaranteedResult {
     pub sync: String,
     /// Publishers.
     pub publishers: usize,
+    /// Consumers of a durable queue (0: one durable subscription).
+    pub consumers: usize,
+    /// First deliveries each consumer received (a queue's spread).
+    pub per_consumer: Vec<u64>,
     /// The disk's fsync latency, in the same rounds.
     pub fsync: Quantiles,
     /// Acknowledged messages per second at peak, per round.
@@ -162,7 +174,7 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
         if listening != "listening ipc" {
             return Err(LabError::Worker(format!("router host said {listening:?}")));
         }
-        let mut h = Harness::connect(&dir, publishers)?;
+        let mut h = Harness::connect(&dir, publishers, o.consumers)?;
         pin_current_thread(o.cpus.local)?;
         host.write_line("wake")?;
         let rounds = o.rounds.max(1);
@@ -171,6 +183,8 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
         let mut r = GuaranteedResult {
             sync: sync.to_owned(),
             publishers,
+            consumers: o.consumers,
+            per_consumer: Vec::new(),
             fsync: Quantiles::default(),
             peak_rates: Vec::new(),
             delivery_rates: Vec::new(),
@@ -198,6 +212,7 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
         let report = host.read_line()?;
         let _ = std::fs::remove_file(&pauses);
         r.host = serde_json::from_str(&report).map_err(|e| err("router report", e))?;
+        r.per_consumer = h.per.clone();
         h.close();
         host.write_line("stop")?;
         host.finish(Duration::from_secs(30))?;
@@ -234,19 +249,26 @@ fn fsync_probe(journal: &Path, n: usize, into: &mut Histogram<u64>) -> Result<()
     Ok(())
 }
 
-/// The publishers and the durable subscriber, on one thread.
+/// The publishers and the durable subscriber (or the queue's consumers),
+/// on one thread.
 struct Harness {
     pubs: Vec<Client>,
     topics: Vec<String>,
-    sub: Client,
-    /// The durable subscription's id.
-    sub_id: u32,
-    /// First deliveries the subscriber received, since connecting.
+    /// The durable subscriber, or the queue's consumers, each with its
+    /// subscription id.
+    subs: Vec<(Client, u32)>,
+    /// A queue's consumers (each delivery acknowledged alone).
+    queue: bool,
+    /// First deliveries received, since connecting.
     delivered: u64,
+    /// See `delivered`, per consumer.
+    per: Vec<u64>,
+    /// Sequences to acknowledge (kept: no allocation per poll).
+    to_ack: Vec<u64>,
 }
 
 impl Harness {
-    fn connect(dir: &Path, publishers: usize) -> Result<Self, LabError> {
+    fn connect(dir: &Path, publishers: usize, consumers: usize) -> Result<Self, LabError> {
         let opts = |name: String| ClientOptions {
             name,
             dir: dir.to_owned(),
@@ -254,9 +276,14 @@ impl Harness {
             guaranteed_window: (16_384 / publishers).max(256),
             ..ClientOptions::default()
         };
-        let mut sub = Client::connect("ipc", opts("lab-durable".into())).map_err(|e| err("subscriber", e))?;
-        let sub_id = sub.subscribe_durable("md/>", "lab").map_err(|e| err("subscriber", e))?;
-        sub.wait_connected(Duration::from_secs(10)).map_err(|e| err("subscriber", e))?;
+        let mut subs = Vec::new();
+        for i in 0..consumers.max(1) {
+            let mut c = Client::connect("ipc", opts(format!("lab-durable-{i}"))).map_err(|e| err("subscriber", e))?;
+            let id = if consumers == 0 { c.subscribe_durable("md/>", "lab") } else { c.subscribe_durable_queue("md/>", "lab") }
+                .map_err(|e| err("subscriber", e))?;
+            c.wait_connected(Duration::from_secs(10)).map_err(|e| err("subscriber", e))?;
+            subs.push((c, id));
+        }
         let mut pubs = Vec::with_capacity(publishers);
         for i in 0..publishers {
             let mut c = Client::connect("ipc", opts(format!("lab-pub-{i}"))).map_err(|e| err("publisher", e))?;
@@ -264,7 +291,8 @@ impl Harness {
             pubs.push(c);
         }
         let topics = (0..publishers).map(crate::modes::oneway::topic).collect();
-        let mut h = Self { pubs, topics, sub, sub_id, delivered: 0 };
+        let per = vec![0; subs.len()];
+        let mut h = Self { pubs, topics, subs, queue: consumers > 0, delivered: 0, per, to_ack: Vec::new() };
         // The durable subscription is bound once a probe reaches it.
         let mut probe = [0u8; stamp::LEN];
         stamp::write(&mut probe, u64::MAX, 0);
@@ -286,24 +314,33 @@ impl Harness {
     /// Polls the subscriber: `each` gets every guaranteed first delivery's
     /// payload; everything received is acknowledged.
     fn poll_sub(&mut self, mut each: impl FnMut(&[u8])) -> usize {
-        let mut last = None;
-        let delivered = &mut self.delivered;
-        let n = self.sub.poll(
-            |e| {
-                if let ClientEvent::Message(m) = e {
-                    if m.is_guaranteed() {
-                        if !m.is_redelivered() {
-                            *delivered += 1;
-                            each(m.payload);
+        let mut n = 0;
+        for (k, (sub, id)) in self.subs.iter_mut().enumerate() {
+            let to_ack = &mut self.to_ack;
+            let (delivered, per) = (&mut self.delivered, &mut self.per[k]);
+            n += sub.poll(
+                |e| {
+                    if let ClientEvent::Message(m) = e {
+                        if m.is_guaranteed() {
+                            if !m.is_redelivered() {
+                                *delivered += 1;
+                                *per += 1;
+                                each(m.payload);
+                            }
+                            to_ack.push(m.sequence);
                         }
-                        last = Some(m.sequence);
                     }
-                }
-            },
-            256,
-        );
-        if let Some(seq) = last {
-            self.sub.ack(self.sub_id, seq);
+                },
+                256,
+            );
+            // A durable subscription's acknowledgement covers everything
+            // before it; a queue's names one delivery.
+            if !self.queue {
+                self.to_ack.drain(..self.to_ack.len().saturating_sub(1));
+            }
+            for seq in self.to_ack.drain(..) {
+                sub.ack(*id, seq);
+            }
         }
         n
     }
@@ -428,7 +465,9 @@ impl Harness {
         for c in self.pubs {
             c.close();
         }
-        self.sub.close();
+        for (c, _) in self.subs {
+            c.close();
+        }
     }
 }
 
@@ -445,9 +484,10 @@ pub fn print(results: &[GuaranteedResult], json: bool) -> Result<(), LabError> {
     }
     let us = |ns: u64| ns as f64 / 1e3;
     println!(
-        "{:<6} {:>4}  {:>21}  {:>12}  {:>12}  {:>27}  {:>8}  {:>27}",
+        "{:<6} {:>4} {:>5}  {:>21}  {:>12}  {:>12}  {:>27}  {:>8}  {:>27}",
         "sync",
         "pubs",
+        "queue",
         "fsync p50/p99 (µs)",
         "peak msg/s",
         "durable /s",
@@ -458,9 +498,10 @@ pub fn print(results: &[GuaranteedResult], json: bool) -> Result<(), LabError> {
     for r in results {
         let ratio = if r.fsync.p50 > 0 { r.ack.p50 as f64 / r.fsync.p50 as f64 } else { 0.0 };
         println!(
-            "{:<6} {:>4}  {:>10.1}/{:<10.1}  {:>12.0}  {:>12.0}  {:>8.1}/{:>8.1}/{:>9.1}  {:>7.2}x  {:>8.1}/{:>8.1}/{:>9.1}",
+            "{:<6} {:>4} {:>5}  {:>10.1}/{:<10.1}  {:>12.0}  {:>12.0}  {:>8.1}/{:>8.1}/{:>9.1}  {:>7.2}x  {:>8.1}/{:>8.1}/{:>9.1}",
             r.sync,
             r.publishers,
+            if r.consumers == 0 { "-".to_owned() } else { format!("{}c", r.consumers) },
             us(r.fsync.p50),
             us(r.fsync.p99),
             r.peak(),
@@ -472,6 +513,13 @@ pub fn print(results: &[GuaranteedResult], json: bool) -> Result<(), LabError> {
             us(r.deliver.p50),
             us(r.deliver.p99),
             us(r.deliver.p999)
+        );
+    }
+    if let Some(r) = results.first().filter(|r| r.consumers > 0) {
+        println!(
+            "(queue: a durable queue with {} consumers instead of one durable subscription; \
+             deliveries per consumer {:?})",
+            r.consumers, r.per_consumer
         );
     }
     if let Some(r) = results.first() {
