@@ -20,11 +20,11 @@ use super::done::Done;
 use super::durable::{save_limit, send_record, DurableState, LEASE};
 use super::guaranteed::Guaranteed;
 use super::queue_admin::{FullPolicy, QueueInfo, QueueOptions};
-use super::{Disconnect, Router};
+use super::{control, Disconnect, Router};
 use std::collections::BTreeMap;
 use tickwire_journal::{Journal, Read, Reader};
 use tickwire_topic::Pattern;
-use tickwire_wire::client::RejectCode;
+use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode};
 
 /// A consumer: its session, that session's serial, its subscription id.
 type Consumer = (u32, u64, u32);
@@ -465,6 +465,15 @@ impl Router {
                     Ok(Read::Record(r)) if again.is_none_or(|(seq, _)| r.sequence() == seq) => r,
                     Ok(Read::End) if again.is_none() => break,
                     Ok(Read::Lost { from, to }) => {
+                        // Told to the consumer whose turn it was, as a
+                        // durable subscription's subscriber is told.
+                        let loss = ClientRepr {
+                            value: c.2,
+                            sequence: from,
+                            body: &to.to_le_bytes(),
+                            ..ClientRepr::new(ClientKind::Loss)
+                        };
+                        let _ = control(s, &loss);
                         g.stats.losses += 1;
                         lost = true;
                         tracing::warn!(queue = %q.name, from, to, "durable queue: messages lost to retention");

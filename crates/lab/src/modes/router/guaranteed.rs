@@ -279,8 +279,12 @@ impl Harness {
         let mut subs = Vec::new();
         for i in 0..consumers.max(1) {
             let mut c = Client::connect("ipc", opts(format!("lab-durable-{i}"))).map_err(|e| err("subscriber", e))?;
-            let id = if consumers == 0 { c.subscribe_durable("md/>", "lab") } else { c.subscribe_durable_queue("md/>", "lab") }
-                .map_err(|e| err("subscriber", e))?;
+            let id = if consumers == 0 {
+                c.subscribe_durable("md/>", "lab")
+            } else {
+                c.subscribe_durable_queue("md/>", "lab")
+            }
+            .map_err(|e| err("subscriber", e))?;
             c.wait_connected(Duration::from_secs(10)).map_err(|e| err("subscriber", e))?;
             subs.push((c, id));
         }
