@@ -13,13 +13,16 @@
 //! | `journal_record` | bytes as a journal record (CRC fixed up so the fuzzer reaches the rest) | the same |
 //! | `receiver` | a live stream's datagrams dropped, duplicated, reordered, mutated, and garbage, into a `Receiver` | see [`protocol`] |
 //! | `sender` | the same on the control path, into a `Sender` | see [`protocol`] |
+//! | `nats` | bytes as a NATS client's connection, whole and cut in two | parse never panics; the cut input parses the same; what parses spells back to itself |
 //! | `xdp_frame` | bytes as an Ethernet frame from an AF_XDP socket (IPv4 header checksum also fixed up) | read never panics; what is read has consistent lengths and writes back to itself |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod nats;
 pub mod protocol;
 mod views;
 
+pub use nats::nats;
 pub use views::{client, journal_record, wire, xdp_frame};
 
 /// A fuzz target: the fuzzer's bytes in, a panic for a finding.
@@ -34,4 +37,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("receiver", protocol::receiver),
     ("sender", protocol::sender),
     ("xdp_frame", xdp_frame),
+    ("nats", nats),
 ];
