@@ -13,6 +13,9 @@
 //!   the `-ERR` a NATS server sends for it.
 //! * [`encode`]: what a server sends (`INFO`, `MSG`, `HMSG`, `PING`,
 //!   `PONG`, `+OK`, `-ERR`), appended to a caller's buffer.
+//! * [`session`]: one NATS client's session in front of the router: its
+//!   operations become the router's client frames, and the frames the
+//!   router sends it become NATS operations.
 //! * [`subject`]: NATS subjects and tickwire topics, one to the other
 //!   (`md.eu.VOD` ↔ `md/eu/VOD`; `*` and `>` are the same wildcards), and
 //!   the router's inboxes given a NATS spelling that maps back.
@@ -34,4 +37,5 @@
 
 pub mod encode;
 pub mod parse;
+pub mod session;
 pub mod subject;

@@ -1,0 +1,402 @@
+//! One NATS client's session in front of a tickwire router, sans I/O: what
+//! the client sends becomes the router's client frames, and what the
+//! router sends that client becomes NATS operations. The router core is
+//! the one native clients use; only this translation is NATS's.
+//!
+//! ```text
+//!  NATS bytes ─► parse ─► NatsSession::handle_op ─► client frames ─► Router::handle_frame
+//!  NATS bytes ◄─ encode ◄─ NatsSession::handle_frame ◄─ frames the router sends the session
+//! ```
+//!
+//! * `CONNECT` is HELLO (its `user` and `pass` the credentials); `PUB` is
+//!   PUBLISH; a `PUB` with a reply subject is a request (flagged
+//!   `REQUEST`, its correlation id remembered with the reply subject);
+//!   `SUB` is SUBSCRIBE (with a queue group, flagged `QUEUE`); `UNSUB` is
+//!   UNSUBSCRIBE, at once or after `max` messages.
+//! * A DELIVER becomes one `MSG` per subscription of the client whose
+//!   subject matches (as a NATS server sends one per subscription); a
+//!   request's carries the requester's inbox as its reply subject; a reply
+//!   on this session's inbox goes out on the reply subject the request
+//!   named. REJECT `NoResponders` is the 503 status message NATS clients
+//!   wait for; other refusals are `-ERR`, and CLOSE is `-ERR` and the end.
+//! * `HPUB` with headers is refused (`-ERR`, the connection kept): the
+//!   router carries no headers yet. JetStream (`$JS.…`) and the system
+//!   account (`$SYS.…`) are refused by name.
+
+use crate::encode;
+use crate::parse::{ClientOp, Connect};
+use crate::subject::{to_subject, to_topic};
+use std::collections::{HashMap, VecDeque};
+use tickwire_topic::Pattern;
+use tickwire_wire::client::{credentials, flags, ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION};
+use tickwire_wire::request;
+use tickwire_wire::ClientFrame;
+
+/// Reply subjects remembered at most (the oldest forgotten first): a
+/// requester's replies that come after are dropped, as replies to a
+/// request long gone.
+pub const REPLIES_MAX: usize = 65_536;
+
+/// Subscriptions a connection may hold here at most (the router's own
+/// `max_subscriptions` applies as well).
+pub const SUBSCRIPTIONS_MAX: usize = 65_536;
+
+/// A subscription of the client's.
+#[derive(Debug)]
+struct Sub {
+    /// The client's id for it.
+    sid: String,
+    /// Its subject as a topic pattern.
+    pattern: Pattern,
+    /// Messages it may still receive (`UNSUB sid max`).
+    remaining: Option<u64>,
+}
+
+/// What the caller does after [`NatsSession::handle_frame`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum After {
+    /// Nothing more.
+    Nothing,
+    /// Hand these client frames to the router (an `UNSUB` whose count
+    /// ran out).
+    Frames(Vec<Vec<u8>>),
+    /// The router ended the session: close the connection once the bytes
+    /// written are sent.
+    Close,
+}
+
+/// One NATS client's session.
+#[derive(Debug, Default)]
+pub struct NatsSession {
+    connect: Option<Connect>,
+    /// The router welcomed it (its login checked).
+    welcomed: bool,
+    /// What the client is answered directly (`PONG`, `+OK`) while its
+    /// login is checked: sent on WELCOME, so that a client whose `PING`
+    /// after `CONNECT` gets its `PONG` is a client logged in (a NATS
+    /// server answers `-ERR` instead of `PONG` to a wrong password).
+    early: Vec<u8>,
+    /// By the router's subscription id.
+    subs: HashMap<u32, Sub>,
+    /// The client's sid to the router's id.
+    sids: HashMap<String, u32>,
+    next_id: u32,
+    /// Reply subjects by request correlation id, and their order.
+    replies: HashMap<u64, String>,
+    reply_order: VecDeque<u64>,
+    next_correlation: u64,
+    topic: String,
+    subject: String,
+    matched: Vec<u32>,
+    /// Messages the router dropped for this client before they reached it.
+    pub discarded: u64,
+}
+
+/// A router client frame, encoded.
+fn frame(r: &ClientRepr<'_>) -> Vec<u8> {
+    let mut b = vec![0u8; r.buffer_len()];
+    let _ = r.emit(&mut b);
+    b
+}
+
+impl NatsSession {
+    /// A session before its `CONNECT`.
+    pub fn new() -> Self {
+        Self { next_id: 1, next_correlation: 1, ..Self::default() }
+    }
+
+    /// Whether its `CONNECT` came.
+    pub fn is_connected(&self) -> bool {
+        self.connect.is_some()
+    }
+
+    /// Subscriptions held.
+    pub fn subscriptions(&self) -> usize {
+        self.subs.len()
+    }
+
+    /// One operation from the client: the router's client frames it makes
+    /// go into `frames`, and what the client is answered directly (`PONG`,
+    /// `+OK`, `-ERR`) into `out`.
+    ///
+    /// # Errors
+    /// Why the connection ends (its `-ERR` already in `out`).
+    pub fn handle_op(&mut self, op: ClientOp<'_>, frames: &mut Vec<Vec<u8>>, out: &mut Vec<u8>) -> Result<(), String> {
+        if self.connect.is_some() && !self.welcomed {
+            let mut early = std::mem::take(&mut self.early);
+            let r = self.op(op, frames, &mut early);
+            self.early = early;
+            if r.is_err() {
+                out.append(&mut self.early);
+            }
+            return r;
+        }
+        self.op(op, frames, out)
+    }
+
+    fn op(&mut self, op: ClientOp<'_>, frames: &mut Vec<Vec<u8>>, out: &mut Vec<u8>) -> Result<(), String> {
+        let verbose = self.connect.as_ref().is_some_and(|c| c.verbose);
+        match op {
+            ClientOp::Connect(json) => {
+                if self.connect.is_some() {
+                    return fatal(out, "a second CONNECT");
+                }
+                let c = match Connect::parse(json) {
+                    Ok(c) => c,
+                    Err(e) => return fatal(out, &e.to_string()),
+                };
+                if c.auth_token.is_some() && c.user.is_none() {
+                    return fatal(out, "Authorization Violation: tickwire takes user and pass, not a token");
+                }
+                let body = match (&c.user, &c.pass) {
+                    (Some(u), p) => credentials::password(u, p.as_deref().unwrap_or("").as_bytes()),
+                    (None, _) => Vec::new(),
+                };
+                let name = c.name.clone().unwrap_or_else(|| "nats".into());
+                let name: String = name.chars().filter(|ch| !ch.is_control()).take(200).collect();
+                frames.push(frame(&ClientRepr {
+                    value: CLIENT_PROTOCOL_VERSION,
+                    topic: &name,
+                    body: &body,
+                    ..ClientRepr::new(ClientKind::Hello)
+                }));
+                if c.verbose {
+                    // Sent with the router's WELCOME, before what came after.
+                    encode::ok(&mut self.early);
+                }
+                self.connect = Some(c);
+                return Ok(());
+            }
+            ClientOp::Ping => {
+                encode::pong(out);
+                return Ok(());
+            }
+            ClientOp::Pong => return Ok(()),
+            _ if self.connect.is_none() => return fatal(out, "Authorization Violation: CONNECT first"),
+            ClientOp::Pub { subject, reply, headers, payload } => {
+                if headers.is_some_and(|h| h != b"NATS/1.0\r\n\r\n") {
+                    encode::err(out, "tickwire carries no NATS headers yet: publish without headers");
+                    return Ok(());
+                }
+                if let Some(why) = unsupported(subject) {
+                    encode::err(out, why);
+                    return Ok(());
+                }
+                if let Err(e) = to_topic(subject, &mut self.topic) {
+                    encode::err(out, &e.to_string());
+                    return Ok(());
+                }
+                let mut repr = ClientRepr { topic: &self.topic, body: payload, ..ClientRepr::new(ClientKind::Publish) };
+                if let Some(reply) = reply {
+                    let k = self.next_correlation;
+                    self.next_correlation += 1;
+                    if self.reply_order.len() >= REPLIES_MAX {
+                        if let Some(old) = self.reply_order.pop_front() {
+                            self.replies.remove(&old);
+                        }
+                    }
+                    self.replies.insert(k, reply.to_owned());
+                    self.reply_order.push_back(k);
+                    repr.flags = flags::REQUEST;
+                    repr.sequence = k;
+                }
+                frames.push(frame(&repr));
+            }
+            ClientOp::Sub { subject, queue, sid } => {
+                if let Some(why) = unsupported(subject) {
+                    encode::err(out, why);
+                    return Ok(());
+                }
+                if self.sids.contains_key(sid) {
+                    encode::err(out, &format!("Invalid Subscription: sid {sid} is in use"));
+                    return Ok(());
+                }
+                if self.subs.len() >= SUBSCRIPTIONS_MAX {
+                    encode::err(out, "Maximum Subscriptions Exceeded");
+                    return Ok(());
+                }
+                let pattern = match to_topic(subject, &mut self.topic).map(|()| Pattern::parse(&self.topic)) {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(e)) => {
+                        encode::err(out, &format!("Invalid Subject: {e}"));
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        encode::err(out, &e.to_string());
+                        return Ok(());
+                    }
+                };
+                let id = self.next_id;
+                self.next_id = self.next_id.wrapping_add(1).max(1);
+                let mut repr = ClientRepr { value: id, topic: &self.topic, ..ClientRepr::new(ClientKind::Subscribe) };
+                if let Some(q) = queue {
+                    repr.flags = flags::QUEUE;
+                    repr.body = q.as_bytes();
+                }
+                frames.push(frame(&repr));
+                self.sids.insert(sid.to_owned(), id);
+                self.subs.insert(id, Sub { sid: sid.to_owned(), pattern, remaining: None });
+            }
+            ClientOp::Unsub { sid, max } => {
+                let Some(&id) = self.sids.get(sid) else {
+                    // As a NATS server: an unknown sid is no error.
+                    return ok(out, verbose);
+                };
+                match max {
+                    Some(m) if m > 0 => {
+                        if let Some(s) = self.subs.get_mut(&id) {
+                            s.remaining = Some(m);
+                        }
+                    }
+                    _ => frames.push(self.unsubscribe(id)),
+                }
+            }
+        }
+        ok(out, verbose)
+    }
+
+    /// Forgets subscription `id`; the UNSUBSCRIBE to hand the router.
+    fn unsubscribe(&mut self, id: u32) -> Vec<u8> {
+        if let Some(s) = self.subs.remove(&id) {
+            self.sids.remove(&s.sid);
+        }
+        frame(&ClientRepr { value: id, ..ClientRepr::new(ClientKind::Unsubscribe) })
+    }
+
+    /// One frame the router sent this session, as NATS operations into
+    /// `out`.
+    pub fn handle_frame(&mut self, f: &ClientFrame<'_>, out: &mut Vec<u8>) -> After {
+        match f.kind() {
+            ClientKind::Deliver => self.deliver(f, out),
+            ClientKind::Welcome => {
+                self.welcomed = true;
+                out.append(&mut self.early);
+                After::Nothing
+            }
+            ClientKind::Heartbeat => {
+                encode::ping(out);
+                After::Nothing
+            }
+            ClientKind::Reject => {
+                let code = RejectCode::from_u32(f.value());
+                let reason = String::from_utf8_lossy(f.body());
+                match code {
+                    RejectCode::NoResponders => self.no_responders(f.sequence(), out),
+                    RejectCode::Forbidden => encode::err(out, &format!("Permissions Violation: {reason}")),
+                    _ => encode::err(out, &reason),
+                }
+                After::Nothing
+            }
+            ClientKind::Close => {
+                let code = RejectCode::from_u32(f.value());
+                let reason = String::from_utf8_lossy(f.body());
+                self.early.clear();
+                if code == RejectCode::Forbidden && !self.welcomed {
+                    encode::err(out, &format!("Authorization Violation: {reason}"));
+                } else if code != RejectCode::Normal {
+                    encode::err(out, &reason);
+                }
+                After::Close
+            }
+            // ACK (guaranteed publishes: NATS has none), LOSS and the rest.
+            _ => After::Nothing,
+        }
+    }
+
+    fn deliver(&mut self, f: &ClientFrame<'_>, out: &mut Vec<u8>) -> After {
+        if f.flags() & flags::GUARANTEED == 0 {
+            // A direct delivery's value: messages dropped before it.
+            self.discarded += u64::from(f.value());
+        }
+        let topic = f.topic();
+        let (reply, payload) = if f.flags() & flags::REQUEST != 0 {
+            match request::split_body(f.body()) {
+                Some((inbox, p)) => (Some(inbox), p),
+                None => return After::Nothing,
+            }
+        } else {
+            (None, f.body())
+        };
+        // A reply on this session's inbox: out on the subject its request named.
+        if let Some(k) = request::correlation_of(topic) {
+            let Some(subject) = self.replies.get(&k).cloned() else { return After::Nothing };
+            return self.send(&subject, None, payload, out);
+        }
+        to_subject(topic, &mut self.subject);
+        let subject = std::mem::take(&mut self.subject);
+        let mut reply_subject = String::new();
+        if let Some(inbox) = reply {
+            to_subject(inbox, &mut reply_subject);
+        }
+        let after = self.send(&subject, reply.map(|_| reply_subject.as_str()), payload, out);
+        self.subject = subject;
+        after
+    }
+
+    /// `MSG` on `subject` to every subscription it matches; an `UNSUB`
+    /// whose count ran out goes back to the router.
+    fn send(&mut self, subject: &str, reply: Option<&str>, payload: &[u8], out: &mut Vec<u8>) -> After {
+        let mut topic = std::mem::take(&mut self.topic);
+        if to_topic(subject, &mut topic).is_err() {
+            self.topic = topic;
+            return After::Nothing;
+        }
+        self.matched.clear();
+        self.matched.extend(self.subs.iter().filter(|(_, s)| s.pattern.matches(&topic)).map(|(&id, _)| id));
+        self.topic = topic;
+        self.matched.sort_unstable();
+        let mut done = Vec::new();
+        for i in 0..self.matched.len() {
+            let id = self.matched[i];
+            let Some(s) = self.subs.get_mut(&id) else { continue };
+            encode::msg(out, subject, &s.sid, reply, payload);
+            if let Some(r) = &mut s.remaining {
+                *r -= 1;
+                if *r == 0 {
+                    done.push(id);
+                }
+            }
+        }
+        if done.is_empty() {
+            return After::Nothing;
+        }
+        After::Frames(done.into_iter().map(|id| self.unsubscribe(id)).collect())
+    }
+
+    /// REJECT `NoResponders` of request `k`: the 503 status message on its
+    /// reply subject, if the client asked for them (as a NATS server).
+    fn no_responders(&mut self, k: u64, out: &mut Vec<u8>) {
+        let Some(subject) = self.replies.remove(&k) else { return };
+        let wants = self.connect.as_ref().is_some_and(|c| c.headers && c.no_responders);
+        if !wants || to_topic(&subject, &mut self.topic).is_err() {
+            return;
+        }
+        let topic = &self.topic;
+        for s in self.subs.values().filter(|s| s.pattern.matches(topic)) {
+            encode::hmsg(out, &subject, &s.sid, None, encode::NO_RESPONDERS, b"");
+        }
+    }
+}
+
+fn ok(out: &mut Vec<u8>, verbose: bool) -> Result<(), String> {
+    if verbose {
+        encode::ok(out);
+    }
+    Ok(())
+}
+
+fn fatal(out: &mut Vec<u8>, why: &str) -> Result<(), String> {
+    encode::err(out, why);
+    Err(why.to_owned())
+}
+
+/// Why a subject names a NATS server feature tickwire does not have.
+fn unsupported(subject: &str) -> Option<&'static str> {
+    if subject.starts_with("$JS.") || subject.starts_with("$KV.") || subject.starts_with("$O.") {
+        Some("JetStream is not supported by tickwire (use its durable queues and subscriptions)")
+    } else if subject.starts_with("$SYS.") {
+        Some("the NATS system account ($SYS) is not supported by tickwire")
+    } else {
+        None
+    }
+}
