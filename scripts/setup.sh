@@ -39,6 +39,8 @@ systemd          systemd-analyze verify checks deploy/systemd
 prometheus       promtool checks deploy/prometheus rules
 linux-perf       perf: the profiles in docs/PERFORMANCE.md
 strace           strace -c: system calls per message
+python3          the NATS protocol tests run the real Python NATS client (nats-py)
+python3-venv     target/nats-venv, where nats-py is installed
 EOF
 )
 names() { awk '{print $1}' <<<"$PACKAGES"; }
@@ -97,3 +99,13 @@ if command -v rustup >/dev/null 2>&1; then
   rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 fi
 cargo --version
+
+# The NATS front end's tests drive the router with the real, unmodified
+# Python NATS client, installed here into a virtual environment of the
+# build's own (nothing installed for the system's Python).
+NATS_VENV="$(cd "$(dirname "$0")/.." && pwd)/target/nats-venv"
+if ! "$NATS_VENV/bin/python" -c 'import nats' >/dev/null 2>&1; then
+  echo "setup: installing nats-py into target/nats-venv"
+  python3 -m venv "$NATS_VENV"
+  "$NATS_VENV/bin/pip" install -q --disable-pip-version-check 'nats-py==2.16.0'
+fi

@@ -21,6 +21,9 @@ pub struct RouterArgs {
     /// Serve no TCP clients.
     #[arg(long, conflicts_with = "listen")]
     no_tcp: bool,
+    /// Also serve NATS clients (the NATS client protocol) on HOST:PORT, plain TCP (repeat for several).
+    #[arg(long)]
+    nats_listen: Vec<String>,
     /// Keep the last message of each topic this pattern matches, for subscribers that ask (repeat for several).
     #[arg(long)]
     cache: Vec<String>,
@@ -283,6 +286,9 @@ fn config(s: &Settings, a: &RouterArgs) -> Result<RouterConfig, String> {
     }
     if a.no_tcp {
         cfg.listen.clear();
+    }
+    if !a.nats_listen.is_empty() {
+        cfg.nats_listen.clone_from(&a.nats_listen);
     }
     if a.no_ipc {
         cfg.ipc = false;

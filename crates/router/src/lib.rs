@@ -67,6 +67,7 @@ pub mod index;
 pub mod ipc_login;
 mod lock;
 pub mod metrics;
+pub mod nats;
 pub mod peers;
 pub mod queue;
 pub mod routing;

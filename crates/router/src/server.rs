@@ -166,7 +166,14 @@ impl Server {
                 .map_err(|source| StartError::Io { what: format!("listen on tcp://{addr}"), source })?;
             l.set_nonblocking(true).map_err(|e| io(Path::new("listener"), e))?;
             let local = l.local_addr().map_err(|e| io(Path::new("listener"), e))?;
-            listeners.push((l, local));
+            listeners.push((l, local, false));
+        }
+        for addr in cfg.nats_addrs()? {
+            let l = TcpListener::bind(addr)
+                .map_err(|source| StartError::Io { what: format!("NATS listener on {addr}"), source })?;
+            l.set_nonblocking(true).map_err(|e| io(Path::new("listener"), e))?;
+            let local = l.local_addr().map_err(|e| io(Path::new("listener"), e))?;
+            listeners.push((l, local, true));
         }
         let tls = match &cfg.tls {
             Some(t) => Some(t.server_config()?),
@@ -339,6 +346,7 @@ impl Server {
         let mutual =
             if self.cfg.tls.as_ref().is_some_and(|t| t.client_ca.is_some()) { " (client certificates)" } else { "" };
         parts.extend(self.acceptor.addrs().iter().map(|a| format!("{scheme}://{a}{mutual}")));
+        parts.extend(self.acceptor.nats_addrs().iter().map(|a| format!("nats://{a}")));
         if let Some(m) = &self.metrics {
             parts.push(format!("metrics on http://{}/metrics", m.addr()));
         }
@@ -401,6 +409,11 @@ impl Server {
         self.acceptor.addrs()
     }
 
+    /// The NATS listeners' bound addresses.
+    pub fn nats_addrs(&self) -> Vec<SocketAddr> {
+        self.acceptor.nats_addrs()
+    }
+
     /// What takes TCP connections: those open and their limits, the
     /// refusals.
     pub fn acceptor(&self) -> &Acceptor {
@@ -451,9 +464,9 @@ impl Server {
             if now.saturating_sub(self.last_accept) >= ACCEPT_NS {
                 self.last_accept = now;
                 let mut taken = Vec::new();
-                work += self.acceptor.accept(now, |wire, peer, slot| taken.push((wire, peer, slot)));
-                for (wire, peer, slot) in taken {
-                    self.hand(Control::Tcp { wire: Arc::new(wire), peer, slot });
+                work += self.acceptor.accept(now, |wire, peer, slot, nats| taken.push((wire, peer, slot, nats)));
+                for (wire, peer, slot, nats) in taken {
+                    self.hand(Control::Tcp { wire: Arc::new(wire), peer, slot, nats });
                 }
                 work += self.take_logins(now);
             }

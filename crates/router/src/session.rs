@@ -4,6 +4,7 @@
 
 use crate::access::User;
 use crate::counters::client as cc;
+use crate::nats::NatsOut;
 use crate::queue::OutQueue;
 use crate::tcp::TcpOut;
 use rustc_hash::FxHashMap;
@@ -46,6 +47,8 @@ pub enum Outbound {
     Ipc(LogAppender),
     /// A TCP connection (frames behind a 4-byte length).
     Tcp(TcpOut),
+    /// A NATS client's connection (frames turned into NATS operations).
+    Nats(Box<NatsOut>),
     /// Frames kept in memory (tests and sans-IO use).
     Memory(MemoryOut),
 }
@@ -70,7 +73,7 @@ impl Outbound {
                 }
             }
             // Always queued: `flush` writes everything queued at once.
-            Outbound::Tcp(_) => Sent::Full,
+            Outbound::Tcp(_) | Outbound::Nats(_) => Sent::Full,
             Outbound::Memory(m) => {
                 if m.frames.len() >= m.room {
                     return Sent::Full;
@@ -87,6 +90,7 @@ impl Outbound {
         match self {
             Outbound::Ipc(log) => offer_result(log.offer(frame)),
             Outbound::Tcp(t) => t.send_frame(frame),
+            Outbound::Nats(n) => n.send_frame(frame),
             Outbound::Memory(m) => {
                 if m.frames.len() >= m.room {
                     return Sent::Full;
@@ -329,13 +333,21 @@ impl Session {
         !self.queue.is_empty()
             || !self.control.is_empty()
             || self.ack_due > 0
-            || matches!(&self.out, Outbound::Tcp(t) if t.has_pending() || t.failure().is_some())
+            || match &self.out {
+                Outbound::Tcp(t) => t.has_pending() || t.failure().is_some(),
+                Outbound::Nats(n) => n.has_pending() || n.failure().is_some() || !n.to_router.is_empty(),
+                _ => false,
+            }
     }
 
     /// Whether its transport (a TCP connection) found its socket full at
     /// the last flush: flushing again before it is writable is wasted.
     pub(crate) fn write_blocked(&self) -> bool {
-        matches!(&self.out, Outbound::Tcp(t) if t.is_blocked())
+        match &self.out {
+            Outbound::Tcp(t) => t.is_blocked(),
+            Outbound::Nats(n) => n.is_blocked(),
+            _ => false,
+        }
     }
 
     /// Whether its shared-memory log out of the router was truncated or
@@ -348,6 +360,7 @@ impl Session {
     pub(crate) fn transport_failure(&self) -> Option<&str> {
         match &self.out {
             Outbound::Tcp(t) => t.failure(),
+            Outbound::Nats(n) => n.failure(),
             _ => None,
         }
     }
@@ -477,6 +490,12 @@ impl Session {
             self.stats.bytes_out += bytes as u64;
             return n + frames;
         }
+        if let Outbound::Nats(t) = &mut self.out {
+            let (frames, bytes) = t.write_queue(&mut self.queue);
+            self.stats.messages_out += frames as u64;
+            self.stats.bytes_out += bytes as u64;
+            return n + frames;
+        }
         while let Some(f) = self.queue.front() {
             let len = f.len() as u64;
             match self.out.try_send_encoded(f) {
@@ -497,7 +516,11 @@ impl Session {
     pub(crate) fn flush_best_effort(&mut self) {
         for _ in 0..100 {
             self.flush();
-            let tcp_pending = matches!(&self.out, Outbound::Tcp(t) if t.has_pending());
+            let tcp_pending = match &self.out {
+                Outbound::Tcp(t) => t.has_pending(),
+                Outbound::Nats(n) => n.has_pending(),
+                _ => false,
+            };
             if self.control.is_empty() && self.ack_due == 0 && !tcp_pending {
                 return;
             }

@@ -75,8 +75,9 @@ pub fn descriptor_limit() -> (u64, u64) {
 
 /// The TCP listeners, the connections they let in, and the refusals.
 pub struct Acceptor {
-    listeners: Vec<(TcpListener, SocketAddr)>,
-    /// TLS on every listener.
+    /// Each listener, its address, and whether it takes NATS clients.
+    listeners: Vec<(TcpListener, SocketAddr, bool)>,
+    /// TLS on every native listener (NATS listeners are plain).
     tls: Option<Arc<ServerConfig>>,
     connections: Arc<Connections>,
     /// The descriptor given up to accept a connection when there is none
@@ -106,7 +107,7 @@ impl Acceptor {
     /// Takes connections from `listeners` (non-blocking) under `limits`,
     /// counting into a set of `counters` labelled `name`.
     pub(crate) fn new(
-        listeners: Vec<(TcpListener, SocketAddr)>,
+        listeners: Vec<(TcpListener, SocketAddr, bool)>,
         tls: Option<Arc<ServerConfig>>,
         limits: &LimitsConfig,
         counters: Option<&Arc<CountersFile>>,
@@ -117,7 +118,7 @@ impl Acceptor {
         if let Some(why) = lowered {
             tracing::warn!("{why}");
         }
-        for (l, addr) in &listeners {
+        for (l, addr, _) in &listeners {
             if let Err(e) = nix::sys::socket::Backlog::new(ACCEPT_BACKLOG).and_then(|b| nix::sys::socket::listen(l, b))
             {
                 tracing::warn!("tcp://{addr}: a backlog of {ACCEPT_BACKLOG}: {e}");
@@ -139,9 +140,14 @@ impl Acceptor {
         a
     }
 
-    /// The listeners' bound addresses.
+    /// The native listeners' bound addresses.
     pub fn addrs(&self) -> Vec<SocketAddr> {
-        self.listeners.iter().map(|(_, a)| *a).collect()
+        self.listeners.iter().filter(|l| !l.2).map(|(_, a, _)| *a).collect()
+    }
+
+    /// The NATS listeners' bound addresses.
+    pub fn nats_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners.iter().filter(|l| l.2).map(|(_, a, _)| *a).collect()
     }
 
     /// Whether the listeners speak TLS.
@@ -171,14 +177,15 @@ impl Acceptor {
     /// Takes the connections waiting (at most [`ACCEPTS_PER_CALL`] per
     /// listener), hands each one admitted to `hand` with its slot and
     /// refuses the others; returns how many it took.
-    pub(crate) fn accept(&mut self, now: u64, mut hand: impl FnMut(Wire, SocketAddr, Slot)) -> usize {
+    pub(crate) fn accept(&mut self, now: u64, mut hand: impl FnMut(Wire, SocketAddr, Slot, bool)) -> usize {
         let mut n = 0;
         for i in 0..self.listeners.len() {
+            let nats = self.listeners[i].2;
             for _ in 0..ACCEPTS_PER_CALL {
                 match self.listeners[i].0.accept() {
                     Ok((stream, peer)) => {
                         n += 1;
-                        self.admit(stream, peer, now, &mut hand);
+                        self.admit(stream, peer, now, nats, &mut hand);
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                     Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
@@ -219,11 +226,18 @@ impl Acceptor {
         }
     }
 
-    fn admit(&mut self, stream: TcpStream, peer: SocketAddr, now: u64, hand: &mut impl FnMut(Wire, SocketAddr, Slot)) {
+    fn admit(
+        &mut self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        now: u64,
+        nats: bool,
+        hand: &mut impl FnMut(Wire, SocketAddr, Slot, bool),
+    ) {
         let slot = match self.connections.take(peer.ip()) {
             Ok(slot) => slot,
             Err(why) => {
-                self.refuse(stream, peer, why);
+                self.refuse(stream, peer, why, nats);
                 self.note(why, Some(peer), None, now);
                 return;
             }
@@ -233,11 +247,11 @@ impl Acceptor {
             return;
         }
         let wire = match &self.tls {
-            Some(cfg) => Wire::tls_server(stream, cfg),
-            None => Ok(Wire::plain(stream)),
+            Some(cfg) if !nats => Wire::tls_server(stream, cfg),
+            _ => Ok(Wire::plain(stream)),
         };
         match wire {
-            Ok(w) => hand(w, peer, slot),
+            Ok(w) => hand(w, peer, slot, nats),
             Err(e) => tracing::warn!("tcp://{peer}: {e}"),
         }
     }
@@ -257,9 +271,10 @@ impl Acceptor {
             return false;
         };
         drop(spare);
+        let nats = self.listeners[i].2;
         let refused = match self.listeners[i].0.accept() {
             Ok((stream, peer)) => {
-                self.refuse(stream, peer, Refusal::NoDescriptors);
+                self.refuse(stream, peer, Refusal::NoDescriptors, nats);
                 self.note(Refusal::NoDescriptors, Some(peer), Some(e), now);
                 true
             }
@@ -274,8 +289,9 @@ impl Acceptor {
     }
 
     /// Refuses a connection just taken: CLOSE (`Limit`) with the reason
-    /// and the end of the stream over TCP, a reset over TLS.
-    fn refuse(&self, stream: TcpStream, peer: SocketAddr, why: Refusal) {
+    /// and the end of the stream over TCP (a NATS client: `-ERR`), a
+    /// reset over TLS.
+    fn refuse(&self, stream: TcpStream, peer: SocketAddr, why: Refusal, nats: bool) {
         let c = &self.connections;
         let reason = match why {
             Refusal::MaxConnections => format!("too many connections: {} (limits.max_connections)", c.max()),
@@ -288,7 +304,11 @@ impl Acceptor {
                 "too many connections: the router is out of file descriptors (RLIMIT_NOFILE)".to_owned()
             }
         };
-        if self.tls.is_some() {
+        if nats {
+            let mut b = Vec::new();
+            tickwire_nats::encode::err(&mut b, &format!("maximum connections exceeded: {reason}"));
+            say_and_close(stream, &b);
+        } else if self.tls.is_some() {
             reset(&stream);
         } else {
             close_with(stream, &reason);
@@ -317,16 +337,27 @@ impl Acceptor {
 /// empty send buffer, never blocking), the end of the stream after it,
 /// and what the client already sent read, so closing does not turn into
 /// a reset that could overtake the CLOSE.
-fn close_with(mut stream: TcpStream, reason: &str) {
+fn close_with(stream: TcpStream, reason: &str) {
     let close =
         ClientRepr { value: RejectCode::Limit as u32, body: reason.as_bytes(), ..ClientRepr::new(ClientKind::Close) };
     let mut frame = vec![0u8; 4 + close.buffer_len()];
     frame[..4].copy_from_slice(&(close.buffer_len() as u32).to_le_bytes());
-    if close.emit(&mut frame[4..]).is_err() || stream.set_nonblocking(true).is_err() {
+    if close.emit(&mut frame[4..]).is_err() {
         reset(&stream);
         return;
     }
-    let _ = stream.write(&frame);
+    say_and_close(stream, &frame);
+}
+
+/// Writes `bytes` (one write into an empty send buffer, never blocking),
+/// ends the stream, and reads what the client sent (so closing does not
+/// turn into a reset that could overtake the bytes).
+fn say_and_close(mut stream: TcpStream, bytes: &[u8]) {
+    if stream.set_nonblocking(true).is_err() {
+        reset(&stream);
+        return;
+    }
+    let _ = stream.write(bytes);
     let _ = stream.shutdown(Shutdown::Write);
     let mut sink = [0u8; 1024];
     let _ = stream.read(&mut sink);

@@ -16,6 +16,7 @@
 //! (through its control channel); a router with one agent runs it on
 //! the server's own thread.
 
+mod nats;
 mod tcp;
 
 pub use tcp::IoCounts;
@@ -91,6 +92,8 @@ pub(crate) enum Control {
         /// Its place in the count of connections, given back when its
         /// socket is closed.
         slot: Slot,
+        /// It speaks the NATS client protocol ([`crate::nats`]).
+        nats: bool,
     },
     /// Another agent's clients' interest changed.
     Interest(Interest),
@@ -416,7 +419,7 @@ impl RoutingAgent {
                         self.close(id, &d);
                     }
                 }
-                Control::Tcp { wire, peer, slot } => self.adopt_tcp(wire, peer, slot),
+                Control::Tcp { wire, peer, slot, nats } => self.adopt_tcp(wire, peer, slot, nats),
                 Control::Authenticated(r) => {
                     let id = r.session;
                     if let Err(d) = self.router.handle_auth(r) {

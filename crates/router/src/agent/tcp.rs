@@ -7,6 +7,7 @@
 
 use super::{handle, RoutingAgent, POLL_LIMIT};
 use crate::accept::Slot;
+use crate::nats::{nats_max_payload, NatsIn, NatsOut};
 use crate::routing::Disconnect;
 use crate::session::Outbound;
 use crate::tcp::TcpOut;
@@ -45,6 +46,9 @@ impl std::ops::AddAssign for IoCounts {
 pub(super) struct TcpInput {
     pub(super) stream: Arc<Wire>,
     pub(super) reader: link::LinkReader,
+    /// A NATS client's: its bytes read and not yet parsed (`reader` is
+    /// then unused).
+    pub(super) nats: Option<Box<NatsIn>>,
     /// Heartbeats once welcomed (`None` before: the hello timeout's).
     live: Option<link::Liveness>,
     /// Its place in the count of connections (dropped with it).
@@ -52,7 +56,7 @@ pub(super) struct TcpInput {
 }
 
 impl RoutingAgent {
-    pub(super) fn adopt_tcp(&mut self, wire: Arc<Wire>, peer: SocketAddr, slot: Slot) {
+    pub(super) fn adopt_tcp(&mut self, wire: Arc<Wire>, peer: SocketAddr, slot: Slot, nats: bool) {
         // Registered under the id its session will get.
         let next = self.router.next_id();
         let fd = wire.stream().as_raw_fd();
@@ -62,17 +66,29 @@ impl RoutingAgent {
             tracing::warn!("tcp://{peer}: {e}");
             return;
         }
-        let scheme = if wire.is_tls() { "tls" } else { "tcp" };
-        let out = Outbound::Tcp(TcpOut::new(Arc::clone(&wire)));
+        let scheme = match (nats, wire.is_tls()) {
+            (true, _) => "nats",
+            (false, true) => "tls",
+            (false, false) => "tcp",
+        };
+        let max_frame = self.router.limits().max_frame;
+        let out = if nats {
+            let info = self.nats_info(&wire, next);
+            Outbound::Nats(Box::new(NatsOut::new(Arc::clone(&wire), &info)))
+        } else {
+            Outbound::Tcp(TcpOut::new(Arc::clone(&wire)))
+        };
         let id = self.router.attach_at(out, format!("{scheme} {peer}"), self.now);
         debug_assert_eq!(id, next);
+        // A NATS client's INFO goes with the next flush.
+        self.router.mark_pending(id);
         let i = id as usize;
         if self.tcp.len() <= i {
             self.tcp.resize_with(i + 1, || None);
         }
-        let max_frame = self.router.limits().max_frame;
         let reader = link::LinkReader::new(HEADER_LEN, max_frame);
-        self.tcp[i] = Some(TcpInput { stream: wire, reader, live: None, _slot: slot });
+        let nats = nats.then(|| Box::new(NatsIn::new(nats_max_payload(max_frame))));
+        self.tcp[i] = Some(TcpInput { stream: wire, reader, nats, live: None, _slot: slot });
         self.tcp_sessions += 1;
         tracing::info!(client = self.router.client_id(id), %peer, agent = %self.role, "{scheme} client connected");
     }
@@ -132,6 +148,18 @@ impl RoutingAgent {
             if any_held && self.router.is_held(id as u32) {
                 if !self.unread.contains(&t) {
                     self.unread.push(t);
+                }
+                continue;
+            }
+            if self.tcp.get(id).is_some_and(|i| i.as_ref().is_some_and(|i| i.nats.is_some())) {
+                match self.read_nats(id as u32) {
+                    Ok((n, more)) => {
+                        work += n;
+                        if more && !self.unread.contains(&t) {
+                            self.unread.push(t);
+                        }
+                    }
+                    Err(d) => self.close(id as u32, &d),
                 }
                 continue;
             }
@@ -251,8 +279,10 @@ impl RoutingAgent {
             input.reader.trim();
         }
         for id in self.router.session_ids() {
-            if let Some(Outbound::Tcp(t)) = self.router.session_mut(id).map(crate::Session::outbound_mut) {
-                t.trim();
+            match self.router.session_mut(id).map(crate::Session::outbound_mut) {
+                Some(Outbound::Tcp(t)) => t.trim(),
+                Some(Outbound::Nats(n)) => n.trim(),
+                _ => {}
             }
         }
     }
@@ -261,9 +291,14 @@ impl RoutingAgent {
     pub(crate) fn io_counts(&self) -> IoCounts {
         let mut io = self.io;
         for id in self.router.session_ids() {
-            if let Some(Outbound::Tcp(t)) = self.router.session(id).map(crate::Session::outbound) {
-                io.writes += t.stats().writes;
+            match self.router.session(id).map(crate::Session::outbound) {
+                Some(Outbound::Tcp(t)) => io.writes += t.stats().writes,
+                Some(Outbound::Nats(n)) => io.writes += n.stats().writes,
+                _ => {}
             }
+        }
+        for input in self.tcp.iter().flatten() {
+            io.reads += input.nats.as_ref().map_or(0, |n| n.reads);
         }
         io
     }

@@ -10,6 +10,7 @@
 //! name = "tickwire-router"        # sent to clients in WELCOME
 //! ipc = true                      # serve shared-memory clients
 //! listen = ["tcp://127.0.0.1:7600"]  # TCP listeners; [] for none
+//! nats_listen = ["127.0.0.1:4222"]   # NATS clients' listeners, HOST:PORT (plain TCP; default: none)
 //! cpu = 1                         # pin the routing agent (default: not pinned)
 //! agents = 1                      # routing agents, each a thread serving its share of the clients
 //! cpus = [1, 0]                   # with several: agent K pinned to cpus[K % len] (instead of cpu)
@@ -93,6 +94,8 @@ pub struct RouterConfig {
     pub ipc: bool,
     /// TCP listeners, `tcp://HOST:PORT`.
     pub listen: Vec<String>,
+    /// Listeners for NATS clients (the NATS client protocol), `HOST:PORT`.
+    pub nats_listen: Vec<String>,
     /// CPU to pin the (first) routing agent to.
     pub cpu: Option<usize>,
     /// Routing agents (threads), each serving its share of the clients.
@@ -327,6 +330,7 @@ impl Default for RouterConfig {
             dir: tickwire_shm::default_dir(),
             ipc: true,
             listen: vec![DEFAULT_LISTEN.into()],
+            nats_listen: Vec::new(),
             cpu: None,
             agents: 1,
             cpus: Vec::new(),
@@ -435,6 +439,20 @@ impl RouterConfig {
         self.listen.iter().map(|l| parse_tcp(l)).collect()
     }
 
+    /// The NATS listeners as addresses.
+    ///
+    /// # Errors
+    /// [`ConfigError::Value`] for one that is not `HOST:PORT`.
+    pub fn nats_addrs(&self) -> Result<Vec<SocketAddr>, ConfigError> {
+        self.nats_listen
+            .iter()
+            .map(|l| {
+                let bad = || ConfigError::Value { key: "nats_listen", value: l.clone(), why: "expected HOST:PORT" };
+                tickwire_transport::tcp::resolve(l.strip_prefix("nats://").unwrap_or(l)).ok_or_else(bad)
+            })
+            .collect()
+    }
+
     /// Checks every value.
     ///
     /// # Errors
@@ -444,6 +462,7 @@ impl RouterConfig {
             Err(ConfigError::Value { key, value: value.to_string(), why })
         }
         self.listen_addrs()?;
+        self.nats_addrs()?;
         if tickwire_agent::Idle::parse(&self.idle).is_err() {
             return bad("idle", &self.idle, "one of spin, yield, backoff, park");
         }

@@ -261,6 +261,11 @@ impl Router {
         }
     }
 
+    /// Whether clients must log in as a user (users are configured).
+    pub fn requires_login(&self) -> bool {
+        self.login.enabled()
+    }
+
     /// Applies a new set of users (a reload) to every open session:
     /// sessions of a user removed, or whose password changed, must end (they
     /// are returned); the others carry on under their user's new ACLs, and

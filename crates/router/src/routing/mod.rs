@@ -247,6 +247,11 @@ impl Router {
         r
     }
 
+    /// Its name (sent to clients in WELCOME).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The client id the world knows session `id` by (its number across
     /// every routing agent).
     pub fn client_id(&self, id: u32) -> u32 {

@@ -1,0 +1,132 @@
+//! A routing agent's NATS clients ([`crate::nats`]): the `INFO` a new
+//! connection gets, and reading: the bytes of one readiness, parsed into
+//! operations in place, each made into client frames for the router.
+
+use super::{handle, RoutingAgent};
+use crate::nats::NATS_VERSION;
+use crate::routing::Disconnect;
+use crate::session::Outbound;
+use std::io::Read;
+use tickwire_nats::encode::Info;
+use tickwire_nats::parse::parse;
+use tickwire_transport::tls::Wire;
+use tickwire_wire::client::RejectCode;
+
+/// Bytes asked of the socket per read at most.
+const READ_BYTES: usize = 64 << 10;
+
+/// Reads per readiness at most; past them the connection is read again
+/// next duty cycle (its socket's readiness, edge-triggered, would not say
+/// so again).
+const READS_PER_READINESS: usize = 8;
+
+impl RoutingAgent {
+    /// What a NATS client that will be session `id` is told on connecting.
+    pub(super) fn nats_info(&self, wire: &Wire, id: u32) -> Info {
+        let local = wire.stream().local_addr().ok();
+        Info {
+            server_id: format!("tickwire-{}", std::process::id()),
+            server_name: self.router.name().to_owned(),
+            version: NATS_VERSION.into(),
+            proto: 1,
+            host: local.map_or_else(String::new, |a| a.ip().to_string()),
+            port: local.map_or(0, |a| a.port()),
+            headers: true,
+            max_payload: crate::nats::nats_max_payload(self.router.limits().max_frame),
+            client_id: u64::from(self.router.client_id(id)),
+            auth_required: self.router.requires_login(),
+            tls_required: false,
+        }
+    }
+
+    /// Reads NATS client `id`'s socket until it would block (at most
+    /// [`READS_PER_READINESS`] times) and acts on every whole operation
+    /// read; returns the operations, and whether bytes may be left in the
+    /// socket.
+    ///
+    /// # Errors
+    /// Why the connection ends: the client closed it, a read failed, or it
+    /// sent what is not an operation (told as the NATS server's `-ERR`).
+    pub(super) fn read_nats(&mut self, id: u32) -> Result<(usize, bool), Disconnect> {
+        let mut ops = 0;
+        for _ in 0..READS_PER_READINESS {
+            match self.read_nats_once(id)? {
+                Some(n) => ops += n,
+                None => return Ok((ops, false)),
+            }
+        }
+        Ok((ops, true))
+    }
+
+    /// One read: the operations acted on, or `None` if the socket had
+    /// nothing.
+    fn read_nats_once(&mut self, id: u32) -> Result<Option<usize>, Disconnect> {
+        let (tcp, router, times, countdown) = (&mut self.tcp, &mut self.router, &self.times, &mut self.countdown);
+        let Some(Some(input)) = tcp.get_mut(id as usize) else { return Ok(None) };
+        let Some(nin) = input.nats.as_deref_mut() else { return Ok(None) };
+        let mut frames = Vec::new();
+        // Frames the session's translation made while writing (an UNSUB
+        // whose count ran out) go first.
+        if let Some(Outbound::Nats(out)) = router.session_mut(id).map(crate::Session::outbound_mut) {
+            frames.append(&mut out.to_router);
+        }
+        for f in frames.drain(..) {
+            handle(router, times, countdown, id, &f)?;
+        }
+        let have = nin.buf.len();
+        let room = nin.capacity().saturating_sub(have).min(READ_BYTES);
+        nin.buf.resize(have + room, 0);
+        nin.reads += 1;
+        let read = (&*input.stream).read(&mut nin.buf[have..]);
+        let n = match read {
+            Ok(0) => {
+                nin.buf.truncate(have);
+                return Err(Disconnect { code: RejectCode::Normal, reason: "the client closed the connection".into() });
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                nin.buf.truncate(have);
+                return Ok(None);
+            }
+            Err(e) => {
+                nin.buf.truncate(have);
+                return Err(Disconnect { code: RejectCode::Normal, reason: format!("read: {e}") });
+            }
+        };
+        nin.buf.truncate(have + n);
+        let (mut used, mut ops) = (0, 0);
+        let limits = nin.limits;
+        let result = loop {
+            let op = match parse(&nin.buf[used..], &limits) {
+                Ok(Some((op, took))) => {
+                    used += took;
+                    op
+                }
+                Ok(None) => break Ok(Some(ops)),
+                Err(e) => break Err(Disconnect::protocol(e.to_string())),
+            };
+            ops += 1;
+            let Some(Outbound::Nats(out)) = router.session_mut(id).map(crate::Session::outbound_mut) else {
+                break Ok(Some(ops));
+            };
+            let out = &mut **out;
+            if let Err(why) = out.session.handle_op(op, &mut frames, &mut out.staged) {
+                break Err(Disconnect { code: RejectCode::Normal, reason: why });
+            }
+            let mut failed = None;
+            for f in frames.drain(..) {
+                if let Err(d) = handle(router, times, countdown, id, &f) {
+                    failed = Some(d);
+                    break;
+                }
+            }
+            if let Some(d) = failed {
+                break Err(d);
+            }
+        };
+        nin.buf.drain(..used);
+        // Its answers (PONG, +OK, -ERR) go with the next flush.
+        router.mark_pending(id);
+        result
+    }
+}

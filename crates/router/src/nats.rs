@@ -1,0 +1,169 @@
+//! NATS clients' connections (`nats_listen`): the NATS text protocol on a
+//! port of its own, in front of the same routing core as native clients.
+//!
+//! The session's queue holds the router's client frames as for any TCP
+//! client (so drop-oldest, conflation and the memory bounds apply
+//! unchanged); [`NatsOut`] turns them into NATS operations
+//! ([`tickwire_nats::session`]) when it writes, a batch of them per
+//! `write`, and the agent reads with [`NatsIn`]: the bytes of one
+//! readiness, parsed into operations in place (`tickwire_nats::parse`),
+//! each made into client frames for the router.
+
+use crate::queue::OutQueue;
+use crate::session::Sent;
+use std::sync::Arc;
+use tickwire_nats::encode::{self, Info};
+use tickwire_nats::parse::Limits as NatsLimits;
+use tickwire_nats::session::{After, NatsSession};
+use tickwire_transport::link::{Batching, LinkStats, LinkWriter};
+use tickwire_transport::tls::Wire;
+use tickwire_wire::ClientFrame;
+
+/// NATS bytes a connection may have waiting to be written (control
+/// operations, a batch cut by a short write) before it counts as full.
+const PENDING_LIMIT: usize = 256 << 10;
+
+/// Queued frames turned into NATS bytes per write at most.
+const BATCH_BYTES: usize = 256 << 10;
+
+/// The version a tickwire router answers as in `INFO`: clients enable
+/// headers and no responders from 2.2 on.
+pub const NATS_VERSION: &str = "2.10.0";
+
+/// The writing half of a NATS client's connection, and its session.
+#[derive(Debug)]
+pub struct NatsOut {
+    stream: Arc<Wire>,
+    /// Write accounting, failure and blocking (its own buffer stays empty:
+    /// `staged` is written as the caller's bytes).
+    writer: LinkWriter,
+    /// NATS bytes not yet written.
+    pub(crate) staged: Vec<u8>,
+    /// The translation of this client's operations and frames.
+    pub(crate) session: NatsSession,
+    /// Client frames its translation made for the router while writing
+    /// (an `UNSUB` whose count ran out), taken by the agent.
+    pub(crate) to_router: Vec<Vec<u8>>,
+}
+
+impl NatsOut {
+    /// A new connection's: its `INFO` staged.
+    pub(crate) fn new(stream: Arc<Wire>, info: &Info) -> Self {
+        let mut staged = Vec::new();
+        encode::info(&mut staged, info);
+        Self {
+            stream,
+            writer: LinkWriter::new(PENDING_LIMIT, Batching::EVERY_FRAME),
+            staged,
+            session: NatsSession::new(),
+            to_router: Vec::new(),
+        }
+    }
+
+    /// Whether bytes wait to be written.
+    pub(crate) fn has_pending(&self) -> bool {
+        !self.staged.is_empty() && self.writer.failure().is_none()
+    }
+
+    /// Whether its last write found the socket full.
+    pub(crate) fn is_blocked(&self) -> bool {
+        self.writer.is_blocked() && self.writer.failure().is_none()
+    }
+
+    /// Why the connection failed, once it has.
+    pub(crate) fn failure(&self) -> Option<&str> {
+        self.writer.failure()
+    }
+
+    /// What its writes did.
+    pub(crate) fn stats(&self) -> LinkStats {
+        self.writer.stats()
+    }
+
+    /// Gives back its buffers' memory when idle.
+    pub(crate) fn trim(&mut self) {
+        if self.staged.is_empty() {
+            self.staged = Vec::new();
+        }
+        self.writer.trim();
+    }
+
+    /// One frame from the router, translated.
+    fn translate(&mut self, frame: &[u8]) {
+        let Ok(f) = ClientFrame::new_checked(frame) else { return };
+        if let After::Frames(mut fs) = self.session.handle_frame(&f, &mut self.staged) {
+            self.to_router.append(&mut fs);
+        }
+    }
+
+    /// Sends a control frame ahead of the queue.
+    pub(crate) fn send_frame(&mut self, frame: &[u8]) -> Sent {
+        if self.staged.len() > PENDING_LIMIT {
+            self.write();
+            if self.staged.len() > PENDING_LIMIT {
+                return Sent::Full;
+            }
+        }
+        self.translate(frame);
+        Sent::Yes
+    }
+
+    /// Writes what is staged; returns the bytes written.
+    fn write(&mut self) -> usize {
+        if self.staged.is_empty() {
+            return 0;
+        }
+        let Ok(n) = self.writer.flush(&self.stream, &mut [&self.staged]) else { return 0 };
+        self.staged.drain(..n);
+        n
+    }
+
+    /// Writes what is staged, then turns queued frames into NATS bytes (a
+    /// batch at a time) and writes them while the socket takes them;
+    /// returns the frames and bytes of the queue moved.
+    pub(crate) fn write_queue(&mut self, queue: &mut OutQueue) -> (usize, usize) {
+        let (mut frames, mut bytes) = (0, 0);
+        loop {
+            self.write();
+            if !self.staged.is_empty() || queue.is_empty() || self.writer.failure().is_some() {
+                return (frames, bytes);
+            }
+            while self.staged.len() < BATCH_BYTES {
+                let Some(f) = queue.front() else { break };
+                bytes += f.len();
+                self.translate(f);
+                queue.pop();
+                frames += 1;
+            }
+            self.writer.count_frames(frames as u64);
+        }
+    }
+}
+
+/// The reading half of a NATS client's connection: the bytes read and not
+/// yet parsed.
+#[derive(Debug)]
+pub(crate) struct NatsIn {
+    pub(crate) buf: Vec<u8>,
+    pub(crate) limits: NatsLimits,
+    /// Reads made (would-block ones included).
+    pub(crate) reads: u64,
+}
+
+impl NatsIn {
+    pub(crate) fn new(max_payload: usize) -> Self {
+        Self { buf: Vec::new(), limits: NatsLimits { max_payload, ..NatsLimits::default() }, reads: 0 }
+    }
+
+    /// Most bytes it holds: one whole operation at its limits.
+    pub(crate) fn capacity(&self) -> usize {
+        self.limits.max_control_line + self.limits.max_payload + 4
+    }
+}
+
+/// The largest payload a NATS client may publish (`INFO`'s `max_payload`):
+/// what a client frame of `max_frame` bytes holds beside its header and the
+/// longest topic.
+pub fn nats_max_payload(max_frame: usize) -> usize {
+    max_frame.saturating_sub(tickwire_wire::client::HEADER_LEN + tickwire_topic::MAX_LEN + 1).max(1)
+}
