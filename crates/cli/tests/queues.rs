@@ -80,13 +80,15 @@ fn publish(d: &str, from: u32, n: u32) {
 fn queues_are_managed_from_the_command_line_under_the_acls_and_an_exclusive_consumer_hands_over() {
     let d = scratch("queues");
     let config = format!("{d}/router.toml");
-    let user = |name: &str, publish: &str| {
+    let user = |name: &str, publish: &str, subscribe: &str| {
         let hash = cmd::hash_password(&format!("{name}-secret"));
         format!(
-            "[[users]]\nname = \"{name}\"\npassword_hash = \"{hash}\"\npublish = [{publish}]\nsubscribe = [\"orders/>\"]\n\n"
+            "[[users]]\nname = \"{name}\"\npassword_hash = \"{hash}\"\npublish = [{publish}]\nsubscribe = [{subscribe}]\n\n"
         )
     };
-    let toml = user("ops", "\"_sys/queue/>\", \"orders/>\"") + &user("desk", "\"orders/>\"");
+    let toml = user("ops", "\"_sys/queue/>\", \"orders/>\"", "\"orders/>\"")
+        + &user("desk", "\"orders/>\"", "\"orders/>\"")
+        + &user("peek", "\"_sys/queue/>\"", "\"fx/>\"");
     std::fs::write(&config, toml).unwrap();
     let journal = format!("{d}/journal");
     let _r = RouterProcess::start(&["--dir", &d, "--config", &config, "router", "--no-tcp", "--journal", &journal]);
@@ -105,6 +107,9 @@ fn queues_are_managed_from_the_command_line_under_the_acls_and_an_exclusive_cons
     publish(&d, 1, 20);
     let v = list_until(&d, |q| q[0]["depth"] == 20);
     assert_eq!((v["queues"][0]["depth"].as_u64(), v["queues"][0]["consumers"].as_u64()), (Some(20), Some(0)), "{v}");
+    // Browsing shows payloads: only to a user who may read them.
+    let peek = run(&d, "peek", &["queue", "browse", "gw"]);
+    assert!(text(&peek.stderr).contains("may not read every topic orders/> matches"), "{}", text(&peek.stderr));
     let browsed = run(&d, "ops", &["queue", "browse", "gw", "--count", "3"]);
     let lines: Vec<String> = text(&browsed.stdout).lines().skip(1).map(str::to_owned).collect();
     assert_eq!(lines.len(), 3, "{lines:?}");

@@ -32,10 +32,20 @@ use tickwire_wire::client::{credentials, flags, ClientKind, ClientRepr, RejectCo
 use tickwire_wire::request;
 use tickwire_wire::ClientFrame;
 
-/// Reply subjects remembered at most (the oldest forgotten first): a
-/// requester's replies that come after are dropped, as replies to a
-/// request long gone.
+/// Reply subjects remembered at most, and their bytes (the oldest
+/// forgotten first): a requester's replies that come after are dropped,
+/// as replies to a request long gone.
 pub const REPLIES_MAX: usize = 65_536;
+/// See [`REPLIES_MAX`].
+pub const REPLIES_BYTES_MAX: usize = 4 << 20;
+
+/// What the client may be answered before its login is checked (`PONG`s
+/// and `+OK`s held until WELCOME), bytes.
+pub const EARLY_MAX: usize = 64 << 10;
+
+/// Request correlation ids start here, above every subscription id: a
+/// REJECT's sequence says which of the two it refuses.
+const FIRST_CORRELATION: u64 = 1 << 32;
 
 /// Subscriptions a connection may hold here at most (the router's own
 /// `max_subscriptions` applies as well).
@@ -48,8 +58,12 @@ struct Sub {
     sid: String,
     /// Its subject as a topic pattern.
     pattern: Pattern,
-    /// Messages it may still receive (`UNSUB sid max`).
-    remaining: Option<u64>,
+    /// Messages it received.
+    delivered: u64,
+    /// Messages it may receive in all (`UNSUB sid max`).
+    max: Option<u64>,
+    /// Its queue group, if it joined one.
+    queue: Option<String>,
 }
 
 /// What the caller does after [`NatsSession::handle_frame`].
@@ -84,6 +98,7 @@ pub struct NatsSession {
     /// Reply subjects by request correlation id, and their order.
     replies: HashMap<u64, String>,
     reply_order: VecDeque<u64>,
+    reply_bytes: usize,
     next_correlation: u64,
     topic: String,
     subject: String,
@@ -102,7 +117,7 @@ fn frame(r: &ClientRepr<'_>) -> Vec<u8> {
 impl NatsSession {
     /// A session before its `CONNECT`.
     pub fn new() -> Self {
-        Self { next_id: 1, next_correlation: 1, ..Self::default() }
+        Self { next_id: 1, next_correlation: FIRST_CORRELATION, ..Self::default() }
     }
 
     /// Whether its `CONNECT` came.
@@ -124,8 +139,12 @@ impl NatsSession {
     pub fn handle_op(&mut self, op: ClientOp<'_>, frames: &mut Vec<Vec<u8>>, out: &mut Vec<u8>) -> Result<(), String> {
         if self.connect.is_some() && !self.welcomed {
             let mut early = std::mem::take(&mut self.early);
-            let r = self.op(op, frames, &mut early);
+            let mut r = self.op(op, frames, &mut early);
             self.early = early;
+            if r.is_ok() && self.early.len() > EARLY_MAX {
+                self.early.clear();
+                r = fatal(&mut self.early, "Slow Consumer: answers waiting for the login past their bound");
+            }
             if r.is_err() {
                 out.append(&mut self.early);
             }
@@ -190,12 +209,14 @@ impl NatsSession {
                 if let Some(reply) = reply {
                     let k = self.next_correlation;
                     self.next_correlation += 1;
-                    if self.reply_order.len() >= REPLIES_MAX {
-                        if let Some(old) = self.reply_order.pop_front() {
-                            self.replies.remove(&old);
+                    while self.reply_order.len() >= REPLIES_MAX || self.reply_bytes + reply.len() > REPLIES_BYTES_MAX {
+                        let Some(old) = self.reply_order.pop_front() else { break };
+                        if let Some(r) = self.replies.remove(&old) {
+                            self.reply_bytes -= r.len();
                         }
                     }
                     self.replies.insert(k, reply.to_owned());
+                    self.reply_bytes += reply.len();
                     self.reply_order.push_back(k);
                     repr.flags = flags::REQUEST;
                     repr.sequence = k;
@@ -235,19 +256,18 @@ impl NatsSession {
                 }
                 frames.push(frame(&repr));
                 self.sids.insert(sid.to_owned(), id);
-                self.subs.insert(id, Sub { sid: sid.to_owned(), pattern, remaining: None });
+                let queue = queue.map(str::to_owned);
+                self.subs.insert(id, Sub { sid: sid.to_owned(), pattern, delivered: 0, max: None, queue });
             }
             ClientOp::Unsub { sid, max } => {
                 let Some(&id) = self.sids.get(sid) else {
                     // As a NATS server: an unknown sid is no error.
                     return ok(out, verbose);
                 };
-                match max {
-                    Some(m) if m > 0 => {
-                        if let Some(s) = self.subs.get_mut(&id) {
-                            s.remaining = Some(m);
-                        }
-                    }
+                // The count is of the messages since SUB (NATS's rule): one
+                // that has had them all ends now.
+                match (max, self.subs.get_mut(&id)) {
+                    (Some(m), Some(s)) if m > s.delivered => s.max = Some(m),
                     _ => frames.push(self.unsubscribe(id)),
                 }
             }
@@ -280,6 +300,15 @@ impl NatsSession {
             ClientKind::Reject => {
                 let code = RejectCode::from_u32(f.value());
                 let reason = String::from_utf8_lossy(f.body());
+                // A refused SUBSCRIBE (its sequence a subscription id) is
+                // forgotten here too, as the router forgot it.
+                if f.sequence() < FIRST_CORRELATION {
+                    if let Ok(id) = u32::try_from(f.sequence()) {
+                        if let Some(s) = self.subs.remove(&id) {
+                            self.sids.remove(&s.sid);
+                        }
+                    }
+                }
                 match code {
                     RejectCode::NoResponders => self.no_responders(f.sequence(), out),
                     RejectCode::Forbidden => encode::err(out, &format!("Permissions Violation: {reason}")),
@@ -320,7 +349,11 @@ impl NatsSession {
         // A reply on this session's inbox: out on the subject its request named.
         if let Some(k) = request::correlation_of(topic) {
             let Some(subject) = self.replies.get(&k).cloned() else { return After::Nothing };
-            return self.send(&subject, None, payload, out);
+            let mut reply_topic = String::new();
+            if to_topic(&subject, &mut reply_topic).is_err() {
+                return After::Nothing;
+            }
+            return self.send(&reply_topic, &subject, None, payload, out);
         }
         to_subject(topic, &mut self.subject);
         let subject = std::mem::take(&mut self.subject);
@@ -328,33 +361,35 @@ impl NatsSession {
         if let Some(inbox) = reply {
             to_subject(inbox, &mut reply_subject);
         }
-        let after = self.send(&subject, reply.map(|_| reply_subject.as_str()), payload, out);
+        let after = self.send(topic, &subject, reply.map(|_| reply_subject.as_str()), payload, out);
         self.subject = subject;
         after
     }
 
-    /// `MSG` on `subject` to every subscription it matches; an `UNSUB`
-    /// whose count ran out goes back to the router.
-    fn send(&mut self, subject: &str, reply: Option<&str>, payload: &[u8], out: &mut Vec<u8>) -> After {
-        let mut topic = std::mem::take(&mut self.topic);
-        if to_topic(subject, &mut topic).is_err() {
-            self.topic = topic;
-            return After::Nothing;
-        }
+    /// `MSG` on `subject` (whose topic is `topic`) to every plain
+    /// subscription whose pattern matches the topic, and to one of each
+    /// queue group's (the router chose this client for the group, or for
+    /// a plain subscription: a connection holding both cannot tell which);
+    /// an `UNSUB` whose count ran out goes back to the router.
+    fn send(&mut self, topic: &str, subject: &str, reply: Option<&str>, payload: &[u8], out: &mut Vec<u8>) -> After {
         self.matched.clear();
-        self.matched.extend(self.subs.iter().filter(|(_, s)| s.pattern.matches(&topic)).map(|(&id, _)| id));
-        self.topic = topic;
+        self.matched.extend(self.subs.iter().filter(|(_, s)| s.pattern.matches(topic)).map(|(&id, _)| id));
         self.matched.sort_unstable();
+        let mut groups: Vec<String> = Vec::new();
         let mut done = Vec::new();
         for i in 0..self.matched.len() {
             let id = self.matched[i];
             let Some(s) = self.subs.get_mut(&id) else { continue };
-            encode::msg(out, subject, &s.sid, reply, payload);
-            if let Some(r) = &mut s.remaining {
-                *r -= 1;
-                if *r == 0 {
-                    done.push(id);
+            if let Some(q) = &s.queue {
+                if groups.contains(q) {
+                    continue;
                 }
+                groups.push(q.clone());
+            }
+            encode::msg(out, subject, &s.sid, reply, payload);
+            s.delivered += 1;
+            if s.max.is_some_and(|m| s.delivered >= m) {
+                done.push(id);
             }
         }
         if done.is_empty() {
@@ -367,6 +402,7 @@ impl NatsSession {
     /// reply subject, if the client asked for them (as a NATS server).
     fn no_responders(&mut self, k: u64, out: &mut Vec<u8>) {
         let Some(subject) = self.replies.remove(&k) else { return };
+        self.reply_bytes -= subject.len();
         let wants = self.connect.as_ref().is_some_and(|c| c.headers && c.no_responders);
         if !wants || to_topic(&subject, &mut self.topic).is_err() {
             return;

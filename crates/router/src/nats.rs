@@ -26,6 +26,11 @@ const PENDING_LIMIT: usize = 256 << 10;
 /// Queued frames turned into NATS bytes per write at most.
 const BATCH_BYTES: usize = 256 << 10;
 
+/// NATS bytes a connection may have staged at all: past this (one
+/// delivery to thousands of its subscriptions, answers to a client that
+/// sends and never reads) it is a slow consumer and is closed.
+const STAGED_MAX: usize = 16 << 20;
+
 /// The version a tickwire router answers as in `INFO`: clients enable
 /// headers and no responders from 2.2 on.
 pub const NATS_VERSION: &str = "2.10.0";
@@ -42,8 +47,10 @@ pub struct NatsOut {
     /// The translation of this client's operations and frames.
     pub(crate) session: NatsSession,
     /// Client frames its translation made for the router while writing
-    /// (an `UNSUB` whose count ran out), taken by the agent.
+    /// (an `UNSUB` whose count ran out), taken by the router's flush.
     pub(crate) to_router: Vec<Vec<u8>>,
+    /// Why it was given up: its staged bytes passed [`STAGED_MAX`].
+    overflow: Option<String>,
 }
 
 impl NatsOut {
@@ -57,6 +64,7 @@ impl NatsOut {
             staged,
             session: NatsSession::new(),
             to_router: Vec::new(),
+            overflow: None,
         }
     }
 
@@ -72,7 +80,20 @@ impl NatsOut {
 
     /// Why the connection failed, once it has.
     pub(crate) fn failure(&self) -> Option<&str> {
-        self.writer.failure()
+        self.overflow.as_deref().or(self.writer.failure())
+    }
+
+    /// Gives the connection up if its staged bytes passed their bound;
+    /// whether it did.
+    pub(crate) fn check_staged(&mut self) -> bool {
+        if self.overflow.is_none() && self.staged.len() > STAGED_MAX {
+            self.overflow = Some(format!(
+                "slow consumer: {} bytes for the client wait to be written (at most {STAGED_MAX})",
+                self.staged.len()
+            ));
+            self.staged = Vec::new();
+        }
+        self.overflow.is_some()
     }
 
     /// What its writes did.
@@ -90,10 +111,14 @@ impl NatsOut {
 
     /// One frame from the router, translated.
     fn translate(&mut self, frame: &[u8]) {
+        if self.overflow.is_some() {
+            return;
+        }
         let Ok(f) = ClientFrame::new_checked(frame) else { return };
         if let After::Frames(mut fs) = self.session.handle_frame(&f, &mut self.staged) {
             self.to_router.append(&mut fs);
         }
+        self.check_staged();
     }
 
     /// Sends a control frame ahead of the queue.
@@ -125,9 +150,10 @@ impl NatsOut {
         let (mut frames, mut bytes) = (0, 0);
         loop {
             self.write();
-            if !self.staged.is_empty() || queue.is_empty() || self.writer.failure().is_some() {
+            if !self.staged.is_empty() || queue.is_empty() || self.failure().is_some() {
                 return (frames, bytes);
             }
+            let before = frames;
             while self.staged.len() < BATCH_BYTES {
                 let Some(f) = queue.front() else { break };
                 bytes += f.len();
@@ -135,7 +161,7 @@ impl NatsOut {
                 queue.pop();
                 frames += 1;
             }
-            self.writer.count_frames(frames as u64);
+            self.writer.count_frames((frames - before) as u64);
         }
     }
 }
@@ -148,11 +174,20 @@ pub(crate) struct NatsIn {
     pub(crate) limits: NatsLimits,
     /// Reads made (would-block ones included).
     pub(crate) reads: u64,
+    /// Bytes read (the peer's liveness).
+    pub(crate) bytes_in: u64,
 }
 
 impl NatsIn {
     pub(crate) fn new(max_payload: usize) -> Self {
-        Self { buf: Vec::new(), limits: NatsLimits { max_payload, ..NatsLimits::default() }, reads: 0 }
+        Self { buf: Vec::new(), limits: NatsLimits { max_payload, ..NatsLimits::default() }, reads: 0, bytes_in: 0 }
+    }
+
+    /// Gives back its buffer's memory when it holds nothing.
+    pub(crate) fn trim(&mut self) {
+        if self.buf.is_empty() {
+            self.buf = Vec::new();
+        }
     }
 
     /// Most bytes it holds: one whole operation at its limits.

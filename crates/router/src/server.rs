@@ -168,6 +168,9 @@ impl Server {
             let local = l.local_addr().map_err(|e| io(Path::new("listener"), e))?;
             listeners.push((l, local, false));
         }
+        if cfg.tls.is_some() && !cfg.nats_listen.is_empty() {
+            tracing::warn!("NATS listeners are plain TCP: [router.tls] applies to the native listeners only");
+        }
         for addr in cfg.nats_addrs()? {
             let l = TcpListener::bind(addr)
                 .map_err(|source| StartError::Io { what: format!("NATS listener on {addr}"), source })?;

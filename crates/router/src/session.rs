@@ -335,7 +335,7 @@ impl Session {
             || self.ack_due > 0
             || match &self.out {
                 Outbound::Tcp(t) => t.has_pending() || t.failure().is_some(),
-                Outbound::Nats(n) => n.has_pending() || n.failure().is_some() || !n.to_router.is_empty(),
+                Outbound::Nats(n) => n.has_pending() || n.failure().is_some(),
                 _ => false,
             }
     }

@@ -231,3 +231,48 @@ fn what_tickwire_does_not_have_is_refused_by_name_and_the_connection_kept() {
     n.send(&mut r, "CONNECT {}\r\n");
     assert!(n.closed);
 }
+
+#[test]
+fn a_subscription_the_router_refuses_is_forgotten_and_counts_run_from_sub() {
+    let limits = Limits { max_subscriptions: 1, ..Limits::default() };
+    let mut r = Router::new("test", limits, None);
+    let mut s = Nats::connect(&mut r, "{}");
+    let mut p = Nats::connect(&mut r, "{}");
+    // The second is past the router's limit: refused, and not kept here.
+    s.send(&mut r, "SUB md.> 1\r\nSUB md.eu 2\r\n");
+    s.pump(&mut r);
+    assert!(s.take().starts_with("-ERR"));
+    assert_eq!(s.session.subscriptions(), 1);
+    // Two messages, then UNSUB 1 2: it has had both, so it ends at once.
+    p.send(&mut r, "PUB md.eu 1\r\na\r\nPUB md.eu 1\r\nb\r\n");
+    pump(&mut r, &mut [&mut s, &mut p]);
+    assert_eq!(s.take(), "MSG md.eu 1 1\r\na\r\nMSG md.eu 1 1\r\nb\r\n");
+    s.send(&mut r, "UNSUB 1 2\r\n");
+    p.send(&mut r, "PUB md.eu 1\r\nc\r\n");
+    pump(&mut r, &mut [&mut s, &mut p]);
+    assert_eq!(s.take(), "");
+    assert_eq!(r.session(s.id).unwrap().subscriptions(), 0);
+}
+
+#[test]
+fn a_native_topic_with_a_dot_in_a_level_reaches_the_subscriptions_it_matches() {
+    let mut r = Router::new("test", Limits::default(), None);
+    let mut n = Nats::connect(&mut r, "{}");
+    n.send(&mut r, "SUB md.* 1\r\n");
+    let p = native(&mut r, None);
+    r.handle_frame(p, &frame(ClientRepr { topic: "md/eu.x", body: b"v", ..ClientRepr::new(ClientKind::Publish) }))
+        .unwrap();
+    n.pump(&mut r);
+    assert_eq!(n.take(), "MSG md.eu.x 1 1\r\nv\r\n", "matched on its topic, not on the subject spelled back");
+}
+
+#[test]
+fn two_subscriptions_of_one_queue_group_on_one_connection_get_one_copy() {
+    let mut r = Router::new("test", Limits::default(), None);
+    let mut s = Nats::connect(&mut r, "{}");
+    let mut p = Nats::connect(&mut r, "{}");
+    s.send(&mut r, "SUB q.> g 1\r\nSUB q.* g 2\r\n");
+    p.send(&mut r, "PUB q.x 1\r\nz\r\n");
+    pump(&mut r, &mut [&mut s, &mut p]);
+    assert_eq!(s.take().matches("MSG q.x").count(), 1);
+}

@@ -72,7 +72,7 @@ fn queues_are_created_listed_browsed_and_deleted_by_request_and_kept_across_a_re
     let other = ask(&mut r, admin, "create", &create("gw", "orders/>", QueueOptions::default()));
     assert!(other.error.unwrap().contains("exists"));
     for (req, why) in [
-        (create("a/b", "x", QueueOptions::default()), "one word"),
+        (create("a/b", "x", QueueOptions::default()), "1 to 64 of"),
         (create("q", "bad//topic", QueueOptions::default()), "topic"),
         (create("q", "_inbox/>", QueueOptions::default()), "router's topics"),
     ] {
@@ -293,6 +293,66 @@ fn a_queue_whose_messages_retention_removed_tells_its_consumer_and_counts_only_w
     assert_eq!(delivered(&sent).first().map(|d| d.0), Some(first), "then what is held, from the first");
     let list = ask(&mut r, admin, "list", &QueueRequest::default());
     assert_eq!(list.queues[0].depth, 1000 - (first - 1), "what retention removed is no longer waiting: {list:?}");
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_publisher_held_for_one_full_queue_does_not_hold_back_another_publisher_s() {
+    let dir = tempdir("queue-held-order");
+    let mut r = router(&dir, GuaranteedConfig::default(), 1 << 20);
+    let admin = client(&mut r, "admin", 0);
+    let block = QueueOptions { max_depth: 1, full: FullPolicy::Block, ..QueueOptions::default() };
+    assert_eq!(ask(&mut r, admin, "create", &create("a", "a/>", block)).error, None);
+    assert_eq!(ask(&mut r, admin, "create", &create("b", "b/>", block)).error, None);
+    let (pa, pb) = (client(&mut r, "pa", 7), client(&mut r, "pb", 8));
+    // Each queue full after its first message; the second of each is held.
+    for (p, topic) in [(pa, "a/x"), (pb, "b/x")] {
+        publish(&mut r, p, 1, topic);
+        publish(&mut r, p, 2, topic);
+    }
+    settle(&mut r, 0);
+    assert_eq!((acked(&frames(&mut r, pa)), acked(&frames(&mut r, pb))), (Some(1), Some(1)));
+    // b's consumer makes room in b; a stays full (nobody consumes it).
+    let c = client(&mut r, "c", 0);
+    durable_queue(&mut r, c, 1, "b/>", "b");
+    settle(&mut r, 0);
+    let got = delivered(&frames(&mut r, c));
+    ack(&mut r, c, 1, got[0].0);
+    settle(&mut r, 0);
+    assert_eq!(acked(&frames(&mut r, pb)), Some(2), "b's publisher was not held behind a's");
+    assert_eq!(acked(&frames(&mut r, pa)), None, "a's still waits");
+    assert_eq!(r.journal_status().unwrap().held, 1);
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn acknowledgements_around_a_message_held_unacknowledged_stay_a_few_ranges_whatever_else_the_journal_holds() {
+    let dir = tempdir("queue-ranges");
+    let cfg = GuaranteedConfig { window: 100_000, ..GuaranteedConfig::default() };
+    let mut r = router(&dir, cfg, 1 << 24);
+    let p = client(&mut r, "p", 7);
+    let c = client(&mut r, "c", 0);
+    durable_queue(&mut r, c, 1, "orders/>", "gw");
+    // The queue's messages are every other record of the journal.
+    for seq in 1..=2_000u64 {
+        publish(&mut r, p, seq, if seq % 2 == 0 { "orders/eu" } else { "fx/eu" });
+    }
+    settle(&mut r, 0);
+    let got = delivered(&frames(&mut r, c));
+    assert_eq!(got.len(), 1_000);
+    // The first is held unacknowledged (a poison message); the rest are
+    // acknowledged.
+    for d in &got[1..] {
+        ack(&mut r, c, 1, d.0);
+    }
+    settle(&mut r, 0);
+    r.guaranteed_housekeeping(1);
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join(tickwire_router::guaranteed::DURABLES_FILE)).unwrap()).unwrap();
+    let ranges = saved[0]["acked_beyond"].as_array().unwrap();
+    assert!(ranges.len() <= 2, "a few ranges, not one per acknowledgement: {} of them", ranges.len());
     drop(r);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -65,14 +65,6 @@ impl RoutingAgent {
         let Some(Some(input)) = tcp.get_mut(id as usize) else { return Ok(None) };
         let Some(nin) = input.nats.as_deref_mut() else { return Ok(None) };
         let mut frames = Vec::new();
-        // Frames the session's translation made while writing (an UNSUB
-        // whose count ran out) go first.
-        if let Some(Outbound::Nats(out)) = router.session_mut(id).map(crate::Session::outbound_mut) {
-            frames.append(&mut out.to_router);
-        }
-        for f in frames.drain(..) {
-            handle(router, times, countdown, id, &f)?;
-        }
         let have = nin.buf.len();
         let room = nin.capacity().saturating_sub(have).min(READ_BYTES);
         nin.buf.resize(have + room, 0);
@@ -94,6 +86,7 @@ impl RoutingAgent {
             }
         };
         nin.buf.truncate(have + n);
+        nin.bytes_in += n as u64;
         let (mut used, mut ops) = (0, 0);
         let limits = nin.limits;
         let result = loop {
@@ -112,6 +105,11 @@ impl RoutingAgent {
             let out = &mut **out;
             if let Err(why) = out.session.handle_op(op, &mut frames, &mut out.staged) {
                 break Err(Disconnect { code: RejectCode::Normal, reason: why });
+            }
+            // A client that sends (PINGs) and never reads its answers.
+            if out.check_staged() {
+                let reason = out.failure().unwrap_or_default().to_owned();
+                break Err(Disconnect { code: RejectCode::Limit, reason });
             }
             let mut failed = None;
             for f in frames.drain(..) {

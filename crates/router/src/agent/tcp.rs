@@ -237,8 +237,14 @@ impl RoutingAgent {
                 continue;
             }
             let Some(s) = self.router.session_mut(id).filter(|s| s.is_welcomed()) else { continue };
-            let Outbound::Tcp(out) = s.outbound() else { continue };
-            let stats = input.reader.stats().plus(out.stats());
+            let stats = match s.outbound() {
+                Outbound::Tcp(out) => input.reader.stats().plus(out.stats()),
+                // PING, which NATS clients answer with PONG.
+                Outbound::Nats(out) => {
+                    link::LinkStats { bytes_in: input.nats.as_ref().map_or(0, |n| n.bytes_in), ..out.stats() }
+                }
+                _ => continue,
+            };
             let send = match &mut input.live {
                 None => {
                     input.live = Some(link::Liveness::new(interval, self.now));
@@ -277,6 +283,9 @@ impl RoutingAgent {
         }
         for input in self.tcp.iter_mut().flatten() {
             input.reader.trim();
+            if let Some(n) = &mut input.nats {
+                n.trim();
+            }
         }
         for id in self.router.session_ids() {
             match self.router.session_mut(id).map(crate::Session::outbound_mut) {

@@ -212,7 +212,7 @@ impl Durable {
 
 /// Durable names: 1 to 64 of `A-Z a-z 0-9 _ . -` (they become a file key
 /// and the topic `dead/NAME`).
-fn valid_name(n: &str) -> bool {
+pub(super) fn valid_name(n: &str) -> bool {
     (1..=64).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
 }
 

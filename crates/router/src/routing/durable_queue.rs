@@ -21,7 +21,7 @@ use super::durable::{save_limit, send_record, DurableState, LEASE};
 use super::guaranteed::Guaranteed;
 use super::queue_admin::{FullPolicy, QueueInfo, QueueOptions};
 use super::{control, Disconnect, Router};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use tickwire_journal::{Journal, Read, Reader};
 use tickwire_topic::Pattern;
 use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode};
@@ -39,6 +39,12 @@ pub(super) struct DurableQueue {
     /// Its messages waiting: stored and not done (delivered ones
     /// included).
     depth: u64,
+    /// Its messages stored and not yet durable (the journal is read, and
+    /// recounted, up to its durable end only).
+    fresh: VecDeque<u64>,
+    /// The journal's first sequence at its last count (retention moving
+    /// it calls for a recount).
+    counted_from: u64,
     /// Every message up to this sequence is done: acknowledged, or not
     /// the queue's.
     pub(super) acked: u64,
@@ -71,6 +77,8 @@ impl DurableQueue {
             pattern,
             options: QueueOptions::default(),
             depth: 0,
+            fresh: VecDeque::new(),
+            counted_from: 0,
             acked,
             reader: Reader::new(acked + 1),
             inflight: BTreeMap::new(),
@@ -108,26 +116,45 @@ impl DurableQueue {
     /// Counts its messages waiting from the journal (at start, and after
     /// retention removed some): those past the reader that it takes and
     /// has not done, and those delivered or to deliver again.
-    fn recount(&mut self, journal: &Journal) {
+    pub(super) fn recount(&mut self, journal: &Journal) {
+        let durable = journal.durable();
+        while self.fresh.front().is_some_and(|&s| s <= durable) {
+            self.fresh.pop_front();
+        }
         let mut r = Reader::new(self.reader.position());
-        let mut n = (self.inflight.len() + self.again.len()) as u64;
+        let mut n = (self.inflight.len() + self.again.len() + self.fresh.len()) as u64;
         loop {
-            match r.next(journal, journal.durable()) {
+            match r.next(journal, durable) {
                 Ok(Read::Record(m)) => {
-                    n += u64::from(self.pattern.matches(m.topic()) && !self.done.contains(m.sequence()));
+                    n += u64::from(self.takes(m.topic()) && !self.done.contains(m.sequence()));
                 }
                 Ok(Read::Lost { .. }) => continue,
                 Ok(Read::End) | Err(_) => break,
             }
         }
         self.depth = n;
+        self.counted_from = journal.first();
     }
 
-    /// A stored message on `topic`: one more waiting if it is this
+    /// Whether retention removed messages since its last count (it is
+    /// then counted again, once).
+    pub(super) fn needs_recount(&self, journal: &Journal) -> bool {
+        journal.first() > self.counted_from && self.reader.position() < journal.first()
+    }
+
+    /// Whether a message on `topic` is this queue's: its pattern matches,
+    /// and it is not its own dead letter (a queue fed by `>` would take
+    /// them back).
+    fn takes(&self, topic: &str) -> bool {
+        takes(&self.pattern, &self.name, topic)
+    }
+
+    /// Message `seq` on `topic` was stored: one more waiting if it is this
     /// queue's.
-    pub(super) fn stored(&mut self, topic: &str) {
-        if self.pattern.matches(topic) {
+    pub(super) fn stored(&mut self, seq: u64, topic: &str) {
+        if self.takes(topic) {
             self.depth += 1;
+            self.fresh.push_back(seq);
         }
     }
 
@@ -135,7 +162,7 @@ impl DurableQueue {
     /// then.
     pub(super) fn full_for(&self, topic: &str) -> Option<FullPolicy> {
         let max = self.options.max_depth;
-        (max > 0 && self.depth >= max && self.pattern.matches(topic)).then_some(self.options.full)
+        (max > 0 && self.depth >= max && self.takes(topic)).then_some(self.options.full)
     }
 
     /// How `router status` names it.
@@ -170,7 +197,7 @@ impl DurableQueue {
     /// For `browse`: the deliveries so far of message `seq` on `topic` if
     /// it is this queue's and waiting, else `None`.
     pub(super) fn waiting(&self, seq: u64, topic: &str) -> Option<u32> {
-        if seq <= self.acked || self.done.contains(seq) || !self.pattern.matches(topic) {
+        if seq <= self.acked || self.done.contains(seq) || !self.takes(topic) {
             return None;
         }
         Some(self.inflight.get(&seq).map(|x| x.2).or_else(|| self.again.get(&seq).copied()).unwrap_or(0))
@@ -276,107 +303,23 @@ impl DurableQueue {
     }
 }
 
-/// Publishes held at most (`FullPolicy::Block`), and their bytes.
-const HELD_MAX: usize = 65_536;
-const HELD_BYTES_MAX: usize = 64 << 20;
-
-/// One guaranteed publish held for a full queue.
-#[derive(Debug)]
-pub(super) struct HeldPublish {
-    /// Its session and that session's serial.
-    from: (u32, u64),
-    seq: u64,
-    topic: String,
-    payload: Vec<u8>,
-}
-
-/// Guaranteed publishes held for full queues, in arrival order (one
-/// publisher's held ones keep its later ones behind them).
-#[derive(Debug, Default)]
-pub(super) struct Held {
-    list: std::collections::VecDeque<HeldPublish>,
-    bytes: usize,
-}
-
-/// What a guaranteed publish may do now.
-pub(super) enum Admit {
-    /// Be stored.
-    Now,
-    /// Nothing: it is held.
-    Held,
-    /// Be refused, for this reason.
-    Refused(String),
+/// Whether queue `name`, fed by `pattern`, takes a message on `topic`: not
+/// its own dead letters.
+fn takes(pattern: &Pattern, name: &str, topic: &str) -> bool {
+    pattern.matches(topic) && topic.strip_prefix("dead/") != Some(name)
 }
 
 impl Guaranteed {
-    /// Whether a guaranteed publish on `topic` from `from` may be stored
-    /// now; one behind a held publish of its session, or for a full queue
-    /// that blocks, is held (up to the bound).
-    pub(super) fn admit(&mut self, from: (u32, u64), topic: &str, payload: &[u8], seq: u64) -> Admit {
-        let full = self.queues.values().find_map(|q| q.full_for(topic).map(|p| (q, p)));
-        let behind = self.held.list.iter().any(|h| h.from == from);
-        let policy = match full {
-            Some((q, FullPolicy::Reject)) if !behind => {
-                self.stats.queue_full += 1;
-                return Admit::Refused(format!("queue {} is full ({} messages)", q.name, q.options.max_depth));
-            }
-            None if !behind => return Admit::Now,
-            Some((q, p)) => Some((q.name.clone(), p)),
-            None => None,
-        };
-        if self.held.list.len() >= HELD_MAX || self.held.bytes + payload.len() > HELD_BYTES_MAX {
-            self.stats.queue_full += 1;
-            let name = policy.map_or_else(String::new, |(n, _)| n);
-            return Admit::Refused(format!("queue {name} is full and the router holds {HELD_MAX} publishes already"));
-        }
-        self.stats.held += 1;
-        self.held.bytes += payload.len() + topic.len();
-        self.held.list.push_back(HeldPublish { from, seq, topic: topic.to_owned(), payload: payload.to_vec() });
-        Admit::Held
-    }
-
-    /// A message on `topic` was stored: one more waiting in each queue it
-    /// feeds.
-    pub(super) fn queued(&mut self, topic: &str) {
+    /// Message `seq` on `topic` was stored: one more waiting in each queue
+    /// it feeds.
+    pub(super) fn queued(&mut self, seq: u64, topic: &str) {
         for q in self.queues.values_mut() {
-            q.stored(topic);
+            q.stored(seq, topic);
         }
-    }
-
-    /// Held publishes waiting.
-    pub(super) fn held_count(&self) -> usize {
-        self.held.list.len()
     }
 }
 
 impl Router {
-    /// Stores the held publishes whose queues have room now, in order
-    /// (the first still blocked keeps the rest behind it); drops those
-    /// whose session ended (never acknowledged, their publisher sends them
-    /// again). Returns how many moved.
-    pub(super) fn release_held(&mut self) -> usize {
-        let mut n = 0;
-        loop {
-            let Some(g) = self.guaranteed.as_deref_mut() else { return n };
-            let Some(h) = g.held.list.front() else { return n };
-            let live = matches!(self.sessions.get(h.from.0 as usize), Some(Some(s)) if s.serial == h.from.1);
-            if live && g.queues.values().any(|q| q.full_for(&h.topic).is_some()) {
-                return n;
-            }
-            let Some(h) = g.held.list.pop_front() else { return n };
-            g.held.bytes = g.held.bytes.saturating_sub(h.payload.len() + h.topic.len());
-            n += 1;
-            if live {
-                // An error here is a refusal the session had no room to
-                // be told (its control queue full): its publisher is not
-                // acknowledged and sends it again.
-                if let Err(d) = self.store_guaranteed(h.from.0, &h.topic, &h.payload, h.seq) {
-                    tracing::debug!(client = h.from.0, reason = %d.reason, "held publish refused");
-                }
-            }
-        }
-    }
-
     /// SUBSCRIBE with `DURABLE | QUEUE`: session `id`'s subscription `sid`
     /// becomes a consumer of durable queue `name` (made now, from the
     /// journal's end, if new).
@@ -422,7 +365,9 @@ impl Router {
         let Some(g) = self.guaranteed.as_deref_mut() else { return false };
         for q in g.queues.values_mut() {
             if let Some(&(c, _)) = q.consumers.iter().find(|((b, _, s), _)| *b == id && *s == sid) {
-                g.dirty |= q.ack(&c, seq);
+                let acked = q.ack(&c, seq);
+                g.dirty |= acked;
+                g.held.room |= acked;
                 return true;
             }
         }
@@ -441,6 +386,9 @@ impl Router {
         let mut work = 0;
         let mut dead: Vec<(String, Vec<u8>)> = Vec::new();
         for q in g.queues.values_mut() {
+            while q.fresh.front().is_some_and(|&s| s <= limit) {
+                q.fresh.pop_front();
+            }
             let mut lost = false;
             let live = |c: &Consumer| matches!(sessions.get(c.0 as usize), Some(Some(s)) if s.serial == c.1);
             q.remove_consumers(|c| !live(c));
@@ -482,6 +430,7 @@ impl Router {
                     // A message to deliver again that retention removed.
                     Ok(_) => {
                         q.depth = q.depth.saturating_sub(1);
+                        g.held.room = true;
                         continue;
                     }
                     Err(e) => {
@@ -493,7 +442,13 @@ impl Router {
                     }
                 };
                 let seq = r.sequence();
-                if again.is_none() && (!q.pattern.matches(r.topic()) || q.done.contains(seq)) {
+                if again.is_none() && (!takes(&q.pattern, &q.name, r.topic()) || q.done.contains(seq)) {
+                    // Not its own: done too while some before it are not,
+                    // so what is done stays a few ranges, however the
+                    // queue's messages are spread in the journal.
+                    if !q.inflight.is_empty() || !q.again.is_empty() {
+                        q.done.insert(seq);
+                    }
                     continue;
                 }
                 let count = again.map_or(0, |(_, n)| n) + 1;
@@ -501,6 +456,7 @@ impl Router {
                     dead.push((format!("dead/{}", q.name), r.payload().to_vec()));
                     q.done.insert(seq);
                     q.depth = q.depth.saturating_sub(1);
+                    g.held.room = true;
                     continue;
                 }
                 let redelivered = count > 1 || seq <= q.flag_upto;
@@ -524,6 +480,7 @@ impl Router {
             }
             if lost {
                 q.recount(&g.journal);
+                g.held.room = true;
             }
             let done = q.done_upto();
             if done > q.acked {
@@ -534,7 +491,7 @@ impl Router {
         for (topic, payload) in dead {
             g.stats.dead_letters += 1;
             match g.journal.append(0, 0, &topic, &payload) {
-                Ok(_) => g.queued(&topic),
+                Ok(at) => g.queued(at, &topic),
                 Err(e) => tracing::warn!(error = %e, topic, "dead letter not stored"),
             }
         }

@@ -11,7 +11,8 @@
 //! chunks). fsyncs run on the journal's own thread.
 
 use super::durable::{Durable, DurableState};
-use super::durable_queue::{Admit, DurableQueue, Held};
+use super::durable_queue::DurableQueue;
+use super::held::{Admit, Held};
 use super::{Disconnect, Router};
 use crate::status::{DurableStatus, JournalStatus, PublisherStatus};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -264,7 +265,7 @@ impl Router {
         // Only once it is in: a refused one is not a duplicate later.
         g.stored.insert(publisher, seq);
         g.stats.stored += 1;
-        g.queued(topic);
+        g.queued(at, topic);
         g.awaiting.push_back((at, id, serial, seq));
         self.route(id, topic, payload, seq)
     }
@@ -400,6 +401,15 @@ impl Router {
         if let Err(e) = g.journal.enforce_retention() {
             tracing::warn!(error = %e, "journal retention");
         }
+        // Retention took what a queue nobody consumes held: its depth is
+        // counted again (once), and held publishes looked at again (their
+        // sessions may have ended, too).
+        for q in g.queues.values_mut() {
+            if q.needs_recount(&g.journal) {
+                q.recount(&g.journal);
+            }
+        }
+        g.held.room = true;
         g.save();
     }
 }

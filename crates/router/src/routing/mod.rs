@@ -30,6 +30,7 @@ mod done;
 pub mod durable;
 mod durable_queue;
 pub mod guaranteed;
+mod held;
 mod login;
 mod memory;
 mod publish;

@@ -82,6 +82,17 @@ pub struct QueueRequest {
 /// Messages one `browse` shows at most.
 pub const BROWSE_MAX: usize = 1000;
 
+/// Journal records one `browse` reads at most (a queue whose messages are
+/// few among many others shows fewer than asked).
+pub const BROWSE_SCAN_MAX: usize = 100_000;
+
+/// A browsed payload's text is cut to this many bytes (`size` says the
+/// whole).
+pub const BROWSE_PAYLOAD_MAX: usize = 1024;
+
+/// Durable queues a router holds at most.
+pub const QUEUES_MAX: usize = 1024;
+
 /// A queue as `list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueInfo {
@@ -108,7 +119,8 @@ pub struct BrowsedMessage {
     pub sequence: u64,
     /// Its topic.
     pub topic: String,
-    /// Its payload, as text (invalid UTF-8 replaced).
+    /// Its payload, as text (invalid UTF-8 replaced), cut to
+    /// [`BROWSE_PAYLOAD_MAX`] bytes.
     pub payload: String,
     /// Its payload's size, bytes.
     pub size: usize,
@@ -157,10 +169,11 @@ impl Router {
             return self.reject(from, RejectCode::Forbidden, correlation, &why);
         }
         self.requests.counts[value::REQUESTS] += 1;
+        let user = self.session(from).and_then(|s| s.user.clone());
         let reply = match topic.strip_prefix(QUEUE_ADMIN_PREFIX) {
             Some(op) => {
                 match serde_json::from_slice::<QueueRequest>(if payload.is_empty() { b"{}" } else { payload }) {
-                    Ok(req) => self.queue_request(op, &req),
+                    Ok(req) => self.queue_request(op, &req, user.as_deref()),
                     Err(e) => AdminReply::error(format!("{topic}: not a queue request: {e}")),
                 }
             }
@@ -186,15 +199,23 @@ impl Router {
         Ok(())
     }
 
-    fn queue_request(&mut self, op: &str, req: &QueueRequest) -> AdminReply {
+    /// `user`: the requester's, when users are configured: creating a
+    /// queue, or browsing one, needs leave to read every topic it takes
+    /// (as binding to one does).
+    fn queue_request(&mut self, op: &str, req: &QueueRequest, user: Option<&crate::access::User>) -> AdminReply {
         // A browse's reply stays well inside a frame.
         let budget = self.limits.max_frame / 2;
         let Some(g) = self.guaranteed.as_deref_mut() else {
             return AdminReply::error("durable queues need the journal (guaranteed delivery is not enabled here)");
         };
-        if op != "list" && (req.name.is_empty() || req.name.chars().any(|c| c.is_control() || c == '/')) {
-            return AdminReply::error(format!("queue name {:?}: one word, no '/' or control characters", req.name));
+        if op != "list" && !super::durable::valid_name(&req.name) {
+            return AdminReply::error(format!("queue name {:?}: 1 to 64 of A-Z a-z 0-9 _ . -", req.name));
         }
+        let may_read = |p: &Pattern| user.is_none_or(|u| u.subscribe.reach(p) == crate::access::Reach::All);
+        let refused = |p: &Pattern| {
+            let name = user.map_or("", |u| u.name.as_str());
+            AdminReply::error(format!("user {name:?} may not read every topic {p} matches"))
+        };
         let durable = g.journal.durable();
         let info = |q: &DurableQueue| q.info(durable);
         match op {
@@ -210,11 +231,16 @@ impl Router {
                 if g.durables.contains_key(&req.name) {
                     return AdminReply::error(format!("{} is a durable subscription", req.name));
                 }
+                if !may_read(&p) {
+                    return refused(&p);
+                }
                 if let Some(q) = g.queues.get(&req.name) {
                     if *q.pattern() != p || q.options != req.options {
                         let why = format!("queue {} exists, fed by {} with {:?}", req.name, q.pattern(), q.options);
                         return AdminReply::error(why);
                     }
+                } else if g.queues.len() >= QUEUES_MAX {
+                    return AdminReply::error(format!("{QUEUES_MAX} queues already: delete one first"));
                 } else {
                     let from = g.journal.last_appended();
                     let mut q = DurableQueue::new(req.name.clone(), p, from, from);
@@ -234,6 +260,7 @@ impl Router {
                 Some(q) => {
                     let gone = info(q);
                     g.queues.remove(&req.name);
+                    g.held.room = true;
                     g.dirty = true;
                     g.save();
                     tracing::info!(queue = %req.name, depth = gone.depth, "durable queue deleted");
@@ -242,22 +269,27 @@ impl Router {
             },
             "browse" => match g.queues.get(&req.name) {
                 None => AdminReply::error(format!("no queue {}", req.name)),
+                Some(q) if !may_read(q.pattern()) => refused(q.pattern()),
                 Some(q) => {
                     let want = if req.count == 0 { 10 } else { req.count.min(BROWSE_MAX) };
                     let (mut messages, mut bytes) = (Vec::new(), 0);
                     let mut reader = Reader::new(q.acked + 1);
-                    while messages.len() < want {
+                    let mut scanned = 0;
+                    while messages.len() < want && scanned < BROWSE_SCAN_MAX {
+                        scanned += 1;
                         match reader.next(&g.journal, durable) {
                             Ok(Read::Record(r)) => {
                                 if let Some(deliveries) = q.waiting(r.sequence(), r.topic()) {
-                                    bytes += r.topic().len() + 6 * r.payload().len() + 64;
-                                    if bytes > budget && !messages.is_empty() {
+                                    let shown = &r.payload()[..r.payload().len().min(BROWSE_PAYLOAD_MAX)];
+                                    // JSON escapes a byte in 6 at most.
+                                    bytes += r.topic().len() + 6 * shown.len() + 64;
+                                    if bytes > budget {
                                         break;
                                     }
                                     messages.push(BrowsedMessage {
                                         sequence: r.sequence(),
                                         topic: r.topic().to_owned(),
-                                        payload: String::from_utf8_lossy(r.payload()).into_owned(),
+                                        payload: String::from_utf8_lossy(shown).into_owned(),
                                         size: r.payload().len(),
                                         deliveries,
                                     });

@@ -327,10 +327,18 @@ impl Router {
             return 0;
         }
         let mut n = 0;
+        let mut for_router: Vec<(u32, Vec<Vec<u8>>)> = Vec::new();
         std::mem::swap(&mut self.backlog, &mut self.flushing);
         for &id in &self.flushing {
             let Some(Some(s)) = self.sessions.get_mut(id as usize) else { continue };
             let moved = s.flush();
+            // A NATS client's frames its translation made (an UNSUB whose
+            // count ran out): acted on at once, below.
+            if let Outbound::Nats(out) = &mut s.out {
+                if !out.to_router.is_empty() {
+                    for_router.push((id, std::mem::take(&mut out.to_router)));
+                }
+            }
             if moved > 0 {
                 s.moved_at = now;
             }
@@ -354,6 +362,14 @@ impl Router {
             }
         }
         self.flushing.clear();
+        for (id, frames) in for_router {
+            for f in frames {
+                if let Err(d) = self.handle_frame(id, &f) {
+                    failed.push((id, d.reason));
+                    break;
+                }
+            }
+        }
         if !self.releasing.is_empty() {
             let list = std::mem::take(&mut self.releasing);
             self.release(&list);
