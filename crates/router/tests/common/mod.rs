@@ -23,6 +23,8 @@ pub struct Running {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<ShutdownReport>>,
     pub tcp: SocketAddr,
+    /// The first NATS listener, if configured.
+    pub nats: Option<SocketAddr>,
     /// The metrics endpoint, if configured.
     pub metrics: Option<SocketAddr>,
     reload: Sender<Vec<UserConfig>>,
@@ -62,6 +64,7 @@ pub fn start(dir: &Path, cfg: RouterConfig) -> Running {
     let cfg = RouterConfig { dir: dir.into(), listen: vec!["tcp://127.0.0.1:0".into()], idle: "yield".into(), ..cfg };
     let mut server = Server::start(cfg).unwrap();
     let tcp = server.tcp_addrs()[0];
+    let nats = server.nats_addrs().first().copied();
     let metrics = server.metrics_addr();
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
@@ -81,7 +84,7 @@ pub fn start(dir: &Path, cfg: RouterConfig) -> Running {
         }
         server.shutdown(Duration::from_millis(200))
     });
-    Running { stop, thread: Some(thread), tcp, metrics, reload, reload_tls }
+    Running { stop, thread: Some(thread), tcp, nats, metrics, reload, reload_tls }
 }
 
 pub fn tempdir(name: &str) -> PathBuf {
