@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO_ENV := if [ -f $$HOME/.cargo/env ]; then . $$HOME/.cargo/env; fi;
 
-.PHONY: setup build demo test bench crash fuzz clean fresh-check loom hostile
+.PHONY: setup build demo test bench crash fuzz clean fresh-check loom hostile nats-bench
 
 setup:
 	@./scripts/setup.sh
@@ -68,3 +68,10 @@ fresh-check: setup
 
 clean:
 	@$(CARGO_ENV) cargo clean
+
+# The router's NATS listener under the NATS project's own load generator
+# (nats bench, from natscli), beside nats-server on the same CPUs,
+# interleaved in rounds (installs natscli and nats-server into
+# target/go-bin with the Go toolchain; docs/PERFORMANCE.md).
+nats-bench: build
+	@$(CARGO_ENV) ./scripts/nats-bench.sh

@@ -14,6 +14,7 @@
 //! | `receiver` | a live stream's datagrams dropped, duplicated, reordered, mutated, and garbage, into a `Receiver` | see [`protocol`] |
 //! | `sender` | the same on the control path, into a `Sender` | see [`protocol`] |
 //! | `nats` | bytes as a NATS client's connection, whole and cut in two | parse never panics; the cut input parses the same; what parses spells back to itself |
+//! | `nats_session` | a NATS client's session fed client bytes and router frames in any order | no panic; subscriptions bounded; the frames it makes for the router parse |
 //! | `xdp_frame` | bytes as an Ethernet frame from an AF_XDP socket (IPv4 header checksum also fixed up) | read never panics; what is read has consistent lengths and writes back to itself |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -22,7 +23,7 @@ mod nats;
 pub mod protocol;
 mod views;
 
-pub use nats::nats;
+pub use nats::{nats, nats_session};
 pub use views::{client, journal_record, wire, xdp_frame};
 
 /// A fuzz target: the fuzzer's bytes in, a panic for a finding.
@@ -38,4 +39,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("sender", protocol::sender),
     ("xdp_frame", xdp_frame),
     ("nats", nats),
+    ("nats_session", nats_session),
 ];

@@ -80,3 +80,44 @@ fn round_trip(op: &ClientOp<'_>, limits: &Limits) {
     let again = parse(&b, &wide).expect("a spelled-back operation parses").expect("whole");
     assert_eq!((again.0, again.1), (*op, b.len()));
 }
+
+/// A NATS client's session (`tickwire_nats::session`) fed, in an order the
+/// input picks, what a hostile client sends and what a router may send it
+/// (any frame: a hostile peer's bytes reach it only through the router,
+/// but the state machine must not trust their order either). Invariants:
+/// no panic; subscriptions within their bound; the frames it makes for the
+/// router are frames that parse.
+pub fn nats_session(data: &[u8]) {
+    use tickwire_nats::session::{After, NatsSession, SUBSCRIPTIONS_MAX};
+    use tickwire_wire::ClientFrame;
+    let limits = Limits { max_control_line: 256, max_payload: 4096 };
+    let mut s = NatsSession::new();
+    let (mut out, mut frames) = (Vec::new(), Vec::new());
+    // Chunks: [kind][len][bytes]; kind even: client bytes, odd: a router frame.
+    let mut rest = data;
+    while rest.len() >= 2 {
+        let (kind, len) = (rest[0], usize::from(rest[1]));
+        let chunk = &rest[2..(2 + len).min(rest.len())];
+        rest = &rest[2 + chunk.len()..];
+        if kind % 2 == 0 {
+            let mut at = 0;
+            while let Ok(Some((op, n))) = parse(&chunk[at..], &limits) {
+                at += n;
+                if s.handle_op(op, &mut frames, &mut out).is_err() {
+                    return;
+                }
+            }
+        } else if let Ok(f) = ClientFrame::new_checked(chunk) {
+            match s.handle_frame(&f, &mut out) {
+                After::Frames(fs) => frames.extend(fs),
+                After::Close => return,
+                After::Nothing => {}
+            }
+        }
+        for f in frames.drain(..) {
+            ClientFrame::new_checked(&f).expect("a frame made for the router parses");
+        }
+        assert!(s.subscriptions() <= SUBSCRIPTIONS_MAX);
+        out.clear();
+    }
+}
