@@ -160,23 +160,17 @@ impl Server {
         let lock = crate::lock::take(&cfg)?;
         let io = |what: &Path, source| StartError::Io { what: what.display().to_string(), source };
         let ctx = Context::new(&cfg.dir)?;
-        let mut listeners = Vec::new();
-        for addr in cfg.listen_addrs()? {
-            let l = TcpListener::bind(addr)
-                .map_err(|source| StartError::Io { what: format!("listen on tcp://{addr}"), source })?;
-            l.set_nonblocking(true).map_err(|e| io(Path::new("listener"), e))?;
-            let local = l.local_addr().map_err(|e| io(Path::new("listener"), e))?;
-            listeners.push((l, local, false));
-        }
         if cfg.tls.is_some() && !cfg.nats_listen.is_empty() {
             tracing::warn!("NATS listeners are plain TCP: [router.tls] applies to the native listeners only");
         }
-        for addr in cfg.nats_addrs()? {
-            let l = TcpListener::bind(addr)
-                .map_err(|source| StartError::Io { what: format!("NATS listener on {addr}"), source })?;
+        let mut listeners = Vec::new();
+        let native = cfg.listen_addrs()?.into_iter().map(|a| (a, false));
+        for (addr, nats) in native.chain(cfg.nats_addrs()?.into_iter().map(|a| (a, true))) {
+            let what = if nats { format!("NATS listener on {addr}") } else { format!("listen on tcp://{addr}") };
+            let l = TcpListener::bind(addr).map_err(|source| StartError::Io { what, source })?;
             l.set_nonblocking(true).map_err(|e| io(Path::new("listener"), e))?;
             let local = l.local_addr().map_err(|e| io(Path::new("listener"), e))?;
-            listeners.push((l, local, true));
+            listeners.push((l, local, nats));
         }
         let tls = match &cfg.tls {
             Some(t) => Some(t.server_config()?),

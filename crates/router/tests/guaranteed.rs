@@ -7,10 +7,9 @@ mod journaled;
 
 use journaled::*;
 use std::time::Duration;
-use tickwire_journal::{JournalConfig, SyncPolicy};
-use tickwire_router::guaranteed::{Guaranteed, GuaranteedConfig};
-use tickwire_router::{Disconnect, Limits, Outbound, Router};
-use tickwire_wire::client::{flags, ClientKind, ClientRepr, RejectCode};
+use tickwire_router::guaranteed::GuaranteedConfig;
+use tickwire_router::{Disconnect, Outbound};
+use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode};
 
 #[test]
 fn a_guaranteed_publish_is_stored_once_and_acknowledged_when_durable() {
@@ -162,39 +161,12 @@ fn a_message_past_its_delivery_count_goes_to_the_dead_letter_topic() {
 #[test]
 fn a_durable_subscriber_away_longer_than_retention_gets_a_loss_event() {
     let dir = tempdir("loss");
-    let j = JournalConfig {
-        sync: SyncPolicy::Os,
-        segment_bytes: 64 << 10,
-        retain_bytes: Some(200 << 10),
-        ..JournalConfig::new(&dir)
-    };
-    let (g, _) = Guaranteed::open(j, GuaranteedConfig::default()).unwrap();
-    let mut r = Router::new("test", Limits::default(), None);
-    r.set_guaranteed(g);
+    let mut r = small_router(&dir);
     let p = client(&mut r, "p", 7);
     let s = client(&mut r, "s", 0);
     durable(&mut r, s, 1, "orders/>", "desk");
     r.disconnect(s, &Disconnect { code: RejectCode::Normal, reason: "away".into() });
-    let big = vec![0u8; 1000];
-    for seq in 1..=1000u64 {
-        let mut body = big.clone();
-        body[..8].copy_from_slice(&seq.to_le_bytes());
-        let f = ClientRepr {
-            flags: flags::GUARANTEED,
-            sequence: seq,
-            topic: "orders/a",
-            body: &body,
-            ..ClientRepr::new(ClientKind::Publish)
-        };
-        r.handle_frame(p, &frame(f)).unwrap();
-        if seq % 50 == 0 {
-            r.poll_guaranteed(0);
-        }
-    }
-    r.poll_guaranteed(0);
-    r.guaranteed_housekeeping(0);
-    let first = r.guaranteed().unwrap().journal().first();
-    assert!(first > 1, "retention removed the oldest segments");
+    let first = overflow(&mut r, p, "orders/a");
     let s = client(&mut r, "s", 0);
     durable(&mut r, s, 1, "orders/>", "desk");
     r.poll_guaranteed(0);

@@ -250,40 +250,12 @@ fn an_exclusive_queue_delivers_to_its_first_consumer_alone_and_the_next_takes_ov
 
 #[test]
 fn a_queue_whose_messages_retention_removed_tells_its_consumer_and_counts_only_what_is_held() {
-    use tickwire_journal::{JournalConfig, SyncPolicy};
-    use tickwire_router::guaranteed::Guaranteed;
-    use tickwire_router::Limits;
     let dir = tempdir("queue-loss");
-    let j = JournalConfig {
-        sync: SyncPolicy::Os,
-        segment_bytes: 64 << 10,
-        retain_bytes: Some(200 << 10),
-        ..JournalConfig::new(&dir)
-    };
-    let (g, _) = Guaranteed::open(j, GuaranteedConfig::default()).unwrap();
-    let mut r = Router::new("test", Limits::default(), None);
-    r.set_guaranteed(g);
+    let mut r = small_router(&dir);
     let admin = client(&mut r, "admin", 0);
     assert_eq!(ask(&mut r, admin, "create", &create("gw", "orders/>", QueueOptions::default())).error, None);
     let p = client(&mut r, "p", 7);
-    let body = vec![0u8; 1000];
-    for seq in 1..=1000u64 {
-        let f = ClientRepr {
-            flags: flags::GUARANTEED,
-            sequence: seq,
-            topic: "orders/a",
-            body: &body,
-            ..ClientRepr::new(ClientKind::Publish)
-        };
-        r.handle_frame(p, &frame(f)).unwrap();
-        if seq % 50 == 0 {
-            r.poll_guaranteed(0);
-        }
-    }
-    r.poll_guaranteed(0);
-    r.guaranteed_housekeeping(0);
-    let first = r.guaranteed().unwrap().journal().first();
-    assert!(first > 1, "retention removed the oldest segments");
+    let first = overflow(&mut r, p, "orders/a");
     let c = client(&mut r, "c", 0);
     durable_queue(&mut r, c, 4, "orders/>", "gw");
     r.poll_guaranteed(0);

@@ -105,3 +105,45 @@ pub fn durable_queue(r: &mut Router, id: u32, sid: u32, pattern: &str, name: &st
     };
     r.handle_frame(id, &frame(f)).unwrap();
 }
+
+/// A router whose journal keeps about 200 KiB (64 KiB segments): retention
+/// removes the oldest of what [`overflow`] publishes.
+pub fn small_router(dir: &Path) -> Router {
+    let j = JournalConfig {
+        sync: SyncPolicy::Os,
+        segment_bytes: 64 << 10,
+        retain_bytes: Some(200 << 10),
+        ..JournalConfig::new(dir)
+    };
+    let (g, _) = Guaranteed::open(j, GuaranteedConfig::default()).unwrap();
+    let mut r = Router::new("test", Limits::default(), None);
+    r.set_guaranteed(g);
+    r
+}
+
+/// Session `p` publishes 1000 guaranteed messages of 1000 bytes on
+/// `topic`, then retention runs: returns the journal's first sequence
+/// (above 1: retention removed the oldest).
+pub fn overflow(r: &mut Router, p: u32, topic: &str) -> u64 {
+    let big = vec![0u8; 1000];
+    for seq in 1..=1000u64 {
+        let mut body = big.clone();
+        body[..8].copy_from_slice(&seq.to_le_bytes());
+        let f = ClientRepr {
+            flags: flags::GUARANTEED,
+            sequence: seq,
+            topic,
+            body: &body,
+            ..ClientRepr::new(ClientKind::Publish)
+        };
+        r.handle_frame(p, &frame(f)).unwrap();
+        if seq % 50 == 0 {
+            r.poll_guaranteed(0);
+        }
+    }
+    r.poll_guaranteed(0);
+    r.guaranteed_housekeeping(0);
+    let first = r.guaranteed().unwrap().journal().first();
+    assert!(first > 1, "retention removed the oldest segments");
+    first
+}
