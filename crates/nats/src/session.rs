@@ -175,6 +175,7 @@ impl NatsSession {
                 let name: String = name.chars().filter(|ch| !ch.is_control()).take(200).collect();
                 frames.push(frame(&ClientRepr {
                     value: CLIENT_PROTOCOL_VERSION,
+                    flags: if c.echo { 0 } else { flags::NO_ECHO },
                     topic: &name,
                     body: &body,
                     ..ClientRepr::new(ClientKind::Hello)

@@ -188,6 +188,8 @@ pub struct Session {
     pub(crate) publisher: u64,
     /// The policy its client asked for in HELLO.
     pub(crate) asked: Option<SlowConsumer>,
+    /// Its own publishes are not delivered to it (HELLO `NO_ECHO`).
+    pub(crate) no_echo: bool,
     /// When the housekeeping first saw it holding publishers (monotonic
     /// ns; 0: not holding).
     pub(crate) holding_since: u64,
@@ -244,6 +246,7 @@ impl Session {
             policy: SlowConsumer::DropOldest,
             publisher: 0,
             asked: None,
+            no_echo: false,
             holding_since: 0,
             closing: false,
             serial: 0,

@@ -276,3 +276,23 @@ fn two_subscriptions_of_one_queue_group_on_one_connection_get_one_copy() {
     pump(&mut r, &mut [&mut s, &mut p]);
     assert_eq!(s.take().matches("MSG q.x").count(), 1);
 }
+
+#[test]
+fn echo_false_keeps_a_client_s_own_publishes_from_its_subscriptions_and_no_one_else_s() {
+    let mut r = Router::new("test", Limits::default(), None);
+    let mut quiet = Nats::connect(&mut r, "{\"echo\":false}");
+    let mut loud = Nats::connect(&mut r, "{}");
+    for n in [&mut quiet, &mut loud] {
+        n.send(&mut r, "SUB md.> 1\r\nSUB md.* g 2\r\n");
+    }
+    quiet.send(&mut r, "PUB md.q 1\r\nq\r\n");
+    loud.send(&mut r, "PUB md.l 1\r\nl\r\n");
+    pump(&mut r, &mut [&mut quiet, &mut loud]);
+    let (q, l) = (quiet.take(), loud.take());
+    assert!(!q.contains("MSG md.q"), "not its own: {q}");
+    assert!(q.contains("MSG md.l 1 1"), "but others': {q}");
+    // The loud one gets both on its plain subscription, and the queue
+    // group's copy of the quiet one's message (the only other member).
+    assert!(l.contains("MSG md.q 1 1") && l.contains("MSG md.l 1 1"), "{l}");
+    assert!(l.contains("MSG md.q 2 1"), "the group skipped the publisher that asked not to get its own: {l}");
+}

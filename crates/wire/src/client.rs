@@ -96,6 +96,9 @@ pub mod flags {
     pub const SLOW_CONSUMER: u8 = 0x0C;
     /// SUBSCRIBE: a durable subscription, its name in the body.
     pub const DURABLE: u8 = 0x10;
+    /// HELLO: this client's publishes are not delivered to its own
+    /// subscriptions (NATS's `echo: false`).
+    pub const NO_ECHO: u8 = 0x10;
     /// DELIVER (guaranteed): this message may have been delivered before
     /// (its delivery count is above 1, or the router restarted since).
     pub const REDELIVERED: u8 = 0x20;
@@ -227,7 +230,7 @@ impl ClientKind {
     pub fn flags(self) -> u8 {
         use flags::*;
         match self {
-            ClientKind::Hello => SLOW_CONSUMER,
+            ClientKind::Hello => SLOW_CONSUMER | NO_ECHO,
             ClientKind::Subscribe => CACHED | DURABLE | QUEUE,
             ClientKind::Publish => GUARANTEED | REQUEST,
             ClientKind::Deliver => GUARANTEED | CACHED | REDELIVERED | REQUEST,

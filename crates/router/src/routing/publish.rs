@@ -52,18 +52,21 @@ impl Delivered {
     }
 }
 
-/// Delivers a message to each of `targets` (session slots).
+/// Delivers a message to each of `targets` (session slots) but `skip`
+/// (its publisher, when that asked not to get its own: `u32::MAX` else).
 #[inline]
 fn deliver_all(
     sessions: &mut [Option<Session>],
     (backlog, slow): (&mut Vec<u32>, &mut SlowConsumers),
-    targets: &[u32],
+    (targets, skip): (&[u32], u32),
     message: (&str, &[u8], u8),
     how: (u32, bool, bool),
 ) -> Delivered {
     let mut d = Delivered::default();
     for &c in targets {
-        d.to(sessions, (&mut *backlog, &mut *slow), c, message, how);
+        if c != skip {
+            d.to(sessions, (&mut *backlog, &mut *slow), c, message, how);
+        }
     }
     d
 }
@@ -75,18 +78,20 @@ fn deliver_all(
 fn deliver_groups(
     sessions: &mut [Option<Session>],
     (backlog, slow): (&mut Vec<u32>, &mut SlowConsumers),
-    groups: &mut [GroupTargets],
+    (groups, skip): (&mut [GroupTargets], u32),
     message: (&str, &[u8], u8),
     (discarded, local): (u32, bool),
 ) -> Delivered {
     let mut d = Delivered::default();
     for g in groups {
         let len = g.members.len();
-        if len == 0 {
+        if len == 0 || (len == 1 && g.members[0] == skip) {
             continue;
         }
-        let roomy = |c: u32| matches!(sessions.get(c as usize), Some(Some(s)) if s.queue.is_below_half());
-        let pick = (0..len).map(|i| (g.next + i) % len).find(|&i| roomy(g.members[i])).unwrap_or(g.next % len);
+        let roomy = |c: u32| c != skip && matches!(sessions.get(c as usize), Some(Some(s)) if s.queue.is_below_half());
+        let other = |i: &usize| g.members[*i] != skip;
+        let mut order = (0..len).map(|i| (g.next + i) % len);
+        let pick = order.clone().find(|&i| roomy(g.members[i])).or_else(|| order.find(other)).unwrap_or(g.next % len);
         g.next = (pick + 1) % len;
         d.to(sessions, (&mut *backlog, &mut *slow), g.members[pick], message, (discarded, local, false));
     }
@@ -100,15 +105,16 @@ fn deliver_groups(
 fn deliver_entry(
     sessions: &mut [Option<Session>],
     (backlog, slow): (&mut Vec<u32>, &mut SlowConsumers),
-    e: &mut TopicEntry,
+    (e, skip): (&mut TopicEntry, u32),
     message: (&str, &[u8], u8),
     (discarded, local, conflate): (u32, bool, bool),
 ) -> (Delivered, u64) {
-    let mut d = deliver_all(sessions, (&mut *backlog, &mut *slow), &e.targets, message, (discarded, local, conflate));
+    let queues = (&mut *backlog, &mut *slow);
+    let mut d = deliver_all(sessions, queues, (&e.targets, skip), message, (discarded, local, conflate));
     if e.groups.is_empty() {
         return (d, 0);
     }
-    let g = deliver_groups(sessions, (backlog, slow), &mut e.groups, message, (discarded, local));
+    let g = deliver_groups(sessions, (backlog, slow), (&mut e.groups, skip), message, (discarded, local));
     d += g;
     (d, g.n)
 }
@@ -174,10 +180,15 @@ impl Router {
                 .reject(from, RejectCode::Forbidden, sequence, &format!("user {user:?} may not publish on {topic}"))
                 .map(|()| None);
         }
+        // Not to its own publisher, if that asked (NATS's echo: false).
+        let skip = match self.sessions.get(from as usize) {
+            Some(Some(s)) if s.no_echo => from,
+            _ => u32::MAX,
+        };
         let queues = (&mut self.backlog, &mut self.slow);
         let plain = flags == 0;
-        let (d, grouped) =
-            deliver_entry(&mut self.sessions, queues, e, (topic, payload, flags), (0, true, e.conflate && plain));
+        let how = (0, true, e.conflate && plain);
+        let (d, grouped) = deliver_entry(&mut self.sessions, queues, (e, skip), (topic, payload, flags), how);
         self.requests.counts[super::request::value::QUEUE_GROUP_DELIVERIES] += grouped;
         let Delivered { n, discards, grown } = d;
         if let (Some(c), true) = (&mut self.cache, plain) {
@@ -226,7 +237,7 @@ impl Router {
         let queues = (&mut self.backlog, &mut self.slow);
         let plain = flags == 0;
         let how = (discarded, false, e.conflate && plain);
-        let (d, grouped) = deliver_entry(&mut self.sessions, queues, e, (topic, payload, flags), how);
+        let (d, grouped) = deliver_entry(&mut self.sessions, queues, (e, u32::MAX), (topic, payload, flags), how);
         self.requests.counts[super::request::value::QUEUE_GROUP_DELIVERIES] += grouped;
         let Delivered { n, discards, grown } = d;
         if let (Some(c), true) = (&mut self.cache, plain) {

@@ -163,6 +163,7 @@ impl Router {
                 s.hello = true;
                 s.name = f.topic().to_owned();
                 s.asked = SlowConsumer::from_hello_flags(f.flags());
+                s.no_echo = f.flags() & flags::NO_ECHO != 0;
                 s.publisher = f.sequence();
                 s.choose_policy(self.limits.slow_consumer);
                 if let Some(user) = s.certified.clone() {
