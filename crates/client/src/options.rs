@@ -104,6 +104,10 @@ pub struct ClientOptions {
     /// router's). A policy the router's config gives this client's user
     /// wins.
     pub slow_consumer: Option<SlowConsumer>,
+    /// Whether this client's own publishes reach its own subscriptions
+    /// (true, the default; false asks the router not to deliver them, as
+    /// NATS's `echo: false`).
+    pub echo: bool,
     /// Guaranteed publishes that may await acknowledgement at once
     /// ([`crate::Client::publish_guaranteed`]).
     pub guaranteed_window: usize,
@@ -132,6 +136,7 @@ impl std::fmt::Debug for ClientOptions {
             user,
             password,
             slow_consumer,
+            echo,
             guaranteed_window,
             guaranteed_topics,
         } = self;
@@ -150,6 +155,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("user", user)
             .field("password", &password.as_ref().map(|_| "***"))
             .field("slow_consumer", slow_consumer)
+            .field("echo", echo)
             .field("guaranteed_window", guaranteed_window)
             .field("guaranteed_topics", guaranteed_topics)
             .finish()
@@ -173,6 +179,7 @@ impl Default for ClientOptions {
             user: None,
             password: None,
             slow_consumer: None,
+            echo: true,
             guaranteed_window: 8192,
             guaranteed_topics: Vec::new(),
         }

@@ -581,3 +581,33 @@ fn a_shared_memory_login_the_router_never_answers_is_tried_again() {
     drop(c);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `ClientOptions::echo` false, over shared memory and TCP: the client's
+/// own publishes do not come back to its subscription; another client's
+/// do, and another subscriber gets both.
+#[test]
+fn a_client_that_asks_for_no_echo_gets_others_publishes_but_not_its_own() {
+    let dir = tempdir("no-echo");
+    let r = start(&dir, RouterConfig::default());
+    for uri in ["ipc".to_owned(), format!("tcp://{}", r.tcp)] {
+        let opts = ClientOptions { name: "quiet".into(), dir: dir.clone(), echo: false, ..ClientOptions::default() };
+        let mut quiet = Client::connect(&uri, opts).unwrap();
+        let mut other = client(&uri, &dir, "other");
+        for c in [&mut quiet, &mut other] {
+            c.subscribe("md/>").unwrap();
+            c.wait_connected(Duration::from_secs(10)).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        // The router routed the quiet one's publish before the other's:
+        // the other got it first. Had it gone to the quiet one too, it
+        // would come before the other's there.
+        quiet.publish("md/own", b"mine").unwrap();
+        let seen: Vec<String> = receive(&mut other, 1).into_iter().map(|m| m.0).collect();
+        assert_eq!(seen, ["md/own"], "{uri}");
+        other.publish("md/other", b"theirs").unwrap();
+        let got: Vec<String> = receive(&mut quiet, 1).into_iter().map(|m| m.0).collect();
+        assert_eq!(got, ["md/other"], "{uri}: not its own, others'");
+    }
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -115,7 +115,8 @@ impl Client {
             sequence: self.outbox.publisher,
             topic: &self.opts.name,
             body: &credentials,
-            flags: self.opts.slow_consumer.map_or(0, SlowConsumer::hello_flags),
+            flags: self.opts.slow_consumer.map_or(0, SlowConsumer::hello_flags)
+                | if self.opts.echo { 0 } else { flags::NO_ECHO },
             ..ClientRepr::new(ClientKind::Hello)
         };
         let mut frame = vec![0u8; repr.buffer_len()];
