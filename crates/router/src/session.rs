@@ -487,14 +487,12 @@ impl Session {
         } else if self.ack_due > 0 {
             return n;
         }
-        if let Outbound::Tcp(t) = &mut self.out {
-            let (frames, bytes) = t.write_queue(&mut self.queue);
-            self.stats.messages_out += frames as u64;
-            self.stats.bytes_out += bytes as u64;
-            return n + frames;
-        }
-        if let Outbound::Nats(t) = &mut self.out {
-            let (frames, bytes) = t.write_queue(&mut self.queue);
+        let written = match &mut self.out {
+            Outbound::Tcp(t) => Some(t.write_queue(&mut self.queue)),
+            Outbound::Nats(t) => Some(t.write_queue(&mut self.queue)),
+            _ => None,
+        };
+        if let Some((frames, bytes)) = written {
             self.stats.messages_out += frames as u64;
             self.stats.bytes_out += bytes as u64;
             return n + frames;

@@ -9,7 +9,6 @@
 //! consumer binding to a name nobody created has the defaults.
 
 use super::durable_queue::DurableQueue;
-use super::publish::Delivered;
 use super::request::value;
 use super::{Disconnect, Router};
 use serde::{Deserialize, Serialize};
@@ -187,15 +186,9 @@ impl Router {
             tracing::info!(client = from, topic, error = ?reply.error, "queue request refused");
         }
         let body = serde_json::to_vec(&reply).unwrap_or_default();
+        // On the requester's inbox, as any reply.
         let inbox = Inbox { agent: self.me, session: from, serial, correlation }.topic();
-        let mut d = Delivered::default();
-        let queues = (&mut self.backlog, &mut self.slow);
-        d.to(&mut self.sessions, queues, from, (&inbox, &body, 0), (0, true, false));
-        self.totals.deliveries += d.n;
-        self.totals.discards += d.discards;
-        if d.grown > 0 {
-            self.queues_grew(d.grown);
-        }
+        self.deliver_reply(&inbox, &body);
         Ok(())
     }
 
