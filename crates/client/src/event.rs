@@ -5,6 +5,7 @@
 use std::time::Duration;
 use tickwire_topic::TopicError;
 use tickwire_wire::client::{flags, RejectCode};
+use tickwire_wire::headers::Headers;
 
 /// Why a client call failed.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +62,15 @@ pub enum PublishError {
     /// would reach that topic's subscribers): not sent.
     #[error("{0:?} is not an inbox: a reply goes on the inbox its request came with")]
     NotAnInbox(String),
+    /// A header name or value that would break the header block
+    /// ([`crate::Client::publish_with_headers`]; not worth retrying).
+    #[error(transparent)]
+    BadHeaders(#[from] tickwire_wire::headers::HeaderError),
+    /// [`crate::Client::publish_with_headers`] on a guaranteed topic
+    /// ([`crate::ClientOptions::guaranteed_topics`]): the journal keeps no
+    /// headers. Not sent.
+    #[error("{0}: a guaranteed publish cannot carry headers")]
+    GuaranteedHeaders(String),
     /// The frame (header, topic and payload) is over the router's
     /// `max_frame` (told in WELCOME; before it, [`crate::ClientOptions::max_frame`]):
     /// nothing was sent, and it never will be.
@@ -78,9 +88,12 @@ pub enum PublishError {
 pub struct Delivery<'a> {
     /// Its topic.
     pub topic: &'a str,
-    /// Its payload.
+    /// Its payload (after its headers, if any).
     pub payload: &'a [u8],
-    /// [`flags::CACHED`], [`flags::GUARANTEED`].
+    /// Its headers, if its publisher gave any
+    /// ([`crate::Client::publish_with_headers`], a NATS client's `HPUB`).
+    pub headers: Option<Headers<'a>>,
+    /// [`flags::CACHED`], [`flags::GUARANTEED`], [`flags::HEADERS`].
     pub flags: u8,
     /// Messages for this client the router dropped just before this one
     /// (its queue was full): Solace's discard indication.
@@ -117,8 +130,10 @@ impl Delivery<'_> {
 pub struct Request<'a> {
     /// The topic it was sent on.
     pub topic: &'a str,
-    /// Its payload.
+    /// Its payload (after its headers, if any).
     pub payload: &'a [u8],
+    /// Its headers, if its requester gave any (a NATS client's `HPUB`).
+    pub headers: Option<Headers<'a>>,
     /// Where the reply goes (the requester's inbox, made by the router).
     pub inbox: &'a str,
     /// Messages for this client the router dropped just before this one.
@@ -165,8 +180,10 @@ pub enum ClientEvent<'a> {
     Reply {
         /// The request's id.
         request: u64,
-        /// The reply's payload.
+        /// The reply's payload (after its headers, if any).
         payload: &'a [u8],
+        /// Its headers, if its responder gave any (a NATS client's).
+        headers: Option<Headers<'a>>,
     },
     /// Request `request` will get no (more) replies.
     RequestFailed {

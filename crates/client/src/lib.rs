@@ -48,3 +48,4 @@ pub use client::{
 };
 pub use tickwire_transport::link::{Batching, LinkStats};
 pub use tickwire_wire::client::{flags, RejectCode, SlowConsumer};
+pub use tickwire_wire::headers::{HeaderError, Headers};

@@ -19,9 +19,17 @@
 //!   on this session's inbox goes out on the reply subject the request
 //!   named. REJECT `NoResponders` is the 503 status message NATS clients
 //!   wait for; other refusals are `-ERR`, and CLOSE is `-ERR` and the end.
-//! * `HPUB` with headers is refused (`-ERR`, the connection kept): the
-//!   router carries no headers yet. JetStream (`$JS.…`) and the system
-//!   account (`$SYS.…`) are refused by name.
+//! * `HPUB` is a PUBLISH flagged `HEADERS`, its header block carried
+//!   before the payload ([`tickwire_wire::headers`]); a DELIVER flagged
+//!   so is `HMSG` (`MSG` without the headers to a client that did not say
+//!   `headers: true`, as a NATS server does). A malformed block is `-ERR`,
+//!   the connection kept.
+//! * `auth_token` without `user` logs in as the router's token user
+//!   ([`NatsSession::with_token_user`], the router's `nats_token_user`),
+//!   the token that user's password: the router's users, password checks
+//!   and ACLs apply unchanged.
+//! * JetStream (`$JS.…`) and the system account (`$SYS.…`) are refused by
+//!   name.
 
 use crate::encode;
 use crate::parse::{ClientOp, Connect};
@@ -29,8 +37,8 @@ use crate::subject::{to_subject, to_topic};
 use std::collections::{HashMap, VecDeque};
 use tickwire_topic::Pattern;
 use tickwire_wire::client::{credentials, flags, ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION};
-use tickwire_wire::request;
 use tickwire_wire::ClientFrame;
+use tickwire_wire::{headers, request};
 
 /// Reply subjects remembered at most, and their bytes (the oldest
 /// forgotten first): a requester's replies that come after are dropped,
@@ -103,6 +111,10 @@ pub struct NatsSession {
     topic: String,
     subject: String,
     matched: Vec<u32>,
+    /// A headed payload being built (kept: no allocation per `HPUB`).
+    headed: Vec<u8>,
+    /// The user an `auth_token` logs in as.
+    token_user: Option<String>,
     /// Messages the router dropped for this client before they reached it.
     pub discarded: u64,
 }
@@ -118,6 +130,15 @@ impl NatsSession {
     /// A session before its `CONNECT`.
     pub fn new() -> Self {
         Self { next_id: 1, next_correlation: FIRST_CORRELATION, ..Self::default() }
+    }
+
+    /// A session whose `auth_token` (given without `user`) logs in as
+    /// `user`, the token its password; `None`: a token alone logs in as
+    /// nobody (refused where users are required).
+    #[must_use]
+    pub fn with_token_user(mut self, user: Option<String>) -> Self {
+        self.token_user = user;
+        self
     }
 
     /// Whether its `CONNECT` came.
@@ -164,12 +185,10 @@ impl NatsSession {
                     Ok(c) => c,
                     Err(e) => return fatal(out, &e.to_string()),
                 };
-                if c.auth_token.is_some() && c.user.is_none() {
-                    return fatal(out, "Authorization Violation: tickwire takes user and pass, not a token");
-                }
-                let body = match (&c.user, &c.pass) {
-                    (Some(u), p) => credentials::password(u, p.as_deref().unwrap_or("").as_bytes()),
-                    (None, _) => Vec::new(),
+                let body = match (&c.user, &c.pass, &c.auth_token, &self.token_user) {
+                    (Some(u), p, _, _) => credentials::password(u, p.as_deref().unwrap_or("").as_bytes()),
+                    (None, _, Some(token), Some(u)) => credentials::password(u, token.as_bytes()),
+                    _ => Vec::new(),
                 };
                 let name = c.name.clone().unwrap_or_else(|| "nats".into());
                 let name: String = name.chars().filter(|ch| !ch.is_control()).take(200).collect();
@@ -193,10 +212,20 @@ impl NatsSession {
             }
             ClientOp::Pong => return Ok(()),
             _ if self.connect.is_none() => return fatal(out, "Authorization Violation: CONNECT first"),
-            ClientOp::Pub { subject, reply, headers, payload } => {
-                if headers.is_some_and(|h| h != b"NATS/1.0\r\n\r\n") {
-                    encode::err(out, "tickwire carries no NATS headers yet: publish without headers");
-                    return Ok(());
+            ClientOp::Pub { subject, reply, headers: block, payload } => {
+                let mut body = payload;
+                if let Some(block) = block {
+                    match headers::Headers::new_checked(block) {
+                        Ok(h) => {
+                            self.headed.clear();
+                            headers::put_block(&mut self.headed, &h, payload);
+                            body = &self.headed;
+                        }
+                        Err(e) => {
+                            encode::err(out, &format!("Bad Headers: {e}"));
+                            return Ok(());
+                        }
+                    }
                 }
                 if let Some(why) = unsupported(subject) {
                     encode::err(out, why);
@@ -206,7 +235,10 @@ impl NatsSession {
                     encode::err(out, &e.to_string());
                     return Ok(());
                 }
-                let mut repr = ClientRepr { topic: &self.topic, body: payload, ..ClientRepr::new(ClientKind::Publish) };
+                let mut repr = ClientRepr { topic: &self.topic, body, ..ClientRepr::new(ClientKind::Publish) };
+                if block.is_some() {
+                    repr.flags = flags::HEADERS;
+                }
                 if let Some(reply) = reply {
                     let k = self.next_correlation;
                     self.next_correlation += 1;
@@ -219,7 +251,7 @@ impl NatsSession {
                     self.replies.insert(k, reply.to_owned());
                     self.reply_bytes += reply.len();
                     self.reply_order.push_back(k);
-                    repr.flags = flags::REQUEST;
+                    repr.flags |= flags::REQUEST;
                     repr.sequence = k;
                 }
                 frames.push(frame(&repr));
@@ -347,6 +379,15 @@ impl NatsSession {
         } else {
             (None, f.body())
         };
+        let (block, payload) = if f.flags() & flags::HEADERS != 0 {
+            match headers::split(payload) {
+                Ok((h, p)) => (Some(h.block()), p),
+                // The router checked it: not from this router.
+                Err(_) => return After::Nothing,
+            }
+        } else {
+            (None, payload)
+        };
         // A reply on this session's inbox: out on the subject its request named.
         if let Some(k) = request::correlation_of(topic) {
             let Some(subject) = self.replies.get(&k).cloned() else { return After::Nothing };
@@ -354,7 +395,7 @@ impl NatsSession {
             if to_topic(&subject, &mut reply_topic).is_err() {
                 return After::Nothing;
             }
-            return self.send(&reply_topic, &subject, None, payload, out);
+            return self.send(&reply_topic, (&subject, None), (block, payload), out);
         }
         to_subject(topic, &mut self.subject);
         let subject = std::mem::take(&mut self.subject);
@@ -362,7 +403,7 @@ impl NatsSession {
         if let Some(inbox) = reply {
             to_subject(inbox, &mut reply_subject);
         }
-        let after = self.send(topic, &subject, reply.map(|_| reply_subject.as_str()), payload, out);
+        let after = self.send(topic, (&subject, reply.map(|_| reply_subject.as_str())), (block, payload), out);
         self.subject = subject;
         after
     }
@@ -371,8 +412,17 @@ impl NatsSession {
     /// subscription whose pattern matches the topic, and to one of each
     /// queue group's (the router chose this client for the group, or for
     /// a plain subscription: a connection holding both cannot tell which);
-    /// an `UNSUB` whose count ran out goes back to the router.
-    fn send(&mut self, topic: &str, subject: &str, reply: Option<&str>, payload: &[u8], out: &mut Vec<u8>) -> After {
+    /// an `UNSUB` whose count ran out goes back to the router. With a
+    /// header block, `HMSG` to a client that takes headers, else `MSG` of
+    /// the payload alone.
+    fn send(
+        &mut self,
+        topic: &str,
+        (subject, reply): (&str, Option<&str>),
+        (block, payload): (Option<&[u8]>, &[u8]),
+        out: &mut Vec<u8>,
+    ) -> After {
+        let block = block.filter(|_| self.connect.as_ref().is_some_and(|c| c.headers));
         self.matched.clear();
         self.matched.extend(self.subs.iter().filter(|(_, s)| s.pattern.matches(topic)).map(|(&id, _)| id));
         self.matched.sort_unstable();
@@ -387,7 +437,10 @@ impl NatsSession {
                 }
                 groups.push(q.clone());
             }
-            encode::msg(out, subject, &s.sid, reply, payload);
+            match block {
+                Some(h) => encode::hmsg(out, subject, &s.sid, reply, h, payload),
+                None => encode::msg(out, subject, &s.sid, reply, payload),
+            }
             s.delivered += 1;
             if s.max.is_some_and(|m| s.delivered >= m) {
                 done.push(id);

@@ -24,6 +24,8 @@
 
 use rustc_hash::FxHashMap;
 use tickwire_topic::{Level, Pattern};
+#[cfg(doc)]
+use tickwire_wire::client::flags;
 
 /// Topics remembered as not matching the patterns, beyond which that memory
 /// is cleared.
@@ -71,6 +73,8 @@ struct Node {
 struct Entry {
     topic: Box<str>,
     payload: Vec<u8>,
+    /// The value's DELIVER flags ([`flags::HEADERS`]: it carries headers).
+    flags: u8,
 }
 
 /// The cache.
@@ -124,41 +128,42 @@ impl LastValues {
     /// one to cache.
     #[inline]
     pub fn update(&mut self, topic: &str, payload: &[u8]) {
-        self.update_slot(topic, payload);
+        self.update_slot(topic, payload, 0);
     }
 
     /// [`LastValues::update`] of a topic last kept in `slot`, which is
     /// moved if the topic moved: one comparison of topics, not a hash
     /// lookup, for a topic whose slot is known (a topic no pattern matches
-    /// costs nothing: the patterns do not change).
+    /// costs nothing: the patterns do not change). `flags` are the
+    /// message's ([`flags::HEADERS`]), delivered with it.
     #[inline]
-    pub(crate) fn update_at(&mut self, slot: &mut Slot, topic: &str, payload: &[u8]) {
+    pub(crate) fn update_at(&mut self, slot: &mut Slot, topic: &str, payload: &[u8], flags: u8) {
         match slot.0 {
             NOT_CACHED => return,
             i => {
                 if let Some(Some(e)) = self.entries.get(i as usize) {
                     if *e.topic == *topic {
-                        *slot = Slot(self.replace(i, payload));
+                        *slot = Slot(self.replace(i, payload, flags));
                         return;
                     }
                 }
             }
         }
-        *slot = Slot(self.update_slot(topic, payload));
+        *slot = Slot(self.update_slot(topic, payload, flags));
     }
 
     /// [`LastValues::update`]; returns where the topic is kept now
     /// (`NOT_CACHED`, `UNKNOWN` if not kept).
     #[inline]
-    fn update_slot(&mut self, topic: &str, payload: &[u8]) -> u32 {
+    fn update_slot(&mut self, topic: &str, payload: &[u8], flags: u8) -> u32 {
         match self.by_topic.get(topic) {
             Some(&NOT_CACHED) => NOT_CACHED,
-            Some(&i) => self.replace(i, payload),
-            None => self.first(topic, payload),
+            Some(&i) => self.replace(i, payload, flags),
+            None => self.first(topic, payload, flags),
         }
     }
 
-    fn replace(&mut self, i: u32, payload: &[u8]) -> u32 {
+    fn replace(&mut self, i: u32, payload: &[u8], flags: u8) -> u32 {
         let Some(Some(e)) = self.entries.get_mut(i as usize) else { return UNKNOWN };
         let bytes = self.bytes - e.payload.len() + payload.len();
         if bytes > self.cfg.max_bytes {
@@ -170,12 +175,13 @@ impl LastValues {
         self.bytes = bytes;
         e.payload.clear();
         e.payload.extend_from_slice(payload);
+        e.flags = flags;
         i
     }
 
     /// A topic seen for the first time.
     #[cold]
-    fn first(&mut self, topic: &str, payload: &[u8]) -> u32 {
+    fn first(&mut self, topic: &str, payload: &[u8], flags: u8) -> u32 {
         if !self.cfg.patterns.iter().any(|p| p.matches(topic)) {
             if self.not_cached >= NOT_CACHED_LIMIT {
                 self.by_topic.retain(|_, i| *i != NOT_CACHED);
@@ -190,7 +196,7 @@ impl LastValues {
             self.refused += 1;
             return UNKNOWN;
         }
-        let e = Entry { topic: topic.into(), payload: payload.to_vec() };
+        let e = Entry { topic: topic.into(), payload: payload.to_vec(), flags };
         let i = match self.free.pop() {
             Some(i) => {
                 self.entries[i as usize] = Some(e);
@@ -223,14 +229,14 @@ impl LastValues {
         prune(&mut self.tree, &levels);
     }
 
-    /// Hands `f(topic, payload)` the value of every cached topic `pattern`
-    /// matches.
-    pub fn each_match(&self, pattern: &Pattern, mut f: impl FnMut(&str, &[u8])) {
+    /// Hands `f(topic, payload, flags)` the value of every cached topic
+    /// `pattern` matches, with its flags ([`flags::HEADERS`]).
+    pub fn each_match(&self, pattern: &Pattern, mut f: impl FnMut(&str, &[u8], u8)) {
         let mut found = Vec::new();
         walk(&self.tree, pattern.levels(), &mut found);
         for i in found {
             if let Some(Some(e)) = self.entries.get(i as usize) {
-                f(&e.topic, &e.payload);
+                f(&e.topic, &e.payload, e.flags);
             }
         }
     }
@@ -295,7 +301,7 @@ mod tests {
 
     fn matched(c: &LastValues, p: &str) -> Vec<(String, Vec<u8>)> {
         let mut v = Vec::new();
-        c.each_match(&Pattern::parse(p).unwrap(), |t, b| v.push((t.to_owned(), b.to_vec())));
+        c.each_match(&Pattern::parse(p).unwrap(), |t, b, _| v.push((t.to_owned(), b.to_vec())));
         v.sort();
         v
     }
@@ -335,15 +341,15 @@ mod tests {
     fn a_remembered_slot_follows_its_topic() {
         let mut c = cache(&["md/>"], 10, 10);
         let (mut a, mut b, mut x) = (Slot::UNKNOWN, Slot::UNKNOWN, Slot::UNKNOWN);
-        c.update_at(&mut x, "fx/EURUSD", b"1");
+        c.update_at(&mut x, "fx/EURUSD", b"1", 0);
         assert_eq!((x, c.topics()), (Slot(NOT_CACHED), 0));
-        c.update_at(&mut a, "md/a", b"1234");
+        c.update_at(&mut a, "md/a", b"1234", 0);
         let mut stale = a;
-        c.update_at(&mut a, "md/a", b"12345678901");
+        c.update_at(&mut a, "md/a", b"12345678901", 0);
         assert_eq!((a, c.topics()), (Slot::UNKNOWN, 0), "outgrew the bytes: dropped");
-        c.update_at(&mut b, "md/b", b"22");
+        c.update_at(&mut b, "md/b", b"22", 0);
         assert_eq!(b, stale, "md/b took the slot md/a left");
-        c.update_at(&mut stale, "md/a", b"9");
+        c.update_at(&mut stale, "md/a", b"9", 0);
         assert_ne!(stale, b);
         assert_eq!(matched(&c, "md/>"), [("md/a".into(), b"9".to_vec()), ("md/b".into(), b"22".to_vec())]);
     }

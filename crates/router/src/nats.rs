@@ -54,15 +54,18 @@ pub struct NatsOut {
 }
 
 impl NatsOut {
-    /// A new connection's: its `INFO` staged.
-    pub(crate) fn new(stream: Arc<Wire>, info: &Info) -> Self {
+    /// A new connection's: its `INFO` staged (`None`: sent already, in
+    /// the clear before TLS); an `auth_token` logs in as `token_user`.
+    pub(crate) fn new(stream: Arc<Wire>, info: Option<&Info>, token_user: Option<String>) -> Self {
         let mut staged = Vec::new();
-        encode::info(&mut staged, info);
+        if let Some(info) = info {
+            encode::info(&mut staged, info);
+        }
         Self {
             stream,
             writer: LinkWriter::new(PENDING_LIMIT, Batching::EVERY_FRAME),
             staged,
-            session: NatsSession::new(),
+            session: NatsSession::new().with_token_user(token_user),
             to_router: Vec::new(),
             overflow: None,
         }
@@ -70,7 +73,7 @@ impl NatsOut {
 
     /// Whether bytes wait to be written.
     pub(crate) fn has_pending(&self) -> bool {
-        !self.staged.is_empty() && self.writer.failure().is_none()
+        (!self.staged.is_empty() || self.stream.wants_write()) && self.writer.failure().is_none()
     }
 
     /// Whether its last write found the socket full.
@@ -135,7 +138,9 @@ impl NatsOut {
 
     /// Writes what is staged; returns the bytes written.
     fn write(&mut self) -> usize {
-        if self.staged.is_empty() {
+        // TLS records left unsent (handshake replies) go even with nothing
+        // staged.
+        if self.staged.is_empty() && !self.stream.wants_write() {
             return 0;
         }
         let Ok(n) = self.writer.flush(&self.stream, &mut [&self.staged]) else { return 0 };

@@ -160,9 +160,6 @@ impl Server {
         let lock = crate::lock::take(&cfg)?;
         let io = |what: &Path, source| StartError::Io { what: what.display().to_string(), source };
         let ctx = Context::new(&cfg.dir)?;
-        if cfg.tls.is_some() && !cfg.nats_listen.is_empty() {
-            tracing::warn!("NATS listeners are plain TCP: [router.tls] applies to the native listeners only");
-        }
         let mut listeners = Vec::new();
         let native = cfg.listen_addrs()?.into_iter().map(|a| (a, false));
         for (addr, nats) in native.chain(cfg.nats_addrs()?.into_iter().map(|a| (a, true))) {
@@ -322,6 +319,7 @@ impl Server {
             let wiring = Wiring { control, others, inbound, gone: gone_tx.clone(), auth: Arc::clone(&auth) };
             let mut agent = RoutingAgent::new(router, role, wiring)?;
             agent.router.set_users(users.clone());
+            agent.nats_token_user.clone_from(&cfg.nats_token_user);
             if let Some(c) = &cfg.cache {
                 // Checked by `RouterConfig::check`.
                 if let Ok(c) = c.to_config() {

@@ -234,7 +234,7 @@ fn requests_cross_agents_and_each_reply_finds_its_requester() {
                 }
                 requester.poll(
                     |e| match e {
-                        ClientEvent::Reply { request, payload } if request == id => {
+                        ClientEvent::Reply { request, payload, .. } if request == id => {
                             outcome = Some(Ok(payload.to_vec()))
                         }
                         ClientEvent::RequestFailed { request, why } if request == id => outcome = Some(Err(why)),

@@ -3,13 +3,15 @@
 //! router's frames through the translation, NATS bytes out. Publish and
 //! subscribe with wildcards among NATS clients and with native clients,
 //! queue groups, request/reply with NATS reply subjects and no responders,
-//! UNSUB after a count, and what tickwire does not have refused by name.
+//! UNSUB after a count, headers both ways, and what tickwire does not have
+//! refused by name.
 
 use tickwire_nats::parse::{parse, Limits as NatsLimits};
 use tickwire_nats::session::{After, NatsSession};
 use tickwire_router::{Limits, MemoryOut, Outbound, Router};
+use tickwire_wire::client::flags;
 use tickwire_wire::client::{ClientKind, ClientRepr, CLIENT_PROTOCOL_VERSION};
-use tickwire_wire::ClientFrame;
+use tickwire_wire::{headers, ClientFrame};
 
 /// A NATS client's connection, as the router's agent would hold it.
 struct Nats {
@@ -215,13 +217,14 @@ fn what_tickwire_does_not_have_is_refused_by_name_and_the_connection_kept() {
     let mut r = Router::new("test", Limits::default(), None);
     let mut n = Nats::connect(&mut r, "{}");
     n.send(&mut r, "PUB $JS.API.INFO 0\r\n\r\nSUB $SYS.> 1\r\nHPUB a 12 14\r\nNATS/1.0\r\n\r\nhi\r\n");
-    n.send(&mut r, "HPUB a 18 20\r\nNATS/1.0\r\nK: v\r\n\r\nhi\r\nPUB a/b 0\r\n\r\n");
+    let long = format!("NATS/1.0\r\nK: {}\r\n\r\n", "v".repeat(70_000));
+    n.send(&mut r, &format!("HPUB a {} {}\r\n{long}hi\r\nPUB a/b 0\r\n\r\n", long.len(), long.len() + 2));
     let out = n.take();
     assert!(out.contains("-ERR 'JetStream is not supported by tickwire"), "{out}");
     assert!(out.contains("-ERR 'the NATS system account ($SYS) is not supported"), "{out}");
-    assert!(out.contains("-ERR 'tickwire carries no NATS headers yet"), "{out}");
+    assert!(out.contains("-ERR 'Bad Headers: a header block of 70017 bytes"), "{out}");
     assert!(out.contains("-ERR 'Invalid Subject"), "{out}");
-    assert_eq!(out.matches("-ERR").count(), 4, "an empty header block is a plain publish: {out}");
+    assert_eq!(out.matches("-ERR").count(), 4, "an empty header block is a publish with headers: {out}");
     assert!(!n.closed);
     // Before CONNECT, or a second one: the end.
     let id = r.attach(Outbound::Memory(MemoryOut { frames: Vec::new(), room: usize::MAX }), "nats".into());
@@ -295,4 +298,96 @@ fn echo_false_keeps_a_client_s_own_publishes_from_its_subscriptions_and_no_one_e
     // group's copy of the quiet one's message (the only other member).
     assert!(l.contains("MSG md.q 1 1") && l.contains("MSG md.l 1 1"), "{l}");
     assert!(l.contains("MSG md.q 2 1"), "the group skipped the publisher that asked not to get its own: {l}");
+}
+
+/// The (flags, headers, payload) of the messages native session `id` was
+/// delivered.
+fn delivered_headed(r: &mut Router, id: u32) -> Vec<(u8, Vec<(String, String)>, Vec<u8>)> {
+    let Outbound::Memory(m) = r.session_mut(id).unwrap().outbound_mut() else { panic!() };
+    std::mem::take(&mut m.frames)
+        .iter()
+        .filter_map(|b| {
+            let f = ClientFrame::new_checked(b).unwrap();
+            (f.kind() == ClientKind::Deliver).then(|| {
+                if f.flags() & flags::HEADERS == 0 {
+                    return (f.flags(), Vec::new(), f.body().to_vec());
+                }
+                let (h, p) = headers::split(f.body()).unwrap();
+                let pairs = h.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+                (f.flags(), pairs, p.to_vec())
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn headers_pass_between_nats_and_native_clients_and_a_client_without_headers_gets_the_payload() {
+    let mut r = Router::new("test", Limits::default(), None);
+    let mut headed = Nats::connect(&mut r, "{\"headers\":true}");
+    let mut plain = Nats::connect(&mut r, "{}");
+    let mut publ = Nats::connect(&mut r, "{\"headers\":true}");
+    let nat = native(&mut r, Some("md/>"));
+    headed.send(&mut r, "SUB md.> 1\r\n");
+    plain.send(&mut r, "SUB md.> 2\r\n");
+    publ.send(&mut r, "HPUB md.x 18 20\r\nNATS/1.0\r\nK: v\r\n\r\nhi\r\n");
+    pump(&mut r, &mut [&mut headed, &mut plain, &mut publ]);
+    assert_eq!(headed.take(), "HMSG md.x 1 18 20\r\nNATS/1.0\r\nK: v\r\n\r\nhi\r\n");
+    assert_eq!(plain.take(), "MSG md.x 2 2\r\nhi\r\n", "no headers to a client that did not ask");
+    let got = delivered_headed(&mut r, nat);
+    assert_eq!(got, [(flags::HEADERS, vec![("K".into(), "v".into())], b"hi".to_vec())]);
+
+    // A native client's headers reach a NATS client as HMSG.
+    let mut body = Vec::new();
+    headers::put(&mut body, &[("Trace", "t-1")], b"bid").unwrap();
+    let p = ClientRepr { topic: "md/y", body: &body, flags: flags::HEADERS, ..ClientRepr::new(ClientKind::Publish) };
+    r.handle_frame(nat, &frame(p)).unwrap();
+    pump(&mut r, &mut [&mut headed, &mut plain]);
+    assert_eq!(headed.take(), "HMSG md.y 1 24 27\r\nNATS/1.0\r\nTrace: t-1\r\n\r\nbid\r\n");
+    assert_eq!(plain.take(), "MSG md.y 2 3\r\nbid\r\n");
+}
+
+#[test]
+fn a_request_and_its_reply_carry_their_headers() {
+    let mut r = Router::new("test", Limits::default(), None);
+    let mut requester = Nats::connect(&mut r, "{\"headers\":true}");
+    let mut responder = Nats::connect(&mut r, "{\"headers\":true}");
+    requester.send(&mut r, "SUB _INBOX.r.* 9\r\n");
+    responder.send(&mut r, "SUB rfq 1\r\n");
+    requester.send(&mut r, "HPUB rfq _INBOX.r.1 18 21\r\nNATS/1.0\r\nQ: 1\r\n\r\nbuy\r\n");
+    pump(&mut r, &mut [&mut requester, &mut responder]);
+    let got = responder.take();
+    let reply_to = got.split_whitespace().nth(3).unwrap().to_owned();
+    assert!(
+        got.starts_with("HMSG rfq 1 _inbox.") && got.ends_with(" 18 21\r\nNATS/1.0\r\nQ: 1\r\n\r\nbuy\r\n"),
+        "{got}"
+    );
+    responder.send(&mut r, &format!("HPUB {reply_to} 18 22\r\nNATS/1.0\r\nA: 2\r\n\r\n1015\r\n"));
+    pump(&mut r, &mut [&mut requester, &mut responder]);
+    assert_eq!(requester.take(), "HMSG _INBOX.r.1 9 18 22\r\nNATS/1.0\r\nA: 2\r\n\r\n1015\r\n");
+}
+
+#[test]
+fn the_last_value_cache_keeps_a_message_s_headers_and_a_bad_block_from_a_native_client_ends_it() {
+    use tickwire_router::cache::{CacheConfig, LastValues};
+    use tickwire_topic::Pattern;
+    let mut r = Router::new("test", Limits::default(), None);
+    let cfg = CacheConfig { patterns: vec![Pattern::parse("md/>").unwrap()], max_topics: 10, max_bytes: 1 << 20 };
+    r.set_cache(LastValues::new(cfg));
+    let mut publ = Nats::connect(&mut r, "{\"headers\":true}");
+    publ.send(&mut r, "HPUB md.x 18 20\r\nNATS/1.0\r\nK: v\r\n\r\nhi\r\n");
+    let late = native(&mut r, None);
+    let sub = ClientRepr { value: 1, topic: "md/>", flags: flags::CACHED, ..ClientRepr::new(ClientKind::Subscribe) };
+    r.handle_frame(late, &frame(sub)).unwrap();
+    let got = delivered_headed(&mut r, late);
+    assert_eq!(got, [(flags::HEADERS | flags::CACHED, vec![("K".into(), "v".into())], b"hi".to_vec())]);
+
+    // A block the client library would never send: a protocol violation.
+    let bad = ClientRepr {
+        topic: "md/x",
+        body: b"\x09\0\0\0NATS",
+        flags: flags::HEADERS,
+        ..ClientRepr::new(ClientKind::Publish)
+    };
+    let e = r.handle_frame(late, &frame(bad)).unwrap_err();
+    assert!(e.reason.contains("header block"), "{}", e.reason);
 }

@@ -110,7 +110,7 @@ fn ten_thousand_outstanding_requests_over_shared_memory_and_tcp_each_get_their_o
             let want = &mut sent[k];
             c.poll(
                 |e| match e {
-                    ClientEvent::Reply { request, payload } => {
+                    ClientEvent::Reply { request, payload, .. } => {
                         let body = want.remove(&request).unwrap_or_else(|| panic!("client {k}: reply to {request}?"));
                         assert_eq!(payload, [&body[..], b"!"].concat(), "client {k}: the reply of another request");
                         answered += 1;

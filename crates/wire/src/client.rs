@@ -37,7 +37,9 @@
 //! body), [`flags::REDELIVERED`] (DELIVER: may have been delivered before),
 //! [`flags::CACHED`] (DELIVER: from the last-value cache; SUBSCRIBE: send
 //! the cached values first), [`flags::SLOW_CONSUMER`] (HELLO: the
-//! [`SlowConsumer`] policy the client asks for). Unknown flags are refused,
+//! [`SlowConsumer`] policy the client asks for), [`flags::HEADERS`]
+//! (PUBLISH, DELIVER: a header block starts the payload,
+//! [`crate::headers`]). Unknown flags are refused,
 //! so a flag can gain a meaning later without an old peer misreading it.
 
 use crate::field::{put_u16, put_u32, put_u64, u16_at, u32_at, u64_at};
@@ -109,9 +111,12 @@ pub mod flags {
     pub const REQUEST: u8 = 0x40;
     /// SUBSCRIBE: a member of a queue group, its name in the body.
     pub const QUEUE: u8 = 0x80;
+    /// PUBLISH / DELIVER: the payload starts with a header block
+    /// ([`crate::headers`]).
+    pub const HEADERS: u8 = 0x08;
     /// Every flag this version knows, on some kind
     /// ([`ClientKind::flags`](super::ClientKind::flags) says which).
-    pub const KNOWN: u8 = GUARANTEED | CACHED | SLOW_CONSUMER | DURABLE | REDELIVERED | REQUEST | QUEUE;
+    pub const KNOWN: u8 = GUARANTEED | CACHED | SLOW_CONSUMER | DURABLE | REDELIVERED | REQUEST | QUEUE | HEADERS;
 }
 
 /// A guaranteed DELIVER's `value`: the durable subscription's id (low 24
@@ -232,8 +237,8 @@ impl ClientKind {
         match self {
             ClientKind::Hello => SLOW_CONSUMER | NO_ECHO,
             ClientKind::Subscribe => CACHED | DURABLE | QUEUE,
-            ClientKind::Publish => GUARANTEED | REQUEST,
-            ClientKind::Deliver => GUARANTEED | CACHED | REDELIVERED | REQUEST,
+            ClientKind::Publish => GUARANTEED | REQUEST | HEADERS,
+            ClientKind::Deliver => GUARANTEED | CACHED | REDELIVERED | REQUEST | HEADERS,
             _ => 0,
         }
     }

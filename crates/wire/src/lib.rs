@@ -29,6 +29,8 @@
 //! * [`stamp`]: the sequence/send-time stamp generated load carries.
 //! * [`client`]: the client protocol between router clients and the router
 //!   (one frame per log message over shared memory, length-prefixed over TCP).
+//! * [`headers`]: the header block a PUBLISH or DELIVER may carry before
+//!   its payload (NATS's format).
 //!
 //! # Examples
 //!
@@ -50,6 +52,7 @@ pub mod auth;
 pub mod client;
 pub mod data;
 pub mod error_frame;
+pub mod headers;
 pub mod heartbeat;
 pub mod nak;
 pub mod request;

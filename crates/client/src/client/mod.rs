@@ -395,6 +395,30 @@ impl Client {
         self.send_publish(topic, payload, 0, None)
     }
 
+    /// Publishes `payload` on `topic` with `headers` before it, `Name:
+    /// value` pairs in NATS's format ([`tickwire_wire::headers`]): a
+    /// subscriber gets them as [`Delivery::headers`](crate::Delivery),
+    /// a NATS client as `HMSG`. Direct delivery only: the journal keeps
+    /// no headers.
+    ///
+    /// # Errors
+    /// As [`Client::publish`]; [`PublishError::BadHeaders`] for a name or
+    /// value that would break the block; [`PublishError::GuaranteedHeaders`]
+    /// on a topic of [`ClientOptions::guaranteed_topics`].
+    pub fn publish_with_headers(
+        &mut self,
+        topic: &str,
+        headers: &[(&str, &str)],
+        payload: &[u8],
+    ) -> Result<(), PublishError> {
+        if self.guaranteed_topics.iter().any(|p| p.matches(topic)) {
+            return Err(PublishError::GuaranteedHeaders(topic.to_owned()));
+        }
+        let mut body = Vec::with_capacity(payload.len() + 64);
+        tickwire_wire::headers::put(&mut body, headers, payload)?;
+        self.send_publish(topic, &body, flags::HEADERS, None)
+    }
+
     /// Sends one PUBLISH flagged `flags`, its sequence `sequence` (a
     /// request's correlation id) or the next publish number.
     #[inline]

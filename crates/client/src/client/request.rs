@@ -209,7 +209,7 @@ impl Client {
         self.wait_for(|c| {
             c.poll(
                 |e| match e {
-                    ClientEvent::Reply { request, payload } if request == id => result = Some(Ok(payload.to_vec())),
+                    ClientEvent::Reply { request, payload, .. } if request == id => result = Some(Ok(payload.to_vec())),
                     ClientEvent::RequestFailed { request, why } if request == id => result = Some(Err(why)),
                     e => other(e),
                 },
@@ -241,7 +241,7 @@ impl Client {
         self.wait_for(|c| {
             c.poll(
                 |e| match e {
-                    ClientEvent::Reply { request, payload } if request == id => {
+                    ClientEvent::Reply { request, payload, .. } if request == id => {
                         replies.push(payload.to_vec());
                         last = Instant::now();
                     }

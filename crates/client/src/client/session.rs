@@ -10,6 +10,7 @@ use tickwire_wire::client::{
     credentials, flags, split_guaranteed_value, ClientKind, ClientRepr, RejectCode, SlowConsumer,
     CLIENT_PROTOCOL_VERSION,
 };
+use tickwire_wire::headers::{self, HeaderError, Headers};
 use tickwire_wire::{request, ClientFrame};
 
 impl Client {
@@ -159,21 +160,27 @@ impl Client {
                 };
                 events += 1;
                 match f.kind() {
-                    ClientKind::Deliver if f.flags() & flags::REQUEST != 0 => match request::split_body(f.body()) {
-                        Some((inbox, payload)) => handler(ClientEvent::Request(Request {
-                            topic: f.topic(),
-                            payload,
-                            inbox,
-                            discarded: f.value(),
-                        })),
-                        None => broken = Some("the router sent a malformed request".into()),
-                    },
+                    ClientKind::Deliver if f.flags() & flags::REQUEST != 0 => {
+                        match request::split_body(f.body()).map(|(i, p)| (i, split_headers(f.flags(), p))) {
+                            Some((inbox, Ok((headers, payload)))) => handler(ClientEvent::Request(Request {
+                                topic: f.topic(),
+                                payload,
+                                headers,
+                                inbox,
+                                discarded: f.value(),
+                            })),
+                            _ => broken = Some("the router sent a malformed request".into()),
+                        }
+                    }
                     ClientKind::Deliver if f.topic().starts_with(request::INBOX_PREFIX) => {
                         match request::correlation_of(f.topic()).filter(|&c| requests.is_waiting(c)) {
-                            Some(c) => {
-                                requests.replied(c);
-                                handler(ClientEvent::Reply { request: c, payload: f.body() });
-                            }
+                            Some(c) => match split_headers(f.flags(), f.body()) {
+                                Ok((headers, payload)) => {
+                                    requests.replied(c);
+                                    handler(ClientEvent::Reply { request: c, payload, headers });
+                                }
+                                Err(e) => broken = Some(format!("the router sent a reply with {e}")),
+                            },
                             // Late (its request timed out) or not ours.
                             None => {
                                 requests.stray += 1;
@@ -184,9 +191,17 @@ impl Client {
                     ClientKind::Deliver => {
                         let guaranteed = f.flags() & flags::GUARANTEED != 0;
                         let (subscription, deliveries) = split_guaranteed_value(f.value());
+                        let (headers, payload) = match split_headers(f.flags(), f.body()) {
+                            Ok(x) => x,
+                            Err(e) => {
+                                broken = Some(format!("the router sent a message with {e}"));
+                                return;
+                            }
+                        };
                         handler(ClientEvent::Message(Delivery {
                             topic: f.topic(),
-                            payload: f.body(),
+                            payload,
+                            headers,
                             flags: f.flags(),
                             discarded: if guaranteed { 0 } else { f.value() },
                             sequence: f.sequence(),
@@ -285,4 +300,13 @@ impl Client {
         }
         events
     }
+}
+
+/// A delivered payload's headers (flagged [`flags::HEADERS`]) and the
+/// message's bytes.
+fn split_headers(f: u8, payload: &[u8]) -> Result<(Option<Headers<'_>>, &[u8]), HeaderError> {
+    if f & flags::HEADERS == 0 {
+        return Ok((None, payload));
+    }
+    headers::split(payload).map(|(h, p)| (Some(h), p))
 }

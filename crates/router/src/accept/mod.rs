@@ -247,7 +247,9 @@ impl Acceptor {
             return;
         }
         let wire = match &self.tls {
-            Some(cfg) if !nats => Wire::tls_server(stream, cfg),
+            // A NATS client's handshake starts after the INFO the agent
+            // sends in the clear (`tls_required`), as NATS's does.
+            Some(cfg) => Wire::tls_server(stream, cfg),
             _ => Ok(Wire::plain(stream)),
         };
         match wire {

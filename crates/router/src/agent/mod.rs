@@ -188,6 +188,9 @@ pub struct RoutingAgent {
     /// so, and when that line was written.
     timeouts_unlogged: u64,
     last_timeout_log: u64,
+    /// The user a NATS client's `auth_token` logs in as
+    /// (`nats_token_user`).
+    pub(crate) nats_token_user: Option<String>,
 }
 
 impl std::fmt::Debug for RoutingAgent {
@@ -240,6 +243,7 @@ impl RoutingAgent {
             housekeeping: 0,
             timeouts_unlogged: 0,
             last_timeout_log: 0,
+            nats_token_user: None,
         })
     }
 

@@ -10,7 +10,7 @@ use std::io::Read;
 use tickwire_nats::encode::Info;
 use tickwire_nats::parse::parse;
 use tickwire_transport::tls::Wire;
-use tickwire_wire::client::RejectCode;
+use tickwire_wire::client::{ClientKind, RejectCode};
 
 /// Bytes asked of the socket per read at most.
 const READ_BYTES: usize = 64 << 10;
@@ -35,7 +35,7 @@ impl RoutingAgent {
             max_payload: crate::nats::nats_max_payload(self.router.limits().max_frame),
             client_id: u64::from(self.router.client_id(id)),
             auth_required: self.router.requires_login(),
-            tls_required: false,
+            tls_required: wire.is_tls(),
         }
     }
 
@@ -113,6 +113,12 @@ impl RoutingAgent {
             }
             let mut failed = None;
             for f in frames.drain(..) {
+                // Mutual TLS: CONNECT logs in as the certificate's user.
+                if f.first() == Some(&(ClientKind::Hello as u8)) {
+                    if let Some(user) = input.stream.peer_user() {
+                        router.set_certified(id, user);
+                    }
+                }
                 if let Err(d) = handle(router, times, countdown, id, &f) {
                     failed = Some(d);
                     break;

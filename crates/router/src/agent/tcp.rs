@@ -59,6 +59,14 @@ impl RoutingAgent {
     pub(super) fn adopt_tcp(&mut self, wire: Arc<Wire>, peer: SocketAddr, slot: Slot, nats: bool) {
         // Registered under the id its session will get.
         let next = self.router.next_id();
+        let info = nats.then(|| self.nats_info(&wire, next));
+        if let (Some(info), true) = (&info, wire.is_tls()) {
+            // NATS over TLS: INFO in the clear, then the client's handshake.
+            if let Err(e) = send_info_in_clear(&wire, info) {
+                tracing::warn!("nats {peer}: INFO: {e}");
+                return;
+            }
+        }
         let fd = wire.stream().as_raw_fd();
         if let Err(e) =
             self.poll.registry().register(&mut mio::unix::SourceFd(&fd), Token(next as usize), Readiness::READABLE)
@@ -67,14 +75,15 @@ impl RoutingAgent {
             return;
         }
         let scheme = match (nats, wire.is_tls()) {
-            (true, _) => "nats",
+            (true, true) => "nats+tls",
+            (true, false) => "nats",
             (false, true) => "tls",
             (false, false) => "tcp",
         };
         let max_frame = self.router.limits().max_frame;
-        let out = if nats {
-            let info = self.nats_info(&wire, next);
-            Outbound::Nats(Box::new(NatsOut::new(Arc::clone(&wire), &info)))
+        let out = if let Some(info) = info {
+            let info = (!wire.is_tls()).then_some(&info);
+            Outbound::Nats(Box::new(NatsOut::new(Arc::clone(&wire), info, self.nats_token_user.clone())))
         } else {
             Outbound::Tcp(TcpOut::new(Arc::clone(&wire)))
         };
@@ -320,4 +329,17 @@ fn unpark(tcp: &[Option<TcpInput>], poll: &mio::Poll, router: &mut crate::routin
     let fd = input.stream.stream().as_raw_fd();
     let _ = poll.registry().reregister(&mut mio::unix::SourceFd(&fd), t, Readiness::READABLE);
     router.unpark(t.0 as u32);
+}
+
+/// Writes a NATS client's `INFO` to its socket in the clear, before its TLS
+/// handshake (a new connection's send buffer takes it whole).
+fn send_info_in_clear(wire: &Wire, info: &tickwire_nats::encode::Info) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut b = Vec::new();
+    tickwire_nats::encode::info(&mut b, info);
+    let n = (&*wire.stream()).write(&b)?;
+    if n < b.len() {
+        return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "the socket took part of it"));
+    }
+    Ok(())
 }

@@ -10,7 +10,8 @@
 //! name = "tickwire-router"        # sent to clients in WELCOME
 //! ipc = true                      # serve shared-memory clients
 //! listen = ["tcp://127.0.0.1:7600"]  # TCP listeners; [] for none
-//! nats_listen = ["127.0.0.1:4222"]   # NATS clients' listeners, HOST:PORT (plain TCP; default: none)
+//! nats_listen = ["127.0.0.1:4222"]   # NATS clients' listeners, HOST:PORT (TLS with [router.tls]; default: none)
+//! nats_token_user = "feed"        # a NATS client's auth_token logs in as this [[users]] entry, the token its password (default: none)
 //! cpu = 1                         # pin the routing agent (default: not pinned)
 //! agents = 1                      # routing agents, each a thread serving its share of the clients
 //! cpus = [1, 0]                   # with several: agent K pinned to cpus[K % len] (instead of cpu)
@@ -96,6 +97,9 @@ pub struct RouterConfig {
     pub listen: Vec<String>,
     /// Listeners for NATS clients (the NATS client protocol), `HOST:PORT`.
     pub nats_listen: Vec<String>,
+    /// The user a NATS client's `auth_token` (given without `user`) logs in
+    /// as, the token checked as that user's password (NATS's token auth).
+    pub nats_token_user: Option<String>,
     /// CPU to pin the (first) routing agent to.
     pub cpu: Option<usize>,
     /// Routing agents (threads), each serving its share of the clients.
@@ -331,6 +335,7 @@ impl Default for RouterConfig {
             ipc: true,
             listen: vec![DEFAULT_LISTEN.into()],
             nats_listen: Vec::new(),
+            nats_token_user: None,
             cpu: None,
             agents: 1,
             cpus: Vec::new(),
@@ -488,6 +493,11 @@ impl RouterConfig {
             return bad("agent_link_bytes", &self.agent_link_bytes, "at least limits.max_frame and at most 1 GiB");
         }
         Users::new(&self.users)?;
+        if let Some(u) = &self.nats_token_user {
+            if !self.users.iter().any(|x| x.name == *u && !x.password_hash.is_empty()) {
+                return bad("nats_token_user", u, "a [[users]] entry with a password_hash (the token is its password)");
+            }
+        }
         l.check()?;
         self.metrics_addr()?;
         if let Some(j) = &self.journal {

@@ -10,6 +10,7 @@ use crate::peers::{Interest, Peers};
 use crate::session::Session;
 use crate::topics::{GroupTargets, Sources, TopicEntry};
 use tickwire_topic::check_topic;
+use tickwire_wire::client::flags::HEADERS;
 use tickwire_wire::client::RejectCode;
 
 /// What deliveries did: how many were made, the discards they caused,
@@ -148,8 +149,9 @@ impl Router {
         self.route_flagged(from, topic, payload, sequence, 0).map(|_| ())
     }
 
-    /// [`Router::route`] of a message flagged `flags` (0, or `REQUEST`: a
-    /// request's body, never cached or conflated); returns how many
+    /// [`Router::route`] of a message flagged `flags` (0; `REQUEST`: a
+    /// request's body, never cached or conflated; `HEADERS`: a header
+    /// block starts the payload); returns how many
     /// sessions and other agents it went to, or `None` when it was
     /// refused (REJECT sent: a bad topic, an ACL).
     #[inline]
@@ -186,13 +188,15 @@ impl Router {
             _ => u32::MAX,
         };
         let queues = (&mut self.backlog, &mut self.slow);
-        let plain = flags == 0;
+        // A request is never cached or conflated; a message with headers
+        // is, its headers kept with it.
+        let plain = flags & !HEADERS == 0;
         let how = (0, true, e.conflate && plain);
         let (d, grouped) = deliver_entry(&mut self.sessions, queues, (e, skip), (topic, payload, flags), how);
         self.requests.counts[super::request::value::QUEUE_GROUP_DELIVERIES] += grouped;
         let Delivered { n, discards, grown } = d;
         if let (Some(c), true) = (&mut self.cache, plain) {
-            c.update_at(&mut e.last_value, topic, payload);
+            c.update_at(&mut e.last_value, topic, payload, flags);
         }
         let remote = match &mut self.peers {
             Some(p) if !e.agents.is_empty() => {
@@ -224,7 +228,7 @@ impl Router {
     /// (`REQUEST`). A reply on an inbox goes to its session alone.
     pub fn route_forwarded(&mut self, topic: &str, payload: &[u8], discarded: u32, flags: u8) {
         if tickwire_wire::request::is_inbox(topic) {
-            return self.deliver_reply(topic, payload);
+            return self.deliver_reply(topic, payload, flags & tickwire_wire::client::flags::HEADERS);
         }
         let src = Sources {
             sessions: &mut self.sessions,
@@ -235,13 +239,13 @@ impl Router {
         // The agent that read it from its client checked the topic.
         let Ok(e) = self.topics.entry(topic, |_| Ok::<(), std::convert::Infallible>(()), src);
         let queues = (&mut self.backlog, &mut self.slow);
-        let plain = flags == 0;
+        let plain = flags & !HEADERS == 0;
         let how = (discarded, false, e.conflate && plain);
         let (d, grouped) = deliver_entry(&mut self.sessions, queues, (e, u32::MAX), (topic, payload, flags), how);
         self.requests.counts[super::request::value::QUEUE_GROUP_DELIVERIES] += grouped;
         let Delivered { n, discards, grown } = d;
         if let (Some(c), true) = (&mut self.cache, plain) {
-            c.update_at(&mut e.last_value, topic, payload);
+            c.update_at(&mut e.last_value, topic, payload, flags);
         }
         self.totals.deliveries += n;
         self.totals.discards += discards;

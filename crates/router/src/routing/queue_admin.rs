@@ -188,7 +188,7 @@ impl Router {
         let body = serde_json::to_vec(&reply).unwrap_or_default();
         // On the requester's inbox, as any reply.
         let inbox = Inbox { agent: self.me, session: from, serial, correlation }.topic();
-        self.deliver_reply(&inbox, &body);
+        self.deliver_reply(&inbox, &body, 0);
         Ok(())
     }
 

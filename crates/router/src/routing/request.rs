@@ -60,13 +60,13 @@ impl Router {
         from: u32,
         topic: &str,
         payload: &[u8],
-        correlation: u64,
+        (correlation, headed): (u64, u8),
     ) -> Result<(), Disconnect> {
         let Some(serial) = self.session(from).map(|s| s.serial) else { return Ok(()) };
         let inbox = Inbox { agent: self.me, session: from, serial, correlation };
         let mut body = std::mem::take(&mut self.requests.body);
         request::body_of(&inbox, payload, &mut body);
-        let reached = self.route_flagged(from, topic, &body, correlation, flags::REQUEST);
+        let reached = self.route_flagged(from, topic, &body, correlation, flags::REQUEST | headed);
         self.requests.body = body;
         self.requests.counts[value::REQUESTS] += 1;
         match reached? {
@@ -80,19 +80,26 @@ impl Router {
 
     /// Routes a reply on `topic`, an inbox: to its session if it is this
     /// agent's, else to the agent serving it. A topic in the inbox
-    /// namespace that is no inbox this router made is refused.
-    pub(super) fn reply(&mut self, from: u32, topic: &str, payload: &[u8], sequence: u64) -> Result<(), Disconnect> {
+    /// namespace that is no inbox this router made is refused. `headed`:
+    /// [`flags::HEADERS`] if the payload starts with headers.
+    pub(super) fn reply(
+        &mut self,
+        from: u32,
+        topic: &str,
+        payload: &[u8],
+        (sequence, headed): (u64, u8),
+    ) -> Result<(), Disconnect> {
         let Some(inbox) = Inbox::parse(topic) else {
             let why = format!("{topic}: the _inbox namespace holds only the inboxes the router makes");
             return self.reject(from, RejectCode::BadTopic, sequence, &why);
         };
         self.requests.counts[value::REPLIES] += 1;
         if inbox.agent == self.me {
-            self.deliver_reply(topic, payload);
+            self.deliver_reply(topic, payload, headed);
         } else {
             match &mut self.peers {
                 Some(p) if inbox.agent < self.agents => {
-                    p.forward_to(&[inbox.agent], topic, payload, 0);
+                    p.forward_to(&[inbox.agent], topic, payload, headed);
                 }
                 _ => self.requests.counts[value::REPLIES_UNDELIVERABLE] += 1,
             }
@@ -102,8 +109,8 @@ impl Router {
 
     /// Hands a reply to the session its inbox names, if it is still that
     /// session (not one that took its id since); drops and counts it if
-    /// not.
-    pub(super) fn deliver_reply(&mut self, topic: &str, payload: &[u8]) {
+    /// not. `flags`: the reply's ([`flags::HEADERS`]).
+    pub(super) fn deliver_reply(&mut self, topic: &str, payload: &[u8], flags: u8) {
         let Some(inbox) = Inbox::parse(topic) else {
             self.requests.counts[value::REPLIES_UNDELIVERABLE] += 1;
             return;
@@ -112,7 +119,7 @@ impl Router {
             Some(Some(s)) if s.serial == inbox.serial && inbox.agent == self.me => {
                 let mut d = Delivered::default();
                 let queues = (&mut self.backlog, &mut self.slow);
-                d.to(&mut self.sessions, queues, inbox.session, (topic, payload, 0), (0, true, false));
+                d.to(&mut self.sessions, queues, inbox.session, (topic, payload, flags), (0, true, false));
                 self.totals.deliveries += d.n;
                 self.totals.discards += d.discards;
                 if d.grown > 0 {

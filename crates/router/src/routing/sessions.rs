@@ -11,8 +11,8 @@ use crate::access::Reach;
 use crate::session::{Outbound, Session};
 use tickwire_topic::Pattern;
 use tickwire_wire::client::{flags, ClientKind, ClientRepr, RejectCode, SlowConsumer, CLIENT_PROTOCOL_VERSION};
-use tickwire_wire::request;
 use tickwire_wire::ClientFrame;
+use tickwire_wire::{headers, request};
 
 impl Router {
     /// Opens a session whose frames go to `out`; `peer` says where it is.
@@ -124,6 +124,14 @@ impl Router {
         match f.kind() {
             ClientKind::Publish => {
                 let topic = f.topic();
+                let headed = f.flags() & flags::HEADERS;
+                if headed != 0 {
+                    // The client library never sends one: a protocol
+                    // violation (counted as one).
+                    if let Err(e) = headers::split(f.body()) {
+                        return Err(Disconnect::protocol(format!("PUBLISH on {topic}: {e}")));
+                    }
+                }
                 // One byte compared on the hot path: `_` starts no other
                 // usual topic.
                 if topic.as_bytes().first() == Some(&b'_') && request::is_inbox(topic) {
@@ -131,19 +139,23 @@ impl Router {
                         let why = format!("{topic}: a reply on an inbox is a plain PUBLISH");
                         return self.reject(id, RejectCode::Unsupported, f.sequence(), &why);
                     }
-                    return self.reply(id, topic, f.body(), f.sequence());
+                    return self.reply(id, topic, f.body(), (f.sequence(), headed));
                 }
                 if topic.as_bytes().first() == Some(&b'_') && queue_admin::is_system(topic) {
-                    if f.flags() & (flags::GUARANTEED | flags::REQUEST) != flags::REQUEST {
-                        let why = format!("{topic}: the router's own topics take plain requests only");
+                    if f.flags() & (flags::GUARANTEED | flags::REQUEST | flags::HEADERS) != flags::REQUEST {
+                        let why = format!("{topic}: the router's own topics take plain requests only, without headers");
                         return self.reject(id, RejectCode::Unsupported, f.sequence(), &why);
                     }
                     return self.system_request(id, topic, f.body(), f.sequence());
                 }
                 match f.flags() & (flags::GUARANTEED | flags::REQUEST) {
-                    0 => self.route(id, topic, f.body(), f.sequence()),
+                    0 => self.route_flagged(id, topic, f.body(), f.sequence(), headed).map(|_| ()),
+                    flags::GUARANTEED if headed != 0 => {
+                        let why = format!("{topic}: a guaranteed publish cannot carry headers (not supported)");
+                        self.reject(id, RejectCode::Unsupported, f.sequence(), &why)
+                    }
                     flags::GUARANTEED => self.publish_guaranteed(id, topic, f.body(), f.sequence()),
-                    flags::REQUEST => self.request(id, topic, f.body(), f.sequence()),
+                    flags::REQUEST => self.request(id, topic, f.body(), (f.sequence(), headed)),
                     _ => self.reject(id, RejectCode::Unsupported, f.sequence(), "a request cannot be guaranteed"),
                 }
             }
@@ -247,9 +259,9 @@ impl Router {
                 if let (true, Some(cache)) = (cached, &self.cache) {
                     // Before anything else reaches it: no gap, no duplicate.
                     let mut n = 0;
-                    cache.each_match(&pattern, |topic, payload| {
+                    cache.each_match(&pattern, |topic, payload, headed| {
                         if !s.filtered || s.may(topic, false) {
-                            s.deliver(topic, payload, flags::CACHED, 0, (false, false));
+                            s.deliver(topic, payload, flags::CACHED | headed, 0, (false, false));
                             n += 1;
                         }
                     });
