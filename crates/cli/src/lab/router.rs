@@ -98,6 +98,13 @@ pub struct RouterArgs {
     /// Skip the forwarding floor (no ratios).
     #[arg(long)]
     no_floor: bool,
+    /// With --transport tcp: a NATS round after every native one, through the router's NATS listener, from the
+    /// NATS Go client (tools/nats-lab, built with Go on first use), reported beside the native rows.
+    #[arg(long)]
+    nats: bool,
+    /// The NATS load generator's binary (default: $TICKWIRE_NATS_LAB, else built from tools/nats-lab).
+    #[arg(long, requires = "nats")]
+    nats_lab: Option<PathBuf>,
     /// Also write the histograms as an HdrHistogram interval log.
     #[arg(long)]
     hlog: Option<PathBuf>,
@@ -139,6 +146,7 @@ impl RouterArgs {
                 floor: !self.no_floor,
                 secure: self.secure,
                 request,
+                nats: self.nats.then_some(self.nats_lab),
             },
             output: self.common.output(&self.hlog, &self.plot),
         }

@@ -168,6 +168,7 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
             log_bytes: 4 << 20,
             secure: false,
             journal: Some((journal.clone(), sync.to_owned())),
+            nats: false,
         };
         let mut host = WorkerProcess::spawn(&Role::RouterHost(spec))?;
         let listening = host.read_line()?;

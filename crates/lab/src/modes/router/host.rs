@@ -47,6 +47,10 @@ pub struct HostSpec {
     /// A journal (its directory, and sync policy): guaranteed delivery on.
     #[serde(default)]
     pub journal: Option<(PathBuf, String)>,
+    /// Also a NATS listener on a free loopback port (printed after the
+    /// first line as `nats ADDR`).
+    #[serde(default)]
+    pub nats: bool,
 }
 
 /// The user a secure router's clients log in as, and its password.
@@ -138,6 +142,7 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
         dir: spec.dir.clone(),
         ipc: true,
         listen: if spec.tcp { vec!["tcp://127.0.0.1:0".into()] } else { Vec::new() },
+        nats_listen: if spec.nats { vec!["127.0.0.1:0".into()] } else { Vec::new() },
         ipc_log_bytes: spec.log_bytes,
         tls: spec.tls.as_ref().map(|(cert, key)| tickwire_router::config::TlsFiles::new(cert.clone(), key.clone())),
         ..RouterConfig::default()
@@ -175,6 +180,12 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
     match server.tcp_addrs().first() {
         Some(a) => println!("listening {a}"),
         None => println!("listening ipc"),
+    }
+    if spec.nats {
+        match server.nats_addrs().first() {
+            Some(a) => println!("nats {a}"),
+            None => return Err(LabError::Worker("router: no NATS listener".into())),
+        }
     }
     // Commands come on a thread of their own, so the spinning loop looks
     // at one flag and never at its stdin.

@@ -21,14 +21,21 @@
 //! ([`network::round`] reflecting every message). No topics, no clients.
 //! While the floor runs, the router sleeps; its clients stay connected for
 //! the whole run, and the router reports its memory after every round.
+//!
+//! With `--nats` (over TCP) the router also listens for NATS clients, and
+//! every round ends with a NATS round: the same scenario, schedule and
+//! stamps from the real NATS Go client ([`nats`], tools/nats-lab) on the
+//! harness's CPU, through the same router, reported beside the native
+//! rows with its ratio to them.
 
 pub mod guaranteed;
 pub mod harness;
 pub mod host;
+pub mod nats;
 
 use crate::host::machine::Machine;
 use crate::modes::network::{self, NetRound};
-use crate::modes::openloop::{RunShape, RunTotals, SinkReport};
+use crate::modes::openloop::{Published, RunShape, RunTotals, SinkReport};
 use crate::output::print::{self, Format, Output};
 use crate::output::report::LatencyRow;
 use crate::output::Measured;
@@ -79,6 +86,10 @@ pub struct RouterLab {
     /// floor is the same clients' one-way publish-to-delivery through the
     /// same router, interleaved, counted twice (two one-way hops).
     pub request: bool,
+    /// Over `tcp`: a NATS round after every native one, through the
+    /// router's NATS listener, from the NATS load generator (tools/nats-lab);
+    /// `Some(None)`: the generator built from source ([`nats::harness_binary`]).
+    pub nats: Option<Option<PathBuf>>,
 }
 
 /// One rate's results.
@@ -95,6 +106,10 @@ pub struct RateResult {
     pub host: Vec<HostReport>,
     /// The clients' system calls, over every router round.
     pub clients: harness::ClientIo,
+    /// `--nats`: the router's report after each NATS round.
+    pub nats_host: Vec<HostReport>,
+    /// `--nats`: the most a NATS message went after its intended time, ns.
+    pub nats_late_max_ns: u64,
 }
 
 impl RateResult {
@@ -135,24 +150,35 @@ pub fn run(o: &RouterLab, machine: &Machine) -> Result<Vec<RateResult>, LabError
     if o.request && (o.fanout || o.secure) {
         return Err(LabError::Usage("lab request takes neither --fanout nor --secure".into()));
     }
+    if o.nats.is_some() && (o.transport != Transport::Tcp || o.tls || o.request || o.secure) {
+        return Err(LabError::Usage(
+            "--nats compares with native TCP clients: lab router --transport tcp, without --secure".into(),
+        ));
+    }
+    // Before anything starts: a missing generator (or Go) is named at once.
+    let go = match &o.nats {
+        Some(given) => Some(nats::harness_binary(given.as_deref())?),
+        None => None,
+    };
     let tag = crate::run_tag();
     let router_dir = o.dir.join(format!("{tag}-router"));
     let pauses = o.dir.join(format!("{tag}-router.pauses"));
     let secure_dir = o.dir.join(format!("{tag}-router-secure"));
     let tls_dir = o.dir.join(format!("{tag}-tls"));
+    let samples = o.dir.join(format!("{tag}-nats.samples"));
     let result = (|| {
         let tls = match o.tls {
             true => Some(self_signed(&tls_dir)?),
             false => None,
         };
-        let mut plain = Router::start(o, &router_dir, false, tls.as_ref())?;
-        let mut secure = if o.secure { Some(Router::start(o, &secure_dir, true, tls.as_ref())?) } else { None };
+        let mut plain = Router::start(o, &router_dir, false, tls.as_ref(), go.as_deref())?;
+        let mut secure = if o.secure { Some(Router::start(o, &secure_dir, true, tls.as_ref(), None)?) } else { None };
         let mut out = Vec::new();
         for &rate in &o.rates {
             if crate::stop_requested() {
                 break;
             }
-            out.push(one_rate(o, rate, &mut plain, secure.as_mut(), &pauses, machine)?);
+            out.push(one_rate(o, rate, &mut plain, secure.as_mut(), (&pauses, &samples), machine)?);
         }
         for r in std::iter::once(plain).chain(secure) {
             r.stop()?;
@@ -164,6 +190,7 @@ pub fn run(o: &RouterLab, machine: &Machine) -> Result<Vec<RateResult>, LabError
     let _ = std::fs::remove_dir_all(&secure_dir);
     let _ = std::fs::remove_dir_all(&tls_dir);
     let _ = std::fs::remove_file(&pauses);
+    let _ = std::fs::remove_file(&samples);
     result
 }
 
@@ -171,6 +198,8 @@ pub fn run(o: &RouterLab, machine: &Machine) -> Result<Vec<RateResult>, LabError
 struct Router {
     process: WorkerProcess,
     harness: harness::Harness,
+    /// `--nats`: the NATS load generator, connected to its NATS listener.
+    nats: Option<nats::GoHarness>,
 }
 
 impl Router {
@@ -179,6 +208,7 @@ impl Router {
         dir: &std::path::Path,
         secure: bool,
         tls: Option<&(PathBuf, PathBuf)>,
+        go: Option<&std::path::Path>,
     ) -> Result<Self, LabError> {
         let spec = HostSpec {
             dir: dir.to_owned(),
@@ -188,9 +218,19 @@ impl Router {
             log_bytes: o.log_bytes,
             secure,
             journal: None,
+            nats: go.is_some(),
         };
         let mut process = WorkerProcess::spawn(&Role::RouterHost(spec))?;
         let listening = process.read_line()?;
+        let nats_url = match go {
+            Some(_) => {
+                let line = process.read_line()?;
+                let addr =
+                    line.strip_prefix("nats ").ok_or_else(|| LabError::Worker(format!("router host said {line:?}")))?;
+                Some(format!("nats://{addr}"))
+            }
+            None => None,
+        };
         let uri = match listening.strip_prefix("listening ") {
             Some("ipc") => "ipc".to_owned(),
             // The certificate is for localhost.
@@ -210,10 +250,27 @@ impl Router {
         };
         let shape = (o.publishers, o.subscribers);
         let harness = harness::Harness::connect(&uri, &base, shape, o.fanout)?;
-        Ok(Self { process, harness })
+        let nats = match (go, nats_url) {
+            (Some(bin), Some(url)) => {
+                // The generator inherits this thread's CPU: the harness's.
+                tickwire_agent::pin_current_thread(o.cpus.local)?;
+                // The router serves its connections and probes promptly.
+                process.write_line("wake")?;
+                let g = nats::GoHarness::start(bin, &url, shape, o.fanout, o.size);
+                process.write_line(&format!("sleep {}", dir.join("setup.pauses").display()))?;
+                let _: HostReport = crate::worker::parse_report("router", &process.read_line()?)?;
+                let _ = std::fs::remove_file(dir.join("setup.pauses"));
+                Some(g?)
+            }
+            _ => None,
+        };
+        Ok(Self { process, harness, nats })
     }
 
     fn stop(mut self) -> Result<(), LabError> {
+        if let Some(g) = self.nats.take() {
+            g.stop()?;
+        }
         self.harness.close();
         self.process.write_line("stop")?;
         self.process.finish(Duration::from_secs(10))?;
@@ -226,17 +283,20 @@ fn one_rate(
     rate: u64,
     plain: &mut Router,
     mut secure: Option<&mut Router>,
-    pauses: &std::path::Path,
+    (pauses, samples): (&std::path::Path, &std::path::Path),
     machine: &Machine,
 ) -> Result<RateResult, LabError> {
     let rounds = o.rounds.max(1);
     let per_round = (o.duration / rounds as u32).max(Duration::from_millis(50));
     let wall = SystemTime::now();
     let (mut mine, mut floor_totals, mut secured) = (RunTotals::new(), RunTotals::new(), RunTotals::new());
+    let mut natsed = RunTotals::new();
+    let (mut nats_host, mut nats_late_max_ns) = (Vec::new(), 0);
     let (mut discarded, mut host) = (0, Vec::new());
     let mut clients = harness::ClientIo::default();
     let h = &mut plain.harness;
     let router = &mut plain.process;
+    let go = &mut plain.nats;
     let bar = crate::progress(rounds as u64, &format!("router {rate} msg/s (rounds)"));
     for _ in 0..rounds {
         if crate::stop_requested() {
@@ -262,6 +322,19 @@ fn one_rate(
             let r = s.harness.round((rate, o.size, per_round), o.cpus, &mut s.process, pauses)?;
             secured.add_report(r.published, &SinkReport::of(&r.split))?;
             discarded += r.discarded;
+        }
+        if let Some(g) = go.as_mut() {
+            // The same schedule through the router's NATS listener; the
+            // router spins as in its native round.
+            router.write_line("wake")?;
+            let got = g.round(rate, per_round, samples);
+            router.write_line(&format!("sleep {}", pauses.display()))?;
+            let host: HostReport = crate::worker::parse_report("router", &router.read_line()?)?;
+            let (r, got) = got?;
+            let split = got.split_with_peer(Vec::new(), pauses)?;
+            natsed.add_report(Published { sent: r.sent, secs: r.secs }, &SinkReport::of(&split))?;
+            nats_host.push(host);
+            nats_late_max_ns = nats_late_max_ns.max(r.late_max_ns);
         }
         bar.inc(1);
     }
@@ -291,7 +364,15 @@ fn one_rate(
         let [s_all, s_free] = secured.rows("router+acl", transport, None, &shape(h.fan), machine, wall);
         rows.extend([s_all, s_free]);
     }
-    Ok(RateResult { rate, rows, discarded, host, clients })
+    if go.is_some() {
+        let [mut n_all, mut n_free] = natsed.rows("router", "nats", None, &shape(h.fan), machine, wall);
+        if o.floor {
+            n_all.row = n_all.row.with_floor(&rows[2].row);
+            n_free.row = n_free.row.with_floor(&rows[3].row);
+        }
+        rows.extend([n_all, n_free]);
+    }
+    Ok(RateResult { rate, rows, discarded, host, clients, nats_host, nats_late_max_ns })
 }
 
 /// One floor round: the harness's schedule through a forwarder on the
@@ -357,6 +438,62 @@ fn syscalls_line(r: &RateResult, transport: Transport) -> String {
     )
 }
 
+/// `--nats`: the router's system calls per delivery in the NATS rounds
+/// (the links' own counts), beside the generator's lateness.
+fn nats_syscalls_line(r: &RateResult) -> String {
+    let (mut reads, mut writes, mut polls, mut delivered, mut published) = (0, 0, 0, 0, 0);
+    for h in &r.nats_host {
+        (reads, writes, polls) = (reads + h.reads, writes + h.writes, polls + h.polls);
+        (delivered, published) = (delivered + h.round_deliveries, published + h.round_messages);
+    }
+    let per = |n: u64| n as f64 / delivered.max(1) as f64;
+    format!(
+        "NATS rounds: router {:.3} system calls per message delivered ({:.3} reads + {:.3} writes; {:.3} \
+         epoll_wait beside; {published} published, {delivered} delivered); the Go client sent at most {:.1} us \
+         after a message's intended time",
+        per(reads + writes),
+        per(reads),
+        per(writes),
+        per(polls),
+        r.nats_late_max_ns as f64 / 1e3
+    )
+}
+
+/// `--nats`: NATS against native, each distribution: the ratios of the
+/// percentiles, the absolute values beside them.
+fn nats_lines(r: &RateResult) -> Vec<String> {
+    let find = |t: &str, d: &str| {
+        r.rows.iter().find(|m| m.row.transport == t && m.row.distribution.as_deref() == Some(d)).map(|m| &m.row)
+    };
+    let mut out = Vec::new();
+    for d in ["all", "pause_free"] {
+        let (Some(n), Some(t)) = (find("nats", d), find("tcp", d)) else { continue };
+        if n.count == 0 || t.count == 0 {
+            out.push(format!("NATS / native ({d}): no messages in one of them"));
+            continue;
+        }
+        let x = |a: u64, b: u64| crate::output::report::ratio(a, b);
+        out.push(format!(
+            "NATS / native ({d}): p50 {:.2}x ({} / {} ns), p99 {:.2}x ({} / {} ns), p99.9 {:.2}x ({} / {} ns), \
+             max {} / {} ns; NATS achieved {:.0} msg/s, {} lost",
+            x(n.p50_ns, t.p50_ns),
+            n.p50_ns,
+            t.p50_ns,
+            x(n.p99_ns, t.p99_ns),
+            n.p99_ns,
+            t.p99_ns,
+            x(n.p999_ns, t.p999_ns),
+            n.p999_ns,
+            t.p999_ns,
+            n.max_ns,
+            t.max_ns,
+            n.achieved_rate.unwrap_or(0.0),
+            n.lost
+        ));
+    }
+    out
+}
+
 /// A self-signed certificate for `localhost` and its key (mode 600, as
 /// the router requires), in `dir`.
 fn self_signed(dir: &std::path::Path) -> Result<(PathBuf, PathBuf), LabError> {
@@ -406,6 +543,15 @@ pub fn print(o: &RouterLab, results: &[RateResult], out: &Output, machine: &Mach
         };
         println!("floor (same schedule, interleaved in rounds): {floor}");
     }
+    if o.nats.is_some() {
+        println!(
+            "NATS rows (transport nats, interleaved: floor, native, NATS each round): the same router's NATS \
+             listener, the same scenario from {} (tools/nats-lab) on CPU {}; the pause-free NATS rows leave \
+             out the router's pauses only",
+            nats::NATS_GO_VERSION,
+            o.cpus.local
+        );
+    }
     for r in results {
         let row = &r.rows[0].row;
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
@@ -431,9 +577,15 @@ pub fn print(o: &RouterLab, results: &[RateResult], out: &Output, machine: &Mach
             );
         }
         println!("{}", syscalls_line(r, o.transport));
+        if o.nats.is_some() {
+            println!("{}", nats_syscalls_line(r));
+        }
         let rows: Vec<LatencyRow> = r.rows.iter().map(|m| m.row.clone()).collect();
         print!("{}", crate::output::report::table(&rows));
         println!("{}", print::pauses_line(row));
+        for l in nats_lines(r) {
+            println!("{l}");
+        }
         if o.secure {
             let secure = &r.rows[r.rows.len() - 2..];
             for (label, plain, with) in
