@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO_ENV := if [ -f $$HOME/.cargo/env ]; then . $$HOME/.cargo/env; fi;
 
-.PHONY: setup build demo test bench crash fuzz clean fresh-check loom hostile nats-bench
+.PHONY: setup build demo test bench crash fuzz clean fresh-check loom hostile nats-bench nats-lab
 
 setup:
 	@./scripts/setup.sh
@@ -75,3 +75,12 @@ clean:
 # target/go-bin with the Go toolchain; docs/PERFORMANCE.md).
 nats-bench: build
 	@$(CARGO_ENV) ./scripts/nats-bench.sh
+
+# Issue 36's latency figure: the NATS Go client (tools/nats-lab, on
+# nats.go v1.55.0, built into target/go-bin with the Go toolchain) against
+# tickwire's native TCP clients through the same router, 10 publishers x
+# 10 subscribers, 100 bytes, at 50k, 100k and 500k msg/s, interleaved in
+# rounds (floor, native, NATS); router on CPU 1, clients on CPU 0
+# (docs/PERFORMANCE.md). RATES, DURATION (per rate), ROUNDS override.
+nats-lab: build
+	@$(CARGO_ENV) ./scripts/nats-lab.sh --run
