@@ -1,8 +1,8 @@
 //! The router's NATS listener (`--nats-listen`) with the real, unmodified
 //! Python NATS client (nats-py, installed by scripts/setup.sh into
 //! target/nats-venv), driven by `tests/nats_py/client.py`: publish and
-//! subscribe with wildcards, request/reply and no responders, headers
-//! refused by name, a queue group, users and passwords, a reconnect
+//! subscribe with wildcards, request/reply and no responders, headers, a
+//! queue group, users with passwords or a token, TLS, a reconnect
 //! after the router's restart; and messages across the protocols, NATS to
 //! a shared-memory subscriber and a shared-memory publisher to NATS, every
 //! one, in order, the same bytes.
@@ -42,8 +42,14 @@ fn scratch(name: &str) -> String {
 fn router(d: &str, extra: &[&str], port: u16) -> (RouterProcess, String) {
     let listen = format!("127.0.0.1:{port}");
     let mut args = vec!["--dir", d];
+    // `router-tls CERT KEY`: the router's own options, after `router`.
+    let (extra, tls) = match extra {
+        ["router-tls", cert, key] => (&[][..], vec!["--tls-cert", *cert, "--tls-key", *key]),
+        _ => (extra, Vec::new()),
+    };
     args.extend_from_slice(extra);
     args.extend_from_slice(&["router", "--no-tcp", "--nats-listen", &listen]);
+    args.extend_from_slice(&tls);
     let r = RouterProcess::start(&args);
     let line = r.lines.lock().unwrap().iter().find(|(_, l)| l.contains("router listening")).unwrap().1.clone();
     let url = line.split([' ', ',']).find(|w| w.starts_with("nats://")).unwrap().to_owned();
@@ -74,9 +80,10 @@ fn the_python_nats_client_publishes_subscribes_requests_and_is_told_what_is_not_
     assert_eq!(got, want.map(|(a, b)| (a.to_owned(), b.to_owned())), "{v}");
     assert_eq!(v["reply"], "quote buy 100", "{v}");
     assert_eq!(v["no_responders"], "NoRespondersError", "no responders at once, not a timeout: {v}");
-    // Headers: refused by name (and the client closes, as NATS clients do on -ERR).
-    let last = v["last_error"].as_str().unwrap().to_lowercase();
-    assert!(last.contains("no nats headers yet") && v["connected"] == false, "{v}");
+    // Headers, on a message, a request and its reply.
+    assert_eq!(v["headed"], serde_json::json!([["hdr.x", "with headers", {"Trace-Id": "t-1", "K": "v"}]]), "{v}");
+    assert_eq!(v["headed_reply"], serde_json::json!(["ok q", {"Answer": "7"}]), "{v}");
+    assert_eq!((v["connected"].as_bool(), v["errors"].as_array().map(Vec::len)), (Some(true), Some(0)), "{v}");
     assert!(v["max_payload"].as_u64().unwrap() > 1 << 19, "{v}");
 }
 
@@ -105,6 +112,37 @@ fn users_log_in_with_their_passwords_and_a_wrong_one_is_refused() {
     let bad = &py(&["auth", &url, "desk", "wrong"])[0];
     assert_eq!(bad["connected"], false, "{bad}");
     assert!(bad["error"].as_str().unwrap().to_lowercase().contains("authorization"), "{bad}");
+}
+
+#[test]
+fn a_token_logs_in_as_the_token_user_with_its_acls_and_a_wrong_token_is_refused() {
+    let d = scratch("token");
+    let config = format!("{d}/router.toml");
+    let hash = cmd::hash_password("s3cr3t-token");
+    let toml = format!(
+        "[router]\nnats_token_user = \"feed\"\n\n[[users]]\nname = \"feed\"\npassword_hash = \"{hash}\"\n\
+         publish = [\"md/>\"]\nsubscribe = [\"md/>\"]\n"
+    );
+    std::fs::write(&config, toml).unwrap();
+    let (_r, url) = router(&d, &["--config", &config], 0);
+    let ok = &py(&["token", &url, "s3cr3t-token"])[0];
+    assert_eq!((ok["connected"].as_bool(), ok["got"][0].as_str()), (Some(true), Some("as token")), "{ok}");
+    let bad = &py(&["token", &url, "guess"])[0];
+    assert_eq!(bad["connected"], false, "{bad}");
+    assert!(bad["error"].as_str().unwrap().to_lowercase().contains("authorization"), "{bad}");
+}
+
+#[test]
+fn the_nats_port_speaks_tls_with_the_router_s_certificate() {
+    let d = scratch("tls");
+    let (cert, key) = tickwire_testkit::self_signed(std::path::Path::new(&d), "router");
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let (_r, url) = router(&d, &["router-tls", &cert, &key], 0);
+    let ok = &py(&["tls", &url, &cert])[0];
+    assert_eq!((ok["connected"].as_bool(), ok["got"][0].as_str()), (Some(true), Some("as tls")), "{ok}");
+    // A client that does not speak TLS gets nowhere.
+    let plain = &py(&["auth", &url, "nobody", "x"])[0];
+    assert_eq!(plain["connected"], false, "{plain}");
 }
 
 #[test]

@@ -157,6 +157,10 @@ impl Server {
     /// thread cannot be pinned.
     pub fn start(cfg: RouterConfig) -> Result<Self, StartError> {
         cfg.check()?;
+        if let (Some(u), true) = (&cfg.nats_token_user, cfg.users.is_empty()) {
+            let why = "a [[users]] entry with a password_hash (the token is its password): there are no users";
+            return Err(crate::config::ConfigError::Value { key: "nats_token_user", value: u.clone(), why }.into());
+        }
         let lock = crate::lock::take(&cfg)?;
         let io = |what: &Path, source| StartError::Io { what: what.display().to_string(), source };
         let ctx = Context::new(&cfg.dir)?;

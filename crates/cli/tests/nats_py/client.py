@@ -4,6 +4,7 @@ saw as one JSON object for crates/cli/tests/nats.rs to check."""
 
 import asyncio
 import json
+import ssl
 import sys
 
 import nats
@@ -47,12 +48,26 @@ async def basic(url):
         no_responders = "NoRespondersError"
     except TimeoutError:
         no_responders = "timeout"
-    # Headers are refused by name, the connection kept.
-    await nc.publish("md.eu.VOD", b"with headers", headers={"K": "v"})
+    # Headers, on a message and on a request and its reply.
+    headed = []
+
+    async def on_headed(m):
+        headed.append([m.subject, m.data.decode(), m.headers])
+
+    await nc.subscribe("hdr.>", cb=on_headed)
+
+    async def headed_responder(m):
+        await nc.publish(m.reply, b"ok " + m.data, headers={"Answer": m.headers.get("Q", "none")})
+
+    await nc.subscribe("hrfq", cb=headed_responder)
     await nc.flush()
+    await nc.publish("hdr.x", b"with headers", headers={"Trace-Id": "t-1", "K": "v"})
+    await nc.flush()
+    hreply = await nc.request("hrfq", b"q", timeout=2, headers={"Q": "7"})
     await asyncio.sleep(0.3)
     say(got=sorted(got), reply=reply.data.decode(), no_responders=no_responders, errors=errors,
-        last_error=str(nc.last_error), connected=nc.is_connected, max_payload=nc.max_payload)
+        headed=headed, headed_reply=[hreply.data.decode(), hreply.headers],
+        connected=nc.is_connected, max_payload=nc.max_payload)
     await nc.close()
 
 
@@ -84,9 +99,13 @@ async def queue(url, members, n):
         await nc.close()
 
 
-async def auth(url, user, password):
+async def auth(url, user, password, **how):
+    """Logs in (as `user` with `password`, or with `how`: a token, TLS),
+    then publishes to itself."""
+    if not how:
+        how = dict(user=user, password=password)
     try:
-        nc = await nats.connect(url, user=user, password=password, allow_reconnect=False, connect_timeout=3)
+        nc = await nats.connect(url, allow_reconnect=False, connect_timeout=3, **how)
     except Exception as e:  # the client's own error types vary by version
         say(connected=False, error=type(e).__name__ + ": " + str(e))
         return
@@ -178,6 +197,12 @@ if __name__ == "__main__":
         asyncio.run(queue(url, int(rest[0]), int(rest[1])))
     elif cmd == "auth":
         asyncio.run(auth(url, rest[0], rest[1]))
+    elif cmd == "token":
+        asyncio.run(auth(url, "token", "", token=rest[0]))
+    elif cmd == "tls":
+        # The router's certificate, for localhost; the URL names 127.0.0.1.
+        ctx = ssl.create_default_context(cafile=rest[0])
+        asyncio.run(auth(url, "tls", "", tls=ctx, tls_hostname="localhost"))
     elif cmd == "publish":
         asyncio.run(publish(url, rest[0], int(rest[1])))
     elif cmd == "subscribe":

@@ -493,7 +493,8 @@ impl RouterConfig {
             return bad("agent_link_bytes", &self.agent_link_bytes, "at least limits.max_frame and at most 1 GiB");
         }
         Users::new(&self.users)?;
-        if let Some(u) = &self.nats_token_user {
+        // (The table alone is checked before the file's users are read.)
+        if let Some(u) = self.nats_token_user.as_ref().filter(|_| !self.users.is_empty()) {
             if !self.users.iter().any(|x| x.name == *u && !x.password_hash.is_empty()) {
                 return bad("nats_token_user", u, "a [[users]] entry with a password_hash (the token is its password)");
             }
