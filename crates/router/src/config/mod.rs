@@ -566,6 +566,26 @@ mod tests {
     }
 
     #[test]
+    fn the_nats_token_user_must_be_a_user_with_a_password() {
+        let mut c = load("nats_token_user = \"feed\"\n").unwrap();
+        assert_eq!(c.nats_token_user.as_deref(), Some("feed"), "the table alone: users come after");
+        let user = |name: &str, hash: &str| UserConfig {
+            name: name.into(),
+            password_hash: hash.into(),
+            ..toml::from_str("name = \"x\"").unwrap()
+        };
+        let hash = crate::access::hash_password(b"pw").unwrap();
+        c.users = vec![user("desk", &hash)];
+        let e = c.check().unwrap_err().to_string();
+        assert!(e.contains("nats_token_user") && e.contains("feed") && e.contains("password_hash"), "{e}");
+        c.users.push(UserConfig { unix_user: Some("0".into()), ..user("feed", "") });
+        let e = c.check().unwrap_err().to_string();
+        assert!(e.contains("nats_token_user"), "a user without a password takes no token: {e}");
+        c.users[1] = user("feed", &hash);
+        c.check().unwrap();
+    }
+
+    #[test]
     fn max_queued_bytes_is_0_or_at_least_queue_bytes() {
         let m = |text: &str| load(text).map(|c| Limits::from(&c.limits).max_queued_bytes);
         assert_eq!(m("").unwrap(), 1 << 30);
