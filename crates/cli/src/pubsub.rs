@@ -68,6 +68,9 @@ pub struct PubArgs {
     /// With --router: publish in guaranteed mode (stored by the router's journal, acknowledged, resent across router restarts); prints "acknowledged N" at the end.
     #[arg(long, requires = "router")]
     pub(crate) guaranteed: bool,
+    /// With --router: a header on every message, NAME=VALUE (repeatable; NATS clients get them in HMSG).
+    #[arg(long = "header", value_name = "NAME=VALUE", requires = "router", conflicts_with = "guaranteed")]
+    pub(crate) headers: Vec<String>,
 }
 
 /// Options of `tickwire sub`.

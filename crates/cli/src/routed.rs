@@ -196,11 +196,21 @@ impl Held {
     }
 }
 
-fn publish_one(client: &mut Client, topic: &str, msg: &[u8], held: &mut Held) -> Result<(), String> {
+fn publish_one(
+    client: &mut Client,
+    (topic, headers): (&str, &[(&str, &str)]),
+    msg: &[u8],
+    held: &mut Held,
+) -> Result<(), String> {
     let t = Instant::now();
     let mut waited = false;
     loop {
-        match client.publish(topic, msg) {
+        let r = if headers.is_empty() {
+            client.publish(topic, msg)
+        } else {
+            client.publish_with_headers(topic, headers, msg)
+        };
+        match r {
             Ok(()) => {
                 if waited {
                     held.times += 1;
@@ -208,7 +218,9 @@ fn publish_one(client: &mut Client, topic: &str, msg: &[u8], held: &mut Held) ->
                 }
                 return Ok(());
             }
-            Err(e @ (PublishError::BadTopic(_) | PublishError::TooLarge { .. })) => return Err(e.to_string()),
+            Err(e @ (PublishError::BadTopic(_) | PublishError::TooLarge { .. } | PublishError::BadHeaders(_))) => {
+                return Err(e.to_string())
+            }
             Err(_) if stopped() => return Err("stopped (Ctrl-C) while a message waited".into()),
             Err(e) if t.elapsed() > Duration::from_secs(30) => return Err(format!("{e} for 30 s")),
             Err(_) => {
@@ -279,6 +291,13 @@ pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
         return Err("--router needs --topic".into());
     }
     tickwire_topic::check_topic(&a.topic).map_err(|e| e.to_string())?;
+    let headers = a
+        .headers
+        .iter()
+        .map(|h| h.split_once('=').ok_or_else(|| format!("--header {h:?}: expected NAME=VALUE")))
+        .collect::<Result<Vec<_>, _>>()?;
+    tickwire_wire::headers::encode_block(&mut Vec::new(), &headers).map_err(|e| format!("--header: {e}"))?;
+    let topic = (a.topic.as_str(), &headers[..]);
     let mut client =
         connect(s, uri, "pub", a.tls_ca.as_deref(), credentials, a.login.identity(ClientOptions::default()))?;
     if !wait(&mut client, a.wait, |_| {})? {
@@ -294,7 +313,7 @@ pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
             if a.guaranteed {
                 publish_guaranteed_one(&mut client, &a.topic, line.as_bytes(), &mut held)?;
             } else {
-                publish_one(&mut client, &a.topic, line.as_bytes(), &mut held)?;
+                publish_one(&mut client, topic, line.as_bytes(), &mut held)?;
             }
             sent += 1;
             check_rejected(&mut client, Duration::ZERO)?;
@@ -327,7 +346,7 @@ pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
                     client.poll(|_| {}, 256);
                 }
             } else {
-                publish_one(&mut client, &a.topic, &msg, &mut held)?;
+                publish_one(&mut client, topic, &msg, &mut held)?;
             }
             sent += 1;
             if sent % 256 == 0 {
@@ -416,7 +435,11 @@ fn on_event(seen: &mut Seen, a: &SubArgs, pattern: &str, uri: &str, e: ClientEve
                 *next = (*next).max(seq + 1);
             }
             if a.print {
-                let tag = if m.is_cached() { " (cached)" } else { "" };
+                let mut tag = String::from(if m.is_cached() { " (cached)" } else { "" });
+                if let Some(h) = m.headers {
+                    let pairs: Vec<String> = h.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    tag += &format!(" [{}]", pairs.join(", "));
+                }
                 match std::str::from_utf8(m.payload) {
                     Ok(text) if !text.chars().any(char::is_control) => println!("{} {text}{tag}", m.topic),
                     // Generated messages: binary, not for a terminal.

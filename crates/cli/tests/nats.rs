@@ -115,6 +115,48 @@ fn users_log_in_with_their_passwords_and_a_wrong_one_is_refused() {
 }
 
 #[test]
+fn tickwire_pub_header_reaches_a_nats_subscriber_and_sub_print_shows_them() {
+    let d = scratch("headers");
+    let (_r, url) = router(&d, &[], 0);
+    let sub = Command::new(BIN)
+        .args(["--dir", &d, "sub", "--router", "ipc", "--topic", "md/>", "--print", "--count", "1"])
+        .args(["--duration", "20s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut nats_sub = Command::new(python())
+        .arg(script())
+        .args(["headers", &url, "md.>", "20"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(nats_sub.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().contains("ready"));
+    std::thread::sleep(Duration::from_secs(1));
+    let mut publ = Command::new(BIN)
+        .args(["--dir", &d, "pub", "--router", "ipc", "--topic", "md/h", "--stdin"])
+        .args(["--header", "Trace-Id=t-1", "--header", "K=v"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    publ.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    assert!(publ.wait().unwrap().success());
+    let v: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(nats_sub.wait().unwrap().success());
+    assert_eq!(v, serde_json::json!({"subject": "md.h", "data": "hello", "headers": {"Trace-Id": "t-1", "K": "v"}}));
+    let out = sub.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "md/h hello [Trace-Id=t-1, K=v]\n");
+    // A header that would break the block is refused before anything is sent.
+    let bad = Command::new(BIN)
+        .args(["--dir", &d, "pub", "--router", "ipc", "--topic", "md/h", "--stdin", "--header", "no equals"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("NAME=VALUE"));
+}
+
+#[test]
 fn a_token_logs_in_as_the_token_user_with_its_acls_and_a_wrong_token_is_refused() {
     let d = scratch("token");
     let config = format!("{d}/router.toml");

@@ -27,6 +27,14 @@ pub fn client(data: &[u8]) {
         let again = ClientFrame::new_checked(&out[..n]).expect("an emitted frame parses");
         assert_eq!(ClientRepr::parse(&again), repr);
         let _ = tickwire_wire::client::credentials::parse(f.body());
+        // A headed payload: what splits puts back the same, and every
+        // header reads.
+        if let Ok((h, body)) = tickwire_wire::headers::split(f.body()) {
+            let _ = (h.status(), h.iter().count(), h.get("k"));
+            let mut again = Vec::new();
+            tickwire_wire::headers::put_block(&mut again, &h, body);
+            assert_eq!(again, f.body(), "a split payload puts back the same");
+        }
     }
 }
 

@@ -156,6 +156,17 @@ async def subscribe(url, subject, n, seconds):
     await nc.close()
 
 
+async def headers(url, subject, seconds):
+    """Says ready once subscribed, then what the first message brought."""
+    nc = await nats.connect(url, name="py-headers")
+    sub = await nc.subscribe(subject)
+    await nc.flush()
+    say(ready=True)
+    m = await sub.next_msg(timeout=seconds)
+    say(subject=m.subject, data=m.data.decode(), headers=m.headers)
+    await nc.close()
+
+
 async def reconnect(url, seconds):
     """Subscribes, then waits for the router to go and come back: a
     message published after that arrives on the same subscription."""
@@ -207,6 +218,8 @@ if __name__ == "__main__":
         asyncio.run(publish(url, rest[0], int(rest[1])))
     elif cmd == "subscribe":
         asyncio.run(subscribe(url, rest[0], int(rest[1]), float(rest[2])))
+    elif cmd == "headers":
+        asyncio.run(headers(url, rest[0], float(rest[1])))
     elif cmd == "reconnect":
         asyncio.run(reconnect(url, float(rest[0])))
     else:
