@@ -142,6 +142,25 @@ func run(url, prefix string, publishers, subscribers int, fanout bool, size int)
 		opts = append(opts, nats.SetCustomDialer(p))
 		active.Store(true)
 	}
+	// A PING from every connection each second: tickwire's router closes
+	// a NATS connection it has heard nothing from in 10 s (its heartbeat
+	// limit), and a subscriber's connection sends nothing after SUB
+	// (nats.go's own PING comes every 2 minutes).
+	opts = append(opts, nats.PingInterval(time.Second))
+	// What the server or the client did to a connection goes to stderr:
+	// a round that lost its subscribers says why.
+	opts = append(opts,
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "nats-lab: %s disconnected: %v\n", nc.Opts.Name, err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			fmt.Fprintf(os.Stderr, "nats-lab: %s reconnected\n", nc.Opts.Name)
+		}),
+		nats.ErrorHandler(func(nc *nats.Conn, _ *nats.Subscription, err error) {
+			fmt.Fprintf(os.Stderr, "nats-lab: %s: %v\n", nc.Opts.Name, err)
+		}))
 	connect := func(name string) (*nats.Conn, error) {
 		return nats.Connect(url, append([]nats.Option{nats.Name(name)}, opts...)...)
 	}
