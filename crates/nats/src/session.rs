@@ -13,8 +13,9 @@
 //!   `REQUEST`, its correlation id remembered with the reply subject);
 //!   `SUB` is SUBSCRIBE (with a queue group, flagged `QUEUE`); `UNSUB` is
 //!   UNSUBSCRIBE, at once or after `max` messages.
-//! * A DELIVER becomes one `MSG` per subscription of the client whose
-//!   subject matches (as a NATS server sends one per subscription); a
+//! * A DELIVER becomes one `MSG` per plain subscription of the client
+//!   whose subject matches (as a NATS server sends one per subscription),
+//!   or, flagged `QUEUE`, one to the queue-group subscription it names; a
 //!   request's carries the requester's inbox as its reply subject; a reply
 //!   on this session's inbox goes out on the reply subject the request
 //!   named. REJECT `NoResponders` is the 503 status message NATS clients
@@ -36,7 +37,9 @@ use crate::parse::{ClientOp, Connect};
 use crate::subject::{to_subject, to_topic};
 use std::collections::{HashMap, VecDeque};
 use tickwire_topic::Pattern;
-use tickwire_wire::client::{credentials, flags, ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION};
+use tickwire_wire::client::{
+    credentials, flags, split_queue_body, ClientKind, ClientRepr, RejectCode, CLIENT_PROTOCOL_VERSION,
+};
 use tickwire_wire::ClientFrame;
 use tickwire_wire::{headers, request};
 
@@ -371,13 +374,21 @@ impl NatsSession {
             self.discarded += u64::from(f.value());
         }
         let topic = f.topic();
+        // To one of its queue-group subscriptions, or to its plain ones.
+        let (target, body) = match f.flags() & flags::QUEUE {
+            0 => (None, f.body()),
+            _ => match split_queue_body(f.body()) {
+                Some((id, rest)) => (Some(id), rest),
+                None => return After::Nothing,
+            },
+        };
         let (reply, payload) = if f.flags() & flags::REQUEST != 0 {
-            match request::split_body(f.body()) {
+            match request::split_body(body) {
                 Some((inbox, p)) => (Some(inbox), p),
                 None => return After::Nothing,
             }
         } else {
-            (None, f.body())
+            (None, body)
         };
         let (block, payload) = if f.flags() & flags::HEADERS != 0 {
             match headers::split(payload) {
@@ -395,7 +406,7 @@ impl NatsSession {
             if to_topic(&subject, &mut reply_topic).is_err() {
                 return After::Nothing;
             }
-            return self.send(&reply_topic, (&subject, None), (block, payload), out);
+            return self.send((&reply_topic, None), (&subject, None), (block, payload), out);
         }
         to_subject(topic, &mut self.subject);
         let subject = std::mem::take(&mut self.subject);
@@ -403,40 +414,38 @@ impl NatsSession {
         if let Some(inbox) = reply {
             to_subject(inbox, &mut reply_subject);
         }
-        let after = self.send(topic, (&subject, reply.map(|_| reply_subject.as_str())), (block, payload), out);
+        let after =
+            self.send((topic, target), (&subject, reply.map(|_| reply_subject.as_str())), (block, payload), out);
         self.subject = subject;
         after
     }
 
-    /// `MSG` on `subject` (whose topic is `topic`) to every plain
-    /// subscription whose pattern matches the topic, and to one of each
-    /// queue group's (the router chose this client for the group, or for
-    /// a plain subscription: a connection holding both cannot tell which);
-    /// an `UNSUB` whose count ran out goes back to the router. With a
-    /// header block, `HMSG` to a client that takes headers, else `MSG` of
-    /// the payload alone.
+    /// `MSG` on `subject` (whose topic is `topic`): to subscription
+    /// `target` (the router chose it as its queue group's member), or
+    /// without one to every plain subscription whose pattern matches the
+    /// topic; an `UNSUB` whose count ran out goes back to the router. With
+    /// a header block, `HMSG` to a client that takes headers, else `MSG`
+    /// of the payload alone.
     fn send(
         &mut self,
-        topic: &str,
+        (topic, target): (&str, Option<u32>),
         (subject, reply): (&str, Option<&str>),
         (block, payload): (Option<&[u8]>, &[u8]),
         out: &mut Vec<u8>,
     ) -> After {
         let block = block.filter(|_| self.connect.as_ref().is_some_and(|c| c.headers));
         self.matched.clear();
-        self.matched.extend(self.subs.iter().filter(|(_, s)| s.pattern.matches(topic)).map(|(&id, _)| id));
+        match target {
+            Some(id) => self.matched.extend(self.subs.get(&id).map(|_| id)),
+            None => self.matched.extend(
+                self.subs.iter().filter(|(_, s)| s.queue.is_none() && s.pattern.matches(topic)).map(|(&id, _)| id),
+            ),
+        }
         self.matched.sort_unstable();
-        let mut groups: Vec<String> = Vec::new();
         let mut done = Vec::new();
         for i in 0..self.matched.len() {
             let id = self.matched[i];
             let Some(s) = self.subs.get_mut(&id) else { continue };
-            if let Some(q) = &s.queue {
-                if groups.contains(q) {
-                    continue;
-                }
-                groups.push(q.clone());
-            }
             match block {
                 Some(h) => encode::hmsg(out, subject, &s.sid, reply, h, payload),
                 None => encode::msg(out, subject, &s.sid, reply, payload),

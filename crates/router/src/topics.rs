@@ -197,6 +197,9 @@ pub(crate) struct Sources<'a> {
 pub(crate) struct GroupTargets {
     /// Sessions, each once.
     pub(crate) members: Vec<u32>,
+    /// Each member's subscription in the group (its first, if it holds
+    /// several): a delivery names it (DELIVER flagged `QUEUE`).
+    pub(crate) subscriptions: Vec<u32>,
     /// Where the next pick starts.
     pub(crate) next: usize,
 }
@@ -206,8 +209,8 @@ pub(crate) struct GroupTargets {
 #[derive(Debug, Default)]
 struct Queues {
     index: SubscriptionIndex<u32>,
-    /// Member slot: (session, group); `None` when free.
-    members: Vec<Option<(u32, u32)>>,
+    /// Member slot: (session, group, subscription); `None` when free.
+    members: Vec<Option<(u32, u32, u32)>>,
     free: Vec<u32>,
     /// (session, subscription) to its member slot.
     by_subscription: FxHashMap<(u32, u32), u32>,
@@ -298,11 +301,11 @@ impl Topics {
         };
         let slot = match q.free.pop() {
             Some(s) => {
-                q.members[s as usize] = Some((id, g));
+                q.members[s as usize] = Some((id, g, sid));
                 s
             }
             None => {
-                q.members.push(Some((id, g)));
+                q.members.push(Some((id, g, sid)));
                 q.members.len() as u32 - 1
             }
         };
@@ -322,7 +325,7 @@ impl Topics {
     pub(crate) fn queue_group_of(&self, id: u32, sid: u32) -> Option<&str> {
         let q = &self.queues;
         let slot = *q.by_subscription.get(&(id, sid))?;
-        let (_, g) = q.members.get(slot as usize).copied().flatten()?;
+        let (_, g, _) = q.members.get(slot as usize).copied().flatten()?;
         q.groups.iter().find(|(_, &(gid, _))| gid == g).map(|(name, _)| &**name)
     }
 
@@ -333,7 +336,7 @@ impl Topics {
         match q.by_subscription.remove(&(id, sid)) {
             Some(slot) => {
                 q.index.remove(pattern, slot, sid);
-                if let Some((_, g)) = q.members[slot as usize].take() {
+                if let Some((_, g, _)) = q.members[slot as usize].take() {
                     q.free.push(slot);
                     q.groups.retain(|_, (gid, holders)| {
                         if *gid == g {
@@ -380,22 +383,27 @@ impl Queues {
         filtered: bool,
     ) {
         self.index.matches_into(topic, &mut self.scratch);
-        let mut found: Vec<(u32, u32)> = self
+        let mut found: Vec<(u32, u32, u32)> = self
             .scratch
             .iter()
             .filter_map(|&slot| self.members.get(slot as usize).copied().flatten())
-            .map(|(session, group)| (group, session))
+            .map(|(session, group, sid)| (group, session, sid))
             .collect();
         if filtered {
-            found.retain(|&(_, c)| match sessions.get_mut(c as usize) {
+            found.retain(|&(_, c, _)| match sessions.get_mut(c as usize) {
                 Some(Some(s)) => !s.filtered || s.may(topic, false),
                 _ => false,
             });
         }
         found.sort_unstable();
-        found.dedup();
+        // A session once per group (by its first subscription in it).
+        found.dedup_by_key(|&mut (g, c, _)| (g, c));
         for chunk in found.chunk_by(|a, b| a.0 == b.0) {
-            out.push(GroupTargets { members: chunk.iter().map(|&(_, s)| s).collect(), next: 0 });
+            out.push(GroupTargets {
+                members: chunk.iter().map(|&(_, c, _)| c).collect(),
+                subscriptions: chunk.iter().map(|&(_, _, sid)| sid).collect(),
+                next: 0,
+            });
         }
     }
 }

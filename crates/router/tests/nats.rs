@@ -391,3 +391,23 @@ fn the_last_value_cache_keeps_a_message_s_headers_and_a_bad_block_from_a_native_
     let e = r.handle_frame(late, &frame(bad)).unwrap_err();
     assert!(e.reason.contains("header block"), "{}", e.reason);
 }
+
+#[test]
+fn a_connection_with_a_plain_and_a_queue_subscription_on_one_subject_gets_each_as_nats_would() {
+    let mut r = Router::new("test", Limits::default(), None);
+    let mut a = Nats::connect(&mut r, "{}");
+    let mut b = Nats::connect(&mut r, "{}");
+    let mut p = Nats::connect(&mut r, "{}");
+    a.send(&mut r, "SUB x 1\r\nSUB x q 2\r\n");
+    b.send(&mut r, "SUB x q 3\r\n");
+    for _ in 0..10 {
+        p.send(&mut r, "PUB x 1\r\nx\r\n");
+    }
+    pump(&mut r, &mut [&mut a, &mut b, &mut p]);
+    let (ta, tb) = (a.take(), b.take());
+    let count = |t: &str, sid: &str| t.matches(&format!("MSG x {sid} 1\r\n")).count();
+    // The plain subscription gets every message; the group shares them.
+    assert_eq!(count(&ta, "1"), 10, "{ta}");
+    assert_eq!(count(&ta, "2") + count(&tb, "3"), 10, "{ta}{tb}");
+    assert!(count(&ta, "2") > 0 && count(&tb, "3") > 0, "round-robin: {ta}{tb}");
+}

@@ -110,6 +110,8 @@ pub mod flags {
     /// ([`crate::request::split_body`]).
     pub const REQUEST: u8 = 0x40;
     /// SUBSCRIBE: a member of a queue group, its name in the body.
+    /// DELIVER: to this client as a member of a queue group, its body the
+    /// member's subscription id then the rest ([`super::split_queue_body`]).
     pub const QUEUE: u8 = 0x80;
     /// PUBLISH / DELIVER: the payload starts with a header block
     /// ([`crate::headers`]).
@@ -117,6 +119,23 @@ pub mod flags {
     /// Every flag this version knows, on some kind
     /// ([`ClientKind::flags`](super::ClientKind::flags) says which).
     pub const KNOWN: u8 = GUARANTEED | CACHED | SLOW_CONSUMER | DURABLE | REDELIVERED | REQUEST | QUEUE | HEADERS;
+}
+
+/// A DELIVER flagged [`flags::QUEUE`]'s body: `subscription` (u32,
+/// little-endian), the member's subscription in its group, then `rest`
+/// (the payload; for a request, the inbox and the payload); into `out`
+/// (cleared first).
+pub fn queue_body(subscription: u32, rest: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&subscription.to_le_bytes());
+    out.extend_from_slice(rest);
+}
+
+/// Splits a DELIVER flagged [`flags::QUEUE`]'s body into the subscription
+/// it is for and the rest; `None` if it is too short.
+pub fn split_queue_body(body: &[u8]) -> Option<(u32, &[u8])> {
+    let (id, rest) = body.split_first_chunk::<4>()?;
+    Some((u32::from_le_bytes(*id), rest))
 }
 
 /// A guaranteed DELIVER's `value`: the durable subscription's id (low 24
@@ -238,7 +257,7 @@ impl ClientKind {
             ClientKind::Hello => SLOW_CONSUMER | NO_ECHO,
             ClientKind::Subscribe => CACHED | DURABLE | QUEUE,
             ClientKind::Publish => GUARANTEED | REQUEST | HEADERS,
-            ClientKind::Deliver => GUARANTEED | CACHED | REDELIVERED | REQUEST | HEADERS,
+            ClientKind::Deliver => GUARANTEED | CACHED | REDELIVERED | REQUEST | HEADERS | QUEUE,
             _ => 0,
         }
     }

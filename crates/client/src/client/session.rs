@@ -7,7 +7,7 @@ use super::{Client, ClientEvent, Delivery, Request, RouterUri, State};
 use crate::conn::{Conn, SendError};
 use std::time::{Duration, Instant};
 use tickwire_wire::client::{
-    credentials, flags, split_guaranteed_value, ClientKind, ClientRepr, RejectCode, SlowConsumer,
+    credentials, flags, split_guaranteed_value, split_queue_body, ClientKind, ClientRepr, RejectCode, SlowConsumer,
     CLIENT_PROTOCOL_VERSION,
 };
 use tickwire_wire::headers::{self, HeaderError, Headers};
@@ -159,9 +159,21 @@ impl Client {
                     }
                 };
                 events += 1;
+                // To a queue-group member: the subscription it is for
+                // leads (one client's subscriptions are not told apart).
+                let body = match f.flags() & flags::QUEUE {
+                    0 => f.body(),
+                    _ => match split_queue_body(f.body()) {
+                        Some((_, rest)) => rest,
+                        None => {
+                            broken = Some("the router sent a malformed queue-group delivery".into());
+                            return;
+                        }
+                    },
+                };
                 match f.kind() {
                     ClientKind::Deliver if f.flags() & flags::REQUEST != 0 => {
-                        match request::split_body(f.body()).map(|(i, p)| (i, split_headers(f.flags(), p))) {
+                        match request::split_body(body).map(|(i, p)| (i, split_headers(f.flags(), p))) {
                             Some((inbox, Ok((headers, payload)))) => handler(ClientEvent::Request(Request {
                                 topic: f.topic(),
                                 payload,
@@ -174,7 +186,7 @@ impl Client {
                     }
                     ClientKind::Deliver if f.topic().starts_with(request::INBOX_PREFIX) => {
                         match request::correlation_of(f.topic()).filter(|&c| requests.is_waiting(c)) {
-                            Some(c) => match split_headers(f.flags(), f.body()) {
+                            Some(c) => match split_headers(f.flags(), body) {
                                 Ok((headers, payload)) => {
                                     requests.replied(c);
                                     handler(ClientEvent::Reply { request: c, payload, headers });
@@ -191,7 +203,7 @@ impl Client {
                     ClientKind::Deliver => {
                         let guaranteed = f.flags() & flags::GUARANTEED != 0;
                         let (subscription, deliveries) = split_guaranteed_value(f.value());
-                        let (headers, payload) = match split_headers(f.flags(), f.body()) {
+                        let (headers, payload) = match split_headers(f.flags(), body) {
                             Ok(x) => x,
                             Err(e) => {
                                 broken = Some(format!("the router sent a message with {e}"));

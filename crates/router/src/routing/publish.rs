@@ -10,8 +10,8 @@ use crate::peers::{Interest, Peers};
 use crate::session::Session;
 use crate::topics::{GroupTargets, Sources, TopicEntry};
 use tickwire_topic::check_topic;
-use tickwire_wire::client::flags::HEADERS;
 use tickwire_wire::client::RejectCode;
+use tickwire_wire::client::{self, flags::HEADERS};
 
 /// What deliveries did: how many were made, the discards they caused,
 /// and the bytes the queues grew by.
@@ -74,13 +74,15 @@ fn deliver_all(
 
 /// Delivers a message to one member of each of `groups`, round-robin,
 /// passing over members whose queue is past half its bound while another
-/// has room.
+/// has room; flagged `QUEUE`, its body the member's subscription in the
+/// group then the message (built in `body`), so that a client holding
+/// other subscriptions on the topic knows which one it is for.
 #[inline]
 fn deliver_groups(
     sessions: &mut [Option<Session>],
-    (backlog, slow): (&mut Vec<u32>, &mut SlowConsumers),
+    (backlog, slow, body): (&mut Vec<u32>, &mut SlowConsumers, &mut Vec<u8>),
     (groups, skip): (&mut [GroupTargets], u32),
-    message: (&str, &[u8], u8),
+    (topic, payload, flags): (&str, &[u8], u8),
     (discarded, local): (u32, bool),
 ) -> Delivered {
     let mut d = Delivered::default();
@@ -94,6 +96,9 @@ fn deliver_groups(
         let mut order = (0..len).map(|i| (g.next + i) % len);
         let pick = order.clone().find(|&i| roomy(g.members[i])).or_else(|| order.find(other)).unwrap_or(g.next % len);
         g.next = (pick + 1) % len;
+        let sid = g.subscriptions.get(pick).copied().unwrap_or(0);
+        client::queue_body(sid, payload, body);
+        let message = (topic, &body[..], flags | client::flags::QUEUE);
         d.to(sessions, (&mut *backlog, &mut *slow), g.members[pick], message, (discarded, local, false));
     }
     d
@@ -105,7 +110,7 @@ fn deliver_groups(
 #[inline]
 fn deliver_entry(
     sessions: &mut [Option<Session>],
-    (backlog, slow): (&mut Vec<u32>, &mut SlowConsumers),
+    (backlog, slow, body): (&mut Vec<u32>, &mut SlowConsumers, &mut Vec<u8>),
     (e, skip): (&mut TopicEntry, u32),
     message: (&str, &[u8], u8),
     (discarded, local, conflate): (u32, bool, bool),
@@ -115,7 +120,7 @@ fn deliver_entry(
     if e.groups.is_empty() {
         return (d, 0);
     }
-    let g = deliver_groups(sessions, (backlog, slow), (&mut e.groups, skip), message, (discarded, local));
+    let g = deliver_groups(sessions, (backlog, slow, body), (&mut e.groups, skip), message, (discarded, local));
     d += g;
     (d, g.n)
 }
@@ -187,7 +192,7 @@ impl Router {
             Some(Some(s)) if s.no_echo => from,
             _ => u32::MAX,
         };
-        let queues = (&mut self.backlog, &mut self.slow);
+        let queues = (&mut self.backlog, &mut self.slow, &mut self.requests.group_body);
         // A request is never cached or conflated; a message with headers
         // is, its headers kept with it.
         let plain = flags & !HEADERS == 0;
@@ -238,7 +243,7 @@ impl Router {
         };
         // The agent that read it from its client checked the topic.
         let Ok(e) = self.topics.entry(topic, |_| Ok::<(), std::convert::Infallible>(()), src);
-        let queues = (&mut self.backlog, &mut self.slow);
+        let queues = (&mut self.backlog, &mut self.slow, &mut self.requests.group_body);
         let plain = flags & !HEADERS == 0;
         let how = (discarded, false, e.conflate && plain);
         let (d, grouped) = deliver_entry(&mut self.sessions, queues, (e, u32::MAX), (topic, payload, flags), how);

@@ -33,6 +33,9 @@ pub(crate) struct Requests {
     set: Option<CounterSet>,
     /// A request's body being built (kept: no allocation per request).
     body: Vec<u8>,
+    /// A queue-group delivery's body being built: the member's
+    /// subscription, then the message (kept).
+    pub(super) group_body: Vec<u8>,
 }
 
 impl Requests {
