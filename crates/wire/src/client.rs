@@ -533,8 +533,8 @@ mod tests {
         bad[0] = 42;
         assert_eq!(ClientFrame::new_checked(&bad[..n]).unwrap_err(), ClientFrameError::UnknownKind(42));
         let mut bad = buf;
-        bad[1] = 0x80;
-        assert_eq!(ClientFrame::new_checked(&bad[..n]).unwrap_err(), ClientFrameError::UnknownFlags(0x80));
+        bad[1] = 0x10;
+        assert_eq!(ClientFrame::new_checked(&bad[..n]).unwrap_err(), ClientFrameError::UnknownFlags(0x10));
         let mut bad = buf;
         bad[16] = 0xff;
         assert!(matches!(ClientFrame::new_checked(&bad[..n]), Err(ClientFrameError::BadTopic(_))));
