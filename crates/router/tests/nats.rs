@@ -300,9 +300,12 @@ fn echo_false_keeps_a_client_s_own_publishes_from_its_subscriptions_and_no_one_e
     assert!(l.contains("MSG md.q 2 1"), "the group skipped the publisher that asked not to get its own: {l}");
 }
 
+/// A delivery's flags, headers and payload.
+type Headed = (u8, Vec<(String, String)>, Vec<u8>);
+
 /// The (flags, headers, payload) of the messages native session `id` was
 /// delivered.
-fn delivered_headed(r: &mut Router, id: u32) -> Vec<(u8, Vec<(String, String)>, Vec<u8>)> {
+fn delivered_headed(r: &mut Router, id: u32) -> Vec<Headed> {
     let Outbound::Memory(m) = r.session_mut(id).unwrap().outbound_mut() else { panic!() };
     std::mem::take(&mut m.frames)
         .iter()

@@ -337,7 +337,7 @@ fn send_info_in_clear(wire: &Wire, info: &tickwire_nats::encode::Info) -> std::i
     use std::io::Write;
     let mut b = Vec::new();
     tickwire_nats::encode::info(&mut b, info);
-    let n = (&*wire.stream()).write(&b)?;
+    let n = wire.stream().write(&b)?;
     if n < b.len() {
         return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "the socket took part of it"));
     }

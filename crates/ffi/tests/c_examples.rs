@@ -1,0 +1,154 @@
+//! The C examples (`examples/c`), compiled against `include/tickwire.h`
+//! and this crate's `libtickwire.a` with the system's C compiler, and run:
+//! a C ping-pong over shared memory between two C processes, and a C
+//! router client publishing to, and answering a request from, this Rust
+//! process through a router it runs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tickwire_client::{Client, ClientEvent, ClientOptions};
+use tickwire_router::config::RouterConfig;
+use tickwire_router::Server;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `examples/c/NAME.c`, compiled into `out`; its path.
+fn compile(name: &str, out: &Path) -> PathBuf {
+    compile_file(&root().join(format!("examples/c/{name}.c")), &out.join(name))
+}
+
+/// The C file `src`, compiled into the program `bin`.
+fn compile_file(src: &Path, bin: &Path) -> PathBuf {
+    // The test binary is target/PROFILE/deps/c_examples-HASH; the library
+    // this test was built with is the newest libtickwire-HASH.a beside it
+    // (target/PROFILE/libtickwire.a is a plain build's, maybe older).
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_owned();
+    let lib = std::fs::read_dir(&deps)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("libtickwire-"))
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".a"))
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .map(|e| e.path())
+        .unwrap_or_else(|| panic!("no libtickwire-*.a in {}", deps.display()));
+    let r = Command::new("cc")
+        .args(["-std=c11", "-D_POSIX_C_SOURCE=200809L", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(root().join("include"))
+        .arg(src)
+        .arg(&lib)
+        .args(["-lelf", "-lz", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-o"])
+        .arg(bin)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "cc {}: {}", src.display(), String::from_utf8_lossy(&r.stderr));
+    bin.to_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tw-ffi-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn the_c_ping_pong_over_shared_memory_runs_between_two_c_processes() {
+    let d = scratch("pingpong");
+    let bin = compile("pingpong", &d);
+    let shm = d.join("shm");
+    let n = "20000";
+    let mut pong = Command::new(&bin).arg("pong").arg(&shm).arg(n).stderr(Stdio::piped()).spawn().unwrap();
+    let ping = Command::new(&bin).arg("ping").arg(&shm).arg(n).output().unwrap();
+    assert!(ping.status.success(), "ping: {}", String::from_utf8_lossy(&ping.stderr));
+    assert!(pong.wait().unwrap().success());
+    let out = String::from_utf8_lossy(&ping.stdout);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["messages"], 20000, "{out}");
+    assert!(v["p50_ns"].as_u64().unwrap() > 0 && v["p99_ns"].as_u64() >= v["p50_ns"].as_u64(), "{out}");
+    println!("C ping-pong over shared memory: {out}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_c_router_client_publishes_to_and_answers_a_rust_client() {
+    let d = scratch("router");
+    let bin = compile("router", &d);
+    let cfg = RouterConfig {
+        dir: d.join("shm"),
+        listen: vec!["tcp://127.0.0.1:0".into()],
+        idle: "yield".into(),
+        ..RouterConfig::default()
+    };
+    let mut server = Server::start(cfg).unwrap();
+    let uri = format!("tcp://{}", server.tcp_addrs()[0]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let router = std::thread::spawn(move || {
+        while !flag.load(Ordering::Relaxed) {
+            if server.do_work() == 0 {
+                std::thread::yield_now();
+            }
+        }
+        server.shutdown(Duration::from_millis(100));
+    });
+
+    let opts = ClientOptions { name: "rust".into(), dir: d.join("shm"), ..ClientOptions::default() };
+    let mut rust = Client::connect(&uri, opts).unwrap();
+    rust.wait_connected(Duration::from_secs(10)).unwrap();
+    rust.subscribe("md/c").unwrap();
+    rust.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let c =
+        Command::new(&bin).args([&uri, "md/c", "1000"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+
+    let (mut got, mut reply, mut asked) = (Vec::new(), None, false);
+    let until = Instant::now() + Duration::from_secs(20);
+    while (got.len() < 1000 || reply.is_none()) && Instant::now() < until {
+        rust.poll(
+            |e| match e {
+                ClientEvent::Message(m) => got.push(String::from_utf8_lossy(m.payload).into_owned()),
+                ClientEvent::Reply { payload, .. } => reply = Some(String::from_utf8_lossy(payload).into_owned()),
+                _ => {}
+            },
+            256,
+        );
+        if got.len() == 1000 && !asked {
+            rust.send_request("rfq/c", b"buy 100", Duration::from_secs(5)).unwrap();
+            asked = true;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let want: Vec<String> = (0..1000).map(|i| format!("c{i}")).collect();
+    assert_eq!(got, want, "every message, in order, the same bytes");
+    let out = c.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(reply.as_deref(), Some("quote buy 100"), "{stdout}");
+    assert!(stdout.contains("answered 1, busy refused 1"), "{stdout}");
+    assert!(stdout.contains("misuse refused: the client was closed"), "{stdout}");
+    stop.store(true, Ordering::Relaxed);
+    router.join().unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn the_quick_start_in_docs_c_md_compiles_and_runs() {
+    let doc = std::fs::read_to_string(root().join("docs/c.md")).unwrap();
+    let start = doc.find("```c\n").expect("a C block") + 5;
+    let end = start + doc[start..].find("```").unwrap();
+    let d = scratch("quickstart");
+    std::fs::create_dir_all(root().join("target/tmp")).unwrap();
+    let src = root().join(format!("target/tmp/quickstart-{}.c", std::process::id()));
+    std::fs::write(&src, &doc[start..end]).unwrap();
+    let bin = compile_file(&src, &d.join("quickstart"));
+    let out = Command::new(&bin).arg(d.join("shm")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "bid 101.25\n");
+    let _ = std::fs::remove_file(&src);
+    let _ = std::fs::remove_dir_all(&d);
+}
