@@ -2,7 +2,8 @@
 //! and this crate's `libtickwire.a` with the system's C compiler, and run:
 //! a C ping-pong over shared memory between two C processes, and a C
 //! router client publishing to, and answering a request from, this Rust
-//! process through a router it runs.
+//! process through a router it runs (under valgrind's memcheck, as is
+//! docs/c.md's quick start).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -47,6 +48,16 @@ fn compile_file(src: &Path, bin: &Path) -> PathBuf {
         .unwrap();
     assert!(r.status.success(), "cc {}: {}", src.display(), String::from_utf8_lossy(&r.stderr));
     bin.to_owned()
+}
+
+/// `bin` run under valgrind's memcheck: an invalid read or write, or
+/// memory lost (not kept reachable: closed handles are), fails it
+/// (exit 99).
+fn memcheck(bin: &Path) -> Command {
+    let mut c = Command::new("valgrind");
+    c.args(["--quiet", "--error-exitcode=99", "--leak-check=full", "--errors-for-leak-kinds=definite"]);
+    c.arg(bin);
+    c
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -104,7 +115,7 @@ fn a_c_router_client_publishes_to_and_answers_a_rust_client() {
     rust.flush().unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let c =
-        Command::new(&bin).args([&uri, "md/c", "1000"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        memcheck(&bin).args([&uri, "md/c", "1000"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
 
     let (mut got, mut reply, mut asked) = (Vec::new(), None, false);
     let until = Instant::now() + Duration::from_secs(20);
@@ -146,7 +157,7 @@ fn the_quick_start_in_docs_c_md_compiles_and_runs() {
     let src = root().join(format!("target/tmp/quickstart-{}.c", std::process::id()));
     std::fs::write(&src, &doc[start..end]).unwrap();
     let bin = compile_file(&src, &d.join("quickstart"));
-    let out = Command::new(&bin).arg(d.join("shm")).output().unwrap();
+    let out = memcheck(&bin).arg(d.join("shm")).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "bid 101.25\n");
     let _ = std::fs::remove_file(&src);
