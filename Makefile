@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO_ENV := if [ -f $$HOME/.cargo/env ]; then . $$HOME/.cargo/env; fi;
 
-.PHONY: setup build demo test bench crash fuzz clean fresh-check loom hostile nats-bench nats-lab
+.PHONY: setup build demo test bench crash fuzz clean fresh-check loom hostile nats-bench nats-lab install-c
 
 setup:
 	@./scripts/setup.sh
@@ -68,6 +68,13 @@ fresh-check: setup
 
 clean:
 	@$(CARGO_ENV) cargo clean
+
+# tickwire's C library: PREFIX/lib/libtickwire.a, PREFIX/include/tickwire.h,
+# PREFIX/lib/pkgconfig/tickwire.pc (docs/c.md).
+PREFIX ?= /usr/local
+install-c: setup
+	@$(CARGO_ENV) cargo build --release -p tickwire-ffi
+	@./scripts/install-c.sh --prefix "$(PREFIX)"
 
 # The router's NATS listener under the NATS project's own load generator
 # (nats bench, from natscli), beside nats-server on the same CPUs,

@@ -25,18 +25,7 @@ fn compile(name: &str, out: &Path) -> PathBuf {
 
 /// The C file `src`, compiled into the program `bin`.
 fn compile_file(src: &Path, bin: &Path) -> PathBuf {
-    // The test binary is target/PROFILE/deps/c_examples-HASH; the library
-    // this test was built with is the newest libtickwire-HASH.a beside it
-    // (target/PROFILE/libtickwire.a is a plain build's, maybe older).
-    let deps = std::env::current_exe().unwrap().parent().unwrap().to_owned();
-    let lib = std::fs::read_dir(&deps)
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("libtickwire-"))
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".a"))
-        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
-        .map(|e| e.path())
-        .unwrap_or_else(|| panic!("no libtickwire-*.a in {}", deps.display()));
+    let lib = library();
     let r = Command::new("cc")
         .args(["-std=c11", "-D_POSIX_C_SOURCE=200809L", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
         .arg(root().join("include"))
@@ -58,6 +47,21 @@ fn memcheck(bin: &Path) -> Command {
     c.args(["--quiet", "--error-exitcode=99", "--leak-check=full", "--errors-for-leak-kinds=definite"]);
     c.arg(bin);
     c
+}
+
+/// The library this test was built with: the newest libtickwire-HASH.a
+/// beside the test binary, target/PROFILE/deps/c_examples-HASH
+/// (target/PROFILE/libtickwire.a is a plain build's, maybe older).
+fn library() -> PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_owned();
+    std::fs::read_dir(&deps)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("libtickwire-"))
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".a"))
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .map(|e| e.path())
+        .unwrap_or_else(|| panic!("no libtickwire-*.a in {}", deps.display()))
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -114,8 +118,7 @@ fn a_c_router_client_publishes_to_and_answers_a_rust_client() {
     rust.subscribe("md/c").unwrap();
     rust.flush().unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    let c =
-        memcheck(&bin).args([&uri, "md/c", "1000"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let c = memcheck(&bin).args([&uri, "md/c", "1000"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
 
     let (mut got, mut reply, mut asked) = (Vec::new(), None, false);
     let until = Instant::now() + Duration::from_secs(20);
@@ -156,7 +159,25 @@ fn the_quick_start_in_docs_c_md_compiles_and_runs() {
     std::fs::create_dir_all(root().join("target/tmp")).unwrap();
     let src = root().join(format!("target/tmp/quickstart-{}.c", std::process::id()));
     std::fs::write(&src, &doc[start..end]).unwrap();
-    let bin = compile_file(&src, &d.join("quickstart"));
+    // Installed as `make install-c` would, and built with pkg-config's flags.
+    let lib = library();
+    let prefix = d.join("prefix");
+    let r =
+        Command::new(root().join("scripts/install-c.sh")).arg("--prefix").arg(&prefix).arg("--lib").arg(&lib).output();
+    let r = r.unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let flags = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "tickwire"])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+        .output()
+        .unwrap();
+    assert!(flags.status.success(), "{}", String::from_utf8_lossy(&flags.stderr));
+    let flags = String::from_utf8(flags.stdout).unwrap();
+    let bin = d.join("quickstart");
+    let mut cc = Command::new("cc");
+    cc.args(["-std=c11", "-Wall", "-Wextra", "-Werror"]).arg(&src).arg("-o").arg(&bin);
+    let r = cc.args(flags.split_whitespace()).output().unwrap();
+    assert!(r.status.success(), "cc {flags}: {}", String::from_utf8_lossy(&r.stderr));
     let out = memcheck(&bin).arg(d.join("shm")).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "bid 101.25\n");
