@@ -175,7 +175,10 @@ impl NatsOut {
 /// yet parsed.
 #[derive(Debug)]
 pub(crate) struct NatsIn {
+    /// Read into in place: zeroed once as it grows, never per read.
     pub(crate) buf: Vec<u8>,
+    /// Bytes of `buf` read and not yet parsed.
+    pub(crate) filled: usize,
     pub(crate) limits: NatsLimits,
     /// Reads made (would-block ones included).
     pub(crate) reads: u64,
@@ -185,12 +188,13 @@ pub(crate) struct NatsIn {
 
 impl NatsIn {
     pub(crate) fn new(max_payload: usize) -> Self {
-        Self { buf: Vec::new(), limits: NatsLimits { max_payload, ..NatsLimits::default() }, reads: 0, bytes_in: 0 }
+        let limits = NatsLimits { max_payload, ..NatsLimits::default() };
+        Self { buf: Vec::new(), filled: 0, limits, reads: 0, bytes_in: 0 }
     }
 
     /// Gives back its buffer's memory when it holds nothing.
     pub(crate) fn trim(&mut self) {
-        if self.buf.is_empty() {
+        if self.filled == 0 {
             self.buf = Vec::new();
         }
     }

@@ -51,56 +51,67 @@ impl RoutingAgent {
         let mut ops = 0;
         for _ in 0..READS_PER_READINESS {
             match self.read_nats_once(id)? {
-                Some(n) => ops += n,
+                // A read shorter than asked emptied the socket: no second
+                // read to hear it would block.
+                Some((n, short)) => {
+                    ops += n;
+                    if short {
+                        return Ok((ops, false));
+                    }
+                }
                 None => return Ok((ops, false)),
             }
         }
         Ok((ops, true))
     }
 
-    /// One read: the operations acted on, or `None` if the socket had
-    /// nothing.
-    fn read_nats_once(&mut self, id: u32) -> Result<Option<usize>, Disconnect> {
+    /// One read: the operations acted on and whether the read was shorter
+    /// than asked, or `None` if the socket had nothing.
+    fn read_nats_once(&mut self, id: u32) -> Result<Option<(usize, bool)>, Disconnect> {
         let (tcp, router, times, countdown) = (&mut self.tcp, &mut self.router, &self.times, &mut self.countdown);
         let Some(Some(input)) = tcp.get_mut(id as usize) else { return Ok(None) };
         let Some(nin) = input.nats.as_deref_mut() else { return Ok(None) };
         let mut frames = Vec::new();
-        let have = nin.buf.len();
+        let have = nin.filled;
         let room = nin.capacity().saturating_sub(have).min(READ_BYTES);
-        nin.buf.resize(have + room, 0);
+        if room == 0 {
+            return Err(Disconnect::protocol("an operation past the connection's limits"));
+        }
+        if nin.buf.len() < have + room {
+            // Zeroed once, as it grows; reads go into it in place.
+            nin.buf.resize(have + room, 0);
+        }
         nin.reads += 1;
-        let read = (&*input.stream).read(&mut nin.buf[have..]);
+        let read = (&*input.stream).read(&mut nin.buf[have..have + room]);
         let n = match read {
             Ok(0) => {
-                nin.buf.truncate(have);
                 return Err(Disconnect { code: RejectCode::Normal, reason: "the client closed the connection".into() });
             }
             Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                nin.buf.truncate(have);
-                return Ok(None);
-            }
-            Err(e) => {
-                nin.buf.truncate(have);
-                return Err(Disconnect { code: RejectCode::Normal, reason: format!("read: {e}") });
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) => return Err(Disconnect { code: RejectCode::Normal, reason: format!("read: {e}") }),
         };
-        nin.buf.truncate(have + n);
+        nin.filled = have + n;
         nin.bytes_in += n as u64;
+        // Plain TCP: a read shorter than asked emptied the socket. (Over
+        // TLS, one record's plaintext may be short with more records in
+        // the socket: read on until it would block.)
+        let short = n < room && !input.stream.is_tls();
         let (mut used, mut ops) = (0, 0);
         let limits = nin.limits;
+        let end = nin.filled;
         let result = loop {
-            let op = match parse(&nin.buf[used..], &limits) {
+            let op = match parse(&nin.buf[used..end], &limits) {
                 Ok(Some((op, took))) => {
                     used += took;
                     op
                 }
-                Ok(None) => break Ok(Some(ops)),
+                Ok(None) => break Ok(Some((ops, short))),
                 Err(e) => break Err(Disconnect::protocol(e.to_string())),
             };
             ops += 1;
             let Some(Outbound::Nats(out)) = router.session_mut(id).map(crate::Session::outbound_mut) else {
-                break Ok(Some(ops));
+                break Ok(Some((ops, short)));
             };
             let out = &mut **out;
             if let Err(why) = out.session.handle_op(op, &mut frames, &mut out.staged) {
@@ -128,7 +139,8 @@ impl RoutingAgent {
                 break Err(d);
             }
         };
-        nin.buf.drain(..used);
+        nin.buf.copy_within(used..end, 0);
+        nin.filled = end - used;
         // Its answers (PONG, +OK, -ERR) go with the next flush.
         router.mark_pending(id);
         result
