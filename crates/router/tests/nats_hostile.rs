@@ -1,7 +1,8 @@
 //! NATS clients that misbehave, on the router's real NATS listener over
 //! loopback, spoken to in raw bytes: one that stops answering the
 //! router's PINGs is closed after two heartbeat intervals while one that
-//! answers stays; one that sends and never reads what it is answered is
+//! answers stays, and so does a subscriber that only answers PINGs while
+//! messages flow to it; one that sends and never reads what it is answered is
 //! closed as a slow consumer, its staged bytes bounded; one that sends
 //! what is not an operation gets the NATS server's -ERR and the end.
 
@@ -35,6 +36,48 @@ fn connect(addr: std::net::SocketAddr) -> BufReader<TcpStream> {
     r.read_line(&mut line).unwrap();
     assert_eq!(line, "PONG\r\n");
     r
+}
+
+#[test]
+fn a_nats_subscriber_receiving_steadily_is_still_pinged_and_stays_while_it_answers() {
+    let dir = tempdir("nats-busy-liveness");
+    let router = start(&dir, config("200ms"));
+    let addr = router.nats.unwrap();
+    let mut sub = connect(addr);
+    sub.get_mut().write_all(b"SUB md.> 1\r\nPING\r\n").unwrap();
+    let mut line = String::new();
+    sub.read_line(&mut line).unwrap();
+    assert_eq!(line, "PONG\r\n");
+    sub.get_mut().set_read_timeout(Some(Duration::from_millis(5))).unwrap();
+    let mut publisher = connect(addr);
+    let (started, mut last_sent) = (Instant::now(), Instant::now());
+    let (mut pings, mut msgs, mut closed) = (0, 0, false);
+    // 1.5 s of a message every 20 ms: the router writes to the subscriber
+    // all the time, and the subscriber sends nothing but PONGs.
+    while started.elapsed() < Duration::from_millis(1500) {
+        if last_sent.elapsed() >= Duration::from_millis(20) {
+            publisher.get_mut().write_all(b"PUB md.x 2\r\nhi\r\n").unwrap();
+            last_sent = Instant::now();
+        }
+        line.clear();
+        match sub.read_line(&mut line) {
+            Ok(0) => closed = true,
+            Ok(_) if line == "PING\r\n" => {
+                pings += 1;
+                sub.get_mut().write_all(b"PONG\r\n").unwrap();
+            }
+            Ok(_) if line.starts_with("MSG md.x 1 2") => msgs += 1,
+            Ok(_) => assert!(!line.starts_with("-ERR"), "{line}"),
+            Err(_) => {}
+        }
+        if closed {
+            break;
+        }
+    }
+    assert!(!closed && pings >= 3, "pinged every interval while busy ({pings}), and kept (closed: {closed})");
+    assert!(msgs >= 40, "messages all along: {msgs}");
+    drop(router);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

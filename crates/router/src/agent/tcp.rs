@@ -248,9 +248,11 @@ impl RoutingAgent {
             let Some(s) = self.router.session_mut(id).filter(|s| s.is_welcomed()) else { continue };
             let stats = match s.outbound() {
                 Outbound::Tcp(out) => input.reader.stats().plus(out.stats()),
-                // PING, which NATS clients answer with PONG.
-                Outbound::Nats(out) => {
-                    link::LinkStats { bytes_in: input.nats.as_ref().map_or(0, |n| n.bytes_in), ..out.stats() }
+                // PING every interval whatever else is written, as a NATS
+                // server does: a NATS subscriber sends nothing but the
+                // PONG that answers it (its writes are not counted here).
+                Outbound::Nats(_) => {
+                    link::LinkStats { bytes_in: input.nats.as_ref().map_or(0, |n| n.bytes_in), ..Default::default() }
                 }
                 _ => continue,
             };
