@@ -42,6 +42,7 @@ strace           strace -c: system calls per message
 python3          the NATS protocol tests run the real Python NATS client (nats-py)
 python3-venv     target/nats-venv, where nats-py is installed
 libgtest-dev     GoogleTest (headers, libgtest.a, its CMake config) for the C++ wrapper's suite (tests/cpp)
+cmake            builds the C++ GoogleTest suite (tests/cpp, crates/ffi/tests/cpp.rs)
 valgrind         the C examples run under memcheck (crates/ffi/tests/c_examples.rs)
 EOF
 )
