@@ -252,6 +252,11 @@ const NEEDED: &[&str] = &[
     // the profiles of docs/PERFORMANCE.md
     "perf",
     "strace",
+    // the C and C++ bindings' tests (crates/ffi/tests)
+    "g++",
+    "cmake",
+    "valgrind",
+    "/usr/include/gtest/gtest.h",
 ];
 
 /// The programs tests and build scripts start by name (a string literal
