@@ -47,6 +47,20 @@ fn offer_error(e: OfferError) -> Fail {
     Fail::new(status, e)
 }
 
+/// The context and the channel a publication or subscription opens on.
+///
+/// # Safety
+/// `ctx` a context of this library; `channel` NUL-terminated.
+unsafe fn on_channel<'a>(
+    ctx: *mut tw_context,
+    channel: *const c_char,
+) -> Result<(&'a Context, Channel, &'a str), Fail> {
+    // SAFETY: the caller's contract.
+    let (ctx, uri) = unsafe { (handle::get(ctx)?, text(channel, "channel")?) };
+    let ch = uri.parse().map_err(|e| Fail::new(tw_status::TW_ERR_INVALID, format!("{uri}: {e}")))?;
+    Ok((ctx, ch, uri))
+}
+
 /// Opens the tickwire directory `dir` (NULL: the default,
 /// `/dev/shm/tickwire-USER`), creating it `0700`; into `*out`.
 ///
@@ -96,8 +110,7 @@ pub unsafe extern "C" fn tw_publication_open(
             return Err(Fail::new(tw_status::TW_ERR_NULL, "out is NULL"));
         }
         // SAFETY: the caller's contract.
-        let (ctx, uri) = unsafe { (handle::get(ctx)?, text(channel, "channel")?) };
-        let ch: Channel = uri.parse().map_err(|e| Fail::new(tw_status::TW_ERR_INVALID, format!("{uri}: {e}")))?;
+        let (ctx, ch, uri) = unsafe { on_channel(ctx, channel) }?;
         let p = Publication::open(ctx, &ch, stream).map_err(|e| io(format!("{uri}: {e}")))?;
         // SAFETY: `out` is not NULL and writable.
         unsafe { put(out, handle::open::<tw_publication>(p)) };
@@ -179,8 +192,7 @@ pub unsafe extern "C" fn tw_subscription_open(
             return Err(Fail::new(tw_status::TW_ERR_NULL, "out is NULL"));
         }
         // SAFETY: the caller's contract.
-        let (ctx, uri) = unsafe { (handle::get(ctx)?, text(channel, "channel")?) };
-        let ch: Channel = uri.parse().map_err(|e| Fail::new(tw_status::TW_ERR_INVALID, format!("{uri}: {e}")))?;
+        let (ctx, ch, uri) = unsafe { on_channel(ctx, channel) }?;
         let s = Subscription::open(ctx, &ch, stream).map_err(|e| io(format!("{uri}: {e}")))?;
         // SAFETY: `out` is not NULL and writable.
         unsafe { put(out, handle::open::<tw_subscription>((s, None))) };

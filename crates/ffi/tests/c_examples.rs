@@ -5,18 +5,13 @@
 //! process through a router it runs (under valgrind's memcheck, as is
 //! docs/c.md's quick start).
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::{lib, root, Router, SYSTEM_LIBS};
 use tickwire_client::{Client, ClientEvent, ClientOptions};
-use tickwire_router::config::RouterConfig;
-use tickwire_router::Server;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// `examples/c/NAME.c`, compiled into `out`; its path.
 fn compile(name: &str, out: &Path) -> PathBuf {
@@ -25,13 +20,14 @@ fn compile(name: &str, out: &Path) -> PathBuf {
 
 /// The C file `src`, compiled into the program `bin`.
 fn compile_file(src: &Path, bin: &Path) -> PathBuf {
-    let lib = library();
+    let lib = lib();
     let r = Command::new("cc")
         .args(["-std=c11", "-D_POSIX_C_SOURCE=200809L", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
         .arg(root().join("include"))
         .arg(src)
         .arg(&lib)
-        .args(["-lelf", "-lz", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-o"])
+        .args(SYSTEM_LIBS)
+        .arg("-o")
         .arg(bin)
         .output()
         .unwrap();
@@ -47,21 +43,6 @@ fn memcheck(bin: &Path) -> Command {
     c.args(["--quiet", "--error-exitcode=99", "--leak-check=full", "--errors-for-leak-kinds=definite"]);
     c.arg(bin);
     c
-}
-
-/// The library this test was built with: the newest libtickwire-HASH.a
-/// beside the test binary, target/PROFILE/deps/c_examples-HASH
-/// (target/PROFILE/libtickwire.a is a plain build's, maybe older).
-fn library() -> PathBuf {
-    let deps = std::env::current_exe().unwrap().parent().unwrap().to_owned();
-    std::fs::read_dir(&deps)
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("libtickwire-"))
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".a"))
-        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
-        .map(|e| e.path())
-        .unwrap_or_else(|| panic!("no libtickwire-*.a in {}", deps.display()))
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -93,24 +74,8 @@ fn the_c_ping_pong_over_shared_memory_runs_between_two_c_processes() {
 fn a_c_router_client_publishes_to_and_answers_a_rust_client() {
     let d = scratch("router");
     let bin = compile("router", &d);
-    let cfg = RouterConfig {
-        dir: d.join("shm"),
-        listen: vec!["tcp://127.0.0.1:0".into()],
-        idle: "yield".into(),
-        ..RouterConfig::default()
-    };
-    let mut server = Server::start(cfg).unwrap();
-    let uri = format!("tcp://{}", server.tcp_addrs()[0]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&stop);
-    let router = std::thread::spawn(move || {
-        while !flag.load(Ordering::Relaxed) {
-            if server.do_work() == 0 {
-                std::thread::yield_now();
-            }
-        }
-        server.shutdown(Duration::from_millis(100));
-    });
+    let router = Router::start(&d);
+    let uri = router.uri.clone();
 
     let opts = ClientOptions { name: "rust".into(), dir: d.join("shm"), ..ClientOptions::default() };
     let mut rust = Client::connect(&uri, opts).unwrap();
@@ -145,8 +110,7 @@ fn a_c_router_client_publishes_to_and_answers_a_rust_client() {
     assert_eq!(reply.as_deref(), Some("quote buy 100"), "{stdout}");
     assert!(stdout.contains("answered 1, busy refused 1"), "{stdout}");
     assert!(stdout.contains("misuse refused: the client was closed"), "{stdout}");
-    stop.store(true, Ordering::Relaxed);
-    router.join().unwrap();
+    drop(router);
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -160,7 +124,7 @@ fn the_quick_start_in_docs_c_md_compiles_and_runs() {
     let src = root().join(format!("target/tmp/quickstart-{}.c", std::process::id()));
     std::fs::write(&src, &doc[start..end]).unwrap();
     // Installed as `make install-c` would, and built with pkg-config's flags.
-    let lib = library();
+    let lib = lib();
     let prefix = d.join("prefix");
     let r =
         Command::new(root().join("scripts/install-c.sh")).arg("--prefix").arg(&prefix).arg("--lib").arg(&lib).output();

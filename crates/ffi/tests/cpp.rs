@@ -7,33 +7,13 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tickwire_router::config::RouterConfig;
-use tickwire_router::Server;
+mod support;
+
+use support::{lib, root, Router, SYSTEM_LIBS};
 
 /// How long any one child process (cmake, g++, a test program) may run.
 const LIMIT: Duration = Duration::from_secs(60);
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The library this test was built with: the newest libtickwire-HASH.a
-/// beside the test binary (target/PROFILE/deps), as in c_examples.rs.
-fn lib() -> PathBuf {
-    let deps = std::env::current_exe().unwrap().parent().unwrap().to_owned();
-    std::fs::read_dir(&deps)
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("libtickwire-"))
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".a"))
-        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
-        .map(|e| e.path())
-        .unwrap_or_else(|| panic!("no libtickwire-*.a in {}", deps.display()))
-}
 
 /// A fresh directory under target/tmp, removed when dropped.
 struct Scratch(PathBuf);
@@ -103,49 +83,9 @@ fn compile(src: &Path, bin: &Path) {
         .arg(root().join("include"))
         .arg(src)
         .arg(lib())
-        .args(["-lelf", "-lz", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-o"])
+        .args(SYSTEM_LIBS)
+        .arg("-o")
         .arg(bin));
-}
-
-/// A router on tcp://127.0.0.1:0 on a thread of this process, as in
-/// c_examples.rs; stopped when dropped.
-struct Router {
-    uri: String,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Router {
-    fn start(dir: &Path) -> Self {
-        let cfg = RouterConfig {
-            dir: dir.join("router-shm"),
-            listen: vec!["tcp://127.0.0.1:0".into()],
-            idle: "yield".into(),
-            ..RouterConfig::default()
-        };
-        let mut server = Server::start(cfg).unwrap();
-        let uri = format!("tcp://{}", server.tcp_addrs()[0]);
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                if server.do_work() == 0 {
-                    std::thread::yield_now();
-                }
-            }
-            server.shutdown(Duration::from_millis(100));
-        });
-        Self { uri, stop, thread: Some(thread) }
-    }
-}
-
-impl Drop for Router {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 /// `[  PASSED  ] N tests.` of a GoogleTest run, and asserts none failed

@@ -1,0 +1,77 @@
+//! What the C and C++ tests share: where the repository and this test's
+//! `libtickwire.a` are, and a router on a thread of the test process.
+
+#![allow(dead_code)] // each test file uses its share
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tickwire_router::config::RouterConfig;
+use tickwire_router::Server;
+
+/// The repository's root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The library this test was built with: the newest libtickwire-HASH.a
+/// beside the test binary, target/PROFILE/deps/TEST-HASH
+/// (target/PROFILE/libtickwire.a is a plain build's, maybe older).
+pub fn lib() -> PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_owned();
+    std::fs::read_dir(&deps)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("libtickwire-"))
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".a"))
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .map(|e| e.path())
+        .unwrap_or_else(|| panic!("no libtickwire-*.a in {}", deps.display()))
+}
+
+/// The system libraries libtickwire.a needs.
+pub const SYSTEM_LIBS: [&str; 7] = ["-lelf", "-lz", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl"];
+
+/// A router on tcp://127.0.0.1:0 on a thread of this process, its
+/// shared-memory directory in `dir`; stopped when dropped.
+pub struct Router {
+    /// Its `tcp://` URI.
+    pub uri: String,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Router {
+    pub fn start(dir: &std::path::Path) -> Self {
+        let cfg = RouterConfig {
+            dir: dir.join("router-shm"),
+            listen: vec!["tcp://127.0.0.1:0".into()],
+            idle: "yield".into(),
+            ..RouterConfig::default()
+        };
+        let mut server = Server::start(cfg).unwrap();
+        let uri = format!("tcp://{}", server.tcp_addrs()[0]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                if server.do_work() == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            server.shutdown(Duration::from_millis(100));
+        });
+        Self { uri, stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
