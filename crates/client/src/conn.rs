@@ -191,7 +191,10 @@ impl Conn {
             None => Wire::plain(stream),
         };
         let wire = Arc::new(stream);
-        let link = Arc::new(Mutex::new(StreamLink::new(Arc::clone(&wire), (HEADER_LEN, max_frame), wlimit, batching)));
+        // A DELIVER may exceed the publisher's frame by what the router
+        // adds (a queue member's subscription, a request's inbox).
+        let read_limit = max_frame + tickwire_wire::client::DELIVER_SLACK;
+        let link = Arc::new(Mutex::new(StreamLink::new(Arc::clone(&wire), (HEADER_LEN, read_limit), wlimit, batching)));
         // Its heartbeats, and what batching leaves held.
         crate::flusher::register(Arc::downgrade(&link));
         Ok(Conn::Tcp(TcpConn { wire, link }))

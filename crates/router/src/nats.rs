@@ -206,8 +206,9 @@ impl NatsIn {
 }
 
 /// The largest payload a NATS client may publish (`INFO`'s `max_payload`):
-/// what a client frame of `max_frame` bytes holds beside its header and the
-/// longest topic.
+/// what a client frame of `max_frame` bytes holds beside its header, the
+/// longest topic and a header block's length.
 pub fn nats_max_payload(max_frame: usize) -> usize {
-    max_frame.saturating_sub(tickwire_wire::client::HEADER_LEN + tickwire_topic::MAX_LEN + 1).max(1)
+    // An HPUB's payload is its header block and message after a u32 length.
+    max_frame.saturating_sub(tickwire_wire::client::HEADER_LEN + tickwire_topic::MAX_LEN + 1 + 4).max(1)
 }

@@ -55,8 +55,10 @@ const SEQUENCE: usize = 8;
 /// Offset of `value` (DELIVER: the discard count, patched in place when a
 /// queued frame's predecessors are dropped).
 pub const VALUE_OFFSET: usize = VALUE;
-/// The protocol version HELLO carries.
-pub const CLIENT_PROTOCOL_VERSION: u32 = 1;
+/// The protocol version HELLO carries. 2: DELIVER may be flagged
+/// `HEADERS` and `QUEUE` (version 1 clients would refuse those flags, so
+/// the router refuses version 1 at HELLO, with the reason).
+pub const CLIENT_PROTOCOL_VERSION: u32 = 2;
 
 /// Over shared memory a client publishes its frames into the log
 /// `IPC_IN_CHANNEL-ID` (it creates it in a sealed memfd, with a random
@@ -120,6 +122,12 @@ pub mod flags {
     /// ([`ClientKind::flags`](super::ClientKind::flags) says which).
     pub const KNOWN: u8 = GUARANTEED | CACHED | SLOW_CONSUMER | DURABLE | REDELIVERED | REQUEST | QUEUE | HEADERS;
 }
+
+/// Bytes a DELIVER may carry beyond the PUBLISH it delivers: a queue
+/// member's subscription id (4) and a request's inbox (its length byte and
+/// up to [`crate::request::INBOX_MAX`]). A client reads frames up to its
+/// `max_frame` and this.
+pub const DELIVER_SLACK: usize = 4 + 1 + crate::request::INBOX_MAX;
 
 /// A DELIVER flagged [`flags::QUEUE`]'s body: `subscription` (u32,
 /// little-endian), the member's subscription in its group, then `rest`

@@ -241,12 +241,13 @@ impl Client {
     /// # Errors
     /// [`ClientError::Timeout`] if it has not by `timeout`.
     pub fn wait_connected(&mut self, timeout: Duration) -> Result<(), ClientError> {
-        let until = Instant::now() + timeout;
+        // A timeout past the clock's range waits for ever.
+        let until = Instant::now().checked_add(timeout);
         while !self.is_connected() {
             if let Some(why) = &self.refused {
                 return Err(ClientError::Refused { uri: self.uri.to_string(), why: why.clone() });
             }
-            if Instant::now() >= until {
+            if until.is_some_and(|u| Instant::now() >= u) {
                 let last =
                     if self.last_error.is_empty() { String::new() } else { format!(" (last: {})", self.last_error) };
                 return Err(ClientError::Timeout { uri: self.uri.to_string(), waited: timeout, last });

@@ -88,7 +88,14 @@ impl RoutingAgent {
                 return Err(Disconnect { code: RejectCode::Normal, reason: "the client closed the connection".into() });
             }
             Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // TLS: handshake replies the read could not send go with
+                // the next flush.
+                if input.stream.wants_write() {
+                    router.mark_pending(id);
+                }
+                return Ok(None);
+            }
             Err(e) => return Err(Disconnect { code: RejectCode::Normal, reason: format!("read: {e}") }),
         };
         nin.filled = have + n;

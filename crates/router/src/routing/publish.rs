@@ -193,10 +193,11 @@ impl Router {
             _ => u32::MAX,
         };
         let queues = (&mut self.backlog, &mut self.slow, &mut self.requests.group_body);
-        // A request is never cached or conflated; a message with headers
-        // is, its headers kept with it.
+        // A request is never cached or conflated. A message with headers is
+        // cached (its flags kept with it) but not conflated: a queued
+        // frame's replacement keeps the frame's flags.
         let plain = flags & !HEADERS == 0;
-        let how = (0, true, e.conflate && plain);
+        let how = (0, true, e.conflate && flags == 0);
         let (d, grouped) = deliver_entry(&mut self.sessions, queues, (e, skip), (topic, payload, flags), how);
         self.requests.counts[super::request::value::QUEUE_GROUP_DELIVERIES] += grouped;
         let Delivered { n, discards, grown } = d;
@@ -245,7 +246,7 @@ impl Router {
         let Ok(e) = self.topics.entry(topic, |_| Ok::<(), std::convert::Infallible>(()), src);
         let queues = (&mut self.backlog, &mut self.slow, &mut self.requests.group_body);
         let plain = flags & !HEADERS == 0;
-        let how = (discarded, false, e.conflate && plain);
+        let how = (discarded, false, e.conflate && flags == 0);
         let (d, grouped) = deliver_entry(&mut self.sessions, queues, (e, u32::MAX), (topic, payload, flags), how);
         self.requests.counts[super::request::value::QUEUE_GROUP_DELIVERIES] += grouped;
         let Delivered { n, discards, grown } = d;
