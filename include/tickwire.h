@@ -8,6 +8,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// `tw_event.flags`: a guaranteed delivery (acknowledge it).
+#define TW_FLAG_GUARANTEED 1
+
+// `tw_event.flags`: from the router's last-value cache.
+#define TW_FLAG_CACHED 2
+
+// `tw_event.flags`: the message has headers (`headers`).
+#define TW_FLAG_HEADERS 8
+
+// `tw_event.flags`: may have been delivered before.
+#define TW_FLAG_REDELIVERED 32
+
+// `tw_event.flags`: a request.
+#define TW_FLAG_REQUEST 64
+
+// `tw_event.flags`: delivered to this client as a queue group's member.
+#define TW_FLAG_QUEUE 128
+
 // What an event is.
 typedef enum tw_event_kind {
   // A message: `topic`, `payload` (a router client's may have
@@ -107,23 +125,23 @@ typedef struct tw_event {
   // The topic (not NUL-terminated).
   const char *topic;
   // Its length.
-  uintptr_t topic_len;
+  size_t topic_len;
   // The payload.
   const uint8_t *payload;
   // Its length.
-  uintptr_t payload_len;
+  size_t payload_len;
   // The header block (`NATS/1.0`, `Name: value` lines), if any.
   const uint8_t *headers;
   // Its length (0: none).
-  uintptr_t headers_len;
+  size_t headers_len;
   // A request's inbox, to reply on (not NUL-terminated).
   const char *inbox;
   // Its length.
-  uintptr_t inbox_len;
+  size_t inbox_len;
   // A reason or router name (not NUL-terminated).
   const char *reason;
   // Its length.
-  uintptr_t reason_len;
+  size_t reason_len;
   // A position, sequence or request id (see the kind).
   uint64_t sequence;
   // The end of a loss.
@@ -206,7 +224,7 @@ enum tw_status tw_publication_open(struct tw_context *ctx,
 enum tw_status tw_publication_offer(struct tw_publication *p,
                                     const char *topic,
                                     const uint8_t *data,
-                                    uintptr_t len,
+                                    size_t len,
                                     uint64_t *position);
 
 // The publication's duty cycle (reliable UDP: status, retransmissions;
@@ -214,7 +232,7 @@ enum tw_status tw_publication_offer(struct tw_publication *p,
 //
 // # Safety
 // `p` a publication of this library.
-enum tw_status tw_publication_do_work(struct tw_publication *p, uintptr_t *work);
+enum tw_status tw_publication_do_work(struct tw_publication *p, size_t *work);
 
 // Closes a publication: ends its stream, waiting up to `linger_ms` for
 // reliable UDP receivers to have everything.
@@ -243,22 +261,24 @@ enum tw_status tw_subscription_open(struct tw_context *ctx,
 enum tw_status tw_subscription_poll(struct tw_subscription *s,
                                     tw_handler handler,
                                     void *user,
-                                    uintptr_t max,
-                                    uintptr_t *count);
+                                    size_t max,
+                                    size_t *count);
 
 // Copies the next message's payload into `buf` (`cap` bytes) and its
 // length into `*len`; `TW_ERR_TIMEOUT` if none came within `timeout_us`
 // (0: look once). A payload longer than `cap` is
 // `TW_ERR_BUFFER_TOO_SMALL`, its length in `*len`, and it is kept for the
-// next call. Events other than messages are passed over.
+// next call. Events other than messages (losses included) are passed
+// over: `tw_subscription_poll` hands them all. It spins while it waits,
+// as a subscriber on a pinned core does.
 //
 // # Safety
 // `s` a subscription of this library; `buf` `cap` writable bytes; `len`
 // writable.
 enum tw_status tw_subscription_receive(struct tw_subscription *s,
                                        uint8_t *buf,
-                                       uintptr_t cap,
-                                       uintptr_t *len,
+                                       size_t cap,
+                                       size_t *len,
                                        uint64_t timeout_us);
 
 // Closes a subscription.
@@ -321,7 +341,7 @@ enum tw_status tw_client_unsubscribe(struct tw_client *c, uint32_t id);
 enum tw_status tw_client_publish(struct tw_client *c,
                                  const char *topic,
                                  const uint8_t *data,
-                                 uintptr_t len);
+                                 size_t len);
 
 // Publishes in guaranteed mode (stored by the router's journal, then
 // acknowledged); its sequence into `*sequence` (may be NULL).
@@ -331,7 +351,7 @@ enum tw_status tw_client_publish(struct tw_client *c,
 enum tw_status tw_client_publish_guaranteed(struct tw_client *c,
                                             const char *topic,
                                             const uint8_t *data,
-                                            uintptr_t len,
+                                            size_t len,
                                             uint64_t *sequence);
 
 // Guaranteed publishes the router has acknowledged (every one up to this
@@ -356,7 +376,7 @@ enum tw_status tw_client_ack(struct tw_client *c, uint32_t subscription, uint64_
 enum tw_status tw_client_request(struct tw_client *c,
                                  const char *topic,
                                  const uint8_t *data,
-                                 uintptr_t len,
+                                 size_t len,
                                  uint64_t timeout_ms,
                                  uint64_t *request);
 
@@ -368,9 +388,9 @@ enum tw_status tw_client_request(struct tw_client *c,
 // `data` `len` readable bytes.
 enum tw_status tw_client_reply(struct tw_client *c,
                                const char *inbox,
-                               uintptr_t inbox_len,
+                               size_t inbox_len,
                                const uint8_t *data,
-                               uintptr_t len);
+                               size_t len);
 
 // Writes what the client holds back for batching (TCP).
 //
@@ -389,8 +409,8 @@ enum tw_status tw_client_flush(struct tw_client *c);
 enum tw_status tw_client_poll(struct tw_client *c,
                               tw_handler handler,
                               void *user,
-                              uintptr_t max,
-                              uintptr_t *count);
+                              size_t max,
+                              size_t *count);
 
 // Closes a client: its session at the router ends.
 //

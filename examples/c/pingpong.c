@@ -25,11 +25,16 @@ static int check(tw_status s, const char *what) {
     return 0;
 }
 
+/* Every wait ends: a side whose peer died gives up after this long. */
+#define GIVE_UP_NS (30ull * 1000000000ull)
+
 /* Offers until there is room (the other side attached and keeping up). */
 static void offer(tw_publication *p, const uint8_t *msg, size_t len) {
     tw_status s;
-    while ((s = tw_publication_offer(p, NULL, msg, len, NULL)) == TW_ERR_BACK_PRESSURED ||
-           s == TW_ERR_NOT_CONNECTED) {
+    uint64_t until = now_ns() + GIVE_UP_NS;
+    while (((s = tw_publication_offer(p, NULL, msg, len, NULL)) == TW_ERR_BACK_PRESSURED ||
+            s == TW_ERR_NOT_CONNECTED) &&
+           now_ns() < until) {
     }
     check(s, "offer");
 }
@@ -46,6 +51,10 @@ int main(int argc, char **argv) {
     }
     int ping = strcmp(argv[1], "ping") == 0;
     long n = argc > 3 ? atol(argv[3]) : 100000;
+    if (n < 1) {
+        fprintf(stderr, "pingpong: N must be at least 1\n");
+        return 2;
+    }
     tw_context *ctx;
     tw_publication *out;
     tw_subscription *in;
@@ -71,7 +80,8 @@ int main(int argc, char **argv) {
             offer(out, msg, sizeof msg);
         }
         tw_status s;
-        while ((s = tw_subscription_receive(in, got, sizeof got, &len, 0)) == TW_ERR_TIMEOUT) {
+        uint64_t until = now_ns() + GIVE_UP_NS;
+        while ((s = tw_subscription_receive(in, got, sizeof got, &len, 0)) == TW_ERR_TIMEOUT && now_ns() < until) {
         }
         check(s, "receive");
         if (ping) {

@@ -231,7 +231,9 @@ pub unsafe extern "C" fn tw_subscription_poll(
 /// length into `*len`; `TW_ERR_TIMEOUT` if none came within `timeout_us`
 /// (0: look once). A payload longer than `cap` is
 /// `TW_ERR_BUFFER_TOO_SMALL`, its length in `*len`, and it is kept for the
-/// next call. Events other than messages are passed over.
+/// next call. Events other than messages (losses included) are passed
+/// over: `tw_subscription_poll` hands them all. It spins while it waits,
+/// as a subscriber on a pinned core does.
 ///
 /// # Safety
 /// `s` a subscription of this library; `buf` `cap` writable bytes; `len`
@@ -250,7 +252,8 @@ pub unsafe extern "C" fn tw_subscription_receive(
         }
         // SAFETY: the caller's contract.
         let (sub, kept) = unsafe { handle::get(s) }?;
-        let until = std::time::Instant::now() + Duration::from_micros(timeout_us);
+        // A timeout past the clock's range waits for ever.
+        let until = std::time::Instant::now().checked_add(Duration::from_micros(timeout_us));
         while kept.is_none() {
             sub.poll(
                 |e| {
@@ -261,7 +264,7 @@ pub unsafe extern "C" fn tw_subscription_receive(
                 1,
             )
             .map_err(io)?;
-            if kept.is_none() && std::time::Instant::now() >= until {
+            if kept.is_none() && until.is_some_and(|u| std::time::Instant::now() >= u) {
                 return Err(Fail::new(tw_status::TW_ERR_TIMEOUT, "no message"));
             }
         }

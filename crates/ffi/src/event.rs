@@ -104,6 +104,19 @@ pub struct tw_event {
     pub code: i32,
 }
 
+/// `tw_event.flags`: a guaranteed delivery (acknowledge it).
+pub const TW_FLAG_GUARANTEED: u32 = 0x01;
+/// `tw_event.flags`: from the router's last-value cache.
+pub const TW_FLAG_CACHED: u32 = 0x02;
+/// `tw_event.flags`: the message has headers (`headers`).
+pub const TW_FLAG_HEADERS: u32 = 0x08;
+/// `tw_event.flags`: may have been delivered before.
+pub const TW_FLAG_REDELIVERED: u32 = 0x20;
+/// `tw_event.flags`: a request.
+pub const TW_FLAG_REQUEST: u32 = 0x40;
+/// `tw_event.flags`: delivered to this client as a queue group's member.
+pub const TW_FLAG_QUEUE: u32 = 0x80;
+
 /// Called once per event, with the caller's `user` pointer.
 #[allow(non_camel_case_types)]
 pub type tw_handler = Option<extern "C" fn(user: *mut c_void, event: *const tw_event)>;

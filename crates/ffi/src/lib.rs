@@ -31,3 +31,11 @@ mod guard;
 mod handle;
 
 pub use guard::{tw_last_error, tw_status};
+
+// The frame flags `tw_event.flags` carries, as the client protocol has them.
+const _: () = {
+    use tickwire_wire::client::flags;
+    assert!(event::TW_FLAG_GUARANTEED == flags::GUARANTEED as u32 && event::TW_FLAG_CACHED == flags::CACHED as u32);
+    assert!(event::TW_FLAG_HEADERS == flags::HEADERS as u32 && event::TW_FLAG_REDELIVERED == flags::REDELIVERED as u32);
+    assert!(event::TW_FLAG_REQUEST == flags::REQUEST as u32 && event::TW_FLAG_QUEUE == flags::QUEUE as u32);
+};

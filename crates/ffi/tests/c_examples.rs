@@ -8,9 +8,9 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{lib, root, Router, SYSTEM_LIBS};
+use support::{lib, root, run, Router, SYSTEM_LIBS};
 use tickwire_client::{Client, ClientEvent, ClientOptions};
 
 /// `examples/c/NAME.c`, compiled into `out`; its path.
@@ -58,10 +58,15 @@ fn the_c_ping_pong_over_shared_memory_runs_between_two_c_processes() {
     let bin = compile("pingpong", &d);
     let shm = d.join("shm");
     let n = "20000";
-    let mut pong = Command::new(&bin).arg("pong").arg(&shm).arg(n).stderr(Stdio::piped()).spawn().unwrap();
-    let ping = Command::new(&bin).arg("ping").arg(&shm).arg(n).output().unwrap();
+    // Both bounded (support::LIMIT): a side that dies does not leave the
+    // other spinning.
+    let mut pong_cmd = Command::new(&bin);
+    pong_cmd.arg("pong").arg(&shm).arg(n);
+    let pong = std::thread::spawn(move || run(&mut pong_cmd));
+    let ping = run(Command::new(&bin).arg("ping").arg(&shm).arg(n));
+    let pong = pong.join().unwrap();
     assert!(ping.status.success(), "ping: {}", String::from_utf8_lossy(&ping.stderr));
-    assert!(pong.wait().unwrap().success());
+    assert!(pong.status.success(), "pong: {}", String::from_utf8_lossy(&pong.stderr));
     let out = String::from_utf8_lossy(&ping.stdout);
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert_eq!(v["messages"], 20000, "{out}");
@@ -83,7 +88,9 @@ fn a_c_router_client_publishes_to_and_answers_a_rust_client() {
     rust.subscribe("md/c").unwrap();
     rust.flush().unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    let c = memcheck(&bin).args([&uri, "md/c", "1000"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut c_cmd = memcheck(&bin);
+    c_cmd.args([&uri, "md/c", "1000"]);
+    let c = std::thread::spawn(move || run(&mut c_cmd));
 
     let (mut got, mut reply, mut asked) = (Vec::new(), None, false);
     let until = Instant::now() + Duration::from_secs(20);
@@ -104,7 +111,7 @@ fn a_c_router_client_publishes_to_and_answers_a_rust_client() {
     }
     let want: Vec<String> = (0..1000).map(|i| format!("c{i}")).collect();
     assert_eq!(got, want, "every message, in order, the same bytes");
-    let out = c.wait_with_output().unwrap();
+    let out = c.join().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(reply.as_deref(), Some("quote buy 100"), "{stdout}");
@@ -142,7 +149,7 @@ fn the_quick_start_in_docs_c_md_compiles_and_runs() {
     cc.args(["-std=c11", "-Wall", "-Wextra", "-Werror"]).arg(&src).arg("-o").arg(&bin);
     let r = cc.args(flags.split_whitespace()).output().unwrap();
     assert!(r.status.success(), "cc {flags}: {}", String::from_utf8_lossy(&r.stderr));
-    let out = memcheck(&bin).arg(d.join("shm")).output().unwrap();
+    let out = run(memcheck(&bin).arg(d.join("shm")));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "bid 101.25\n");
     let _ = std::fs::remove_file(&src);

@@ -4,16 +4,11 @@
 //! and the quick start in `docs/cpp.md` compiled and run. Every child
 //! process is killed if it outlives its time limit.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 mod support;
 
-use support::{lib, root, Router, SYSTEM_LIBS};
-
-/// How long any one child process (cmake, g++, a test program) may run.
-const LIMIT: Duration = Duration::from_secs(60);
+use support::{lib, root, run, Router, SYSTEM_LIBS};
 
 /// A fresh directory under target/tmp, removed when dropped.
 struct Scratch(PathBuf);
@@ -31,40 +26,6 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// Runs `cmd` to its end, killing it after `LIMIT`; its output.
-fn run(cmd: &mut Command) -> Output {
-    let what = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = r.read_to_end(&mut v);
-            v
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().unwrap()));
-    let err = drain(Box::new(child.stderr.take().unwrap()));
-    let until = Instant::now() + LIMIT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let _ = child.wait();
-            let (o, e) = (out.join().unwrap(), err.join().unwrap());
-            panic!("{what}: killed after {LIMIT:?}\n{}{}", String::from_utf8_lossy(&o), String::from_utf8_lossy(&e));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output { status, stdout: out.join().unwrap(), stderr: err.join().unwrap() }
 }
 
 /// Runs `cmd`, asserting that it succeeds; its stdout.

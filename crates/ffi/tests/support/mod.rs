@@ -3,11 +3,13 @@
 
 #![allow(dead_code)] // each test file uses its share
 
+use std::io::Read;
 use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tickwire_router::config::RouterConfig;
 use tickwire_router::Server;
 
@@ -29,6 +31,44 @@ pub fn lib() -> PathBuf {
         .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
         .map(|e| e.path())
         .unwrap_or_else(|| panic!("no libtickwire-*.a in {}", deps.display()))
+}
+
+/// How long any one child process (cc, cmake, g++, a test program) may
+/// run.
+pub const LIMIT: Duration = Duration::from_secs(60);
+
+/// Runs `cmd` to its end, killing it after `LIMIT`; its output.
+pub fn run(cmd: &mut Command) -> Output {
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let until = Instant::now() + LIMIT;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            let (o, e) = (out.join().unwrap(), err.join().unwrap());
+            panic!("{what}: killed after {LIMIT:?}\n{}{}", String::from_utf8_lossy(&o), String::from_utf8_lossy(&e));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output { status, stdout: out.join().unwrap(), stderr: err.join().unwrap() }
 }
 
 /// The system libraries libtickwire.a needs.
