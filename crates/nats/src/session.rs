@@ -375,13 +375,7 @@ impl NatsSession {
         }
         let topic = f.topic();
         // To one of its queue-group subscriptions, or to its plain ones.
-        let (target, body) = match f.flags() & flags::QUEUE {
-            0 => (None, f.body()),
-            _ => match split_queue_body(f.body()) {
-                Some((id, rest)) => (Some(id), rest),
-                None => return After::Nothing,
-            },
-        };
+        let Some((target, body)) = split_queue_body(f.flags(), f.body()) else { return After::Nothing };
         let (reply, payload) = if f.flags() & flags::REQUEST != 0 {
             match request::split_body(body) {
                 Some((inbox, p)) => (Some(inbox), p),
@@ -390,15 +384,9 @@ impl NatsSession {
         } else {
             (None, body)
         };
-        let (block, payload) = if f.flags() & flags::HEADERS != 0 {
-            match headers::split(payload) {
-                Ok((h, p)) => (Some(h.block()), p),
-                // The router checked it: not from this router.
-                Err(_) => return After::Nothing,
-            }
-        } else {
-            (None, payload)
-        };
+        // The router checked the block: a bad one is not from this router.
+        let Ok((block, payload)) = headers::split_flagged(f.flags(), payload) else { return After::Nothing };
+        let block = block.map(|h| h.block());
         // A reply on this session's inbox: out on the subject its request named.
         if let Some(k) = request::correlation_of(topic) {
             let Some(subject) = self.replies.get(&k).cloned() else { return After::Nothing };

@@ -469,7 +469,7 @@ fn a_queue_group_alternates_its_members_shows_in_status_and_a_member_that_leaves
     let (got_a, got_b) = (deliveries(&mut r, a), deliveries(&mut r, b));
     assert_eq!((got_a.len(), got_b.len()), (5, 5), "alternating");
     // Flagged QUEUE, each names the member's subscription, then the payload.
-    let sid = |d: &(String, Vec<u8>, u8)| tickwire_wire::client::split_queue_body(&d.1).map(|(s, _)| s);
+    let sid = |d: &(String, Vec<u8>, u8)| tickwire_wire::client::split_queue_body(d.2, &d.1).and_then(|(s, _)| s);
     assert!(got_a.iter().all(|d| d.2 & flags::QUEUE != 0 && sid(d) == Some(1)), "{got_a:?}");
     assert!(got_b.iter().all(|d| d.2 & flags::QUEUE != 0 && sid(d) == Some(7)), "{got_b:?}");
     let mut all: Vec<u8> = got_a.iter().chain(&got_b).map(|d| d.1[4]).collect();

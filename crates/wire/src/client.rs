@@ -139,11 +139,15 @@ pub fn queue_body(subscription: u32, rest: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(rest);
 }
 
-/// Splits a DELIVER flagged [`flags::QUEUE`]'s body into the subscription
-/// it is for and the rest; `None` if it is too short.
-pub fn split_queue_body(body: &[u8]) -> Option<(u32, &[u8])> {
+/// Splits a DELIVER's body by its `flags`: flagged [`flags::QUEUE`], the
+/// queue member's subscription it is for and the rest; else no
+/// subscription and the whole body. `None` if it is too short.
+pub fn split_queue_body(flags: u8, body: &[u8]) -> Option<(Option<u32>, &[u8])> {
+    if flags & flags::QUEUE == 0 {
+        return Some((None, body));
+    }
     let (id, rest) = body.split_first_chunk::<4>()?;
-    Some((u32::from_le_bytes(*id), rest))
+    Some((Some(u32::from_le_bytes(*id)), rest))
 }
 
 /// A guaranteed DELIVER's `value`: the durable subscription's id (low 24

@@ -109,6 +109,18 @@ pub fn split(payload: &[u8]) -> Result<(Headers<'_>, &[u8]), HeaderError> {
     Ok((Headers::new_checked(block)?, body))
 }
 
+/// A delivered payload's headers, if its frame's `flags` say it has any
+/// ([`crate::client::flags::HEADERS`]), and the message's bytes.
+///
+/// # Errors
+/// As [`split`], for a payload flagged so.
+pub fn split_flagged(flags: u8, payload: &[u8]) -> Result<(Option<Headers<'_>>, &[u8]), HeaderError> {
+    if flags & crate::client::flags::HEADERS == 0 {
+        return Ok((None, payload));
+    }
+    split(payload).map(|(h, p)| (Some(h), p))
+}
+
 /// Appends a headed payload of a checked `block` and `body` to `out`.
 pub fn put_block(out: &mut Vec<u8>, block: &Headers<'_>, body: &[u8]) {
     out.extend_from_slice(&(block.block.len() as u32).to_le_bytes());

@@ -10,7 +10,7 @@ use tickwire_wire::client::{
     credentials, flags, split_guaranteed_value, split_queue_body, ClientKind, ClientRepr, RejectCode, SlowConsumer,
     CLIENT_PROTOCOL_VERSION,
 };
-use tickwire_wire::headers::{self, HeaderError, Headers};
+use tickwire_wire::headers::split_flagged;
 use tickwire_wire::{request, ClientFrame};
 
 impl Client {
@@ -161,19 +161,13 @@ impl Client {
                 events += 1;
                 // To a queue-group member: the subscription it is for
                 // leads (one client's subscriptions are not told apart).
-                let body = match f.flags() & flags::QUEUE {
-                    0 => f.body(),
-                    _ => match split_queue_body(f.body()) {
-                        Some((_, rest)) => rest,
-                        None => {
-                            broken = Some("the router sent a malformed queue-group delivery".into());
-                            return;
-                        }
-                    },
+                let Some((_, body)) = split_queue_body(f.flags(), f.body()) else {
+                    broken = Some("the router sent a malformed queue-group delivery".into());
+                    return;
                 };
                 match f.kind() {
                     ClientKind::Deliver if f.flags() & flags::REQUEST != 0 => {
-                        match request::split_body(body).map(|(i, p)| (i, split_headers(f.flags(), p))) {
+                        match request::split_body(body).map(|(i, p)| (i, split_flagged(f.flags(), p))) {
                             Some((inbox, Ok((headers, payload)))) => handler(ClientEvent::Request(Request {
                                 topic: f.topic(),
                                 payload,
@@ -186,7 +180,7 @@ impl Client {
                     }
                     ClientKind::Deliver if f.topic().starts_with(request::INBOX_PREFIX) => {
                         match request::correlation_of(f.topic()).filter(|&c| requests.is_waiting(c)) {
-                            Some(c) => match split_headers(f.flags(), body) {
+                            Some(c) => match split_flagged(f.flags(), body) {
                                 Ok((headers, payload)) => {
                                     requests.replied(c);
                                     handler(ClientEvent::Reply { request: c, payload, headers });
@@ -203,7 +197,7 @@ impl Client {
                     ClientKind::Deliver => {
                         let guaranteed = f.flags() & flags::GUARANTEED != 0;
                         let (subscription, deliveries) = split_guaranteed_value(f.value());
-                        let (headers, payload) = match split_headers(f.flags(), body) {
+                        let (headers, payload) = match split_flagged(f.flags(), body) {
                             Ok(x) => x,
                             Err(e) => {
                                 broken = Some(format!("the router sent a message with {e}"));
@@ -312,13 +306,4 @@ impl Client {
         }
         events
     }
-}
-
-/// A delivered payload's headers (flagged [`flags::HEADERS`]) and the
-/// message's bytes.
-fn split_headers(f: u8, payload: &[u8]) -> Result<(Option<Headers<'_>>, &[u8]), HeaderError> {
-    if f & flags::HEADERS == 0 {
-        return Ok((None, payload));
-    }
-    headers::split(payload).map(|(h, p)| (Some(h), p))
 }
