@@ -10,7 +10,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{lib, root, run, Router, SYSTEM_LIBS};
+use support::{lib, root, run, shared_lib, Router, SYSTEM_LIBS};
 use tickwire_client::{Client, ClientEvent, ClientOptions};
 
 /// `examples/c/NAME.c`, compiled into `out`; its path.
@@ -130,11 +130,17 @@ fn the_quick_start_in_docs_c_md_compiles_and_runs() {
     std::fs::create_dir_all(root().join("target/tmp")).unwrap();
     let src = root().join(format!("target/tmp/quickstart-{}.c", std::process::id()));
     std::fs::write(&src, &doc[start..end]).unwrap();
-    // Installed as `make install-c` would, and built with pkg-config's flags.
-    let lib = lib();
+    // Installed as `make install-c` would, and built with pkg-config's
+    // flags: linked with the shared library.
     let prefix = d.join("prefix");
-    let r =
-        Command::new(root().join("scripts/install-c.sh")).arg("--prefix").arg(&prefix).arg("--lib").arg(&lib).output();
+    let r = Command::new(root().join("scripts/install-c.sh"))
+        .arg("--prefix")
+        .arg(&prefix)
+        .arg("--lib")
+        .arg(lib())
+        .arg("--shared")
+        .arg(shared_lib())
+        .output();
     let r = r.unwrap();
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let flags = Command::new("pkg-config")
@@ -149,7 +155,10 @@ fn the_quick_start_in_docs_c_md_compiles_and_runs() {
     cc.args(["-std=c11", "-Wall", "-Wextra", "-Werror"]).arg(&src).arg("-o").arg(&bin);
     let r = cc.args(flags.split_whitespace()).output().unwrap();
     assert!(r.status.success(), "cc {flags}: {}", String::from_utf8_lossy(&r.stderr));
-    let out = run(memcheck(&bin).arg(d.join("shm")));
+    let ldd = run(Command::new("ldd").arg(&bin).env("LD_LIBRARY_PATH", prefix.join("lib")));
+    let ldd = String::from_utf8_lossy(&ldd.stdout);
+    assert!(ldd.contains(&format!("{}", prefix.join("lib/libtickwire.so").display())), "not the shared library: {ldd}");
+    let out = run(memcheck(&bin).arg(d.join("shm")).env("LD_LIBRARY_PATH", prefix.join("lib")));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "bid 101.25\n");
     let _ = std::fs::remove_file(&src);

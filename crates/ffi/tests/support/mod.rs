@@ -33,6 +33,14 @@ pub fn lib() -> PathBuf {
         .unwrap_or_else(|| panic!("no libtickwire-*.a in {}", deps.display()))
 }
 
+/// The shared library this test was built with (a cdylib has no hash:
+/// target/PROFILE/deps/libtickwire.so).
+pub fn shared_lib() -> PathBuf {
+    let lib = std::env::current_exe().unwrap().parent().unwrap().join("libtickwire.so");
+    assert!(lib.is_file(), "{} missing", lib.display());
+    lib
+}
+
 /// How long any one child process (cc, cmake, g++, a test program) may
 /// run.
 pub const LIMIT: Duration = Duration::from_secs(60);
