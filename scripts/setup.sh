@@ -112,3 +112,13 @@ if ! "$NATS_VENV/bin/python" -c 'import nats' >/dev/null 2>&1; then
   python3 -m venv "$NATS_VENV"
   "$NATS_VENV/bin/pip" install -q --disable-pip-version-check 'nats-py==2.16.0'
 fi
+
+# The Python binding (bindings/python) is built with maturin and tested with
+# pytest, both installed here into a virtual environment of the build's own;
+# `make python` installs the tickwire wheel into it.
+PY_VENV="$(cd "$(dirname "$0")/.." && pwd)/target/py-venv"
+if ! [ -x "$PY_VENV/bin/maturin" ] || ! "$PY_VENV/bin/python" -c 'import pytest' >/dev/null 2>&1; then
+  echo "setup: installing maturin and pytest into target/py-venv"
+  python3 -m venv "$PY_VENV"
+  "$PY_VENV/bin/pip" install -q --disable-pip-version-check 'maturin==1.16.0' 'pytest==9.2.0'
+fi

@@ -1,0 +1,394 @@
+//! `Client`: a router client (`ipc`, `tcp://HOST:PORT`, `tls://HOST:PORT`)
+//! with subscriptions (wildcards, queue groups, durable), publishing
+//! (direct, with headers, guaranteed, batched), requests and replies.
+
+use crate::event::{of_client, wait};
+use crate::{deadline, with_bytes, BackPressured, Error, NoResponders, NotConnected, RefusedError, Slot, TooLarge};
+use pyo3::exceptions::{PyTimeoutError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+use tickwire_client::{Client as Inner, ClientError, ClientEvent, ClientOptions, PublishError, RequestError};
+
+fn client_error(e: ClientError) -> PyErr {
+    match &e {
+        ClientError::Uri(_) | ClientError::Topic(_) => PyValueError::new_err(e.to_string()),
+        ClientError::Refused { .. } => RefusedError::new_err(e.to_string()),
+        ClientError::Timeout { .. } => PyTimeoutError::new_err(e.to_string()),
+        _ => Error::new_err(e.to_string()),
+    }
+}
+
+fn publish_error(e: PublishError) -> PyErr {
+    match &e {
+        PublishError::NotConnected => NotConnected::new_err(e.to_string()),
+        PublishError::BackPressured | PublishError::WindowFull(_) => BackPressured::new_err(e.to_string()),
+        PublishError::TooLarge { .. } => TooLarge::new_err(e.to_string()),
+        _ => PyValueError::new_err(e.to_string()),
+    }
+}
+
+/// The client and the events taken from it but not handed out yet (one
+/// poll's extra, or what came while `request` waited for its reply).
+struct Held {
+    client: Inner,
+    ready: VecDeque<Py<PyAny>>,
+}
+
+impl Held {
+    fn next(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        if self.ready.is_empty() {
+            self.poll(py, 16)?;
+        }
+        Ok(self.ready.pop_front())
+    }
+
+    fn poll(&mut self, py: Python<'_>, max: usize) -> PyResult<()> {
+        let Held { client, ready } = self;
+        let mut failed = None;
+        client.poll(
+            |e| match of_client(py, &e) {
+                Ok(o) => ready.push_back(o),
+                Err(err) => failed = Some(err),
+            },
+            max,
+        );
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Publishes, flushing and retrying while the client's buffer is full,
+    /// up to `until`.
+    fn publish(
+        &mut self,
+        py: Python<'_>,
+        until: Option<Instant>,
+        mut send: impl FnMut(&mut Inner) -> Result<(), PublishError>,
+    ) -> PyResult<()> {
+        loop {
+            match send(&mut self.client) {
+                Err(PublishError::BackPressured) => {
+                    let _ = self.client.flush();
+                    // Reading keeps the router writing (and us from
+                    // deadlocking with a router that waits for us).
+                    self.poll(py, 64)?;
+                    if until.is_some_and(|u| Instant::now() >= u) {
+                        return Err(publish_error(PublishError::BackPressured));
+                    }
+                    py.detach(|| std::thread::sleep(Duration::from_micros(20)));
+                    py.check_signals()?;
+                }
+                r => return r.map_err(publish_error),
+            }
+        }
+    }
+}
+
+/// `(name, value)` pairs from a mapping or an iterable of pairs.
+fn pairs(h: &Bound<'_, PyAny>) -> PyResult<Vec<(String, String)>> {
+    let items = if h.is_instance_of::<pyo3::types::PyDict>() { h.call_method0("items")? } else { h.clone() };
+    items.try_iter()?.map(|kv| kv?.extract::<(String, String)>()).collect()
+}
+
+/// A router client. `Client(uri, ...)` connects and waits up to `timeout`
+/// seconds for the router's welcome (0: not at all); it reconnects by
+/// itself after a loss. Events (`Message`, `Request`, `Reply`, ...) come
+/// from `receive`, `poll`, `for event in client` and
+/// `async for event in client`.
+#[pyclass(module = "tickwire")]
+pub struct Client {
+    c: Slot<Held>,
+}
+
+#[pymethods]
+impl Client {
+    #[new]
+    #[pyo3(signature = (uri, *, name = None, dir = None, user = None, password = None, tls_ca = None, tls_cert = None, tls_key = None, echo = true, timeout = 5.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        uri: &str,
+        name: Option<String>,
+        dir: Option<std::path::PathBuf>,
+        user: Option<String>,
+        password: Option<String>,
+        tls_ca: Option<std::path::PathBuf>,
+        tls_cert: Option<std::path::PathBuf>,
+        tls_key: Option<std::path::PathBuf>,
+        echo: bool,
+        timeout: f64,
+    ) -> PyResult<Self> {
+        let mut opts = ClientOptions::default();
+        if let Some(n) = name {
+            opts.name = n;
+        }
+        if let Some(d) = dir {
+            opts.dir = d;
+        }
+        (opts.user, opts.password, opts.tls_ca, opts.tls_cert, opts.tls_key, opts.echo) =
+            (user, password, tls_ca, tls_cert, tls_key, echo);
+        let wait = Duration::try_from_secs_f64(timeout).map_err(|e| PyValueError::new_err(format!("timeout: {e}")))?;
+        let mut client = py.detach(|| Inner::connect(uri, opts)).map_err(client_error)?;
+        if !wait.is_zero() {
+            py.detach(|| client.wait_connected(wait)).map_err(client_error)?;
+        }
+        Ok(Self { c: Slot::new("client", Held { client, ready: VecDeque::new() }) })
+    }
+
+    /// Whether the router has welcomed this client (and not lost it since).
+    #[getter]
+    fn is_connected(&self) -> PyResult<bool> {
+        self.c.with(|h| Ok(h.client.is_connected()))
+    }
+
+    /// Waits up to `timeout` seconds for the router's welcome.
+    #[pyo3(signature = (timeout = 5.0))]
+    fn wait_connected(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        let wait = Duration::try_from_secs_f64(timeout).map_err(|e| PyValueError::new_err(format!("timeout: {e}")))?;
+        self.c.with(|h| py.detach(|| h.client.wait_connected(wait)).map_err(client_error))
+    }
+
+    /// Subscribes to `pattern` (`*` one level, `>` the rest), as a member
+    /// of queue group `group` if given, or with the topic's cached last
+    /// value first (`cached=True`); its id.
+    #[pyo3(signature = (pattern, group = None, cached = false))]
+    fn subscribe(&self, pattern: &str, group: Option<&str>, cached: bool) -> PyResult<u32> {
+        self.c.with(|h| {
+            match (group, cached) {
+                (Some(g), false) => h.client.subscribe_queue(pattern, g),
+                (None, true) => h.client.subscribe_cached(pattern),
+                (None, false) => h.client.subscribe(pattern),
+                (Some(_), true) => return Err(PyValueError::new_err("a queue group member takes no cached value")),
+            }
+            .map_err(client_error)
+        })
+    }
+
+    /// A durable subscription `name` to `pattern` (guaranteed delivery,
+    /// kept by the router; acknowledge with `ack`); its id.
+    fn subscribe_durable(&self, pattern: &str, name: &str) -> PyResult<u32> {
+        self.c.with(|h| h.client.subscribe_durable(pattern, name).map_err(client_error))
+    }
+
+    /// Ends subscription `id`.
+    fn unsubscribe(&self, id: u32) -> PyResult<()> {
+        self.c.with(|h| {
+            h.client.unsubscribe(id);
+            Ok(())
+        })
+    }
+
+    /// Publishes `payload` (bytes, bytearray, memoryview) on `topic`, with
+    /// `headers` (`(name, value)` pairs or a dict) if given. Batched: it
+    /// leaves with the next `flush`, a full buffer or a wait (`receive`).
+    /// Waits up to `timeout` seconds while the client's buffer is full.
+    #[pyo3(signature = (topic, payload, headers = None, timeout = 1.0))]
+    fn publish(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        payload: &Bound<'_, PyAny>,
+        headers: Option<&Bound<'_, PyAny>>,
+        timeout: Option<f64>,
+    ) -> PyResult<()> {
+        let until = deadline(timeout)?;
+        let headers = headers.map(pairs).transpose()?;
+        self.c.with(|h| {
+            with_bytes(payload, |msg| match &headers {
+                None => h.publish(py, until, |c| c.publish(topic, msg)),
+                Some(hs) => {
+                    let hs: Vec<(&str, &str)> = hs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                    h.publish(py, until, |c| c.publish_with_headers(topic, &hs, msg))
+                }
+            })?
+        })
+    }
+
+    /// Publishes every payload of `payloads` on `topic`, in order, and
+    /// flushes; how many.
+    #[pyo3(signature = (topic, payloads, timeout = 1.0))]
+    fn publish_many(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        payloads: &Bound<'_, PyAny>,
+        timeout: Option<f64>,
+    ) -> PyResult<usize> {
+        let until = deadline(timeout)?;
+        self.c.with(|h| {
+            let mut n = 0;
+            for payload in payloads.try_iter()? {
+                with_bytes(&payload?, |msg| h.publish(py, until, |c| c.publish(topic, msg)))??;
+                n += 1;
+            }
+            let _ = h.client.flush();
+            Ok(n)
+        })
+    }
+
+    /// Publishes with guaranteed delivery (the router journals it and
+    /// acknowledges); its sequence. `acknowledged` says how far the router
+    /// has acknowledged.
+    fn publish_guaranteed(&self, topic: &str, payload: &Bound<'_, PyAny>) -> PyResult<u64> {
+        self.c.with(|h| with_bytes(payload, |msg| h.client.publish_guaranteed(topic, msg))?.map_err(publish_error))
+    }
+
+    /// The highest guaranteed sequence the router has acknowledged.
+    #[getter]
+    fn acknowledged(&self) -> PyResult<u64> {
+        self.c.with(|h| Ok(h.client.acknowledged()))
+    }
+
+    /// Acknowledges a guaranteed `Message` (its `subscription`, `sequence`).
+    fn ack(&self, subscription: u32, sequence: u64) -> PyResult<()> {
+        self.c.with(|h| {
+            h.client.ack(subscription, sequence);
+            Ok(())
+        })
+    }
+
+    /// Sends what is buffered now.
+    fn flush(&self) -> PyResult<()> {
+        self.c.with(|h| h.client.flush().map_err(publish_error))
+    }
+
+    /// Sends a request; its id, which its `Reply` or `RequestFailed`
+    /// names (from `receive`).
+    #[pyo3(signature = (topic, payload, timeout = 1.0))]
+    fn send_request(&self, topic: &str, payload: &Bound<'_, PyAny>, timeout: f64) -> PyResult<u64> {
+        let t = Duration::try_from_secs_f64(timeout).map_err(|e| PyValueError::new_err(format!("timeout: {e}")))?;
+        self.c.with(|h| with_bytes(payload, |msg| h.client.send_request(topic, msg, t))?.map_err(publish_error))
+    }
+
+    /// Sends a request and waits up to `timeout` seconds for its reply's
+    /// payload. `NoResponders`, `TimeoutError`, `NotConnected` or
+    /// `RefusedError` when none comes; other events that come meanwhile
+    /// wait for `receive`.
+    #[pyo3(signature = (topic, payload, timeout = 1.0))]
+    fn request<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &str,
+        payload: &Bound<'_, PyAny>,
+        timeout: f64,
+    ) -> PyResult<Py<PyBytes>> {
+        let t = Duration::try_from_secs_f64(timeout).map_err(|e| PyValueError::new_err(format!("timeout: {e}")))?;
+        self.c.with(|h| {
+            let id = with_bytes(payload, |msg| h.client.send_request(topic, msg, t))?.map_err(publish_error)?;
+            let _ = h.client.flush();
+            // Past the request's own timeout, it fails by itself.
+            let until = Instant::now() + t + Duration::from_secs(1);
+            let mut outcome = None;
+            let got = wait(
+                py,
+                h,
+                Some(until),
+                |py, h| {
+                    let Held { client, ready } = h;
+                    let mut failed = None;
+                    client.poll(
+                        |e| match e {
+                            ClientEvent::Reply { request, payload, .. } if request == id => {
+                                outcome = Some(Ok(PyBytes::new(py, payload).unbind()));
+                            }
+                            ClientEvent::RequestFailed { request, why } if request == id => outcome = Some(Err(why)),
+                            other => match of_client(py, &other) {
+                                Ok(o) => ready.push_back(o),
+                                Err(err) => failed = Some(err),
+                            },
+                        },
+                        16,
+                    );
+                    if let Some(e) = failed {
+                        return Err(e);
+                    }
+                    Ok(outcome.take())
+                },
+                |h, d| h.client.park(d),
+            )?;
+            match got {
+                Some(Ok(reply)) => Ok(reply),
+                Some(Err(RequestError::NoResponders)) => {
+                    Err(NoResponders::new_err(format!("no responders on {topic}")))
+                }
+                Some(Err(RequestError::TimedOut)) | None => {
+                    Err(PyTimeoutError::new_err(format!("no reply on {topic} within {timeout} s")))
+                }
+                Some(Err(RequestError::Disconnected)) => {
+                    Err(NotConnected::new_err("the connection to the router was lost before the reply"))
+                }
+                Some(Err(e @ RequestError::Refused(_))) => Err(RefusedError::new_err(e.to_string())),
+            }
+        })
+    }
+
+    /// Answers a `Request` on its `inbox`.
+    fn reply(&self, inbox: &str, payload: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.c.with(|h| with_bytes(payload, |msg| h.client.reply(inbox, msg))?.map_err(publish_error))
+    }
+
+    /// The next event, waiting up to `timeout` seconds (`None`: for ever,
+    /// 0: look once); `None` if none came. What was published leaves
+    /// first.
+    #[pyo3(signature = (timeout = None))]
+    fn receive(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<PyAny>>> {
+        let until = deadline(timeout)?;
+        self.c.with(|h| wait(py, h, until, |py, h| h.next(py), |h, d| h.client.park(d)))
+    }
+
+    /// Every event there now, up to `max`, without waiting.
+    #[pyo3(signature = (max = 256))]
+    fn poll<'py>(&self, py: Python<'py>, max: usize) -> PyResult<Bound<'py, PyList>> {
+        self.c.with(|h| {
+            if h.ready.len() < max {
+                h.poll(py, max - h.ready.len())?;
+            }
+            let out = PyList::empty(py);
+            while out.len() < max {
+                match h.ready.pop_front() {
+                    Some(e) => out.append(e)?,
+                    None => break,
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Says goodbye to the router once what was published has left
+    /// (TCP: up to 5 s), and closes. Using the client afterwards raises
+    /// `ClosedError`.
+    fn close(&self, py: Python<'_>) {
+        if let Some(h) = self.c.take(py) {
+            py.detach(|| h.client.close());
+        }
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// The next event, waiting for ever; the end once closed.
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        match self.receive(py, None) {
+            Err(e) if e.is_instance_of::<crate::ClosedError>(py) => Ok(None),
+            r => r,
+        }
+    }
+
+    /// `async for event in client` (tickwire.aio).
+    fn __aiter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        slf.py().import("tickwire.aio")?.call_method1("events", (slf,))
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(&self, py: Python<'_>, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) {
+        self.close(py);
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Client>()
+}

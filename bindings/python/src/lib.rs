@@ -1,0 +1,124 @@
+//! tickwire for Python: the extension module `tickwire._tickwire`, which
+//! the package `tickwire` (python/tickwire) re-exports.
+//!
+//! Layers, top down:
+//! * `channel`: `Context`, `Publication`, `Subscription`, channels without
+//!   a router (shared memory `ipc:NAME`, reliable UDP), over
+//!   `tickwire_driver`.
+//! * `client`: `Client`, a router client (`ipc`, `tcp://`, `tls://`), over
+//!   `tickwire_client`.
+//! * `event`: what both hand to Python: `Message` and the other events, as
+//!   frozen objects; `wait`, how a call waits (spinning with the GIL held,
+//!   then parked with it released).
+//! * here: the exceptions, and `Slot`, the lock every object keeps its
+//!   Rust side in (a closed object raises `ClosedError`, an object in use
+//!   by another thread `BusyError`; never a crash).
+
+use pyo3::buffer::PyBuffer;
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use std::sync::{Mutex, TryLockError};
+
+mod channel;
+mod client;
+mod event;
+
+create_exception!(_tickwire, Error, PyException, "Every error tickwire raises.");
+create_exception!(_tickwire, ClosedError, Error, "The object was closed.");
+create_exception!(_tickwire, BusyError, Error, "Another thread is using the object.");
+create_exception!(
+    _tickwire,
+    BackPressured,
+    Error,
+    "No room now: the slowest subscriber (or the client's buffer) is full."
+);
+create_exception!(_tickwire, NotConnected, Error, "Nobody is listening, or the router is not connected.");
+create_exception!(_tickwire, TooLarge, Error, "The message is larger than the channel or router takes.");
+create_exception!(_tickwire, RefusedError, Error, "The router refused (a login, a request, a subscription).");
+create_exception!(_tickwire, NoResponders, Error, "No subscription wants the request's topic.");
+
+/// An object's Rust side, `None` once closed.
+pub(crate) struct Slot<T> {
+    what: &'static str,
+    inner: Mutex<Option<T>>,
+}
+
+impl<T> Slot<T> {
+    pub(crate) fn new(what: &'static str, value: T) -> Self {
+        Self { what, inner: Mutex::new(Some(value)) }
+    }
+
+    /// The value, for `f`; `BusyError` while another thread has it,
+    /// `ClosedError` once closed.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut T) -> PyResult<R>) -> PyResult<R> {
+        let mut guard = match self.inner.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::WouldBlock) => {
+                return Err(BusyError::new_err(format!("the {} is in use by another thread", self.what)))
+            }
+            // A panic inside `f` poisoned it: the value is still whole
+            // (every `f` leaves it consistent), so go on.
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        };
+        match guard.as_mut() {
+            Some(v) => f(v),
+            None => Err(ClosedError::new_err(format!("the {} is closed", self.what))),
+        }
+    }
+
+    /// Takes the value out (the object is closed from now on), waiting
+    /// with the GIL released for a thread still using it.
+    pub(crate) fn take(&self, py: Python<'_>) -> Option<T>
+    where
+        T: Send,
+    {
+        py.detach(|| self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take())
+    }
+}
+
+/// `f` over the bytes of `ob`: `bytes` as they are, anything else with the
+/// buffer protocol (`bytearray`, `memoryview`, `array`) copied once.
+pub(crate) fn with_bytes<R>(ob: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyResult<R> {
+    if let Ok(b) = ob.cast::<PyBytes>() {
+        return Ok(f(b.as_bytes()));
+    }
+    let buf = PyBuffer::<u8>::get(ob)?;
+    Ok(f(&buf.to_vec(ob.py())?))
+}
+
+/// A timeout in seconds (`None`: for ever) as a deadline.
+pub(crate) fn deadline(timeout: Option<f64>) -> PyResult<Option<std::time::Instant>> {
+    match timeout {
+        None => Ok(None),
+        Some(t) if t.is_nan() || t < 0.0 => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "timeout must be a number of seconds, 0 or more (or None), not {t}"
+        ))),
+        Some(t) => {
+            Ok(std::time::Duration::try_from_secs_f64(t).ok().and_then(|d| std::time::Instant::now().checked_add(d)))
+        }
+    }
+}
+
+#[pymodule]
+fn _tickwire(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    for (name, e) in [
+        ("Error", py.get_type::<Error>()),
+        ("ClosedError", py.get_type::<ClosedError>()),
+        ("BusyError", py.get_type::<BusyError>()),
+        ("BackPressured", py.get_type::<BackPressured>()),
+        ("NotConnected", py.get_type::<NotConnected>()),
+        ("TooLarge", py.get_type::<TooLarge>()),
+        ("RefusedError", py.get_type::<RefusedError>()),
+        ("NoResponders", py.get_type::<NoResponders>()),
+    ] {
+        m.add(name, e)?;
+    }
+    event::register(m)?;
+    channel::register(m)?;
+    client::register(m)?;
+    Ok(())
+}
