@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO_ENV := if [ -f $$HOME/.cargo/env ]; then . $$HOME/.cargo/env; fi;
 
-.PHONY: setup build demo test bench crash fuzz clean fresh-check loom hostile nats-bench nats-lab install-c
+.PHONY: setup build demo test bench crash fuzz clean fresh-check loom hostile nats-bench nats-lab install-c python python-test
 
 setup:
 	@./scripts/setup.sh
@@ -19,6 +19,7 @@ test: setup
 	@$(CARGO_ENV) cargo fmt --all -- --check
 	@$(CARGO_ENV) cargo clippy --release --all-targets -- -D warnings
 	@$(CARGO_ENV) cargo test --profile release-checked --workspace
+	@$(CARGO_ENV) $(MAKE) --no-print-directory python-test PY_PROFILE=release-checked
 	@$(CARGO_ENV) $(MAKE) --no-print-directory loom
 
 # The shared-memory log's protocol under loom (every interleaving of the
@@ -91,3 +92,17 @@ nats-bench: build
 # (docs/PERFORMANCE.md). RATES, DURATION (per rate), ROUNDS override.
 nats-lab: build
 	@$(CARGO_ENV) ./scripts/nats-lab.sh --run
+
+# The Python binding: `pip install ./bindings/python` (maturin builds the
+# wheel, cargo profile PY_PROFILE) into target/py-venv, which setup.sh
+# made with maturin and pytest; then its pytest suite, which runs the
+# examples in examples/python too (docs/python.md).
+PY_PROFILE ?= release
+PY_VENV := $(CURDIR)/target/py-venv
+python: setup
+	@$(CARGO_ENV) PATH="$(PY_VENV)/bin:$$PATH" MATURIN_PEP517_ARGS="--profile $(PY_PROFILE)" \
+	  pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall ./bindings/python
+
+python-test: python
+	@$(CARGO_ENV) cargo build --profile $(PY_PROFILE) -p tickwire-cli -p tickwire-ffi
+	@PATH="$(PY_VENV)/bin:$$PATH" TICKWIRE_PROFILE=$(PY_PROFILE) timeout 600 pytest -q bindings/python/tests

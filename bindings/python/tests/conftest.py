@@ -15,8 +15,14 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
+def target() -> pathlib.Path:
+    """target/PROFILE: where the tickwire binary and libtickwire.so are
+    (TICKWIRE_PROFILE, `make python-test` sets it; else release)."""
+    return ROOT / "target" / os.environ.get("TICKWIRE_PROFILE", "release")
+
+
 def tickwire_bin() -> str:
-    path = os.environ.get("TICKWIRE_BIN") or str(ROOT / "target/release/tickwire")
+    path = os.environ.get("TICKWIRE_BIN") or str(target() / "tickwire")
     if not os.access(path, os.X_OK):
         pytest.fail(f"{path}: no tickwire binary (cargo build --release, or set TICKWIRE_BIN)")
     return path
