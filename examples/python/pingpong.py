@@ -27,13 +27,15 @@ def open_subscription(ctx, stream):
             time.sleep(0.001)
 
 
-def next_message(sub):
+def next_message(receive, Message=tickwire.Message):
+    """The next message of `receive` (a subscription's), other events
+    passed over. Names bound once, as a hot loop in Python wants."""
     while True:
-        e = sub.receive(GIVE_UP)
+        e = receive(GIVE_UP)
+        if type(e) is Message:
+            return e
         if e is None:
             sys.exit("pingpong: the other side went quiet")
-        if type(e) is tickwire.Message:
-            return e
 
 
 def main():
@@ -46,18 +48,18 @@ def main():
     with tickwire.Context(sys.argv[2]) as ctx:
         out = ctx.publication("ipc:pingpong", 1 if ping else 2)
         sub = open_subscription(ctx, 2 if ping else 1)
-        now = time.perf_counter_ns
+        now, publish, receive = time.perf_counter_ns, out.publish, sub.receive
         if not ping:
             for _ in range(n):
-                out.publish(next_message(sub).payload, timeout=GIVE_UP)
+                publish(next_message(receive).payload, None, GIVE_UP)
         else:
             msg = bytearray(64)
             rtt = [0] * n
             for i in range(n):
                 t0 = now()
                 msg[:8] = i.to_bytes(8, "little")
-                out.publish(msg, timeout=GIVE_UP)
-                next_message(sub)
+                publish(msg, None, GIVE_UP)
+                next_message(receive)
                 rtt[i] = (now() - t0) // 2
             # The floor: the same loop, timed the same way, doing nothing.
             floor = [0] * n

@@ -2,8 +2,10 @@
 //! `Publication` and `Subscription` on `ipc:NAME` or reliable UDP
 //! (`udp://HOST:PORT`, multicast), as `tickwire_driver` makes them.
 
-use crate::event::{of_channel, wait, SPIN};
-use crate::{deadline, with_bytes, BackPressured, ClosedError, Error, NotConnected, Slot, TooLarge};
+use crate::event::{of_channel, wait, TopicCache, SPIN};
+use crate::{
+    deadline, timeout as seconds, with_bytes, BackPressured, ClosedError, Error, NotConnected, Slot, TooLarge,
+};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -66,7 +68,9 @@ impl Context {
         let ch = self::channel(channel)?;
         let s =
             self.ctx.with(|ctx| Sub::open(ctx, &ch, stream).map_err(|e| Error::new_err(format!("{channel}: {e}"))))?;
-        Ok(Subscription { s: Slot::new("subscription", Held { sub: s, ready: VecDeque::new() }) })
+        Ok(Subscription {
+            s: Slot::new("subscription", Held { sub: s, ready: VecDeque::new(), topics: TopicCache::default() }),
+        })
     }
 
     /// Closes the context (its publications and subscriptions stay usable).
@@ -90,10 +94,17 @@ pub struct Publication {
     p: Slot<Pub>,
 }
 
-/// Offers `msg` until there is room or `until` passes (GIL held while
-/// spinning, released while yielding).
-fn offer_until(py: Python<'_>, p: &mut Pub, topic: Option<&str>, msg: &[u8], until: Option<Instant>) -> PyResult<u64> {
-    let spin_until = Instant::now() + SPIN;
+/// Offers `msg` until there is room or `timeout` passes (GIL held while
+/// spinning, released while sleeping); the clock is read only once the
+/// first offer was refused.
+fn offer_until(
+    py: Python<'_>,
+    p: &mut Pub,
+    topic: Option<&str>,
+    msg: &[u8],
+    timeout: Option<Duration>,
+) -> PyResult<u64> {
+    let mut times: Option<(Option<Instant>, Instant)> = None;
     loop {
         let r = match topic {
             Some(t) => p.offer_topic(t, msg),
@@ -104,6 +115,7 @@ fn offer_until(py: Python<'_>, p: &mut Pub, topic: Option<&str>, msg: &[u8], unt
             Err(OfferError::BackPressured | OfferError::NotConnected) => {
                 p.do_work();
                 let now = Instant::now();
+                let (until, spin_until) = *times.get_or_insert_with(|| (deadline(timeout), now + SPIN));
                 if until.is_some_and(|u| now >= u) {
                     return Err(r.map_err(offer_error).unwrap_err());
                 }
@@ -143,8 +155,8 @@ impl Publication {
         topic: Option<&str>,
         timeout: Option<f64>,
     ) -> PyResult<u64> {
-        let until = deadline(timeout)?;
-        self.p.with(|p| with_bytes(payload, |msg| offer_until(py, p, topic, msg, until))?)
+        let timeout = seconds(timeout)?;
+        self.p.with(|p| with_bytes(payload, |msg| offer_until(py, p, topic, msg, timeout))?)
     }
 
     /// Publishes every payload of `payloads` in order, each waiting up to
@@ -157,11 +169,11 @@ impl Publication {
         topic: Option<&str>,
         timeout: Option<f64>,
     ) -> PyResult<usize> {
-        let until = deadline(timeout)?;
+        let timeout = seconds(timeout)?;
         self.p.with(|p| {
             let mut n = 0;
             for payload in payloads.try_iter()? {
-                with_bytes(&payload?, |msg| offer_until(py, p, topic, msg, until))??;
+                with_bytes(&payload?, |msg| offer_until(py, p, topic, msg, timeout))??;
                 n += 1;
             }
             Ok(n)
@@ -206,16 +218,17 @@ impl Publication {
 struct Held {
     sub: Sub,
     ready: VecDeque<Py<PyAny>>,
+    topics: TopicCache,
 }
 
 impl Held {
     /// The next event, polling the subscription once if none is ready.
     fn next(&mut self, py: Python<'_>, max: usize) -> PyResult<Option<Py<PyAny>>> {
         if self.ready.is_empty() {
-            let Held { sub, ready } = self;
+            let Held { sub, ready, topics } = self;
             let mut failed = None;
             sub.poll(
-                |e| match of_channel(py, &e) {
+                |e| match of_channel(py, topics, &e) {
                     Ok(o) => ready.push_back(o),
                     Err(err) => failed = Some(err),
                 },
@@ -245,8 +258,8 @@ impl Subscription {
     /// 50 µs, then parks with it released.
     #[pyo3(signature = (timeout = None))]
     fn receive(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<PyAny>>> {
-        let until = deadline(timeout)?;
-        self.s.with(|h| wait(py, h, until, |py, h| h.next(py, 16), |h, d| h.sub.park(d)))
+        let timeout = seconds(timeout)?;
+        self.s.with(|h| wait(py, h, timeout, |py, h| h.next(py, 16), |h, d| h.sub.park(d)))
     }
 
     /// Every event there now, up to `max`, without waiting.

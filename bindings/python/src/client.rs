@@ -2,8 +2,11 @@
 //! with subscriptions (wildcards, queue groups, durable), publishing
 //! (direct, with headers, guaranteed, batched), requests and replies.
 
-use crate::event::{of_client, wait};
-use crate::{deadline, with_bytes, BackPressured, Error, NoResponders, NotConnected, RefusedError, Slot, TooLarge};
+use crate::event::{of_client, wait, TopicCache};
+use crate::{
+    deadline, timeout as seconds, with_bytes, BackPressured, Error, NoResponders, NotConnected, RefusedError, Slot,
+    TooLarge,
+};
 use pyo3::exceptions::{PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -34,6 +37,7 @@ fn publish_error(e: PublishError) -> PyErr {
 struct Held {
     client: Inner,
     ready: VecDeque<Py<PyAny>>,
+    topics: TopicCache,
 }
 
 impl Held {
@@ -45,10 +49,10 @@ impl Held {
     }
 
     fn poll(&mut self, py: Python<'_>, max: usize) -> PyResult<()> {
-        let Held { client, ready } = self;
+        let Held { client, ready, topics } = self;
         let mut failed = None;
         client.poll(
-            |e| match of_client(py, &e) {
+            |e| match of_client(py, topics, &e) {
                 Ok(o) => ready.push_back(o),
                 Err(err) => failed = Some(err),
             },
@@ -58,13 +62,14 @@ impl Held {
     }
 
     /// Publishes, flushing and retrying while the client's buffer is full,
-    /// up to `until`.
+    /// for up to `timeout` (the clock read only once it was full).
     fn publish(
         &mut self,
         py: Python<'_>,
-        until: Option<Instant>,
+        timeout: Option<Duration>,
         mut send: impl FnMut(&mut Inner) -> Result<(), PublishError>,
     ) -> PyResult<()> {
+        let mut until: Option<Option<Instant>> = None;
         loop {
             match send(&mut self.client) {
                 Err(PublishError::BackPressured) => {
@@ -72,6 +77,7 @@ impl Held {
                     // Reading keeps the router writing (and us from
                     // deadlocking with a router that waits for us).
                     self.poll(py, 64)?;
+                    let until = *until.get_or_insert_with(|| deadline(timeout));
                     if until.is_some_and(|u| Instant::now() >= u) {
                         return Err(publish_error(PublishError::BackPressured));
                     }
@@ -132,7 +138,7 @@ impl Client {
         if !wait.is_zero() {
             py.detach(|| client.wait_connected(wait)).map_err(client_error)?;
         }
-        Ok(Self { c: Slot::new("client", Held { client, ready: VecDeque::new() }) })
+        Ok(Self { c: Slot::new("client", Held { client, ready: VecDeque::new(), topics: TopicCache::default() }) })
     }
 
     /// Whether the router has welcomed this client (and not lost it since).
@@ -191,14 +197,14 @@ impl Client {
         headers: Option<&Bound<'_, PyAny>>,
         timeout: Option<f64>,
     ) -> PyResult<()> {
-        let until = deadline(timeout)?;
+        let timeout = seconds(timeout)?;
         let headers = headers.map(pairs).transpose()?;
         self.c.with(|h| {
             with_bytes(payload, |msg| match &headers {
-                None => h.publish(py, until, |c| c.publish(topic, msg)),
+                None => h.publish(py, timeout, |c| c.publish(topic, msg)),
                 Some(hs) => {
                     let hs: Vec<(&str, &str)> = hs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-                    h.publish(py, until, |c| c.publish_with_headers(topic, &hs, msg))
+                    h.publish(py, timeout, |c| c.publish_with_headers(topic, &hs, msg))
                 }
             })?
         })
@@ -214,11 +220,11 @@ impl Client {
         payloads: &Bound<'_, PyAny>,
         timeout: Option<f64>,
     ) -> PyResult<usize> {
-        let until = deadline(timeout)?;
+        let timeout = seconds(timeout)?;
         self.c.with(|h| {
             let mut n = 0;
             for payload in payloads.try_iter()? {
-                with_bytes(&payload?, |msg| h.publish(py, until, |c| c.publish(topic, msg)))??;
+                with_bytes(&payload?, |msg| h.publish(py, timeout, |c| c.publish(topic, msg)))??;
                 n += 1;
             }
             let _ = h.client.flush();
@@ -277,14 +283,13 @@ impl Client {
             let id = with_bytes(payload, |msg| h.client.send_request(topic, msg, t))?.map_err(publish_error)?;
             let _ = h.client.flush();
             // Past the request's own timeout, it fails by itself.
-            let until = Instant::now() + t + Duration::from_secs(1);
             let mut outcome = None;
             let got = wait(
                 py,
                 h,
-                Some(until),
+                t.checked_add(Duration::from_secs(1)),
                 |py, h| {
-                    let Held { client, ready } = h;
+                    let Held { client, ready, topics } = h;
                     let mut failed = None;
                     client.poll(
                         |e| match e {
@@ -292,7 +297,7 @@ impl Client {
                                 outcome = Some(Ok(PyBytes::new(py, payload).unbind()));
                             }
                             ClientEvent::RequestFailed { request, why } if request == id => outcome = Some(Err(why)),
-                            other => match of_client(py, &other) {
+                            other => match of_client(py, topics, &other) {
                                 Ok(o) => ready.push_back(o),
                                 Err(err) => failed = Some(err),
                             },
@@ -332,8 +337,8 @@ impl Client {
     /// first.
     #[pyo3(signature = (timeout = None))]
     fn receive(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<PyAny>>> {
-        let until = deadline(timeout)?;
-        self.c.with(|h| wait(py, h, until, |py, h| h.next(py), |h, d| h.client.park(d)))
+        let timeout = seconds(timeout)?;
+        self.c.with(|h| wait(py, h, timeout, |py, h| h.next(py), |h, d| h.client.park(d)))
     }
 
     /// Every event there now, up to `max`, without waiting.

@@ -13,16 +13,24 @@ pub(crate) const SPIN: Duration = Duration::from_micros(50);
 /// The longest park between two looks at Python's signals (Ctrl-C).
 pub(crate) const PARK_SLICE: Duration = Duration::from_millis(20);
 
-/// Waits for `next` to give something, until `until` (`None`: for ever):
-/// polling with the GIL held for `SPIN`, then `park` with it released, in
-/// slices, Python's signals checked between them.
+/// Waits for `next` to give something, for up to `timeout` (`None`: for
+/// ever): polling with the GIL held for `SPIN`, then `park` with it
+/// released, in slices, Python's signals checked between them. The clock
+/// is read only after a first look found nothing.
 pub(crate) fn wait<S: Send, T>(
     py: Python<'_>,
     state: &mut S,
-    until: Option<Instant>,
+    timeout: Option<Duration>,
     mut next: impl FnMut(Python<'_>, &mut S) -> PyResult<Option<T>>,
     park: impl Fn(&mut S, Duration) + Sync,
 ) -> PyResult<Option<T>> {
+    if let Some(v) = next(py, state)? {
+        return Ok(Some(v));
+    }
+    if timeout == Some(Duration::ZERO) {
+        return Ok(None);
+    }
+    let until = crate::deadline(timeout);
     let spin_until = Instant::now() + SPIN;
     loop {
         if let Some(v) = next(py, state)? {
@@ -172,6 +180,27 @@ pub struct PublisherGone {
     reason: String,
 }
 
+/// The last topic made into a Python string, made again only when it
+/// changes (a subscriber of one topic makes it once).
+#[derive(Default)]
+pub(crate) struct TopicCache(Option<(String, Py<PyString>)>);
+
+impl TopicCache {
+    fn get(&mut self, py: Python<'_>, topic: &str) -> Py<PyString> {
+        if topic.is_empty() {
+            return pyo3::intern!(py, "").clone().unbind();
+        }
+        match &self.0 {
+            Some((t, s)) if t == topic => s.clone_ref(py),
+            _ => {
+                let s = PyString::new(py, topic).unbind();
+                self.0 = Some((topic.to_owned(), s.clone_ref(py)));
+                s
+            }
+        }
+    }
+}
+
 fn pairs(h: Option<Headers<'_>>) -> Option<Vec<(String, String)>> {
     h.map(|h| h.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect())
 }
@@ -181,12 +210,12 @@ fn object<T: pyo3::PyClass + Into<pyo3::PyClassInitializer<T>>>(py: Python<'_>, 
 }
 
 /// A channel's event as a Python object.
-pub(crate) fn of_channel(py: Python<'_>, e: &Event<'_>) -> PyResult<Py<PyAny>> {
+pub(crate) fn of_channel(py: Python<'_>, topics: &mut TopicCache, e: &Event<'_>) -> PyResult<Py<PyAny>> {
     match *e {
         Event::Message(m) => object(
             py,
             Message {
-                topic: PyString::new(py, m.topic).unbind(),
+                topic: topics.get(py, m.topic),
                 payload: PyBytes::new(py, m.payload).unbind(),
                 headers: None,
                 sequence: m.position,
@@ -216,12 +245,12 @@ fn failure(why: &RequestError) -> String {
 }
 
 /// A router client's event as a Python object.
-pub(crate) fn of_client(py: Python<'_>, e: &ClientEvent<'_>) -> PyResult<Py<PyAny>> {
+pub(crate) fn of_client(py: Python<'_>, topics: &mut TopicCache, e: &ClientEvent<'_>) -> PyResult<Py<PyAny>> {
     match *e {
         ClientEvent::Message(d) => object(
             py,
             Message {
-                topic: PyString::new(py, d.topic).unbind(),
+                topic: topics.get(py, d.topic),
                 payload: PyBytes::new(py, d.payload).unbind(),
                 headers: pairs(d.headers),
                 sequence: d.sequence,

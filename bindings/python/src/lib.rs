@@ -84,21 +84,30 @@ pub(crate) fn with_bytes<R>(ob: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -
     if let Ok(b) = ob.cast::<PyBytes>() {
         return Ok(f(b.as_bytes()));
     }
+    if let Ok(b) = ob.cast::<pyo3::types::PyByteArray>() {
+        return Ok(f(&b.to_vec()));
+    }
     let buf = PyBuffer::<u8>::get(ob)?;
     Ok(f(&buf.to_vec(ob.py())?))
 }
 
-/// A timeout in seconds (`None`: for ever) as a deadline.
-pub(crate) fn deadline(timeout: Option<f64>) -> PyResult<Option<std::time::Instant>> {
-    match timeout {
+/// A timeout in seconds, checked (`None`, or one past the clock's range:
+/// for ever).
+pub(crate) fn timeout(t: Option<f64>) -> PyResult<Option<std::time::Duration>> {
+    match t {
         None => Ok(None),
         Some(t) if t.is_nan() || t < 0.0 => Err(pyo3::exceptions::PyValueError::new_err(format!(
             "timeout must be a number of seconds, 0 or more (or None), not {t}"
         ))),
-        Some(t) => {
-            Ok(std::time::Duration::try_from_secs_f64(t).ok().and_then(|d| std::time::Instant::now().checked_add(d)))
-        }
+        Some(t) => Ok(std::time::Duration::try_from_secs_f64(t).ok()),
     }
+}
+
+/// The deadline `timeout` from now (`None`: never). Read off the clock
+/// only when a first try found nothing, so a call that succeeds at once
+/// costs no clock read.
+pub(crate) fn deadline(timeout: Option<std::time::Duration>) -> Option<std::time::Instant> {
+    timeout.and_then(|d| std::time::Instant::now().checked_add(d))
 }
 
 #[pymodule]

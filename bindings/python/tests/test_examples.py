@@ -136,3 +136,21 @@ def test_a_python_subscriber_killed_mid_stream_leaves_only_what_clean_removes(sh
         if publisher.poll() is None:
             publisher.kill()
             publisher.wait()
+
+
+def test_the_lab_measures_c_and_python_beside_rust(shm_dir, tmp_path):
+    out = subprocess.run(
+        [tickwire_bin(), "--dir", str(shm_dir), "lab", "bindings", "--c", c_program("pingpong", tmp_path),
+         "--python", python_exe(), "--examples", str(EXAMPLES), "--count", "2000", "--messages", "200000",
+         "--rounds", "1", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    rows = {row["path"]: row for row in r["pingpong"]}
+    assert list(rows) == ["rust lab", "c example", "python example", "python empty loop"]
+    for row in rows.values():
+        assert row["median_p50_ns"] > 0 and row["p50_vs_rust"] > 0, row
+    rates = {row["path"]: row["median_msgs_per_s"] for row in r["throughput"]}
+    assert rates["rust offer"] > 0 and rates["python publish_many"] > 0, rates
+    assert os.listdir(shm_dir) == []  # every program's directory removed

@@ -28,3 +28,26 @@ fn lab_topic_match_prints_a_row_per_size() {
         }
     }
 }
+
+/// docs/lab.md: `tickwire lab bindings`, Rust alone (bindings/python's
+/// tests run it with the C and Python examples): one round, the Rust lab's
+/// row, its ratio to itself 1.
+#[test]
+fn lab_bindings_without_c_or_python_prints_the_rust_row() {
+    let dir = format!("/dev/shm/tw-docs-bindings-{}", std::process::id());
+    let out = Command::new(BIN)
+        .args(["--dir", &dir])
+        .args(["lab", "bindings", "--count", "2000", "--rounds", "1", "--json"])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_str(stdout.trim()).expect(&stdout);
+    let rows = r["pingpong"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{r}");
+    assert_eq!(rows[0]["path"], "rust lab");
+    assert!(rows[0]["median_p50_ns"].as_u64().is_some_and(|ns| ns > 0), "{r}");
+    assert_eq!(rows[0]["p50_vs_rust"], 1.0);
+    assert_eq!(r["throughput"].as_array().map(Vec::len), Some(0), "{r}");
+}

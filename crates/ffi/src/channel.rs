@@ -38,13 +38,15 @@ fn io(e: impl std::fmt::Display) -> Fail {
 }
 
 fn offer_error(e: OfferError) -> Fail {
-    let status = match e {
-        OfferError::NotConnected => tw_status::TW_ERR_NOT_CONNECTED,
-        OfferError::BackPressured => tw_status::TW_ERR_BACK_PRESSURED,
-        OfferError::Closed => tw_status::TW_ERR_CLOSED,
-        _ => tw_status::TW_ERR_TOO_LARGE,
-    };
-    Fail::new(status, e)
+    match e {
+        // What a publisher's retry loop meets all the time: no allocation.
+        OfferError::NotConnected => Fail::fixed(tw_status::TW_ERR_NOT_CONNECTED, "no subscriber is attached"),
+        OfferError::BackPressured => {
+            Fail::fixed(tw_status::TW_ERR_BACK_PRESSURED, "no room: the slowest subscriber is full")
+        }
+        OfferError::Closed => Fail::new(tw_status::TW_ERR_CLOSED, e),
+        _ => Fail::new(tw_status::TW_ERR_TOO_LARGE, e),
+    }
 }
 
 /// The context and the channel a publication or subscription opens on.
@@ -252,35 +254,65 @@ pub unsafe extern "C" fn tw_subscription_receive(
         }
         // SAFETY: the caller's contract.
         let (sub, kept) = unsafe { handle::get(s) }?;
-        // A timeout past the clock's range waits for ever.
-        let until = std::time::Instant::now().checked_add(Duration::from_micros(timeout_us));
-        while kept.is_none() {
+        // A message a too-small buffer left goes first.
+        if let Some((_, payload)) = kept.as_ref() {
+            // SAFETY: `len` is not NULL and writable.
+            unsafe { put(len, payload.len()) };
+            if payload.len() > cap {
+                return Err(too_small(payload.len(), cap));
+            }
+            // SAFETY: `buf` has `cap` >= payload.len() writable bytes (the
+            // caller's contract), and does not overlap our own vector.
+            unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), buf, payload.len()) };
+            *kept = None;
+            return Ok(());
+        }
+        // The deadline is read off the clock only once a look found
+        // nothing: a message already there costs no clock read.
+        let mut until: Option<Option<std::time::Instant>> = None;
+        loop {
+            let mut got: Option<usize> = None;
             sub.poll(
                 |e| {
-                    if let Event::Message(m) = e {
-                        kept.get_or_insert_with(|| (m.topic.to_owned(), m.payload.to_vec()));
+                    if let (Event::Message(m), None) = (e, got) {
+                        got = Some(m.payload.len());
+                        if m.payload.len() <= cap {
+                            // SAFETY: `buf` has `cap` >= the payload's
+                            // length writable bytes (the caller's
+                            // contract); the log's memory is not the
+                            // caller's buffer.
+                            unsafe { std::ptr::copy_nonoverlapping(m.payload.as_ptr(), buf, m.payload.len()) };
+                        } else {
+                            *kept = Some((m.topic.to_owned(), m.payload.to_vec()));
+                        }
                     }
                 },
                 1,
             )
             .map_err(io)?;
-            if kept.is_none() && until.is_some_and(|u| std::time::Instant::now() >= u) {
-                return Err(Fail::new(tw_status::TW_ERR_TIMEOUT, "no message"));
+            if let Some(n) = got {
+                // SAFETY: `len` is not NULL and writable.
+                unsafe { put(len, n) };
+                return if n > cap { Err(too_small(n, cap)) } else { Ok(()) };
+            }
+            if timeout_us == 0 {
+                return Err(Fail::fixed(tw_status::TW_ERR_TIMEOUT, "no message"));
+            }
+            // A timeout past the clock's range waits for ever.
+            let until =
+                *until.get_or_insert_with(|| std::time::Instant::now().checked_add(Duration::from_micros(timeout_us)));
+            if until.is_some_and(|u| std::time::Instant::now() >= u) {
+                return Err(Fail::fixed(tw_status::TW_ERR_TIMEOUT, "no message"));
             }
         }
-        let Some((_, payload)) = kept.as_ref() else { return Ok(()) };
-        // SAFETY: `len` is not NULL and writable.
-        unsafe { put(len, payload.len()) };
-        if payload.len() > cap {
-            let why = format!("a message of {} bytes, a buffer of {cap}: kept for the next call", payload.len());
-            return Err(Fail::new(tw_status::TW_ERR_BUFFER_TOO_SMALL, why));
-        }
-        // SAFETY: `buf` has `cap` >= payload.len() writable bytes (the
-        // caller's contract), and does not overlap our own vector.
-        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), buf, payload.len()) };
-        *kept = None;
-        Ok(())
     })
+}
+
+fn too_small(n: usize, cap: usize) -> Fail {
+    Fail::new(
+        tw_status::TW_ERR_BUFFER_TOO_SMALL,
+        format!("a message of {n} bytes, a buffer of {cap}: kept for the next call"),
+    )
 }
 
 /// Closes a subscription.

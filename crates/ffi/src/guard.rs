@@ -3,8 +3,9 @@
 //! crate's `unsafe` is here and in [`crate::handle`], each block with its
 //! `SAFETY` argument.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// What a call did: `TW_OK`, or why not (the message:
@@ -44,30 +45,42 @@ pub enum tw_status {
 }
 
 thread_local! {
-    static LAST: RefCell<CString> = RefCell::new(CString::default());
+    static LAST: RefCell<Vec<u8>> = RefCell::new(vec![0]);
 }
 
 /// An error for the caller: its status and message.
 #[derive(Debug)]
-pub(crate) struct Fail(pub(crate) tw_status, pub(crate) String);
+pub(crate) struct Fail(pub(crate) tw_status, pub(crate) Cow<'static, str>);
 
 impl Fail {
     pub(crate) fn new(status: tw_status, why: impl std::fmt::Display) -> Self {
-        Self(status, why.to_string())
+        Self(status, Cow::Owned(why.to_string()))
+    }
+
+    /// A failure with a fixed message: no allocation (the outcomes a
+    /// polling loop meets all the time, such as `TW_ERR_TIMEOUT`).
+    pub(crate) const fn fixed(status: tw_status, why: &'static str) -> Self {
+        Self(status, Cow::Borrowed(why))
     }
 }
 
 /// Keeps `why` as this thread's last error.
 fn remember(why: &str) {
-    let c = CString::new(why.replace('\0', " ")).unwrap_or_default();
-    LAST.with(|l| *l.borrow_mut() = c);
+    // Into the thread's buffer, reused (no allocation once it is large
+    // enough), NUL-terminated, any NUL inside made a space.
+    LAST.with(|l| {
+        let mut l = l.borrow_mut();
+        l.clear();
+        l.extend(why.bytes().map(|b| if b == 0 { b' ' } else { b }));
+        l.push(0);
+    });
 }
 
 /// The message of this thread's last failed call (empty if none failed
 /// yet): valid until this thread's next failed call. Never NULL.
 #[no_mangle]
 pub extern "C" fn tw_last_error() -> *const c_char {
-    LAST.with(|l| l.borrow().as_ptr())
+    LAST.with(|l| l.borrow().as_ptr().cast())
 }
 
 /// Runs an entry point's body: its error is remembered and returned as a

@@ -51,6 +51,8 @@ pub enum Request {
     Guaranteed { run: crate::modes::router::guaranteed::GuaranteedLab, json: bool },
     /// `lab auth-cost`: reliable UDP with and without a shared key.
     AuthCost { run: crate::modes::auth_cost::AuthCost, json: bool },
+    /// `lab bindings`: the C and Python examples against the Rust lab.
+    Bindings { run: crate::modes::bindings::Bindings, json: bool },
     /// The far side of a measurement.
     Worker(Role),
 }
@@ -154,6 +156,10 @@ pub fn run(request: Request) -> Result<(), LabError> {
         Request::AuthCost { run, json } => {
             let results = crate::modes::auth_cost::run(&run)?;
             crate::modes::auth_cost::print(&results, json)
+        }
+        Request::Bindings { run, json } => {
+            let results = crate::modes::bindings::run(&run)?;
+            crate::modes::bindings::print(&results, json)
         }
     }
 }

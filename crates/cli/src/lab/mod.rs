@@ -5,9 +5,11 @@
 //! [`tickwire_lab::request::Request`], and the lab measures and prints it.
 
 mod auth;
+mod bindings;
 mod router;
 
 pub use auth::AuthCostArgs;
+pub use bindings::BindingsArgs;
 pub use router::{GuaranteedArgs, RouterArgs, TopicMatchArgs};
 
 use crate::config::Settings;
@@ -53,6 +55,8 @@ pub enum LabCmd {
     Guaranteed(GuaranteedArgs),
     /// What a shared key (auth=FILE: a MAC on every datagram) costs reliable UDP: ping-pong and throughput, keyed and not, beside kernel UDP.
     AuthCost(AuthCostArgs),
+    /// The C and Python examples' shared-memory ping-pong and Python's publish_many, beside the Rust lab's, in the same rounds.
+    Bindings(BindingsArgs),
     /// Internal: the far side of a measurement.
     #[command(hide = true)]
     Worker {
@@ -454,6 +458,7 @@ impl LabCmd {
             LabCmd::Router(a) | LabCmd::Request(a) => &a.common,
             LabCmd::Guaranteed(a) => &a.common,
             LabCmd::AuthCost(a) => &a.common,
+            LabCmd::Bindings(a) => &a.common,
             LabCmd::Reproduce(a) => return Some((a.cpus, a.share_cpu)),
             LabCmd::Doctor(_) | LabCmd::Transfer(_) | LabCmd::TopicMatch(_) | LabCmd::Worker { .. } => return None,
         };
@@ -576,6 +581,7 @@ impl LabCmd {
             LabCmd::Router(a) => a.into_request(dir, false),
             LabCmd::Request(a) => a.into_request(dir, true),
             LabCmd::AuthCost(a) => a.into_request(dir),
+            LabCmd::Bindings(a) => a.into_request(dir),
             LabCmd::Guaranteed(a) => a.into_request(dir),
             LabCmd::Doctor(a) => Request::Doctor(DoctorRequest {
                 cpus: a.cpus,

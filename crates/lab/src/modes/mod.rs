@@ -23,6 +23,7 @@
 //!   report with the published figures beside ours and SVG plots.
 
 pub mod auth_cost;
+pub mod bindings;
 pub mod matching;
 pub mod network;
 pub mod oneway;
