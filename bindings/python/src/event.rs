@@ -10,6 +10,8 @@ use tickwire_driver::Event;
 /// How long a waiting call polls with the GIL held before it parks with
 /// the GIL released: a reply within this comes at polling latency.
 pub(crate) const SPIN: Duration = Duration::from_micros(50);
+/// How many looks a spinning wait makes between two clock reads.
+const SPINS_PER_CLOCK_READ: u32 = 16;
 /// The longest park between two looks at Python's signals (Ctrl-C).
 pub(crate) const PARK_SLICE: Duration = Duration::from_millis(20);
 
@@ -32,16 +34,23 @@ pub(crate) fn wait<S: Send, T>(
     }
     let until = crate::deadline(timeout);
     let spin_until = Instant::now() + SPIN;
+    let mut tries = 0u32;
     loop {
         if let Some(v) = next(py, state)? {
             return Ok(Some(v));
+        }
+        // While spinning, the clock is read once every SPINS_PER_CLOCK_READ
+        // looks: a read costs as much as a look.
+        tries = tries.wrapping_add(1);
+        if tries % SPINS_PER_CLOCK_READ != 0 {
+            std::hint::spin_loop();
+            continue;
         }
         let now = Instant::now();
         if until.is_some_and(|u| now >= u) {
             return Ok(None);
         }
         if now < spin_until {
-            std::hint::spin_loop();
             continue;
         }
         let slice = until.map_or(PARK_SLICE, |u| (u - now).min(PARK_SLICE));
