@@ -4,12 +4,14 @@
 
 use crate::event::{of_channel, wait, TopicCache, SPIN};
 use crate::{
-    deadline, timeout as seconds, with_bytes, BackPressured, ClosedError, Error, NotConnected, Slot, TooLarge,
+    check_open, deadline, seconds as duration, timeout as seconds, with_bytes, BackPressured, ClosedError, Error,
+    NotConnected, Slot, TooLarge,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use tickwire_driver::{Channel, OfferError, Publication as Pub, Subscription as Sub};
 use tickwire_shm::Context as Ctx;
@@ -74,16 +76,16 @@ impl Context {
     }
 
     /// Closes the context (its publications and subscriptions stay usable).
-    fn close(&self, py: Python<'_>) {
-        drop(self.ctx.take(py));
+    fn close(&self) {
+        drop(self.ctx.take());
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
 
-    fn __exit__(&self, py: Python<'_>, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) {
-        self.close(py);
+    fn __exit__(&self, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) {
+        self.close();
     }
 }
 
@@ -99,6 +101,7 @@ pub struct Publication {
 /// first offer was refused.
 fn offer_until(
     py: Python<'_>,
+    closing: &AtomicBool,
     p: &mut Pub,
     topic: Option<&str>,
     msg: &[u8],
@@ -122,6 +125,7 @@ fn offer_until(
                 if now >= spin_until {
                     py.detach(|| std::thread::sleep(Duration::from_micros(20)));
                     py.check_signals()?;
+                    check_open(closing)?;
                 }
             }
             Err(e) => return Err(offer_error(e)),
@@ -156,11 +160,12 @@ impl Publication {
         timeout: Option<f64>,
     ) -> PyResult<u64> {
         let timeout = seconds(timeout)?;
-        self.p.with(|p| with_bytes(payload, |msg| offer_until(py, p, topic, msg, timeout))?)
+        self.p.with(|p| with_bytes(payload, |msg| offer_until(py, self.p.closing(), p, topic, msg, timeout))?)
     }
 
     /// Publishes every payload of `payloads` in order, each waiting up to
-    /// `timeout` seconds for room; how many were published.
+    /// `timeout` seconds for room; how many were published. An error
+    /// raised part way carries that count as its `published` attribute.
     #[pyo3(signature = (payloads, topic = None, timeout = 1.0))]
     fn publish_many(
         &self,
@@ -172,11 +177,16 @@ impl Publication {
         let timeout = seconds(timeout)?;
         self.p.with(|p| {
             let mut n = 0;
-            for payload in payloads.try_iter()? {
-                with_bytes(&payload?, |msg| offer_until(py, p, topic, msg, timeout))??;
-                n += 1;
-            }
-            Ok(n)
+            let closing = self.p.closing();
+            let mut each = || -> PyResult<()> {
+                for payload in payloads.try_iter()? {
+                    with_bytes(&payload?, |msg| offer_until(py, closing, p, topic, msg, timeout))??;
+                    n += 1;
+                }
+                Ok(())
+            };
+            let r = each();
+            r.map_err(|e| crate::with_published(py, e, n)).map(|()| n)
         })
     }
 
@@ -194,12 +204,16 @@ impl Publication {
     }
 
     /// Ends the stream, waiting up to `linger` seconds for reliable UDP
-    /// receivers to have everything.
+    /// receivers to have everything (`Error` if they did not; with no
+    /// linger, nothing is waited for and nothing raised).
     #[pyo3(signature = (linger = 0.0))]
     fn close(&self, py: Python<'_>, linger: f64) -> PyResult<()> {
-        let linger = Duration::try_from_secs_f64(linger).map_err(|e| PyValueError::new_err(format!("linger: {e}")))?;
-        if let Some(p) = self.p.take(py) {
-            py.detach(|| p.close(linger)).map_err(|e| Error::new_err(e.to_string()))?;
+        let linger = duration("linger", linger)?;
+        if let Some(p) = self.p.take() {
+            let r = py.detach(|| p.close(linger));
+            if !linger.is_zero() {
+                r.map_err(|e| Error::new_err(e.to_string()))?;
+            }
         }
         Ok(())
     }
@@ -259,27 +273,35 @@ impl Subscription {
     #[pyo3(signature = (timeout = None))]
     fn receive(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<PyAny>>> {
         let timeout = seconds(timeout)?;
-        self.s.with(|h| wait(py, h, timeout, |py, h| h.next(py, 16), |h, d| h.sub.park(d)))
+        self.s.with(|h| wait(py, h, self.s.closing(), timeout, |py, h| h.next(py, 16), |h, d| h.sub.park(d)))
     }
 
     /// Every event there now, up to `max`, without waiting.
     #[pyo3(signature = (max = 256))]
     fn poll<'py>(&self, py: Python<'py>, max: usize) -> PyResult<Bound<'py, PyList>> {
         self.s.with(|h| {
-            let out = PyList::empty(py);
+            let mut out = Vec::new();
             while out.len() < max {
-                match h.next(py, max - out.len())? {
-                    Some(e) => out.append(e)?,
-                    None => break,
+                match h.next(py, max - out.len()) {
+                    Ok(Some(e)) => out.push(e),
+                    Ok(None) => break,
+                    Err(e) => {
+                        // What was taken already waits for the next call.
+                        for ev in out.into_iter().rev() {
+                            h.ready.push_front(ev);
+                        }
+                        return Err(e);
+                    }
                 }
             }
-            Ok(out)
+            PyList::new(py, out)
         })
     }
 
-    /// Closes the subscription.
-    fn close(&self, py: Python<'_>) {
-        drop(self.s.take(py));
+    /// Closes the subscription (a wait in another thread ends with
+    /// `ClosedError`, an iteration with its end).
+    fn close(&self) {
+        drop(self.s.take());
     }
 
     fn __iter__(slf: Py<Self>) -> Py<Self> {
@@ -303,8 +325,8 @@ impl Subscription {
         slf
     }
 
-    fn __exit__(&self, py: Python<'_>, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) {
-        self.close(py);
+    fn __exit__(&self, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) {
+        self.close();
     }
 }
 

@@ -4,13 +4,14 @@
 
 use crate::event::{of_client, wait, TopicCache};
 use crate::{
-    deadline, timeout as seconds, with_bytes, BackPressured, Error, NoResponders, NotConnected, RefusedError, Slot,
-    TooLarge,
+    check_open, deadline, seconds as duration, timeout as seconds, with_bytes, BackPressured, Error, NoResponders,
+    NotConnected, RefusedError, Slot, TooLarge,
 };
 use pyo3::exceptions::{PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use tickwire_client::{Client as Inner, ClientError, ClientEvent, ClientOptions, PublishError, RequestError};
 
@@ -66,6 +67,7 @@ impl Held {
     fn publish(
         &mut self,
         py: Python<'_>,
+        closing: &AtomicBool,
         timeout: Option<Duration>,
         mut send: impl FnMut(&mut Inner) -> Result<(), PublishError>,
     ) -> PyResult<()> {
@@ -83,10 +85,41 @@ impl Held {
                     }
                     py.detach(|| std::thread::sleep(Duration::from_micros(20)));
                     py.check_signals()?;
+                    check_open(closing)?;
                 }
                 r => return r.map_err(publish_error),
             }
         }
+    }
+}
+
+impl Held {
+    /// Waits for the router's welcome for up to `timeout` (`None`: for
+    /// ever), one frame at a time into `ready`: every event on the way
+    /// (`Connected` among them) stays for `receive`. The GIL is released
+    /// while parked, signals checked between slices.
+    fn wait_connected(&mut self, py: Python<'_>, closing: &AtomicBool, timeout: Option<Duration>) -> PyResult<()> {
+        let until = deadline(timeout);
+        while !self.client.is_connected() {
+            if let Some(why) = self.client.refused() {
+                return Err(RefusedError::new_err(format!("{}: {why}", self.client.uri())));
+            }
+            if until.is_some_and(|u| Instant::now() >= u) {
+                let last = self.client.last_error();
+                let last = if last.is_empty() { String::new() } else { format!(" (last: {last})") };
+                return Err(PyTimeoutError::new_err(format!(
+                    "not connected to {} within {timeout:?}{last}",
+                    self.client.uri()
+                )));
+            }
+            self.poll(py, 1)?;
+            if !self.client.is_connected() {
+                py.detach(|| std::thread::sleep(Duration::from_micros(200)));
+                py.check_signals()?;
+                check_open(closing)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -97,7 +130,9 @@ fn pairs(h: &Bound<'_, PyAny>) -> PyResult<Vec<(String, String)>> {
 }
 
 /// A router client. `Client(uri, ...)` connects and waits up to `timeout`
-/// seconds for the router's welcome (0: not at all); it reconnects by
+/// seconds for the router's welcome (0: not at all, `None`: for ever); the
+/// `Connected` event and any other that came with it stay for `receive`.
+/// It reconnects by
 /// itself after a loss. Events (`Message`, `Request`, `Reply`, ...) come
 /// from `receive`, `poll`, `for event in client` and
 /// `async for event in client`.
@@ -109,7 +144,7 @@ pub struct Client {
 #[pymethods]
 impl Client {
     #[new]
-    #[pyo3(signature = (uri, *, name = None, dir = None, user = None, password = None, tls_ca = None, tls_cert = None, tls_key = None, echo = true, timeout = 5.0))]
+    #[pyo3(signature = (uri, *, name = None, dir = None, user = None, password = None, tls_ca = None, tls_cert = None, tls_key = None, echo = true, timeout = Some(5.0)))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -122,7 +157,7 @@ impl Client {
         tls_cert: Option<std::path::PathBuf>,
         tls_key: Option<std::path::PathBuf>,
         echo: bool,
-        timeout: f64,
+        timeout: Option<f64>,
     ) -> PyResult<Self> {
         let mut opts = ClientOptions::default();
         if let Some(n) = name {
@@ -133,12 +168,13 @@ impl Client {
         }
         (opts.user, opts.password, opts.tls_ca, opts.tls_cert, opts.tls_key, opts.echo) =
             (user, password, tls_ca, tls_cert, tls_key, echo);
-        let wait = Duration::try_from_secs_f64(timeout).map_err(|e| PyValueError::new_err(format!("timeout: {e}")))?;
-        let mut client = py.detach(|| Inner::connect(uri, opts)).map_err(client_error)?;
-        if !wait.is_zero() {
-            py.detach(|| client.wait_connected(wait)).map_err(client_error)?;
+        let wait = seconds(timeout)?;
+        let client = py.detach(|| Inner::connect(uri, opts)).map_err(client_error)?;
+        let mut held = Held { client, ready: VecDeque::new(), topics: TopicCache::default() };
+        if wait != Some(Duration::ZERO) {
+            held.wait_connected(py, &AtomicBool::new(false), wait)?;
         }
-        Ok(Self { c: Slot::new("client", Held { client, ready: VecDeque::new(), topics: TopicCache::default() }) })
+        Ok(Self { c: Slot::new("client", held) })
     }
 
     /// Whether the router has welcomed this client (and not lost it since).
@@ -147,11 +183,12 @@ impl Client {
         self.c.with(|h| Ok(h.client.is_connected()))
     }
 
-    /// Waits up to `timeout` seconds for the router's welcome.
-    #[pyo3(signature = (timeout = 5.0))]
-    fn wait_connected(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
-        let wait = Duration::try_from_secs_f64(timeout).map_err(|e| PyValueError::new_err(format!("timeout: {e}")))?;
-        self.c.with(|h| py.detach(|| h.client.wait_connected(wait)).map_err(client_error))
+    /// Waits up to `timeout` seconds (`None`: for ever) for the router's
+    /// welcome; the events on the way stay for `receive`.
+    #[pyo3(signature = (timeout = Some(5.0)))]
+    fn wait_connected(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        let wait = seconds(timeout)?;
+        self.c.with(|h| h.wait_connected(py, self.c.closing(), wait))
     }
 
     /// Subscribes to `pattern` (`*` one level, `>` the rest), as a member
@@ -201,17 +238,18 @@ impl Client {
         let headers = headers.map(pairs).transpose()?;
         self.c.with(|h| {
             with_bytes(payload, |msg| match &headers {
-                None => h.publish(py, timeout, |c| c.publish(topic, msg)),
+                None => h.publish(py, self.c.closing(), timeout, |c| c.publish(topic, msg)),
                 Some(hs) => {
                     let hs: Vec<(&str, &str)> = hs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-                    h.publish(py, timeout, |c| c.publish_with_headers(topic, &hs, msg))
+                    h.publish(py, self.c.closing(), timeout, |c| c.publish_with_headers(topic, &hs, msg))
                 }
             })?
         })
     }
 
     /// Publishes every payload of `payloads` on `topic`, in order, and
-    /// flushes; how many.
+    /// flushes; how many. An error raised part way carries how many went
+    /// before it as its `published` attribute.
     #[pyo3(signature = (topic, payloads, timeout = 1.0))]
     fn publish_many(
         &self,
@@ -223,12 +261,16 @@ impl Client {
         let timeout = seconds(timeout)?;
         self.c.with(|h| {
             let mut n = 0;
-            for payload in payloads.try_iter()? {
-                with_bytes(&payload?, |msg| h.publish(py, timeout, |c| c.publish(topic, msg)))??;
-                n += 1;
-            }
-            let _ = h.client.flush();
-            Ok(n)
+            let closing = self.c.closing();
+            let mut each = || -> PyResult<()> {
+                for payload in payloads.try_iter()? {
+                    with_bytes(&payload?, |msg| h.publish(py, closing, timeout, |c| c.publish(topic, msg)))??;
+                    n += 1;
+                }
+                h.client.flush().map_err(publish_error)
+            };
+            let r = each();
+            r.map_err(|e| crate::with_published(py, e, n)).map(|()| n)
         })
     }
 
@@ -262,7 +304,7 @@ impl Client {
     /// names (from `receive`).
     #[pyo3(signature = (topic, payload, timeout = 1.0))]
     fn send_request(&self, topic: &str, payload: &Bound<'_, PyAny>, timeout: f64) -> PyResult<u64> {
-        let t = Duration::try_from_secs_f64(timeout).map_err(|e| PyValueError::new_err(format!("timeout: {e}")))?;
+        let t = duration("timeout", timeout)?;
         self.c.with(|h| with_bytes(payload, |msg| h.client.send_request(topic, msg, t))?.map_err(publish_error))
     }
 
@@ -278,7 +320,7 @@ impl Client {
         payload: &Bound<'_, PyAny>,
         timeout: f64,
     ) -> PyResult<Py<PyBytes>> {
-        let t = Duration::try_from_secs_f64(timeout).map_err(|e| PyValueError::new_err(format!("timeout: {e}")))?;
+        let t = duration("timeout", timeout)?;
         self.c.with(|h| {
             let id = with_bytes(payload, |msg| h.client.send_request(topic, msg, t))?.map_err(publish_error)?;
             let _ = h.client.flush();
@@ -287,6 +329,7 @@ impl Client {
             let got = wait(
                 py,
                 h,
+                self.c.closing(),
                 t.checked_add(Duration::from_secs(1)),
                 |py, h| {
                     let Held { client, ready, topics } = h;
@@ -338,7 +381,7 @@ impl Client {
     #[pyo3(signature = (timeout = None))]
     fn receive(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<PyAny>>> {
         let timeout = seconds(timeout)?;
-        self.c.with(|h| wait(py, h, timeout, |py, h| h.next(py), |h, d| h.client.park(d)))
+        self.c.with(|h| wait(py, h, self.c.closing(), timeout, |py, h| h.next(py), |h, d| h.client.park(d)))
     }
 
     /// Every event there now, up to `max`, without waiting.
@@ -363,7 +406,7 @@ impl Client {
     /// (TCP: up to 5 s), and closes. Using the client afterwards raises
     /// `ClosedError`.
     fn close(&self, py: Python<'_>) {
-        if let Some(h) = self.c.take(py) {
+        if let Some(h) = self.c.take() {
             py.detach(|| h.client.close());
         }
     }

@@ -22,6 +22,7 @@ pub(crate) const PARK_SLICE: Duration = Duration::from_millis(20);
 pub(crate) fn wait<S: Send, T>(
     py: Python<'_>,
     state: &mut S,
+    closing: &std::sync::atomic::AtomicBool,
     timeout: Option<Duration>,
     mut next: impl FnMut(Python<'_>, &mut S) -> PyResult<Option<T>>,
     park: impl Fn(&mut S, Duration) + Sync,
@@ -46,6 +47,7 @@ pub(crate) fn wait<S: Send, T>(
             std::hint::spin_loop();
             continue;
         }
+        crate::check_open(closing)?;
         let now = Instant::now();
         if until.is_some_and(|u| now >= u) {
             return Ok(None);
@@ -56,6 +58,7 @@ pub(crate) fn wait<S: Send, T>(
         let slice = until.map_or(PARK_SLICE, |u| (u - now).min(PARK_SLICE));
         py.detach(|| park(state, slice));
         py.check_signals()?;
+        crate::check_open(closing)?;
     }
 }
 

@@ -19,6 +19,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, TryLockError};
 
 mod channel;
@@ -40,14 +41,30 @@ create_exception!(_tickwire, RefusedError, Error, "The router refused (a login, 
 create_exception!(_tickwire, NoResponders, Error, "No subscription wants the request's topic.");
 
 /// An object's Rust side, `None` once closed.
+///
+/// `close()` never waits for another call: it marks the slot closing and
+/// takes the value if no call holds it; a call that holds it (a wait in
+/// another thread, or the very call a signal handler interrupted) sees the
+/// mark within one wait slice, ends with `ClosedError`, and drops the value
+/// as it returns.
 pub(crate) struct Slot<T> {
     what: &'static str,
     inner: Mutex<Option<T>>,
+    closing: AtomicBool,
 }
 
 impl<T> Slot<T> {
     pub(crate) fn new(what: &'static str, value: T) -> Self {
-        Self { what, inner: Mutex::new(Some(value)) }
+        Self { what, inner: Mutex::new(Some(value)), closing: AtomicBool::new(false) }
+    }
+
+    fn closed(&self) -> PyErr {
+        ClosedError::new_err(format!("the {} is closed", self.what))
+    }
+
+    /// The mark `close()` sets, for waits to look at.
+    pub(crate) fn closing(&self) -> &AtomicBool {
+        &self.closing
     }
 
     /// The value, for `f`; `BusyError` while another thread has it,
@@ -55,6 +72,7 @@ impl<T> Slot<T> {
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut T) -> PyResult<R>) -> PyResult<R> {
         let mut guard = match self.inner.try_lock() {
             Ok(g) => g,
+            Err(TryLockError::WouldBlock) if self.closing.load(Ordering::Acquire) => return Err(self.closed()),
             Err(TryLockError::WouldBlock) => {
                 return Err(BusyError::new_err(format!("the {} is in use by another thread", self.what)))
             }
@@ -62,24 +80,48 @@ impl<T> Slot<T> {
             // (every `f` leaves it consistent), so go on.
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
         };
-        match guard.as_mut() {
+        let r = match guard.as_mut() {
+            Some(_) if self.closing.load(Ordering::Acquire) => Err(self.closed()),
             Some(v) => f(v),
-            None => Err(ClosedError::new_err(format!("the {} is closed", self.what))),
+            None => Err(self.closed()),
+        };
+        if self.closing.load(Ordering::Acquire) {
+            // Closed while `f` ran (from another thread, or a signal
+            // handler inside it): the value goes now.
+            drop(guard.take());
         }
+        r
     }
 
-    /// Takes the value out (the object is closed from now on), waiting
-    /// with the GIL released for a thread still using it.
-    pub(crate) fn take(&self, py: Python<'_>) -> Option<T>
-    where
-        T: Send,
-    {
-        py.detach(|| self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take())
+    /// Closes: the value if no call holds it (else that call drops it
+    /// when it returns, see the type).
+    pub(crate) fn take(&self) -> Option<T> {
+        self.closing.store(true, Ordering::Release);
+        match self.inner.try_lock() {
+            Ok(mut g) => g.take(),
+            Err(TryLockError::Poisoned(p)) => p.into_inner().take(),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+/// `e` with a `published` attribute: how many messages went before it.
+pub(crate) fn with_published(py: Python<'_>, e: PyErr, n: usize) -> PyErr {
+    let _ = e.value(py).setattr("published", n);
+    e
+}
+
+/// `ClosedError` once `closing` is marked.
+pub(crate) fn check_open(closing: &AtomicBool) -> PyResult<()> {
+    match closing.load(Ordering::Acquire) {
+        true => Err(ClosedError::new_err("closed while waiting")),
+        false => Ok(()),
     }
 }
 
 /// `f` over the bytes of `ob`: `bytes` as they are, anything else with the
-/// buffer protocol (`bytearray`, `memoryview`, `array`) copied once.
+/// buffer protocol (`bytearray`, `memoryview`, `array`, numpy) copied
+/// once, as bytes.
 pub(crate) fn with_bytes<R>(ob: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyResult<R> {
     if let Ok(b) = ob.cast::<PyBytes>() {
         return Ok(f(b.as_bytes()));
@@ -87,8 +129,21 @@ pub(crate) fn with_bytes<R>(ob: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -
     if let Ok(b) = ob.cast::<pyo3::types::PyByteArray>() {
         return Ok(f(&b.to_vec()));
     }
-    let buf = PyBuffer::<u8>::get(ob)?;
-    Ok(f(&buf.to_vec(ob.py())?))
+    match PyBuffer::<u8>::get(ob) {
+        Ok(buf) => Ok(f(&buf.to_vec(ob.py())?)),
+        // A buffer of other items (array('i'), a numpy array): its bytes.
+        Err(e) => match pyo3::types::PyMemoryView::from(ob).and_then(|m| m.call_method1("cast", ("B",))) {
+            Ok(bytes) => Ok(f(&PyBuffer::<u8>::get(&bytes)?.to_vec(ob.py())?)),
+            Err(_) => Err(e),
+        },
+    }
+}
+
+/// A duration in seconds, checked, for `what` (the argument's name).
+pub(crate) fn seconds(what: &str, t: f64) -> PyResult<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(t).map_err(|_| {
+        pyo3::exceptions::PyValueError::new_err(format!("{what} must be a number of seconds, 0 or more, not {t}"))
+    })
 }
 
 /// A timeout in seconds, checked (`None`, or one past the clock's range:

@@ -156,3 +156,54 @@ def test_a_subscription_used_by_two_threads_at_once_raises_busy(shm_dir):
             sub.receive(0)
         t.join()
         assert sub.receive(0) is None
+
+
+def test_any_buffer_is_taken_as_its_bytes(shm_dir):
+    import array
+
+    with tickwire.Context(shm_dir) as ctx:
+        pub, sub = pair(ctx)
+        a = array.array("i", [1, 2])
+        pub.publish(a)
+        [m] = messages(sub, 1)
+        assert m.payload == a.tobytes()
+
+
+def test_publish_many_names_how_many_went_before_an_error(shm_dir):
+    with tickwire.Context(shm_dir) as ctx:
+        pub, sub = pair(ctx)
+        with pytest.raises(TypeError) as e:
+            pub.publish_many([b"a", "not bytes", b"c"])
+        assert e.value.published == 1
+        assert [m.payload for m in messages(sub, 1)] == [b"a"]
+
+
+def test_close_from_another_thread_ends_an_iteration(shm_dir):
+    import threading
+
+    with tickwire.Context(shm_dir) as ctx:
+        _pub, sub = pair(ctx)
+        t = threading.Thread(target=lambda: list(sub))
+        t.start()
+        time.sleep(0.1)
+        sub.close()
+        t.join(5)
+        assert not t.is_alive()
+
+
+def test_a_udp_publication_without_receivers_closes_quietly():
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as d, tickwire.Context(d) as ctx:
+        with ctx.publication(f"udp://127.0.0.1:{port}", 1) as pub:
+            with pytest.raises(tickwire.NotConnected):
+                pub.offer(b"x")
+        # with a linger, nobody acknowledging is an error
+        pub2 = ctx.publication(f"udp://127.0.0.1:{port}", 2)
+        with pytest.raises(tickwire.Error):
+            pub2.close(linger=0.2)

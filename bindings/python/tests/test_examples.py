@@ -45,6 +45,18 @@ def ping(pong_cmd, shm_dir, n=2000):
     return json.loads(out.stdout)
 
 
+def line_within(proc, seconds=20.0):
+    """The next line `proc` prints, or a failure after `seconds`."""
+    import selectors
+
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(seconds):
+            proc.kill()
+            pytest.fail(f"no line from {proc.args} within {seconds} s")
+    return proc.stdout.readline()
+
+
 def python_exe():
     import sys
 
@@ -69,7 +81,7 @@ def test_a_c_publisher_reaches_the_async_python_subscriber_through_the_router(ro
     sub = python_child(str(EXAMPLES / "subscribe_async.py"), router.uri, "md/c", "50",
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert sub.stdout.readline() == "subscribed\n"
+        assert line_within(sub) == "subscribed\n"
         time.sleep(0.2)  # the subscription reaches the router
         c = subprocess.Popen([c_program("router", tmp_path), router.uri, "md/c", "50"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -117,7 +129,7 @@ def test_a_python_subscriber_killed_mid_stream_leaves_only_what_clean_removes(sh
         while not (shm_dir / "md-10.log").exists() and time.monotonic() < until:
             time.sleep(0.01)
         sub = python_child("-c", KILLED, str(shm_dir), stdout=subprocess.PIPE, text=True)
-        assert sub.stdout.readline() == "receiving\n"
+        assert line_within(sub) == "receiving\n"
         assert f"counters-{sub.pid}.twc" in os.listdir(shm_dir)
         os.kill(sub.pid, signal.SIGKILL)
         sub.wait()

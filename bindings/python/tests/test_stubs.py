@@ -41,3 +41,43 @@ def test_every_stubbed_member_exists_and_every_public_one_is_stubbed():
         assert members - dunder == public, name
         for m in dunder - {"__init__"}:
             assert hasattr(cls, m), f"{name}.{m}"
+
+
+def stub_params(fn: ast.FunctionDef):
+    """[(name, default or inspect.Parameter.empty, keyword-only)] of a stub."""
+    a = fn.args
+    pos = a.posonlyargs + a.args
+    defaults = [inspect.Parameter.empty] * (len(pos) - len(a.defaults)) + [ast.literal_eval(d) for d in a.defaults]
+    out = [(p.arg, d, False) for p, d in zip(pos, defaults)]
+    kw = [inspect.Parameter.empty if d is None else ast.literal_eval(d) for d in a.kw_defaults]
+    out += [(p.arg, d, True) for p, d in zip(a.kwonlyargs, kw)]
+    return [p for p in out if p[0] != "self"]
+
+
+def real_params(obj):
+    sig = inspect.signature(obj)
+    return [(p.name, p.default, p.kind == inspect.Parameter.KEYWORD_ONLY) for p in sig.parameters.values()
+            if p.name != "self"]
+
+
+def test_every_stubbed_signature_is_the_real_one():
+    checked = 0
+    for node in ast.parse(STUBS.read_text()).body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        cls = getattr(_tickwire, node.name)
+        for fn in node.body:
+            if not isinstance(fn, ast.FunctionDef) or fn.decorator_list:
+                continue  # properties
+            if fn.name == "__init__":
+                real = real_params(cls)
+            elif fn.name.startswith("__"):
+                continue
+            else:
+                real = real_params(getattr(cls, fn.name))
+            stub = stub_params(fn)
+            # A default pyo3 cannot render (Some(5.0)) reads as `...`.
+            real = [(n, s[1] if d is Ellipsis else d, k) for (n, d, k), s in zip(real, stub)] + real[len(stub):]
+            assert stub == real, f"{node.name}.{fn.name}"
+            checked += 1
+    assert checked > 20

@@ -113,6 +113,13 @@ pub struct Gather {
 }
 
 /// What a RejECT for an outstanding request means for it.
+/// `timeout` from now; a timeout past the clock's range (a caller's
+/// "for ever") is a century, not an overflow.
+fn after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout).unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
 pub(crate) fn refusal(code: RejectCode) -> RequestError {
     match code {
         RejectCode::NoResponders => RequestError::NoResponders,
@@ -156,7 +163,7 @@ impl Client {
         timeout: Duration,
         many: bool,
     ) -> Result<u64, PublishError> {
-        let id = self.requests.start(Instant::now() + timeout, many);
+        let id = self.requests.start(after(timeout), many);
         match self.send_publish(topic, payload, flags::REQUEST, Some(id)) {
             Ok(()) => Ok(id),
             Err(e) => {
@@ -203,7 +210,7 @@ impl Client {
         timeout: Duration,
         mut other: impl FnMut(ClientEvent<'_>),
     ) -> Result<Vec<u8>, RequestError> {
-        let until = Instant::now() + timeout;
+        let until = after(timeout);
         let id = self.send_waiting(topic, payload, until, false, &mut other)?;
         let mut result = None;
         self.wait_for(|c| {
@@ -235,7 +242,7 @@ impl Client {
         until: Gather,
         mut other: impl FnMut(ClientEvent<'_>),
     ) -> Result<Vec<Vec<u8>>, RequestError> {
-        let end = Instant::now() + until.within;
+        let end = after(until.within);
         let id = self.send_waiting(topic, payload, end, true, &mut other)?;
         let (mut replies, mut last, mut failed) = (Vec::new(), Instant::now(), None);
         self.wait_for(|c| {
