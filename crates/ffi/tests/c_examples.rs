@@ -155,9 +155,11 @@ fn the_quick_start_in_docs_c_md_compiles_and_runs() {
     cc.args(["-std=c11", "-Wall", "-Wextra", "-Werror"]).arg(&src).arg("-o").arg(&bin);
     let r = cc.args(flags.split_whitespace()).output().unwrap();
     assert!(r.status.success(), "cc {flags}: {}", String::from_utf8_lossy(&r.stderr));
-    let ldd = run(Command::new("ldd").arg(&bin).env("LD_LIBRARY_PATH", prefix.join("lib")));
-    let ldd = String::from_utf8_lossy(&ldd.stdout);
-    assert!(ldd.contains(&format!("{}", prefix.join("lib/libtickwire.so").display())), "not the shared library: {ldd}");
+    // Linked with the shared library: without the loader's path to it, the
+    // program does not start.
+    let alone = run(Command::new(&bin).arg(d.join("shm")).env_remove("LD_LIBRARY_PATH"));
+    assert!(!alone.status.success(), "ran without libtickwire.so: not linked with the shared library");
+    assert!(String::from_utf8_lossy(&alone.stderr).contains("libtickwire.so"), "{alone:?}");
     let out = run(memcheck(&bin).arg(d.join("shm")).env("LD_LIBRARY_PATH", prefix.join("lib")));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "bid 101.25\n");

@@ -354,8 +354,7 @@ fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
     let floor_row = ThroughputRow::of_rounds(&floors);
     if let Some(f) = &floor_row {
         let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
-        row.floor_msgs_per_s = Some(f.msgs_per_s);
-        row.ratio = Some(r3(row.msgs_per_s / f.msgs_per_s.max(1.0)));
+        row.with_floor(f.msgs_per_s);
         row.ratio_min = Some(r3(ratios.iter().copied().fold(f64::MAX, f64::min)));
         row.ratio_max = Some(r3(ratios.iter().copied().fold(0.0, f64::max)));
     }

@@ -97,6 +97,11 @@ pub struct Common {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
+    /// Fail (exit 1) when a row beat its floor by more than the noise
+    /// (latency p50 under 0.95x, throughput over 1.05x): the probe is then
+    /// not a floor for the work, and no ratio to it means anything.
+    #[arg(long)]
+    strict: bool,
 }
 
 impl Common {
@@ -448,7 +453,15 @@ impl LabCmd {
     /// The CPUs of a command whose two sides spin, and whether sharing one
     /// CPU was asked for.
     fn spinning_sides(&self) -> Option<(Cpus, bool)> {
-        let c = match self {
+        if let LabCmd::Reproduce(a) = self {
+            return Some((a.cpus, a.share_cpu));
+        }
+        self.common().map(|c| (c.cpus, c.share_cpu))
+    }
+
+    /// The options every measuring command shares.
+    fn common(&self) -> Option<&Common> {
+        Some(match self {
             LabCmd::Floor(a) => &a.common,
             LabCmd::Pingpong(a) => &a.common,
             LabCmd::Throughput(a) => &a.common,
@@ -459,10 +472,17 @@ impl LabCmd {
             LabCmd::Guaranteed(a) => &a.common,
             LabCmd::AuthCost(a) => &a.common,
             LabCmd::Bindings(a) => &a.common,
-            LabCmd::Reproduce(a) => return Some((a.cpus, a.share_cpu)),
-            LabCmd::Doctor(_) | LabCmd::Transfer(_) | LabCmd::TopicMatch(_) | LabCmd::Worker { .. } => return None,
-        };
-        Some((c.cpus, c.share_cpu))
+            LabCmd::Reproduce(_)
+            | LabCmd::Doctor(_)
+            | LabCmd::Transfer(_)
+            | LabCmd::TopicMatch(_)
+            | LabCmd::Worker { .. } => return None,
+        })
+    }
+
+    /// Whether `--strict` was given.
+    fn strict(&self) -> bool {
+        self.common().is_some_and(|c| c.strict)
     }
 
     /// The typed request for the lab; `s.dir` is where shared files go.
@@ -608,5 +628,12 @@ pub fn run(s: &Settings, cmd: LabCmd) -> Result<(), String> {
             ));
         }
     }
-    request::run(cmd.into_request(s)).map_err(|e| e.to_string())
+    let strict = cmd.strict();
+    request::run(cmd.into_request(s)).map_err(|e| e.to_string())?;
+    if strict && tickwire_lab::output::report::floor_beaten() {
+        return Err("--strict: a row beat its floor (marked FLOOR BEATEN above): the probe is not a floor for \
+                    this work, so its ratios mean nothing; see docs/PERFORMANCE.md, floors"
+            .into());
+    }
+    Ok(())
 }

@@ -74,6 +74,46 @@ impl Machine {
     }
 }
 
+/// Whether `cpu` is in a kernel CPU list (`0-3,8,10-11`).
+fn in_list(list: &str, cpu: usize) -> bool {
+    list.split(',').any(|part| match part.trim().split_once('-') {
+        Some((a, b)) => a.parse().is_ok_and(|a: usize| a <= cpu) && b.parse().is_ok_and(|b: usize| cpu <= b),
+        None => part.trim().parse() == Ok(cpu),
+    })
+}
+
+/// How the two CPUs of a measurement share the hardware, as sysfs says:
+/// SMT siblings (one core) or separate cores, and the caches they share.
+/// The floors differ with it (a cache line moves within an L2, or through
+/// an L3, or across sockets).
+pub fn pair(cpus: crate::Cpus) -> String {
+    let (a, b) = (cpus.local, cpus.remote);
+    let base = format!("/sys/devices/system/cpu/cpu{a}");
+    let siblings = read(&format!("{base}/topology/thread_siblings_list"));
+    let core = match (siblings.as_str(), in_list(&siblings, b)) {
+        ("unknown", _) => "cores unknown",
+        (_, true) => "SMT siblings of one core",
+        (_, false) => "separate cores (no SMT sibling used)",
+    };
+    let mut shared = Vec::new();
+    for index in 0.. {
+        let dir = format!("{base}/cache/index{index}");
+        if !std::path::Path::new(&dir).exists() {
+            break;
+        }
+        if in_list(&read(&format!("{dir}/shared_cpu_list")), b) {
+            let kind = match read(&format!("{dir}/type")).as_str() {
+                "Data" => "d",
+                "Instruction" => "i",
+                _ => "",
+            };
+            shared.push(format!("L{}{kind} {}", read(&format!("{dir}/level")), read(&format!("{dir}/size"))));
+        }
+    }
+    let shared = if shared.is_empty() { "no cache".to_owned() } else { shared.join(", ") };
+    format!("CPUs {a},{b}: {core}, sharing {shared}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,5 +125,23 @@ mod tests {
         assert_ne!(m.kernel, "unknown");
         assert!(m.clock_cost_ns > 0.0 && m.clock_cost_ns < 10_000.0);
         assert!(m.summary().contains(&m.kernel));
+    }
+
+    #[test]
+    fn cpu_lists_are_read_as_the_kernel_writes_them() {
+        assert!(in_list("0-3,8,10-11", 2) && in_list("0-3,8,10-11", 8) && in_list("0-3,8,10-11", 11));
+        assert!(!in_list("0-3,8,10-11", 9) && !in_list("0", 1) && !in_list("unknown", 0));
+    }
+
+    #[test]
+    fn a_cpu_is_its_own_sibling_and_shares_its_caches() {
+        let p = pair(crate::Cpus { local: 0, remote: 0 });
+        assert!(p.starts_with("CPUs 0,0: "), "{p}");
+        if std::path::Path::new("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list").exists() {
+            assert!(p.contains("SMT siblings"), "{p}");
+        }
+        if std::path::Path::new("/sys/devices/system/cpu/cpu0/cache/index0").exists() {
+            assert!(p.contains("L1"), "{p}");
+        }
     }
 }

@@ -69,11 +69,22 @@ pub fn latency(measured: &[Measured], format: Format, machine: &Machine) {
                     "pinning: CPUs {} (measuring side, far side), each side busy-spinning unless marked block",
                     r.cpus
                 );
+                if let Some((a, b)) = r.cpus.split_once(',') {
+                    if let (Ok(local), Ok(remote)) = (a.parse(), b.parse()) {
+                        println!("topology: {}", crate::host::machine::pair(crate::Cpus { local, remote }));
+                    }
+                }
             }
             print!("{}", table(&rows));
+            for r in rows.iter().filter(|r| r.floor_beaten.is_some()) {
+                println!("{} {} {} B: {}", r.mode, r.transport, r.size, BEATEN_NOTE);
+            }
         }
     }
 }
+
+/// Under a row that beat its floor.
+const BEATEN_NOTE: &str = "FLOOR BEATEN: the probe is not a floor for this work (--strict fails the run)";
 
 /// Prints the rows, then writes the interval log and the percentile plot
 /// if `out` asks for them.
@@ -153,6 +164,9 @@ pub fn throughput(rows: &[ThroughputRow], format: Format) {
                 ))
                 .unwrap_or_default()
         );
+        if r.floor_beaten.is_some() {
+            println!("{} {} {} B: {}", r.mode, r.transport, r.size, BEATEN_NOTE);
+        }
     }
 }
 

@@ -94,6 +94,30 @@ pub struct LatencyRow {
     /// Messages left out of the pause-free distribution.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub excluded: Option<u64>,
+    /// Set when this row beat its floor by more than the noise (p50 under
+    /// [`LATENCY_BEATEN`] of the floor's): the probe is not a floor for
+    /// this work ([`floor_beaten`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor_beaten: Option<String>,
+}
+
+/// A latency row whose p50 is below this fraction of its floor's beat it.
+pub const LATENCY_BEATEN: f64 = 0.95;
+/// A throughput row above this multiple of its floor's rate beat it.
+pub const THROUGHPUT_BEATEN: f64 = 1.05;
+/// What a row that beat its floor says.
+pub const BEATEN: &str = "floor beaten: the probe is not a floor for this work";
+
+static ANY_BEATEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a row of this run beat its floor (`lab --strict` then fails).
+pub fn floor_beaten() -> bool {
+    ANY_BEATEN.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn mark_beaten() -> Option<String> {
+    ANY_BEATEN.store(true, std::sync::atomic::Ordering::Relaxed);
+    Some(BEATEN.into())
 }
 
 impl LatencyRow {
@@ -153,6 +177,9 @@ impl LatencyRow {
         self.ratio_p50 = Some(ratio(self.p50_ns, floor.p50_ns));
         self.ratio_p99 = Some(ratio(self.p99_ns, floor.p99_ns));
         self.ratio_p999 = Some(ratio(self.p999_ns, floor.p999_ns));
+        if self.ratio_p50.is_some_and(|r| r < LATENCY_BEATEN) {
+            self.floor_beaten = mark_beaten();
+        }
         self
     }
 }
@@ -197,9 +224,24 @@ pub struct ThroughputRow {
     /// See `ratio_min`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_max: Option<f64>,
+    /// Set when this row's rate beat its floor's by more than the noise
+    /// (over [`THROUGHPUT_BEATEN`] times it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor_beaten: Option<String>,
 }
 
 impl ThroughputRow {
+    /// Records the floor's rate (same run) and the ratio to it.
+    pub fn with_floor(&mut self, floor_msgs_per_s: f64) {
+        let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
+        self.floor_msgs_per_s = Some(floor_msgs_per_s);
+        let ratio = r3(self.msgs_per_s / floor_msgs_per_s.max(1.0));
+        self.ratio = Some(ratio);
+        if ratio > THROUGHPUT_BEATEN {
+            self.floor_beaten = mark_beaten();
+        }
+    }
+
     /// One row for several rounds of the same measurement: counts and times
     /// summed, the rate the median round's.
     pub fn of_rounds(rounds: &[ThroughputRow]) -> Option<ThroughputRow> {
@@ -351,6 +393,23 @@ mod tests {
         let floor = LatencyRow { p50_ns: 100, p999_ns: 125, ..LatencyRow::default() };
         let r = r.with_floor(&floor);
         assert_eq!((r.ratio_p50, r.ratio_p999), (Some(2.5), Some(2.0)));
+        assert!(r.floor_beaten.is_none());
         assert!(table(&[r]).contains("2.50x"));
+    }
+
+    #[test]
+    fn a_row_faster_than_its_floor_beyond_the_noise_is_marked() {
+        let floor = LatencyRow { p50_ns: 100, p99_ns: 100, p999_ns: 100, ..LatencyRow::default() };
+        let within = LatencyRow { p50_ns: 96, ..LatencyRow::default() }.with_floor(&floor);
+        assert!(within.floor_beaten.is_none(), "0.96x is noise");
+        let beaten = LatencyRow { p50_ns: 90, ..LatencyRow::default() }.with_floor(&floor);
+        assert_eq!(beaten.floor_beaten.as_deref(), Some(BEATEN));
+        let mut rate = ThroughputRow { msgs_per_s: 104.0, ..ThroughputRow::default() };
+        rate.with_floor(100.0);
+        assert!(rate.floor_beaten.is_none(), "1.04x is noise");
+        let mut rate = ThroughputRow { msgs_per_s: 230.0, ..ThroughputRow::default() };
+        rate.with_floor(100.0);
+        assert_eq!((rate.ratio, rate.floor_beaten.as_deref()), (Some(2.3), Some(BEATEN)));
+        assert!(floor_beaten(), "the run remembers it (--strict)");
     }
 }

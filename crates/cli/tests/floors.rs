@@ -1,0 +1,37 @@
+//! Floors that are floors (issue 40): the product beside its floor for a
+//! short run, each ratio on the right side of 1 with the noise margin
+//! (latency p50 at least 0.95x the floor's, throughput at most 1.05x), and
+//! under `--strict`, which would fail the run otherwise.
+
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
+
+fn lab(name: &str, args: &[&str]) -> Vec<serde_json::Value> {
+    let dir = format!("/dev/shm/tw-floors-{name}-{}", std::process::id());
+    let out = Command::new(BIN).args(["--dir", &dir, "lab"]).args(args).args(["--json", "--strict"]).output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).expect(l)).collect()
+}
+
+#[test]
+fn ipc_pingpong_is_no_faster_than_its_raw_ring_floor() {
+    let rows =
+        lab("pingpong", &["pingpong", "--transport", "ipc", "--size", "64", "--count", "40000", "--rounds", "4"]);
+    let product = rows.iter().find(|r| r["floor_probe"].is_string()).expect("a row with its floor");
+    let ratio = product["ratio_p50"].as_f64().unwrap();
+    assert!(ratio >= 0.95, "ipc ping-pong at {ratio}x its raw-ring floor: {product}");
+    assert!(product.get("floor_beaten").is_none(), "{product}");
+}
+
+#[test]
+fn ipc_throughput_is_no_faster_than_its_raw_ring_floor() {
+    let rows =
+        lab("throughput", &["throughput", "--transport", "ipc", "--size", "32", "--duration", "1s", "--rounds", "2"]);
+    let product = rows.iter().find(|r| r["ratio"].is_number()).expect("a row with its floor");
+    let ratio = product["ratio"].as_f64().unwrap();
+    assert!(ratio <= 1.05, "ipc throughput at {ratio}x its raw-ring floor: {product}");
+    assert!(product.get("floor_beaten").is_none(), "{product}");
+}
