@@ -261,9 +261,12 @@ pub unsafe extern "C" fn tw_subscription_receive(
             if payload.len() > cap {
                 return Err(too_small(payload.len(), cap));
             }
-            // SAFETY: `buf` has `cap` >= payload.len() writable bytes (the
-            // caller's contract), and does not overlap our own vector.
-            unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), buf, payload.len()) };
+            if !payload.is_empty() {
+                // SAFETY: `buf` has `cap` >= payload.len() > 0 writable
+                // bytes (the caller's contract; not NULL, as cap > 0), and
+                // does not overlap our own vector.
+                unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), buf, payload.len()) };
+            }
             *kept = None;
             return Ok(());
         }
@@ -276,11 +279,13 @@ pub unsafe extern "C" fn tw_subscription_receive(
                 |e| {
                     if let (Event::Message(m), None) = (e, got) {
                         got = Some(m.payload.len());
-                        if m.payload.len() <= cap {
+                        if m.payload.is_empty() {
+                            // Nothing to copy (and `buf` may be NULL).
+                        } else if m.payload.len() <= cap {
                             // SAFETY: `buf` has `cap` >= the payload's
-                            // length writable bytes (the caller's
-                            // contract); the log's memory is not the
-                            // caller's buffer.
+                            // length > 0 writable bytes (the caller's
+                            // contract; not NULL, as cap > 0); the log's
+                            // memory is not the caller's buffer.
                             unsafe { std::ptr::copy_nonoverlapping(m.payload.as_ptr(), buf, m.payload.len()) };
                         } else {
                             *kept = Some((m.topic.to_owned(), m.payload.to_vec()));

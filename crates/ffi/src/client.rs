@@ -53,8 +53,14 @@ fn client_error(e: ClientError) -> Fail {
 
 fn publish_error(e: PublishError) -> Fail {
     let status = match &e {
-        PublishError::NotConnected => tw_status::TW_ERR_NOT_CONNECTED,
-        PublishError::BackPressured | PublishError::WindowFull(_) => tw_status::TW_ERR_BACK_PRESSURED,
+        // What a publisher's retry loop meets all the time: no allocation.
+        PublishError::NotConnected => {
+            return Fail::fixed(tw_status::TW_ERR_NOT_CONNECTED, "not connected to the router")
+        }
+        PublishError::BackPressured => {
+            return Fail::fixed(tw_status::TW_ERR_BACK_PRESSURED, "no room: the client's buffer is full")
+        }
+        PublishError::WindowFull(_) => tw_status::TW_ERR_BACK_PRESSURED,
         PublishError::TooLarge { .. } => tw_status::TW_ERR_TOO_LARGE,
         _ => tw_status::TW_ERR_INVALID,
     };

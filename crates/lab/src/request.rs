@@ -354,7 +354,7 @@ fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
     let floor_row = ThroughputRow::of_rounds(&floors);
     if let Some(f) = &floor_row {
         let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
-        row.with_floor(f.msgs_per_s);
+        row.with_floor(f);
         row.ratio_min = Some(r3(ratios.iter().copied().fold(f64::MAX, f64::min)));
         row.ratio_max = Some(r3(ratios.iter().copied().fold(0.0, f64::max)));
     }

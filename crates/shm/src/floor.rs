@@ -139,8 +139,15 @@ impl RawRing {
     /// rest.
     #[inline]
     pub fn try_push_batched(&mut self, msg: &[u8]) -> bool {
+        self.try_push_every(msg, 16)
+    }
+
+    /// As [`RawRing::try_push_batched`], publishing the tail once per
+    /// `every` messages (1: each, as [`RawRing::try_push`]).
+    #[inline]
+    pub fn try_push_every(&mut self, msg: &[u8], every: u64) -> bool {
         let pushed = self.write_next(msg);
-        if !pushed || self.index - self.published >= 16 {
+        if !pushed || self.index - self.published >= every {
             self.flush();
         }
         pushed

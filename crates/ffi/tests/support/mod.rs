@@ -18,19 +18,13 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The library this test was built with: the newest libtickwire-HASH.a
-/// beside the test binary, target/PROFILE/deps/TEST-HASH
-/// (target/PROFILE/libtickwire.a is a plain build's, maybe older).
+/// The library this test was built with: target/PROFILE/deps/libtickwire.a
+/// (with a cdylib among the crate's types, cargo names the archive without
+/// a hash, beside the test binary).
 pub fn lib() -> PathBuf {
-    let deps = std::env::current_exe().unwrap().parent().unwrap().to_owned();
-    std::fs::read_dir(&deps)
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("libtickwire-"))
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".a"))
-        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
-        .map(|e| e.path())
-        .unwrap_or_else(|| panic!("no libtickwire-*.a in {}", deps.display()))
+    let lib = std::env::current_exe().unwrap().parent().unwrap().join("libtickwire.a");
+    assert!(lib.is_file(), "{} missing", lib.display());
+    lib
 }
 
 /// The shared library this test was built with (a cdylib has no hash:

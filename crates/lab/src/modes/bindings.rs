@@ -115,6 +115,27 @@ struct Printed {
     loop_p99_ns: Option<u64>,
 }
 
+/// A program's directory, removed on every way out.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child killed on every way out that did not wait for it.
+struct Killed(Option<Child>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 fn werr(e: impl std::fmt::Display) -> LabError {
     LabError::Worker(e.to_string())
 }
@@ -154,14 +175,14 @@ fn spawn(mut cmd: Command, what: &str) -> Result<Child, LabError> {
 /// One ping-pong between two processes of `program` (`head` before `ping
 /// DIR N` / `pong DIR N`), in a directory of its own.
 fn external_pingpong(b: &Bindings, program: &Path, head: &[&str], tag: &str) -> Result<Printed, LabError> {
-    let dir = b.dir.join(format!("{tag}-{}", crate::run_tag()));
-    let (d, n) = (dir.display().to_string(), b.count.to_string());
+    let dir = Scratch(b.dir.join(format!("{tag}-{}", crate::run_tag())));
+    let (d, n) = (dir.0.display().to_string(), b.count.to_string());
     let args = |role| [head, &[role, d.as_str(), n.as_str()]].concat();
     let pong = spawn(pinned(b.cpus.remote, program, &args("pong")), &format!("{tag} pong"))?;
     let ping = spawn(pinned(b.cpus.local, program, &args("ping")), &format!("{tag} ping"));
     let result = ping.and_then(|p| finish(p, &format!("{tag} ping")));
     let pong = finish(pong, &format!("{tag} pong"));
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     let out = result?;
     pong?;
     serde_json::from_str(out.trim()).map_err(|e| werr(format!("{tag} ping printed {out:?}: {e}")))
@@ -170,7 +191,7 @@ fn external_pingpong(b: &Bindings, program: &Path, head: &[&str], tag: &str) -> 
 /// Every message of `sub` until `total` came (bounded by `LIMIT`); the
 /// rate from the first to the last.
 fn drain(sub: &mut Subscription, total: u64, what: &str) -> Result<f64, LabError> {
-    let (mut got, mut first) = (0u64, None);
+    let (mut got, mut first) = (0u64, None::<(Instant, u64)>);
     let until = Instant::now() + LIMIT;
     let mut failed = None;
     while got < total {
@@ -187,14 +208,16 @@ fn drain(sub: &mut Subscription, total: u64, what: &str) -> Result<f64, LabError
             return Err(werr(f));
         }
         if got > 0 && first.is_none() {
-            first = Some(Instant::now());
+            // The clock starts here, with what this first poll took.
+            first = Some((Instant::now(), got));
         }
         if Instant::now() > until {
             return Err(werr(format!("{what}: {got} of {total} messages within {LIMIT:?}")));
         }
     }
-    let secs = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
-    Ok(if secs > 0.0 { (total - 1) as f64 / secs } else { 0.0 })
+    let Some((t0, before)) = first else { return Ok(0.0) };
+    let secs = t0.elapsed().as_secs_f64();
+    Ok(if secs > 0.0 { (total - before) as f64 / secs } else { 0.0 })
 }
 
 /// A subscription on `ipc:bulk` in `ctx`, once its publication exists.
@@ -213,11 +236,14 @@ fn subscribe(ctx: &Context, what: &str) -> Result<Subscription, LabError> {
 /// The reference: a Rust publication offering `messages` on `ipc:bulk`
 /// from a thread on the local CPU, drained here on the remote one.
 fn rust_rate(b: &Bindings) -> Result<f64, LabError> {
-    let dir = b.dir.join(format!("rs-{}", crate::run_tag()));
-    let ctx = Context::new(&dir)?;
+    let dir = Scratch(b.dir.join(format!("rs-{}", crate::run_tag())));
+    let ctx = Context::new(&dir.0)?;
     let ch: Channel = "ipc:bulk".parse().map_err(werr)?;
     let mut publication = Publication::open(&ctx, &ch, 1).map_err(werr)?;
     let (n, local) = (b.messages, b.cpus.local);
+    // Set when the draining side gives up, so the publisher does too.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
     let publisher = std::thread::spawn(move || -> Result<(), LabError> {
         tickwire_agent::pin_current_thread(local).map_err(werr)?;
         let mut msg = [0u8; SIZE];
@@ -227,7 +253,9 @@ fn rust_rate(b: &Bindings) -> Result<f64, LabError> {
             loop {
                 match publication.offer(&msg) {
                     Ok(_) => break,
-                    Err(OfferError::BackPressured | OfferError::NotConnected) if Instant::now() < until => {
+                    Err(OfferError::BackPressured | OfferError::NotConnected)
+                        if Instant::now() < until && !stopped.load(std::sync::atomic::Ordering::Relaxed) =>
+                    {
                         std::hint::spin_loop()
                     }
                     Err(e) => return Err(werr(format!("rust offer: {e}"))),
@@ -237,37 +265,33 @@ fn rust_rate(b: &Bindings) -> Result<f64, LabError> {
         publication.close(Duration::ZERO).map_err(werr)?;
         Ok(())
     });
-    tickwire_agent::pin_current_thread(b.cpus.remote).map_err(werr)?;
-    let mut sub = subscribe(&ctx, "rust offer")?;
-    let rate = drain(&mut sub, n, "rust offer");
+    let rate = tickwire_agent::pin_current_thread(b.cpus.remote)
+        .map_err(werr)
+        .and_then(|()| subscribe(&ctx, "rust offer"))
+        .and_then(|mut sub| drain(&mut sub, n, "rust offer"));
+    if rate.is_err() {
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     let published = publisher.join().map_err(|_| werr("rust offer: the publisher panicked"))?;
-    drop(sub);
-    let _ = std::fs::remove_dir_all(&dir);
-    published.and(rate)
+    rate.and_then(|r| published.map(|()| r))
 }
 
 /// Python's `publish_many` (examples/python/throughput.py) on the local
 /// CPU, drained here on the remote one.
 fn python_rate(b: &Bindings, python: &Path) -> Result<f64, LabError> {
-    let dir = b.dir.join(format!("py-{}", crate::run_tag()));
-    let ctx = Context::new(&dir)?;
+    let dir = Scratch(b.dir.join(format!("py-{}", crate::run_tag())));
+    let ctx = Context::new(&dir.0)?;
     let script = b.examples.join("throughput.py").display().to_string();
-    let (d, n, batch) = (dir.display().to_string(), b.messages.to_string(), b.batch.to_string());
-    let child = spawn(pinned(b.cpus.local, python, &[&script, &d, &n, &batch]), "python publish_many")?;
+    let (d, n, batch) = (dir.0.display().to_string(), b.messages.to_string(), b.batch.to_string());
+    let mut child =
+        Killed(Some(spawn(pinned(b.cpus.local, python, &[&script, &d, &n, &batch]), "python publish_many")?));
     tickwire_agent::pin_current_thread(b.cpus.remote).map_err(werr)?;
     let rate =
-        subscribe(&ctx, "python publish_many").and_then(|mut s| drain(&mut s, b.messages, "python publish_many"));
-    let out = if rate.is_ok() {
-        finish(child, "python publish_many")
-    } else {
-        let mut child = child;
-        let _ = child.kill();
-        let _ = child.wait();
-        Ok(String::new())
-    };
-    let _ = std::fs::remove_dir_all(&dir);
-    out?;
-    rate
+        subscribe(&ctx, "python publish_many").and_then(|mut s| drain(&mut s, b.messages, "python publish_many"))?;
+    if let Some(c) = child.0.take() {
+        finish(c, "python publish_many")?;
+    }
+    Ok(rate)
 }
 
 fn median<T: Copy + PartialOrd>(v: &[T]) -> T {

@@ -177,7 +177,13 @@ impl LatencyRow {
         self.ratio_p50 = Some(ratio(self.p50_ns, floor.p50_ns));
         self.ratio_p99 = Some(ratio(self.p99_ns, floor.p99_ns));
         self.ratio_p999 = Some(ratio(self.p999_ns, floor.p999_ns));
-        if self.ratio_p50.is_some_and(|r| r < LATENCY_BEATEN) {
+        // Kernel UDP is the baseline of reliable UDP and AF_XDP, not a
+        // floor (AF_XDP is built to beat it); and a rate one side did not
+        // sustain compares queues, not costs.
+        let baseline = floor.probe.as_deref().is_some_and(|p| p.starts_with("kernel_udp"));
+        let sustained =
+            |r: &LatencyRow| !matches!((r.offered_rate, r.achieved_rate), (Some(o), Some(a)) if a < o * 0.95);
+        if !baseline && sustained(&self) && sustained(floor) && self.ratio_p50.is_some_and(|r| r < LATENCY_BEATEN) {
             self.floor_beaten = mark_beaten();
         }
         self
@@ -224,6 +230,10 @@ pub struct ThroughputRow {
     /// See `ratio_min`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_max: Option<f64>,
+    /// The raw ring's floor: messages per tail publish, the fastest the
+    /// probe found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u64>,
     /// Set when this row's rate beat its floor's by more than the noise
     /// (over [`THROUGHPUT_BEATEN`] times it).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -231,13 +241,15 @@ pub struct ThroughputRow {
 }
 
 impl ThroughputRow {
-    /// Records the floor's rate (same run) and the ratio to it.
-    pub fn with_floor(&mut self, floor_msgs_per_s: f64) {
+    /// Records the floor's rate (same run) and the ratio to it; marks the
+    /// row when it beat a raw-ring floor (kernel sockets are a baseline
+    /// AF_XDP is built to beat).
+    pub fn with_floor(&mut self, floor: &ThroughputRow) {
         let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
-        self.floor_msgs_per_s = Some(floor_msgs_per_s);
-        let ratio = r3(self.msgs_per_s / floor_msgs_per_s.max(1.0));
+        self.floor_msgs_per_s = Some(floor.msgs_per_s);
+        let ratio = r3(self.msgs_per_s / floor.msgs_per_s.max(1.0));
         self.ratio = Some(ratio);
-        if ratio > THROUGHPUT_BEATEN {
+        if floor.probe.as_deref() == Some("raw_ring_throughput") && ratio > THROUGHPUT_BEATEN {
             self.floor_beaten = mark_beaten();
         }
     }
@@ -404,12 +416,22 @@ mod tests {
         assert!(within.floor_beaten.is_none(), "0.96x is noise");
         let beaten = LatencyRow { p50_ns: 90, ..LatencyRow::default() }.with_floor(&floor);
         assert_eq!(beaten.floor_beaten.as_deref(), Some(BEATEN));
+        let kernel = LatencyRow { probe: Some("kernel_udp_spin".into()), ..floor.clone() };
+        let xdp = LatencyRow { p50_ns: 60, ..LatencyRow::default() }.with_floor(&kernel);
+        assert!(xdp.floor_beaten.is_none(), "kernel UDP is a baseline, not a floor");
+        let behind = LatencyRow { offered_rate: Some(100.0), achieved_rate: Some(50.0), ..floor.clone() };
+        let fast = LatencyRow { p50_ns: 10, ..LatencyRow::default() }.with_floor(&behind);
+        assert!(fast.floor_beaten.is_none(), "a floor that did not sustain the rate");
+        let ring = ThroughputRow { msgs_per_s: 100.0, probe: Some("raw_ring_throughput".into()), ..Default::default() };
         let mut rate = ThroughputRow { msgs_per_s: 104.0, ..ThroughputRow::default() };
-        rate.with_floor(100.0);
+        rate.with_floor(&ring);
         assert!(rate.floor_beaten.is_none(), "1.04x is noise");
         let mut rate = ThroughputRow { msgs_per_s: 230.0, ..ThroughputRow::default() };
-        rate.with_floor(100.0);
+        rate.with_floor(&ring);
         assert_eq!((rate.ratio, rate.floor_beaten.as_deref()), (Some(2.3), Some(BEATEN)));
+        let mut xdp = ThroughputRow { msgs_per_s: 230.0, ..ThroughputRow::default() };
+        xdp.with_floor(&ThroughputRow { msgs_per_s: 100.0, probe: Some("kernel_udp".into()), ..Default::default() });
+        assert!(xdp.floor_beaten.is_none());
         assert!(floor_beaten(), "the run remembers it (--strict)");
     }
 }
