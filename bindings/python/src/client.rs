@@ -2,18 +2,19 @@
 //! with subscriptions (wildcards, queue groups, durable), publishing
 //! (direct, with headers, guaranteed, batched), requests and replies.
 
-use crate::event::{of_client, wait, TopicCache};
+use crate::event::{of_client, wait, Message, TopicCache};
 use crate::{
-    check_open, deadline, seconds as duration, timeout as seconds, with_bytes, BackPressured, Error, NoResponders,
-    NotConnected, RefusedError, Slot, TooLarge,
+    check_open, deadline, seconds as duration, timeout as seconds, with_bytes, BackPressured, ClosedError, Error,
+    NoResponders, NotConnected, RefusedError, Slot, TooLarge,
 };
 use pyo3::exceptions::{PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use tickwire_client::{Client as Inner, ClientError, ClientEvent, ClientOptions, PublishError, RequestError};
+use tickwire_topic::Pattern;
 
 fn client_error(e: ClientError) -> PyErr {
     match &e {
@@ -39,6 +40,8 @@ struct Held {
     client: Inner,
     ready: VecDeque<Py<PyAny>>,
     topics: TopicCache,
+    /// Each live subscription's pattern, for `Client.messages(id)`.
+    patterns: HashMap<u32, Pattern>,
 }
 
 impl Held {
@@ -49,8 +52,29 @@ impl Held {
         Ok(self.ready.pop_front())
     }
 
+    /// The next message subscription `sid`'s pattern matches, taken from
+    /// `ready` (polling once if none is there); other events stay there.
+    fn next_for(&mut self, py: Python<'_>, sid: u32) -> PyResult<Option<Py<PyAny>>> {
+        let Some(pattern) = self.patterns.get(&sid) else {
+            return Err(ClosedError::new_err(format!("subscription {sid} is not open")));
+        };
+        let wanted = |e: &Py<PyAny>| -> bool {
+            e.bind(py).cast::<Message>().is_ok_and(|m| m.get().topic(py).is_ok_and(|t| pattern.matches(&t)))
+        };
+        if let Some(i) = self.ready.iter().position(wanted) {
+            return Ok(self.ready.remove(i));
+        }
+        let before = self.ready.len();
+        self.poll(py, 16)?;
+        let pattern = &self.patterns[&sid];
+        let wanted = |e: &Py<PyAny>| -> bool {
+            e.bind(py).cast::<Message>().is_ok_and(|m| m.get().topic(py).is_ok_and(|t| pattern.matches(&t)))
+        };
+        Ok(self.ready.iter().skip(before).position(wanted).and_then(|i| self.ready.remove(before + i)))
+    }
+
     fn poll(&mut self, py: Python<'_>, max: usize) -> PyResult<()> {
-        let Held { client, ready, topics } = self;
+        let Held { client, ready, topics, .. } = self;
         let mut failed = None;
         client.poll(
             |e| match of_client(py, topics, &e) {
@@ -170,7 +194,7 @@ impl Client {
             (user, password, tls_ca, tls_cert, tls_key, echo);
         let wait = seconds(timeout)?;
         let client = py.detach(|| Inner::connect(uri, opts)).map_err(client_error)?;
-        let mut held = Held { client, ready: VecDeque::new(), topics: TopicCache::default() };
+        let mut held = Held { client, ready: VecDeque::new(), topics: TopicCache::default(), patterns: HashMap::new() };
         if wait != Some(Duration::ZERO) {
             held.wait_connected(py, &AtomicBool::new(false), wait)?;
         }
@@ -197,28 +221,45 @@ impl Client {
     #[pyo3(signature = (pattern, group = None, cached = false))]
     fn subscribe(&self, pattern: &str, group: Option<&str>, cached: bool) -> PyResult<u32> {
         self.c.with(|h| {
-            match (group, cached) {
+            let sid = match (group, cached) {
                 (Some(g), false) => h.client.subscribe_queue(pattern, g),
                 (None, true) => h.client.subscribe_cached(pattern),
                 (None, false) => h.client.subscribe(pattern),
                 (Some(_), true) => return Err(PyValueError::new_err("a queue group member takes no cached value")),
             }
-            .map_err(client_error)
+            .map_err(client_error)?;
+            h.remember(sid, pattern);
+            Ok(sid)
         })
     }
 
     /// A durable subscription `name` to `pattern` (guaranteed delivery,
     /// kept by the router; acknowledge with `ack`); its id.
     fn subscribe_durable(&self, pattern: &str, name: &str) -> PyResult<u32> {
-        self.c.with(|h| h.client.subscribe_durable(pattern, name).map_err(client_error))
+        self.c.with(|h| {
+            let sid = h.client.subscribe_durable(pattern, name).map_err(client_error)?;
+            h.remember(sid, pattern);
+            Ok(sid)
+        })
     }
 
-    /// Ends subscription `id`.
+    /// Ends subscription `id` (its `messages` iterator ends too).
     fn unsubscribe(&self, id: u32) -> PyResult<()> {
         self.c.with(|h| {
             h.client.unsubscribe(id);
+            h.patterns.remove(&id);
             Ok(())
         })
+    }
+
+    /// The messages of subscription `id` alone (those its pattern
+    /// matches), as an iterator and an async iterator, with
+    /// `receive(timeout)`; every other event waits for `receive`, `poll`
+    /// or another subscription's iterator. A message two of this client's
+    /// patterns match (the router sends it once) goes to whichever reads
+    /// first.
+    fn messages(slf: Py<Self>, id: u32) -> Messages {
+        Messages { client: slf, id }
     }
 
     /// Publishes `payload` (bytes, bytearray, memoryview) on `topic`, with
@@ -332,7 +373,7 @@ impl Client {
                 self.c.closing(),
                 t.checked_add(Duration::from_secs(1)),
                 |py, h| {
-                    let Held { client, ready, topics } = h;
+                    let Held { client, ready, topics, .. } = h;
                     let mut failed = None;
                     client.poll(
                         |e| match e {
@@ -418,7 +459,7 @@ impl Client {
     /// The next event, waiting for ever; the end once closed.
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         match self.receive(py, None) {
-            Err(e) if e.is_instance_of::<crate::ClosedError>(py) => Ok(None),
+            Err(e) if e.is_instance_of::<ClosedError>(py) => Ok(None),
             r => r,
         }
     }
@@ -437,6 +478,60 @@ impl Client {
     }
 }
 
+/// The messages of one subscription of a `Client` (`Client.messages(id)`).
+#[pyclass(module = "tickwire", frozen)]
+pub struct Messages {
+    client: Py<Client>,
+    id: u32,
+}
+
+#[pymethods]
+impl Messages {
+    /// The subscription's id.
+    #[getter]
+    fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Its next message, waiting up to `timeout` seconds (`None`: for
+    /// ever, 0: look once); `None` if none came. `ClosedError` once the
+    /// client is closed or the subscription ended.
+    #[pyo3(signature = (timeout = None))]
+    fn receive(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<PyAny>>> {
+        let timeout = seconds(timeout)?;
+        let client = self.client.bind(py).borrow();
+        let (c, id) = (&client.c, self.id);
+        c.with(|h| wait(py, h, c.closing(), timeout, |py, h| h.next_for(py, id), |h, d| h.client.park(d)))
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// The next message, waiting for ever; the end once the client is
+    /// closed or the subscription ended.
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        match self.receive(py, None) {
+            Err(e) if e.is_instance_of::<ClosedError>(py) => Ok(None),
+            r => r,
+        }
+    }
+
+    /// `async for message in client.messages(id)` (tickwire.aio).
+    fn __aiter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        slf.py().import("tickwire.aio")?.call_method1("events", (slf,))
+    }
+}
+
+impl Held {
+    fn remember(&mut self, sid: u32, pattern: &str) {
+        if let Ok(p) = Pattern::parse(pattern) {
+            self.patterns.insert(sid, p);
+        }
+    }
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<Client>()
+    m.add_class::<Client>()?;
+    m.add_class::<Messages>()
 }

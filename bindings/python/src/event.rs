@@ -88,6 +88,13 @@ pub struct Message {
     session_id: Option<u32>,
 }
 
+impl Message {
+    /// Its topic, for matching.
+    pub(crate) fn topic(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(self.topic.bind(py).to_str()?.to_owned())
+    }
+}
+
 #[pymethods]
 impl Message {
     fn __repr__(&self, py: Python<'_>) -> String {

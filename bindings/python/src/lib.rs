@@ -5,7 +5,8 @@
 //! * `channel`: `Context`, `Publication`, `Subscription`, channels without
 //!   a router (shared memory `ipc:NAME`, reliable UDP), over
 //!   `tickwire_driver`.
-//! * `client`: `Client`, a router client (`ipc`, `tcp://`, `tls://`), over
+//! * `client`: `Client`, a router client (`ipc`, `tcp://`, `tls://`), and
+//!   `Messages`, one subscription's messages, over
 //!   `tickwire_client`.
 //! * `event`: what both hand to Python: `Message` and the other events, as
 //!   frozen objects; `wait`, how a call waits (spinning with the GIL held,

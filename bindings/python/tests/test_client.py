@@ -258,3 +258,42 @@ def test_publish_many_names_how_many_went_before_an_error(router):
         with pytest.raises(TypeError) as e:
             c.publish_many("t", [b"a", b"b", 3, b"d"])
         assert e.value.published == 2
+
+
+def test_each_subscription_iterates_its_own_messages(router):
+    with tickwire.Client(router.uri) as c, tickwire.Client(router.uri) as pub:
+        prices, trades = c.subscribe("px/>"), c.subscribe("tr/*")
+        c.subscribe("svc/q")  # a request: neither iterator's
+        settled(c)
+        for i in range(5):
+            pub.publish("px/eur", bytes([i]))
+            pub.publish("tr/eur", bytes([100 + i]))
+        pub.flush()
+        asked = threading.Thread(target=lambda: pytest.raises(TimeoutError, pub.request, "svc/q", b"?", 0.5))
+        asked.start()
+        tr = c.messages(trades)
+        got_tr = [tr.receive(5).payload for _ in range(5)]
+        got_px = [m.payload for _, m in zip(range(5), c.messages(prices))]
+        assert got_tr == [bytes([100 + i]) for i in range(5)]
+        assert got_px == [bytes([i]) for i in range(5)]
+        assert tr.receive(0) is None
+        asked.join()
+        assert isinstance(next_of(c, tickwire.Request), tickwire.Request)  # left for receive
+        c.unsubscribe(trades)
+        assert list(tr) == []  # an ended subscription's iterator ends
+
+
+def test_async_for_over_one_subscription(router):
+    async def main(c, pub, sid):
+        pub.publish("a/x", b"not this")
+        pub.publish("b/x", b"this")
+        pub.flush()
+        async for m in c.messages(sid):
+            return m.topic, m.payload
+
+    with tickwire.Client(router.uri) as c, tickwire.Client(router.uri) as pub:
+        c.subscribe("a/>")
+        sid = c.subscribe("b/>")
+        settled(c)
+        assert asyncio.run(asyncio.wait_for(main(c, pub, sid), 10)) == ("b/x", b"this")
+        assert isinstance(next_of(c, tickwire.Message), tickwire.Message)  # a/x waits for receive
