@@ -310,15 +310,12 @@ impl Subscription {
 
     /// The next event, waiting for ever; the end once closed.
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        match self.receive(py, None) {
-            Err(e) if e.is_instance_of::<ClosedError>(py) => Ok(None),
-            r => r,
-        }
+        crate::until_closed(py, self.receive(py, None))
     }
 
     /// `async for event in subscription` (tickwire.aio).
     fn __aiter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        slf.py().import("tickwire.aio")?.call_method1("events", (slf,))
+        crate::aiter(slf.into_any())
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

@@ -55,22 +55,27 @@ impl Held {
     /// The next message subscription `sid`'s pattern matches, taken from
     /// `ready` (polling once if none is there); other events stay there.
     fn next_for(&mut self, py: Python<'_>, sid: u32) -> PyResult<Option<Py<PyAny>>> {
-        let Some(pattern) = self.patterns.get(&sid) else {
+        if !self.patterns.contains_key(&sid) {
             return Err(ClosedError::new_err(format!("subscription {sid} is not open")));
-        };
-        let wanted = |e: &Py<PyAny>| -> bool {
-            e.bind(py).cast::<Message>().is_ok_and(|m| m.get().topic(py).is_ok_and(|t| pattern.matches(&t)))
-        };
-        if let Some(i) = self.ready.iter().position(wanted) {
-            return Ok(self.ready.remove(i));
         }
-        let before = self.ready.len();
+        if let Some(m) = self.take_matching(py, sid, 0) {
+            return Ok(Some(m));
+        }
+        let from = self.ready.len();
         self.poll(py, 16)?;
-        let pattern = &self.patterns[&sid];
-        let wanted = |e: &Py<PyAny>| -> bool {
-            e.bind(py).cast::<Message>().is_ok_and(|m| m.get().topic(py).is_ok_and(|t| pattern.matches(&t)))
-        };
-        Ok(self.ready.iter().skip(before).position(wanted).and_then(|i| self.ready.remove(before + i)))
+        Ok(self.take_matching(py, sid, from))
+    }
+
+    /// The first message in `ready` from index `from` on that `sid`'s
+    /// pattern matches, taken out.
+    fn take_matching(&mut self, py: Python<'_>, sid: u32, from: usize) -> Option<Py<PyAny>> {
+        let pattern = self.patterns.get(&sid)?;
+        let at = self
+            .ready
+            .iter()
+            .skip(from)
+            .position(|e| e.bind(py).cast::<Message>().is_ok_and(|m| m.get().topic_matches(py, pattern)))?;
+        self.ready.remove(from + at)
     }
 
     fn poll(&mut self, py: Python<'_>, max: usize) -> PyResult<()> {
@@ -458,15 +463,12 @@ impl Client {
 
     /// The next event, waiting for ever; the end once closed.
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        match self.receive(py, None) {
-            Err(e) if e.is_instance_of::<ClosedError>(py) => Ok(None),
-            r => r,
-        }
+        crate::until_closed(py, self.receive(py, None))
     }
 
     /// `async for event in client` (tickwire.aio).
     fn __aiter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        slf.py().import("tickwire.aio")?.call_method1("events", (slf,))
+        crate::aiter(slf.into_any())
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -511,15 +513,12 @@ impl Messages {
     /// The next message, waiting for ever; the end once the client is
     /// closed or the subscription ended.
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        match self.receive(py, None) {
-            Err(e) if e.is_instance_of::<ClosedError>(py) => Ok(None),
-            r => r,
-        }
+        crate::until_closed(py, self.receive(py, None))
     }
 
     /// `async for message in client.messages(id)` (tickwire.aio).
     fn __aiter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        slf.py().import("tickwire.aio")?.call_method1("events", (slf,))
+        crate::aiter(slf.into_any())
     }
 }
 

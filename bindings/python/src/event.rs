@@ -89,9 +89,9 @@ pub struct Message {
 }
 
 impl Message {
-    /// Its topic, for matching.
-    pub(crate) fn topic(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(self.topic.bind(py).to_str()?.to_owned())
+    /// Whether `pattern` matches its topic (read in place, no copy).
+    pub(crate) fn topic_matches(&self, py: Python<'_>, pattern: &tickwire_topic::Pattern) -> bool {
+        self.topic.bind(py).to_str().is_ok_and(|t| pattern.matches(t))
     }
 }
 

@@ -106,6 +106,20 @@ impl<T> Slot<T> {
     }
 }
 
+/// What `__next__` returns for a waiting `receive(None)`: the event, or
+/// the iteration's end once the object is closed.
+pub(crate) fn until_closed(py: Python<'_>, r: PyResult<Option<Py<PyAny>>>) -> PyResult<Option<Py<PyAny>>> {
+    match r {
+        Err(e) if e.is_instance_of::<ClosedError>(py) => Ok(None),
+        r => r,
+    }
+}
+
+/// What `__aiter__` returns: `tickwire.aio.events(source)`.
+pub(crate) fn aiter<'py>(source: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    source.py().import("tickwire.aio")?.call_method1("events", (source,))
+}
+
 /// `e` with a `published` attribute: how many messages went before it.
 pub(crate) fn with_published(py: Python<'_>, e: PyErr, n: usize) -> PyErr {
     let _ = e.value(py).setattr("published", n);

@@ -18,6 +18,7 @@
 //! the run's are the medians over the rounds, and every ratio is to the
 //! Rust figure of the same run.
 
+use crate::output::report::median;
 use crate::transports::ipc::{self, IpcOptions};
 use crate::transports::sockets::Wait;
 use crate::{Cpus, LabError};
@@ -294,16 +295,11 @@ fn python_rate(b: &Bindings, python: &Path) -> Result<f64, LabError> {
     Ok(rate)
 }
 
-fn median<T: Copy + PartialOrd>(v: &[T]) -> T {
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    s[s.len() / 2]
-}
-
 fn ping_row(path: &str, rounds: &[(u64, u64)], rust: Option<&PingRow>) -> PingRow {
     let p50: Vec<u64> = rounds.iter().map(|r| r.0).collect();
     let p99: Vec<u64> = rounds.iter().map(|r| r.1).collect();
-    let (m50, m99) = (median(&p50), median(&p99));
+    let med = |v: &[u64]| median(v.iter().map(|&x| x as f64).collect()).round() as u64;
+    let (m50, m99) = (med(&p50), med(&p99));
     let (r50, r99) = rust.map_or((m50, m99), |r| (r.median_p50_ns, r.median_p99_ns));
     PingRow {
         path: path.into(),
@@ -374,9 +370,9 @@ pub fn run(b: &Bindings) -> Result<BindingsResult, LabError> {
     }
     let mut throughput = Vec::new();
     if !rust_rates.is_empty() {
-        let floor = median(&rust_rates);
+        let floor = median(rust_rates.clone());
         for (path, rates) in [("rust offer", rust_rates), ("python publish_many", py_rates)] {
-            let m = median(&rates);
+            let m = median(rates.clone());
             throughput.push(RateRow {
                 path: path.into(),
                 msgs_per_s: rates,
