@@ -50,13 +50,13 @@ fn lab_pingpong_json_is_self_consistent_and_has_a_floor_ratio() {
 }
 
 #[test]
-fn lab_floor_reports_three_probes() {
+fn lab_floor_reports_four_probes() {
     let d = dir("floor");
     let (ok, out, err) = run_line(&format!("--dir {d} lab floor --count 20000 --duration 300ms --json"));
     assert!(ok, "{err}");
     let r = rows(&out);
     let probes: Vec<_> = r.iter().map(|x| x["probe"].as_str().unwrap().to_owned()).collect();
-    assert_eq!(probes, ["cacheline", "raw_ring", "raw_ring_throughput"]);
+    assert_eq!(probes, ["cacheline", "raw_ring", "raw_ring_throughput", "cacheline_stream"]);
     ordered(&r[0]);
     ordered(&r[1]);
     let f = |k: &str| r[2][k].as_f64().unwrap_or_else(|| panic!("no {k} in {}", r[2]));
@@ -65,6 +65,13 @@ fn lab_floor_reports_three_probes() {
     assert!(f("count") >= 1000.0 && (f("count") / f("duration_s") / f("msgs_per_s") - 1.0).abs() < 0.01, "{}", r[2]);
     assert!((f("bytes_per_s") - f("msgs_per_s") * 64.0).abs() <= 64.0, "{}", r[2]);
     assert_eq!(r[2]["lost"], 0);
+    // The line limit: lines a second, 64 bytes each, read intact; the
+    // ring's share of it recorded.
+    let line = &r[3];
+    let lines = line["msgs_per_s"].as_f64().unwrap();
+    assert!(lines > 0.0 && line["lost"] == 0, "{line}");
+    assert!((line["bytes_per_s"].as_f64().unwrap() - lines * 64.0).abs() <= 64.0, "{line}");
+    assert!(r[2]["of_line_limit"].as_f64().is_some_and(|s| s > 0.0), "{}", r[2]);
 }
 
 #[test]

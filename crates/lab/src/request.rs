@@ -17,7 +17,7 @@ use crate::output::{plots, Measured};
 use crate::transports::floor::{self, FloorOptions};
 use crate::transports::ipc::{self, IpcOptions};
 use crate::transports::sockets::Wait;
-use crate::transports::{rudp, Transport};
+use crate::transports::{line_limit, rudp, Transport};
 use crate::{Cpus, LabError, Role};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -223,9 +223,18 @@ fn run_floor(o: &FloorOptions, out: &Output) -> Result<(), LabError> {
     } else {
         print::latency(&m, format, &machine);
     }
-    let tp = floor::raw_ring_throughput(o)?;
+    let mut tp = floor::raw_ring_throughput(o)?;
+    let limit = line_limit::at_size(&line_limit::stream(o.cpus, &o.dir, o.duration)?, tp.size);
+    // One measurement of each, one after the other: reported, not judged
+    // (`lab throughput --transport ipc` interleaves them in rounds).
+    tp.line_share(&limit);
     if format != Format::Csv {
-        print::throughput(&[tp], format);
+        print::throughput(&[tp, limit], format);
+    }
+    if format == Format::Table {
+        let show = |v: Vec<(u64, f64)>| v.iter().map(|(b, r)| format!("{b}: {:.1}M", r / 1e6)).collect::<Vec<_>>().join(", ");
+        println!("raw ring, messages per tail publish tried (msg/s): {}", show(floor::batch_trials()));
+        println!("cache lines, lines per read tried (lines/s): {}", show(line_limit::batch_trials()));
     }
     Ok(())
 }
@@ -309,7 +318,7 @@ fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
             ..ThroughputRow::default()
         }
     };
-    let (mut mine, mut floors, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut mine, mut floors, mut ratios, mut lines) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let bar = crate::progress(rounds as u64, "throughput (rounds)");
     for _ in 0..rounds {
         if crate::stop_requested() {
@@ -317,6 +326,10 @@ fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
         }
         let (f, row) = match t.transport {
             Transport::Ipc => {
+                if t.floor {
+                    // The physical reference, in the same rounds.
+                    lines.push(line_limit::stream(t.cpus, &t.dir, per)?);
+                }
                 (if t.floor { Some(floor::raw_ring_throughput(&fo)?) } else { None }, ipc::throughput(&o)?)
             }
             Transport::Rudp => {
@@ -351,7 +364,14 @@ fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
     }
     bar.finish_and_clear();
     let Some(mut row) = ThroughputRow::of_rounds(&mine) else { return Ok(()) };
-    let floor_row = ThroughputRow::of_rounds(&floors);
+    let mut floor_row = ThroughputRow::of_rounds(&floors);
+    let limit = ThroughputRow::of_rounds(&lines).map(|l| line_limit::at_size(&l, t.size));
+    if let Some(limit) = &limit {
+        row.with_line_limit(limit);
+        if let Some(f) = &mut floor_row {
+            f.with_line_limit(limit);
+        }
+    }
     if let Some(f) = &floor_row {
         let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
         row.with_floor(f);
@@ -369,6 +389,7 @@ fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
     }
     let mut rows = vec![row];
     rows.extend(floor_row);
+    rows.extend(limit);
     print::throughput(&rows, t.format);
     Ok(())
 }

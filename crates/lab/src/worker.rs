@@ -26,6 +26,8 @@ pub enum Role {
     RingPong { ping: PathBuf, pong: PathBuf, cpu: usize },
     /// Counts a raw-ring stream (floor throughput).
     RingSink { path: PathBuf, cpu: usize },
+    /// Reads a stream of cache lines (the line-transfer limit).
+    LineSink { path: PathBuf, cpu: usize, batch: u64 },
     /// Records one-way latency of an open-loop raw-ring stream (the
     /// open-loop floor); the sender's pauses arrive in `pauses`.
     RingOnewaySink { path: PathBuf, cpu: usize, expected: u64, pauses: PathBuf },
@@ -147,11 +149,12 @@ impl Role {
     /// Set-up failures, or a peer silent for 30 s.
     pub fn run(self) -> Result<String, LabError> {
         use crate::modes::{oneway, sweep, tick_to_trade, transfer};
-        use crate::transports::{floor, ipc, rudp, sockets, xdp};
+        use crate::transports::{floor, ipc, line_limit, rudp, sockets, xdp};
         match self {
             Role::Cacheline { path, cpu } => floor::cacheline_worker(&path, cpu),
             Role::RingPong { ping, pong, cpu } => floor::ring_pong(&ping, &pong, cpu),
             Role::RingSink { path, cpu } => floor::ring_sink(&path, cpu),
+            Role::LineSink { path, cpu, batch } => line_limit::line_sink(&path, cpu, batch),
             Role::RingOnewaySink { path, cpu, expected, pauses } => {
                 floor::ring_oneway_sink(&path, cpu, expected, &pauses)
             }

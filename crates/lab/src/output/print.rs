@@ -164,6 +164,16 @@ pub fn throughput(rows: &[ThroughputRow], format: Format) {
                 ))
                 .unwrap_or_default()
         );
+        if r.probe.as_deref() == Some(crate::transports::line_limit::PROBE) {
+            println!(
+                "  (cache lines moved one way between the CPUs: {:.2} GB/s; at {} B a message, {:.0} msg/s if only the messages' bytes crossed)",
+                r.bytes_per_s / 1e9,
+                r.size,
+                r.msgs_per_s
+            );
+        } else if let Some(share) = r.of_line_limit {
+            println!("  ({share:.2} of the rate the line transfer allows at {} B)", r.size);
+        }
         if r.floor_beaten.is_some() {
             println!("{} {} {} B: {}", r.mode, r.transport, r.size, BEATEN_NOTE);
         }

@@ -234,6 +234,11 @@ pub struct ThroughputRow {
     /// probe found.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub batch: Option<u64>,
+    /// This row's rate over the rate the cache-line transfer between the
+    /// two CPUs allows at its message size, measured in the same run
+    /// (`transports::line_limit`): a physical limit, so never above 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub of_line_limit: Option<f64>,
     /// Set when this row's rate beat its floor's by more than the noise
     /// (over [`THROUGHPUT_BEATEN`] times it).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -252,6 +257,24 @@ impl ThroughputRow {
         if floor.probe.as_deref() == Some("raw_ring_throughput") && ratio > THROUGHPUT_BEATEN {
             self.floor_beaten = mark_beaten();
         }
+    }
+
+    /// Records this row's share of the line-transfer limit at its size
+    /// (`limit`: the limit's row at this size) and marks the row when it
+    /// passed the limit beyond the noise: then the measurement is wrong.
+    pub fn with_line_limit(&mut self, limit: &ThroughputRow) {
+        let share = self.line_share(limit);
+        if share > THROUGHPUT_BEATEN {
+            self.floor_beaten = mark_beaten();
+        }
+    }
+
+    /// Records this row's share of the line-transfer limit at its size,
+    /// without judging it (a single measurement each, not interleaved).
+    pub fn line_share(&mut self, limit: &ThroughputRow) -> f64 {
+        let share = (self.msgs_per_s / limit.msgs_per_s.max(1.0) * 1000.0).round() / 1000.0;
+        self.of_line_limit = Some(share);
+        share
     }
 
     /// One row for several rounds of the same measurement: counts and times

@@ -136,29 +136,33 @@ pub fn raw_ring_throughput(o: &FloorOptions) -> Result<ThroughputRow, LabError> 
 /// fastest, so no batching the product does can beat it.
 pub const BATCHES: [u64; 5] = [1, 4, 16, 64, 256];
 
-/// The best batch found in this process, for a message size and CPU pair.
-static BEST_BATCH: std::sync::Mutex<Option<(usize, Cpus, u64)>> = std::sync::Mutex::new(None);
+/// The best batch found in this process, for a message size and CPU pair,
+/// and every batch's rate in the trial.
+static BEST_BATCH: std::sync::Mutex<Option<(usize, Cpus, u64, Vec<(u64, f64)>)>> = std::sync::Mutex::new(None);
+
+/// The raw ring's batch trials of this process: each batch tried and its
+/// rate (messages a second), empty before the first streaming floor.
+pub fn batch_trials() -> Vec<(u64, f64)> {
+    BEST_BATCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref().map(|t| t.3.clone()).unwrap_or_default()
+}
 
 /// The fastest of [`BATCHES`] for `size` on `o.cpus`: each streamed for a
 /// quarter of `o.duration` (50 to 250 ms) the first time a process asks,
 /// then remembered (rounds after the first reuse it).
 fn best_batch(o: &FloorOptions, size: usize) -> Result<u64, LabError> {
-    let known = *BEST_BATCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((s, c, b)) = known {
-        if (s, c) == (size, o.cpus) {
-            return Ok(b);
+    if let Some((s, c, b, _)) = &*BEST_BATCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+        if (*s, *c) == (size, o.cpus) {
+            return Ok(*b);
         }
     }
     let trial = (o.duration / 4).clamp(Duration::from_millis(50), Duration::from_millis(250));
-    let mut best = (0.0, 16);
+    let mut tried = Vec::new();
     for b in BATCHES {
-        let r = ring_stream(o, size, b, trial)?;
-        if r.msgs_per_s > best.0 {
-            best = (r.msgs_per_s, b);
-        }
+        tried.push((b, ring_stream(o, size, b, trial)?.msgs_per_s));
     }
-    *BEST_BATCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((size, o.cpus, best.1));
-    Ok(best.1)
+    let best = tried.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).map_or(16, |t| t.0);
+    *BEST_BATCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((size, o.cpus, best, tried));
+    Ok(best)
 }
 
 /// Streams `size`-byte messages through a raw ring for `duration`,

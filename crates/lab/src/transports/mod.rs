@@ -3,6 +3,7 @@
 //!
 //! * [`floor`]: the machine's floor, a cache line and a raw shared-memory
 //!   ring (no tickwire code on the path).
+//! * [`line_limit`]: the physical reference, cache lines streamed one way.
 //! * [`ipc`]: tickwire's shared-memory log (ping-pong and streaming).
 //! * [`sockets`]: plain kernel UDP and TCP sockets, spinning on non-blocking
 //!   sockets or blocking; the baseline of every network transport.
@@ -14,6 +15,7 @@
 
 pub mod floor;
 pub mod ipc;
+pub mod line_limit;
 pub mod rudp;
 pub mod sockets;
 pub mod stream;

@@ -1,0 +1,161 @@
+//! The physical reference beside the floors: whole cache lines streamed one
+//! way between the two pinned CPUs ([`LineStream`]), in bytes per second,
+//! and the message rate that allows at a message size (every byte of every
+//! message has to cross; nothing else does). A raw ring moves at least one
+//! line per slot and tickwire's log a header besides, so neither can pass
+//! it; a floor that did would be measuring something else.
+
+use crate::output::report::ThroughputRow;
+use crate::worker::IDLE_LIMIT;
+use crate::{spin_until, Cpus, LabError, Role, WorkerProcess};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tickwire_agent::pin_current_thread;
+use tickwire_shm::floor::{Line, LineStream};
+
+/// The probe's name in rows.
+pub const PROBE: &str = "cacheline_stream";
+
+/// Lines in the stream: 256 KiB, as deep as the raw ring, so the figure is
+/// the transfer between the cores and not a trip to memory.
+const LINES: usize = 4096;
+
+/// The value that ends a stream.
+const STOP: u64 = u64::MAX;
+
+/// Lines the reader takes at a time, tried in turn; the fastest is the
+/// limit (the row's `batch`).
+pub const BATCHES: [u64; 5] = [1, 8, 32, 128, 512];
+
+/// Streams cache lines for `duration` at the fastest of [`BATCHES`] (each
+/// tried for a quarter of it, 50 to 250 ms, the first time a process asks);
+/// the row's `msgs_per_s`
+/// is lines per second, `bytes_per_s` 64 times that, `size` 64.
+///
+/// # Errors
+/// Set-up failures, or a sink that stalls or does not finish.
+pub fn stream(cpus: Cpus, dir: &Path, duration: Duration) -> Result<ThroughputRow, LabError> {
+    let known = BEST_BATCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref().map(|t| (t.0, t.1));
+    let batch = match known {
+        Some((c, b)) if c == cpus => b,
+        _ => {
+            let trial = (duration / 4).clamp(Duration::from_millis(50), Duration::from_millis(250));
+            let mut tried = Vec::new();
+            for batch in BATCHES {
+                tried.push((batch, stream_batched(cpus, dir, trial, batch)?.msgs_per_s));
+            }
+            let best = tried.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).map_or(1, |t| t.0);
+            *BEST_BATCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((cpus, best, tried));
+            best
+        }
+    };
+    stream_batched(cpus, dir, duration, batch)
+}
+
+/// The best batch found in this process for a CPU pair (rounds after the
+/// first reuse it, as the raw ring's floor does), and each batch's rate in
+/// the trial.
+static BEST_BATCH: std::sync::Mutex<Option<(Cpus, u64, Vec<(u64, f64)>)>> = std::sync::Mutex::new(None);
+
+/// This process's batch trials: each batch of lines a read waited for, and
+/// the lines a second it moved (batch 1 is a reader on every line's stamp,
+/// as a log reader on each frame's commit word).
+pub fn batch_trials() -> Vec<(u64, f64)> {
+    BEST_BATCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref().map(|t| t.2.clone()).unwrap_or_default()
+}
+
+/// Streams cache lines for `duration`, read `batch` at a time.
+fn stream_batched(cpus: Cpus, dir: &Path, duration: Duration, batch: u64) -> Result<ThroughputRow, LabError> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!("{}.lines", crate::run_tag()));
+    let mut lines = LineStream::create(&path, LINES)?;
+    let worker = WorkerProcess::spawn(&Role::LineSink { path: path.clone(), cpu: cpus.remote, batch });
+    let worker = match worker {
+        Ok(w) => w,
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+    };
+    let sent = produce(&mut lines, cpus.local, duration, batch);
+    let line = sent.and_then(|_| worker.finish(Duration::from_secs(10) + duration));
+    let _ = std::fs::remove_file(&path);
+    let mut row: ThroughputRow = crate::worker::parse_report("line sink", &line?)?;
+    row.mode = "floor".into();
+    row.transport = "shm".into();
+    row.probe = Some(PROBE.into());
+    row.size = 64;
+    row.bytes_per_s = row.msgs_per_s * 64.0;
+    row.cpus = cpus.to_string();
+    row.batch = Some(batch);
+    Ok(row)
+}
+
+/// Writes lines until `duration` has passed, then a batch of stop lines.
+fn produce(lines: &mut LineStream, cpu: usize, duration: Duration, batch: u64) -> Result<u64, LabError> {
+    pin_current_thread(cpu)?;
+    let start = Instant::now();
+    let mut value = 0u64;
+    while start.elapsed() < duration {
+        for _ in 0..4096 {
+            let mut spins = 0u64;
+            while !lines.try_write(value) {
+                spins += 1;
+                if spins > 1 << 32 {
+                    return Err(LabError::Timeout("line stream consumer stalled".into()));
+                }
+                std::hint::spin_loop();
+            }
+            value += 1;
+        }
+    }
+    for _ in 0..batch {
+        spin_until(Duration::from_secs(10), "line stream stop", || lines.try_write(STOP).then_some(()))?;
+    }
+    Ok(value)
+}
+
+/// The limit's row at a message size: the messages per second the line
+/// rate allows when only the messages' own bytes cross (`line`'s bytes per
+/// second over `size`).
+pub fn at_size(line: &ThroughputRow, size: usize) -> ThroughputRow {
+    let mut row = line.clone();
+    row.size = size;
+    row.msgs_per_s = (line.bytes_per_s / size.max(1) as f64).round();
+    row
+}
+
+/// Worker role [`Role::LineSink`](crate::Role::LineSink): reads the stream
+/// `batch` lines at a time until the stop batch; a torn line is counted
+/// lost.
+pub(crate) fn line_sink(path: &Path, cpu: usize, batch: u64) -> Result<String, LabError> {
+    let mut lines = LineStream::open(path)?;
+    pin_current_thread(cpu)?;
+    let (mut count, mut torn) = (0u64, 0u64);
+    let mut first: Option<Instant> = None;
+    let mut idle_since = Instant::now();
+    let mut idle = 0u32;
+    loop {
+        match lines.try_read(batch) {
+            Line::Read { last: STOP, .. } => break,
+            Line::Read { torn: t, .. } => {
+                count += batch;
+                torn += t;
+                if first.is_none() {
+                    first = Some(Instant::now());
+                }
+                idle = 0;
+            }
+            Line::Empty => {
+                std::hint::spin_loop();
+                idle = idle.wrapping_add(1);
+                if idle == 1 {
+                    idle_since = Instant::now();
+                } else if idle % 4096 == 0 && idle_since.elapsed() > IDLE_LIMIT {
+                    return Err(LabError::Timeout("no cache lines for 30 s".into()));
+                }
+            }
+        }
+    }
+    Ok(super::sink_report(count, torn, first))
+}
