@@ -232,7 +232,8 @@ fn run_floor(o: &FloorOptions, out: &Output) -> Result<(), LabError> {
         print::throughput(&[tp, limit], format);
     }
     if format == Format::Table {
-        let show = |v: Vec<(u64, f64)>| v.iter().map(|(b, r)| format!("{b}: {:.1}M", r / 1e6)).collect::<Vec<_>>().join(", ");
+        let show =
+            |v: Vec<(u64, f64)>| v.iter().map(|(b, r)| format!("{b}: {:.1}M", r / 1e6)).collect::<Vec<_>>().join(", ");
         println!("raw ring, messages per tail publish tried (msg/s): {}", show(floor::batch_trials()));
         println!("cache lines, lines per read tried (lines/s): {}", show(line_limit::batch_trials()));
     }

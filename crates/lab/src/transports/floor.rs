@@ -136,33 +136,64 @@ pub fn raw_ring_throughput(o: &FloorOptions) -> Result<ThroughputRow, LabError> 
 /// fastest, so no batching the product does can beat it.
 pub const BATCHES: [u64; 5] = [1, 4, 16, 64, 256];
 
-/// The best batch found in this process, for a message size and CPU pair,
-/// and every batch's rate in the trial.
-static BEST_BATCH: std::sync::Mutex<Option<(usize, Cpus, u64, Vec<(u64, f64)>)>> = std::sync::Mutex::new(None);
+/// Each batch size a probe tried, and the rate it reached.
+pub type Trials = Vec<(u64, f64)>;
+
+/// The fastest batch a probe found, searched once per process for a key
+/// (message size, CPU pair) and remembered: rounds after the first reuse it.
+pub(crate) struct BestBatch<K>(std::sync::Mutex<Option<(K, u64, Trials)>>);
+
+impl<K: PartialEq + Copy> BestBatch<K> {
+    pub(crate) const fn new() -> Self {
+        Self(std::sync::Mutex::new(None))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(K, u64, Trials)>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The batch remembered for `key`, or the fastest of `batches` by
+    /// `rate_at` (tried in turn), then remembered.
+    pub(crate) fn find(
+        &self,
+        key: K,
+        batches: &[u64],
+        mut rate_at: impl FnMut(u64) -> Result<f64, LabError>,
+    ) -> Result<u64, LabError> {
+        if let Some((k, b, _)) = &*self.lock() {
+            if *k == key {
+                return Ok(*b);
+            }
+        }
+        let mut tried = Trials::new();
+        for &b in batches {
+            tried.push((b, rate_at(b)?));
+        }
+        let best = tried.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).map_or(batches[0], |t| t.0);
+        *self.lock() = Some((key, best, tried));
+        Ok(best)
+    }
+
+    /// The last search's trials (empty before one).
+    pub(crate) fn trials(&self) -> Trials {
+        self.lock().as_ref().map(|t| t.2.clone()).unwrap_or_default()
+    }
+}
+
+/// The raw ring's search, by message size and CPU pair.
+static BEST_BATCH: BestBatch<(usize, Cpus)> = BestBatch::new();
 
 /// The raw ring's batch trials of this process: each batch tried and its
 /// rate (messages a second), empty before the first streaming floor.
-pub fn batch_trials() -> Vec<(u64, f64)> {
-    BEST_BATCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref().map(|t| t.3.clone()).unwrap_or_default()
+pub fn batch_trials() -> Trials {
+    BEST_BATCH.trials()
 }
 
 /// The fastest of [`BATCHES`] for `size` on `o.cpus`: each streamed for a
-/// quarter of `o.duration` (50 to 250 ms) the first time a process asks,
-/// then remembered (rounds after the first reuse it).
+/// quarter of `o.duration` (50 to 250 ms) the first time a process asks.
 fn best_batch(o: &FloorOptions, size: usize) -> Result<u64, LabError> {
-    if let Some((s, c, b, _)) = &*BEST_BATCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
-        if (*s, *c) == (size, o.cpus) {
-            return Ok(*b);
-        }
-    }
     let trial = (o.duration / 4).clamp(Duration::from_millis(50), Duration::from_millis(250));
-    let mut tried = Vec::new();
-    for b in BATCHES {
-        tried.push((b, ring_stream(o, size, b, trial)?.msgs_per_s));
-    }
-    let best = tried.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).map_or(16, |t| t.0);
-    *BEST_BATCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((size, o.cpus, best, tried));
-    Ok(best)
+    BEST_BATCH.find((size, o.cpus), &BATCHES, |b| Ok(ring_stream(o, size, b, trial)?.msgs_per_s))
 }
 
 /// Streams `size`-byte messages through a raw ring for `duration`,

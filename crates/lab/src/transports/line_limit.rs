@@ -5,6 +5,7 @@
 //! line per slot and tickwire's log a header besides, so neither can pass
 //! it; a floor that did would be measuring something else.
 
+use super::floor::{BestBatch, Trials};
 use crate::output::report::ThroughputRow;
 use crate::worker::IDLE_LIMIT;
 use crate::{spin_until, Cpus, LabError, Role, WorkerProcess};
@@ -35,33 +36,19 @@ pub const BATCHES: [u64; 5] = [1, 8, 32, 128, 512];
 /// # Errors
 /// Set-up failures, or a sink that stalls or does not finish.
 pub fn stream(cpus: Cpus, dir: &Path, duration: Duration) -> Result<ThroughputRow, LabError> {
-    let known = BEST_BATCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref().map(|t| (t.0, t.1));
-    let batch = match known {
-        Some((c, b)) if c == cpus => b,
-        _ => {
-            let trial = (duration / 4).clamp(Duration::from_millis(50), Duration::from_millis(250));
-            let mut tried = Vec::new();
-            for batch in BATCHES {
-                tried.push((batch, stream_batched(cpus, dir, trial, batch)?.msgs_per_s));
-            }
-            let best = tried.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).map_or(1, |t| t.0);
-            *BEST_BATCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((cpus, best, tried));
-            best
-        }
-    };
+    let trial = (duration / 4).clamp(Duration::from_millis(50), Duration::from_millis(250));
+    let batch = BEST_BATCH.find(cpus, &BATCHES, |b| Ok(stream_batched(cpus, dir, trial, b)?.msgs_per_s))?;
     stream_batched(cpus, dir, duration, batch)
 }
 
-/// The best batch found in this process for a CPU pair (rounds after the
-/// first reuse it, as the raw ring's floor does), and each batch's rate in
-/// the trial.
-static BEST_BATCH: std::sync::Mutex<Option<(Cpus, u64, Vec<(u64, f64)>)>> = std::sync::Mutex::new(None);
+/// The search for the best batch, by CPU pair.
+static BEST_BATCH: BestBatch<Cpus> = BestBatch::new();
 
 /// This process's batch trials: each batch of lines a read waited for, and
 /// the lines a second it moved (batch 1 is a reader on every line's stamp,
 /// as a log reader on each frame's commit word).
-pub fn batch_trials() -> Vec<(u64, f64)> {
-    BEST_BATCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref().map(|t| t.2.clone()).unwrap_or_default()
+pub fn batch_trials() -> Trials {
+    BEST_BATCH.trials()
 }
 
 /// Streams cache lines for `duration`, read `batch` at a time.
