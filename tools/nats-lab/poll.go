@@ -126,6 +126,13 @@ func (c *pollConn) Read(b []byte) (int, error) {
 			n, err := syscall.Read(c.fd, b)
 			switch {
 			case n > 0:
+				// A TCP read shorter than asked emptied the socket: the
+				// next read waits for the poller's readiness (as the
+				// router's links do) instead of a read that would only
+				// return EAGAIN, a system call per message.
+				if n < len(b) {
+					c.p.ready[c.fd].Store(false)
+				}
 				return n, nil
 			case n == 0 && err == nil:
 				return 0, io.EOF
