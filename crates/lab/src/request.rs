@@ -12,7 +12,7 @@ use crate::modes::sweep::Sweep;
 use crate::modes::tick_to_trade::TickToTrade;
 use crate::modes::transfer::Transfer;
 use crate::output::print::{self, Format, Hiccups, Output};
-use crate::output::report::{LatencyRow, ThroughputRow};
+use crate::output::report::{round3, LatencyRow, ThroughputRow};
 use crate::output::{plots, Measured};
 use crate::transports::floor::{self, FloorOptions};
 use crate::transports::ipc::{self, IpcOptions};
@@ -374,10 +374,9 @@ fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
         }
     }
     if let Some(f) = &floor_row {
-        let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
         row.with_floor(f);
-        row.ratio_min = Some(r3(ratios.iter().copied().fold(f64::MAX, f64::min)));
-        row.ratio_max = Some(r3(ratios.iter().copied().fold(0.0, f64::max)));
+        row.ratio_min = Some(round3(ratios.iter().copied().fold(f64::MAX, f64::min)));
+        row.ratio_max = Some(round3(ratios.iter().copied().fold(0.0, f64::max)));
     }
     if t.transport == Transport::Rudp && t.format == Format::Table {
         println!(

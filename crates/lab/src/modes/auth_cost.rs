@@ -10,7 +10,7 @@
 //! The cost is reported as keyed against unkeyed (the same run, the same
 //! rounds), with both beside kernel UDP.
 
-use crate::output::report::histogram;
+use crate::output::report::{histogram, median, ratio, round3};
 use crate::transports::rudp::{self, RudpThroughput};
 use crate::transports::sockets::{self, Proto, SockOptions, Wait};
 use crate::{Cpus, LabError};
@@ -96,11 +96,6 @@ fn werr(e: impl std::fmt::Display) -> LabError {
     LabError::Worker(e.to_string())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
-
 fn ping_row(path: &'static str, h: &Histogram<u64>) -> PingRow {
     PingRow {
         path,
@@ -163,7 +158,6 @@ pub fn run(a: &AuthCost) -> Result<AuthCostResult, LabError> {
         return Err(LabError::Usage("stopped before anything was measured".into()));
     }
     let pingpong = vec![ping_row("udp", &floor_h), ping_row("rudp", &plain_h), ping_row("rudp+mac", &mac_h)];
-    let ratio = |a: u64, b: u64| (a as f64 / b.max(1) as f64 * 1000.0).round() / 1000.0;
     Ok(AuthCostResult {
         size: a.size,
         rounds: floor_r.len(),
@@ -175,7 +169,7 @@ pub fn run(a: &AuthCost) -> Result<AuthCostResult, LabError> {
             RateRow { path: "rudp", msgs_per_s: median(plain_r), missing: missing[1] },
             RateRow { path: "rudp+mac", msgs_per_s: median(mac_r), missing: missing[2] },
         ],
-        mac_throughput_ratio: (median(ratios) * 1000.0).round() / 1000.0,
+        mac_throughput_ratio: round3(median(ratios)),
     })
 }
 

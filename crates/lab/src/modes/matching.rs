@@ -12,6 +12,7 @@
 //! The figure that matters is the ratio of each cost with many unrelated
 //! subscriptions to the same cost with few: flat means near 1.
 
+use crate::output::report::median;
 use crate::LabError;
 use std::hint::black_box;
 use std::time::Instant;
@@ -57,11 +58,6 @@ fn per_call(n: u32, mut f: impl FnMut(u32)) -> f64 {
         f(i);
     }
     t.elapsed().as_nanos() as f64 / f64::from(n)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Measures each size in `sizes`, `rounds` interleaved rounds of `n`

@@ -250,9 +250,8 @@ impl ThroughputRow {
     /// row when it beat a raw-ring floor (kernel sockets are a baseline
     /// AF_XDP is built to beat).
     pub fn with_floor(&mut self, floor: &ThroughputRow) {
-        let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
         self.floor_msgs_per_s = Some(floor.msgs_per_s);
-        let ratio = r3(self.msgs_per_s / floor.msgs_per_s.max(1.0));
+        let ratio = round3(self.msgs_per_s / floor.msgs_per_s.max(1.0));
         self.ratio = Some(ratio);
         if floor.probe.as_deref() == Some("raw_ring_throughput") && ratio > THROUGHPUT_BEATEN {
             self.floor_beaten = mark_beaten();
@@ -272,7 +271,7 @@ impl ThroughputRow {
     /// Records this row's share of the line-transfer limit at its size,
     /// without judging it (a single measurement each, not interleaved).
     pub fn line_share(&mut self, limit: &ThroughputRow) -> f64 {
-        let share = (self.msgs_per_s / limit.msgs_per_s.max(1.0) * 1000.0).round() / 1000.0;
+        let share = round3(self.msgs_per_s / limit.msgs_per_s.max(1.0));
         self.of_line_limit = Some(share);
         share
     }
@@ -305,12 +304,17 @@ fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
 
+/// `x` rounded to 3 decimals, as the lab prints ratios.
+pub fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
 /// `a / b` rounded to 3 decimals (0 when b is 0).
 pub fn ratio(a: u64, b: u64) -> f64 {
     if b == 0 {
         0.0
     } else {
-        (a as f64 / b as f64 * 1000.0).round() / 1000.0
+        round3(a as f64 / b as f64)
     }
 }
 
