@@ -282,8 +282,7 @@ pub(crate) fn ring_sink(path: &Path, cpu: usize) -> Result<String, LabError> {
     let (mut count, mut lost, mut expect) = (0u64, 0u64, 0u64);
     let mut first: Option<Instant> = None;
     let mut done = false;
-    let mut idle = 0u32;
-    let mut idle_since = Instant::now();
+    let mut watch = super::IdleWatch::default();
     while !done {
         let got = rx.try_pop(|b| {
             let seq = stamp::seq(b).unwrap_or(0);
@@ -296,20 +295,11 @@ pub(crate) fn ring_sink(path: &Path, cpu: usize) -> Result<String, LabError> {
             count += 1;
         });
         if got {
-            if idle != 0 {
-                idle = 0;
-                if first.is_none() {
-                    first = Some(Instant::now());
-                }
+            if watch.busy() && first.is_none() {
+                first = Some(Instant::now());
             }
         } else {
-            std::hint::spin_loop();
-            idle = idle.wrapping_add(1);
-            if idle == 1 {
-                idle_since = Instant::now();
-            } else if idle % 4096 == 0 && idle_since.elapsed() > IDLE_LIMIT {
-                return Err(LabError::Timeout("no ring data for 30 s".into()));
-            }
+            watch.idle("ring data")?;
         }
     }
     Ok(super::sink_report(count, lost, first))
@@ -364,8 +354,7 @@ pub(crate) fn ring_oneway_sink(path: &Path, cpu: usize, expected: u64, pauses: &
     let mut samples = Samples::with_capacity(expected as usize + 1024);
     let mut recorder = PauseRecorder::new(monotonic_ns());
     let mut done = false;
-    let mut last_data = Instant::now();
-    let mut idle = 0u32;
+    let mut watch = super::IdleWatch::default();
     while !done {
         let got = rx.try_pop(|b| {
             if stamp::seq(b) == Some(STOP) {
@@ -376,14 +365,9 @@ pub(crate) fn ring_oneway_sink(path: &Path, cpu: usize, expected: u64, pauses: &
         });
         recorder.tick(monotonic_ns());
         if got {
-            idle = 0;
-            last_data = Instant::now();
+            watch.busy();
         } else {
-            std::hint::spin_loop();
-            idle = idle.wrapping_add(1);
-            if idle % 4096 == 0 && last_data.elapsed() > IDLE_LIMIT {
-                return Err(LabError::Timeout("no ring data for 30 s".into()));
-            }
+            watch.idle("ring data")?;
         }
     }
     SinkReport::from_run(&samples, recorder.into_pauses(), pauses)

@@ -7,7 +7,6 @@
 
 use super::floor::{BestBatch, Trials};
 use crate::output::report::ThroughputRow;
-use crate::worker::IDLE_LIMIT;
 use crate::{spin_until, Cpus, LabError, Role, WorkerProcess};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -120,28 +119,19 @@ pub(crate) fn line_sink(path: &Path, cpu: usize, batch: u64) -> Result<String, L
     pin_current_thread(cpu)?;
     let (mut count, mut torn) = (0u64, 0u64);
     let mut first: Option<Instant> = None;
-    let mut idle_since = Instant::now();
-    let mut idle = 0u32;
+    let mut watch = super::IdleWatch::default();
     loop {
         match lines.try_read(batch) {
             Line::Read { last: STOP, .. } => break,
             Line::Read { torn: t, .. } => {
                 count += batch;
                 torn += t;
+                watch.busy();
                 if first.is_none() {
                     first = Some(Instant::now());
                 }
-                idle = 0;
             }
-            Line::Empty => {
-                std::hint::spin_loop();
-                idle = idle.wrapping_add(1);
-                if idle == 1 {
-                    idle_since = Instant::now();
-                } else if idle % 4096 == 0 && idle_since.elapsed() > IDLE_LIMIT {
-                    return Err(LabError::Timeout("no cache lines for 30 s".into()));
-                }
-            }
+            Line::Empty => watch.idle("cache lines")?,
         }
     }
     Ok(super::sink_report(count, torn, first))

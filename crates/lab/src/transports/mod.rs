@@ -70,6 +70,39 @@ impl Transport {
 }
 
 /// A sink worker's result line: what it counted, as a JSON [`ThroughputRow`].
+/// A sink's watch over its idle turns: a turn that found nothing spins
+/// once, and after [`crate::worker::IDLE_LIMIT`] of them in a row the sink
+/// gives up (the clock is read once per 4096 idle turns).
+#[derive(Debug, Default)]
+pub(crate) struct IdleWatch {
+    turns: u32,
+    since: Option<Instant>,
+}
+
+impl IdleWatch {
+    /// A turn found work; true if the turns before it were idle.
+    pub(crate) fn busy(&mut self) -> bool {
+        let was_idle = self.turns != 0;
+        self.turns = 0;
+        was_idle
+    }
+
+    /// A turn found nothing: spins once.
+    ///
+    /// # Errors
+    /// [`LabError::Timeout`] naming `what` past the limit.
+    pub(crate) fn idle(&mut self, what: &str) -> Result<(), crate::LabError> {
+        std::hint::spin_loop();
+        self.turns = self.turns.wrapping_add(1);
+        if self.turns == 1 {
+            self.since = Some(Instant::now());
+        } else if self.turns % 4096 == 0 && self.since.is_some_and(|t| t.elapsed() > crate::worker::IDLE_LIMIT) {
+            return Err(crate::LabError::Timeout(format!("no {what} for 30 s")));
+        }
+        Ok(())
+    }
+}
+
 pub(crate) fn sink_report(count: u64, lost: u64, first: Option<Instant>) -> String {
     let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
     let row = ThroughputRow {
