@@ -6,9 +6,9 @@
 //! * [`RawRing`]: a plain single-producer single-consumer index ring of fixed
 //!   slots, the textbook C design (each side caches the other's index).
 //! * [`LineStream`]: whole cache lines streamed one way, each carrying its
-//!   own sequence stamp (no index to publish): the rate at which the two
-//!   CPUs can move bytes from one to the other, the physical limit any
-//!   ring of any design is under.
+//!   own sequence stamp (no index to publish): a measure of the rate at
+//!   which the two CPUs move bytes from one to the other, the physical
+//!   reference the lab sets beside its floors.
 
 use crate::dir::Dir;
 use crate::error::ShmError;
@@ -213,12 +213,13 @@ impl RawRing {
 
 /// Cache lines streamed one way through a shared file of `lines` lines.
 ///
-/// The producer writes every word of line `i mod lines`, the last one (the
-/// stamp, `i + 1`) with release; the consumer spins on the stamp of the
-/// line it expects, reads the other seven words, and publishes how far it
-/// has read (`head`, its own line pair) every 64 lines, which the producer
-/// reads only when it would lap. One line moved per line written: nothing
-/// in any ring can move its bytes between the two CPUs faster.
+/// The producer writes line `i mod lines` whole: its first seven words in
+/// one copy, then the eighth (the stamp, `i + 1`) with release. The
+/// consumer waits until the last line of a batch is stamped, reads the
+/// first word and the stamp of each line of it, and publishes how far it
+/// has read (`head`, its own line pair) at least every 64 lines; the
+/// producer reads `head` only when it would lap. One line moved per line
+/// written, and nothing else shared.
 #[derive(Debug)]
 pub struct LineStream {
     map: MappedFile,
@@ -280,8 +281,10 @@ impl LineStream {
         let words = [value; LINE_WORDS - 1];
         // SAFETY: the line's first 56 bytes are inside the file (`lines`
         // lines checked against its length); the consumer has read this
-        // line's previous lap (`head` passed it) and reads these bytes only
-        // after the stamp below, stored with release after them. One wide
+        // line's previous lap (`head`, acquired above or earlier, passed
+        // it) and reads these bytes only after it acquires the stamp of
+        // its batch's last line, which this producer release-stores after
+        // this copy (this line's own stamp below, or a later line's). One wide
         // copy, not seven stores: fewer store-buffer entries per line, so
         // more lines in flight.
         unsafe { std::ptr::copy_nonoverlapping(words.as_ptr().cast::<u8>(), self.map.base().add(line), 56) }

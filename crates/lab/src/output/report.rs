@@ -236,7 +236,8 @@ pub struct ThroughputRow {
     pub batch: Option<u64>,
     /// This row's rate over the rate the cache-line transfer between the
     /// two CPUs allows at its message size, measured in the same run
-    /// (`transports::line_limit`): a physical limit, so never above 1.
+    /// (`transports::line_limit`): a reference, measured like the floors;
+    /// above 1.05 the row is marked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub of_line_limit: Option<f64>,
     /// Set when this row's rate beat its floor's by more than the noise

@@ -209,14 +209,12 @@ fn ring_stream(o: &FloorOptions, size: usize, batch: u64, duration: Duration) ->
     let mut msg = vec![0u8; size];
     'outer: loop {
         for _ in 0..4096 {
-            let mut spins = 0u64;
             msg[..8].copy_from_slice(&seq.to_le_bytes());
-            while !ring.try_push_every(&msg, batch) {
-                spins += 1;
-                if spins > 1 << 32 {
-                    return Err(LabError::Timeout("raw ring consumer stalled".into()));
+            if !ring.try_push_every(&msg, batch) {
+                let mut watch = super::IdleWatch::default();
+                while !ring.try_push_every(&msg, batch) {
+                    watch.idle("room in the raw ring (its consumer stalled)")?;
                 }
-                std::hint::spin_loop();
             }
             seq += 1;
         }

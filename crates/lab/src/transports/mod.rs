@@ -69,10 +69,9 @@ impl Transport {
     }
 }
 
-/// A sink worker's result line: what it counted, as a JSON [`ThroughputRow`].
 /// A sink's watch over its idle turns: a turn that found nothing spins
-/// once, and after [`crate::worker::IDLE_LIMIT`] of them in a row the sink
-/// gives up (the clock is read once per 4096 idle turns).
+/// once, and past [`crate::worker::IDLE_LIMIT`] of idle turns in a row the
+/// sink gives up (the clock is read once per 4096 idle turns).
 #[derive(Debug, Default)]
 pub(crate) struct IdleWatch {
     turns: u32,
@@ -84,25 +83,30 @@ impl IdleWatch {
     pub(crate) fn busy(&mut self) -> bool {
         let was_idle = self.turns != 0;
         self.turns = 0;
+        self.since = None;
         was_idle
     }
 
     /// A turn found nothing: spins once.
     ///
     /// # Errors
-    /// [`LabError::Timeout`] naming `what` past the limit.
+    /// [`LabError::Timeout`](crate::LabError::Timeout) naming `what` past
+    /// the limit.
     pub(crate) fn idle(&mut self, what: &str) -> Result<(), crate::LabError> {
         std::hint::spin_loop();
+        // The idle spell's start, kept until work comes (not reset when
+        // the count of turns wraps).
+        let since = *self.since.get_or_insert_with(Instant::now);
         self.turns = self.turns.wrapping_add(1);
-        if self.turns == 1 {
-            self.since = Some(Instant::now());
-        } else if self.turns % 4096 == 0 && self.since.is_some_and(|t| t.elapsed() > crate::worker::IDLE_LIMIT) {
-            return Err(crate::LabError::Timeout(format!("no {what} for 30 s")));
+        if self.turns % 4096 == 0 && since.elapsed() > crate::worker::IDLE_LIMIT {
+            let limit = crate::worker::IDLE_LIMIT.as_secs();
+            return Err(crate::LabError::Timeout(format!("no {what} for {limit} s")));
         }
         Ok(())
     }
 }
 
+/// A sink worker's result line: what it counted, as a JSON [`ThroughputRow`].
 pub(crate) fn sink_report(count: u64, lost: u64, first: Option<Instant>) -> String {
     let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
     let row = ThroughputRow {
