@@ -327,11 +327,14 @@ fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
         }
         let (f, row) = match t.transport {
             Transport::Ipc => {
-                if t.floor {
+                let f = if t.floor {
                     // The physical reference, in the same rounds.
                     lines.push(line_limit::stream(t.cpus, &t.dir, per)?);
-                }
-                (if t.floor { Some(floor::raw_ring_throughput(&fo)?) } else { None }, ipc::throughput(&o)?)
+                    Some(floor::raw_ring_throughput(&fo)?)
+                } else {
+                    None
+                };
+                (f, ipc::throughput(&o)?)
             }
             Transport::Rudp => {
                 let f = if t.floor { Some(rudp_row(rudp::raw_throughput(t.size, per, t.cpus)?, true)) } else { None };

@@ -153,21 +153,24 @@ impl<K: PartialEq + Copy> BestBatch<K> {
     }
 
     /// The batch remembered for `key`, or the fastest of `batches` by
-    /// `rate_at` (tried in turn), then remembered.
+    /// `rate_at(batch, trial)`, each tried in turn for a quarter of
+    /// `duration` (50 to 250 ms), then remembered.
     pub(crate) fn find(
         &self,
         key: K,
         batches: &[u64],
-        mut rate_at: impl FnMut(u64) -> Result<f64, LabError>,
+        duration: Duration,
+        mut rate_at: impl FnMut(u64, Duration) -> Result<f64, LabError>,
     ) -> Result<u64, LabError> {
         if let Some((k, b, _)) = &*self.lock() {
             if *k == key {
                 return Ok(*b);
             }
         }
+        let trial = (duration / 4).clamp(Duration::from_millis(50), Duration::from_millis(250));
         let mut tried = Trials::new();
         for &b in batches {
-            tried.push((b, rate_at(b)?));
+            tried.push((b, rate_at(b, trial)?));
         }
         let best = tried.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).map_or(batches[0], |t| t.0);
         *self.lock() = Some((key, best, tried));
@@ -192,8 +195,7 @@ pub fn batch_trials() -> Trials {
 /// The fastest of [`BATCHES`] for `size` on `o.cpus`: each streamed for a
 /// quarter of `o.duration` (50 to 250 ms) the first time a process asks.
 fn best_batch(o: &FloorOptions, size: usize) -> Result<u64, LabError> {
-    let trial = (o.duration / 4).clamp(Duration::from_millis(50), Duration::from_millis(250));
-    BEST_BATCH.find((size, o.cpus), &BATCHES, |b| Ok(ring_stream(o, size, b, trial)?.msgs_per_s))
+    BEST_BATCH.find((size, o.cpus), &BATCHES, o.duration, |b, trial| Ok(ring_stream(o, size, b, trial)?.msgs_per_s))
 }
 
 /// Streams `size`-byte messages through a raw ring for `duration`,

@@ -44,14 +44,14 @@ const _: () = {
 
 /// Streams cache lines for `duration` at the fastest of [`BATCHES`] (each
 /// tried for a quarter of it, 50 to 250 ms, the first time a process asks);
-/// the row's `msgs_per_s`
-/// is lines per second, `bytes_per_s` 64 times that, `size` 64.
+/// the row's `msgs_per_s` is lines per second, `bytes_per_s` 64 times
+/// that, `size` 64.
 ///
 /// # Errors
 /// Set-up failures, or a sink that stalls or does not finish.
 pub fn stream(cpus: Cpus, dir: &Path, duration: Duration) -> Result<ThroughputRow, LabError> {
-    let trial = (duration / 4).clamp(Duration::from_millis(50), Duration::from_millis(250));
-    let batch = BEST_BATCH.find(cpus, &BATCHES, |b| Ok(stream_batched(cpus, dir, trial, b)?.msgs_per_s))?;
+    let batch =
+        BEST_BATCH.find(cpus, &BATCHES, duration, |b, trial| Ok(stream_batched(cpus, dir, trial, b)?.msgs_per_s))?;
     stream_batched(cpus, dir, duration, batch)
 }
 
