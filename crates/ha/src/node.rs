@@ -1,0 +1,473 @@
+//! One member's consensus, sans I/O: raft-rs's `RawNode` over the
+//! [`LogStore`], driven by [`Node::handle_message`] (a peer's message),
+//! [`Node::handle_timeout`] (time passed in) and [`Node::propose`], and
+//! drained by [`Node::poll_transmit`] (messages for peers, encoded) and
+//! [`Node::poll_event`] (entries committed, leadership seen).
+//!
+//! [`Node::poll`] runs raft-rs's ready loop: a leader's appends go out at
+//! once (its own write runs beside them), entries and the hard state are
+//! written ahead (and synced) before any answer that depends on them, and
+//! committed entries are handed over in index order, on every member.
+
+use crate::store::LogStore;
+use crate::wal::{Wal, WalError};
+use crate::HaConfig;
+use protobuf::Message as _;
+use raft::prelude::{ConfChange, ConfChangeV2, Entry, EntryType, Message};
+use raft::{RawNode, StateRole};
+use std::collections::VecDeque;
+
+/// Why a member cannot go on, or refused a peer's message.
+#[derive(Debug, thiserror::Error)]
+pub enum HaError {
+    /// The Raft log's file.
+    #[error("Raft log: {0}")]
+    Wal(#[from] WalError),
+    /// raft-rs refused the configuration or its state.
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    /// The configuration.
+    #[error("{0}")]
+    Config(String),
+    /// A peer's message, refused and counted.
+    #[error("member {from}: {why}")]
+    Message {
+        /// The sending member.
+        from: u64,
+        /// What is wrong.
+        why: String,
+    },
+    /// The peer listener or the poller.
+    #[error("{what}: {source}")]
+    Io {
+        /// What failed.
+        what: String,
+        /// The failure.
+        source: std::io::Error,
+    },
+}
+
+/// What a member tells its application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// An entry a majority holds, in index order; on every member.
+    Committed {
+        /// Its index in the log.
+        index: u64,
+        /// The term of the leader that proposed it.
+        term: u64,
+        /// What the application proposed.
+        data: Vec<u8>,
+    },
+    /// Who leads now (0: nobody known).
+    Leader {
+        /// The leader's id.
+        id: u64,
+        /// The term.
+        term: u64,
+        /// Whether this member leads.
+        me: bool,
+    },
+    /// A proposal not taken ([`crate::Ha::propose`]'s token).
+    Refused {
+        /// The proposal's token.
+        token: u64,
+        /// The leader this member knows of (0: unknown).
+        leader: u64,
+    },
+    /// The member stopped: its log could not be written.
+    Failed(String),
+}
+
+/// Why a proposal was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// Only the leader takes proposals.
+    #[error("not the leader (leader: {leader}, 0 if unknown)")]
+    NotLeader {
+        /// The leader this member knows of.
+        leader: u64,
+    },
+}
+
+/// Counts since start.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NodeStats {
+    /// Messages from peers stepped.
+    pub messages_in: u64,
+    /// Messages for peers produced.
+    pub messages_out: u64,
+    /// Peer messages refused (undecodable, misaddressed, not a member).
+    pub messages_refused: u64,
+    /// Proposals taken.
+    pub proposals: u64,
+    /// Proposals refused (not the leader).
+    pub proposals_refused: u64,
+    /// Entries committed and handed over.
+    pub committed: u64,
+    /// Times this member became leader.
+    pub elections_won: u64,
+    /// Leader changes seen.
+    pub leader_changes: u64,
+    /// Log compactions and file rewrites.
+    pub compactions: u64,
+}
+
+/// One member.
+pub struct Node {
+    raw: RawNode<LogStore>,
+    id: u64,
+    tick_ns: u64,
+    next_tick: Option<u64>,
+    keep_entries: u64,
+    outbox: VecDeque<(u64, Vec<u8>)>,
+    events: VecDeque<Event>,
+    /// What the application has applied durably.
+    applied: u64,
+    leader: (u64, u64),
+    stats: NodeStats,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("id", &self.id).field("leader", &self.leader).finish_non_exhaustive()
+    }
+}
+
+/// raft-rs logs through slog: its warnings and errors go to `tracing`.
+struct ToTracing;
+
+impl slog::Drain for ToTracing {
+    type Ok = ();
+    type Err = slog::Never;
+    fn log(&self, r: &slog::Record<'_>, _: &slog::OwnedKVList) -> Result<(), slog::Never> {
+        match r.level() {
+            slog::Level::Critical | slog::Level::Error => tracing::error!(target: "raft", "{}", r.msg()),
+            slog::Level::Warning => tracing::warn!(target: "raft", "{}", r.msg()),
+            slog::Level::Info => tracing::debug!(target: "raft", "{}", r.msg()),
+            _ => tracing::trace!(target: "raft", "{}", r.msg()),
+        }
+        Ok(())
+    }
+}
+
+impl Node {
+    /// Opens the member's log (replaying it) and its raft-rs node.
+    ///
+    /// # Errors
+    /// [`HaError::Config`] for a bad configuration or an application that
+    /// applied less than the log has compacted; [`HaError::Wal`];
+    /// [`HaError::Raft`].
+    pub fn open(cfg: &HaConfig) -> Result<Self, HaError> {
+        cfg.validate().map_err(HaError::Config)?;
+        let (wal, replayed) = Wal::open(&cfg.dir, cfg.sync)?;
+        let members: Vec<u64> = cfg.members.keys().copied().collect();
+        let mut store = LogStore::new(wal, replayed, &members);
+        store.persist()?;
+        if cfg.applied < store.compacted() {
+            return Err(HaError::Config(format!(
+                "the application applied up to {}, but the Raft log in {} starts after {}: it needs a snapshot",
+                cfg.applied,
+                cfg.dir.display(),
+                store.compacted()
+            )));
+        }
+        let applied = cfg.applied.min(store.hard_state().commit).max(store.compacted());
+        let rc = raft::Config {
+            id: cfg.id,
+            election_tick: cfg.election_ticks,
+            heartbeat_tick: cfg.heartbeat_ticks,
+            applied,
+            max_size_per_msg: cfg.max_append,
+            max_inflight_msgs: cfg.max_inflight,
+            check_quorum: true,
+            pre_vote: true,
+            ..Default::default()
+        };
+        rc.validate()?;
+        let logger = slog::Logger::root(ToTracing, slog::o!("member" => cfg.id));
+        let raw = RawNode::new(&rc, store, &logger)?;
+        Ok(Self {
+            raw,
+            id: cfg.id,
+            tick_ns: cfg.tick.as_nanos() as u64,
+            next_tick: None,
+            keep_entries: cfg.keep_entries,
+            outbox: VecDeque::new(),
+            events: VecDeque::new(),
+            applied,
+            leader: (0, 0),
+            stats: NodeStats::default(),
+        })
+    }
+
+    /// This member's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// A message from member `from` (its encoded bytes).
+    ///
+    /// # Errors
+    /// [`HaError::Message`] (counted) if it does not decode, is not from
+    /// `from` or not for this member, or raft-rs refuses it.
+    pub fn handle_message(&mut self, from: u64, bytes: &[u8]) -> Result<(), HaError> {
+        let refuse = |s: &mut Self, why: String| {
+            s.stats.messages_refused += 1;
+            Err(HaError::Message { from, why })
+        };
+        let m = match Message::parse_from_bytes(bytes) {
+            Ok(m) => m,
+            Err(e) => return refuse(self, format!("undecodable Raft message: {e}")),
+        };
+        if m.from != from || m.to != self.id {
+            return refuse(self, format!("a message from {} to {} on member {from}'s link", m.from, m.to));
+        }
+        match self.raw.step(m) {
+            Ok(()) => {
+                self.stats.messages_in += 1;
+                Ok(())
+            }
+            Err(e) => refuse(self, e.to_string()),
+        }
+    }
+
+    /// Ticks raft-rs for the time passed (`now` in ns, monotonic).
+    pub fn handle_timeout(&mut self, now: u64) {
+        let next = *self.next_tick.get_or_insert(now + self.tick_ns);
+        if now < next {
+            return;
+        }
+        // One tick per tick interval passed, at most a few after a pause
+        // (a paused member's silence is what the others measure).
+        let behind = ((now - next) / self.tick_ns + 1).min(4);
+        for _ in 0..behind {
+            self.raw.tick();
+        }
+        self.next_tick = Some(now.max(next) + self.tick_ns);
+    }
+
+    /// When [`Node::handle_timeout`] next has work (ns).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.next_tick
+    }
+
+    /// Proposes `data` as the next entry.
+    ///
+    /// # Errors
+    /// [`Refused::NotLeader`] on a follower or candidate.
+    pub fn propose(&mut self, data: Vec<u8>) -> Result<(), Refused> {
+        if self.raw.raft.state != StateRole::Leader {
+            self.stats.proposals_refused += 1;
+            return Err(Refused::NotLeader { leader: self.raw.raft.leader_id });
+        }
+        match self.raw.propose(Vec::new(), data) {
+            Ok(()) => {
+                self.stats.proposals += 1;
+                Ok(())
+            }
+            Err(_) => {
+                self.stats.proposals_refused += 1;
+                Err(Refused::NotLeader { leader: self.raw.raft.leader_id })
+            }
+        }
+    }
+
+    /// Proposes adding (`add`) or removing a voting member.
+    ///
+    /// # Errors
+    /// [`Refused::NotLeader`], or raft-rs refusing a second change while
+    /// one is pending (also `NotLeader`, with this member as leader).
+    pub fn propose_member(&mut self, id: u64, add: bool) -> Result<(), Refused> {
+        let mut cc = ConfChange { node_id: id, ..Default::default() };
+        cc.set_change_type(if add {
+            raft::prelude::ConfChangeType::AddNode
+        } else {
+            raft::prelude::ConfChangeType::RemoveNode
+        });
+        let leader = self.raw.raft.leader_id;
+        if self.raw.raft.state != StateRole::Leader {
+            return Err(Refused::NotLeader { leader });
+        }
+        self.raw.propose_conf_change(Vec::new(), cc).map_err(|_| Refused::NotLeader { leader })
+    }
+
+    /// The application has applied, durably, every entry up to `index`:
+    /// the log may drop what every member has up to there.
+    pub fn set_applied(&mut self, index: u64) {
+        self.applied = self.applied.max(index);
+    }
+
+    /// Runs raft-rs's ready loop until it has nothing: writes ahead, queues
+    /// messages and events.
+    ///
+    /// # Errors
+    /// [`HaError::Wal`]: the log could not be written; the member must
+    /// stop (its answers would promise what it may not hold).
+    pub fn poll(&mut self) -> Result<(), HaError> {
+        while self.raw.has_ready() {
+            let mut ready = self.raw.ready();
+            if let Some(ss) = ready.ss() {
+                let (id, me) = (ss.leader_id, ss.raft_state == StateRole::Leader);
+                self.note_leader(id, me);
+            }
+            self.send(ready.take_messages());
+            if !ready.snapshot().is_empty() {
+                // Members never send snapshots (the store refuses them).
+                tracing::error!(member = self.id, "Raft: a snapshot arrived, which this version does not install");
+            }
+            let committed = ready.take_committed_entries();
+            self.commit(committed)?;
+            let store = self.raw.mut_store();
+            store.append(ready.entries());
+            if let Some(hs) = ready.hs() {
+                store.set_hard_state(hs);
+            }
+            store.persist()?;
+            self.send(ready.take_persisted_messages());
+            let mut light = self.raw.advance(ready);
+            if let Some(commit) = light.commit_index() {
+                self.raw.mut_store().set_commit(commit);
+            }
+            self.send(light.take_messages());
+            let committed = light.take_committed_entries();
+            self.commit(committed)?;
+            self.raw.advance_apply();
+        }
+        Ok(())
+    }
+
+    fn note_leader(&mut self, id: u64, me: bool) {
+        let term = self.raw.raft.term;
+        if (id, term) != self.leader {
+            if id != self.leader.0 {
+                self.stats.leader_changes += 1;
+                if me {
+                    self.stats.elections_won += 1;
+                }
+                tracing::info!(member = self.id, leader = id, term, "Raft: leader");
+            }
+            self.leader = (id, term);
+            self.events.push_back(Event::Leader { id, term, me });
+        }
+    }
+
+    fn send(&mut self, msgs: Vec<Message>) {
+        for m in msgs {
+            match m.write_to_bytes() {
+                Ok(b) => {
+                    self.stats.messages_out += 1;
+                    self.outbox.push_back((m.to, b));
+                }
+                Err(e) => tracing::error!(error = %e, "Raft message not encoded"),
+            }
+        }
+    }
+
+    fn commit(&mut self, entries: Vec<Entry>) -> Result<(), HaError> {
+        for mut e in entries {
+            match e.get_entry_type() {
+                EntryType::EntryNormal if !e.data.is_empty() => {
+                    self.stats.committed += 1;
+                    self.events.push_back(Event::Committed {
+                        index: e.index,
+                        term: e.term,
+                        data: e.take_data().to_vec(),
+                    });
+                }
+                EntryType::EntryNormal => {}
+                EntryType::EntryConfChange => {
+                    let cc = ConfChange::parse_from_bytes(&e.data).map_err(|e| HaError::Config(e.to_string()))?;
+                    let cs = self.raw.apply_conf_change(&cc)?;
+                    self.raw.mut_store().set_members(&cs);
+                    tracing::info!(member = self.id, voters = ?cs.voters, "Raft: members changed");
+                }
+                EntryType::EntryConfChangeV2 => {
+                    let cc = ConfChangeV2::parse_from_bytes(&e.data).map_err(|e| HaError::Config(e.to_string()))?;
+                    let cs = self.raw.apply_conf_change(&cc)?;
+                    self.raw.mut_store().set_members(&cs);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The next message for a peer: (member id, encoded message).
+    pub fn poll_transmit(&mut self) -> Option<(u64, Vec<u8>)> {
+        self.outbox.pop_front()
+    }
+
+    /// The next event for the application.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// A peer could not be reached: raft-rs probes it again rather than
+    /// streaming appends into the void.
+    pub fn report_unreachable(&mut self, id: u64) {
+        self.raw.report_unreachable(id);
+    }
+
+    /// Drops log entries no longer needed: up to what the application has
+    /// applied and (on a leader) every member has, keeping
+    /// `keep_entries` on a follower. Returns entries dropped.
+    ///
+    /// # Errors
+    /// [`HaError::Wal`] from the file's rewrite.
+    pub fn compact(&mut self) -> Result<u64, HaError> {
+        let mut to = self.applied.min(self.raw.raft.raft_log.committed);
+        if self.raw.raft.state == StateRole::Leader {
+            let least = self.raw.raft.prs().iter().map(|(_, p)| p.matched).min().unwrap_or(0);
+            to = to.min(least);
+        } else {
+            to = to.saturating_sub(self.keep_entries);
+        }
+        let before = self.raw.store().compacted();
+        if to <= before {
+            return Ok(0);
+        }
+        self.raw.mut_store().compact(to)?;
+        self.stats.compactions += 1;
+        Ok(to - before)
+    }
+
+    /// Counts since start.
+    pub fn stats(&self) -> NodeStats {
+        self.stats
+    }
+
+    /// The member's view of its group, for `tickwire router status`.
+    pub fn status(&self) -> crate::HaStatus {
+        let r = &self.raw.raft;
+        let leader = r.state == StateRole::Leader;
+        let store = self.raw.store();
+        let members = store
+            .members()
+            .voters
+            .iter()
+            .map(|&id| {
+                let matched = if leader { r.prs().get(id).map(|p| p.matched) } else { None };
+                crate::MemberStatus { id, matched, lag: matched.map(|m| r.raft_log.last_index().saturating_sub(m)) }
+            })
+            .collect();
+        let (entries, entry_bytes) = store.held();
+        crate::HaStatus {
+            id: self.id,
+            role: format!("{:?}", r.state).to_lowercase(),
+            leader: r.leader_id,
+            term: r.term,
+            commit: r.raft_log.committed,
+            last: r.raft_log.last_index(),
+            applied: self.applied,
+            compacted: store.compacted(),
+            log_entries: entries as u64,
+            log_bytes: entry_bytes,
+            wal_bytes: store.wal().bytes(),
+            wal_syncs: store.wal().syncs(),
+            snapshots_refused: store.snapshots_refused(),
+            members,
+            stats: self.stats,
+            links: crate::PeerStats::default(),
+        }
+    }
+}

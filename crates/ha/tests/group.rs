@@ -1,0 +1,206 @@
+//! Three members on loopback: one leader, one history, fail-over, no
+//! commit without a majority, hostile peers refused.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tickwire_ha::{Event, Ha, HaConfig};
+
+struct Group {
+    name: String,
+    members: BTreeMap<u64, SocketAddr>,
+    dir: PathBuf,
+    running: BTreeMap<u64, Ha>,
+    /// Every committed (index, data) each member handed over, in order.
+    seen: BTreeMap<u64, Vec<(u64, Vec<u8>)>>,
+}
+
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+impl Group {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("tw-ha-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let members = (1..=3).map(|id| (id, free_port())).collect();
+        let mut g = Self { name: name.into(), members, dir, running: BTreeMap::new(), seen: BTreeMap::new() };
+        for id in 1..=3 {
+            g.start(id);
+        }
+        g
+    }
+
+    fn start(&mut self, id: u64) {
+        let mut cfg = HaConfig::new(&self.name, id, self.members.clone(), self.dir.join(id.to_string()));
+        cfg.sync = false;
+        // Restarted members hand over again what they had applied: this
+        // test keeps no state machine, so it starts from nothing.
+        self.seen.insert(id, Vec::new());
+        self.running.insert(id, Ha::start(cfg).unwrap());
+    }
+
+    fn stop(&mut self, id: u64) {
+        self.running.remove(&id);
+    }
+
+    /// Takes every member's events for `d`; returns the leader last seen.
+    fn pump(&mut self, d: Duration) -> Option<u64> {
+        let end = Instant::now() + d;
+        let mut leader = None;
+        while Instant::now() < end {
+            let mut any = false;
+            for (&id, ha) in &self.running {
+                while let Some(ev) = ha.try_event() {
+                    any = true;
+                    match ev {
+                        Event::Committed { index, data, .. } => {
+                            self.seen.get_mut(&id).unwrap().push((index, data));
+                            ha.applied(index);
+                        }
+                        Event::Leader { me: true, .. } => leader = Some(id),
+                        Event::Failed(e) => panic!("member {id} failed: {e}"),
+                        _ => {}
+                    }
+                }
+            }
+            if !any {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        leader
+    }
+
+    fn leader(&mut self, within: Duration) -> u64 {
+        let end = Instant::now() + within;
+        while Instant::now() < end {
+            self.pump(Duration::from_millis(10));
+            let leaders: Vec<u64> =
+                self.running.iter().filter(|(_, h)| h.status().role == "leader").map(|(&id, _)| id).collect();
+            if let [one] = leaders[..] {
+                return one;
+            }
+        }
+        panic!("no single leader within {within:?}: {:?}", self.running.values().map(Ha::status).collect::<Vec<_>>());
+    }
+
+    fn wait_committed(&mut self, id: u64, n: usize, within: Duration) {
+        let end = Instant::now() + within;
+        while self.seen[&id].len() < n {
+            assert!(Instant::now() < end, "member {id} has {} of {n} committed", self.seen[&id].len());
+            self.pump(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.running.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn data(i: u32) -> Vec<u8> {
+    format!("entry {i}").into_bytes()
+}
+
+#[test]
+fn three_members_elect_one_leader_and_commit_one_history() {
+    let mut g = Group::new("one-history");
+    let leader = g.leader(Duration::from_secs(5));
+    for i in 0..1000 {
+        g.running[&leader].propose(u64::from(i), data(i));
+    }
+    for id in 1..=3 {
+        g.wait_committed(id, 1000, Duration::from_secs(10));
+    }
+    let history: Vec<Vec<u8>> = g.seen[&leader].iter().map(|(_, d)| d.clone()).collect();
+    assert_eq!(history, (0..1000).map(data).collect::<Vec<_>>());
+    assert_eq!(g.seen[&1], g.seen[&2]);
+    assert_eq!(g.seen[&2], g.seen[&3]);
+    // A follower refuses proposals and names the leader.
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    g.running[&follower].propose(99, b"x".to_vec());
+    let end = Instant::now() + Duration::from_secs(2);
+    loop {
+        match g.running[&follower].wait_event(Duration::from_millis(100)) {
+            Some(Event::Refused { token: 99, leader: l }) => {
+                assert_eq!(l, leader);
+                break;
+            }
+            _ => assert!(Instant::now() < end, "no refusal"),
+        }
+    }
+}
+
+#[test]
+fn a_killed_leader_is_replaced_within_a_second_and_catches_up_when_back() {
+    let mut g = Group::new("fail-over");
+    let first = g.leader(Duration::from_secs(5));
+    for i in 0..100 {
+        g.running[&first].propose(0, data(i));
+    }
+    for id in 1..=3 {
+        g.wait_committed(id, 100, Duration::from_secs(10));
+    }
+    let t = Instant::now();
+    g.stop(first);
+    let second = g.leader(Duration::from_secs(3));
+    let fail_over = t.elapsed();
+    assert_ne!(second, first);
+    assert!(fail_over < Duration::from_secs(1), "fail-over took {fail_over:?}");
+    for i in 100..200 {
+        g.running[&second].propose(0, data(i));
+    }
+    let other = (1..=3).find(|&id| id != first && id != second).unwrap();
+    g.wait_committed(second, 200, Duration::from_secs(10));
+    g.wait_committed(other, 200, Duration::from_secs(10));
+    // Back, from its own log: it hands over the whole history again.
+    g.start(first);
+    g.wait_committed(first, 200, Duration::from_secs(10));
+    let history: Vec<Vec<u8>> = g.seen[&first].iter().map(|(_, d)| d.clone()).collect();
+    assert_eq!(history, (0..200).map(data).collect::<Vec<_>>());
+    assert_eq!(g.seen[&first], g.seen[&second]);
+}
+
+#[test]
+fn a_leader_without_a_majority_commits_nothing_and_steps_down() {
+    let mut g = Group::new("minority");
+    let leader = g.leader(Duration::from_secs(5));
+    for id in (1..=3).filter(|&id| id != leader) {
+        g.stop(id);
+    }
+    g.running[&leader].propose(0, b"never".to_vec());
+    let t = Instant::now();
+    while g.running[&leader].status().role == "leader" {
+        assert!(t.elapsed() < Duration::from_secs(2), "still leading alone");
+        g.pump(Duration::from_millis(10));
+    }
+    g.pump(Duration::from_millis(300));
+    assert!(g.seen[&leader].is_empty(), "committed without a majority: {:?}", g.seen[&leader]);
+}
+
+#[test]
+fn hostile_peers_are_refused_and_counted() {
+    let mut g = Group::new("hostile");
+    let leader = g.leader(Duration::from_secs(5));
+    let addr = g.members[&leader];
+    // Another group's HELLO; garbage; a length past the limit; silence.
+    let mut hello = Vec::new();
+    tickwire_ha::peer::Hello { from: 2, to: leader, group: "elsewhere" }.emit(&mut hello);
+    let frames: [&[u8]; 3] = [&hello, &[5, 0, 0, 0, 9, 9, 9, 9, 9], &[0xff, 0xff, 0xff, 0x7f]];
+    for f in frames {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(f).unwrap();
+    }
+    let t = Instant::now();
+    while g.running[&leader].status().links.refused < 3 {
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", g.running[&leader].status().links);
+        g.pump(Duration::from_millis(10));
+    }
+    // Still one group, still committing.
+    g.running[&leader].propose(0, b"after".to_vec());
+    g.wait_committed(leader, 1, Duration::from_secs(5));
+}
