@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO_ENV := if [ -f $$HOME/.cargo/env ]; then . $$HOME/.cargo/env; fi;
 
-.PHONY: setup build demo test bench crash fuzz clean fresh-check loom hostile nats-bench nats-lab install-c python python-test
+.PHONY: setup build demo test bench crash ha fuzz clean fresh-check loom hostile nats-bench nats-lab install-c python python-test
 
 setup:
 	@./scripts/setup.sh
@@ -36,6 +36,11 @@ crash: setup
 	@$(CARGO_ENV) TICKWIRE_CRASH_CYCLES=100 cargo test --release -p tickwire-cli --test crash -- --nocapture
 	@$(CARGO_ENV) TICKWIRE_CRASH_CYCLES=30 TICKWIRE_CRASH_SYNC=fsync cargo test --release -p tickwire-cli --test crash -- --nocapture
 	@$(CARGO_ENV) TICKWIRE_QUEUE_KILLS=20 TICKWIRE_QUEUE_ROUTER_KILLS=5 cargo test --release -p tickwire-cli --test durable_queue -- --nocapture
+
+# A high-availability group of three routers: its leader kill -9'd 20
+# times under load (make test: 5), printing fail-over times.
+ha: setup
+	@$(CARGO_ENV) TICKWIRE_HA_CYCLES=20 cargo test --release -p tickwire-cli --test ha -- --nocapture
 
 # The router against hostile and broken clients, with the figures each
 # test prints (make test runs the same tests, quietly): deadlines before

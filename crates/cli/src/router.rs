@@ -67,6 +67,15 @@ pub struct RouterArgs {
     /// With --journal: start despite damage before the journal's tail (the damaged records are skipped and reported).
     #[arg(long)]
     journal_skip_corrupt: bool,
+    /// Join the high-availability group NAME ([router.ha] group): guaranteed delivery replicated over Raft; needs --journal, --ha-node and --ha-peer.
+    #[arg(long, value_name = "NAME", requires_all = ["journal", "ha_node"])]
+    ha_group: Option<String>,
+    /// With --ha-group: this router's member id.
+    #[arg(long, value_name = "ID", requires = "ha_group")]
+    ha_node: Option<u64>,
+    /// With --ha-group: a member's peer address, ID=HOST:PORT, once per member (this one included).
+    #[arg(long, value_name = "ID=HOST:PORT", requires = "ha_group")]
+    ha_peer: Vec<String>,
     /// Check the config file (FILE, or the one `tickwire router` would read) and exit: 0 if a router
     /// would start with it, else the file, line and key at fault.
     #[arg(long, value_name = "FILE", num_args = 0..=1)]
@@ -140,6 +149,48 @@ fn journal_status(j: &tickwire_router::status::JournalStatus) {
     }
 }
 
+/// The group's lines of `tickwire router status`.
+fn ha_status(h: &tickwire_router::status::HaGroupStatus) {
+    let g = &h.group;
+    let r = &h.replication;
+    println!(
+        "ha group: member {} is {} (leader {}, term {}); commit {}, last {}, applied {}; log {} entries ({} bytes), \
+         write-ahead file {} bytes, {} syncs",
+        g.id,
+        g.role,
+        g.leader,
+        g.term,
+        g.commit,
+        g.last,
+        g.applied,
+        g.log_entries,
+        g.log_bytes,
+        g.wal_bytes,
+        g.wal_syncs
+    );
+    println!(
+        "ha: {} leader changes ({} won here), {} entries proposed ({} publishes), {} applied ({} resends), \
+         {} sessions sent to the leader, {} peer messages refused, {} links refused, {} snapshots needed",
+        g.stats.leader_changes,
+        g.stats.elections_won,
+        r.proposed,
+        r.publishes_proposed,
+        r.applied,
+        r.duplicates,
+        r.not_leader,
+        g.stats.messages_refused,
+        g.links.refused,
+        g.snapshots_refused
+    );
+    for m in &g.members {
+        let lag = match (m.matched, m.lag) {
+            (Some(matched), Some(lag)) => format!("holds up to {matched} (lag {lag})"),
+            _ => "(known on the leader)".into(),
+        };
+        println!("ha member {}{}: {lag}", m.id, if m.id == g.id { " (this router)" } else { "" });
+    }
+}
+
 /// `tickwire router status`.
 fn status(s: &Settings, json: bool) -> Result<(), String> {
     let st = tickwire_router::status::read(&s.dir).map_err(|e| e.to_string())?;
@@ -162,6 +213,9 @@ fn status(s: &Settings, json: bool) -> Result<(), String> {
     );
     if let Some(j) = &st.journal {
         journal_status(j);
+        if let Some(h) = &j.ha {
+            ha_status(h);
+        }
     }
     if st.clients.is_empty() {
         return Ok(());
@@ -332,6 +386,18 @@ fn config(s: &Settings, a: &RouterArgs) -> Result<RouterConfig, String> {
             t.sync.clone_from(sync);
         }
         t.skip_corrupt |= a.journal_skip_corrupt;
+    }
+    if let Some(group) = &a.ha_group {
+        let t = cfg.ha.get_or_insert_with(tickwire_router::config::HaTable::default);
+        t.group.clone_from(group);
+    }
+    if let Some(t) = &mut cfg.ha {
+        if let Some(node) = a.ha_node {
+            t.node = node;
+        }
+        if !a.ha_peer.is_empty() {
+            t.peers.clone_from(&a.ha_peer);
+        }
     }
     cfg.users = match &s.users {
         Some((path, value)) => RouterConfig::users_from(value.clone(), path).map_err(located)?,

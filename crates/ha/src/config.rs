@@ -35,8 +35,11 @@ pub struct HaConfig {
     /// Appends in flight to one member.
     pub max_inflight: usize,
     /// The highest index the application had applied, durably, when it
-    /// started: entries committed after it are handed over again.
-    pub applied: u64,
+    /// started: entries committed after it are handed over again. `None`:
+    /// from the log's compaction point (an application that applies
+    /// idempotently, and has durably applied everything compacted: the
+    /// log compacts only what [`crate::Ha::applied`] reported).
+    pub applied: Option<u64>,
     /// Entries a follower keeps behind what it applied, for the members it
     /// may lead one day (a leader keeps what any member still lacks).
     pub keep_entries: u64,
@@ -57,7 +60,7 @@ impl HaConfig {
             heartbeat_ticks: 3,
             max_append: 1 << 20,
             max_inflight: 256,
-            applied: 0,
+            applied: None,
             keep_entries: 100_000,
         }
     }

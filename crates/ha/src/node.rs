@@ -67,6 +67,10 @@ pub enum Event {
         term: u64,
         /// Whether this member leads.
         me: bool,
+        /// The log's last index when this member saw it: a new leader's
+        /// log holds every entry any earlier leader committed, all at or
+        /// below this.
+        last: u64,
     },
     /// A proposal not taken ([`crate::Ha::propose`]'s token).
     Refused {
@@ -164,15 +168,17 @@ impl Node {
         let members: Vec<u64> = cfg.members.keys().copied().collect();
         let mut store = LogStore::new(wal, replayed, &members);
         store.persist()?;
-        if cfg.applied < store.compacted() {
-            return Err(HaError::Config(format!(
-                "the application applied up to {}, but the Raft log in {} starts after {}: it needs a snapshot",
-                cfg.applied,
-                cfg.dir.display(),
-                store.compacted()
-            )));
-        }
-        let applied = cfg.applied.min(store.hard_state().commit).max(store.compacted());
+        let applied = match cfg.applied {
+            Some(a) if a < store.compacted() => {
+                return Err(HaError::Config(format!(
+                    "the application applied up to {a}, but the Raft log in {} starts after {}: it needs a snapshot",
+                    cfg.dir.display(),
+                    store.compacted()
+                )))
+            }
+            Some(a) => a.min(store.hard_state().commit),
+            None => store.compacted(),
+        };
         let rc = raft::Config {
             id: cfg.id,
             election_tick: cfg.election_ticks,
@@ -348,7 +354,8 @@ impl Node {
                 tracing::info!(member = self.id, leader = id, term, "Raft: leader");
             }
             self.leader = (id, term);
-            self.events.push_back(Event::Leader { id, term, me });
+            let last = self.raw.raft.raft_log.last_index();
+            self.events.push_back(Event::Leader { id, term, me, last });
         }
     }
 

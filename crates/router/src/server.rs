@@ -31,6 +31,7 @@ use crate::ipc_login::{IpcLogin, Request, SOCKET_FILE};
 use crate::lock::LOCK_FILE;
 use crate::metrics::MetricsServer;
 use crate::peers::{link, Peers};
+use crate::routing::replicated::Replication;
 use crate::routing::Router;
 use crate::status::{RouterStatus, StatusWriter, STATUS_FILE};
 use std::collections::HashSet;
@@ -81,6 +82,10 @@ pub enum StartError {
     /// The journal cannot be opened (damage, a lock, I/O).
     #[error(transparent)]
     Journal(#[from] tickwire_journal::JournalError),
+    /// The high-availability group cannot be joined (its log, its
+    /// listener).
+    #[error("high-availability group: {0}")]
+    Ha(#[from] tickwire_ha::HaError),
     /// The TLS certificate or key is unusable.
     #[error("[router.tls] {0}")]
     Tls(#[from] TlsError),
@@ -189,14 +194,25 @@ impl Server {
                     Some(_) => tracing::warn!("journal {}: {recovery}", t.dir.display()),
                     None => tracing::info!("journal {}: {recovery}", t.dir.display()),
                 }
-                Some(g)
+                let ha = match &cfg.ha {
+                    Some(h) => {
+                        let hc = h.to_config(&t.dir, t.sync != "os")?;
+                        tracing::info!(group = %hc.group, member = hc.id, members = hc.members.len(), "joining the high-availability group");
+                        Some(Replication::start(hc)?)
+                    }
+                    None => None,
+                };
+                Some((g, ha))
             }
             None => None,
         };
         let (mut agents, controls, gone) =
             Self::agents(&cfg, &ctx, Arc::clone(&users)).map_err(|e| io(Path::new("router threads"), e))?;
-        if let (Some(g), Some(a)) = (guaranteed, agents.first_mut()) {
+        if let (Some((g, ha)), Some(a)) = (guaranteed, agents.first_mut()) {
             a.router.set_guaranteed(g);
+            if let Some(r) = ha {
+                a.router.set_replication(r);
+            }
         }
         let shared: Vec<_> = agents.iter().map(|a| Arc::clone(&a.shared)).collect();
         let metrics = match cfg.metrics_addr()? {

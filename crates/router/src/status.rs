@@ -82,6 +82,15 @@ pub struct RouterStatus {
     pub journal: Option<JournalStatus>,
 }
 
+/// A high-availability group as one member sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct HaGroupStatus {
+    /// The member's consensus: role, leader, term, commit, each member's lag.
+    pub group: tickwire_ha::HaStatus,
+    /// The router's replication counts.
+    pub replication: crate::routing::replicated::ReplicationStats,
+}
+
 /// The journal and its durable subscriptions, in the file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct JournalStatus {
@@ -119,6 +128,9 @@ pub struct JournalStatus {
     pub publishers: Vec<PublisherStatus>,
     /// Each durable subscription.
     pub durables: Vec<DurableStatus>,
+    /// The high-availability group, if this router is a member.
+    #[serde(default)]
+    pub ha: Option<HaGroupStatus>,
 }
 
 /// One guaranteed publisher, in the file.

@@ -315,6 +315,10 @@ pub enum RejectCode {
     Limit = 7,
     /// A request no subscription wanted: nobody will answer it.
     NoResponders = 8,
+    /// This router is not its high-availability group's leader: guaranteed
+    /// publishes and durable subscriptions go to the leader (a client
+    /// with the group's URL list tries the next).
+    NotLeader = 9,
     /// Anything else (an unknown code read from a peer).
     Other = 255,
 }
@@ -333,6 +337,7 @@ impl RejectCode {
             6 => Shutdown,
             7 => Limit,
             8 => NoResponders,
+            9 => NotLeader,
             _ => Other,
         }
     }

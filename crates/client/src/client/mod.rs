@@ -29,7 +29,11 @@ pub(crate) enum State {
 
 /// A connection to a router that survives the router's restarts.
 pub struct Client {
+    /// The router connected to (or tried next).
     uri: RouterUri,
+    /// A high-availability group's routers (`uri` among them), tried in
+    /// turn after each lost connection; empty for one router.
+    group: Vec<RouterUri>,
     pub(crate) opts: ClientOptions,
     ctx: Option<Context>,
     tls: Option<std::sync::Arc<tickwire_transport::tls::ClientConfig>>,
@@ -110,9 +114,13 @@ impl Drop for Client {
 
 impl Client {
     /// Starts connecting to the router at `uri` (`ipc`, `tcp://HOST:PORT`
-    /// or `tls://HOST:PORT`). Returns at once: [`Client::poll`] (or
-    /// [`Client::wait_connected`]) completes the connection, now or when
-    /// the router comes.
+    /// or `tls://HOST:PORT`), or to a high-availability group's routers
+    /// given as a comma-separated list of `tcp://` (or of `tls://`) URIs:
+    /// after each lost connection the next is tried, so guaranteed
+    /// publishes and durable subscriptions find the leader (a follower
+    /// closes their session with `NotLeader`). Returns at once:
+    /// [`Client::poll`] (or [`Client::wait_connected`]) completes the
+    /// connection, now or when the router comes.
     ///
     /// # Errors
     /// [`ClientError::Uri`] for a bad URI, [`ClientError::Shm`] if the
@@ -121,7 +129,22 @@ impl Client {
     /// unreadable, or a key others may read); [`ClientError::Topic`] for a
     /// `guaranteed_topics` pattern that breaks the topic rules.
     pub fn connect(uri: &str, opts: ClientOptions) -> Result<Self, ClientError> {
-        let uri: RouterUri = uri.parse()?;
+        let group: Vec<RouterUri> = if uri.contains(',') {
+            let group = uri.split(',').map(|u| u.trim().parse()).collect::<Result<Vec<RouterUri>, _>>()?;
+            let tls = group.iter().filter(|u| matches!(u, RouterUri::Tls { .. })).count();
+            if group.contains(&RouterUri::Ipc) || (tls != 0 && tls != group.len()) {
+                return Err(ClientError::Uri(format!(
+                    "{uri}: a group's routers are all tcp:// or all tls:// (shared memory reaches one router)"
+                )));
+            }
+            group
+        } else {
+            Vec::new()
+        };
+        let uri: RouterUri = match group.first() {
+            Some(u) => u.clone(),
+            None => uri.parse()?,
+        };
         let guaranteed_topics = opts.guaranteed_topics.iter().map(|p| Pattern::parse(p)).collect::<Result<_, _>>()?;
         let ctx = match uri {
             RouterUri::Ipc => Some(match Context::new(&opts.dir) {
@@ -154,6 +177,7 @@ impl Client {
         };
         let mut c = Self {
             uri,
+            group,
             opts,
             ctx,
             tls,
@@ -231,9 +255,16 @@ impl Client {
         self.conn.as_ref().map_or(true, Conn::is_flushed)
     }
 
-    /// Where the router is.
+    /// Where the router is (of a group: the one connected to, or tried
+    /// next).
     pub fn uri(&self) -> &RouterUri {
         &self.uri
+    }
+
+    /// A group's routers, as given to [`Client::connect`] (empty for one
+    /// router).
+    pub fn group(&self) -> &[RouterUri] {
+        &self.group
     }
 
     /// Polls until the router accepts this client.

@@ -27,6 +27,7 @@ impl Client {
 
     pub(crate) fn lose(&mut self, why: String) {
         let was = self.state;
+        self.next_in_group();
         self.outbox.restart();
         // Their inbox went with the session.
         self.requests.connection_lost();
@@ -40,6 +41,15 @@ impl Client {
             self.pending = Some(why.clone());
         }
         self.last_error = why;
+    }
+
+    /// Of a group: the next router, tried after the one just lost (the
+    /// leader may be any of them; a follower closes a guaranteed
+    /// publisher's session with `NotLeader`).
+    fn next_in_group(&mut self) {
+        if let Some(at) = self.group.iter().position(|u| *u == self.uri) {
+            self.uri = self.group[(at + 1) % self.group.len()].clone();
+        }
     }
 
     /// Moves the connection along (connect, HELLO, subscriptions).
@@ -72,7 +82,10 @@ impl Client {
                     // attaches within this too, or the attempt is over.
                     self.greeted_at = Instant::now();
                 }
-                Err(e) => self.last_error = e,
+                Err(e) => {
+                    self.last_error = e;
+                    self.next_in_group();
+                }
             }
         }
         if matches!(self.state, State::Opening | State::Greeting)

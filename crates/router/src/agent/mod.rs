@@ -283,6 +283,9 @@ impl RoutingAgent {
         for (id, why) in self.router.take_slow() {
             self.begin_close(id, why);
         }
+        for (id, why) in self.router.take_not_leader() {
+            self.close(id, &why);
+        }
         while let Some((id, why)) = self.failed.pop() {
             self.close(id, &Disconnect { code: RejectCode::Normal, reason: format!("connection failed: {why}") });
         }

@@ -44,6 +44,14 @@
 //! max_deliveries = 10             # then it goes to the topic dead/NAME
 //! sync_cpu = 1                    # the fsync thread's CPU (default: the first routing agent's, if pinned)
 //!
+//! [router.ha]                     # a high-availability group (needs [router.journal]; its Raft log in journal.dir/raft)
+//! group = "ldn"                   # the group's name
+//! node = 1                        # this router's member id
+//! peers = ["1=10.0.0.1:7400", "2=10.0.0.2:7400", "3=10.0.0.3:7400"]  # every member's peer address, this one's included
+//! tick = "10ms"                   # one Raft tick
+//! election_ticks = 15             # a leader silent this long (randomised up to twice) is replaced; one without a majority steps down
+//! heartbeat_ticks = 3             # a leader's heartbeat interval
+//!
 //! [router.limits]
 //! max_frame = 1049088             # largest client frame
 //! queue_bytes = 8388608           # per client, before the oldest deliveries are dropped (the memory its queue may take)
@@ -62,8 +70,10 @@
 //! Unknown keys are refused, naming the key, so a typo is not silently a
 //! default.
 
+mod ha;
 mod limits;
 
+pub use ha::HaTable;
 pub use limits::{descriptor_share, LimitsConfig, MAX_CONNECTIONS_CEILING, MIN_HELLO_TIMEOUT, RESERVED_DESCRIPTORS};
 
 use crate::access::{UserConfig, Users, UsersError};
@@ -124,6 +134,9 @@ pub struct RouterConfig {
     pub cache: Option<CacheTable>,
     /// The journal: guaranteed delivery and durable subscriptions.
     pub journal: Option<JournalTable>,
+    /// The high-availability group this router is a member of (needs the
+    /// journal).
+    pub ha: Option<HaTable>,
     /// The users (the file's top-level `[[users]]`, not a key of the
     /// table): none, every client is anonymous.
     #[serde(skip)]
@@ -347,6 +360,7 @@ impl Default for RouterConfig {
             tls: None,
             cache: None,
             journal: None,
+            ha: None,
             users: Vec::new(),
             metrics: None,
         }
@@ -506,6 +520,12 @@ impl RouterConfig {
             if self.agents > 1 {
                 return bad("agents", &self.agents, "1 with a journal (guaranteed delivery runs on one routing agent)");
             }
+        }
+        if let Some(h) = &self.ha {
+            let Some(j) = &self.journal else {
+                return bad("ha", &h.group, "a [router.journal] too: the group replicates guaranteed delivery");
+            };
+            h.to_config(&j.dir, j.sync != "os")?;
         }
         if let Some(c) = &self.cache {
             c.to_config()?;

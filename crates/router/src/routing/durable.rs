@@ -164,6 +164,12 @@ impl Durable {
         }
     }
 
+    /// Flags as redelivered every delivery up to `seq` (a new leader of a
+    /// group: its predecessor may have delivered them).
+    pub(super) fn flag_through(&mut self, seq: u64) {
+        self.flag_upto = self.flag_upto.max(seq);
+    }
+
     pub(super) fn restore(s: DurableState, journal: &Journal) -> Option<Self> {
         let (p, flag_upto) = s.restored(journal)?;
         let mut d = Self::new(s.name, p, s.acked, s.delivered_limit);
@@ -309,8 +315,11 @@ impl Router {
     ) -> Result<Option<(String, Pattern, u64)>, Disconnect> {
         let seq = u64::from(sid);
         let what = if queue { "durable queues" } else { "durable subscriptions" };
-        if self.guaranteed.is_none() {
+        let Some(g) = self.guaranteed.as_deref_mut() else {
             return self.reject(id, RejectCode::Unsupported, seq, &format!("{what} need a journal")).map(|()| None);
+        };
+        if let Some(r) = g.ha.as_deref_mut().filter(|r| !r.is_leader()) {
+            return Err(r.not_leader());
         }
         let name = match std::str::from_utf8(name) {
             Ok(n) if valid_name(n) => n.to_owned(),

@@ -93,6 +93,12 @@ impl DurableQueue {
 
     /// The queue of a saved state (`queue` set), or `None` for a pattern
     /// that no longer parses.
+    /// Flags as redelivered every delivery up to `seq` (a new leader of a
+    /// group: its predecessor may have delivered them).
+    pub(super) fn flag_through(&mut self, seq: u64) {
+        self.flag_upto = self.flag_upto.max(seq);
+    }
+
     pub(super) fn restore(s: DurableState, journal: &Journal) -> Option<Self> {
         let (p, flag_upto) = s.restored(journal)?;
         let mut q = Self::new(s.name, p, s.acked, s.delivered_limit);

@@ -13,6 +13,7 @@
 use super::durable::{Durable, DurableState};
 use super::durable_queue::DurableQueue;
 use super::held::{Admit, Held};
+use super::replicated::Replication;
 use super::{Disconnect, Router};
 use crate::status::{DurableStatus, JournalStatus, PublisherStatus};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -72,13 +73,13 @@ pub struct Guaranteed {
     pub(super) journal: Journal,
     pub(super) cfg: GuaranteedConfig,
     /// Each publisher's highest sequence stored.
-    stored: HashMap<u64, u64>,
+    pub(super) stored: HashMap<u64, u64>,
     /// Each publisher's highest sequence acknowledged (what the journal
     /// held at start counts as acknowledged).
     acked: HashMap<u64, u64>,
     /// Publishes appended and awaiting durability, in journal order:
     /// (journal sequence, session, session serial, publisher sequence).
-    awaiting: VecDeque<(u64, u32, u64, u64)>,
+    pub(super) awaiting: VecDeque<(u64, u32, u64, u64)>,
     pub(super) durables: BTreeMap<String, Durable>,
     /// The durable queues.
     pub(super) queues: BTreeMap<String, DurableQueue>,
@@ -92,6 +93,8 @@ pub struct Guaranteed {
     /// The journal failed (a write or an fsync): nothing more is
     /// acknowledged, and guaranteed publishes are refused.
     failed: Option<String>,
+    /// The high-availability group this router is a member of.
+    pub(super) ha: Option<Box<Replication>>,
 }
 
 /// The file, in the journal's directory, holding each durable
@@ -135,6 +138,7 @@ impl Guaranteed {
             dirty: false,
             stats: GuaranteedStats::default(),
             failed: None,
+            ha: None,
         };
         Ok((g, recovery))
     }
@@ -154,7 +158,7 @@ impl Guaranteed {
         self.failed.as_deref()
     }
 
-    fn fail(&mut self, e: &JournalError) {
+    pub(super) fn fail(&mut self, e: &JournalError) {
         if self.failed.is_none() {
             tracing::error!(error = %e, "journal failed: guaranteed publishes are refused from now on");
             self.failed = Some(e.to_string());
@@ -215,6 +219,9 @@ impl Router {
             let why = format!("the journal failed: {why}");
             return self.reject(id, RejectCode::Unsupported, seq, &why);
         }
+        if let Some(r) = g.ha.as_deref_mut().filter(|r| !r.is_leader()) {
+            return Err(r.not_leader());
+        }
         let Some(Some(s)) = self.sessions.get_mut(id as usize) else { return Ok(()) };
         let (publisher, serial) = (s.publisher, s.serial);
         if publisher == 0 {
@@ -254,6 +261,16 @@ impl Router {
         let Some(g) = self.guaranteed.as_deref_mut() else { return Ok(()) };
         let Some(Some(s)) = self.sessions.get(id as usize) else { return Ok(()) };
         let (publisher, serial) = (s.publisher, s.serial);
+        if let Some(r) = g.ha.as_deref_mut() {
+            // Stored when the group commits it (`replicated`), on every
+            // member; acknowledged then.
+            if topic.len() + payload.len() + 64 > tickwire_journal::record::MAX_RECORD {
+                let why = format!("{} bytes: larger than a journal record", payload.len());
+                return self.reject(id, RejectCode::TooLarge, seq, &why);
+            }
+            r.add(publisher, seq, topic, payload, (id, serial, seq));
+            return self.route(id, topic, payload, seq);
+        }
         let at = match g.journal.append(publisher, seq, topic, payload) {
             Ok(at) => at,
             Err(e @ JournalError::Record(_)) => return self.reject(id, RejectCode::TooLarge, seq, &e.to_string()),
@@ -275,7 +292,7 @@ impl Router {
     /// have room for; `now` is the monotonic clock in ns. Returns the work
     /// done.
     pub fn poll_guaranteed(&mut self, now: u64) -> usize {
-        let mut work = self.release_held();
+        let mut work = self.release_held() + self.poll_replication();
         let Some(g) = self.guaranteed.as_deref_mut() else { return 0 };
         if g.journal.has_pending() {
             if let Err(e) = g.journal.write() {
@@ -343,6 +360,7 @@ impl Router {
             fsync_p99_ns: fsync.map_or(0, |f| f.quantile(0.99)),
             stats: g.stats,
             ack_lag: j.last_appended().saturating_sub(durable),
+            ha: g.ha.as_deref().map(Replication::status),
             held: g.held_count(),
             publishers: self
                 .sessions
@@ -411,5 +429,6 @@ impl Router {
         }
         g.held.room = true;
         g.save();
+        self.replicate_positions();
     }
 }

@@ -22,6 +22,8 @@
 //! * [`guaranteed`], [`durable`] and `durable_queue`: the journal,
 //!   guaranteed publishes, durable subscriptions and durable queues
 //!   (`Guaranteed`);
+//! * [`replicated`]: guaranteed delivery over a high-availability group
+//!   (`Replication`, inside `Guaranteed`);
 //! * [`request`]: requests and replies (`Requests`);
 //! * [`queue_admin`]: the router's own requests, managing durable queues;
 //! * `report`: the counters and the status of what it serves.
@@ -35,6 +37,7 @@ mod login;
 mod memory;
 mod publish;
 pub mod queue_admin;
+pub mod replicated;
 mod report;
 pub mod request;
 mod sessions;

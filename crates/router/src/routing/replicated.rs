@@ -1,0 +1,495 @@
+//! Guaranteed delivery over a high-availability group ([`tickwire_ha`]):
+//! the leader proposes guaranteed publishes and durable positions as Raft
+//! entries; every member applies what is committed to its own journal in
+//! the same order, so journal sequences (and durable positions) mean the
+//! same on every member; the leader acknowledges a publish once its entry
+//! is committed (a majority holds it, written ahead under the sync policy)
+//! and applied.
+//!
+//! Exactly once: a member applies a publish only if its (publisher id,
+//! sequence) is past what it stored, so a resend proposed again, or an
+//! entry applied again after a restart (a member replays its log from the
+//! compaction point), is stored once on every member alike.
+//!
+//! Followers serve direct messages to their own clients; a guaranteed
+//! publish or a durable subscription there ends its session with CLOSE
+//! `NotLeader`, and a client given the group's URL list tries the next
+//! router. A leader that loses its leadership ends the same sessions, so
+//! they resend to the new one.
+//!
+//! An entry, as proposed (checked when applied: a malformed one is skipped
+//! and counted on every member alike):
+//!
+//! ```text
+//! kind: u8 | proposer: u64 LE | token: u64 LE | body
+//! kind 1 (publishes): { publisher u64 | sequence u64 | topic_len u16 | payload_len u32 | topic | payload }*
+//! kind 2 (positions): the durable subscriptions' and queues' states, JSON
+//! ```
+
+use super::durable::{Durable, DurableState};
+use super::durable_queue::DurableQueue;
+use super::guaranteed::Guaranteed;
+use super::{Disconnect, Router};
+use crate::status::HaGroupStatus;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use tickwire_ha::{Event, Ha, HaConfig};
+use tickwire_wire::client::RejectCode;
+
+const PUBLISHES: u8 = 1;
+const POSITIONS: u8 = 2;
+const HEADER: usize = 17;
+const RECORD_HEADER: usize = 22;
+/// A batch is proposed once it holds this many bytes (and at the end of
+/// every duty cycle with publishes).
+const BATCH_BYTES: usize = 256 << 10;
+
+/// Counts since start.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReplicationStats {
+    /// Entries proposed.
+    pub proposed: u64,
+    /// Publishes proposed.
+    pub publishes_proposed: u64,
+    /// Entries applied.
+    pub applied: u64,
+    /// Publishes applied that were stored already (resends).
+    pub duplicates: u64,
+    /// Entries that did not parse (skipped on every member).
+    pub malformed: u64,
+    /// Sessions ended for `NotLeader`.
+    pub not_leader: u64,
+    /// Times this member lost the leadership.
+    pub demotions: u64,
+}
+
+/// One publish, as the leader's batch remembers it: the session to
+/// acknowledge.
+type Pending = (u32, u64, u64);
+
+/// The router's side of its group.
+#[derive(Debug)]
+pub struct Replication {
+    ha: Ha,
+    me: u64,
+    leading: bool,
+    leader: u64,
+    /// Entries up to this index may have been delivered by an earlier
+    /// leader: what they store is flagged as redelivered here.
+    flag_index: u64,
+    batch: Vec<u8>,
+    batch_from: Vec<Pending>,
+    next_token: u64,
+    proposed: HashMap<u64, Vec<Pending>>,
+    /// (log index, journal sequence after applying it): reported applied
+    /// once the journal holds that sequence durably.
+    unreported: VecDeque<(u64, u64)>,
+    /// Sessions to end (`NotLeader`).
+    ended: Vec<(u32, Disconnect)>,
+    /// The durable states last proposed.
+    positions: BTreeMap<String, DurableState>,
+    stats: ReplicationStats,
+}
+
+impl Replication {
+    /// Starts this member (its log in `cfg.dir`).
+    ///
+    /// # Errors
+    /// [`tickwire_ha::HaError`] from the log, the configuration or the
+    /// listener.
+    pub fn start(cfg: HaConfig) -> Result<Self, tickwire_ha::HaError> {
+        let me = cfg.id;
+        Ok(Self {
+            ha: Ha::start(cfg)?,
+            me,
+            leading: false,
+            leader: 0,
+            flag_index: 0,
+            batch: Vec::new(),
+            batch_from: Vec::new(),
+            next_token: 1,
+            proposed: HashMap::new(),
+            unreported: VecDeque::new(),
+            ended: Vec::new(),
+            positions: BTreeMap::new(),
+            stats: ReplicationStats::default(),
+        })
+    }
+
+    /// Whether this member leads its group.
+    pub fn is_leader(&self) -> bool {
+        self.leading
+    }
+
+    /// The CLOSE a follower ends a guaranteed session with.
+    pub(super) fn not_leader(&mut self) -> Disconnect {
+        self.stats.not_leader += 1;
+        let leader = match self.leader {
+            0 => "no leader is known yet".to_owned(),
+            l => format!("member {l} leads"),
+        };
+        Disconnect {
+            code: RejectCode::NotLeader,
+            reason: format!("this router (member {}) does not lead its group: {leader}", self.me),
+        }
+    }
+
+    /// Adds a guaranteed publish to the next proposal.
+    pub(super) fn add(&mut self, publisher: u64, seq: u64, topic: &str, payload: &[u8], from: Pending) {
+        if self.batch.is_empty() {
+            self.batch.push(PUBLISHES);
+            self.batch.extend_from_slice(&self.me.to_le_bytes());
+            self.batch.extend_from_slice(&self.next_token.to_le_bytes());
+        }
+        self.batch.extend_from_slice(&publisher.to_le_bytes());
+        self.batch.extend_from_slice(&seq.to_le_bytes());
+        self.batch.extend_from_slice(&(topic.len() as u16).to_le_bytes());
+        self.batch.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        self.batch.extend_from_slice(topic.as_bytes());
+        self.batch.extend_from_slice(payload);
+        self.batch_from.push(from);
+        self.stats.publishes_proposed += 1;
+        if self.batch.len() >= BATCH_BYTES {
+            self.propose_batch();
+        }
+    }
+
+    fn propose_batch(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let token = self.next_token;
+        self.next_token += 1;
+        self.proposed.insert(token, std::mem::take(&mut self.batch_from));
+        self.ha.propose(token, std::mem::take(&mut self.batch));
+        self.stats.proposed += 1;
+    }
+
+    /// Proposes the durable states that changed since the last proposal
+    /// (leader only).
+    fn propose_positions(&mut self, now: BTreeMap<String, DurableState>) {
+        let changed: Vec<&DurableState> = now.values().filter(|s| self.positions.get(&s.name) != Some(*s)).collect();
+        if changed.is_empty() {
+            return;
+        }
+        let mut e = vec![POSITIONS];
+        e.extend_from_slice(&self.me.to_le_bytes());
+        e.extend_from_slice(&0u64.to_le_bytes());
+        if serde_json::to_writer(&mut e, &changed).is_err() {
+            return;
+        }
+        self.ha.propose(0, e);
+        self.stats.proposed += 1;
+        self.positions = now;
+    }
+
+    /// The sessions to end, each once.
+    pub(super) fn take_ended(&mut self) -> Vec<(u32, Disconnect)> {
+        std::mem::take(&mut self.ended)
+    }
+
+    /// The group as this member sees it.
+    pub fn status(&self) -> HaGroupStatus {
+        HaGroupStatus { group: self.ha.status(), replication: self.stats }
+    }
+}
+
+/// A publish in a committed entry.
+struct Publish<'a> {
+    publisher: u64,
+    seq: u64,
+    topic: &'a str,
+    payload: &'a [u8],
+}
+
+/// The publishes of a kind-1 entry's body, or why it does not parse.
+fn publishes(mut b: &[u8]) -> Result<Vec<Publish<'_>>, &'static str> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        if b.len() < RECORD_HEADER {
+            return Err("a publish's header is cut short");
+        }
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default());
+        let (publisher, seq) = (u64_at(0), u64_at(8));
+        let tlen = u16::from_le_bytes([b[16], b[17]]) as usize;
+        let plen = u32::from_le_bytes(b[18..22].try_into().unwrap_or_default()) as usize;
+        let rest = &b[RECORD_HEADER..];
+        if rest.len() < tlen || rest.len() - tlen < plen {
+            return Err("a publish is cut short");
+        }
+        let topic = std::str::from_utf8(&rest[..tlen]).map_err(|_| "a topic is not UTF-8")?;
+        out.push(Publish { publisher, seq, topic, payload: &rest[tlen..tlen + plen] });
+        b = &rest[tlen + plen..];
+    }
+    Ok(out)
+}
+
+impl Guaranteed {
+    /// Applies one committed entry (on every member).
+    fn apply(&mut self, index: u64, data: &[u8]) {
+        let Some(r) = self.ha.as_deref_mut() else { return };
+        r.stats.applied += 1;
+        if data.len() < HEADER {
+            r.stats.malformed += 1;
+            return;
+        }
+        let proposer = u64::from_le_bytes(data[1..9].try_into().unwrap_or_default());
+        let token = u64::from_le_bytes(data[9..17].try_into().unwrap_or_default());
+        let mine = proposer == r.me && r.leading;
+        match data[0] {
+            PUBLISHES => {
+                let list = match publishes(&data[HEADER..]) {
+                    Ok(l) => l,
+                    Err(why) => {
+                        r.stats.malformed += 1;
+                        tracing::error!(index, why, "ha: a committed entry does not parse (skipped)");
+                        return;
+                    }
+                };
+                let from = if mine { r.proposed.remove(&token).unwrap_or_default() } else { Vec::new() };
+                for (i, p) in list.iter().enumerate() {
+                    let stored = self.stored.get(&p.publisher).is_some_and(|&s| p.seq <= s);
+                    let at = if stored {
+                        if let Some(r) = self.ha.as_deref_mut() {
+                            r.stats.duplicates += 1;
+                        }
+                        self.stats.duplicates += 1;
+                        self.journal.last_appended()
+                    } else {
+                        match self.journal.append(p.publisher, p.seq, p.topic, p.payload) {
+                            Ok(at) => {
+                                self.stored.insert(p.publisher, p.seq);
+                                self.stats.stored += 1;
+                                self.queued(at, p.topic);
+                                at
+                            }
+                            Err(e) => {
+                                // The same on every member: skipped alike.
+                                tracing::error!(index, error = %e, "ha: a committed publish not stored");
+                                if !matches!(e, tickwire_journal::JournalError::Record(_)) {
+                                    self.fail(&e);
+                                }
+                                continue;
+                            }
+                        }
+                    };
+                    if let Some(&(id, serial, seq)) = from.get(i) {
+                        self.awaiting.push_back((at, id, serial, seq));
+                    }
+                }
+            }
+            // A leader's positions are its own: an earlier leader's, committed
+            // after this one took over, are older than what its clients
+            // acknowledged here since.
+            POSITIONS if !r.leading => {
+                let Ok(states) = serde_json::from_slice::<Vec<DurableState>>(&data[HEADER..]) else {
+                    r.stats.malformed += 1;
+                    return;
+                };
+                for s in states {
+                    self.adopt(s);
+                }
+            }
+            POSITIONS => {}
+            _ => r.stats.malformed += 1,
+        }
+        let last = self.journal.last_appended();
+        let Some(r) = self.ha.as_deref_mut() else { return };
+        r.unreported.push_back((index, last));
+        if r.leading && index <= r.flag_index {
+            for d in self.durables.values_mut() {
+                d.flag_through(last);
+            }
+            for q in self.queues.values_mut() {
+                q.flag_through(last);
+            }
+        }
+    }
+
+    /// Takes a durable subscription's or queue's replicated state (a
+    /// follower's, or a leader's from its predecessor).
+    fn adopt(&mut self, s: DurableState) {
+        self.saved.insert(s.name.clone(), s.clone());
+        self.dirty = true;
+        if s.queue {
+            if let Some(q) = DurableQueue::restore(s, &self.journal) {
+                self.queues.insert(q.name.clone(), q);
+            }
+        } else if let Some(d) = Durable::restore(s, &self.journal) {
+            self.durables.insert(d.name.clone(), d);
+        }
+    }
+
+    /// The durable states now (what the leader replicates).
+    fn states(&self) -> BTreeMap<String, DurableState> {
+        let mut all: BTreeMap<String, DurableState> =
+            self.durables.values().map(|d| (d.name.clone(), d.state())).collect();
+        all.extend(self.queues.values().map(|q| (q.name.clone(), q.state())));
+        all
+    }
+
+    /// This member now leads: what its durable subscriptions and queues
+    /// deliver again is flagged as redelivered up to the journal's end
+    /// (the old leader may have delivered any of it).
+    fn lead(&mut self) {
+        let states: Vec<DurableState> = self.states().into_values().collect();
+        for mut s in states {
+            s.delivered_limit = 0;
+            self.adopt(s);
+        }
+        // Restoring flags what the journal has written; what was applied
+        // and not yet written is flagged too.
+        let last = self.journal.last_appended();
+        for d in self.durables.values_mut() {
+            d.flag_through(last);
+        }
+        for q in self.queues.values_mut() {
+            q.flag_through(last);
+        }
+        if let Some(r) = self.ha.as_deref_mut() {
+            r.positions = BTreeMap::new();
+        }
+    }
+}
+
+impl Router {
+    /// Joins a high-availability group: guaranteed publishes go through
+    /// it ([`Replication`]). Call after [`Router::set_guaranteed`].
+    pub fn set_replication(&mut self, r: Replication) {
+        if let Some(g) = self.guaranteed.as_deref_mut() {
+            g.ha = Some(Box::new(r));
+        }
+    }
+
+    /// The group, if this router is a member.
+    pub fn ha_status(&self) -> Option<HaGroupStatus> {
+        Some(self.guaranteed.as_deref()?.ha.as_deref()?.status())
+    }
+
+    /// Proposes what the duty cycle batched, and applies what the group
+    /// committed; returns the work done.
+    pub(super) fn poll_replication(&mut self) -> usize {
+        let Some(g) = self.guaranteed.as_deref_mut() else { return 0 };
+        let Some(r) = g.ha.as_deref_mut() else { return 0 };
+        r.propose_batch();
+        let mut work = 0;
+        let mut lost: Vec<Pending> = Vec::new();
+        while let Some(ev) = g.ha.as_deref().and_then(|r| r.ha.try_event()) {
+            work += 1;
+            match ev {
+                Event::Committed { index, data, .. } => g.apply(index, &data),
+                Event::Leader { id, me, last, .. } => {
+                    let Some(r) = g.ha.as_deref_mut() else { break };
+                    r.leader = id;
+                    if me {
+                        r.flag_index = last;
+                    }
+                    let was = std::mem::replace(&mut r.leading, me);
+                    if was && !me {
+                        r.stats.demotions += 1;
+                        tracing::warn!(member = r.me, leader = id, "ha: this router no longer leads its group");
+                        // Nothing in flight will be acknowledged here.
+                        lost.append(&mut r.batch_from);
+                        r.batch.clear();
+                        lost.extend(r.proposed.drain().flat_map(|(_, v)| v));
+                        lost.extend(g.awaiting.drain(..).map(|(_, id, serial, seq)| (id, serial, seq)));
+                        lost.extend(g.durables.values().filter_map(|d| d.bound.map(|(id, serial, _)| (id, serial, 0))));
+                        lost.extend(
+                            g.queues
+                                .values()
+                                .flat_map(|q| q.consumers.iter().map(|((id, serial, _), _)| (*id, *serial, 0))),
+                        );
+                    } else if me && !was {
+                        tracing::info!(member = r.me, "ha: this router leads its group");
+                        g.lead();
+                    }
+                }
+                Event::Refused { token, .. } => {
+                    if let Some(r) = g.ha.as_deref_mut() {
+                        lost.extend(r.proposed.remove(&token).unwrap_or_default());
+                    }
+                }
+                Event::Failed(why) => {
+                    g.fail(&tickwire_journal::JournalError::Io {
+                        path: g.journal.config().dir.join("raft"),
+                        source: std::io::Error::other(why),
+                    });
+                }
+            }
+        }
+        // What the journal holds durably is applied for good: the log may
+        // drop it.
+        if let Some(r) = g.ha.as_deref_mut() {
+            let durable = g.journal.durable();
+            let mut upto = None;
+            while r.unreported.front().is_some_and(|&(_, seq)| seq <= durable) {
+                upto = r.unreported.pop_front().map(|(i, _)| i);
+            }
+            if let Some(i) = upto {
+                r.ha.applied(i);
+            }
+        }
+        if !lost.is_empty() {
+            lost.sort_unstable();
+            lost.dedup_by_key(|p| (p.0, p.1));
+            let Some(r) = self.guaranteed.as_deref_mut().and_then(|g| g.ha.as_deref_mut()) else { return work };
+            for (id, serial, _) in lost {
+                if matches!(self.sessions.get(id as usize), Some(Some(s)) if s.serial == serial) {
+                    let why = r.not_leader();
+                    r.ended.push((id, why));
+                }
+            }
+        }
+        work
+    }
+
+    /// Replicates the durable positions that moved (leader, from
+    /// housekeeping).
+    pub(super) fn replicate_positions(&mut self) {
+        let Some(g) = self.guaranteed.as_deref_mut() else { return };
+        if !g.ha.as_deref().is_some_and(Replication::is_leader) {
+            return;
+        }
+        let now = g.states();
+        if let Some(r) = g.ha.as_deref_mut() {
+            r.propose_positions(now);
+        }
+    }
+
+    /// Sessions a group member ends with `NotLeader`, each once.
+    pub fn take_not_leader(&mut self) -> Vec<(u32, Disconnect)> {
+        match self.guaranteed.as_deref_mut().and_then(|g| g.ha.as_deref_mut()) {
+            Some(r) => r.take_ended(),
+            None => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_batch_parses_back() {
+        let mut b = Vec::new();
+        for (p, s, t, d) in [(7u64, 1u64, "a/b", &b"x"[..]), (7, 2, "c", &b""[..]), (9, 5, "d/e/f", &[0u8; 300][..])] {
+            b.extend_from_slice(&p.to_le_bytes());
+            b.extend_from_slice(&s.to_le_bytes());
+            b.extend_from_slice(&(t.len() as u16).to_le_bytes());
+            b.extend_from_slice(&(d.len() as u32).to_le_bytes());
+            b.extend_from_slice(t.as_bytes());
+            b.extend_from_slice(d);
+        }
+        let got: Vec<(u64, u64, String, usize)> =
+            publishes(&b).unwrap().iter().map(|p| (p.publisher, p.seq, p.topic.to_owned(), p.payload.len())).collect();
+        assert_eq!(got, [(7, 1, "a/b".into(), 1), (7, 2, "c".into(), 0), (9, 5, "d/e/f".into(), 300)]);
+        assert!(publishes(&b[..b.len() - 1]).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_parse_or_are_refused(b in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = publishes(&b);
+        }
+    }
+}
