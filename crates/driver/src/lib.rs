@@ -84,4 +84,5 @@ pub(crate) fn now_ns() -> u64 {
 #[doc = include_str!("../../../docs/transports.md")]
 #[doc = include_str!("../../../docs/router.md")]
 #[doc = include_str!("../../../docs/guaranteed.md")]
+#[doc = include_str!("../../../docs/ha.md")]
 pub struct ReadmeDoctests;
