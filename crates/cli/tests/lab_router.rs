@@ -164,6 +164,36 @@ fn guaranteed_reports_peak_and_latency_beside_the_fsync_floor_and_leaves_nothing
     let _ = std::fs::remove_dir_all(&journals);
 }
 
+/// `lab guaranteed --group`: a group of three routers measured in the
+/// same rounds as the single router, every figure present, its leader
+/// named, every member's journal and directory removed.
+#[test]
+fn guaranteed_with_a_group_measures_it_beside_the_single_router_and_leaves_nothing() {
+    let (d, journals) = (dir("guaranteed-group"), dir("guaranteed-group-journals"));
+    std::fs::create_dir_all(&journals).unwrap();
+    let _cpus = CPUS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let out = Command::new(BIN)
+        .arg("--dir")
+        .arg(&d)
+        .args(["lab", "guaranteed", "--group", "--sync", "os", "--publishers", "2", "--rate", "5k"])
+        .args(["--duration", "600ms", "--rounds", "1", "--json", "--journal-dir"])
+        .arg(&journals)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    let r = &json_rows(&stdout)[0];
+    let g = &r["group"];
+    assert!((1..=3).contains(&g["leader"].as_u64().unwrap()), "{r}");
+    assert!(g["peak_rates"][0].as_f64().unwrap() > 0.0, "{r}");
+    // 5k msg/s for 300 ms, through the group too: 1,500 acknowledged and delivered.
+    assert_eq!((g["ack"]["count"].as_u64(), g["deliver"]["count"].as_u64()), (Some(1500), Some(1500)), "{r}");
+    assert_eq!(r["ack"]["count"].as_u64(), Some(1500), "{r}");
+    nothing_left(&d);
+    assert_eq!(std::fs::read_dir(&journals).unwrap().count(), 0, "journals left behind");
+    let _ = std::fs::remove_dir_all(&journals);
+}
+
 /// `lab guaranteed --consumers 3`: a durable queue's three consumers share
 /// every message (each delivered once, to one of them), and the queue's
 /// journal goes with the run.

@@ -55,6 +55,9 @@ pub struct GuaranteedArgs {
     /// Where the journals go: a directory on the disk under test (not tmpfs).
     #[arg(long, default_value = "/var/tmp")]
     journal_dir: PathBuf,
+    /// Also a high-availability group of three routers on loopback (the clients on its leader), in the same rounds.
+    #[arg(long)]
+    group: bool,
 }
 
 /// Options of `lab router`.
@@ -168,6 +171,7 @@ impl GuaranteedArgs {
                 rounds: self.rounds,
                 cpus: self.common.cpus,
                 journal_dir: self.journal_dir,
+                group: self.group,
                 shm_dir: dir,
             },
             json: self.common.json,

@@ -24,6 +24,7 @@
 //! acknowledges every delivery on its own (a queue's acknowledgement names
 //! one delivery), and the catch-up rate is the queue's rate out.
 
+use super::group::{Group, GroupFigures};
 use super::host::{HostReport, HostSpec};
 use crate::{Cpus, LabError, Role, WorkerProcess};
 use hdrhistogram::Histogram;
@@ -60,6 +61,9 @@ pub struct GuaranteedLab {
     pub journal_dir: PathBuf,
     /// Where the router's shared-memory files go.
     pub shm_dir: PathBuf,
+    /// Also a high-availability group of three routers, in the same
+    /// rounds ([`super::group`]).
+    pub group: bool,
 }
 
 /// Median, p99, p99.9 and max of a distribution, ns; and its count.
@@ -117,6 +121,8 @@ pub struct GuaranteedResult {
     pub rate: u64,
     /// The router's report at the end.
     pub host: HostReport,
+    /// The group's figures, with `--group`.
+    pub group: Option<GroupFigures>,
 }
 
 impl GuaranteedResult {
@@ -159,6 +165,7 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
     let tag = crate::run_tag();
     let journal = o.journal_dir.join(format!("{tag}-journal-{sync}-{publishers}"));
     let dir = o.shm_dir.join(format!("{tag}-guaranteed"));
+    let clients_on = std::cell::Cell::new(0);
     let result = (|| {
         let spec = HostSpec {
             dir: dir.clone(),
@@ -169,6 +176,7 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
             secure: false,
             journal: Some((journal.clone(), sync.to_owned())),
             nats: false,
+            ha: None,
         };
         let mut host = WorkerProcess::spawn(&Role::RouterHost(spec))?;
         let listening = host.read_line()?;
@@ -176,8 +184,17 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
             return Err(LabError::Worker(format!("router host said {listening:?}")));
         }
         let mut h = Harness::connect(&dir, publishers, o.consumers)?;
+        let mut group = match o.group {
+            true => {
+                let g = Group::start(&dir, &journal, sync, o.cpus.remote)?;
+                clients_on.set(g.leader_id());
+                let gh = Harness::connect(g.leader_dir(), publishers, o.consumers)?;
+                let figures = GroupFigures { leader: g.leader_id(), ..GroupFigures::default() };
+                Some((g, gh, figures, hist(), hist()))
+            }
+            false => None,
+        };
         pin_current_thread(o.cpus.local)?;
-        host.write_line("wake")?;
         let rounds = o.rounds.max(1);
         let phase = (o.duration / (2 * rounds as u32)).max(Duration::from_millis(100));
         let (mut fsync, mut ack, mut deliver) = (hist(), hist(), hist());
@@ -194,6 +211,7 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
             late: 0,
             rate: o.rate,
             host: HostReport::default(),
+            group: None,
         };
         let bar = crate::progress(rounds as u64, &format!("guaranteed, sync {sync}, {publishers} publisher(s)"));
         for _ in 0..rounds {
@@ -201,29 +219,62 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
                 break;
             }
             fsync_probe(&journal, 200, &mut fsync)?;
+            host.write_line("wake")?;
             let (peak, delivery) = h.peak(o.size, phase)?;
             r.peak_rates.push(peak);
             r.delivery_rates.push(delivery);
             r.late += h.latency((o.rate, o.size, phase), &mut ack, &mut deliver)?;
+            r.host = sleep(&mut host, &o.shm_dir)?;
+            // The group in the same round, the single router asleep.
+            if let Some((g, gh, f, gack, gdeliver)) = &mut group {
+                g.leader_host().write_line("wake")?;
+                let (peak, delivery) = gh.peak(o.size, phase)?;
+                f.peak_rates.push(peak);
+                f.delivery_rates.push(delivery);
+                f.late += gh.latency((o.rate, o.size, phase), gack, gdeliver)?;
+                f.host = sleep(g.leader_host(), &o.shm_dir)?;
+            }
             bar.inc(1);
         }
         bar.finish_and_clear();
-        let pauses = o.shm_dir.join(format!("{tag}-guaranteed.pauses"));
-        host.write_line(&format!("sleep {}", pauses.display()))?;
-        let report = host.read_line()?;
-        let _ = std::fs::remove_file(&pauses);
-        r.host = serde_json::from_str(&report).map_err(|e| err("router report", e))?;
         r.per_consumer = h.per.clone();
         h.close();
+        if let Some((g, gh, mut f, gack, gdeliver)) = group {
+            gh.close();
+            (f.ack, f.deliver) = (Quantiles::of(&gack), Quantiles::of(&gdeliver));
+            r.group = Some(f);
+            g.stop()?;
+        }
         host.write_line("stop")?;
         host.finish(Duration::from_secs(30))?;
         (r.fsync, r.ack, r.deliver) = (Quantiles::of(&fsync), Quantiles::of(&ack), Quantiles::of(&deliver));
         Ok(r)
     })();
+    // Which case, and where the group's leadership was.
+    let result = result.map_err(|e| {
+        let group = match o.group {
+            true => format!("{} (clients on m{})", super::group::roles(&dir), clients_on.get()),
+            false => String::new(),
+        };
+        LabError::Worker(format!("sync {sync}, {publishers} publisher(s){group}: {e}"))
+    });
     // This run's files only.
     let _ = std::fs::remove_dir_all(&journal);
     let _ = std::fs::remove_dir_all(&dir);
+    for i in 1..=super::group::MEMBERS {
+        let _ = std::fs::remove_dir_all(format!("{}-m{i}", journal.display()));
+        let _ = std::fs::remove_dir_all(format!("{}-m{i}", dir.display()));
+    }
     result
+}
+
+/// Puts a router host to sleep and returns its report.
+fn sleep(host: &mut WorkerProcess, shm_dir: &Path) -> Result<HostReport, LabError> {
+    let pauses = shm_dir.join(format!("{}-guaranteed.pauses", crate::run_tag()));
+    host.write_line(&format!("sleep {}", pauses.display()))?;
+    let report = host.read_line()?;
+    let _ = std::fs::remove_file(&pauses);
+    serde_json::from_str(&report).map_err(|e| err("router report", e))
 }
 
 /// The disk's fsync latency: `n` × (a 128-byte `pwrite`, `fdatasync`) on a
@@ -519,6 +570,9 @@ pub fn print(results: &[GuaranteedResult], json: bool) -> Result<(), LabError> {
             us(r.deliver.p99),
             us(r.deliver.p999)
         );
+        if let Some(g) = &r.group {
+            super::group::print_row(g, r);
+        }
     }
     if let Some(r) = results.first().filter(|r| r.consumers > 0) {
         println!(

@@ -51,6 +51,10 @@ pub struct HostSpec {
     /// first line as `nats ADDR`).
     #[serde(default)]
     pub nats: bool,
+    /// A member of a high-availability group (needs `journal`): the
+    /// group's name, this member's id, every member's `ID=HOST:PORT`.
+    #[serde(default)]
+    pub ha: Option<(String, u64, Vec<String>)>,
 }
 
 /// The user a secure router's clients log in as, and its password.
@@ -172,7 +176,18 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
                 sync_cpu: Some(spec.cpu),
                 ..tickwire_router::config::JournalTable::at(dir)
             };
-            RouterConfig { journal: Some(t), ..cfg }
+            let ha = spec.ha.as_ref().map(|(group, node, peers)| tickwire_router::config::HaTable {
+                group: group.clone(),
+                node: *node,
+                peers: peers.clone(),
+                // The lab measures replication, not fail-over: elections
+                // after 1 s of silence, so that a paused vCPU or a starved
+                // Raft thread does not move the leadership mid-round.
+                election_ticks: 100,
+                heartbeat_ticks: 5,
+                ..tickwire_router::config::HaTable::default()
+            });
+            RouterConfig { journal: Some(t), ha, ..cfg }
         }
         None => cfg,
     };

@@ -28,6 +28,7 @@
 //! harness's CPU, through the same router, reported beside the native
 //! rows with its ratio to them.
 
+pub mod group;
 pub mod guaranteed;
 pub mod harness;
 pub mod host;
@@ -219,6 +220,7 @@ impl Router {
             secure,
             journal: None,
             nats: go.is_some(),
+            ha: None,
         };
         let mut process = WorkerProcess::spawn(&Role::RouterHost(spec))?;
         let listening = process.read_line()?;
