@@ -40,9 +40,15 @@ pub struct HaConfig {
     /// idempotently, and has durably applied everything compacted: the
     /// log compacts only what [`crate::Ha::applied`] reported).
     pub applied: Option<u64>,
-    /// Entries a follower keeps behind what it applied, for the members it
-    /// may lead one day (a leader keeps what any member still lacks).
-    pub keep_entries: u64,
+    /// Entry bytes a follower keeps behind what it applied, for the
+    /// members it may lead one day (a leader keeps what any member still
+    /// lacks, up to `max_log_bytes`).
+    pub keep_bytes: u64,
+    /// The most entry bytes a member's log holds: past it, what the
+    /// application applied is dropped even if a member still lacks it
+    /// (that member then needs a snapshot, which this version cannot send:
+    /// counted as `snapshots_refused`, logged).
+    pub max_log_bytes: u64,
 }
 
 impl HaConfig {
@@ -61,7 +67,8 @@ impl HaConfig {
             max_append: 1 << 20,
             max_inflight: 256,
             applied: None,
-            keep_entries: 100_000,
+            keep_bytes: 64 << 20,
+            max_log_bytes: 1 << 30,
         }
     }
 

@@ -123,7 +123,8 @@ pub struct Node {
     id: u64,
     tick_ns: u64,
     next_tick: Option<u64>,
-    keep_entries: u64,
+    keep_bytes: u64,
+    max_log_bytes: u64,
     outbox: VecDeque<(u64, Vec<u8>)>,
     events: VecDeque<Event>,
     /// What the application has applied durably.
@@ -198,7 +199,8 @@ impl Node {
             id: cfg.id,
             tick_ns: cfg.tick.as_nanos() as u64,
             next_tick: None,
-            keep_entries: cfg.keep_entries,
+            keep_bytes: cfg.keep_bytes,
+            max_log_bytes: cfg.max_log_bytes,
             outbox: VecDeque::new(),
             events: VecDeque::new(),
             applied,
@@ -416,20 +418,33 @@ impl Node {
     }
 
     /// Drops log entries no longer needed: up to what the application has
-    /// applied and (on a leader) every member has, keeping
-    /// `keep_entries` on a follower. Returns entries dropped.
+    /// applied and (on a leader) every member has; a follower keeps
+    /// `keep_bytes` behind that; past `max_log_bytes`, what was applied
+    /// goes even if a member lacks it. Returns entries dropped.
     ///
     /// # Errors
     /// [`HaError::Wal`] from the file's rewrite.
     pub fn compact(&mut self) -> Result<u64, HaError> {
-        let mut to = self.applied.min(self.raw.raft.raft_log.committed);
-        if self.raw.raft.state == StateRole::Leader {
+        let applied = self.applied.min(self.raw.raft.raft_log.committed);
+        let store = self.raw.store();
+        let mut to = if self.raw.raft.state == StateRole::Leader {
             let least = self.raw.raft.prs().iter().map(|(_, p)| p.matched).min().unwrap_or(0);
-            to = to.min(least);
+            applied.min(least)
         } else {
-            to = to.saturating_sub(self.keep_entries);
+            applied.min(store.index_keeping(self.keep_bytes))
+        };
+        if store.held().1 > self.max_log_bytes {
+            let bound = applied.min(store.index_keeping(self.max_log_bytes));
+            if bound > to {
+                tracing::warn!(
+                    member = self.id,
+                    to = bound,
+                    "Raft log over its bound: dropping entries a member still lacks"
+                );
+                to = bound;
+            }
         }
-        let before = self.raw.store().compacted();
+        let before = store.compacted();
         if to <= before {
             return Ok(0);
         }

@@ -110,12 +110,29 @@ impl LogStore {
             self.entry_bytes -= e.data.len() as u64;
         }
         self.compacted = (index, term);
-        // Rewrite when the file is mostly what was dropped.
+        // Rewrite when the file is mostly what was dropped; else say where
+        // the log now starts, so a restart does not hold the rest again.
         if self.wal.bytes() > 4 * (self.entry_bytes + (1 << 20)) {
             self.wal.rewrite(self.compacted, &self.hard, &self.members, &self.entries)?;
             return Ok(true);
         }
+        self.wal.put_compacted(index, term);
+        self.wal.flush()?;
         Ok(false)
+    }
+
+    /// The highest index whose dropping (with everything before it) leaves
+    /// at most `bytes` of entry payload held (the compaction point itself
+    /// when the log already holds no more).
+    pub fn index_keeping(&self, bytes: u64) -> u64 {
+        let mut kept = 0u64;
+        for e in self.entries.iter().rev() {
+            kept += e.data.len() as u64;
+            if kept > bytes {
+                return e.index;
+            }
+        }
+        self.compacted.0
     }
 
     /// The hard state.

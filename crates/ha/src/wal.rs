@@ -165,6 +165,15 @@ impl Wal {
         self.put(MEMBERS, &body);
     }
 
+    /// Buffers the compaction point: replay drops the entries up to
+    /// `index` (whose term is `term`).
+    pub fn put_compacted(&mut self, index: u64, term: u64) {
+        let mut at = [0u8; 16];
+        at[..8].copy_from_slice(&index.to_le_bytes());
+        at[8..].copy_from_slice(&term.to_le_bytes());
+        self.put(COMPACTED, &at);
+    }
+
     /// Whether records wait for [`Wal::flush`].
     pub fn has_pending(&self) -> bool {
         !self.buf.is_empty()
@@ -222,10 +231,7 @@ impl Wal {
             syncs: 0,
         };
         w.buf.extend_from_slice(MAGIC);
-        let mut at = [0u8; 16];
-        at[..8].copy_from_slice(&compacted.0.to_le_bytes());
-        at[8..].copy_from_slice(&compacted.1.to_le_bytes());
-        w.put(COMPACTED, &at);
+        w.put_compacted(compacted.0, compacted.1);
         w.put_members(members);
         w.put_hard_state(hard);
         for e in entries {

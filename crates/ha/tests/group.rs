@@ -15,6 +15,9 @@ struct Group {
     running: BTreeMap<u64, Ha>,
     /// Every committed (index, data) each member handed over, in order.
     seen: BTreeMap<u64, Vec<(u64, Vec<u8>)>>,
+    /// Members report what they applied (so their logs compact), keeping
+    /// this many entry bytes on a follower.
+    compact: Option<u64>,
 }
 
 fn free_port() -> SocketAddr {
@@ -23,10 +26,14 @@ fn free_port() -> SocketAddr {
 
 impl Group {
     fn new(name: &str) -> Self {
+        Self::with(name, None)
+    }
+
+    fn with(name: &str, compact: Option<u64>) -> Self {
         let dir = std::env::temp_dir().join(format!("tw-ha-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let members = (1..=3).map(|id| (id, free_port())).collect();
-        let mut g = Self { name: name.into(), members, dir, running: BTreeMap::new(), seen: BTreeMap::new() };
+        let mut g = Self { name: name.into(), members, dir, running: BTreeMap::new(), seen: BTreeMap::new(), compact };
         for id in 1..=3 {
             g.start(id);
         }
@@ -40,6 +47,9 @@ impl Group {
         // its whole history again (nothing is reported applied, so
         // nothing is compacted).
         cfg.applied = Some(0);
+        if let Some(keep) = self.compact {
+            (cfg.applied, cfg.keep_bytes) = (None, keep);
+        }
         self.seen.insert(id, Vec::new());
         self.running.insert(id, Ha::start(cfg).unwrap());
     }
@@ -60,6 +70,9 @@ impl Group {
                     match ev {
                         Event::Committed { index, data, .. } => {
                             self.seen.get_mut(&id).unwrap().push((index, data));
+                            if self.compact.is_some() {
+                                ha.applied(index);
+                            }
                         }
                         Event::Leader { me: true, .. } => leader = Some(id),
                         Event::Failed(e) => panic!("member {id} failed: {e}"),
@@ -204,4 +217,40 @@ fn hostile_peers_are_refused_and_counted() {
     // Still one group, still committing.
     g.running[&leader].propose(0, b"after".to_vec());
     g.wait_committed(leader, 1, Duration::from_secs(5));
+}
+
+#[test]
+fn logs_compact_what_was_applied_and_a_restarted_member_resumes_after_it() {
+    let mut g = Group::with("compact", Some(4096));
+    let leader = g.leader(Duration::from_secs(5));
+    let payload = |i: u32| format!("{i:0>100}").into_bytes();
+    for i in 0..2000 {
+        g.running[&leader].propose(0, payload(i));
+    }
+    for id in 1..=3 {
+        g.wait_committed(id, 2000, Duration::from_secs(10));
+    }
+    // Housekeeping compacts every 20 ms.
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    let t = Instant::now();
+    loop {
+        g.pump(Duration::from_millis(20));
+        let st = g.running[&follower].status();
+        if st.compacted > 0 && st.log_bytes <= 4096 + 200 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "follower's log not compacted: {st:?}");
+    }
+    // Back from its compacted log: only what follows the compaction point
+    // is handed over again, the last entry among it.
+    g.stop(follower);
+    g.start(follower);
+    g.running[&leader].propose(0, payload(2000));
+    let t = Instant::now();
+    while g.seen[&follower].last().map(|e| e.1.clone()) != Some(payload(2000)) {
+        assert!(t.elapsed() < Duration::from_secs(10), "the restarted member did not catch up");
+        g.pump(Duration::from_millis(5));
+    }
+    let again = g.seen[&follower].len();
+    assert!(again < 200, "{again} entries handed over again after a restart from a compacted log");
 }
