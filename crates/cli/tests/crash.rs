@@ -7,6 +7,8 @@
 //! subscribers, each publisher's order is kept (redeliveries aside), every
 //! repeat is flagged, and the journal holds each message once.
 
+#[path = "support/guaranteed.rs"]
+mod guaranteed;
 #[path = "support/router.rs"]
 mod router;
 
@@ -17,7 +19,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tickwire_client::{Client, ClientEvent, ClientOptions, PublishError};
+use tickwire_client::{Client, ClientEvent, ClientOptions};
 
 /// Starts the router and waits until it listens.
 fn router(dir: &Path, journal: &Path, sync: &str) -> RouterProcess {
@@ -43,30 +45,12 @@ fn opts(dir: &Path, name: &str) -> ClientOptions {
 /// `stop`, then waits for every acknowledgement; returns how many were
 /// acknowledged (messages 0 to N-1).
 fn publisher(dir: &Path, topic: String, stop: &AtomicBool) -> u64 {
-    let mut c = Client::connect("ipc", opts(dir, &topic)).unwrap();
-    let mut seq = 0u64;
-    let start = Instant::now();
-    while !stop.load(Ordering::Relaxed) {
-        if Instant::now() < start + Duration::from_micros(100 * seq) {
-            c.poll(|_| {}, 64);
-            std::thread::sleep(Duration::from_micros(50));
-            continue;
-        }
-        match c.publish_guaranteed(&topic, &seq.to_le_bytes()) {
-            Ok(_) => seq += 1,
-            Err(PublishError::WindowFull(_)) => std::thread::sleep(Duration::from_micros(200)),
-            Err(e) => panic!("{topic}: {e}"),
-        }
-        c.poll(|_| {}, 64);
-    }
-    let until = Instant::now() + Duration::from_secs(60);
-    while c.unacknowledged() > 0 {
-        assert!(Instant::now() < until, "{topic}: {} never acknowledged", c.unacknowledged());
-        c.poll(|_| {}, 256);
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    assert_eq!(c.acknowledged(), seq);
-    seq
+    guaranteed::publish_paced(
+        Client::connect("ipc", opts(dir, &topic)).unwrap(),
+        &topic,
+        Duration::from_micros(100),
+        stop,
+    )
 }
 
 /// What a durable subscriber saw: per topic, (sequence, redelivered) in
@@ -111,20 +95,6 @@ fn subscriber(dir: &Path, name: &str, ack_delay: Duration, seen: &Mutex<Seen>, s
             std::thread::sleep(Duration::from_micros(200));
         }
     }
-}
-
-/// Checks one subscriber's stream of one publisher: in order, every repeat
-/// flagged, nothing missing below `acked`.
-fn check(who: &str, topic: &str, stream: &[(u64, bool)], acked: u64) {
-    let mut next = 0u64;
-    for &(seq, redelivered) in stream {
-        assert!(seq <= next, "{who} {topic}: gap: {seq} arrived while {next} was expected");
-        if seq < next {
-            assert!(redelivered, "{who} {topic}: {seq} arrived again without the redelivered flag");
-        }
-        next = next.max(seq + 1);
-    }
-    assert!(next >= acked, "{who} {topic}: acknowledged up to {acked}, delivered up to {next}");
 }
 
 #[test]
@@ -215,7 +185,7 @@ fn no_acknowledged_message_is_lost_across_kill_9_of_the_router() {
         let s = s.lock().unwrap();
         assert_eq!(s.losses, 0);
         for (topic, &n) in &acked {
-            check(&format!("subscriber d{j}"), topic, &s.by_topic[topic], n);
+            guaranteed::check(&format!("subscriber d{j}"), topic, &s.by_topic[topic], n);
         }
         let redelivered: usize = s.by_topic.values().map(|v| v.iter().filter(|x| x.1).count()).sum();
         eprintln!("subscriber d{j}: {redelivered} flagged redeliveries");

@@ -11,6 +11,8 @@
 //! same history, and the fail-over times (kill to the next leader's
 //! line) are printed, median and worst.
 
+#[path = "support/guaranteed.rs"]
+mod guaranteed;
 #[path = "support/router.rs"]
 mod router;
 
@@ -21,7 +23,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tickwire_client::{Client, ClientEvent, ClientOptions, PublishError};
+use tickwire_client::{Client, ClientEvent, ClientOptions};
 
 const LEADS: &str = "ha: this router leads its group";
 
@@ -75,30 +77,7 @@ fn opts(name: &str) -> ClientOptions {
 /// Publishes 0, 1, … on `topic` every 200 µs until `stop`, then waits for
 /// every acknowledgement; returns how many were acknowledged.
 fn publisher(group: &str, topic: String, stop: &AtomicBool) -> u64 {
-    let mut c = Client::connect(group, opts(&topic)).unwrap();
-    let mut seq = 0u64;
-    let start = Instant::now();
-    while !stop.load(Ordering::Relaxed) {
-        if Instant::now() < start + Duration::from_micros(200 * seq) {
-            c.poll(|_| {}, 64);
-            std::thread::sleep(Duration::from_micros(100));
-            continue;
-        }
-        match c.publish_guaranteed(&topic, &seq.to_le_bytes()) {
-            Ok(_) => seq += 1,
-            Err(PublishError::WindowFull(_)) => std::thread::sleep(Duration::from_micros(500)),
-            Err(e) => panic!("{topic}: {e}"),
-        }
-        c.poll(|_| {}, 64);
-    }
-    let until = Instant::now() + Duration::from_secs(60);
-    while c.unacknowledged() > 0 {
-        assert!(Instant::now() < until, "{topic}: {} never acknowledged", c.unacknowledged());
-        c.poll(|_| {}, 256);
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    assert_eq!(c.acknowledged(), seq);
-    seq
+    guaranteed::publish_paced(Client::connect(group, opts(&topic)).unwrap(), &topic, Duration::from_micros(200), stop)
 }
 
 /// Per topic, (sequence, redelivered) in arrival order.
@@ -136,21 +115,6 @@ fn consumer(group: &str, name: &str, queue: bool, seen: &Mutex<Seen>, stop: &Ato
             std::thread::sleep(Duration::from_micros(200));
         }
     }
-}
-
-/// One durable subscriber's stream of one publisher: in order, repeats
-/// flagged, nothing missing below `acked`.
-fn check(who: &str, topic: &str, stream: &[(u64, bool)], acked: u64) {
-    let mut next = 0u64;
-    for (i, &(seq, redelivered)) in stream.iter().enumerate() {
-        let around = || format!("{:?}", &stream[i.saturating_sub(5)..(i + 5).min(stream.len())]);
-        assert!(seq <= next, "{who} {topic}: gap: {seq} arrived while {next} was expected: {}", around());
-        if seq < next {
-            assert!(redelivered, "{who} {topic}: {seq} arrived again without the redelivered flag: {}", around());
-        }
-        next = next.max(seq + 1);
-    }
-    assert!(next >= acked, "{who} {topic}: acknowledged up to {acked}, delivered up to {next}");
 }
 
 /// Each journal's (publisher, sequence) in journal order.
@@ -284,7 +248,7 @@ fn no_acknowledged_message_is_lost_across_kill_9_of_the_leader() {
     for (j, s) in seen[..2].iter().enumerate() {
         let s = s.lock().unwrap();
         for (topic, &n) in &acked {
-            check(&format!("durable subscriber d{j}"), topic, &s[topic], n);
+            guaranteed::check(&format!("durable subscriber d{j}"), topic, &s[topic], n);
         }
         let redelivered: usize = s.values().map(|v| v.iter().filter(|x| x.1).count()).sum();
         eprintln!("durable subscriber d{j}: {redelivered} flagged redeliveries");
