@@ -25,6 +25,8 @@ use tickwire_transport::framing::{FrameError, FrameReader};
 
 /// How long a dropped dial waits before the next.
 pub const REDIAL: Duration = Duration::from_millis(50);
+/// How long a dial may take to connect.
+pub const DIAL_DEADLINE: Duration = Duration::from_secs(1);
 /// How long an accepted connection has to say HELLO.
 pub const HELLO_DEADLINE: Duration = Duration::from_secs(2);
 /// The most bytes waiting to go to one member.
@@ -91,9 +93,18 @@ impl Ha {
         let status = Arc::new(Mutex::new(node.status()));
         let mut member = Member::new(cfg, node, poll, listener, rx, tx, status.clone())?;
         let name = format!("tw-ha-{}", member.node.id());
+        let events_on_panic = member.events.clone();
         let thread = std::thread::Builder::new()
             .name(name)
-            .spawn(move || member.run())
+            .spawn(move || {
+                // A panic inside raft-rs (a peer's message it cannot take)
+                // stops this member, and says so: the application leaves
+                // the group rather than wait on a dead thread.
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| member.run()));
+                if run.is_err() {
+                    let _ = events_on_panic.send(Event::Failed("the member's thread panicked".into()));
+                }
+            })
             .map_err(io("the member's thread".into()))?;
         Ok(Self { commands, waker, events, status, thread: Some(thread) })
     }
@@ -121,6 +132,17 @@ impl Ha {
     /// with `token`.
     pub fn change_member(&self, token: u64, id: u64, add: bool) {
         self.send(Command::Member(id, add, token));
+    }
+
+    /// Whether the member's thread still runs (it ends on a log it cannot
+    /// write, a panic, or [`Ha::stop`]).
+    pub fn is_running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Stops the member (its thread ends soon after; its log stays).
+    pub fn stop(&self) {
+        self.send(Command::Stop);
     }
 
     /// The next event, if one is waiting.
@@ -156,6 +178,9 @@ struct Dialed {
     connected: bool,
     unsent: Vec<u8>,
     retry_at: u64,
+    /// When the dial began (a dial not connected within [`DIAL_DEADLINE`]
+    /// is dropped and tried again).
+    dialed_at: u64,
 }
 
 /// A link another member dialed.
@@ -199,7 +224,15 @@ impl Member {
             .members
             .iter()
             .filter(|(&id, _)| id != cfg.id)
-            .map(|(&id, &addr)| Dialed { id, addr, stream: None, connected: false, unsent: Vec::new(), retry_at: 0 })
+            .map(|(&id, &addr)| Dialed {
+                id,
+                addr,
+                stream: None,
+                connected: false,
+                unsent: Vec::new(),
+                retry_at: 0,
+                dialed_at: 0,
+            })
             .collect();
         Ok(Self {
             cfg,
@@ -257,8 +290,8 @@ impl Member {
             while let Some(ev) = self.node.poll_event() {
                 let _ = self.events.send(ev);
             }
-            if now >= self.next_housekeeping {
-                self.housekeeping(now);
+            if now >= self.next_housekeeping && !self.housekeeping(now) {
+                return;
             }
         }
     }
@@ -363,6 +396,18 @@ impl Member {
                 let _ = self.poll.registry().deregister(&mut a.stream);
                 self.links.disconnects += 1;
             }
+            return;
+        }
+        // A member that dialed again left its older link behind (a peer
+        // that crashed sends no FIN): the new one replaces it.
+        let Some(from) = self.accepted.get(&slot).and_then(|a| a.from) else { return };
+        let older: Vec<usize> =
+            self.accepted.iter().filter(|(&k, a)| k != slot && a.from == Some(from)).map(|(&k, _)| k).collect();
+        for k in older {
+            if let Some(mut a) = self.accepted.remove(&k) {
+                let _ = self.poll.registry().deregister(&mut a.stream);
+                self.links.disconnects += 1;
+            }
         }
     }
 
@@ -419,6 +464,7 @@ impl Member {
                         d.unsent.clear();
                         Hello { from: self.cfg.id, to: d.id, group: &self.cfg.group }.emit(&mut d.unsent);
                         d.stream = Some(s);
+                        d.dialed_at = now;
                     }
                 }
                 Err(_) => d.retry_at = now + REDIAL.as_nanos() as u64,
@@ -474,8 +520,16 @@ impl Member {
         }
     }
 
-    fn housekeeping(&mut self, now: u64) {
+    /// Returns false if the member must stop.
+    fn housekeeping(&mut self, now: u64) -> bool {
         self.next_housekeeping = now + 20_000_000;
+        let deadline = DIAL_DEADLINE.as_nanos() as u64;
+        for i in 0..self.dialed.len() {
+            let d = &self.dialed[i];
+            if d.stream.is_some() && !d.connected && now - d.dialed_at > deadline {
+                self.drop_link(i);
+            }
+        }
         self.redial(now);
         let deadline = HELLO_DEADLINE.as_nanos() as u64;
         let late: Vec<usize> = self
@@ -494,13 +548,16 @@ impl Member {
             a.reader.trim();
         }
         if let Err(e) = self.node.compact() {
-            tracing::error!(member = self.cfg.id, error = %e, "ha: log compaction");
+            tracing::error!(member = self.cfg.id, error = %e, "ha: log compaction failed: the member stops");
+            let _ = self.events.send(Event::Failed(e.to_string()));
+            return false;
         }
         let mut st = self.node.status();
         st.links = self.links;
         if let Ok(mut s) = self.status.lock() {
             *s = st;
         }
+        true
     }
 }
 

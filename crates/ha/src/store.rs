@@ -227,11 +227,14 @@ impl Storage for LogStore {
 
     fn snapshot(&self, _request_index: u64, to: u64) -> raft::Result<Snapshot> {
         self.snapshots_refused.set(self.snapshots_refused.get() + 1);
-        tracing::warn!(
-            peer = to,
-            compacted = self.compacted.0,
-            "Raft: a member needs a snapshot, which this node cannot send yet"
-        );
+        // Counted (`router status`), and said once in a thousand asks.
+        if self.snapshots_refused.get() % 1000 == 1 {
+            tracing::warn!(
+                peer = to,
+                compacted = self.compacted.0,
+                "Raft: a member needs a snapshot, which this node cannot send yet"
+            );
+        }
         Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable))
     }
 }

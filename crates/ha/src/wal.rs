@@ -187,7 +187,14 @@ impl Wal {
         if self.buf.is_empty() {
             return Ok(());
         }
-        self.file.write_all(&self.buf).map_err(io(&self.path))?;
+        if let Err(e) = self.file.write_all(&self.buf) {
+            // Part of it may be in the file: cut back to the last whole
+            // record, so a retry does not leave garbage before it.
+            use std::io::{Seek, SeekFrom};
+            let _ = self.file.set_len(self.bytes);
+            let _ = self.file.seek(SeekFrom::Start(self.bytes));
+            return Err(io(&self.path)(e));
+        }
         self.bytes += self.buf.len() as u64;
         self.buf.clear();
         if self.sync {
@@ -266,7 +273,14 @@ fn replay(bytes: &[u8], out: &mut Replayed) -> Result<usize, (u64, String)> {
         h.update(&[kind]);
         h.update(body);
         if h.finalize() != crc {
-            break; // torn: a record is written whole or cut here
+            // Torn if it is the last: a record is written whole or cut
+            // here. A whole record after it means damage in the middle,
+            // which would lose records a peer was told were written.
+            let next = at + RECORD_HEADER + len;
+            if record_at(bytes, next) {
+                return Err((at as u64, "CRC mismatch before whole records".into()));
+            }
+            break;
         }
         let damaged = |why: String| (at as u64, why);
         match kind {
@@ -289,6 +303,21 @@ fn replay(bytes: &[u8], out: &mut Replayed) -> Result<usize, (u64, String)> {
         at += RECORD_HEADER + len;
     }
     Ok(at)
+}
+
+/// Whether a whole record with a matching CRC starts at `at`.
+fn record_at(bytes: &[u8], at: usize) -> bool {
+    if at >= bytes.len() || bytes.len() - at < RECORD_HEADER {
+        return false;
+    }
+    let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default()) as usize;
+    if len > MAX_RECORD || bytes.len() - at - RECORD_HEADER < len {
+        return false;
+    }
+    let crc = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap_or_default());
+    let mut h = crc32fast::Hasher::new();
+    h.update(&bytes[at + 8..at + RECORD_HEADER + len]);
+    h.finalize() == crc
 }
 
 /// Raft's conflict rule on replay: an entry at an index held replaces it
@@ -369,6 +398,25 @@ mod tests {
         assert!(err.contains("raft.log: damaged at byte") && err.contains("a gap"), "{err}");
         std::fs::remove_dir_all(&d).unwrap();
         std::fs::remove_dir_all(dir("gap-src")).ok();
+    }
+
+    #[test]
+    fn a_crc_mismatch_before_whole_records_is_damage_not_a_torn_tail() {
+        let d = dir("bitrot");
+        let (mut w, _) = Wal::open(&d, false).unwrap();
+        for i in 1..=3 {
+            w.put_entry(&entry(i, 1, b"payload"));
+        }
+        w.flush().unwrap();
+        drop(w);
+        let path = d.join("raft.log");
+        let mut bytes = std::fs::read(&path).unwrap();
+        // A bit flipped in the first record's body.
+        bytes[MAGIC.len() + RECORD_HEADER + 2] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let err = Wal::open(&d, false).unwrap_err().to_string();
+        assert!(err.contains("damaged at byte 8") && err.contains("CRC mismatch before whole records"), "{err}");
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

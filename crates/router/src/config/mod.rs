@@ -526,6 +526,15 @@ impl RouterConfig {
                 return bad("ha", &h.group, "a [router.journal] too: the group replicates guaranteed delivery");
             };
             h.to_config(&j.dir, j.sync != "os")?;
+            // A Raft entry (a batch, with one publish of up to max_frame)
+            // must fit a peer frame.
+            if l.max_frame + (1 << 20) > tickwire_ha::peer::MAX_FRAME {
+                return bad(
+                    "limits.max_frame",
+                    &l.max_frame,
+                    "at most 15 MiB with [router.ha] (a Raft entry must fit a peer frame)",
+                );
+            }
         }
         if let Some(c) = &self.cache {
             c.to_config()?;

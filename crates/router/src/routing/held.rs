@@ -95,6 +95,13 @@ impl Guaranteed {
     pub(super) fn held_count(&self) -> usize {
         self.held.list.len()
     }
+
+    /// Drops every held publish (a router that no longer leads its group);
+    /// returns their sessions (session, serial), to be ended.
+    pub(super) fn drop_held(&mut self) -> Vec<(u32, u64)> {
+        self.held.bytes = 0;
+        self.held.list.drain(..).map(|h| h.from).collect()
+    }
 }
 
 impl Router {

@@ -169,7 +169,13 @@ impl Router {
         }
         self.requests.counts[value::REQUESTS] += 1;
         let user = self.session(from).and_then(|s| s.user.clone());
+        let follower = self.guaranteed.as_deref().and_then(|g| g.ha.as_deref()).is_some_and(|r| !r.is_leader());
         let reply = match topic.strip_prefix(QUEUE_ADMIN_PREFIX) {
+            // Queues are the leader's to change (and to browse: a
+            // follower's view lags).
+            Some(_) if follower => AdminReply::error(format!(
+                "{topic}: this router does not lead its high-availability group: ask the leader"
+            )),
             Some(op) => {
                 match serde_json::from_slice::<QueueRequest>(if payload.is_empty() { b"{}" } else { payload }) {
                     Ok(req) => self.queue_request(op, &req, user.as_deref()),

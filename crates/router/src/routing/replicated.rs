@@ -85,6 +85,13 @@ pub struct Replication {
     unreported: VecDeque<(u64, u64)>,
     /// Sessions to end (`NotLeader`).
     ended: Vec<(u32, Disconnect)>,
+    /// The highest index applied with its records durable in the journal
+    /// (saved, then reported to the log, at housekeeping).
+    durably_applied: u64,
+    /// Where `durably_applied` is saved: the log's directory.
+    dir: std::path::PathBuf,
+    /// The router left its group (its journal or its log failed).
+    left: bool,
     /// The durable states last proposed.
     positions: BTreeMap<String, DurableState>,
     stats: ReplicationStats,
@@ -96,8 +103,14 @@ impl Replication {
     /// # Errors
     /// [`tickwire_ha::HaError`] from the log, the configuration or the
     /// listener.
-    pub fn start(cfg: HaConfig) -> Result<Self, tickwire_ha::HaError> {
+    pub fn start(mut cfg: HaConfig) -> Result<Self, tickwire_ha::HaError> {
         let me = cfg.id;
+        let dir = cfg.dir.clone();
+        // What this router applied durably, as last saved: the log hands
+        // over again only what follows (retention may have removed a
+        // publisher's older records from the journal, so what the journal
+        // remembers of publishers cannot be trusted for more).
+        cfg.applied = read_applied(&dir);
         Ok(Self {
             ha: Ha::start(cfg)?,
             me,
@@ -106,10 +119,15 @@ impl Replication {
             flag_index: 0,
             batch: Vec::new(),
             batch_from: Vec::new(),
-            next_token: 1,
+            // Random per start: an entry a previous run proposed, committed
+            // after a restart, never matches this run's pending batches.
+            next_token: random_token(),
             proposed: HashMap::new(),
             unreported: VecDeque::new(),
             ended: Vec::new(),
+            durably_applied: 0,
+            dir,
+            left: false,
             positions: BTreeMap::new(),
             stats: ReplicationStats::default(),
         })
@@ -135,6 +153,12 @@ impl Replication {
 
     /// Adds a guaranteed publish to the next proposal.
     pub(super) fn add(&mut self, publisher: u64, seq: u64, topic: &str, payload: &[u8], from: Pending) {
+        // A large publish does not make the batch larger than it and the
+        // batch bound together (an append carries at least one entry
+        // whole: it must fit a peer frame).
+        if !self.batch.is_empty() && self.batch.len() + RECORD_HEADER + topic.len() + payload.len() > BATCH_BYTES {
+            self.propose_batch();
+        }
         if self.batch.is_empty() {
             self.batch.push(PUBLISHES);
             self.batch.extend_from_slice(&self.me.to_le_bytes());
@@ -193,6 +217,31 @@ impl Replication {
     }
 }
 
+fn random_token() -> u64 {
+    let mut b = [0u8; 8];
+    let _ = getrandom::fill(&mut b);
+    // Clear of the counter's wrap for the life of a process.
+    (u64::from_le_bytes(b) >> 1).max(1)
+}
+
+/// The file, in the Raft log's directory, holding the highest index this
+/// router applied durably.
+const APPLIED_FILE: &str = "applied";
+
+fn read_applied(dir: &std::path::Path) -> Option<u64> {
+    std::fs::read_to_string(dir.join(APPLIED_FILE)).ok()?.trim().parse().ok()
+}
+
+/// Saves `index` (write, sync, rename: a crash leaves the old or the new).
+fn save_applied(dir: &std::path::Path, index: u64) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = dir.join(format!("{APPLIED_FILE}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(format!("{index}\n").as_bytes())?;
+    f.sync_data()?;
+    std::fs::rename(&tmp, dir.join(APPLIED_FILE))
+}
+
 /// A publish in a committed entry.
 struct Publish<'a> {
     publisher: u64,
@@ -226,6 +275,11 @@ fn publishes(mut b: &[u8]) -> Result<Vec<Publish<'_>>, &'static str> {
 impl Guaranteed {
     /// Applies one committed entry (on every member).
     fn apply(&mut self, index: u64, data: &[u8]) {
+        // Once the journal failed nothing more is applied (nor reported
+        // applied): this router leaves its group.
+        if self.failed().is_some() {
+            return;
+        }
         let Some(r) = self.ha.as_deref_mut() else { return };
         r.stats.applied += 1;
         if data.len() < HEADER {
@@ -267,6 +321,7 @@ impl Guaranteed {
                                 tracing::error!(index, error = %e, "ha: a committed publish not stored");
                                 if !matches!(e, tickwire_journal::JournalError::Record(_)) {
                                     self.fail(&e);
+                                    return;
                                 }
                                 continue;
                             }
@@ -317,6 +372,24 @@ impl Guaranteed {
         } else if let Some(d) = Durable::restore(s, &self.journal) {
             self.durables.insert(d.name.clone(), d);
         }
+    }
+
+    /// This router no longer leads (or left its group): nothing in flight
+    /// will be acknowledged here; the sessions waiting for it, and every
+    /// durable subscriber and queue consumer, go to `lost`.
+    fn demote(&mut self, lost: &mut Vec<Pending>) {
+        let Some(r) = self.ha.as_deref_mut() else { return };
+        r.stats.demotions += 1;
+        r.leading = false;
+        lost.append(&mut r.batch_from);
+        r.batch.clear();
+        lost.extend(r.proposed.drain().flat_map(|(_, v)| v));
+        lost.extend(self.awaiting.drain(..).map(|(_, id, serial, seq)| (id, serial, seq)));
+        lost.extend(self.drop_held().into_iter().map(|(id, serial)| (id, serial, 0)));
+        lost.extend(self.durables.values().filter_map(|d| d.bound.map(|(id, serial, _)| (id, serial, 0))));
+        lost.extend(
+            self.queues.values().flat_map(|q| q.consumers.iter().map(|((id, serial, _), _)| (*id, *serial, 0))),
+        );
     }
 
     /// The durable states now (what the leader replicates).
@@ -385,19 +458,8 @@ impl Router {
                     }
                     let was = std::mem::replace(&mut r.leading, me);
                     if was && !me {
-                        r.stats.demotions += 1;
                         tracing::warn!(member = r.me, leader = id, "ha: this router no longer leads its group");
-                        // Nothing in flight will be acknowledged here.
-                        lost.append(&mut r.batch_from);
-                        r.batch.clear();
-                        lost.extend(r.proposed.drain().flat_map(|(_, v)| v));
-                        lost.extend(g.awaiting.drain(..).map(|(_, id, serial, seq)| (id, serial, seq)));
-                        lost.extend(g.durables.values().filter_map(|d| d.bound.map(|(id, serial, _)| (id, serial, 0))));
-                        lost.extend(
-                            g.queues
-                                .values()
-                                .flat_map(|q| q.consumers.iter().map(|((id, serial, _), _)| (*id, *serial, 0))),
-                        );
+                        g.demote(&mut lost);
                     } else if me && !was {
                         tracing::info!(member = r.me, "ha: this router leads its group");
                         g.lead();
@@ -416,16 +478,28 @@ impl Router {
                 }
             }
         }
+        // The journal failed, or the member's thread is gone (a log it
+        // could not write, a panic): this router leaves its group, as if
+        // it had crashed, and sends its clients to the others.
+        let gone = g.ha.as_deref().is_some_and(|r| !r.ha.is_running());
+        if (g.failed().is_some() || gone) && g.ha.as_deref().is_some_and(|r| !r.left) {
+            if let Some(r) = g.ha.as_deref_mut() {
+                tracing::error!(member = r.me, "ha: this router leaves its group (its journal or its Raft log failed)");
+                r.left = true;
+                r.ha.stop();
+                r.leader = 0;
+            }
+            g.demote(&mut lost);
+        }
         // What the journal holds durably is applied for good: the log may
         // drop it.
-        if let Some(r) = g.ha.as_deref_mut() {
+        let failed = g.failed().is_some();
+        if let Some(r) = g.ha.as_deref_mut().filter(|_| !failed) {
             let durable = g.journal.durable();
-            let mut upto = None;
             while r.unreported.front().is_some_and(|&(_, seq)| seq <= durable) {
-                upto = r.unreported.pop_front().map(|(i, _)| i);
-            }
-            if let Some(i) = upto {
-                r.ha.applied(i);
+                if let Some((i, _)) = r.unreported.pop_front() {
+                    r.durably_applied = i;
+                }
             }
         }
         if !lost.is_empty() {
@@ -446,6 +520,13 @@ impl Router {
     /// housekeeping).
     pub(super) fn replicate_positions(&mut self) {
         let Some(g) = self.guaranteed.as_deref_mut() else { return };
+        if let Some(r) = g.ha.as_deref_mut().filter(|r| !r.left && r.durably_applied > 0) {
+            // Saved first: the log compacts only what a restart skips.
+            match save_applied(&r.dir, r.durably_applied) {
+                Ok(()) => r.ha.applied(r.durably_applied),
+                Err(e) => tracing::warn!(error = %e, "ha: the applied index not saved (the log keeps its entries)"),
+            }
+        }
         if !g.ha.as_deref().is_some_and(Replication::is_leader) {
             return;
         }
