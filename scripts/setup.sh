@@ -21,6 +21,7 @@ procps           kill, ps in the tests and scripts
 curl             rustup download
 ca-certificates  rustup download over TLS
 iproute2         ip netns / veth pairs in the multi-host system tests
+nftables         nft: the high-availability partition test cuts a leader off inside its namespace
 util-linux       taskset (CPU pinning in the lab), setpriv (capability tests; acting as a second user), losetup and mount (journal durability test), prlimit (descriptors test)
 e2fsprogs        mkfs.ext4: the journal durability test's loop-device filesystem
 openssl          docs/operations.md's certificates (tests/operations.rs runs the page)

@@ -13,136 +13,22 @@
 
 #[path = "support/guaranteed.rs"]
 mod guaranteed;
+#[path = "support/ha.rs"]
+mod ha;
 #[path = "support/router.rs"]
 mod router;
 
-use router::{RouterProcess, BIN};
+use ha::{check_histories, consumer, free_port, leader, opts, Member, Seen};
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tickwire_client::{Client, ClientEvent, ClientOptions};
-
-const LEADS: &str = "ha: this router leads its group";
-
-struct Member {
-    id: u64,
-    base: PathBuf,
-    client: String,
-    peers: Vec<String>,
-    process: Option<RouterProcess>,
-}
-
-impl Member {
-    fn journal(&self) -> PathBuf {
-        self.base.join(format!("j{}", self.id))
-    }
-
-    fn start(&mut self) {
-        let dir = self.base.join(format!("shm{}", self.id));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut cmd = Command::new(BIN);
-        cmd.args(["--dir", &dir.display().to_string(), "router", "--no-ipc", "--listen", &self.client, "--journal"])
-            .arg(self.journal())
-            .args(["--sync", "os", "--ha-group", "crash", "--ha-node", &self.id.to_string()]);
-        for p in &self.peers {
-            cmd.args(["--ha-peer", p]);
-        }
-        self.process = Some(RouterProcess::spawn(cmd.env("RUST_LOG", "info")));
-    }
-
-    /// Whether it runs and its last word on leading was that it leads.
-    fn leads(&self) -> bool {
-        let Some(p) = &self.process else { return false };
-        let lines = p.lines.lock().unwrap();
-        lines.iter().rev().find(|(_, l)| l.contains("leads its group")).is_some_and(|(_, l)| l.contains(LEADS))
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn opts(name: &str) -> ClientOptions {
-    ClientOptions {
-        name: name.into(),
-        reconnect_interval: Duration::from_millis(20),
-        guaranteed_window: 2000,
-        ..ClientOptions::default()
-    }
-}
+use tickwire_client::Client;
 
 /// Publishes 0, 1, … on `topic` every 200 µs until `stop`, then waits for
 /// every acknowledgement; returns how many were acknowledged.
 fn publisher(group: &str, topic: String, stop: &AtomicBool) -> u64 {
     guaranteed::publish_paced(Client::connect(group, opts(&topic)).unwrap(), &topic, Duration::from_micros(200), stop)
-}
-
-/// Per topic, (sequence, redelivered) in arrival order.
-type Seen = HashMap<String, Vec<(u64, bool)>>;
-
-/// A durable subscriber (`queue`: a consumer of the durable queue `q`),
-/// acknowledging each delivery.
-fn consumer(group: &str, name: &str, queue: bool, seen: &Mutex<Seen>, stop: &AtomicBool) {
-    let mut c = Client::connect(group, opts(name)).unwrap();
-    if queue {
-        c.subscribe_durable_queue("orders/>", "q").unwrap();
-    } else {
-        c.subscribe_durable("orders/>", name).unwrap();
-    }
-    while !stop.load(Ordering::Relaxed) {
-        let mut got = Vec::new();
-        let n = c.poll(
-            |e| {
-                if let ClientEvent::Message(m) = e {
-                    if m.is_guaranteed() && m.payload.len() == 8 {
-                        let seq = u64::from_le_bytes(m.payload[..8].try_into().unwrap());
-                        got.push((m.topic.to_owned(), seq, m.is_redelivered(), m.subscription.unwrap(), m.sequence));
-                    }
-                }
-            },
-            256,
-        );
-        let mut s = seen.lock().unwrap();
-        for (topic, seq, redelivered, sub, at) in got {
-            s.entry(topic).or_default().push((seq, redelivered));
-            c.ack(sub, at);
-        }
-        drop(s);
-        if n == 0 {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-}
-
-/// Each journal's (publisher, sequence) in journal order.
-fn history(journal: &Path) -> Vec<(u64, u64)> {
-    let (j, _) = tickwire_journal::Journal::open(tickwire_journal::JournalConfig {
-        sync: tickwire_journal::SyncPolicy::Os,
-        ..tickwire_journal::JournalConfig::new(journal)
-    })
-    .unwrap();
-    let mut out = Vec::new();
-    let mut reader = tickwire_journal::Reader::new(j.first());
-    while let tickwire_journal::Read::Record(r) = reader.next(&j, u64::MAX).unwrap() {
-        out.push((r.publisher(), r.publisher_sequence()));
-    }
-    out
-}
-
-fn leader(members: &[Member], within: Duration) -> Option<usize> {
-    let until = Instant::now() + within;
-    loop {
-        if let Some(i) = members.iter().position(Member::leads) {
-            return Some(i);
-        }
-        if Instant::now() >= until {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
 }
 
 #[test]
@@ -161,6 +47,7 @@ fn no_acknowledged_message_is_lost_across_kill_9_of_the_leader() {
             base: base.clone(),
             client: format!("tcp://127.0.0.1:{}", p.0),
             peers: peers.clone(),
+            netns: None,
             process: None,
         })
         .collect();
@@ -254,24 +141,10 @@ fn no_acknowledged_message_is_lost_across_kill_9_of_the_leader() {
         eprintln!("durable subscriber d{j}: {redelivered} flagged redeliveries");
     }
     // Every member's journal: each message once, one history.
-    let mut stopped = Vec::new();
     for m in &mut members {
-        if let Some(mut p) = m.process.take() {
-            let _ = Command::new("kill").args(["-INT", &p.child.id().to_string()]).status();
-            p.child.wait().unwrap();
-            stopped.push(p);
-        }
+        m.stop_cleanly();
     }
-    let histories: Vec<Vec<(u64, u64)>> = members.iter().map(|m| history(&m.journal())).collect();
-    for (m, h) in members.iter().zip(&histories) {
-        let once: HashSet<&(u64, u64)> = h.iter().collect();
-        assert_eq!(once.len(), h.len(), "member {}: a message stored twice", m.id);
-        assert!(h.len() as u64 >= total, "member {}: {} stored, {total} acknowledged", m.id, h.len());
-    }
-    let shortest = histories.iter().map(Vec::len).min().unwrap();
-    for h in &histories[1..] {
-        assert_eq!(h[..shortest], histories[0][..shortest], "the members' journals differ");
-    }
+    check_histories(&members, total);
     fail_overs.sort();
     if !fail_overs.is_empty() {
         eprintln!(

@@ -5,7 +5,7 @@
 //! * promtool checks the rules and the config, and runs the rules' unit
 //!   tests (promtool missing: a test failure under `CI=true`, else a
 //!   visible SKIP);
-//! * a router with a journal, subscribers (one durable) and publishers (one
+//! * a router with a journal (in a high-availability group of one), subscribers (one durable) and publishers (one
 //!   guaranteed) is scraped, and every metric name in the dashboard's
 //!   queries and variables and in the rules' expressions must be a series
 //!   it exports (a name is a PromQL identifier that is no function,
@@ -461,6 +461,9 @@ fn every_alert_has_a_severity_and_says_what_to_do() {
         "TickwireJournalNearRetention",
         "TickwireJournalAckLag",
         "TickwirePublisherAckLag",
+        "TickwireHaNoLeader",
+        "TickwireHaMemberLag",
+        "TickwireHaSnapshotNeeded",
     ] {
         assert!(names.contains(want), "no alert {want}: {names:?}");
     }
@@ -573,6 +576,8 @@ fn start_router(test: &str) -> (Procs, SocketAddr) {
     let mut router = Command::new(BIN)
         .args(["--dir", &d, "router", "--listen", "tcp://127.0.0.1:0", "--journal", &journal, "--sync", "group"])
         .args(["--metrics", &metrics_addr.to_string()])
+        // A group of one: the high-availability series too.
+        .args(["--ha-group", "monitoring", "--ha-node", "1", "--ha-peer", &format!("1=127.0.0.1:{}", free_port())])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -7,13 +7,20 @@
 //! that has not said HELLO within [`HELLO_DEADLINE`] is closed, a link's
 //! unsent bytes are bounded by [`MAX_UNSENT`] (past it, messages are
 //! dropped and counted: Raft sends again what is not answered), and the
-//! accepted connections by four per member.
+//! accepted connections by four per member. A dialed link whose bytes go
+//! unacknowledged for [`LINK_TIMEOUT`] (a peer cut off, its host gone) is
+//! closed by the kernel (`TCP_USER_TIMEOUT`) and dialed again, so a healed
+//! partition is crossed within about that long, not after TCP's
+//! retransmissions back off to minutes. A dial leaves from the member's own
+//! address (when it listens on one), so a host's group traffic takes the
+//! interface its members were given.
 
 use crate::node::{Event, HaError, Node};
 use crate::peer::{self, Hello, PeerError};
 use crate::{HaConfig, HaStatus};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Write};
 use std::net::SocketAddr;
@@ -31,6 +38,9 @@ pub const DIAL_DEADLINE: Duration = Duration::from_secs(1);
 pub const HELLO_DEADLINE: Duration = Duration::from_secs(2);
 /// The most bytes waiting to go to one member.
 pub const MAX_UNSENT: usize = 64 << 20;
+/// How long a dialed link's bytes may go unacknowledged before it is
+/// closed and dialed again.
+pub const LINK_TIMEOUT: Duration = Duration::from_secs(1);
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -457,7 +467,7 @@ impl Member {
             if d.stream.is_some() || now < d.retry_at {
                 continue;
             }
-            match TcpStream::connect(d.addr) {
+            match dial(self.cfg.members[&self.cfg.id], d.addr) {
                 Ok(mut s) => {
                     let token = Token(DIALED + i);
                     if self.poll.registry().register(&mut s, token, Interest::READABLE | Interest::WRITABLE).is_ok() {
@@ -559,6 +569,23 @@ impl Member {
         }
         true
     }
+}
+
+/// Starts a non-blocking dial to `to`, from `from`'s address (the port the
+/// kernel's choice) unless `from` is a wildcard, with [`LINK_TIMEOUT`].
+fn dial(from: SocketAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
+    let s = Socket::new(Domain::for_address(to), Type::STREAM, Some(Protocol::TCP))?;
+    s.set_nonblocking(true)?;
+    s.set_tcp_user_timeout(Some(LINK_TIMEOUT))?;
+    if !from.ip().is_unspecified() && from.is_ipv4() == to.is_ipv4() {
+        s.bind(&SockAddr::from(SocketAddr::new(from.ip(), 0)))?;
+    }
+    match s.connect(&SockAddr::from(to)) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(TcpStream::from_std(s.into()))
 }
 
 /// The member a HELLO names, if it is for this member of this group.

@@ -44,7 +44,7 @@ pub mod wal;
 
 pub use agent::{Ha, PeerStats};
 pub use config::{parse_member, HaConfig};
-pub use node::{Event, HaError, Node, NodeStats, Refused};
+pub use node::{Event, HaError, Node, NodeStats, Refused, FAILOVER_BUCKETS_MS};
 
 /// A member as one member sees it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -115,7 +115,29 @@ pub struct NodeStats {
     pub leader_changes: u64,
     /// Log compactions and file rewrites.
     pub compactions: u64,
+    /// Fail-overs seen: a new leader after another was lost (this
+    /// member's own start not counted).
+    #[serde(default)]
+    pub failovers: u64,
+    /// The last fail-over's time: from the last word of the lost leader
+    /// (its last message here, or this member's last tick as leader) to
+    /// the new leader's first (ns).
+    #[serde(default)]
+    pub failover_last_ns: u64,
+    /// The longest fail-over seen (ns).
+    #[serde(default)]
+    pub failover_max_ns: u64,
+    /// All fail-overs' times added up (ns).
+    #[serde(default)]
+    pub failover_sum_ns: u64,
+    /// Fail-overs by time: at most each of [`FAILOVER_BUCKETS_MS`], then
+    /// longer.
+    #[serde(default)]
+    pub failover_buckets: [u64; FAILOVER_BUCKETS_MS.len() + 1],
 }
+
+/// The upper bounds of the fail-over time buckets, in milliseconds.
+pub const FAILOVER_BUCKETS_MS: [u64; 8] = [50, 100, 200, 300, 500, 1000, 2000, 5000];
 
 /// One member.
 pub struct Node {
@@ -131,6 +153,10 @@ pub struct Node {
     applied: u64,
     leader: (u64, u64),
     stats: NodeStats,
+    /// The time last passed in (ns).
+    clock: u64,
+    /// When the leader (the one known last, 0 before any) was last heard.
+    heard_leader: Option<u64>,
 }
 
 impl std::fmt::Debug for Node {
@@ -206,6 +232,8 @@ impl Node {
             applied,
             leader: (0, 0),
             stats: NodeStats::default(),
+            clock: 0,
+            heard_leader: None,
         })
     }
 
@@ -231,6 +259,10 @@ impl Node {
         if m.from != from || m.to != self.id {
             return refuse(self, format!("a message from {} to {} on member {from}'s link", m.from, m.to));
         }
+        let leader = self.raw.raft.leader_id;
+        if leader != 0 && m.from == leader {
+            self.heard_leader = Some(self.clock);
+        }
         match self.raw.step(m) {
             Ok(()) => {
                 self.stats.messages_in += 1;
@@ -242,6 +274,10 @@ impl Node {
 
     /// Ticks raft-rs for the time passed (`now` in ns, monotonic).
     pub fn handle_timeout(&mut self, now: u64) {
+        self.clock = self.clock.max(now);
+        if self.raw.raft.state == StateRole::Leader {
+            self.heard_leader = Some(self.clock);
+        }
         let next = *self.next_tick.get_or_insert(now + self.tick_ns);
         if now < next {
             return;
@@ -349,6 +385,18 @@ impl Node {
         let term = self.raw.raft.term;
         if (id, term) != self.leader {
             if id != self.leader.0 {
+                if let Some(heard) = self.heard_leader.filter(|_| id != 0) {
+                    let took = self.clock.saturating_sub(heard);
+                    self.stats.failovers += 1;
+                    self.stats.failover_last_ns = took;
+                    self.stats.failover_max_ns = self.stats.failover_max_ns.max(took);
+                    self.stats.failover_sum_ns += took;
+                    let b = FAILOVER_BUCKETS_MS.iter().position(|&ms| took <= ms * 1_000_000);
+                    self.stats.failover_buckets[b.unwrap_or(FAILOVER_BUCKETS_MS.len())] += 1;
+                }
+                if id != 0 {
+                    self.heard_leader = Some(self.clock);
+                }
                 self.stats.leader_changes += 1;
                 if me {
                     self.stats.elections_won += 1;

@@ -171,6 +171,22 @@ fn a_killed_leader_is_replaced_within_a_second_and_catches_up_when_back() {
     let other = (1..=3).find(|&id| id != first && id != second).unwrap();
     g.wait_committed(second, 200, Duration::from_secs(10));
     g.wait_committed(other, 200, Duration::from_secs(10));
+    // The survivor that did not lead measured the fail-over: from the lost
+    // leader's last word to the new one's first, at least an election
+    // timeout (150 ms) less a heartbeat interval (30 ms).
+    let until = Instant::now() + Duration::from_secs(2);
+    let s = loop {
+        let s = g.running[&other].status().stats;
+        if s.failovers >= 1 || Instant::now() > until {
+            break s;
+        }
+        g.pump(Duration::from_millis(10));
+    };
+    assert_eq!(s.failovers, 1, "{s:?}");
+    let took = Duration::from_nanos(s.failover_last_ns);
+    assert!(took >= Duration::from_millis(100) && took < Duration::from_secs(1), "fail-over measured as {took:?}");
+    assert_eq!((s.failover_max_ns, s.failover_sum_ns), (s.failover_last_ns, s.failover_last_ns));
+    assert_eq!(s.failover_buckets.iter().sum::<u64>(), 1, "{s:?}");
     // Back, from its own log: it hands over the whole history again.
     g.start(first);
     g.wait_committed(first, 200, Duration::from_secs(10));

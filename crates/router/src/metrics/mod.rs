@@ -35,7 +35,10 @@
 //!   (when it has a limit), `..._first_sequence`, `..._last_sequence`,
 //!   `..._ack_lag_records`, ..., per guaranteed publisher
 //!   `tickwire_router_publisher_ack_lag_records`, per durable subscription
-//!   `tickwire_router_durable_backlog_records` and `..._in_flight`.
+//!   `tickwire_router_durable_backlog_records` and `..._in_flight`;
+//! * with a high-availability group, `tickwire_router_ha_...`: role, term,
+//!   indexes, elections, fail-over times, each member's lag, the Raft
+//!   log's size, the peer links ([`ha`] lists them).
 //!
 //! `deploy/prometheus` has alert and recording rules over these, and
 //! `deploy/grafana` a dashboard.
@@ -53,6 +56,7 @@ use tickwire_journal::Latencies;
 use tickwire_shm::counters::{Kind, SetSnapshot};
 use tickwire_shm::CountersFile;
 
+mod ha;
 mod http;
 pub use http::{MetricsServer, MAX_REQUESTS};
 
@@ -279,6 +283,9 @@ pub struct JournalMetrics {
 impl Collector for JournalMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let Some(j) = self.status.journal.lock().ok().and_then(|j| j.clone()) else { return Ok(()) };
+        if let Some(h) = &j.ha {
+            ha::encode(h, &mut encoder)?;
+        }
         let s = j.stats;
         let gauges = [
             ("tickwire_router_journal_bytes", "Bytes in the journal's segments.", j.bytes),

@@ -457,7 +457,15 @@ impl Router {
                         r.flag_index = last;
                     }
                     let was = std::mem::replace(&mut r.leading, me);
-                    if was && !me {
+                    if was && !me && id == 0 {
+                        tracing::warn!(
+                            member = r.me,
+                            "ha: this router no longer leads its group: cut off from its majority, it refuses \
+                             guaranteed publishes and durable subscriptions (NotLeader); direct messages still flow \
+                             between its own clients"
+                        );
+                        g.demote(&mut lost);
+                    } else if was && !me {
                         tracing::warn!(member = r.me, leader = id, "ha: this router no longer leads its group");
                         g.demote(&mut lost);
                     } else if me && !was {

@@ -1,0 +1,172 @@
+//! What the high-availability tests share: a group member (the real
+//! router binary, optionally inside a network namespace), the durable
+//! consumer that records what it gets, each member's journal history, and
+//! the wait for a leader.
+#![allow(dead_code)] // each test file uses some of it
+
+use super::router::{RouterProcess, BIN};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tickwire_client::{Client, ClientEvent, ClientOptions};
+
+/// The line a router writes when it becomes its group's leader.
+pub const LEADS: &str = "ha: this router leads its group";
+
+/// One member of a group: its id, its directories under `base`, its
+/// client listener, every member's `ID=HOST:PORT`.
+pub struct Member {
+    pub id: u64,
+    pub base: PathBuf,
+    pub client: String,
+    pub peers: Vec<String>,
+    /// The network namespace it runs in (`ip netns exec`), if any.
+    pub netns: Option<String>,
+    pub process: Option<RouterProcess>,
+}
+
+impl Member {
+    pub fn journal(&self) -> PathBuf {
+        self.base.join(format!("j{}", self.id))
+    }
+
+    pub fn start(&mut self) {
+        let dir = self.base.join(format!("shm{}", self.id));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, BIN]);
+                c
+            }
+            None => Command::new(BIN),
+        };
+        cmd.args(["--dir", &dir.display().to_string(), "router", "--no-ipc", "--listen", &self.client, "--journal"])
+            .arg(self.journal())
+            .args(["--sync", "os", "--ha-group", "crash", "--ha-node", &self.id.to_string()]);
+        for p in &self.peers {
+            cmd.args(["--ha-peer", p]);
+        }
+        self.process = Some(RouterProcess::spawn(cmd.env("RUST_LOG", "info")));
+    }
+
+    /// Whether it runs and its last word on leading was that it leads.
+    pub fn leads(&self) -> bool {
+        self.leading_line().is_some_and(|(_, l)| l.contains(LEADS))
+    }
+
+    /// Its last line on leading (it leads, or no longer does), and when.
+    pub fn leading_line(&self) -> Option<(Instant, String)> {
+        let p = self.process.as_ref()?;
+        let lines = p.lines.lock().unwrap();
+        lines.iter().rev().find(|(_, l)| l.contains("leads its group")).cloned()
+    }
+
+    /// Stops it with SIGINT and waits for it.
+    pub fn stop_cleanly(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            let _ = Command::new("kill").args(["-INT", &p.child.id().to_string()]).status();
+            p.child.wait().unwrap();
+        }
+    }
+}
+
+/// The member that leads, waited for up to `within`.
+pub fn leader(members: &[Member], within: Duration) -> Option<usize> {
+    let until = Instant::now() + within;
+    loop {
+        if let Some(i) = members.iter().position(Member::leads) {
+            return Some(i);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A client that retries fast, with a window of 2000 guaranteed publishes.
+pub fn opts(name: &str) -> ClientOptions {
+    ClientOptions {
+        name: name.into(),
+        reconnect_interval: Duration::from_millis(20),
+        guaranteed_window: 2000,
+        ..ClientOptions::default()
+    }
+}
+
+/// Per topic, (sequence, redelivered) in arrival order.
+pub type Seen = HashMap<String, Vec<(u64, bool)>>;
+
+/// A durable subscriber of `orders/>` (`queue`: a consumer of the durable
+/// queue `q`) on `group`, acknowledging each delivery, until `stop`.
+pub fn consumer(group: &str, name: &str, queue: bool, seen: &Mutex<Seen>, stop: &AtomicBool) {
+    let mut c = Client::connect(group, opts(name)).unwrap();
+    if queue {
+        c.subscribe_durable_queue("orders/>", "q").unwrap();
+    } else {
+        c.subscribe_durable("orders/>", name).unwrap();
+    }
+    while !stop.load(Ordering::Relaxed) {
+        let mut got = Vec::new();
+        let n = c.poll(
+            |e| {
+                if let ClientEvent::Message(m) = e {
+                    if m.is_guaranteed() && m.payload.len() == 8 {
+                        let seq = u64::from_le_bytes(m.payload[..8].try_into().unwrap());
+                        got.push((m.topic.to_owned(), seq, m.is_redelivered(), m.subscription.unwrap(), m.sequence));
+                    }
+                }
+            },
+            256,
+        );
+        let mut s = seen.lock().unwrap();
+        for (topic, seq, redelivered, sub, at) in got {
+            s.entry(topic).or_default().push((seq, redelivered));
+            c.ack(sub, at);
+        }
+        drop(s);
+        if n == 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+/// A journal's (topic, payload's sequence) in journal order.
+pub fn history(journal: &Path) -> Vec<(String, u64)> {
+    let (j, _) = tickwire_journal::Journal::open(tickwire_journal::JournalConfig {
+        sync: tickwire_journal::SyncPolicy::Os,
+        ..tickwire_journal::JournalConfig::new(journal)
+    })
+    .unwrap();
+    let mut out = Vec::new();
+    let mut reader = tickwire_journal::Reader::new(j.first());
+    while let tickwire_journal::Read::Record(r) = reader.next(&j, u64::MAX).unwrap() {
+        let seq = r.payload().get(..8).map_or(u64::MAX, |b| u64::from_le_bytes(b.try_into().unwrap()));
+        out.push((r.topic().to_owned(), seq));
+    }
+    out
+}
+
+/// Every member's journal (the members stopped): each message once, at
+/// least `acked` messages, and one history (each a prefix of the longest).
+pub fn check_histories(members: &[Member], acked: u64) -> Vec<Vec<(String, u64)>> {
+    let histories: Vec<Vec<(String, u64)>> = members.iter().map(|m| history(&m.journal())).collect();
+    for (m, h) in members.iter().zip(&histories) {
+        let once: std::collections::HashSet<&(String, u64)> = h.iter().collect();
+        assert_eq!(once.len(), h.len(), "member {}: a message stored twice", m.id);
+        assert!(h.len() as u64 >= acked, "member {}: {} stored, {acked} acknowledged", m.id, h.len());
+    }
+    let shortest = histories.iter().map(Vec::len).min().unwrap();
+    for h in &histories[1..] {
+        assert_eq!(h[..shortest], histories[0][..shortest], "the members' journals differ");
+    }
+    histories
+}
