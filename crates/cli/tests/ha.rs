@@ -18,7 +18,8 @@ mod ha;
 #[path = "support/router.rs"]
 mod router;
 
-use ha::{check_histories, consumer, free_port, leader, opts, Member, Seen};
+use ha::{check_histories, consumer, leader, opts, Seen};
+use router::BIN;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,21 +37,7 @@ fn no_acknowledged_message_is_lost_across_kill_9_of_the_leader() {
     let cycles: u32 = std::env::var("TICKWIRE_HA_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
     let base = std::env::temp_dir().join(format!("tw-ha-crash-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
-    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
-    let peers: Vec<String> = ports.iter().enumerate().map(|(i, p)| format!("{}=127.0.0.1:{}", i + 1, p.1)).collect();
-    let group = ports.iter().map(|p| format!("tcp://127.0.0.1:{}", p.0)).collect::<Vec<_>>().join(",");
-    let mut members: Vec<Member> = ports
-        .iter()
-        .enumerate()
-        .map(|(i, p)| Member {
-            id: i as u64 + 1,
-            base: base.clone(),
-            client: format!("tcp://127.0.0.1:{}", p.0),
-            peers: peers.clone(),
-            netns: None,
-            process: None,
-        })
-        .collect();
+    let (mut members, group) = ha::loopback_group(&base);
     for m in &mut members {
         m.start();
     }
@@ -154,5 +141,42 @@ fn no_acknowledged_message_is_lost_across_kill_9_of_the_leader() {
             fail_overs[fail_overs.len() - 1]
         );
     }
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// The member's saved durable subscriptions and queues (durables.json).
+fn saved_names(m: &ha::Member) -> String {
+    std::fs::read_to_string(m.journal().join("durables.json")).unwrap_or_default()
+}
+
+#[test]
+fn a_queue_deleted_on_the_leader_is_deleted_on_every_member() {
+    let base = std::env::temp_dir().join(format!("tw-ha-queue-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (mut members, _) = ha::loopback_group(&base);
+    for m in &mut members {
+        m.start();
+    }
+    let l = leader(&members, Duration::from_secs(10)).expect("no leader elected");
+    let queue = |op: &str| {
+        let out = std::process::Command::new(BIN)
+            .args(["queue", op, "jobs", "--router", &members[l].client])
+            .args(if op == "create" { &["--topic", "jobs/>"][..] } else { &[][..] })
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "queue {op}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let wait = |what: &str, on_every: &dyn Fn(&str) -> bool| {
+        let until = Instant::now() + Duration::from_secs(10);
+        while !members.iter().all(|m| on_every(&saved_names(m))) {
+            let states: Vec<String> = members.iter().map(saved_names).collect();
+            assert!(Instant::now() < until, "{what}: {states:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    queue("create");
+    wait("the queue made on every member", &|s| s.contains("\"jobs\""));
+    queue("delete");
+    wait("the queue deleted on every member", &|s| !s.contains("\"jobs\""));
     let _ = std::fs::remove_dir_all(&base);
 }

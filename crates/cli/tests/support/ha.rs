@@ -74,6 +74,27 @@ impl Member {
     }
 }
 
+/// Three members on loopback ports under `base` (not started), and the
+/// group's URL list.
+pub fn loopback_group(base: &Path) -> (Vec<Member>, String) {
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let peers: Vec<String> = ports.iter().enumerate().map(|(i, p)| format!("{}=127.0.0.1:{}", i + 1, p.1)).collect();
+    let group = ports.iter().map(|p| format!("tcp://127.0.0.1:{}", p.0)).collect::<Vec<_>>().join(",");
+    let members = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Member {
+            id: i as u64 + 1,
+            base: base.to_path_buf(),
+            client: format!("tcp://127.0.0.1:{}", p.0),
+            peers: peers.clone(),
+            netns: None,
+            process: None,
+        })
+        .collect();
+    (members, group)
+}
+
 /// The member that leads, waited for up to `within`.
 pub fn leader(members: &[Member], within: Duration) -> Option<usize> {
     let until = Instant::now() + within;

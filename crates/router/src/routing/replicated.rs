@@ -24,6 +24,8 @@
 //! kind: u8 | proposer: u64 LE | token: u64 LE | body
 //! kind 1 (publishes): { publisher u64 | sequence u64 | topic_len u16 | payload_len u32 | topic | payload }*
 //! kind 2 (positions): the durable subscriptions' and queues' states, JSON
+//! kind 3 (removals): the names of durable subscriptions and queues gone (a
+//!   queue deleted on the leader), JSON
 //! ```
 
 use super::durable::{Durable, DurableState};
@@ -37,6 +39,7 @@ use tickwire_wire::client::RejectCode;
 
 const PUBLISHES: u8 = 1;
 const POSITIONS: u8 = 2;
+const REMOVALS: u8 = 3;
 const HEADER: usize = 17;
 const RECORD_HEADER: usize = 22;
 /// A batch is proposed once it holds this many bytes (and at the end of
@@ -191,19 +194,26 @@ impl Replication {
     /// Proposes the durable states that changed since the last proposal
     /// (leader only).
     fn propose_positions(&mut self, now: BTreeMap<String, DurableState>) {
-        let changed: Vec<&DurableState> = now.values().filter(|s| self.positions.get(&s.name) != Some(*s)).collect();
-        if changed.is_empty() {
-            return;
+        let removed: Vec<String> = self.positions.keys().filter(|n| !now.contains_key(*n)).cloned().collect();
+        if !removed.is_empty() {
+            self.propose_json(REMOVALS, &removed);
         }
-        let mut e = vec![POSITIONS];
+        let changed: Vec<&DurableState> = now.values().filter(|s| self.positions.get(&s.name) != Some(*s)).collect();
+        if !changed.is_empty() {
+            self.propose_json(POSITIONS, &changed);
+        }
+        self.positions = now;
+    }
+
+    /// Proposes an entry of `kind` whose body is `body` as JSON.
+    fn propose_json<T: serde::Serialize>(&mut self, kind: u8, body: &T) {
+        let mut e = vec![kind];
         e.extend_from_slice(&self.me.to_le_bytes());
         e.extend_from_slice(&0u64.to_le_bytes());
-        if serde_json::to_writer(&mut e, &changed).is_err() {
-            return;
+        if serde_json::to_writer(&mut e, body).is_ok() {
+            self.ha.propose(0, e);
+            self.stats.proposed += 1;
         }
-        self.ha.propose(0, e);
-        self.stats.proposed += 1;
-        self.positions = now;
     }
 
     /// The sessions to end, each once.
@@ -345,6 +355,25 @@ impl Guaranteed {
                 }
             }
             POSITIONS => {}
+            // Gone on the leader: gone here (a follower's queues have no
+            // consumers; their sessions are the leader's).
+            REMOVALS if !r.leading => {
+                let Ok(names) = serde_json::from_slice::<Vec<String>>(&data[HEADER..]) else {
+                    r.stats.malformed += 1;
+                    return;
+                };
+                for name in names {
+                    let queue = self.queues.remove(&name).is_some();
+                    let durable = self.durables.remove(&name).is_some();
+                    if queue || durable {
+                        self.saved.remove(&name);
+                        self.held.room = true;
+                        self.dirty = true;
+                        tracing::info!(name = %name, queue, "ha: removed on the leader, removed here");
+                    }
+                }
+            }
+            REMOVALS => {}
             _ => r.stats.malformed += 1,
         }
         let last = self.journal.last_appended();
