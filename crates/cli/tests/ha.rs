@@ -10,6 +10,10 @@
 //! consumers, every member's journal holds each message once and the
 //! same history, and the fail-over times (kill to the next leader's
 //! line) are printed, median and worst.
+//!
+//! Beside it: a queue deleted on the leader is deleted on every member,
+//! and a follower away for a million messages catches up from the
+//! leader's log.
 
 #[path = "support/guaranteed.rs"]
 mod guaranteed;
@@ -178,5 +182,94 @@ fn a_queue_deleted_on_the_leader_is_deleted_on_every_member() {
     wait("the queue made on every member", &|s| s.contains("\"jobs\""));
     queue("delete");
     wait("the queue deleted on every member", &|s| !s.contains("\"jobs\""));
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// The member's group status from its `router-status.json` (written
+/// every second): (applied index, commit index, when it was written in ms
+/// since the epoch).
+fn applied_and_commit(m: &ha::Member) -> Option<(u64, u64, u64)> {
+    let dir = m.base.join(format!("shm{}", m.id));
+    let text = std::fs::read_to_string(dir.join("router-status.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let g = &v["journal"]["ha"]["group"];
+    Some((g["applied"].as_u64()?, g["commit"].as_u64()?, v["as_of_ms"].as_u64()?))
+}
+
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// A follower away while `TICKWIRE_HA_AWAY` guaranteed messages (a million
+/// by default) were acknowledged catches up from the leader's log when it
+/// is back (the leader keeps what a member lacks, up to `max_log_bytes`):
+/// its journal then holds each of them once, in the group's order.
+#[test]
+fn a_follower_away_for_many_messages_catches_up_from_the_leaders_log() {
+    let n: u64 = std::env::var("TICKWIRE_HA_AWAY").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let base = std::env::temp_dir().join(format!("tw-ha-away-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (mut members, group) = ha::loopback_group(&base);
+    for m in &mut members {
+        m.start();
+    }
+    let l = leader(&members, Duration::from_secs(10)).expect("no leader elected");
+    let f = (l + 1) % 3;
+    members[f].process.take().unwrap().stop(); // SIGKILL
+    let mut c = Client::connect(&group, opts("away")).unwrap();
+    let t = Instant::now();
+    let mut seq = 0u64;
+    while seq < n {
+        match c.publish_guaranteed("orders/away", &seq.to_le_bytes()) {
+            Ok(_) => seq += 1,
+            Err(tickwire_client::PublishError::WindowFull(_)) => {
+                c.poll(|_| {}, 256);
+            }
+            Err(e) => panic!("publish {seq}: {e}"),
+        }
+        assert!(t.elapsed() < Duration::from_secs(240), "{seq} of {n} published in 240 s");
+    }
+    while c.acknowledged() < n {
+        c.poll(|_| {}, 256);
+        assert!(t.elapsed() < Duration::from_secs(300), "{} of {n} acknowledged", c.acknowledged());
+    }
+    let published = t.elapsed();
+    let acked_at = epoch_ms();
+    let back = Instant::now();
+    members[f].start();
+    let until = back + Duration::from_secs(if n > 100_000 { 120 } else { 30 });
+    let caught_up = loop {
+        // Caught up: it applied what the leader, in a status written after
+        // everything was acknowledged, says the group committed.
+        let (leader, back_member) = (applied_and_commit(&members[l]), applied_and_commit(&members[f]));
+        if let (Some((_, commit, as_of)), Some((applied, _, _))) = (leader, back_member) {
+            if as_of > acked_at && applied >= commit {
+                break back.elapsed();
+            }
+        }
+        if Instant::now() >= until {
+            let all: Vec<String> = members
+                .iter()
+                .map(|m| {
+                    std::fs::read_to_string(m.base.join(format!("shm{}/router-status.json", m.id))).unwrap_or_default()
+                })
+                .map(|s| {
+                    serde_json::from_str::<serde_json::Value>(&s).map(|v| v["journal"]["ha"].to_string()).unwrap_or(s)
+                })
+                .collect();
+            panic!("member {} did not catch up: {all:#?}", members[f].id);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    drop(c);
+    for m in &mut members {
+        m.stop_cleanly();
+    }
+    let histories = check_histories(&members, n);
+    assert!(histories[f].len() as u64 >= n, "member {}: {} stored of {n}", members[f].id, histories[f].len());
+    eprintln!(
+        "ha away test: {n} messages acknowledged in {published:?} with member {} away; back, it caught up in {caught_up:?}",
+        members[f].id
+    );
     let _ = std::fs::remove_dir_all(&base);
 }
