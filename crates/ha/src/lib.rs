@@ -72,7 +72,8 @@ pub struct HaStatus {
     pub commit: u64,
     /// The log's last index.
     pub last: u64,
-    /// What the application has applied durably.
+    /// What the application has applied durably (and the entries it is
+    /// never handed, a new leader's empty one, past that).
     pub applied: u64,
     /// The last index compacted away.
     pub compacted: u64,

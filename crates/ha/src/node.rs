@@ -157,6 +157,11 @@ pub struct Node {
     clock: u64,
     /// When the leader (the one known last, 0 before any) was last heard.
     heard_leader: Option<u64>,
+    /// The last entry handed to the application, and the last committed:
+    /// entries it is not handed (a new leader's empty one, membership
+    /// changes) count as applied once it applied every one before them.
+    last_handed: u64,
+    committed_through: u64,
 }
 
 impl std::fmt::Debug for Node {
@@ -234,6 +239,8 @@ impl Node {
             stats: NodeStats::default(),
             clock: 0,
             heard_leader: None,
+            last_handed: 0,
+            committed_through: 0,
         })
     }
 
@@ -342,6 +349,17 @@ impl Node {
         self.applied = self.applied.max(index);
     }
 
+    /// What is applied, as the status shows it: what the application
+    /// applied, and past it the entries it is never handed once it applied
+    /// all it was (so a group at rest shows applied = commit).
+    fn applied(&self) -> u64 {
+        if self.applied >= self.last_handed {
+            self.applied.max(self.committed_through)
+        } else {
+            self.applied
+        }
+    }
+
     /// Runs raft-rs's ready loop until it has nothing: writes ahead, queues
     /// messages and events.
     ///
@@ -423,8 +441,10 @@ impl Node {
 
     fn commit(&mut self, entries: Vec<Entry>) -> Result<(), HaError> {
         for mut e in entries {
+            self.committed_through = self.committed_through.max(e.index);
             match e.get_entry_type() {
                 EntryType::EntryNormal if !e.data.is_empty() => {
+                    self.last_handed = e.index;
                     self.stats.committed += 1;
                     self.events.push_back(Event::Committed {
                         index: e.index,
@@ -473,6 +493,8 @@ impl Node {
     /// # Errors
     /// [`HaError::Wal`] from the file's rewrite.
     pub fn compact(&mut self) -> Result<u64, HaError> {
+        // What the application applied itself: a restart resumes after
+        // what it saved, so entries it was never handed past that stay.
         let applied = self.applied.min(self.raw.raft.raft_log.committed);
         let store = self.raw.store();
         let mut to = if self.raw.raft.state == StateRole::Leader {
@@ -528,7 +550,7 @@ impl Node {
             term: r.term,
             commit: r.raft_log.committed,
             last: r.raft_log.last_index(),
-            applied: self.applied,
+            applied: self.applied(),
             compacted: store.compacted(),
             log_entries: entries as u64,
             log_bytes: entry_bytes,
