@@ -182,6 +182,18 @@ fn ha_status(h: &tickwire_router::status::HaGroupStatus) {
         g.links.refused,
         g.snapshots_refused
     );
+    let s = &g.stats;
+    if s.failovers > 0 {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        println!(
+            "ha: {} fail-overs seen here: last {:.1} ms, worst {:.1} ms, mean {:.1} ms (the lost leader's last word \
+             to the new one's first)",
+            s.failovers,
+            ms(s.failover_last_ns),
+            ms(s.failover_max_ns),
+            ms(s.failover_sum_ns / s.failovers)
+        );
+    }
     for m in &g.members {
         let lag = match (m.matched, m.lag) {
             (Some(matched), Some(lag)) => format!("holds up to {matched} (lag {lag})"),
