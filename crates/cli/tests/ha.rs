@@ -39,13 +39,9 @@ fn publisher(group: &str, topic: String, stop: &AtomicBool) -> u64 {
 #[test]
 fn no_acknowledged_message_is_lost_across_kill_9_of_the_leader() {
     let cycles: u32 = std::env::var("TICKWIRE_HA_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
-    let base = std::env::temp_dir().join(format!("tw-ha-crash-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
+    let base = ha::fresh_base("crash");
     let (mut members, group) = ha::loopback_group(&base);
-    for m in &mut members {
-        m.start();
-    }
-    let first = leader(&members, Duration::from_secs(10)).expect("no leader elected");
+    let first = ha::start_all(&mut members);
     eprintln!("ha crash test: {cycles} cycles; member {} leads first", members[first].id);
 
     let stop_pub = Arc::new(AtomicBool::new(false));
@@ -155,13 +151,9 @@ fn saved_names(m: &ha::Member) -> String {
 
 #[test]
 fn a_queue_deleted_on_the_leader_is_deleted_on_every_member() {
-    let base = std::env::temp_dir().join(format!("tw-ha-queue-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
+    let base = ha::fresh_base("queue");
     let (mut members, _) = ha::loopback_group(&base);
-    for m in &mut members {
-        m.start();
-    }
-    let l = leader(&members, Duration::from_secs(10)).expect("no leader elected");
+    let l = ha::start_all(&mut members);
     let queue = |op: &str| {
         let out = std::process::Command::new(BIN)
             .args(["queue", op, "jobs", "--router", &members[l].client])
@@ -207,13 +199,9 @@ fn epoch_ms() -> u64 {
 #[test]
 fn a_follower_away_for_many_messages_catches_up_from_the_leaders_log() {
     let n: u64 = std::env::var("TICKWIRE_HA_AWAY").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
-    let base = std::env::temp_dir().join(format!("tw-ha-away-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
+    let base = ha::fresh_base("away");
     let (mut members, group) = ha::loopback_group(&base);
-    for m in &mut members {
-        m.start();
-    }
-    let l = leader(&members, Duration::from_secs(10)).expect("no leader elected");
+    let l = ha::start_all(&mut members);
     let f = (l + 1) % 3;
     members[f].process.take().unwrap().stop(); // SIGKILL
     let mut c = Client::connect(&group, opts("away")).unwrap();

@@ -32,7 +32,7 @@ mod ha;
 #[path = "support/router.rs"]
 mod router;
 
-use ha::{check_histories, consumer, leader, opts, Member, Seen};
+use ha::{check_histories, consumer, opts, Member, Seen};
 use std::collections::HashMap;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -167,8 +167,7 @@ fn direct(url: &str, stop: &AtomicBool, got: &Mutex<Vec<Instant>>) {
 fn a_leader_cut_off_from_its_group_acknowledges_nothing_after_its_lease_and_the_group_keeps_one_history() {
     let ns = Netns::create();
     ns.enter();
-    let base = std::env::temp_dir().join(format!("tw-ha-partition-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
+    let base = ha::fresh_base("partition");
     let ips = ["127.0.0.11", "127.0.0.12", "127.0.0.13"];
     let peers: Vec<String> = ips.iter().enumerate().map(|(i, ip)| format!("{}={ip}:7100", i + 1)).collect();
     let urls: Vec<String> = ips.iter().map(|ip| format!("tcp://{ip}:7000")).collect();
@@ -183,10 +182,7 @@ fn a_leader_cut_off_from_its_group_acknowledges_nothing_after_its_lease_and_the_
             process: None,
         })
         .collect();
-    for m in &mut members {
-        m.start();
-    }
-    let l = leader(&members, Duration::from_secs(10)).expect("no leader elected");
+    let l = ha::start_all(&mut members);
     eprintln!("ha partition test: member {} leads", members[l].id);
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -95,6 +95,23 @@ pub fn loopback_group(base: &Path) -> (Vec<Member>, String) {
     (members, group)
 }
 
+/// A fresh directory for a test's members, `tw-ha-NAME-PID` in the
+/// temporary directory.
+pub fn fresh_base(name: &str) -> PathBuf {
+    let base = std::env::temp_dir().join(format!("tw-ha-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    base
+}
+
+/// Starts every member and waits (10 s at most) for one to lead; returns
+/// its index.
+pub fn start_all(members: &mut [Member]) -> usize {
+    for m in members.iter_mut() {
+        m.start();
+    }
+    leader(members, Duration::from_secs(10)).expect("no leader elected")
+}
+
 /// The member that leads, waited for up to `within`.
 pub fn leader(members: &[Member], within: Duration) -> Option<usize> {
     let until = Instant::now() + within;
