@@ -53,9 +53,10 @@ const HOUSEKEEPING_NS: u64 = 20_000_000;
 /// The duty cycle reads the clock once in this many cycles: on a VM a
 /// clock read costs as much as polling several clients.
 pub(crate) const CLOCK_EVERY: u32 = 16;
-/// Sessions are described for `tickwire router status` once in this many
-/// housekeepings (about a second).
-const STATUS_EVERY: u32 = 50;
+/// Sessions are described for `tickwire router status` once a second (by
+/// the clock: an idle agent's housekeeping runs less often than every
+/// 20 ms, its duty cycles sleeping).
+const STATUS_NS: u64 = 1_000_000_000;
 /// How long a slow consumer's CLOSE may wait for it to read, ns.
 const CLOSE_WAIT_NS: u64 = 5_000_000_000;
 /// An idle shared-memory client's log is checked for its end once in this
@@ -182,8 +183,8 @@ pub struct RoutingAgent {
     /// The clock at the last read (every [`CLOCK_EVERY`] cycles).
     now: u64,
     last_housekeeping: u64,
-    /// Housekeepings so far.
-    housekeeping: u32,
+    /// When sessions were last described for `router status`.
+    last_status: u64,
     /// Sessions closed at their hello timeout since the last line saying
     /// so, and when that line was written.
     timeouts_unlogged: u64,
@@ -240,7 +241,7 @@ impl RoutingAgent {
             cycle: 0,
             now: tickwire_shm::os::monotonic_ns(),
             last_housekeeping: 0,
-            housekeeping: 0,
+            last_status: 0,
             timeouts_unlogged: 0,
             last_timeout_log: 0,
             nats_token_user: None,
@@ -314,8 +315,8 @@ impl RoutingAgent {
                 self.router.housekeep_memory(self.now);
                 self.keep_links_alive();
                 self.publish_counters();
-                self.housekeeping = self.housekeeping.wrapping_add(1);
-                if self.housekeeping.is_multiple_of(STATUS_EVERY) {
+                if self.now.saturating_sub(self.last_status) >= STATUS_NS {
+                    self.last_status = self.now;
                     let status = self.router.client_status();
                     if let Ok(mut s) = self.shared.status.lock() {
                         *s = status;
