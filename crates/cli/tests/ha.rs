@@ -177,21 +177,6 @@ fn a_queue_deleted_on_the_leader_is_deleted_on_every_member() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
-/// The member's group status from its `router-status.json` (written
-/// every second): (applied index, commit index, when it was written in ms
-/// since the epoch).
-fn applied_and_commit(m: &ha::Member) -> Option<(u64, u64, u64)> {
-    let dir = m.base.join(format!("shm{}", m.id));
-    let text = std::fs::read_to_string(dir.join("router-status.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    let g = &v["journal"]["ha"]["group"];
-    Some((g["applied"].as_u64()?, g["commit"].as_u64()?, v["as_of_ms"].as_u64()?))
-}
-
-fn epoch_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
-}
-
 /// A follower away while `TICKWIRE_HA_AWAY` guaranteed messages (a million
 /// by default) were acknowledged catches up from the leader's log when it
 /// is back (the leader keeps what a member lacks, up to `max_log_bytes`):
@@ -222,34 +207,9 @@ fn a_follower_away_for_many_messages_catches_up_from_the_leaders_log() {
         assert!(t.elapsed() < Duration::from_secs(300), "{} of {n} acknowledged", c.acknowledged());
     }
     let published = t.elapsed();
-    let acked_at = epoch_ms();
-    let back = Instant::now();
+    let acked_at = ha::epoch_ms();
     members[f].start();
-    let until = back + Duration::from_secs(if n > 100_000 { 120 } else { 30 });
-    let caught_up = loop {
-        // Caught up: it applied what any member, in a status written after
-        // everything was acknowledged, says the group committed (the leader
-        // may change meanwhile, on a busy machine).
-        let commit = members.iter().filter_map(applied_and_commit).filter(|s| s.2 > acked_at).map(|s| s.1).max();
-        if let (Some(commit), Some((applied, _, _))) = (commit, applied_and_commit(&members[f])) {
-            if applied >= commit {
-                break back.elapsed();
-            }
-        }
-        if Instant::now() >= until {
-            let all: Vec<String> = members
-                .iter()
-                .map(|m| {
-                    std::fs::read_to_string(m.base.join(format!("shm{}/router-status.json", m.id))).unwrap_or_default()
-                })
-                .map(|s| {
-                    serde_json::from_str::<serde_json::Value>(&s).map(|v| v["journal"]["ha"].to_string()).unwrap_or(s)
-                })
-                .collect();
-            panic!("member {} did not catch up: {all:#?}", members[f].id);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let caught_up = ha::wait_caught_up(&members, &[f], acked_at, Duration::from_secs(120));
     drop(c);
     for m in &mut members {
         m.stop_cleanly();

@@ -22,8 +22,9 @@
 //! After the cut heals, the old leader follows the new one; at the end
 //! every member's journal holds each message once and the same history,
 //! and no journal holds a message the pinned publisher sent after the cut.
-//! Runs as root (namespaces, nftables), under `make ha-partition` (and
-//! `make test`).
+//! Runs as root (namespaces, nftables), in `make test` and `make ha`.
+//! Beside the lease: the cut-off leader must have stepped down (raft-rs's
+//! check-quorum) within a second of the cut.
 
 #[path = "support/guaranteed.rs"]
 mod guaranteed;
@@ -165,6 +166,8 @@ fn direct(url: &str, stop: &AtomicBool, got: &Mutex<Vec<Instant>>) {
 
 #[test]
 fn a_leader_cut_off_from_its_group_acknowledges_nothing_after_its_lease_and_the_group_keeps_one_history() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test makes a network namespace and nftables rules: run it as root");
     let ns = Netns::create();
     ns.enter();
     let base = ha::fresh_base("partition");
@@ -182,8 +185,7 @@ fn a_leader_cut_off_from_its_group_acknowledges_nothing_after_its_lease_and_the_
             process: None,
         })
         .collect();
-    let l = ha::start_all(&mut members);
-    eprintln!("ha partition test: member {} leads", members[l].id);
+    let first = ha::start_all(&mut members);
 
     let stop = Arc::new(AtomicBool::new(false));
     let stop_sub = Arc::new(AtomicBool::new(false));
@@ -192,7 +194,7 @@ fn a_leader_cut_off_from_its_group_acknowledges_nothing_after_its_lease_and_the_
         let (g, s, stop) = (group.clone(), Arc::clone(&seen), Arc::clone(&stop_sub));
         std::thread::spawn(move || consumer(&g, "d0", false, &s, &stop))
     };
-    let durables = members[l].journal().join("durables.json");
+    let durables = members[first].journal().join("durables.json");
     let until = Instant::now() + Duration::from_secs(20);
     while !std::fs::read_to_string(&durables).unwrap_or_default().contains("\"name\"") {
         assert!(Instant::now() < until, "the durable subscription was not made");
@@ -208,6 +210,10 @@ fn a_leader_cut_off_from_its_group_acknowledges_nothing_after_its_lease_and_the_
             })
         })
         .collect();
+    // The leader now (the clients above found it by themselves): the
+    // pinned clients are given its URL alone.
+    let l = ha::leader(&members, Duration::from_secs(5)).expect("no leader");
+    eprintln!("ha partition test: member {} leads", members[l].id);
     let stop_pinned = Arc::new(AtomicBool::new(false));
     let pin = {
         let (u, stop) = (urls[l].clone(), Arc::clone(&stop_pinned));
@@ -218,7 +224,12 @@ fn a_leader_cut_off_from_its_group_acknowledges_nothing_after_its_lease_and_the_
         let (u, stop, got) = (urls[l].clone(), Arc::clone(&stop), Arc::clone(&direct_got));
         std::thread::spawn(move || direct(&u, &stop, &got))
     };
-    std::thread::sleep(Duration::from_secs(1));
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        members[l].leads(),
+        "the leadership moved before the cut: {:?}",
+        members.iter().map(Member::leads).collect::<Vec<_>>()
+    );
 
     // The cut.
     let others: Vec<&str> = (0..3).filter(|&i| i != l).map(|i| ips[i]).collect();
@@ -237,13 +248,21 @@ fn a_leader_cut_off_from_its_group_acknowledges_nothing_after_its_lease_and_the_
     let delivered_during = seen.lock().unwrap().values().map(Vec::len).sum::<usize>() - delivered_then;
     let (stepped_down_at, line) = members[l].leading_line().unwrap();
     assert!(!line.contains(ha::LEADS), "member {} still leads after {CUT:?} cut off: {line}", members[l].id);
+    let stepped_down = stepped_down_at.saturating_duration_since(cut);
+    assert!(
+        stepped_down < Duration::from_secs(1),
+        "member {} stepped down {stepped_down:?} after the cut",
+        members[l].id
+    );
     stop_pinned.store(true, Ordering::Relaxed);
     let pinned = pin.join().unwrap();
     let direct_during = direct_got.lock().unwrap().iter().filter(|&&t| t > cut + LEASE).count();
 
     // The heal: the old leader follows the new one.
-    ns.heal();
+    // Taken before the rule goes: the old leader may hear the new one
+    // before `nft` returns.
     let healed = Instant::now();
+    ns.heal();
     let follows = format!("leader={}", members[new].id);
     let rejoined = loop {
         let p = members[l].process.as_ref().unwrap();
@@ -256,13 +275,18 @@ fn a_leader_cut_off_from_its_group_acknowledges_nothing_after_its_lease_and_the_
         if found {
             break healed.elapsed();
         }
-        assert!(healed.elapsed() < Duration::from_secs(10), "member {} did not rejoin its group", members[l].id);
+        if healed.elapsed() >= Duration::from_secs(10) {
+            let lines: Vec<String> = p.lines.lock().unwrap().iter().rev().take(40).map(|(_, s)| s.clone()).collect();
+            panic!("member {} did not rejoin its group; its last lines, newest first: {lines:#?}", members[l].id);
+        }
         std::thread::sleep(Duration::from_millis(5));
     };
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);
     let acked: HashMap<String, u64> = pubs.into_iter().map(|t| t.join().unwrap()).collect();
     direct_thread.join().unwrap();
+    // Every member applies what the group committed before they stop.
+    ha::wait_caught_up(&members, &[0, 1, 2], ha::epoch_ms(), Duration::from_secs(30));
 
     let until = Instant::now() + Duration::from_secs(60);
     let caught_up =
@@ -309,9 +333,7 @@ fn a_leader_cut_off_from_its_group_acknowledges_nothing_after_its_lease_and_the_
          after the cut, acknowledged {pinned_acked} of {before_cut} published before it and none after; \
          {delivered_during} guaranteed deliveries through the majority and {direct_during} direct ones on the \
          cut-off leader during the cut; rejoined {rejoined:?} after the heal; {total} acknowledged in all",
-        members[l].id,
-        members[new].id,
-        stepped_down_at.saturating_duration_since(cut),
+        members[l].id, members[new].id, stepped_down,
     );
     let _ = std::fs::remove_dir_all(&base);
 }

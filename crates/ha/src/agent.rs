@@ -8,10 +8,11 @@
 //! unsent bytes are bounded by [`MAX_UNSENT`] (past it, messages are
 //! dropped and counted: Raft sends again what is not answered), and the
 //! accepted connections by four per member. A dialed link whose bytes go
-//! unacknowledged for [`LINK_TIMEOUT`] (a peer cut off, its host gone) is
-//! closed by the kernel (`TCP_USER_TIMEOUT`) and dialed again, so a healed
-//! partition is crossed within about that long, not after TCP's
-//! retransmissions back off to minutes. A dial leaves from the member's own
+//! unacknowledged for [`LINK_TIMEOUT`] (a peer cut off, its host gone, or
+//! a peer that stopped reading) is closed by the kernel
+//! (`TCP_USER_TIMEOUT`) and dialed again, so a healed partition is crossed
+//! within about that long, not after TCP's retransmissions back off to
+//! minutes. A dial leaves from the member's own
 //! address (when it listens on one), so a host's group traffic takes the
 //! interface its members were given.
 
@@ -40,7 +41,7 @@ pub const HELLO_DEADLINE: Duration = Duration::from_secs(2);
 pub const MAX_UNSENT: usize = 64 << 20;
 /// How long a dialed link's bytes may go unacknowledged before it is
 /// closed and dialed again.
-pub const LINK_TIMEOUT: Duration = Duration::from_secs(1);
+pub const LINK_TIMEOUT: Duration = Duration::from_secs(3);
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -188,6 +189,8 @@ struct Dialed {
     connected: bool,
     unsent: Vec<u8>,
     retry_at: u64,
+    /// A failed dial was logged (once until a dial connects).
+    warned: bool,
     /// When the dial began (a dial not connected within [`DIAL_DEADLINE`]
     /// is dropped and tried again).
     dialed_at: u64,
@@ -241,6 +244,7 @@ impl Member {
                 connected: false,
                 unsent: Vec::new(),
                 retry_at: 0,
+                warned: false,
                 dialed_at: 0,
             })
             .collect();
@@ -428,6 +432,7 @@ impl Member {
             match (s.take_error(), s.peer_addr()) {
                 (Ok(None), Ok(_)) => {
                     d.connected = true;
+                    d.warned = false;
                     let _ = s.set_nodelay(true);
                     self.links.connects += 1;
                 }
@@ -477,7 +482,13 @@ impl Member {
                         d.dialed_at = now;
                     }
                 }
-                Err(_) => d.retry_at = now + REDIAL.as_nanos() as u64,
+                Err(e) => {
+                    if !d.warned {
+                        d.warned = true;
+                        tracing::warn!(member = self.cfg.id, peer = d.id, addr = %d.addr, error = %e, "ha: a dial failed (tried again every 50 ms)");
+                    }
+                    d.retry_at = now + REDIAL.as_nanos() as u64;
+                }
             }
         }
     }
@@ -578,7 +589,10 @@ fn dial(from: SocketAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
     s.set_nonblocking(true)?;
     s.set_tcp_user_timeout(Some(LINK_TIMEOUT))?;
     if !from.ip().is_unspecified() && from.is_ipv4() == to.is_ipv4() {
-        s.bind(&SockAddr::from(SocketAddr::new(from.ip(), 0)))?;
+        // The address as given (an IPv6 one keeps its scope), any port.
+        let mut local = from;
+        local.set_port(0);
+        s.bind(&SockAddr::from(local))?;
     }
     match s.connect(&SockAddr::from(to)) {
         Ok(()) => {}

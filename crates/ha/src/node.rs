@@ -155,7 +155,9 @@ pub struct Node {
     stats: NodeStats,
     /// The time last passed in (ns).
     clock: u64,
-    /// When the leader (the one known last, 0 before any) was last heard.
+    /// The last leader known, and its term.
+    last_leader: Option<(u64, u64)>,
+    /// When it was last heard.
     heard_leader: Option<u64>,
     /// The last entry handed to the application, and the last committed:
     /// entries it is not handed (a new leader's empty one, membership
@@ -238,6 +240,7 @@ impl Node {
             leader: (0, 0),
             stats: NodeStats::default(),
             clock: 0,
+            last_leader: None,
             heard_leader: None,
             last_handed: 0,
             committed_through: 0,
@@ -403,16 +406,24 @@ impl Node {
         let term = self.raw.raft.term;
         if (id, term) != self.leader {
             if id != self.leader.0 {
-                if let Some(heard) = self.heard_leader.filter(|_| id != 0) {
-                    let took = self.clock.saturating_sub(heard);
-                    self.stats.failovers += 1;
-                    self.stats.failover_last_ns = took;
-                    self.stats.failover_max_ns = self.stats.failover_max_ns.max(took);
-                    self.stats.failover_sum_ns += took;
-                    let b = FAILOVER_BUCKETS_MS.iter().position(|&ms| took <= ms * 1_000_000);
-                    self.stats.failover_buckets[b.unwrap_or(FAILOVER_BUCKETS_MS.len())] += 1;
+                // A fail-over: a new leader, in a later term than the last
+                // one known, which was not this member (a deposed leader's
+                // wait is its partition's length, not a fail-over). The
+                // same leader found again in its own term (after a
+                // pre-vote that came to nothing) is none.
+                if let (Some((was, was_term)), Some(heard)) = (self.last_leader, self.heard_leader) {
+                    if id != 0 && term > was_term && was != self.id {
+                        let took = self.clock.saturating_sub(heard);
+                        self.stats.failovers += 1;
+                        self.stats.failover_last_ns = took;
+                        self.stats.failover_max_ns = self.stats.failover_max_ns.max(took);
+                        self.stats.failover_sum_ns += took;
+                        let b = FAILOVER_BUCKETS_MS.iter().position(|&ms| took <= ms * 1_000_000);
+                        self.stats.failover_buckets[b.unwrap_or(FAILOVER_BUCKETS_MS.len())] += 1;
+                    }
                 }
                 if id != 0 {
+                    self.last_leader = Some((id, term));
                     self.heard_leader = Some(self.clock);
                 }
                 self.stats.leader_changes += 1;

