@@ -115,13 +115,13 @@ pub struct NodeStats {
     pub leader_changes: u64,
     /// Log compactions and file rewrites.
     pub compactions: u64,
-    /// Fail-overs seen: a new leader after another was lost (this
-    /// member's own start not counted).
+    /// Fail-overs seen: a new leader, in a later term, after another
+    /// member's leadership was lost (this member's start, and the end of
+    /// its own leadership, not counted).
     #[serde(default)]
     pub failovers: u64,
-    /// The last fail-over's time: from the last word of the lost leader
-    /// (its last message here, or this member's last tick as leader) to
-    /// the new leader's first (ns).
+    /// The last fail-over's time: from the lost leader's last message
+    /// here to the new leader's first (ns).
     #[serde(default)]
     pub failover_last_ns: u64,
     /// The longest fail-over seen (ns).
@@ -157,7 +157,8 @@ pub struct Node {
     clock: u64,
     /// The last leader known, and its term.
     last_leader: Option<(u64, u64)>,
-    /// When it was last heard.
+    /// When it was last heard (another member: this one's own leadership
+    /// ending is no fail-over it measures).
     heard_leader: Option<u64>,
     /// The last entry handed to the application, and the last committed:
     /// entries it is not handed (a new leader's empty one, membership
@@ -285,9 +286,6 @@ impl Node {
     /// Ticks raft-rs for the time passed (`now` in ns, monotonic).
     pub fn handle_timeout(&mut self, now: u64) {
         self.clock = self.clock.max(now);
-        if self.raw.raft.state == StateRole::Leader {
-            self.heard_leader = Some(self.clock);
-        }
         let next = *self.next_tick.get_or_insert(now + self.tick_ns);
         if now < next {
             return;
