@@ -9,12 +9,22 @@ const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
 mod cmd;
 use cmd::{dir, ordered, rows, run, run_line};
 
+/// Lab runs pin spinning sides to CPUs 0 and 1: two at once on this
+/// 2-vCPU machine would deschedule each other every few ms, and every
+/// message would overlap a pause. Each test holds this for its whole run.
+static CPUS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn cpus() -> std::sync::MutexGuard<'static, ()> {
+    CPUS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[path = "support/ratios.rs"]
 mod ratios;
 use ratios::{carried_floor, carried_floors, pause_free_ratios_to, ratios_to, throughput_ratio};
 
 #[test]
 fn lab_pingpong_json_is_self_consistent_and_has_a_floor_ratio() {
+    let _cpus = cpus();
     let d = dir("ping");
     let (ok, out, err) = run_line(&format!(
         "--dir {d} lab pingpong --transport ipc --size 64 --count 20000 --warmup 1000 --cpus 0,1 --json"
@@ -51,6 +61,7 @@ fn lab_pingpong_json_is_self_consistent_and_has_a_floor_ratio() {
 
 #[test]
 fn lab_floor_reports_four_probes() {
+    let _cpus = cpus();
     let d = dir("floor");
     let (ok, out, err) = run_line(&format!("--dir {d} lab floor --count 20000 --duration 300ms --json"));
     assert!(ok, "{err}");
@@ -76,6 +87,7 @@ fn lab_floor_reports_four_probes() {
 
 #[test]
 fn lab_throughput_checks_every_message() {
+    let _cpus = cpus();
     let d = dir("tput");
     // One round: the rate is that round's count over its time.
     let (ok, out, err) =
@@ -106,6 +118,7 @@ fn lab_throughput_checks_every_message() {
 
 #[test]
 fn kernel_udp_and_tcp_pingpong_spin_and_block() {
+    let _cpus = cpus();
     let d = dir("sockets");
     for (transport, wait) in [("udp", "--spin"), ("udp", "--block"), ("tcp", "--spin"), ("tcp", "--block")] {
         let (ok, out, err) = run(&[
@@ -141,6 +154,7 @@ fn kernel_udp_and_tcp_pingpong_spin_and_block() {
 
 #[test]
 fn size_sweep_csv_sockperf_format_and_hlog() {
+    let _cpus = cpus();
     let d = dir("formats");
     let (ok, out, err) = run_line(&format!(
         "--dir {d} lab pingpong --transport udp --sizes 64,1472 --count 2000 --warmup 100 --rounds 1 --csv"
@@ -188,6 +202,7 @@ fn oneway(d: &str, extra: &[&str]) -> serde_json::Value {
 
 #[test]
 fn oneway_is_self_consistent_with_fan_out() {
+    let _cpus = cpus();
     let d = dir("oneway");
     let r = oneway(
         &d,
@@ -205,6 +220,7 @@ fn oneway_is_self_consistent_with_fan_out() {
 
 #[test]
 fn a_stalled_receiver_is_not_hidden_by_coordinated_omission() {
+    let _cpus = cpus();
     // At 50k msg/s, the receiver sleeps 20 ms once every 5,000 messages
     // (10 times a second): about a fifth of all messages wait behind a
     // stall. Measured from each message's intended send time they show it;
@@ -242,6 +258,7 @@ fn a_stalled_receiver_is_not_hidden_by_coordinated_omission() {
 /// raw ring at the same rate and size) is measured in the same run.
 #[test]
 fn an_injected_stall_is_a_pause_and_leaves_the_pause_free_distribution() {
+    let _cpus = cpus();
     let d = dir("hiccup");
     let args = ["--dir", &d, "lab", "oneway", "--json", "--rate", "50k", "--duration", "1s", "--rounds", "1"];
     let (ok, out, err) = run(&[&args[..], &["--stall-every", "25000", "--stall-for", "2ms"]].concat());
@@ -267,6 +284,7 @@ fn an_injected_stall_is_a_pause_and_leaves_the_pause_free_distribution() {
 
 #[test]
 fn doctor_reports_without_changing_anything() {
+    let _cpus = cpus();
     let before = std::fs::read_to_string("/proc/sys/net/core/busy_poll").ok();
     let (ok, out, err) = run(&["lab", "doctor", "--json", "--hiccup", "100ms", "--cpus", "0,1"]);
     assert!(ok, "{err}");
@@ -300,6 +318,7 @@ fn tw_namespaces() -> Vec<String> {
 
 #[test]
 fn udp_across_two_namespaces_then_nothing_is_left_behind() {
+    let _cpus = cpus();
     // System test: needs root and iproute2 (make test runs as root here).
     let d = dir("netns");
     let (ok, out, err) = run_line(&format!(
@@ -321,6 +340,7 @@ fn udp_across_two_namespaces_then_nothing_is_left_behind() {
 
 #[test]
 fn sweep_rate_reports_each_sustained_rate() {
+    let _cpus = cpus();
     let d = dir("sweep");
     let (ok, out, err) =
         run_line(&format!("--dir {d} lab sweep-rate --rates 10k,20k --step 300ms --reflect-every 10 --json"));
@@ -355,6 +375,7 @@ fn sweep_rate_reports_each_sustained_rate() {
 
 #[test]
 fn ctrl_c_stops_after_the_round_and_prints_what_was_measured() {
+    let _cpus = cpus();
     use std::os::unix::process::CommandExt;
     let d = dir("ctrlc");
     // 20 rounds of 10,000 blocking UDP round trips: about 10 s if left alone.
@@ -397,6 +418,7 @@ fn ctrl_c_stops_after_the_round_and_prints_what_was_measured() {
 
 #[test]
 fn tick_to_trade_kernel_timestamps_sit_inside_the_user_space_interval() {
+    let _cpus = cpus();
     let d = dir("t2t");
     let (ok, out, err) = run_line(&format!("--dir {d} lab tick-to-trade --runs 2000 --warmup 100 --json"));
     assert!(ok, "{err}");
@@ -422,6 +444,7 @@ fn tick_to_trade_kernel_timestamps_sit_inside_the_user_space_interval() {
 
 #[test]
 fn reproduce_writes_a_report_with_every_exhibit_and_plots() {
+    let _cpus = cpus();
     let d = dir("reproduce");
     let out = format!("{d}/report");
     let (ok, stdout, err) = run(&["--dir", &d, "lab", "reproduce", "--out", &out, "--quick"]);
@@ -451,6 +474,7 @@ fn reproduce_writes_a_report_with_every_exhibit_and_plots() {
 
 #[test]
 fn every_mode_reports_its_floor_ratio_and_plots_on_request() {
+    let _cpus = cpus();
     let d = dir("plots");
     let svg = |name: &str| format!("{d}/{name}");
     let is_svg = |p: &str| std::fs::read_to_string(p).is_ok_and(|t| t.starts_with("<svg"));
@@ -518,6 +542,7 @@ fn every_mode_reports_its_floor_ratio_and_plots_on_request() {
 
 #[test]
 fn pingpong_duration_bounds_the_run_in_time() {
+    let _cpus = cpus();
     let d = dir("duration");
     let start = std::time::Instant::now();
     let (ok, out, err) =
