@@ -170,7 +170,7 @@ fn ha_status(h: &tickwire_router::status::HaGroupStatus) {
     );
     println!(
         "ha: {} leader changes ({} won here), {} entries proposed ({} publishes), {} applied ({} resends), \
-         {} sessions sent to the leader, {} peer messages refused, {} links refused, {} snapshots needed",
+         {} sessions sent to the leader, {} peer messages refused, {} links refused",
         g.stats.leader_changes,
         g.stats.elections_won,
         r.proposed,
@@ -179,9 +179,22 @@ fn ha_status(h: &tickwire_router::status::HaGroupStatus) {
         r.duplicates,
         r.not_leader,
         g.stats.messages_refused,
-        g.links.refused,
-        g.snapshots_refused
+        g.links.refused
     );
+    let l = &g.links;
+    if g.snapshot_index > 0 || g.stats.snapshots_installed > 0 || l.transfers_failed > 0 {
+        println!(
+            "ha: snapshot offered at index {} ({} bytes), {} sent ({} bytes), {} installed here ({} bytes \
+             fetched), {} transfers failed",
+            g.snapshot_index,
+            g.snapshot_bytes,
+            l.snapshots_sent,
+            l.snapshot_bytes_out,
+            g.stats.snapshots_installed,
+            l.snapshot_bytes_in,
+            l.transfers_failed
+        );
+    }
     let s = &g.stats;
     if s.failovers > 0 {
         let ms = |ns: u64| ns as f64 / 1e6;

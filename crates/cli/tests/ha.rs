@@ -178,14 +178,29 @@ fn a_queue_deleted_on_the_leader_is_deleted_on_every_member() {
 }
 
 /// A follower away while `TICKWIRE_HA_AWAY` guaranteed messages (a million
-/// by default) were acknowledged catches up from the leader's log when it
-/// is back (the leader keeps what a member lacks, up to `max_log_bytes`):
-/// its journal then holds each of them once, in the group's order.
+/// by default, about 40 MB of entries) were acknowledged catches up when it
+/// is back, from a snapshot: the leader's log holds 16 MiB of entries
+/// (`log_bytes`), so it no longer has what the member lacks. Its journal
+/// then holds each message once, in the group's order.
 #[test]
-fn a_follower_away_for_many_messages_catches_up_from_the_leaders_log() {
+fn a_follower_away_for_many_messages_catches_up_from_a_snapshot() {
     let n: u64 = std::env::var("TICKWIRE_HA_AWAY").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
     let base = ha::fresh_base("away");
     let (mut members, group) = ha::loopback_group(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    for m in &mut members {
+        let config = base.join(format!("ha{}.toml", m.id));
+        // As the flags say, and the Raft log's bounds.
+        let toml = format!(
+            "[router.journal]\ndir = {:?}\n[router.ha]\ngroup = \"crash\"\nnode = {}\npeers = {:?}\n\
+             log_bytes = 16777216\nfollower_log_bytes = 1048576\n",
+            m.journal().display().to_string(),
+            m.id,
+            m.peers
+        );
+        std::fs::write(&config, toml).unwrap();
+        m.config = Some(config);
+    }
     let l = ha::start_all(&mut members);
     let f = (l + 1) % 3;
     members[f].process.take().unwrap().stop(); // SIGKILL
@@ -210,6 +225,19 @@ fn a_follower_away_for_many_messages_catches_up_from_the_leaders_log() {
     let acked_at = ha::epoch_ms();
     members[f].start();
     let caught_up = ha::wait_caught_up(&members, &[f], acked_at, Duration::from_secs(120));
+    if std::env::var("TW_DEBUG").is_ok() {
+        for m in &members {
+            let lines = m.process.as_ref().unwrap().lines.lock().unwrap().clone();
+            for (t, l) in lines.iter().filter(|(_, l)| l.contains("snapshot") || l.contains("Raft")) {
+                eprintln!("member {} {:?}: {l}", m.id, t.elapsed());
+            }
+        }
+    }
+    let status = ha::status_json(&members[f]).unwrap();
+    let (g, links) = (&status["journal"]["ha"]["group"], &status["journal"]["ha"]["group"]["links"]);
+    assert!(g["stats"]["snapshots_installed"].as_u64() >= Some(1), "no snapshot installed: {g}");
+    let fetched = links["snapshot_bytes_in"].as_u64().unwrap_or(0);
+    assert!(fetched > 20_000_000, "{fetched} snapshot bytes fetched: {g}");
     drop(c);
     for m in &mut members {
         m.stop_cleanly();
@@ -217,7 +245,8 @@ fn a_follower_away_for_many_messages_catches_up_from_the_leaders_log() {
     let histories = check_histories(&members, n);
     assert!(histories[f].len() as u64 >= n, "member {}: {} stored of {n}", members[f].id, histories[f].len());
     eprintln!(
-        "ha away test: {n} messages acknowledged in {published:?} with member {} away; back, it caught up in {caught_up:?}",
+        "ha away test: {n} messages acknowledged in {published:?} with member {} away; back, it caught up in \
+         {caught_up:?} from a snapshot of {fetched} bytes",
         members[f].id
     );
     let _ = std::fs::remove_dir_all(&base);

@@ -182,6 +182,7 @@ fn a_leader_cut_off_from_its_group_acknowledges_nothing_after_its_lease_and_the_
             client: urls[i].clone(),
             peers: peers.clone(),
             netns: Some(ns.0.clone()),
+            config: None,
             process: None,
         })
         .collect();

@@ -462,7 +462,7 @@ fn every_alert_has_a_severity_and_says_what_to_do() {
         "TickwirePublisherAckLag",
         "TickwireHaNoLeader",
         "TickwireHaMemberLag",
-        "TickwireHaSnapshotNeeded",
+        "TickwireHaSnapshotFailing",
     ] {
         assert!(names.contains(want), "no alert {want}: {names:?}");
     }

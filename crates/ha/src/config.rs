@@ -46,8 +46,7 @@ pub struct HaConfig {
     pub keep_bytes: u64,
     /// The most entry bytes a member's log holds: past it, what the
     /// application applied is dropped even if a member still lacks it
-    /// (that member then needs a snapshot, which this version cannot send:
-    /// counted as `snapshots_refused`, logged).
+    /// (that member then catches up from a snapshot, [`crate::snapshot`]).
     pub max_log_bytes: u64,
 }
 
@@ -70,6 +69,12 @@ impl HaConfig {
             keep_bytes: 64 << 20,
             max_log_bytes: 1 << 30,
         }
+    }
+
+    /// Where snapshots fetched from a leader are staged (`snapshots/`
+    /// beside the log, so on its file system).
+    pub fn snapshot_dir(&self) -> PathBuf {
+        self.dir.join("snapshots")
     }
 
     /// Checks what raft-rs and the peer protocol need.

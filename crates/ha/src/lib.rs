@@ -7,6 +7,8 @@
 //!   replayed at start, a torn tail cut, rewritten at compaction);
 //! - [`store`]: the log in memory over it, as raft-rs's `Storage`;
 //! - [`peer`]: the frames members exchange (HELLO, RAFT), checked once;
+//! - [`snapshot`]: what a member the log cannot catch up installs
+//!   instead: the application's files, fetched from the leader;
 //! - [`Node`] (`node`): one member's consensus, sans I/O: peer messages
 //!   and time in, messages for peers and committed entries out;
 //! - [`Ha`] (`agent`): the member's thread: peer links on TCP (mio), the
@@ -39,12 +41,15 @@ mod agent;
 mod config;
 mod node;
 pub mod peer;
+pub mod snapshot;
+mod stats;
 pub mod store;
 pub mod wal;
 
 pub use agent::{Ha, PeerStats};
 pub use config::{parse_member, HaConfig};
-pub use node::{Event, HaError, Node, NodeStats, Refused, FAILOVER_BUCKETS_MS};
+pub use node::{Event, HaError, Node, Refused, SNAPSHOT_DEADLINE};
+pub use stats::{NodeStats, FAILOVER_BUCKETS_MS};
 
 /// A member as one member sees it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -85,8 +90,14 @@ pub struct HaStatus {
     pub wal_bytes: u64,
     /// Its syncs.
     pub wal_syncs: u64,
-    /// Snapshots a member needed and did not get.
+    /// Times a member needed a snapshot and none was offered yet.
     pub snapshots_refused: u64,
+    /// The snapshot offered: the index it reflects (0: none).
+    #[serde(default)]
+    pub snapshot_index: u64,
+    /// Its files' bytes.
+    #[serde(default)]
+    pub snapshot_bytes: u64,
     /// Every voting member.
     pub members: Vec<MemberStatus>,
     /// Counts since start.

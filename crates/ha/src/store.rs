@@ -2,13 +2,16 @@
 //! every change written ahead to the [`Wal`] before the node answers.
 //! It is raft-rs's [`Storage`], so the library reads the log from here.
 //!
-//! A peer whose next entry was compacted away would need a snapshot: this
-//! store answers `SnapshotTemporarilyUnavailable` and counts it, and the
-//! node compacts only what every member has (see [`crate::node`]), so that
+//! A peer whose next entry was compacted away needs a snapshot: this
+//! store answers with the one its application offered
+//! ([`LogStore::set_offer`]) while that covers every compacted entry, and
+//! otherwise answers `SnapshotTemporarilyUnavailable`, counts it, and
+//! says a snapshot is wanted ([`LogStore::take_wanted`]). The node
+//! compacts only what every member has (see [`crate::node`]), so that
 //! happens only past the log's bound.
 
 use crate::wal::{Replayed, Wal, WalError};
-use raft::prelude::{ConfState, Entry, HardState, Snapshot};
+use raft::prelude::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
 use std::cell::Cell;
 
@@ -23,6 +26,10 @@ pub struct LogStore {
     entry_bytes: u64,
     /// Snapshots asked for and not given.
     snapshots_refused: Cell<u64>,
+    /// A snapshot was asked for and none covers the log's start.
+    wanted: Cell<bool>,
+    /// The application's snapshot: its manifest, and the term at its index.
+    offer: Option<(crate::snapshot::Manifest, u64)>,
 }
 
 impl LogStore {
@@ -38,6 +45,8 @@ impl LogStore {
             members: r.members,
             compacted: r.compacted,
             snapshots_refused: Cell::new(0),
+            wanted: Cell::new(false),
+            offer: None,
         };
         if s.members.voters.is_empty() {
             s.members = ConfState { voters: members.to_vec(), ..Default::default() };
@@ -135,6 +144,48 @@ impl LogStore {
         self.compacted.0
     }
 
+    /// Takes the application's snapshot for members that need one; false
+    /// (and wanted again) when the log no longer knows its index's term
+    /// or was compacted past it.
+    pub fn set_offer(&mut self, m: &crate::snapshot::Manifest) -> bool {
+        match self.term(m.index) {
+            Ok(term) if m.index > 0 && m.index >= self.compacted.0 => {
+                self.offer = Some((m.clone(), term));
+                true
+            }
+            _ => {
+                self.wanted.set(true);
+                false
+            }
+        }
+    }
+
+    /// The snapshot offered, if any.
+    pub fn offer(&self) -> Option<&crate::snapshot::Manifest> {
+        self.offer.as_ref().map(|o| &o.0)
+    }
+
+    /// Whether a snapshot was wanted since the last call.
+    pub fn take_wanted(&self) -> bool {
+        self.wanted.replace(false)
+    }
+
+    /// Installs a snapshot raft-rs restored (its files staged already):
+    /// the log starts after it, holding nothing, and the file is rewritten
+    /// so (synced) before the node answers its leader.
+    ///
+    /// # Errors
+    /// [`WalError`] from the rewrite.
+    pub fn apply_snapshot(&mut self, meta: &SnapshotMetadata) -> Result<(), WalError> {
+        self.entries.clear();
+        self.entry_bytes = 0;
+        self.compacted = (meta.index, meta.term);
+        self.hard.commit = self.hard.commit.max(meta.index);
+        self.hard.term = self.hard.term.max(meta.term);
+        self.members = meta.get_conf_state().clone();
+        self.wal.rewrite(self.compacted, &self.hard, &self.members, &[])
+    }
+
     /// The hard state.
     pub fn hard_state(&self) -> &HardState {
         &self.hard
@@ -225,14 +276,26 @@ impl Storage for LogStore {
         Ok(self.last())
     }
 
-    fn snapshot(&self, _request_index: u64, to: u64) -> raft::Result<Snapshot> {
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        if let Some((m, term)) = &self.offer {
+            if m.index >= self.compacted.0 && m.index >= request_index {
+                let mut s = Snapshot::default();
+                s.set_data(m.emit().into());
+                let meta = s.mut_metadata();
+                meta.index = m.index;
+                meta.term = *term;
+                meta.set_conf_state(self.members.clone());
+                return Ok(s);
+            }
+        }
+        self.wanted.set(true);
         self.snapshots_refused.set(self.snapshots_refused.get() + 1);
         // Counted (`router status`), and said once in a thousand asks.
         if self.snapshots_refused.get() % 1000 == 1 {
-            tracing::warn!(
+            tracing::info!(
                 peer = to,
                 compacted = self.compacted.0,
-                "Raft: a member needs a snapshot, which this node cannot send yet"
+                "Raft: a member needs a snapshot; the application is asked for one"
             );
         }
         Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable))

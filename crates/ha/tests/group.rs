@@ -18,6 +18,8 @@ struct Group {
     /// Members report what they applied (so their logs compact), keeping
     /// this many entry bytes on a follower.
     compact: Option<u64>,
+    /// The most entry bytes a member's log holds.
+    max_log: Option<u64>,
 }
 
 fn free_port() -> SocketAddr {
@@ -26,14 +28,15 @@ fn free_port() -> SocketAddr {
 
 impl Group {
     fn new(name: &str) -> Self {
-        Self::with(name, None)
+        Self::with(name, None, None)
     }
 
-    fn with(name: &str, compact: Option<u64>) -> Self {
+    fn with(name: &str, compact: Option<u64>, max_log: Option<u64>) -> Self {
         let dir = std::env::temp_dir().join(format!("tw-ha-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let members = (1..=3).map(|id| (id, free_port())).collect();
-        let mut g = Self { name: name.into(), members, dir, running: BTreeMap::new(), seen: BTreeMap::new(), compact };
+        let (running, seen) = (BTreeMap::new(), BTreeMap::new());
+        let mut g = Self { name: name.into(), members, dir, running, seen, compact, max_log };
         for id in 1..=3 {
             g.start(id);
         }
@@ -49,6 +52,9 @@ impl Group {
         cfg.applied = Some(0);
         if let Some(keep) = self.compact {
             (cfg.applied, cfg.keep_bytes) = (None, keep);
+        }
+        if let Some(max) = self.max_log {
+            cfg.max_log_bytes = max;
         }
         self.seen.insert(id, Vec::new());
         self.running.insert(id, Ha::start(cfg).unwrap());
@@ -75,6 +81,37 @@ impl Group {
                             }
                         }
                         Event::Leader { me: true, .. } => leader = Some(id),
+                        // This application's state is what it was handed:
+                        // a snapshot is that list, in one file.
+                        Event::SnapshotWanted => {
+                            let seen = &self.seen[&id];
+                            let Some(&(index, _)) = seen.last() else { continue };
+                            let out = self.dir.join(format!("app-{id}-out-{index}"));
+                            std::fs::create_dir_all(&out).unwrap();
+                            let mut b = Vec::new();
+                            for (i, d) in seen {
+                                b.extend_from_slice(&i.to_le_bytes());
+                                b.extend_from_slice(&(d.len() as u32).to_le_bytes());
+                                b.extend_from_slice(d);
+                            }
+                            std::fs::write(out.join("state"), &b).unwrap();
+                            ha.snapshot_ready(index, out, vec![("state".into(), b.len() as u64)]);
+                        }
+                        Event::Installed { index, dir, files } => {
+                            assert_eq!(files, ["state"]);
+                            let b = std::fs::read(dir.join("state")).unwrap();
+                            let mut state = Vec::new();
+                            let mut at = 0;
+                            while at < b.len() {
+                                let i = u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+                                let n = u32::from_le_bytes(b[at + 8..at + 12].try_into().unwrap()) as usize;
+                                state.push((i, b[at + 12..at + 12 + n].to_vec()));
+                                at += 12 + n;
+                            }
+                            assert_eq!(state.last().map(|e| e.0), Some(index));
+                            *self.seen.get_mut(&id).unwrap() = state;
+                            ha.applied(index);
+                        }
                         Event::Failed(e) => panic!("member {id} failed: {e}"),
                         _ => {}
                     }
@@ -237,7 +274,7 @@ fn hostile_peers_are_refused_and_counted() {
 
 #[test]
 fn logs_compact_what_was_applied_and_a_restarted_member_resumes_after_it() {
-    let mut g = Group::with("compact", Some(4096));
+    let mut g = Group::with("compact", Some(4096), None);
     let leader = g.leader(Duration::from_secs(5));
     let payload = |i: u32| format!("{i:0>100}").into_bytes();
     for i in 0..2000 {
@@ -269,4 +306,48 @@ fn logs_compact_what_was_applied_and_a_restarted_member_resumes_after_it() {
     }
     let again = g.seen[&follower].len();
     assert!(again < 200, "{again} entries handed over again after a restart from a compacted log");
+}
+
+#[test]
+fn a_member_the_leaders_log_no_longer_covers_catches_up_from_a_snapshot() {
+    let mut g = Group::with("snapshot", Some(4096), Some(64 << 10));
+    let leader = g.leader(Duration::from_secs(5));
+    let payload = |i: u32| format!("{i:0>100}").into_bytes();
+    for i in 0..500 {
+        g.running[&leader].propose(0, payload(i));
+    }
+    for id in 1..=3 {
+        g.wait_committed(id, 500, Duration::from_secs(10));
+    }
+    let away = (1..=3).find(|&id| id != leader).unwrap();
+    let other = (1..=3).find(|&id| id != leader && id != away).unwrap();
+    g.stop(away);
+    // About 450 KB of entries, past the leader's 64 KiB bound: it drops
+    // what the member away lacks.
+    for i in 500..5000 {
+        g.running[&leader].propose(0, payload(i));
+    }
+    g.wait_committed(leader, 5000, Duration::from_secs(20));
+    g.wait_committed(other, 5000, Duration::from_secs(20));
+    let t = Instant::now();
+    while g.running[&leader].status().compacted < 1000 {
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", g.running[&leader].status());
+        g.pump(Duration::from_millis(20));
+    }
+    g.start(away);
+    let t = Instant::now();
+    while g.seen[&away].len() < 5000 {
+        let st = g.running[&away].status();
+        assert!(t.elapsed() < Duration::from_secs(20), "{} of 5000; {st:?}", g.seen[&away].len());
+        g.pump(Duration::from_millis(10));
+    }
+    assert_eq!(g.seen[&away], g.seen[&leader], "the member away has another history");
+    let (st, lead) = (g.running[&away].status(), g.running[&leader].status());
+    assert!(st.stats.snapshots_installed >= 1, "{st:?}");
+    assert!(st.links.snapshot_bytes_in > 400_000, "{:?}", st.links);
+    assert!(lead.stats.snapshots_offered >= 1 && lead.snapshot_bytes > 400_000, "{lead:?}");
+    // And it follows on from there.
+    g.running[&leader].propose(0, payload(5000));
+    g.wait_committed(away, 5001, Duration::from_secs(10));
+    assert_eq!(g.seen[&away].last().map(|e| e.1.clone()), Some(payload(5000)));
 }

@@ -170,7 +170,9 @@ pub struct Journal {
     written: u64,
     syncer: Option<Syncer>,
     append: Arc<Latencies>,
-    _lock: File,
+    /// Held while the journal is open (`None` once released for an
+    /// install, [`crate::snapshot`]).
+    lock: Option<File>,
 }
 
 fn now_ns() -> u64 {
@@ -305,7 +307,7 @@ impl Journal {
             next: last + 1,
             written: last,
             append: Arc::new(Latencies::default()),
-            _lock: lock,
+            lock: Some(lock),
         };
         if j.segments.is_empty() {
             j.roll(last + 1)?;
@@ -315,6 +317,17 @@ impl Journal {
             j.syncer = Some(s);
         }
         Ok((j, rec))
+    }
+
+    /// Lets go of its files, its sync thread and its lock, so another
+    /// journal may open the directory; this one must not be used again
+    /// (it is replaced, [`Journal::install`]).
+    pub(crate) fn release(&mut self) {
+        self.syncer = None;
+        self.segments.clear();
+        self.pending.clear();
+        self.pending_records = 0;
+        self.lock = None;
     }
 
     /// Starts a segment whose first record will be `base`.

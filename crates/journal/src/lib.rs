@@ -12,6 +12,9 @@
 //!   thread of its own, so the writer never waits for the disk;
 //! - [`Reader`] (`reader`): a cursor from any sequence, which reports what
 //!   retention removed as a loss;
+//! - [`snapshot`]: a checkpoint of the segments (for a member of a
+//!   high-availability group that lags too far for the Raft log), and
+//!   the install of one in place of a journal's own;
 //! - [`inspect`]: what `tickwire journal inspect` prints.
 //!
 //! ```
@@ -37,6 +40,7 @@ mod journal;
 mod reader;
 pub mod record;
 pub mod segment;
+pub mod snapshot;
 mod sync;
 
 pub use journal::{Journal, JournalConfig, JournalError, Recovery};

@@ -25,6 +25,8 @@ pub struct Member {
     pub peers: Vec<String>,
     /// The network namespace it runs in (`ip netns exec`), if any.
     pub netns: Option<String>,
+    /// A config file it reads (`TICKWIRE_CONFIG`), under the flags.
+    pub config: Option<PathBuf>,
     pub process: Option<RouterProcess>,
 }
 
@@ -49,6 +51,9 @@ impl Member {
             .args(["--sync", "os", "--ha-group", "crash", "--ha-node", &self.id.to_string()]);
         for p in &self.peers {
             cmd.args(["--ha-peer", p]);
+        }
+        if let Some(c) = &self.config {
+            cmd.env("TICKWIRE_CONFIG", c);
         }
         self.process = Some(RouterProcess::spawn(cmd.env("RUST_LOG", "info")));
     }
@@ -89,6 +94,7 @@ pub fn loopback_group(base: &Path) -> (Vec<Member>, String) {
             client: format!("tcp://127.0.0.1:{}", p.0),
             peers: peers.clone(),
             netns: None,
+            config: None,
             process: None,
         })
         .collect();
@@ -220,10 +226,15 @@ pub fn epoch_ms() -> u64 {
 /// routing agent describes itself once a second, the file is written once
 /// a second).
 pub fn group_status(m: &Member) -> Option<(u64, u64, u64)> {
-    let text = std::fs::read_to_string(m.base.join(format!("shm{}/router-status.json", m.id))).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let v = status_json(m)?;
     let g = &v["journal"]["ha"]["group"];
     Some((g["applied"].as_u64()?, g["commit"].as_u64()?, v["as_of_ms"].as_u64()?))
+}
+
+/// The member's `router-status.json`.
+pub fn status_json(m: &Member) -> Option<serde_json::Value> {
+    let text = std::fs::read_to_string(m.base.join(format!("shm{}/router-status.json", m.id))).ok()?;
+    serde_json::from_str(&text).ok()
 }
 
 /// Waits (up to `within`) until each member of `who` has applied what the

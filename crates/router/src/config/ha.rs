@@ -24,6 +24,13 @@ pub struct HaTable {
     pub election_ticks: usize,
     /// Ticks between heartbeats.
     pub heartbeat_ticks: usize,
+    /// The most entry bytes a member's Raft log holds: past it, what the
+    /// journal applied is dropped even if a member lacks it (that member
+    /// then catches up from a snapshot).
+    pub log_bytes: u64,
+    /// Entry bytes a follower keeps behind what it applied (for the
+    /// members it may lead one day).
+    pub follower_log_bytes: u64,
 }
 
 impl Default for HaTable {
@@ -36,6 +43,8 @@ impl Default for HaTable {
             tick: humantime::format_duration(d.tick).to_string(),
             election_ticks: d.election_ticks,
             heartbeat_ticks: d.heartbeat_ticks,
+            log_bytes: d.max_log_bytes,
+            follower_log_bytes: d.keep_bytes,
         }
     }
 }
@@ -69,6 +78,11 @@ impl HaTable {
         cfg.tick = tick;
         cfg.election_ticks = self.election_ticks;
         cfg.heartbeat_ticks = self.heartbeat_ticks;
+        if self.log_bytes < 1 << 20 {
+            return Err(bad("ha.log_bytes", &self.log_bytes, "at least 1048576 (an append carries up to 1 MiB)"));
+        }
+        cfg.max_log_bytes = self.log_bytes;
+        cfg.keep_bytes = self.follower_log_bytes.min(self.log_bytes);
         if let Err(why) = cfg.validate() {
             tracing::error!("[router.ha]: {why}");
             return Err(bad(

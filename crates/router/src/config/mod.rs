@@ -51,6 +51,8 @@
 //! tick = "10ms"                   # one Raft tick
 //! election_ticks = 15             # a leader silent this long (randomised up to twice) is replaced; one without a majority steps down
 //! heartbeat_ticks = 3             # a leader's heartbeat interval
+//! log_bytes = 1073741824          # the most entry bytes a Raft log holds; a member further behind catches up from a snapshot
+//! follower_log_bytes = 67108864   # entry bytes a follower keeps behind what it applied
 //!
 //! [router.limits]
 //! max_frame = 1049088             # largest client frame

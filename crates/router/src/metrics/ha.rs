@@ -12,9 +12,11 @@
 //! * replication lag, on the leader: `..._ha_member_lag_entries` and
 //!   `..._ha_member_matched_index` per member (label `member`);
 //! * the log: `..._ha_log_entries`, `..._ha_log_bytes`, `..._ha_wal_bytes`,
-//!   `..._ha_wal_syncs_total`, `..._ha_compactions_total`,
-//!   `..._ha_snapshots_refused_total` (members
-//!   that needed a snapshot: the group keeps logs, not snapshots);
+//!   `..._ha_wal_syncs_total`, `..._ha_compactions_total`;
+//! * snapshots: `..._ha_snapshot_bytes` and `..._ha_snapshot_index` (the
+//!   one offered), `..._ha_snapshots_{refused,offered,abandoned,sent,
+//!   installed}_total`, `..._ha_snapshot_bytes_{in,out}_total`,
+//!   `..._ha_snapshot_transfers_failed_total`;
 //! * the peer links: `..._ha_link_connects_total`, `..._disconnects_total`,
 //!   `..._refused_total`, `..._dropped_total`, `..._bytes_in_total`,
 //!   `..._bytes_out_total`;
@@ -31,7 +33,7 @@ use prometheus_client::metrics::MetricType;
 /// Writes the group's metrics as this member sees them.
 pub(super) fn encode(h: &HaGroupStatus, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
     let (g, s, l, r) = (&h.group, &h.group.stats, &h.group.links, &h.replication);
-    let gauges: [(&str, &str, i64); 10] = [
+    let gauges: [(&str, &str, i64); 12] = [
         ("leader", "1 while this router leads its group.", (g.role == "leader") as i64),
         ("leader_id", "The member this router knows as leader (0: none known).", g.leader as i64),
         ("term", "The Raft term.", g.term as i64),
@@ -42,6 +44,8 @@ pub(super) fn encode(h: &HaGroupStatus, encoder: &mut DescriptorEncoder) -> Resu
         ("log_entries", "Entries held in the member's log.", g.log_entries as i64),
         ("log_bytes", "Payload bytes of the entries held.", g.log_bytes as i64),
         ("wal_bytes", "The Raft log file's size.", g.wal_bytes as i64),
+        ("snapshot_index", "The last index the snapshot offered reflects (0: none).", g.snapshot_index as i64),
+        ("snapshot_bytes", "The snapshot offered: its files' bytes.", g.snapshot_bytes as i64),
     ];
     for (name, help, v) in gauges {
         let full = format!("tickwire_router_ha_{name}");
@@ -79,12 +83,19 @@ pub(super) fn encode(h: &HaGroupStatus, encoder: &mut DescriptorEncoder) -> Resu
         &bounds,
         None,
     )?;
-    let counters: [(&str, &str, u64); 16] = [
+    let counters: [(&str, &str, u64); 23] = [
         ("leader_changes", "Leader changes seen (a new leader, or none known).", s.leader_changes),
         ("elections_won", "Times this member became leader.", s.elections_won),
         ("demotions", "Times this router lost the leadership.", r.demotions),
         ("wal_syncs", "fdatasync calls on the Raft log file.", g.wal_syncs),
-        ("snapshots_refused", "Snapshots a member needed and did not get.", g.snapshots_refused),
+        ("snapshots_refused", "Times a member needed a snapshot and none was offered yet.", g.snapshots_refused),
+        ("snapshots_offered", "Snapshots the router checkpointed and offered (leader).", s.snapshots_offered),
+        ("snapshots_abandoned", "Snapshot sends given up for no progress (offered again).", s.snapshots_abandoned),
+        ("snapshots_sent", "Snapshots sent whole to a member (leader).", l.snapshots_sent),
+        ("snapshots_installed", "Snapshots this member installed (follower).", s.snapshots_installed),
+        ("snapshot_bytes_out", "Snapshot bytes sent to members.", l.snapshot_bytes_out),
+        ("snapshot_bytes_in", "Snapshot bytes fetched from the leader.", l.snapshot_bytes_in),
+        ("snapshot_transfers_failed", "Snapshot transfers that failed (either side).", l.transfers_failed),
         ("compactions", "Log compactions.", s.compactions),
         ("link_connects", "Peer links dialed and connected.", l.connects),
         ("link_disconnects", "Peer links lost.", l.disconnects),

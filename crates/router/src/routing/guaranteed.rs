@@ -76,7 +76,7 @@ pub struct Guaranteed {
     pub(super) stored: HashMap<u64, u64>,
     /// Each publisher's highest sequence acknowledged (what the journal
     /// held at start counts as acknowledged).
-    acked: HashMap<u64, u64>,
+    pub(super) acked: HashMap<u64, u64>,
     /// Publishes appended and awaiting durability, in journal order:
     /// (journal sequence, session, session serial, publisher sequence).
     pub(super) awaiting: VecDeque<(u64, u32, u64, u64)>,

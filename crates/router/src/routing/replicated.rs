@@ -72,7 +72,7 @@ type Pending = (u32, u64, u64);
 /// The router's side of its group.
 #[derive(Debug)]
 pub struct Replication {
-    ha: Ha,
+    pub(super) ha: Ha,
     me: u64,
     leading: bool,
     leader: u64,
@@ -85,14 +85,17 @@ pub struct Replication {
     proposed: HashMap<u64, Vec<Pending>>,
     /// (log index, journal sequence after applying it): reported applied
     /// once the journal holds that sequence durably.
-    unreported: VecDeque<(u64, u64)>,
+    pub(super) unreported: VecDeque<(u64, u64)>,
     /// Sessions to end (`NotLeader`).
     ended: Vec<(u32, Disconnect)>,
     /// The highest index applied with its records durable in the journal
     /// (saved, then reported to the log, at housekeeping).
-    durably_applied: u64,
+    pub(super) durably_applied: u64,
+    /// The last index applied (a snapshot made now reflects it).
+    pub(super) last_applied: u64,
+
     /// Where `durably_applied` is saved: the log's directory.
-    dir: std::path::PathBuf,
+    pub(super) dir: std::path::PathBuf,
     /// The router left its group (its journal or its log failed).
     left: bool,
     /// The durable states last proposed.
@@ -114,6 +117,9 @@ impl Replication {
         // publisher's older records from the journal, so what the journal
         // remembers of publishers cannot be trusted for more).
         cfg.applied = read_applied(&dir);
+        // Checkpoints a previous run offered: no transfer reads them now.
+        crate::routing::ha_snapshot::remove_checkpoints(&cfg.snapshot_dir());
+        let last_applied = cfg.applied.unwrap_or(0);
         Ok(Self {
             ha: Ha::start(cfg)?,
             me,
@@ -129,6 +135,7 @@ impl Replication {
             unreported: VecDeque::new(),
             ended: Vec::new(),
             durably_applied: 0,
+            last_applied,
             dir,
             left: false,
             positions: BTreeMap::new(),
@@ -250,7 +257,7 @@ fn read_applied(dir: &std::path::Path) -> Option<u64> {
 }
 
 /// Saves `index` (write, sync, rename: a crash leaves the old or the new).
-fn save_applied(dir: &std::path::Path, index: u64) -> std::io::Result<()> {
+pub(super) fn save_applied(dir: &std::path::Path, index: u64) -> std::io::Result<()> {
     use std::io::Write;
     let tmp = dir.join(format!("{APPLIED_FILE}.tmp"));
     let mut f = std::fs::File::create(&tmp)?;
@@ -299,6 +306,7 @@ impl Guaranteed {
         }
         let Some(r) = self.ha.as_deref_mut() else { return };
         r.stats.applied += 1;
+        r.last_applied = index;
         if data.len() < HEADER {
             r.stats.malformed += 1;
             return;
@@ -439,7 +447,7 @@ impl Guaranteed {
     }
 
     /// The durable states now (what the leader replicates).
-    fn states(&self) -> BTreeMap<String, DurableState> {
+    pub(super) fn states(&self) -> BTreeMap<String, DurableState> {
         let mut all: BTreeMap<String, DurableState> =
             self.durables.values().map(|d| (d.name.clone(), d.state())).collect();
         all.extend(self.queues.values().map(|q| (q.name.clone(), q.state())));
@@ -524,6 +532,8 @@ impl Router {
                         lost.extend(r.proposed.remove(&token).unwrap_or_default());
                     }
                 }
+                Event::SnapshotWanted => g.checkpoint(),
+                Event::Installed { index, dir, files } => g.install(index, &dir, &files),
                 Event::Failed(why) => {
                     g.fail(&tickwire_journal::JournalError::Io {
                         path: g.journal.config().dir.join("raft"),

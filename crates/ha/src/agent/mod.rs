@@ -15,21 +15,28 @@
 //! minutes. A dial leaves from the member's own
 //! address (when it listens on one), so a host's group traffic takes the
 //! interface its members were given.
+//!
+//! Files: [`links`] (the links and HELLO), [`transfer`] (snapshots sent
+//! and fetched, on threads of their own); here, the member's loop.
+
+mod links;
+mod transfer;
+
+pub(crate) use links::dial_blocking;
 
 use crate::node::{Event, HaError, Node};
-use crate::peer::{self, Hello, PeerError};
+use crate::snapshot::Manifest;
 use crate::{HaConfig, HaStatus};
-use mio::net::{TcpListener, TcpStream};
+use links::{Accepted, Dialed};
+use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::BTreeMap;
-use std::io::{ErrorKind, Write};
-use std::net::SocketAddr;
+use std::io::ErrorKind;
+use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tickwire_transport::framing::{FrameError, FrameReader};
 
 /// How long a dropped dial waits before the next.
 pub const REDIAL: Duration = Duration::from_millis(50);
@@ -65,12 +72,25 @@ pub struct PeerStats {
     pub bytes_out: u64,
     /// Bytes received.
     pub bytes_in: u64,
+    /// Snapshots sent whole to a member.
+    #[serde(default)]
+    pub snapshots_sent: u64,
+    /// Snapshot bytes sent.
+    #[serde(default)]
+    pub snapshot_bytes_out: u64,
+    /// Snapshot bytes fetched.
+    #[serde(default)]
+    pub snapshot_bytes_in: u64,
+    /// Snapshot transfers that failed (either side).
+    #[serde(default)]
+    pub transfers_failed: u64,
 }
 
 enum Command {
     Propose(u64, Vec<u8>),
     Applied(u64),
     Member(u64, bool, u64),
+    Offer(PathBuf, Manifest),
     Stop,
 }
 
@@ -145,6 +165,14 @@ impl Ha {
         self.send(Command::Member(id, add, token));
     }
 
+    /// The application's snapshot, which [`Event::SnapshotWanted`] asked
+    /// for: its files (names and lengths) in `dir` reflect every entry up
+    /// to `index` and nothing after. They must stay readable until a newer
+    /// snapshot is offered (a transfer opens them all when it starts).
+    pub fn snapshot_ready(&self, index: u64, dir: PathBuf, files: Vec<(String, u64)>) {
+        self.send(Command::Offer(dir, Manifest { index, files }));
+    }
+
     /// Whether the member's thread still runs (it ends on a log it cannot
     /// write, a panic, or [`Ha::stop`]).
     pub fn is_running(&self) -> bool {
@@ -181,29 +209,6 @@ impl Drop for Ha {
     }
 }
 
-/// A link this member dialed.
-struct Dialed {
-    id: u64,
-    addr: SocketAddr,
-    stream: Option<TcpStream>,
-    connected: bool,
-    unsent: Vec<u8>,
-    retry_at: u64,
-    /// A failed dial was logged (once until a dial connects).
-    warned: bool,
-    /// When the dial began (a dial not connected within [`DIAL_DEADLINE`]
-    /// is dropped and tried again).
-    dialed_at: u64,
-}
-
-/// A link another member dialed.
-struct Accepted {
-    stream: TcpStream,
-    reader: FrameReader,
-    from: Option<u64>,
-    opened: u64,
-}
-
 struct Member {
     cfg: HaConfig,
     node: Node,
@@ -218,6 +223,10 @@ struct Member {
     links: PeerStats,
     start: Instant,
     next_housekeeping: u64,
+    /// The snapshot the application offers.
+    offer: Option<transfer::Offer>,
+    serving: Vec<transfer::Serving>,
+    fetching: Option<transfer::Fetching>,
 }
 
 impl Member {
@@ -262,6 +271,9 @@ impl Member {
             links: PeerStats::default(),
             start: Instant::now(),
             next_housekeeping: 0,
+            offer: None,
+            serving: Vec::new(),
+            fetching: None,
         })
     }
 
@@ -301,6 +313,8 @@ impl Member {
             }
             self.route();
             self.flush_all();
+            self.start_fetches();
+            self.finish_fetch();
             while let Some(ev) = self.node.poll_event() {
                 let _ = self.events.send(ev);
             }
@@ -325,218 +339,13 @@ impl Member {
                         let _ = self.events.send(Event::Refused { token, leader });
                     }
                 }
+                Ok(Command::Offer(dir, manifest)) => {
+                    if self.node.set_offer(&manifest) {
+                        self.offer = Some((dir, manifest));
+                    }
+                }
                 Ok(Command::Stop) | Err(mpsc::TryRecvError::Disconnected) => return false,
                 Err(mpsc::TryRecvError::Empty) => return true,
-            }
-        }
-    }
-
-    fn accept(&mut self) {
-        loop {
-            match self.listener.accept() {
-                Ok((mut stream, _)) => {
-                    if self.accepted.len() >= 4 * self.cfg.members.len() {
-                        self.links.refused += 1;
-                        continue; // dropped: closed
-                    }
-                    let slot = self.next_slot;
-                    self.next_slot = (self.next_slot + 1) % (1 << 20);
-                    if self.poll.registry().register(&mut stream, Token(ACCEPTED + slot), Interest::READABLE).is_err() {
-                        continue;
-                    }
-                    let reader = FrameReader::new(1, peer::MAX_FRAME);
-                    let opened = self.now();
-                    self.accepted.insert(slot, Accepted { stream, reader, from: None, opened });
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "ha: accept");
-                    return;
-                }
-            }
-        }
-    }
-
-    fn read(&mut self, token: usize) {
-        let slot = token - ACCEPTED;
-        let Some(a) = self.accepted.get_mut(&slot) else { return };
-        let (me, group) = (self.cfg.id, self.cfg.group.as_str());
-        let members = &self.cfg.members;
-        let node = &mut self.node;
-        let mut bad: Option<String> = None;
-        let mut bytes = 0u64;
-        let from = &mut a.from;
-        let r = a.reader.read_counted(&mut a.stream, true, &mut 0, &mut bytes, |frame| {
-            match *from {
-                None => match Hello::parse(frame).and_then(|h| check_hello(&h, me, group, members)) {
-                    Ok(id) => *from = Some(id),
-                    Err(e) => {
-                        bad = Some(e.to_string());
-                        return false;
-                    }
-                },
-                Some(id) => match peer::raft_body(frame) {
-                    Ok(body) => {
-                        if let Err(e) = node.handle_message(id, body) {
-                            tracing::debug!(error = %e, "ha: a peer's message refused");
-                        }
-                    }
-                    Err(e) => {
-                        bad = Some(e.to_string());
-                        return false;
-                    }
-                },
-            }
-            true
-        });
-        self.links.bytes_in += bytes;
-        let closed = match (&bad, r) {
-            (Some(why), _) => {
-                tracing::warn!(member = self.cfg.id, why, "ha: a peer link refused");
-                self.links.refused += 1;
-                true
-            }
-            (None, Err(FrameError::Closed(_))) => true,
-            (None, Err(e)) => {
-                tracing::warn!(member = self.cfg.id, error = %e, "ha: a peer link refused");
-                self.links.refused += 1;
-                true
-            }
-            (None, Ok(_)) => false,
-        };
-        if closed {
-            if let Some(mut a) = self.accepted.remove(&slot) {
-                let _ = self.poll.registry().deregister(&mut a.stream);
-                self.links.disconnects += 1;
-            }
-            return;
-        }
-        // A member that dialed again left its older link behind (a peer
-        // that crashed sends no FIN): the new one replaces it.
-        let Some(from) = self.accepted.get(&slot).and_then(|a| a.from) else { return };
-        let older: Vec<usize> =
-            self.accepted.iter().filter(|(&k, a)| k != slot && a.from == Some(from)).map(|(&k, _)| k).collect();
-        for k in older {
-            if let Some(mut a) = self.accepted.remove(&k) {
-                let _ = self.poll.registry().deregister(&mut a.stream);
-                self.links.disconnects += 1;
-            }
-        }
-    }
-
-    fn dial_ready(&mut self, i: usize) {
-        let Some(d) = self.dialed.get_mut(i) else { return };
-        let Some(s) = d.stream.as_ref() else { return };
-        if !d.connected {
-            match (s.take_error(), s.peer_addr()) {
-                (Ok(None), Ok(_)) => {
-                    d.connected = true;
-                    d.warned = false;
-                    let _ = s.set_nodelay(true);
-                    self.links.connects += 1;
-                }
-                (Ok(None), Err(e)) if e.kind() == ErrorKind::NotConnected => return,
-                _ => return self.drop_link(i),
-            }
-        }
-        // Readable on a link that only sends: the other side closed (or
-        // broke the protocol).
-        let mut probe = [0u8; 1];
-        match std::io::Read::read(&mut &*s, &mut probe) {
-            Ok(_) => self.drop_link(i),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(_) => self.drop_link(i),
-        }
-    }
-
-    fn drop_link(&mut self, i: usize) {
-        let now = self.now();
-        let d = &mut self.dialed[i];
-        if let Some(mut s) = d.stream.take() {
-            let _ = self.poll.registry().deregister(&mut s);
-            if d.connected {
-                self.links.disconnects += 1;
-            }
-        }
-        d.connected = false;
-        d.unsent.clear();
-        d.retry_at = now + REDIAL.as_nanos() as u64;
-        let id = d.id;
-        self.node.report_unreachable(id);
-    }
-
-    fn redial(&mut self, now: u64) {
-        for i in 0..self.dialed.len() {
-            let d = &mut self.dialed[i];
-            if d.stream.is_some() || now < d.retry_at {
-                continue;
-            }
-            match dial(self.cfg.members[&self.cfg.id], d.addr) {
-                Ok(mut s) => {
-                    let token = Token(DIALED + i);
-                    if self.poll.registry().register(&mut s, token, Interest::READABLE | Interest::WRITABLE).is_ok() {
-                        d.unsent.clear();
-                        Hello { from: self.cfg.id, to: d.id, group: &self.cfg.group }.emit(&mut d.unsent);
-                        d.stream = Some(s);
-                        d.dialed_at = now;
-                    }
-                }
-                Err(e) => {
-                    if !d.warned {
-                        d.warned = true;
-                        tracing::warn!(member = self.cfg.id, peer = d.id, addr = %d.addr, error = %e, "ha: a dial failed (tried again every 50 ms)");
-                    }
-                    d.retry_at = now + REDIAL.as_nanos() as u64;
-                }
-            }
-        }
-    }
-
-    /// Puts each message for a peer on its link.
-    fn route(&mut self) {
-        while let Some((to, msg)) = self.node.poll_transmit() {
-            let Some(i) = self.dialed.iter().position(|d| d.id == to) else {
-                self.links.dropped += 1;
-                continue;
-            };
-            let d = &mut self.dialed[i];
-            if d.stream.is_none() || d.unsent.len() + msg.len() > MAX_UNSENT {
-                self.links.dropped += 1;
-                continue;
-            }
-            peer::emit_raft(&msg, &mut d.unsent);
-        }
-    }
-
-    fn flush_all(&mut self) {
-        for i in 0..self.dialed.len() {
-            let d = &mut self.dialed[i];
-            if !d.connected || d.unsent.is_empty() {
-                continue;
-            }
-            let Some(s) = d.stream.as_mut() else { continue };
-            let mut at = 0;
-            let mut failed = false;
-            while at < d.unsent.len() {
-                match s.write(&d.unsent[at..]) {
-                    Ok(0) => {
-                        failed = true;
-                        break;
-                    }
-                    Ok(n) => at += n,
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(_) => {
-                        failed = true;
-                        break;
-                    }
-                }
-            }
-            self.links.bytes_out += at as u64;
-            d.unsent.drain(..at);
-            if failed {
-                self.drop_link(i);
             }
         }
     }
@@ -568,6 +377,7 @@ impl Member {
         for a in self.accepted.values_mut() {
             a.reader.trim();
         }
+        self.watch_serving();
         if let Err(e) = self.node.compact() {
             tracing::error!(member = self.cfg.id, error = %e, "ha: log compaction failed: the member stops");
             let _ = self.events.send(Event::Failed(e.to_string()));
@@ -580,38 +390,4 @@ impl Member {
         }
         true
     }
-}
-
-/// Starts a non-blocking dial to `to`, from `from`'s address (the port the
-/// kernel's choice) unless `from` is a wildcard, with [`LINK_TIMEOUT`].
-fn dial(from: SocketAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
-    let s = Socket::new(Domain::for_address(to), Type::STREAM, Some(Protocol::TCP))?;
-    s.set_nonblocking(true)?;
-    s.set_tcp_user_timeout(Some(LINK_TIMEOUT))?;
-    if !from.ip().is_unspecified() && from.is_ipv4() == to.is_ipv4() {
-        // The address as given (an IPv6 one keeps its scope), any port.
-        let mut local = from;
-        local.set_port(0);
-        s.bind(&SockAddr::from(local))?;
-    }
-    match s.connect(&SockAddr::from(to)) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-        Err(e) => return Err(e),
-    }
-    Ok(TcpStream::from_std(s.into()))
-}
-
-/// The member a HELLO names, if it is for this member of this group.
-fn check_hello(h: &Hello<'_>, me: u64, group: &str, members: &BTreeMap<u64, SocketAddr>) -> Result<u64, PeerError> {
-    if h.group != group {
-        return Err(PeerError::Group { got: h.group.into(), want: group.into() });
-    }
-    if h.to != me {
-        return Err(PeerError::Member { from: h.from, to: h.to, why: "not this member" });
-    }
-    if h.from == me || !members.contains_key(&h.from) {
-        return Err(PeerError::Member { from: h.from, to: h.to, why: "not a member of the group" });
-    }
-    Ok(h.from)
 }

@@ -8,14 +8,33 @@
 //! once (its own write runs beside them), entries and the hard state are
 //! written ahead (and synced) before any answer that depends on them, and
 //! committed entries are handed over in index order, on every member.
+//!
+//! Snapshots ([`crate::snapshot`]): a leader whose log no longer holds
+//! what a member lacks asks its application for one
+//! ([`Event::SnapshotWanted`]) and sends the one offered. A follower holds
+//! the snapshot message back until its files are fetched and staged
+//! ([`Node::poll_fetch`], [`Node::handle_fetched`]), then steps it: the
+//! log starts after it, and the application installs the staged files
+//! ([`Event::Installed`]) before it applies anything after.
 
+use crate::snapshot::{self, Manifest};
+use crate::stats::NodeStats;
 use crate::store::LogStore;
 use crate::wal::{Wal, WalError};
 use crate::HaConfig;
 use protobuf::Message as _;
-use raft::prelude::{ConfChange, ConfChangeV2, Entry, EntryType, Message};
+use raft::prelude::{ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType};
 use raft::{RawNode, StateRole};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+
+mod snapshots;
+use snapshots::installed;
+
+/// A leader gives up on a snapshot sent to a member after this long
+/// without progress (the member's fetch moving bytes), and offers it
+/// again.
+pub const SNAPSHOT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Why a member cannot go on, or refused a peer's message.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +98,23 @@ pub enum Event {
         /// The leader this member knows of (0: unknown).
         leader: u64,
     },
+    /// A member needs a snapshot and none is offered that covers the
+    /// log's start: the application checkpoints what it applied and calls
+    /// [`crate::Ha::snapshot_ready`]. (Said once until then; again if the
+    /// one offered falls behind the log's start.)
+    SnapshotWanted,
+    /// The log now starts after `index`: the application puts the staged
+    /// snapshot (`files` in `dir`) in place of its state, which then
+    /// reflects every entry up to `index`, and goes on applying from
+    /// there; it may remove `dir` once it reported `index` applied.
+    Installed {
+        /// The last index the snapshot reflects.
+        index: u64,
+        /// Where its files are staged.
+        dir: PathBuf,
+        /// Their names.
+        files: Vec<String>,
+    },
     /// The member stopped: its log could not be written.
     Failed(String),
 }
@@ -93,51 +129,6 @@ pub enum Refused {
         leader: u64,
     },
 }
-
-/// Counts since start.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct NodeStats {
-    /// Messages from peers stepped.
-    pub messages_in: u64,
-    /// Messages for peers produced.
-    pub messages_out: u64,
-    /// Peer messages refused (undecodable, misaddressed, not a member).
-    pub messages_refused: u64,
-    /// Proposals taken.
-    pub proposals: u64,
-    /// Proposals refused (not the leader).
-    pub proposals_refused: u64,
-    /// Entries committed and handed over.
-    pub committed: u64,
-    /// Times this member became leader.
-    pub elections_won: u64,
-    /// Leader changes seen.
-    pub leader_changes: u64,
-    /// Log compactions and file rewrites.
-    pub compactions: u64,
-    /// Fail-overs seen: a new leader, in a later term, after another
-    /// member's leadership was lost (this member's start, and the end of
-    /// its own leadership, not counted).
-    #[serde(default)]
-    pub failovers: u64,
-    /// The last fail-over's time: from the lost leader's last message
-    /// here to the new leader's first (ns).
-    #[serde(default)]
-    pub failover_last_ns: u64,
-    /// The longest fail-over seen (ns).
-    #[serde(default)]
-    pub failover_max_ns: u64,
-    /// All fail-overs' times added up (ns).
-    #[serde(default)]
-    pub failover_sum_ns: u64,
-    /// Fail-overs by time: at most each of [`FAILOVER_BUCKETS_MS`], then
-    /// longer.
-    #[serde(default)]
-    pub failover_buckets: [u64; FAILOVER_BUCKETS_MS.len() + 1],
-}
-
-/// The upper bounds of the fail-over time buckets, in milliseconds.
-pub const FAILOVER_BUCKETS_MS: [u64; 8] = [50, 100, 200, 300, 500, 1000, 2000, 5000];
 
 /// One member.
 pub struct Node {
@@ -165,6 +156,16 @@ pub struct Node {
     /// changes) count as applied once it applied every one before them.
     last_handed: u64,
     committed_through: u64,
+    /// A snapshot message held until its files are staged, and fetches to
+    /// start: (leader, manifest).
+    held_snapshot: Option<(u64, Message)>,
+    fetches: VecDeque<(u64, Manifest)>,
+    /// Snapshots sent, by member: when they last made progress (ns).
+    sending: BTreeMap<u64, u64>,
+    /// When a snapshot was last asked of the application (not offered
+    /// since): asked again after [`SNAPSHOT_DEADLINE`].
+    asked: Option<u64>,
+    snapshot_dir: PathBuf,
 }
 
 impl std::fmt::Debug for Node {
@@ -203,13 +204,22 @@ impl Node {
         let members: Vec<u64> = cfg.members.keys().copied().collect();
         let mut store = LogStore::new(wal, replayed, &members);
         store.persist()?;
+        let mut events = VecDeque::new();
         let applied = match cfg.applied {
             Some(a) if a < store.compacted() => {
-                return Err(HaError::Config(format!(
-                    "the application applied up to {a}, but the Raft log in {} starts after {}: it needs a snapshot",
-                    cfg.dir.display(),
-                    store.compacted()
-                )))
+                // Installed in the log, and not yet in the application
+                // (it stopped in between): the staged files again.
+                let c = store.compacted();
+                let Some(m) = snapshot::staged(&cfg.snapshot_dir(), c) else {
+                    return Err(HaError::Config(format!(
+                        "the application applied up to {a}, but the Raft log in {} starts after {c}, and no \
+                         snapshot for {c} is staged in {}",
+                        cfg.dir.display(),
+                        cfg.snapshot_dir().display()
+                    )));
+                };
+                events.push_back(installed(&cfg.snapshot_dir(), &m));
+                c
             }
             Some(a) => a.min(store.hard_state().commit),
             None => store.compacted(),
@@ -236,15 +246,20 @@ impl Node {
             keep_bytes: cfg.keep_bytes,
             max_log_bytes: cfg.max_log_bytes,
             outbox: VecDeque::new(),
-            events: VecDeque::new(),
+            events,
             applied,
             leader: (0, 0),
             stats: NodeStats::default(),
             clock: 0,
             last_leader: None,
             heard_leader: None,
-            last_handed: 0,
-            committed_through: 0,
+            last_handed: applied,
+            committed_through: applied,
+            held_snapshot: None,
+            fetches: VecDeque::new(),
+            sending: BTreeMap::new(),
+            asked: None,
+            snapshot_dir: cfg.snapshot_dir(),
         })
     }
 
@@ -274,12 +289,19 @@ impl Node {
         if leader != 0 && m.from == leader {
             self.heard_leader = Some(self.clock);
         }
+        if m.get_msg_type() == MessageType::MsgSnapshot {
+            return self.hold_snapshot(m).or_else(|why| refuse(self, why));
+        }
+        self.step(m).or_else(|why| refuse(self, why))
+    }
+
+    fn step(&mut self, m: Message) -> Result<(), String> {
         match self.raw.step(m) {
             Ok(()) => {
                 self.stats.messages_in += 1;
                 Ok(())
             }
-            Err(e) => refuse(self, e.to_string()),
+            Err(e) => Err(e.to_string()),
         }
     }
 
@@ -297,6 +319,9 @@ impl Node {
             self.raw.tick();
         }
         self.next_tick = Some(now.max(next) + self.tick_ns);
+        if !self.sending.is_empty() {
+            self.watch_snapshots();
+        }
     }
 
     /// When [`Node::handle_timeout`] next has work (ns).
@@ -376,8 +401,7 @@ impl Node {
             }
             self.send(ready.take_messages());
             if !ready.snapshot().is_empty() {
-                // Members never send snapshots (the store refuses them).
-                tracing::error!(member = self.id, "Raft: a snapshot arrived, which this version does not install");
+                self.install(ready.snapshot())?;
             }
             let committed = ready.take_committed_entries();
             self.commit(committed)?;
@@ -397,6 +421,11 @@ impl Node {
             self.commit(committed)?;
             self.raw.advance_apply();
         }
+        let again = self.asked.map_or(true, |t| self.clock.saturating_sub(t) > SNAPSHOT_DEADLINE.as_nanos() as u64);
+        if self.raw.store().take_wanted() && again {
+            self.asked = Some(self.clock);
+            self.events.push_back(Event::SnapshotWanted);
+        }
         Ok(())
     }
 
@@ -411,13 +440,7 @@ impl Node {
                 // pre-vote that came to nothing) is none.
                 if let (Some((was, was_term)), Some(heard)) = (self.last_leader, self.heard_leader) {
                     if id != 0 && term > was_term && was != self.id {
-                        let took = self.clock.saturating_sub(heard);
-                        self.stats.failovers += 1;
-                        self.stats.failover_last_ns = took;
-                        self.stats.failover_max_ns = self.stats.failover_max_ns.max(took);
-                        self.stats.failover_sum_ns += took;
-                        let b = FAILOVER_BUCKETS_MS.iter().position(|&ms| took <= ms * 1_000_000);
-                        self.stats.failover_buckets[b.unwrap_or(FAILOVER_BUCKETS_MS.len())] += 1;
+                        self.stats.failover(self.clock.saturating_sub(heard));
                     }
                 }
                 if id != 0 {
@@ -438,6 +461,9 @@ impl Node {
 
     fn send(&mut self, msgs: Vec<Message>) {
         for m in msgs {
+            if m.get_msg_type() == MessageType::MsgSnapshot {
+                self.sending.insert(m.to, self.clock);
+            }
             match m.write_to_bytes() {
                 Ok(b) => {
                     self.stats.messages_out += 1;
@@ -566,6 +592,8 @@ impl Node {
             wal_bytes: store.wal().bytes(),
             wal_syncs: store.wal().syncs(),
             snapshots_refused: store.snapshots_refused(),
+            snapshot_index: store.offer().map_or(0, |m| m.index),
+            snapshot_bytes: store.offer().map_or(0, crate::snapshot::Manifest::bytes),
             members,
             stats: self.stats,
             links: crate::PeerStats::default(),
