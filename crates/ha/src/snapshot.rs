@@ -138,7 +138,7 @@ impl Manifest {
 
     /// The files' bytes in all.
     pub fn bytes(&self) -> u64 {
-        self.files.iter().map(|f| f.1).sum()
+        self.files.iter().fold(0u64, |a, f| a.saturating_add(f.1))
     }
 }
 
@@ -147,7 +147,7 @@ fn check_name(name: &str) -> Result<(), &'static str> {
     if name.is_empty() || name.len() > MAX_NAME {
         return Err("1 to 128 bytes");
     }
-    if name == "." || name == ".." || name == MANIFEST || name.contains(['/', '\0']) {
+    if name == "." || name == ".." || name.starts_with(MANIFEST) || name.contains(['/', '\0']) {
         return Err("not a plain file name");
     }
     Ok(())
@@ -230,7 +230,9 @@ fn read_frame<'b>(r: &mut impl Read, buf: &'b mut Vec<u8>) -> Result<(u8, &'b [u
 
 /// Sends the files of `manifest`, in `dir`, on `stream` (a member's FETCH
 /// read already): each as FILE then DATA frames, then DONE. Every file is
-/// opened first (a newer checkpoint may remove the directory meanwhile).
+/// opened before the first is sent (a newer checkpoint may remove the
+/// directory meanwhile; one removed before that fails the transfer, and
+/// the member fetches again).
 /// `sent` counts the bytes as they go.
 ///
 /// # Errors
@@ -270,8 +272,10 @@ pub fn serve(mut stream: TcpStream, dir: &Path, manifest: &Manifest, sent: &Atom
     frame(&mut out, DONE, &[]).map_err(io("the snapshot link"))?;
     out.flush().map_err(io("the snapshot link"))?;
     drop(out);
-    // Its close, once the fetcher has read everything.
+    // Its close, once the fetcher has read everything (bounded: a
+    // fetcher's host gone leaves no thread behind).
     let _ = stream.shutdown(std::net::Shutdown::Write);
+    let _ = stream.set_read_timeout(Some(TRANSFER_STALL));
     let _ = stream.read(&mut [0u8; 1]);
     Ok(())
 }
@@ -322,7 +326,7 @@ pub fn fetch(from: &FetchFrom, manifest: &Manifest, got: &AtomicU64) -> Result<P
         let mut left = *len;
         while left > 0 {
             let (kind, body) = read_frame(&mut r, &mut buf)?;
-            if kind != DATA || body.len() as u64 > left {
+            if kind != DATA || body.is_empty() || body.len() as u64 > left {
                 return Err(SnapshotError::Malformed(format!("{link}: {name:?} longer than its {len} bytes")));
             }
             f.write_all(body).map_err(io(path.display()))?;
@@ -342,6 +346,8 @@ pub fn fetch(from: &FetchFrom, manifest: &Manifest, got: &AtomicU64) -> Result<P
     f.write_all(&m).and_then(|()| f.sync_all()).map_err(io(tmp.display()))?;
     std::fs::rename(&tmp, into.join(MANIFEST)).map_err(io(into.display()))?;
     File::open(&into).and_then(|d| d.sync_all()).map_err(io(into.display()))?;
+    // And `in-INDEX` in its parent: the log says it is there once stepped.
+    File::open(&from.dir).and_then(|d| d.sync_all()).map_err(io(from.dir.display()))?;
     Ok(into)
 }
 

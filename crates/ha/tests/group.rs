@@ -342,7 +342,17 @@ fn a_member_the_leaders_log_no_longer_covers_catches_up_from_a_snapshot() {
         g.pump(Duration::from_millis(10));
     }
     assert_eq!(g.seen[&away], g.seen[&leader], "the member away has another history");
-    let (st, lead) = (g.running[&away].status(), g.running[&leader].status());
+    // The statuses are refreshed every 20 ms.
+    let t = Instant::now();
+    let (st, lead) = loop {
+        let (st, lead) = (g.running[&away].status(), g.running[&leader].status());
+        if st.stats.snapshots_installed >= 1 && lead.stats.snapshots_offered >= 1
+            || t.elapsed() > Duration::from_secs(2)
+        {
+            break (st, lead);
+        }
+        g.pump(Duration::from_millis(10));
+    };
     assert!(st.stats.snapshots_installed >= 1, "{st:?}");
     assert!(st.links.snapshot_bytes_in > 400_000, "{:?}", st.links);
     assert!(lead.stats.snapshots_offered >= 1 && lead.snapshot_bytes > 400_000, "{lead:?}");

@@ -44,7 +44,7 @@ impl Journal {
     ///
     /// # Errors
     /// [`JournalError`] from the write, or naming the file that could not
-    /// be linked, copied or synced.
+    /// be linked or copied.
     pub fn checkpoint(&mut self, dir: &Path) -> Result<Vec<SnapshotFile>, JournalError> {
         self.write()?;
         std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)

@@ -77,7 +77,10 @@ impl Member {
             if self.fetching.is_some() {
                 continue; // the leader offers it again if this one fails
             }
-            let Some(&addr) = self.cfg.members.get(&leader) else { continue };
+            let Some(&addr) = self.cfg.members.get(&leader) else {
+                self.node.handle_fetched(manifest.index, false);
+                continue;
+            };
             let from = FetchFrom {
                 me: (self.cfg.id, self.cfg.members[&self.cfg.id]),
                 leader: (leader, addr),

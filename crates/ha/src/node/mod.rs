@@ -100,8 +100,9 @@ pub enum Event {
     },
     /// A member needs a snapshot and none is offered that covers the
     /// log's start: the application checkpoints what it applied and calls
-    /// [`crate::Ha::snapshot_ready`]. (Said once until then; again if the
-    /// one offered falls behind the log's start.)
+    /// [`crate::Ha::snapshot_ready`]. (Said again after
+    /// [`SNAPSHOT_DEADLINE`] while none is offered, and when the one
+    /// offered falls behind the log's start.)
     SnapshotWanted,
     /// The log now starts after `index`: the application puts the staged
     /// snapshot (`files` in `dir`) in place of its state, which then

@@ -20,14 +20,18 @@ impl Node {
                 manifest.index
             ));
         }
-        if snapshot::staged(&self.snapshot_dir, manifest.index).as_ref() == Some(&manifest) {
+        // Staged already, or nothing this member lacks (raft-rs answers a
+        // stale one): no fetch.
+        let committed = self.raw.raft.raft_log.committed;
+        if manifest.index < committed
+            || snapshot::staged(&self.snapshot_dir, manifest.index).as_ref() == Some(&manifest)
+        {
             return self.step(m);
         }
         if self.held_snapshot.is_none() {
             self.fetches.push_back((m.from, manifest));
             self.held_snapshot = Some((m.from, m));
         }
-        self.stats.messages_in += 1;
         Ok(())
     }
 
@@ -61,7 +65,9 @@ impl Node {
     /// The application's snapshot ([`Event::SnapshotWanted`]); false if it
     /// no longer covers the log's start (another is wanted).
     pub fn set_offer(&mut self, m: &Manifest) -> bool {
-        self.asked = None;
+        // A want raised before this offer arrived is answered by it.
+        let _ = self.raw.store().take_wanted();
+        self.asked = Some(self.clock);
         let ok = self.raw.mut_store().set_offer(m);
         if ok {
             self.stats.snapshots_offered += 1;

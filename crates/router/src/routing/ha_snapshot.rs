@@ -5,10 +5,11 @@
 //! A leader asked for one ([`tickwire_ha::Event::SnapshotWanted`])
 //! checkpoints, in `raft/snapshots/out-INDEX/` beside its journal: the
 //! journal's segments as they stand (sealed ones hard linked, the last one
-//! copied up to what was written), the durable subscriptions' and queues'
-//! states (`durables.json`) and each publisher's highest sequence stored
-//! (`publishers.json`), all reflecting every entry it applied up to INDEX
-//! and nothing after. A follower that fetched one
+//! copied up to what was written) and each publisher's highest sequence
+//! stored (`publishers.json`), reflecting every entry it applied up to
+//! INDEX and nothing after, and the durable subscriptions' and queues'
+//! states as the leader holds them then (`durables.json`: positions are
+//! the leader's own, as the positions it replicates are). A follower that fetched one
 //! ([`tickwire_ha::Event::Installed`]) puts the segments in place of its
 //! journal's, takes the states and the publishers, saves INDEX as applied,
 //! and goes on applying from there. Publishers' sequences travel with it
@@ -44,9 +45,14 @@ fn write_new(path: &Path, bytes: &[u8]) -> Result<u64, JournalError> {
 
 /// Removes the checkpoints (`out-N`) this router made under `root`.
 pub(super) fn remove_checkpoints(root: &Path) {
+    remove_checkpoints_but(root, Path::new(""));
+}
+
+/// Removes the checkpoints under `root` but `keep`.
+fn remove_checkpoints_but(root: &Path, keep: &Path) {
     let Ok(list) = std::fs::read_dir(root) else { return };
     for e in list.flatten() {
-        if e.file_name().to_str().is_some_and(|n| n.starts_with("out-")) {
+        if e.file_name().to_str().is_some_and(|n| n.starts_with("out-")) && e.path() != keep {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
@@ -63,18 +69,28 @@ impl Guaranteed {
         if index == 0 {
             return; // nothing applied: nothing a member could lack
         }
+        // Nothing applied since the one offered: offered again, as it is
+        // (its files are never rewritten while offered).
+        if let Some((i, dir, files)) = r.offered.clone().filter(|o| o.0 == index) {
+            r.ha.snapshot_ready(i, dir, files);
+            return;
+        }
         let out = root.join(format!("out-{index}"));
-        // Older checkpoints go: a transfer under way opened its files.
-        remove_checkpoints(&root);
+        let _ = std::fs::remove_dir_all(&out);
         match self.write_checkpoint(&out) {
             Ok(files) => {
                 let bytes: u64 = files.iter().map(|f| f.1).sum();
                 tracing::info!(index, bytes, dir = %out.display(), "ha: a snapshot checkpointed for a member that lags");
-                if let Some(r) = self.ha.as_deref() {
+                // Older checkpoints go once this one is whole (a transfer
+                // under way opened its files).
+                remove_checkpoints_but(&root, &out);
+                if let Some(r) = self.ha.as_deref_mut() {
+                    r.offered = Some((index, out.clone(), files.clone()));
                     r.ha.snapshot_ready(index, out, files);
                 }
             }
             Err(e) => {
+                // The one offered before (if any) stays offered, whole.
                 tracing::warn!(index, error = %e, "ha: no snapshot checkpointed (asked again when a member needs one)");
                 let _ = std::fs::remove_dir_all(&out);
             }

@@ -69,6 +69,10 @@ pub struct ReplicationStats {
 /// acknowledge.
 type Pending = (u32, u64, u64);
 
+/// A checkpoint offered to the group: its index, directory and files
+/// (names and lengths).
+pub(super) type Checkpoint = (u64, std::path::PathBuf, Vec<(String, u64)>);
+
 /// The router's side of its group.
 #[derive(Debug)]
 pub struct Replication {
@@ -93,6 +97,8 @@ pub struct Replication {
     pub(super) durably_applied: u64,
     /// The last index applied (a snapshot made now reflects it).
     pub(super) last_applied: u64,
+    /// The checkpoint offered: its index, directory and files.
+    pub(super) offered: Option<Checkpoint>,
 
     /// Where `durably_applied` is saved: the log's directory.
     pub(super) dir: std::path::PathBuf,
@@ -116,7 +122,9 @@ impl Replication {
         // over again only what follows (retention may have removed a
         // publisher's older records from the journal, so what the journal
         // remembers of publishers cannot be trusted for more).
-        cfg.applied = read_applied(&dir);
+        // No file: nothing applied yet (a member whose log was installed
+        // from a snapshot before its first save then gets it again).
+        cfg.applied = Some(read_applied(&dir).unwrap_or(0));
         // Checkpoints a previous run offered: no transfer reads them now.
         crate::routing::ha_snapshot::remove_checkpoints(&cfg.snapshot_dir());
         let last_applied = cfg.applied.unwrap_or(0);
@@ -136,6 +144,7 @@ impl Replication {
             ended: Vec::new(),
             durably_applied: 0,
             last_applied,
+            offered: None,
             dir,
             left: false,
             positions: BTreeMap::new(),
@@ -263,7 +272,10 @@ pub(super) fn save_applied(dir: &std::path::Path, index: u64) -> std::io::Result
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(format!("{index}\n").as_bytes())?;
     f.sync_data()?;
-    std::fs::rename(&tmp, dir.join(APPLIED_FILE))
+    std::fs::rename(&tmp, dir.join(APPLIED_FILE))?;
+    // The rename itself, before anything that relies on it (a staged
+    // snapshot removed).
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// A publish in a committed entry.
