@@ -32,6 +32,7 @@ mod done;
 pub mod durable;
 mod durable_queue;
 pub mod guaranteed;
+mod ha_entry;
 mod ha_snapshot;
 mod held;
 mod login;

@@ -31,17 +31,13 @@
 use super::durable::{Durable, DurableState};
 use super::durable_queue::DurableQueue;
 use super::guaranteed::Guaranteed;
+use super::ha_entry::{publishes, HEADER, POSITIONS, PUBLISHES, RECORD_HEADER, REMOVALS};
 use super::{Disconnect, Router};
 use crate::status::HaGroupStatus;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use tickwire_ha::{Event, Ha, HaConfig};
 use tickwire_wire::client::RejectCode;
 
-const PUBLISHES: u8 = 1;
-const POSITIONS: u8 = 2;
-const REMOVALS: u8 = 3;
-const HEADER: usize = 17;
-const RECORD_HEADER: usize = 22;
 /// A batch is proposed once it holds this many bytes (and at the end of
 /// every duty cycle with publishes).
 const BATCH_BYTES: usize = 256 << 10;
@@ -276,36 +272,6 @@ pub(super) fn save_applied(dir: &std::path::Path, index: u64) -> std::io::Result
     // The rename itself, before anything that relies on it (a staged
     // snapshot removed).
     std::fs::File::open(dir)?.sync_all()
-}
-
-/// A publish in a committed entry.
-struct Publish<'a> {
-    publisher: u64,
-    seq: u64,
-    topic: &'a str,
-    payload: &'a [u8],
-}
-
-/// The publishes of a kind-1 entry's body, or why it does not parse.
-fn publishes(mut b: &[u8]) -> Result<Vec<Publish<'_>>, &'static str> {
-    let mut out = Vec::new();
-    while !b.is_empty() {
-        if b.len() < RECORD_HEADER {
-            return Err("a publish's header is cut short");
-        }
-        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default());
-        let (publisher, seq) = (u64_at(0), u64_at(8));
-        let tlen = u16::from_le_bytes([b[16], b[17]]) as usize;
-        let plen = u32::from_le_bytes(b[18..22].try_into().unwrap_or_default()) as usize;
-        let rest = &b[RECORD_HEADER..];
-        if rest.len() < tlen || rest.len() - tlen < plen {
-            return Err("a publish is cut short");
-        }
-        let topic = std::str::from_utf8(&rest[..tlen]).map_err(|_| "a topic is not UTF-8")?;
-        out.push(Publish { publisher, seq, topic, payload: &rest[tlen..tlen + plen] });
-        b = &rest[tlen + plen..];
-    }
-    Ok(out)
 }
 
 impl Guaranteed {
@@ -617,36 +583,6 @@ impl Router {
         match self.guaranteed.as_deref_mut().and_then(|g| g.ha.as_deref_mut()) {
             Some(r) => r.take_ended(),
             None => Vec::new(),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    #[test]
-    fn a_batch_parses_back() {
-        let mut b = Vec::new();
-        for (p, s, t, d) in [(7u64, 1u64, "a/b", &b"x"[..]), (7, 2, "c", &b""[..]), (9, 5, "d/e/f", &[0u8; 300][..])] {
-            b.extend_from_slice(&p.to_le_bytes());
-            b.extend_from_slice(&s.to_le_bytes());
-            b.extend_from_slice(&(t.len() as u16).to_le_bytes());
-            b.extend_from_slice(&(d.len() as u32).to_le_bytes());
-            b.extend_from_slice(t.as_bytes());
-            b.extend_from_slice(d);
-        }
-        let got: Vec<(u64, u64, String, usize)> =
-            publishes(&b).unwrap().iter().map(|p| (p.publisher, p.seq, p.topic.to_owned(), p.payload.len())).collect();
-        assert_eq!(got, [(7, 1, "a/b".into(), 1), (7, 2, "c".into(), 0), (9, 5, "d/e/f".into(), 300)]);
-        assert!(publishes(&b[..b.len() - 1]).is_err());
-    }
-
-    proptest! {
-        #[test]
-        fn any_bytes_parse_or_are_refused(b in proptest::collection::vec(any::<u8>(), 0..200)) {
-            let _ = publishes(&b);
         }
     }
 }
