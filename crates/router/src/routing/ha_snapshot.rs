@@ -16,9 +16,7 @@
 //! because retention may have removed a publisher's records from the
 //! journal: exactly-once holds across the install.
 
-use super::durable::Durable;
 use super::durable::DurableState;
-use super::durable_queue::DurableQueue;
 use super::guaranteed::{Guaranteed, DURABLES_FILE};
 use super::replicated::save_applied;
 use std::collections::{BTreeMap, HashMap};
@@ -143,14 +141,7 @@ impl Guaranteed {
         self.queues.clear();
         self.saved.clear();
         for s in states {
-            self.saved.insert(s.name.clone(), s.clone());
-            if s.queue {
-                if let Some(q) = DurableQueue::restore(s, &self.journal) {
-                    self.queues.insert(q.name.clone(), q);
-                }
-            } else if let Some(d) = Durable::restore(s, &self.journal) {
-                self.durables.insert(d.name.clone(), d);
-            }
+            self.adopt(s);
         }
         self.dirty = true;
         self.save();

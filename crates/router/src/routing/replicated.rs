@@ -394,7 +394,7 @@ impl Guaranteed {
 
     /// Takes a durable subscription's or queue's replicated state (a
     /// follower's, or a leader's from its predecessor).
-    fn adopt(&mut self, s: DurableState) {
+    pub(super) fn adopt(&mut self, s: DurableState) {
         self.saved.insert(s.name.clone(), s.clone());
         self.dirty = true;
         if s.queue {
