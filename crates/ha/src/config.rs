@@ -48,6 +48,12 @@ pub struct HaConfig {
     /// application applied is dropped even if a member still lacks it
     /// (that member then catches up from a snapshot, [`crate::snapshot`]).
     pub max_log_bytes: u64,
+    /// This member joins a running group (a member added with
+    /// [`crate::Ha::add_member`] on its leader): a new log starts with no
+    /// voters, so the member never stands for election until the leader's
+    /// snapshot names the group, itself included. (Ignored once its log
+    /// names its members.)
+    pub join: bool,
 }
 
 impl HaConfig {
@@ -68,6 +74,7 @@ impl HaConfig {
             applied: None,
             keep_bytes: 64 << 20,
             max_log_bytes: 1 << 30,
+            join: false,
         }
     }
 
@@ -75,6 +82,12 @@ impl HaConfig {
     /// beside the log, so on its file system).
     pub fn snapshot_dir(&self) -> PathBuf {
         self.dir.join("snapshots")
+    }
+
+    /// The file beside the log that keeps every member's peer address as
+    /// the last membership change left it (see [`crate::Ha::add_member`]).
+    pub fn addresses_path(&self) -> PathBuf {
+        self.dir.join("members")
     }
 
     /// Checks what raft-rs and the peer protocol need.

@@ -48,7 +48,7 @@ pub mod wal;
 
 pub use agent::{Ha, PeerStats};
 pub use config::{parse_member, HaConfig};
-pub use node::{Event, HaError, Node, Refused, SNAPSHOT_DEADLINE};
+pub use node::{Event, HaError, MemberChange, Node, Refused, SNAPSHOT_DEADLINE};
 pub use stats::{NodeStats, FAILOVER_BUCKETS_MS};
 
 /// A member as one member sees it.

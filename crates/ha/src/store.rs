@@ -201,6 +201,11 @@ impl LogStore {
         self.compacted.0
     }
 
+    /// Whether the first entry held carries no data (a new leader's).
+    pub fn first_is_empty(&self) -> bool {
+        self.entries.first().is_some_and(|e| e.data.is_empty())
+    }
+
     /// Entries held and their payload bytes.
     pub fn held(&self) -> (usize, u64) {
         (self.entries.len(), self.entry_bytes)

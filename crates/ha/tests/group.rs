@@ -1,5 +1,6 @@
 //! Three members on loopback: one leader, one history, fail-over, no
-//! commit without a majority, hostile peers refused.
+//! commit without a majority, hostile peers refused, snapshots, members
+//! added and removed.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -44,8 +45,15 @@ impl Group {
     }
 
     fn start(&mut self, id: u64) {
-        let mut cfg = HaConfig::new(&self.name, id, self.members.clone(), self.dir.join(id.to_string()));
+        self.start_as(id, self.members.clone(), false);
+    }
+
+    /// Starts member `id` knowing `members`; `join`: a member added to
+    /// the running group.
+    fn start_as(&mut self, id: u64, members: BTreeMap<u64, SocketAddr>, join: bool) {
+        let mut cfg = HaConfig::new(&self.name, id, members, self.dir.join(id.to_string()));
         cfg.sync = false;
+        cfg.join = join;
         // This test keeps no state machine: a restarted member hands over
         // its whole history again (nothing is reported applied, so
         // nothing is compacted).
@@ -360,4 +368,100 @@ fn a_member_the_leaders_log_no_longer_covers_catches_up_from_a_snapshot() {
     g.running[&leader].propose(0, payload(5000));
     g.wait_committed(away, 5001, Duration::from_secs(10));
     assert_eq!(g.seen[&away].last().map(|e| e.1.clone()), Some(payload(5000)));
+}
+
+#[test]
+fn a_member_added_catches_up_and_votes_and_a_removed_one_no_longer_counts() {
+    let mut g = Group::with("members", Some(4096), None);
+    let leader = g.leader(Duration::from_secs(5));
+    for i in 0..200 {
+        g.running[&leader].propose(0, data(i));
+    }
+    for id in 1..=3 {
+        g.wait_committed(id, 200, Duration::from_secs(10));
+    }
+    // Member 4 starts empty, joining: it stands for nothing until the
+    // leader adds it, then catches up from a snapshot.
+    let four = free_port();
+    g.members.insert(4, four);
+    g.start_as(4, g.members.clone(), true);
+    g.pump(Duration::from_millis(500));
+    assert_eq!(g.running[&4].status().role, "follower");
+    assert_eq!(g.running[&4].status().term, 0, "a joining member stood for election");
+    g.running[&leader].add_member(1, 4, four);
+    g.wait_committed(4, 200, Duration::from_secs(10));
+    assert_eq!(g.seen[&4], g.seen[&leader]);
+    let voters = |g: &Group, id: u64| g.running[&id].status().members.iter().map(|m| m.id).collect::<Vec<_>>();
+    assert_eq!(voters(&g, leader), [1, 2, 3, 4]);
+    // (The statuses are refreshed every 20 ms.)
+    let t = Instant::now();
+    while g.running[&4].status().stats.snapshots_installed == 0 {
+        assert!(t.elapsed() < Duration::from_secs(2), "not from a snapshot: {:?}", g.running[&4].status());
+        g.pump(Duration::from_millis(10));
+    }
+    // One original follower removed: three voters, the new one among them.
+    let removed = (1..=3).find(|&id| id != leader).unwrap();
+    let other = (1..=3).find(|&id| id != leader && id != removed).unwrap();
+    g.running[&leader].remove_member(2, removed);
+    let t = Instant::now();
+    while voters(&g, leader)
+        != [leader, other, 4].iter().copied().collect::<std::collections::BTreeSet<_>>().into_iter().collect::<Vec<_>>()
+    {
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", g.running[&leader].status());
+        g.pump(Duration::from_millis(10));
+    }
+    let book = std::fs::read_to_string(g.dir.join(leader.to_string()).join("members")).unwrap();
+    assert!(book.contains(&format!("4={four}")) && !book.contains(&format!("{removed}=")), "{book}");
+    // With the other original follower stopped, the leader and member 4
+    // are two of three: they commit, and the removed member's vote is
+    // not needed.
+    g.stop(other);
+    g.stop(removed);
+    g.running[&leader].propose(0, data(200));
+    g.wait_committed(4, 201, Duration::from_secs(5));
+    // The leader restarted from a configuration that does not name
+    // member 4 reaches it from its saved book: the two elect one of
+    // themselves and commit.
+    g.stop(leader);
+    let original: BTreeMap<u64, SocketAddr> =
+        g.members.iter().filter(|(&id, _)| id != 4).map(|(&i, &a)| (i, a)).collect();
+    g.start_as(leader, original, false);
+    let now = g.leader(Duration::from_secs(5));
+    assert!(now == leader || now == 4);
+    g.running[&now].propose(0, data(201));
+    g.wait_committed(4, 202, Duration::from_secs(5));
+    assert_eq!(g.seen[&4].last().map(|e| e.1.clone()), Some(data(201)));
+}
+
+#[test]
+fn a_member_added_while_the_log_holds_its_first_entry_learns_the_group_from_a_snapshot() {
+    // Nothing is reported applied: the leader's log still starts at
+    // entry 1, which predates the members the group was created with.
+    let mut g = Group::new("join-whole-log");
+    let leader = g.leader(Duration::from_secs(5));
+    for i in 0..20 {
+        g.running[&leader].propose(0, data(i));
+    }
+    g.wait_committed(leader, 20, Duration::from_secs(5));
+    let four = free_port();
+    g.members.insert(4, four);
+    g.start_as(4, g.members.clone(), true);
+    g.running[&leader].add_member(1, 4, four);
+    g.wait_committed(4, 20, Duration::from_secs(10));
+    assert_eq!(g.seen[&4], g.seen[&leader]);
+    let t = Instant::now();
+    loop {
+        let st = g.running[&4].status();
+        if st.stats.snapshots_installed >= 1 && st.members.len() == 4 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(2), "{st:?}");
+        g.pump(Duration::from_millis(10));
+    }
+    // The leader restarts (from nothing applied) with entry 1 dropped.
+    g.stop(leader);
+    g.start(leader);
+    let now = g.leader(Duration::from_secs(5));
+    g.running[&now].propose(0, data(20));
+    g.wait_committed(4, 21, Duration::from_secs(5));
 }

@@ -25,6 +25,26 @@ pub(super) struct Dialed {
     /// When the dial began (a dial not connected within [`super::DIAL_DEADLINE`]
     /// is dropped and tried again).
     pub(super) dialed_at: u64,
+    /// The member left the group: not dialed (its slot, and token, kept
+    /// for its return).
+    pub(super) retired: bool,
+}
+
+impl Dialed {
+    /// A link to member `id` at `addr`, dialed at the next housekeeping.
+    pub(super) fn new(id: u64, addr: SocketAddr) -> Self {
+        Self {
+            id,
+            addr,
+            stream: None,
+            connected: false,
+            unsent: Vec::new(),
+            retry_at: 0,
+            warned: false,
+            dialed_at: 0,
+            retired: false,
+        }
+    }
 }
 
 /// A link another member dialed.
@@ -195,7 +215,7 @@ impl Member {
     pub(super) fn redial(&mut self, now: u64) {
         for i in 0..self.dialed.len() {
             let d = &mut self.dialed[i];
-            if d.stream.is_some() || now < d.retry_at {
+            if d.stream.is_some() || d.retired || now < d.retry_at {
                 continue;
             }
             match dial(self.cfg.members[&self.cfg.id], d.addr) {

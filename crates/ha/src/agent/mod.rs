@@ -20,6 +20,7 @@
 //! and fetched, on threads of their own); here, the member's loop.
 
 mod links;
+mod members;
 mod transfer;
 
 pub(crate) use links::dial_blocking;
@@ -89,7 +90,7 @@ pub struct PeerStats {
 enum Command {
     Propose(u64, Vec<u8>),
     Applied(u64),
-    Member(u64, bool, u64),
+    Member(u64, Option<std::net::SocketAddr>, u64),
     Offer(PathBuf, Manifest),
     Stop,
 }
@@ -158,11 +159,20 @@ impl Ha {
         self.send(Command::Applied(index));
     }
 
-    /// Proposes adding (`add`) or removing member `id` (the group's
-    /// configuration change, through raft-rs); refused like a proposal,
-    /// with `token`.
-    pub fn change_member(&self, token: u64, id: u64, add: bool) {
-        self.send(Command::Member(id, add, token));
+    /// Proposes adding member `id`, which listens for its peers on
+    /// `addr` (a configuration change through raft-rs, the address in
+    /// it); refused like a proposal, with `token`. Once committed, every
+    /// member dials it and [`Event::Members`] says so. The new member
+    /// starts with [`HaConfig::join`] and catches up from a snapshot.
+    pub fn add_member(&self, token: u64, id: u64, addr: std::net::SocketAddr) {
+        self.send(Command::Member(id, Some(addr), token));
+    }
+
+    /// Proposes removing member `id`; refused like a proposal, with
+    /// `token`. Once committed, no member dials it, and it no longer
+    /// votes or stands.
+    pub fn remove_member(&self, token: u64, id: u64) {
+        self.send(Command::Member(id, None, token));
     }
 
     /// The application's snapshot, which [`Event::SnapshotWanted`] asked
@@ -242,21 +252,10 @@ impl Member {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)
             .map_err(|source| HaError::Io { what: "registering the listener".into(), source })?;
-        let dialed = cfg
-            .members
-            .iter()
-            .filter(|(&id, _)| id != cfg.id)
-            .map(|(&id, &addr)| Dialed {
-                id,
-                addr,
-                stream: None,
-                connected: false,
-                unsent: Vec::new(),
-                retry_at: 0,
-                warned: false,
-                dialed_at: 0,
-            })
-            .collect();
+        let mut cfg = cfg;
+        cfg.members = members::load(&cfg)?;
+        let dialed =
+            cfg.members.iter().filter(|(&id, _)| id != cfg.id).map(|(&id, &addr)| Dialed::new(id, addr)).collect();
         Ok(Self {
             cfg,
             node,
@@ -316,6 +315,9 @@ impl Member {
             self.start_fetches();
             self.finish_fetch();
             while let Some(ev) = self.node.poll_event() {
+                if let Event::Members { voters, change } = &ev {
+                    self.members_changed(voters, *change);
+                }
                 let _ = self.events.send(ev);
             }
             if now >= self.next_housekeeping && !self.housekeeping(now) {
@@ -334,8 +336,8 @@ impl Member {
                     }
                 }
                 Ok(Command::Applied(i)) => self.node.set_applied(i),
-                Ok(Command::Member(id, add, token)) => {
-                    if let Err(crate::Refused::NotLeader { leader }) = self.node.propose_member(id, add) {
+                Ok(Command::Member(id, addr, token)) => {
+                    if let Err(crate::Refused::NotLeader { leader }) = self.node.propose_member(id, addr) {
                         let _ = self.events.send(Event::Refused { token, leader });
                     }
                 }

@@ -26,6 +26,7 @@ use protobuf::Message as _;
 use raft::prelude::{ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType};
 use raft::{RawNode, StateRole};
 use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 mod snapshots;
@@ -116,8 +117,26 @@ pub enum Event {
         /// Their names.
         files: Vec<String>,
     },
+    /// The group's voting members changed: a change committed (on every
+    /// member, in log order), or a snapshot installed its membership.
+    Members {
+        /// The voters now.
+        voters: Vec<u64>,
+        /// The change, if one committed (`None`: a snapshot's).
+        change: Option<MemberChange>,
+    },
     /// The member stopped: its log could not be written.
     Failed(String),
+}
+
+/// One change of a group's voters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberChange {
+    /// A member added, with the peer address its change carried (`None`:
+    /// none that parses; it is reached once its address is configured).
+    Added(u64, Option<SocketAddr>),
+    /// A member removed.
+    Removed(u64),
 }
 
 /// Why a proposal was not taken.
@@ -202,12 +221,16 @@ impl Node {
     pub fn open(cfg: &HaConfig) -> Result<Self, HaError> {
         cfg.validate().map_err(HaError::Config)?;
         let (wal, replayed) = Wal::open(&cfg.dir, cfg.sync)?;
-        let members: Vec<u64> = cfg.members.keys().copied().collect();
+        // A member joining a running group starts with none: it learns
+        // them from the leader's snapshot.
+        let members: Vec<u64> = if cfg.join { Vec::new() } else { cfg.members.keys().copied().collect() };
         let mut store = LogStore::new(wal, replayed, &members);
         store.persist()?;
         let mut events = VecDeque::new();
         let applied = match cfg.applied {
-            Some(a) if a < store.compacted() => {
+            // (Entry 1 is the first leader's empty one, never handed over:
+            // a log that dropped only it, before an add, needs no snapshot.)
+            Some(a) if a.max(1) < store.compacted() => {
                 // Installed in the log, and not yet in the application
                 // (it stopped in between): the staged files again.
                 let c = store.compacted();
@@ -351,21 +374,40 @@ impl Node {
         }
     }
 
-    /// Proposes adding (`add`) or removing a voting member.
+    /// Proposes adding member `id` at peer address `addr` (`Some`) or
+    /// removing it (`None`): a configuration change through raft-rs, one
+    /// at a time. The address travels in the change, so every member
+    /// learns where to reach the new one when the change commits.
+    ///
+    /// A new member starts with an empty log and no members
+    /// ([`HaConfig::join`]): it learns the group from a snapshot, never
+    /// from the log's first entries (which predate the members the group
+    /// was created with). So before an add, a leader whose log still
+    /// holds its first entry (always the first leader's empty one) drops
+    /// it.
     ///
     /// # Errors
     /// [`Refused::NotLeader`], or raft-rs refusing a second change while
     /// one is pending (also `NotLeader`, with this member as leader).
-    pub fn propose_member(&mut self, id: u64, add: bool) -> Result<(), Refused> {
-        let mut cc = ConfChange { node_id: id, ..Default::default() };
-        cc.set_change_type(if add {
-            raft::prelude::ConfChangeType::AddNode
-        } else {
-            raft::prelude::ConfChangeType::RemoveNode
-        });
+    pub fn propose_member(&mut self, id: u64, addr: Option<SocketAddr>) -> Result<(), Refused> {
         let leader = self.raw.raft.leader_id;
-        if self.raw.raft.state != StateRole::Leader {
+        if self.raw.raft.state != StateRole::Leader || id == 0 {
             return Err(Refused::NotLeader { leader });
+        }
+        let mut cc = ConfChange { node_id: id, ..Default::default() };
+        match addr {
+            Some(a) => {
+                cc.set_change_type(raft::prelude::ConfChangeType::AddNode);
+                cc.context = a.to_string().into_bytes().into();
+                let store = self.raw.store();
+                if store.compacted() == 0 && self.raw.raft.raft_log.committed >= 1 && store.first_is_empty() {
+                    if let Err(e) = self.raw.mut_store().compact(1) {
+                        tracing::error!(member = self.id, error = %e, "Raft: the log's first entry not dropped");
+                        return Err(Refused::NotLeader { leader });
+                    }
+                }
+            }
+            None => cc.set_change_type(raft::prelude::ConfChangeType::RemoveNode),
         }
         self.raw.propose_conf_change(Vec::new(), cc).map_err(|_| Refused::NotLeader { leader })
     }
@@ -493,7 +535,26 @@ impl Node {
                     let cc = ConfChange::parse_from_bytes(&e.data).map_err(|e| HaError::Config(e.to_string()))?;
                     let cs = self.raw.apply_conf_change(&cc)?;
                     self.raw.mut_store().set_members(&cs);
-                    tracing::info!(member = self.id, voters = ?cs.voters, "Raft: members changed");
+                    let added = cc.get_change_type() == raft::prelude::ConfChangeType::AddNode;
+                    // The address an add carries, checked: a change whose
+                    // address does not parse still changes the voters (the
+                    // log is the log), and the member is reached once its
+                    // address is configured.
+                    let addr = std::str::from_utf8(&cc.context).ok().and_then(|a| a.parse::<SocketAddr>().ok());
+                    if added && addr.is_none() {
+                        tracing::warn!(
+                            member = self.id,
+                            added = cc.node_id,
+                            "Raft: a member added without a peer address"
+                        );
+                    }
+                    tracing::info!(member = self.id, voters = ?cs.voters, node = cc.node_id, added, "Raft: members changed");
+                    let change = Some(if added {
+                        MemberChange::Added(cc.node_id, addr)
+                    } else {
+                        MemberChange::Removed(cc.node_id)
+                    });
+                    self.events.push_back(Event::Members { voters: cs.voters.clone(), change });
                 }
                 EntryType::EntryConfChangeV2 => {
                     let cc = ConfChangeV2::parse_from_bytes(&e.data).map_err(|e| HaError::Config(e.to_string()))?;
@@ -569,11 +630,11 @@ impl Node {
         let r = &self.raw.raft;
         let leader = r.state == StateRole::Leader;
         let store = self.raw.store();
-        let members = store
-            .members()
-            .voters
-            .iter()
-            .map(|&id| {
+        let mut voters = store.members().voters.clone();
+        voters.sort_unstable();
+        let members = voters
+            .into_iter()
+            .map(|id| {
                 let matched = if leader { r.prs().get(id).map(|p| p.matched) } else { None };
                 crate::MemberStatus { id, matched, lag: matched.map(|m| r.raft_log.last_index().saturating_sub(m)) }
             })
