@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod config;
+mod ha;
 mod lab;
 mod pubsub;
 mod queue;

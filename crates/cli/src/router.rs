@@ -76,6 +76,9 @@ pub struct RouterArgs {
     /// With --ha-group: a member's peer address, ID=HOST:PORT, once per member (this one included).
     #[arg(long, value_name = "ID=HOST:PORT", requires = "ha_group")]
     ha_peer: Vec<String>,
+    /// With --ha-group: this router joins a running group; it waits until the leader adds it (`tickwire router ha add`), then catches up from a snapshot.
+    #[arg(long, requires = "ha_group")]
+    ha_join: bool,
     /// Check the config file (FILE, or the one `tickwire router` would read) and exit: 0 if a router
     /// would start with it, else the file, line and key at fault.
     #[arg(long, value_name = "FILE", num_args = 0..=1)]
@@ -96,6 +99,11 @@ enum RouterAction {
         /// One JSON object instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// Change the high-availability group's members, on its leader.
+    Ha {
+        #[command(subcommand)]
+        op: Box<crate::ha::HaOp>,
     },
 }
 
@@ -328,6 +336,7 @@ pub fn run(s: &Settings, a: &RouterArgs) -> Result<(), String> {
     match a.action {
         Some(RouterAction::HashPassword) => return hash_password(),
         Some(RouterAction::Status { json }) => return status(s, json),
+        Some(RouterAction::Ha { ref op }) => return crate::ha::run(s, op),
         None => {}
     }
     if let Some(file) = &a.check_config {
@@ -423,6 +432,7 @@ fn config(s: &Settings, a: &RouterArgs) -> Result<RouterConfig, String> {
         if !a.ha_peer.is_empty() {
             t.peers.clone_from(&a.ha_peer);
         }
+        t.join |= a.ha_join;
     }
     cfg.users = match &s.users {
         Some((path, value)) => RouterConfig::users_from(value.clone(), path).map_err(located)?,

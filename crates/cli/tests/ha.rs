@@ -11,9 +11,9 @@
 //! same history, and the fail-over times (kill to the next leader's
 //! line) are printed, median and worst.
 //!
-//! Beside it: a queue deleted on the leader is deleted on every member,
-//! and a follower away for a million messages catches up from the
-//! leader's log.
+//! Beside it: a queue deleted on the leader is deleted on every member, a
+//! follower away for a million messages catches up from a snapshot, and
+//! members are added and removed from the command line.
 
 #[path = "support/guaranteed.rs"]
 mod guaranteed;
@@ -249,5 +249,100 @@ fn a_follower_away_for_many_messages_catches_up_from_a_snapshot() {
          {caught_up:?} from a snapshot of {fetched} bytes",
         members[f].id
     );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+fn cli(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(BIN).args(args).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// Publishes `n` guaranteed messages on `topic` through `group` and waits
+/// for every acknowledgement (30 s at most).
+fn publish_acked(group: &str, topic: &str, n: u64) {
+    let mut c = Client::connect(group, opts(topic)).unwrap();
+    let t = Instant::now();
+    let mut seq = 0;
+    while seq < n || c.acknowledged() < n {
+        if seq < n {
+            match c.publish_guaranteed(topic, &seq.to_le_bytes()) {
+                Ok(_) => seq += 1,
+                Err(tickwire_client::PublishError::WindowFull(_)) => {
+                    c.poll(|_| {}, 256);
+                }
+                Err(e) => panic!("publish {seq}: {e}"),
+            }
+        } else {
+            c.poll(|_| {}, 256);
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "{} of {n} acknowledged", c.acknowledged());
+    }
+}
+
+/// `tickwire router ha add` brings a fourth router, started with
+/// `--ha-join`, into a running group: it catches up from a snapshot, holds
+/// the group's history, and counts in its majority; `router ha remove`
+/// takes a member out, so it no longer counts. Wrong requests are refused
+/// with what is wrong.
+#[test]
+fn members_added_and_removed_from_the_command_line_count_in_the_majority() {
+    let base = ha::fresh_base("members");
+    let (mut members, group) = ha::loopback_group(&base);
+    let l = ha::start_all(&mut members);
+    publish_acked(&group, "orders/before", 2000);
+    let (client, peer) = (ha::free_port(), ha::free_port());
+    let four = format!("4=127.0.0.1:{peer}");
+    let mut peers = members[0].peers.clone();
+    peers.push(four.clone());
+    std::fs::create_dir_all(&base).unwrap();
+    let config = base.join("join.toml");
+    let journal = base.join("j4").display().to_string();
+    let toml = format!(
+        "[router.journal]\ndir = {journal:?}\n[router.ha]\ngroup = \"crash\"\nnode = 4\npeers = {peers:?}\njoin = true\n"
+    );
+    std::fs::write(&config, toml).unwrap();
+    members.push(ha::Member {
+        id: 4,
+        base: base.clone(),
+        client: format!("tcp://127.0.0.1:{client}"),
+        peers,
+        netns: None,
+        config: Some(config),
+        process: None,
+    });
+    members[3].start();
+    let leader = members[l].client.clone();
+    let follower = members[(l + 1) % 3].client.clone();
+    let (ok, said) = cli(&["router", "ha", "add", &four, "--router", &follower]);
+    assert!(!ok && said.contains("does not lead its group"), "{said}");
+    let at = ha::epoch_ms();
+    let (ok, said) = cli(&["router", "ha", "add", &four, "--router", &leader]);
+    assert!(ok && said.contains("member 4 added: the group's members are now [1, 2, 3, 4]"), "{said}");
+    let (ok, said) = cli(&["router", "ha", "add", &four, "--router", &leader]);
+    assert!(!ok && said.contains("member 4 is already in the group"), "{said}");
+    ha::wait_caught_up(&members, &[3], at, Duration::from_secs(30));
+    let status = ha::status_json(&members[3]).unwrap();
+    let g = &status["journal"]["ha"]["group"];
+    assert!(g["stats"]["snapshots_installed"].as_u64() >= Some(1), "member 4 did not start from a snapshot: {g}");
+    // One original follower out: three voters, member 4 among them.
+    let (out, other) = ((l + 1) % 3, (l + 2) % 3);
+    let leader_id = members[l].id.to_string();
+    let (ok, said) = cli(&["router", "ha", "remove", &leader_id, "--router", &leader]);
+    assert!(!ok && said.contains("leads the group"), "{said}");
+    let out_id = members[out].id.to_string();
+    let (ok, said) = cli(&["router", "ha", "remove", &out_id, "--router", &leader]);
+    assert!(ok && said.contains(&format!("member {out_id} removed")), "{said}");
+    // The leader and member 4 are two of the three: with the other
+    // original follower and the removed one stopped, they still commit.
+    members[other].process.take().unwrap().stop();
+    members[out].stop_cleanly();
+    publish_acked(&group, "orders/after", 500);
+    for m in &mut members {
+        m.stop_cleanly();
+    }
+    let kept = [members[l].journal(), members[3].journal()].map(|j| ha::history(&j));
+    assert_eq!(kept[0], kept[1], "the leader's and member 4's journals differ");
+    assert_eq!(kept[1].len(), 2500, "member 4 stores each message once");
     let _ = std::fs::remove_dir_all(&base);
 }

@@ -139,7 +139,18 @@ impl Member {
         }
         let closed = match (&bad, r) {
             (Some(why), _) => {
-                tracing::warn!(member = self.cfg.id, why, "ha: a peer link refused");
+                // Said once a second at most: a member that keeps dialing
+                // (one not yet added, or removed) is counted, not logged
+                // at every dial.
+                let now = self.now();
+                if now >= self.refusal_logged {
+                    self.refusal_logged = now + 1_000_000_000;
+                    tracing::warn!(
+                        member = self.cfg.id,
+                        why,
+                        "ha: a peer link refused (said once a second at most; `links refused` counts them)"
+                    );
+                }
                 self.links.refused += 1;
                 true
             }

@@ -100,6 +100,11 @@ impl Member {
             }
             _ => {}
         }
+        if change == Some(MemberChange::Removed(me)) {
+            // Out of the group: no member takes its links any more.
+            tracing::warn!(member = me, "ha: this member was removed from its group: it no longer votes or stands");
+            self.cfg.members.retain(|id, _| *id == me);
+        }
         self.cfg.members.retain(|id, _| *id == me || voters.contains(id));
         for id in voters {
             if !self.cfg.members.contains_key(id) {
@@ -109,9 +114,6 @@ impl Member {
                     "ha: a member of the group without a known peer address: name it in ha.peers"
                 );
             }
-        }
-        if !voters.contains(&me) && change == Some(MemberChange::Removed(me)) {
-            tracing::warn!(member = me, "ha: this member was removed from its group: it no longer votes or stands");
         }
         self.sync_links();
         if let Err(e) = save(&self.cfg, &self.cfg.members) {

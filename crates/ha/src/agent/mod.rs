@@ -237,6 +237,8 @@ struct Member {
     offer: Option<transfer::Offer>,
     serving: Vec<transfer::Serving>,
     fetching: Option<transfer::Fetching>,
+    /// When a refused peer link may be logged again (ns).
+    refusal_logged: u64,
 }
 
 impl Member {
@@ -273,6 +275,7 @@ impl Member {
             offer: None,
             serving: Vec::new(),
             fetching: None,
+            refusal_logged: 0,
         })
     }
 

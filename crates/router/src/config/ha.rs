@@ -31,6 +31,11 @@ pub struct HaTable {
     /// Entry bytes a follower keeps behind what it applied (for the
     /// members it may lead one day).
     pub follower_log_bytes: u64,
+    /// This router joins a running group: it waits, standing for
+    /// nothing, until the leader adds it (`tickwire router ha add`), then
+    /// catches up from a snapshot. (Ignored once its log names its
+    /// members.)
+    pub join: bool,
 }
 
 impl Default for HaTable {
@@ -45,6 +50,7 @@ impl Default for HaTable {
             heartbeat_ticks: d.heartbeat_ticks,
             log_bytes: d.max_log_bytes,
             follower_log_bytes: d.keep_bytes,
+            join: false,
         }
     }
 }
@@ -83,6 +89,7 @@ impl HaTable {
         }
         cfg.max_log_bytes = self.log_bytes;
         cfg.keep_bytes = self.follower_log_bytes.min(self.log_bytes);
+        cfg.join = self.join;
         if let Err(why) = cfg.validate() {
             tracing::error!("[router.ha]: {why}");
             return Err(bad(

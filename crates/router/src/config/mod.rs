@@ -53,6 +53,7 @@
 //! heartbeat_ticks = 3             # a leader's heartbeat interval
 //! log_bytes = 1073741824          # the most entry bytes a Raft log holds; a member further behind catches up from a snapshot
 //! follower_log_bytes = 67108864   # entry bytes a follower keeps behind what it applied
+//! join = false                    # joins a running group: waits to be added (`tickwire router ha add`)
 //!
 //! [router.limits]
 //! max_frame = 1049088             # largest client frame

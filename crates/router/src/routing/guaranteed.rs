@@ -430,5 +430,6 @@ impl Router {
         g.held.room = true;
         g.save();
         self.replicate_positions();
+        self.expire_member_changes(now);
     }
 }

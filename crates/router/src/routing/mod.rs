@@ -26,12 +26,14 @@
 //!   (`Replication`, inside `Guaranteed`);
 //! * [`request`]: requests and replies (`Requests`);
 //! * [`queue_admin`]: the router's own requests, managing durable queues;
+//! * [`ha_admin`]: the same for the high-availability group's members;
 //! * `report`: the counters and the status of what it serves.
 
 mod done;
 pub mod durable;
 mod durable_queue;
 pub mod guaranteed;
+pub mod ha_admin;
 mod ha_entry;
 mod ha_snapshot;
 mod held;

@@ -170,6 +170,12 @@ impl Router {
         self.requests.counts[value::REQUESTS] += 1;
         let user = self.session(from).and_then(|s| s.user.clone());
         let follower = self.guaranteed.as_deref().and_then(|g| g.ha.as_deref()).is_some_and(|r| !r.is_leader());
+        // On the requester's inbox, as any reply.
+        let inbox = Inbox { agent: self.me, session: from, serial, correlation }.topic();
+        if let Some(op) = topic.strip_prefix(super::ha_admin::HA_ADMIN_PREFIX) {
+            self.ha_request(op, payload, inbox);
+            return Ok(());
+        }
         let reply = match topic.strip_prefix(QUEUE_ADMIN_PREFIX) {
             // Queues are the leader's to change (and to browse: a
             // follower's view lags).
@@ -192,8 +198,6 @@ impl Router {
             tracing::info!(client = from, topic, error = ?reply.error, "queue request refused");
         }
         let body = serde_json::to_vec(&reply).unwrap_or_default();
-        // On the requester's inbox, as any reply.
-        let inbox = Inbox { agent: self.me, session: from, serial, correlation }.topic();
         self.deliver_reply(&inbox, &body, 0);
         Ok(())
     }

@@ -103,6 +103,9 @@ pub struct Replication {
     /// The durable states last proposed.
     positions: BTreeMap<String, DurableState>,
     stats: ReplicationStats,
+    /// Membership changes awaiting their answer (`ha_admin`).
+    pub(super) changes: Vec<super::ha_admin::PendingChange>,
+    pub(super) next_change: u64,
 }
 
 impl Replication {
@@ -145,12 +148,24 @@ impl Replication {
             left: false,
             positions: BTreeMap::new(),
             stats: ReplicationStats::default(),
+            changes: Vec::new(),
+            next_change: 0,
         })
     }
 
     /// Whether this member leads its group.
     pub fn is_leader(&self) -> bool {
         self.leading
+    }
+
+    /// This member's id.
+    pub(super) fn me(&self) -> u64 {
+        self.me
+    }
+
+    /// The leader this member knows of (0: none).
+    pub(super) fn leader(&self) -> u64 {
+        self.leader
     }
 
     /// The CLOSE a follower ends a guaranteed session with.
@@ -478,6 +493,7 @@ impl Router {
         r.propose_batch();
         let mut work = 0;
         let mut lost: Vec<Pending> = Vec::new();
+        let mut answers = Vec::new();
         while let Some(ev) = g.ha.as_deref().and_then(|r| r.ha.try_event()) {
             work += 1;
             match ev {
@@ -505,9 +521,18 @@ impl Router {
                         g.lead();
                     }
                 }
-                Event::Refused { token, .. } => {
+                Event::Refused { token, leader } => {
                     if let Some(r) = g.ha.as_deref_mut() {
-                        lost.extend(r.proposed.remove(&token).unwrap_or_default());
+                        match r.change_refused(token, leader) {
+                            Some(answer) => answers.push(answer),
+                            None => lost.extend(r.proposed.remove(&token).unwrap_or_default()),
+                        }
+                    }
+                }
+                Event::Members { voters, change } => {
+                    if let Some(r) = g.ha.as_deref_mut() {
+                        tracing::info!(member = r.me, ?voters, ?change, "ha: the group's members changed");
+                        answers.extend(r.change_committed(&voters, change));
                     }
                 }
                 Event::SnapshotWanted => g.checkpoint(),
@@ -543,6 +568,9 @@ impl Router {
                     r.durably_applied = i;
                 }
             }
+        }
+        if !answers.is_empty() {
+            self.answer_member_requests(answers);
         }
         if !lost.is_empty() {
             lost.sort_unstable();
