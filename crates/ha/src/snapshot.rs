@@ -83,11 +83,16 @@ pub struct Manifest {
     pub index: u64,
     /// The files, by name (plain names, unique) and length.
     pub files: Vec<(String, u64)>,
+    /// The members' peer addresses as the leader knows them, so a member
+    /// that installs the snapshot reaches members added while it was away
+    /// (filled by the leader's store, not the application).
+    pub addresses: Vec<(u64, std::net::SocketAddr)>,
 }
 
 impl Manifest {
     /// Its encoding: `index u64 | count u32 | (length u64 | name_len u16 |
-    /// name)*`, all little-endian.
+    /// name)*`, then, if there are addresses, `count u32 | (id u64 |
+    /// len u8 | address text)*`; all little-endian.
     pub fn emit(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(12 + self.files.len() * 40);
         b.extend_from_slice(&self.index.to_le_bytes());
@@ -97,6 +102,15 @@ impl Manifest {
             b.extend_from_slice(&(name.len() as u16).to_le_bytes());
             b.extend_from_slice(name.as_bytes());
         }
+        if !self.addresses.is_empty() {
+            b.extend_from_slice(&(self.addresses.len() as u32).to_le_bytes());
+            for (id, addr) in &self.addresses {
+                let text = addr.to_string();
+                b.extend_from_slice(&id.to_le_bytes());
+                b.push(text.len() as u8);
+                b.extend_from_slice(text.as_bytes());
+            }
+        }
         b
     }
 
@@ -104,15 +118,16 @@ impl Manifest {
     ///
     /// # Errors
     /// [`SnapshotError::Malformed`].
-    pub fn parse(mut b: &[u8]) -> Result<Self, SnapshotError> {
+    pub fn parse(b: &[u8]) -> Result<Self, SnapshotError> {
         let bad = |why: &str| SnapshotError::Malformed(format!("manifest: {why}"));
-        let mut take = |n: usize| -> Result<&[u8], SnapshotError> {
-            if b.len() < n {
+        let at = std::cell::Cell::new(0usize);
+        let take = |n: usize| -> Result<&[u8], SnapshotError> {
+            let from = at.get();
+            if b.len() - from < n {
                 return Err(bad("cut short"));
             }
-            let (head, rest) = b.split_at(n);
-            b = rest;
-            Ok(head)
+            at.set(from + n);
+            Ok(&b[from..from + n])
         };
         let index = u64::from_le_bytes(take(8)?.try_into().map_err(|_| bad("index"))?);
         let count = u32::from_le_bytes(take(4)?.try_into().map_err(|_| bad("count"))?) as usize;
@@ -130,10 +145,26 @@ impl Manifest {
             }
             files.push((name.to_owned(), len));
         }
-        if !b.is_empty() {
-            return Err(bad("bytes after the last file"));
+        let mut addresses = Vec::new();
+        if at.get() < b.len() {
+            let count = u32::from_le_bytes(take(4)?.try_into().map_err(|_| bad("address count"))?) as usize;
+            if count > MAX_FILES {
+                return Err(bad("too many addresses"));
+            }
+            for _ in 0..count {
+                let id = u64::from_le_bytes(take(8)?.try_into().map_err(|_| bad("member id"))?);
+                let n = take(1)?[0] as usize;
+                let addr = std::str::from_utf8(take(n)?)
+                    .ok()
+                    .and_then(|t| t.parse::<std::net::SocketAddr>().ok())
+                    .ok_or_else(|| bad(&format!("member {id}'s address")))?;
+                addresses.push((id, addr));
+            }
         }
-        Ok(Self { index, files })
+        if at.get() < b.len() {
+            return Err(bad("bytes after the last address"));
+        }
+        Ok(Self { index, files, addresses })
     }
 
     /// The files' bytes in all.
@@ -373,13 +404,19 @@ mod tests {
 
     #[test]
     fn a_manifest_round_trips_and_bad_names_are_refused() {
-        let m = Manifest { index: 42, files: vec![("a.twj".into(), 10), ("durables.json".into(), 0)] };
+        let mut m = Manifest {
+            index: 42,
+            files: vec![("a.twj".into(), 10), ("durables.json".into(), 0)],
+            ..Manifest::default()
+        };
+        assert_eq!(Manifest::parse(&m.emit()).unwrap(), m);
+        m.addresses = vec![(1, "127.0.0.1:7401".parse().unwrap()), (4, "[::1]:7404".parse().unwrap())];
         assert_eq!(Manifest::parse(&m.emit()).unwrap(), m);
         for bad in ["../x", "MANIFEST", "", "a/b"] {
-            let m = Manifest { index: 1, files: vec![(bad.into(), 1)] };
+            let m = Manifest { index: 1, files: vec![(bad.into(), 1)], ..Manifest::default() };
             assert!(Manifest::parse(&m.emit()).is_err(), "{bad:?} taken");
         }
-        let twice = Manifest { index: 1, files: vec![("a".into(), 1), ("a".into(), 2)] };
+        let twice = Manifest { index: 1, files: vec![("a".into(), 1), ("a".into(), 2)], ..Manifest::default() };
         assert!(Manifest::parse(&twice.emit()).unwrap_err().to_string().contains("twice"));
     }
 
@@ -399,7 +436,11 @@ mod tests {
         let big: Vec<u8> = (0..3_000_000u32).map(|i| i as u8).collect();
         std::fs::write(out.join("big"), &big).unwrap();
         std::fs::write(out.join("small"), b"hello").unwrap();
-        let m = Manifest { index: 7, files: vec![("big".into(), big.len() as u64), ("small".into(), 5)] };
+        let m = Manifest {
+            index: 7,
+            files: vec![("big".into(), big.len() as u64), ("small".into(), 5)],
+            ..Manifest::default()
+        };
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let (m2, out2) = (m.clone(), out.clone());

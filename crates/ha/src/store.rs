@@ -30,6 +30,8 @@ pub struct LogStore {
     wanted: Cell<bool>,
     /// The application's snapshot: its manifest, and the term at its index.
     offer: Option<(crate::snapshot::Manifest, u64)>,
+    /// The members' peer addresses, sent in every snapshot.
+    addresses: Vec<(u64, std::net::SocketAddr)>,
 }
 
 impl LogStore {
@@ -47,6 +49,7 @@ impl LogStore {
             snapshots_refused: Cell::new(0),
             wanted: Cell::new(false),
             offer: None,
+            addresses: Vec::new(),
         };
         if s.members.voters.is_empty() {
             s.members = ConfState { voters: members.to_vec(), ..Default::default() };
@@ -201,6 +204,11 @@ impl LogStore {
         self.compacted.0
     }
 
+    /// The members' peer addresses, for the snapshots sent from now on.
+    pub fn set_addresses(&mut self, addresses: Vec<(u64, std::net::SocketAddr)>) {
+        self.addresses = addresses;
+    }
+
     /// Whether the first entry held carries no data (a new leader's).
     pub fn first_is_empty(&self) -> bool {
         self.entries.first().is_some_and(|e| e.data.is_empty())
@@ -285,6 +293,8 @@ impl Storage for LogStore {
         if let Some((m, term)) = &self.offer {
             if m.index >= self.compacted.0 && m.index >= request_index {
                 let mut s = Snapshot::default();
+                let mut m = m.clone();
+                m.addresses.clone_from(&self.addresses);
                 s.set_data(m.emit().into());
                 let meta = s.mut_metadata();
                 meta.index = m.index;

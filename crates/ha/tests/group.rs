@@ -21,6 +21,8 @@ struct Group {
     compact: Option<u64>,
     /// The most entry bytes a member's log holds.
     max_log: Option<u64>,
+    /// Tokens of refused proposals.
+    refused: Vec<u64>,
 }
 
 fn free_port() -> SocketAddr {
@@ -37,7 +39,7 @@ impl Group {
         let _ = std::fs::remove_dir_all(&dir);
         let members = (1..=3).map(|id| (id, free_port())).collect();
         let (running, seen) = (BTreeMap::new(), BTreeMap::new());
-        let mut g = Self { name: name.into(), members, dir, running, seen, compact, max_log };
+        let mut g = Self { name: name.into(), members, dir, running, seen, compact, max_log, refused: Vec::new() };
         for id in 1..=3 {
             g.start(id);
         }
@@ -120,6 +122,7 @@ impl Group {
                             *self.seen.get_mut(&id).unwrap() = state;
                             ha.applied(index);
                         }
+                        Event::Refused { token, .. } => self.refused.push(token),
                         Event::Failed(e) => panic!("member {id} failed: {e}"),
                         _ => {}
                     }
@@ -389,8 +392,12 @@ fn a_member_added_catches_up_and_votes_and_a_removed_one_no_longer_counts() {
     assert_eq!(g.running[&4].status().role, "follower");
     assert_eq!(g.running[&4].status().term, 0, "a joining member stood for election");
     g.running[&leader].add_member(1, 4, four);
+    // One change at a time: a second before the first is applied is
+    // refused (raft-rs would make it an empty entry).
+    g.running[&leader].remove_member(9, 4);
     g.wait_committed(4, 200, Duration::from_secs(10));
     assert_eq!(g.seen[&4], g.seen[&leader]);
+    assert_eq!(g.refused, [9], "the second change was not refused");
     let voters = |g: &Group, id: u64| g.running[&id].status().members.iter().map(|m| m.id).collect::<Vec<_>>();
     assert_eq!(voters(&g, leader), [1, 2, 3, 4]);
     // (The statuses are refreshed every 20 ms.)
@@ -464,4 +471,54 @@ fn a_member_added_while_the_log_holds_its_first_entry_learns_the_group_from_a_sn
     let now = g.leader(Duration::from_secs(5));
     g.running[&now].propose(0, data(20));
     g.wait_committed(4, 21, Duration::from_secs(5));
+}
+
+#[test]
+fn a_member_away_while_another_was_added_learns_its_address_from_the_snapshot() {
+    let mut g = Group::with("away-add", Some(4096), Some(64 << 10));
+    let leader = g.leader(Duration::from_secs(5));
+    let payload = |i: u32| format!("{i:0>100}").into_bytes();
+    for i in 0..200 {
+        g.running[&leader].propose(0, payload(i));
+    }
+    for id in 1..=3 {
+        g.wait_committed(id, 200, Duration::from_secs(10));
+    }
+    let away = (1..=3).find(|&id| id != leader).unwrap();
+    let other = (1..=3).find(|&id| id != leader && id != away).unwrap();
+    let original = g.members.clone();
+    g.stop(away);
+    let four = free_port();
+    g.members.insert(4, four);
+    g.start_as(4, g.members.clone(), true);
+    g.running[&leader].add_member(1, 4, four);
+    g.wait_committed(4, 200, Duration::from_secs(10));
+    // Past the leader's 64 KiB bound: the member away needs a snapshot.
+    for i in 200..5000 {
+        g.running[&leader].propose(0, payload(i));
+    }
+    for id in [leader, other, 4] {
+        g.wait_committed(id, 5000, Duration::from_secs(20));
+    }
+    // Out with the other original follower: the voters are the leader,
+    // the member away and member 4.
+    g.running[&leader].remove_member(2, other);
+    let t = Instant::now();
+    while g.running[&leader].status().members.len() != 3 {
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", g.running[&leader].status());
+        g.pump(Duration::from_millis(10));
+    }
+    g.stop(other);
+    // Back, from a configuration that does not name member 4.
+    g.start_as(away, original, false);
+    g.wait_committed(away, 5000, Duration::from_secs(20));
+    assert_eq!(g.seen[&away], g.seen[&leader]);
+    // Without the leader, the two elect one of themselves: each reaches
+    // the other.
+    g.stop(leader);
+    let now = g.leader(Duration::from_secs(5));
+    assert!(now == away || now == 4, "{now}");
+    g.running[&now].propose(0, payload(5000));
+    g.wait_committed(away, 5001, Duration::from_secs(5));
+    g.wait_committed(4, 5001, Duration::from_secs(5));
 }

@@ -4,11 +4,14 @@
 //! beside the log ([`HaConfig::addresses_path`]) so a restart reaches the
 //! members its configuration does not name.
 //!
-//! At start, the saved book (when a change was ever applied) is the
-//! group's; the configuration adds its own addresses for the members the
-//! book names (an operator who moved a host says so there), and this
-//! member's own. Members the configuration names and the book does not
-//! were removed, and are not dialed.
+//! At start, the saved book (when a change was ever applied), with the
+//! configuration's addresses over it (an operator who moved a host says
+//! so there), is kept for the members the log names: a member the
+//! configuration names that was removed is not dialed. A snapshot brings
+//! the leader's book, for the members added while this one was away.
+//!
+//! A member removed from its group dials no one (it keeps its book: added
+//! again, it takes its peers' links again).
 
 use super::links::Dialed;
 use super::Member;
@@ -35,17 +38,7 @@ pub(super) fn load(cfg: &HaConfig) -> Result<BTreeMap<u64, SocketAddr>, HaError>
         Err(source) => return Err(HaError::Io { what: format!("reading {}", path.display()), source }),
     };
     let mut book = parse(&text).map_err(|why| HaError::Config(format!("{}: {why}", path.display())))?;
-    for (id, addr) in &cfg.members {
-        if *id == cfg.id || book.contains_key(id) {
-            book.insert(*id, *addr);
-        } else {
-            tracing::info!(
-                member = cfg.id,
-                peer = id,
-                "ha: a configured peer is no longer a member of the group (removed): not dialed"
-            );
-        }
-    }
+    book.extend(cfg.members.iter().map(|(&i, &a)| (i, a)));
     Ok(book)
 }
 
@@ -89,8 +82,17 @@ impl Member {
     /// The group's voters changed: the book follows (an added member's
     /// address in, a removed one's out), links are dialed to the members
     /// new to it and dropped to the ones gone, and the book is saved.
-    pub(super) fn members_changed(&mut self, voters: &[u64], change: Option<MemberChange>) {
+    pub(super) fn members_changed(
+        &mut self,
+        voters: &[u64],
+        change: Option<MemberChange>,
+        addresses: &[(u64, SocketAddr)],
+    ) {
         let me = self.cfg.id;
+        // A snapshot's book fills what this one lacks.
+        for (id, addr) in addresses {
+            self.cfg.members.entry(*id).or_insert(*addr);
+        }
         match change {
             Some(MemberChange::Added(id, Some(addr))) if id != me => {
                 self.cfg.members.insert(id, addr);
@@ -101,11 +103,9 @@ impl Member {
             _ => {}
         }
         if change == Some(MemberChange::Removed(me)) {
-            // Out of the group: no member takes its links any more.
             tracing::warn!(member = me, "ha: this member was removed from its group: it no longer votes or stands");
-            self.cfg.members.retain(|id, _| *id == me);
         }
-        self.cfg.members.retain(|id, _| *id == me || voters.contains(id));
+        self.keep_members(voters);
         for id in voters {
             if !self.cfg.members.contains_key(id) {
                 tracing::warn!(
@@ -116,18 +116,31 @@ impl Member {
             }
         }
         self.sync_links();
+        self.node.set_addresses(&self.cfg.members);
         if let Err(e) = save(&self.cfg, &self.cfg.members) {
             tracing::error!(member = me, file = %self.cfg.addresses_path().display(), error = %e, "ha: the members' addresses not saved (a restart dials its configured peers)");
         }
     }
 
+    /// The book keeps the `voters` (and this member), or all it has when
+    /// this member is not among them (removed: it dials no one then).
+    pub(super) fn keep_members(&mut self, voters: &[u64]) {
+        let me = self.cfg.id;
+        self.out = !voters.is_empty() && !voters.contains(&me);
+        if !self.out && !voters.is_empty() {
+            self.cfg.members.retain(|id, _| *id == me || voters.contains(id));
+        }
+    }
+
     /// A dialed link to each member in the book but this one, at its
-    /// address; none to anyone else.
+    /// address, unless this member is out of its group; none to anyone
+    /// else, and the links members no longer in the book dialed closed.
     pub(super) fn sync_links(&mut self) {
         let me = self.cfg.id;
+        let out = self.out;
         for i in 0..self.dialed.len() {
             let (id, addr) = (self.dialed[i].id, self.dialed[i].addr);
-            match self.cfg.members.get(&id) {
+            match self.cfg.members.get(&id).filter(|_| !out) {
                 Some(&a) if a == addr && !self.dialed[i].retired => {}
                 Some(&a) => {
                     if self.dialed[i].stream.is_some() {
@@ -150,11 +163,23 @@ impl Member {
             .cfg
             .members
             .iter()
-            .filter(|(&id, _)| id != me && !self.dialed.iter().any(|d| d.id == id))
+            .filter(|(&id, _)| !out && id != me && !self.dialed.iter().any(|d| d.id == id))
             .map(|(&id, &addr)| (id, addr))
             .collect();
         for (id, addr) in known {
             self.dialed.push(Dialed::new(id, addr));
+        }
+        let gone: Vec<usize> = self
+            .accepted
+            .iter()
+            .filter(|(_, a)| a.from.is_some_and(|f| !self.cfg.members.contains_key(&f)))
+            .map(|(&k, _)| k)
+            .collect();
+        for k in gone {
+            if let Some(mut a) = self.accepted.remove(&k) {
+                let _ = self.poll.registry().deregister(&mut a.stream);
+                self.links.disconnects += 1;
+            }
         }
     }
 }
@@ -184,11 +209,12 @@ mod tests {
         let a = |p: u16| -> SocketAddr { format!("127.0.0.1:{p}").parse().unwrap() };
         let mut cfg = HaConfig::new("g", 1, [(1, a(1)), (2, a(2)), (3, a(3))].into(), &dir);
         assert_eq!(load(&cfg).unwrap(), cfg.members, "no book saved: the configuration's");
-        // Member 3 was removed and 4 added; 2 has moved since.
+        // Member 4 was added; 2 has moved since (the configuration says
+        // so); which of them are members is the log's to say.
         save(&cfg, &[(1, a(1)), (2, a(2)), (4, a(4))].into()).unwrap();
         cfg.members.insert(2, a(22));
         let book = load(&cfg).unwrap();
-        assert_eq!(book, [(1, a(1)), (2, a(22)), (4, a(4))].into());
+        assert_eq!(book, [(1, a(1)), (2, a(22)), (3, a(3)), (4, a(4))].into());
         std::fs::write(cfg.addresses_path(), "1=nowhere\n").unwrap();
         let e = load(&cfg).unwrap_err().to_string();
         assert!(e.contains("members: line 1"), "{e}");

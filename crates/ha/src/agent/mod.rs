@@ -180,7 +180,7 @@ impl Ha {
     /// to `index` and nothing after. They must stay readable until a newer
     /// snapshot is offered (a transfer opens them all when it starts).
     pub fn snapshot_ready(&self, index: u64, dir: PathBuf, files: Vec<(String, u64)>) {
-        self.send(Command::Offer(dir, Manifest { index, files }));
+        self.send(Command::Offer(dir, Manifest { index, files, addresses: Vec::new() }));
     }
 
     /// Whether the member's thread still runs (it ends on a log it cannot
@@ -239,6 +239,8 @@ struct Member {
     fetching: Option<transfer::Fetching>,
     /// When a refused peer link may be logged again (ns).
     refusal_logged: u64,
+    /// This member was removed from its group: it dials no one.
+    out: bool,
 }
 
 impl Member {
@@ -256,14 +258,13 @@ impl Member {
             .map_err(|source| HaError::Io { what: "registering the listener".into(), source })?;
         let mut cfg = cfg;
         cfg.members = members::load(&cfg)?;
-        let dialed =
-            cfg.members.iter().filter(|(&id, _)| id != cfg.id).map(|(&id, &addr)| Dialed::new(id, addr)).collect();
-        Ok(Self {
+        let voters: Vec<u64> = node.status().members.iter().map(|m| m.id).collect();
+        let mut member = Self {
             cfg,
             node,
             poll,
             listener,
-            dialed,
+            dialed: Vec::new(),
             accepted: BTreeMap::new(),
             next_slot: 0,
             commands,
@@ -276,7 +277,12 @@ impl Member {
             serving: Vec::new(),
             fetching: None,
             refusal_logged: 0,
-        })
+            out: false,
+        };
+        member.keep_members(&voters);
+        member.sync_links();
+        member.node.set_addresses(&member.cfg.members);
+        Ok(member)
     }
 
     fn now(&self) -> u64 {
@@ -318,8 +324,8 @@ impl Member {
             self.start_fetches();
             self.finish_fetch();
             while let Some(ev) = self.node.poll_event() {
-                if let Event::Members { voters, change } = &ev {
-                    self.members_changed(voters, *change);
+                if let Event::Members { voters, change, addresses } = &ev {
+                    self.members_changed(voters, *change, addresses);
                 }
                 let _ = self.events.send(ev);
             }
@@ -339,11 +345,15 @@ impl Member {
                     }
                 }
                 Ok(Command::Applied(i)) => self.node.set_applied(i),
-                Ok(Command::Member(id, addr, token)) => {
-                    if let Err(crate::Refused::NotLeader { leader }) = self.node.propose_member(id, addr) {
+                Ok(Command::Member(id, addr, token)) => match self.node.propose_member(id, addr) {
+                    Ok(()) => {}
+                    Err(crate::Refused::NotLeader { leader }) => {
                         let _ = self.events.send(Event::Refused { token, leader });
                     }
-                }
+                    Err(crate::Refused::Busy) => {
+                        let _ = self.events.send(Event::Refused { token, leader: self.cfg.id });
+                    }
+                },
                 Ok(Command::Offer(dir, manifest)) => {
                     if self.node.set_offer(&manifest) {
                         self.offer = Some((dir, manifest));

@@ -124,6 +124,9 @@ pub enum Event {
         voters: Vec<u64>,
         /// The change, if one committed (`None`: a snapshot's).
         change: Option<MemberChange>,
+        /// A snapshot's: the members' peer addresses as the leader knew
+        /// them (empty for a change).
+        addresses: Vec<(u64, SocketAddr)>,
     },
     /// The member stopped: its log could not be written.
     Failed(String),
@@ -148,6 +151,10 @@ pub enum Refused {
         /// The leader this member knows of.
         leader: u64,
     },
+    /// A membership change refused by the leader: one is not yet applied,
+    /// or it would remove the leader itself.
+    #[error("a membership change is in progress, or the change would remove the leader")]
+    Busy,
 }
 
 /// One member.
@@ -382,34 +389,48 @@ impl Node {
     /// A new member starts with an empty log and no members
     /// ([`HaConfig::join`]): it learns the group from a snapshot, never
     /// from the log's first entries (which predate the members the group
-    /// was created with). So before an add, a leader whose log still
-    /// holds its first entry (always the first leader's empty one) drops
-    /// it.
+    /// was created with). So every member drops its log's first entry
+    /// (always the first leader's empty one) when it applies an add, and
+    /// the leader already before it proposes one.
     ///
     /// # Errors
-    /// [`Refused::NotLeader`], or raft-rs refusing a second change while
-    /// one is pending (also `NotLeader`, with this member as leader).
+    /// [`Refused::NotLeader`]; [`Refused::Busy`] while a change is not yet
+    /// applied (raft-rs would turn a second one into an empty entry), or
+    /// for removing the leader itself (another must lead first).
     pub fn propose_member(&mut self, id: u64, addr: Option<SocketAddr>) -> Result<(), Refused> {
         let leader = self.raw.raft.leader_id;
-        if self.raw.raft.state != StateRole::Leader || id == 0 {
+        if self.raw.raft.state != StateRole::Leader {
             return Err(Refused::NotLeader { leader });
+        }
+        if id == 0 || self.raw.raft.has_pending_conf() || (addr.is_none() && id == self.id) {
+            return Err(Refused::Busy);
         }
         let mut cc = ConfChange { node_id: id, ..Default::default() };
         match addr {
             Some(a) => {
                 cc.set_change_type(raft::prelude::ConfChangeType::AddNode);
                 cc.context = a.to_string().into_bytes().into();
-                let store = self.raw.store();
-                if store.compacted() == 0 && self.raw.raft.raft_log.committed >= 1 && store.first_is_empty() {
-                    if let Err(e) = self.raw.mut_store().compact(1) {
-                        tracing::error!(member = self.id, error = %e, "Raft: the log's first entry not dropped");
-                        return Err(Refused::NotLeader { leader });
-                    }
-                }
+                self.drop_first_entry().map_err(|_| Refused::Busy)?;
             }
             None => cc.set_change_type(raft::prelude::ConfChangeType::RemoveNode),
         }
-        self.raw.propose_conf_change(Vec::new(), cc).map_err(|_| Refused::NotLeader { leader })
+        self.raw.propose_conf_change(Vec::new(), cc).map_err(|_| Refused::Busy)
+    }
+
+    /// The members' peer addresses, as the agent's book has them: sent in
+    /// every snapshot.
+    pub fn set_addresses(&mut self, book: &BTreeMap<u64, SocketAddr>) {
+        self.raw.mut_store().set_addresses(book.iter().map(|(&i, &a)| (i, a)).collect());
+    }
+
+    /// Drops the log's first entry if it is still held, committed and
+    /// empty (see [`Node::propose_member`]).
+    fn drop_first_entry(&mut self) -> Result<(), HaError> {
+        let store = self.raw.store();
+        if store.compacted() == 0 && self.raw.raft.raft_log.committed >= 1 && store.first_is_empty() {
+            self.raw.mut_store().compact(1)?;
+        }
+        Ok(())
     }
 
     /// The application has applied, durably, every entry up to `index`:
@@ -533,6 +554,18 @@ impl Node {
                 EntryType::EntryNormal => {}
                 EntryType::EntryConfChange => {
                     let cc = ConfChange::parse_from_bytes(&e.data).map_err(|e| HaError::Config(e.to_string()))?;
+                    let held = self.raw.store().members();
+                    if held.voters.is_empty() && held.learners.is_empty() {
+                        // A joining member handed the log instead of a
+                        // snapshot: its configuration would be the change
+                        // alone (a group of one). It stops instead.
+                        return Err(HaError::Config(format!(
+                            "member {}: a membership change at index {} reached a member that knows no group yet \
+                             (it joins, and must start from the leader's snapshot): stopped rather than form a \
+                             group of its own",
+                            self.id, e.index
+                        )));
+                    }
                     let cs = self.raw.apply_conf_change(&cc)?;
                     self.raw.mut_store().set_members(&cs);
                     let added = cc.get_change_type() == raft::prelude::ConfChangeType::AddNode;
@@ -554,7 +587,11 @@ impl Node {
                     } else {
                         MemberChange::Removed(cc.node_id)
                     });
-                    self.events.push_back(Event::Members { voters: cs.voters.clone(), change });
+                    if added {
+                        // Before any append to the new member goes out.
+                        self.drop_first_entry()?;
+                    }
+                    self.events.push_back(Event::Members { voters: cs.voters.clone(), change, addresses: Vec::new() });
                 }
                 EntryType::EntryConfChangeV2 => {
                     let cc = ConfChangeV2::parse_from_bytes(&e.data).map_err(|e| HaError::Config(e.to_string()))?;

@@ -110,7 +110,7 @@ impl Node {
         tracing::info!(member = self.id, index = meta.index, term = meta.term, "Raft: a snapshot installed in the log");
         self.events.push_back(installed(&self.snapshot_dir, &m));
         let voters = self.raw.store().members().voters.clone();
-        self.events.push_back(Event::Members { voters, change: None });
+        self.events.push_back(Event::Members { voters, change: None, addresses: m.addresses });
         Ok(())
     }
 }

@@ -27,10 +27,6 @@ pub const HA_ADMIN_PREFIX: &str = "_sys/ha/";
 /// shows the members).
 pub const CHANGE_DEADLINE: Duration = Duration::from_secs(10);
 
-/// Changes awaiting their answer at most (each is one at a time in the
-/// log; more are refused).
-const PENDING_MAX: usize = 16;
-
 /// A request to `_sys/ha/add` or `_sys/ha/remove`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -72,6 +68,15 @@ pub(super) struct PendingChange {
 
 /// Tokens of membership changes: apart from the publishes' batches.
 const CHANGE_TOKEN: u64 = 1 << 63;
+
+/// A change as a reply says it.
+fn describe(c: MemberChange) -> String {
+    match c {
+        MemberChange::Added(id, Some(addr)) => format!("adding member {id} at {addr}"),
+        MemberChange::Added(id, None) => format!("adding member {id}"),
+        MemberChange::Removed(id) => format!("removing member {id}"),
+    }
+}
 
 impl Replication {
     /// Validates and proposes a change; the answer now if there is one
@@ -124,8 +129,11 @@ impl Replication {
             }
             _ => return Some(MemberReply::error(format!("_sys/ha/{op}: membership operations are add and remove"))),
         };
-        if self.changes.len() >= PENDING_MAX {
-            return Some(MemberReply::error(format!("{PENDING_MAX} membership changes already await their answer")));
+        if let Some(p) = self.changes.first() {
+            return Some(MemberReply::error(format!(
+                "{} is in progress: one change at a time (retry once it is answered)",
+                describe(p.change)
+            )));
         }
         self.next_change += 1;
         let token = CHANGE_TOKEN | self.next_change;
@@ -133,7 +141,7 @@ impl Replication {
             MemberChange::Added(id, addr) => self.ha.add_member(token, id, addr?),
             MemberChange::Removed(id) => self.ha.remove_member(token, id),
         }
-        tracing::info!(member = self.me(), ?change, "ha: membership change proposed");
+        tracing::info!(member = self.me(), change = %describe(change), "ha: membership change proposed");
         self.changes.push(PendingChange { token, change, inbox, deadline: None });
         None
     }
@@ -170,11 +178,13 @@ impl Replication {
         let at = self.changes.iter().position(|p| p.token == token)?;
         let p = self.changes.remove(at);
         let why = if leader == self.me() {
-            "another membership change is still in progress: retry once it committed".to_owned()
+            "a membership change is still being applied (one just committed, or this leader was just elected): \
+             retry in a moment"
+                .to_owned()
         } else {
             format!("this router no longer leads its group (leader: {leader}, 0 if unknown)")
         };
-        Some((p.inbox, MemberReply::error(format!("{:?} refused: {why}", p.change))))
+        Some((p.inbox, MemberReply::error(format!("{} refused: {why}", describe(p.change)))))
     }
 
     /// Changes past their deadline at `now` (ns): their replies.
@@ -187,9 +197,9 @@ impl Replication {
             }
             Some(d) if now >= d => {
                 let why = format!(
-                    "{:?} not committed within {CHANGE_DEADLINE:?} (no majority?): it may still commit; \
+                    "{} not committed within {CHANGE_DEADLINE:?} (no majority?): it may still commit; \
                      `tickwire router status` shows the members",
-                    p.change
+                    describe(p.change)
                 );
                 out.push((p.inbox.clone(), MemberReply::error(why)));
                 false

@@ -63,9 +63,16 @@ impl Guaranteed {
             return;
         }
         let Some(r) = self.ha.as_deref() else { return };
-        let (index, root) = (r.last_applied, r.dir.join("snapshots"));
+        // Nothing applied yet: the empty state, as of what the log
+        // committed without handing anything over (a member added to a
+        // group that has stored nothing still starts from a snapshot).
+        let index = match r.last_applied {
+            0 => r.ha.status().applied,
+            i => i,
+        };
+        let root = r.dir.join("snapshots");
         if index == 0 {
-            return; // nothing applied: nothing a member could lack
+            return;
         }
         // Nothing applied since the one offered: offered again, as it is
         // (its files are never rewritten while offered).

@@ -529,7 +529,7 @@ impl Router {
                         }
                     }
                 }
-                Event::Members { voters, change } => {
+                Event::Members { voters, change, .. } => {
                     if let Some(r) = g.ha.as_deref_mut() {
                         tracing::info!(member = r.me, ?voters, ?change, "ha: the group's members changed");
                         answers.extend(r.change_committed(&voters, change));
