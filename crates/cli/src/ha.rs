@@ -6,9 +6,7 @@
 use crate::config::Settings;
 use crate::request::Target;
 use clap::{Args, Subcommand};
-use tickwire_client::RequestError;
 use tickwire_router::routing::ha_admin::{MemberReply, MemberRequest, CHANGE_DEADLINE, HA_ADMIN_PREFIX};
-use tickwire_wire::client::RejectCode;
 
 /// A change of the group's members.
 #[derive(Debug, Subcommand)]
@@ -53,21 +51,11 @@ pub fn run(s: &Settings, op: &HaOp) -> Result<(), String> {
         HaOp::Remove { id, at } => ("remove", at, MemberRequest { id: *id, ..MemberRequest::default() }),
     };
     let topic = format!("{HA_ADMIN_PREFIX}{name}");
-    let Some(mut client) = at.to.connect(s, "ha")? else { return Ok(()) };
     let body = serde_json::to_vec(&req).map_err(|e| e.to_string())?;
     // The leader answers once the change committed, or after its own
     // deadline.
     let timeout = CHANGE_DEADLINE + std::time::Duration::from_secs(2);
-    let answer = client.request(&topic, &body, timeout, |_| {});
-    client.close();
-    let answer = answer.map_err(|e| match e {
-        RequestError::TimedOut => format!("no answer from the router to {topic} within {timeout:?}"),
-        RequestError::NoResponders => format!("the router at {} does not serve {topic}", at.to.router),
-        RequestError::Refused(RejectCode::Forbidden) => {
-            format!("{topic}: refused: this user may not publish on {topic} (the router's ACLs)")
-        }
-        e => format!("{topic}: {e}"),
-    })?;
+    let Some(answer) = at.to.ask_router(s, "ha", &topic, &body, (timeout, ""))? else { return Ok(()) };
     let reply: MemberReply =
         serde_json::from_slice(&answer).map_err(|e| format!("{topic}: the router's answer: {e}"))?;
     if let Some(why) = reply.error {

@@ -8,11 +8,9 @@ use crate::request::Target;
 use crate::units::parse_duration;
 use clap::{Args, Subcommand, ValueEnum};
 use std::time::Duration;
-use tickwire_client::RequestError;
 use tickwire_router::routing::queue_admin::{
     AdminReply, FullPolicy, QueueInfo, QueueOptions, QueueRequest, QUEUE_ADMIN_PREFIX,
 };
-use tickwire_wire::client::RejectCode;
 
 /// `tickwire queue` and its operation.
 #[derive(Debug, Args)]
@@ -108,18 +106,10 @@ pub fn run(s: &Settings, a: &QueueArgs) -> Result<(), String> {
         }
     };
     let topic = format!("{QUEUE_ADMIN_PREFIX}{op}");
-    let Some(mut client) = at.to.connect(s, "queue")? else { return Ok(()) };
     let body = serde_json::to_vec(&req).map_err(|e| e.to_string())?;
-    let answer = client.request(&topic, &body, at.timeout, |_| {});
-    client.close();
-    let answer = answer.map_err(|e| match e {
-        RequestError::TimedOut => format!("no answer from the router to {topic} within {:?} (--timeout)", at.timeout),
-        RequestError::NoResponders => format!("the router at {} does not serve {topic}", at.to.router),
-        RequestError::Refused(RejectCode::Forbidden) => {
-            format!("{topic}: refused: this user may not publish on {topic} (the router's ACLs)")
-        }
-        e => format!("{topic}: {e}"),
-    })?;
+    let Some(answer) = at.to.ask_router(s, "queue", &topic, &body, (at.timeout, " (--timeout)"))? else {
+        return Ok(());
+    };
     let reply: AdminReply =
         serde_json::from_slice(&answer).map_err(|e| format!("{topic}: the router's answer: {e}"))?;
     if let Some(why) = reply.error {

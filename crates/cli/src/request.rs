@@ -43,6 +43,30 @@ impl Target {
         let mut client = connect(s, &self.router, role, self.tls_ca.as_deref(), credentials, opts)?;
         Ok(wait(&mut client, self.wait, |_| {})?.then_some(client))
     }
+
+    /// Asks the router itself (a request on one of its `_sys/` topics) as
+    /// `role`, waiting `timeout` for the answer (`how`: what sets it, for
+    /// the error); `None`: Ctrl-C came before the router.
+    pub(crate) fn ask_router(
+        &self,
+        s: &Settings,
+        role: &str,
+        topic: &str,
+        body: &[u8],
+        (timeout, how): (Duration, &str),
+    ) -> Result<Option<Vec<u8>>, String> {
+        let Some(mut client) = self.connect(s, role)? else { return Ok(None) };
+        let answer = client.request(topic, body, timeout, |_| {});
+        client.close();
+        answer.map(Some).map_err(|e| match e {
+            RequestError::TimedOut => format!("no answer from the router to {topic} within {timeout:?}{how}"),
+            RequestError::NoResponders => format!("the router at {} does not serve {topic}", self.router),
+            RequestError::Refused(tickwire_wire::client::RejectCode::Forbidden) => {
+                format!("{topic}: refused: this user may not publish on {topic} (the router's ACLs)")
+            }
+            e => format!("{topic}: {e}"),
+        })
+    }
 }
 
 /// Options of `tickwire request`.
