@@ -135,12 +135,15 @@ impl Manifest {
             return Err(bad("too many files"));
         }
         let mut files: Vec<(String, u64)> = Vec::with_capacity(count);
+        // Names checked for repeats in one pass (a hostile manifest of
+        // 65,536 names costs no more than a fair one).
+        let mut seen = std::collections::HashSet::with_capacity(count);
         for _ in 0..count {
             let len = u64::from_le_bytes(take(8)?.try_into().map_err(|_| bad("length"))?);
             let n = u16::from_le_bytes(take(2)?.try_into().map_err(|_| bad("name length"))?) as usize;
             let name = std::str::from_utf8(take(n)?).map_err(|_| bad("a name is not UTF-8"))?;
             check_name(name).map_err(|why| bad(&format!("{name:?}: {why}")))?;
-            if files.iter().any(|(f, _)| f == name) {
+            if !seen.insert(name) {
                 return Err(bad(&format!("{name:?} twice")));
             }
             files.push((name.to_owned(), len));
