@@ -199,11 +199,7 @@ impl TcpTransport {
         if s.set_nonblocking(true).is_err() || s.set_nodelay(true).is_err() {
             return;
         }
-        let connecting = match s.connect(&SockAddr::from(*to)) {
-            Ok(()) => false,
-            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => true,
-            Err(_) => return,
-        };
+        let Ok(connecting) = start_connect(&s, (*to).into()) else { return };
         let stream: TcpStream = s.into();
         let Some(local) = stream.local_addr().ok().and_then(|a| v4(a).ok()) else { return };
         let me = *identity.get_or_insert(local);
@@ -353,6 +349,20 @@ impl Transport for TcpTransport {
 
     fn local_addr(&self) -> SocketAddrV4 {
         self.local
+    }
+}
+
+/// Starts connecting a non-blocking socket to `to`: `true` while the
+/// connection is in progress (writable once made), `false` if it was made
+/// at once.
+///
+/// # Errors
+/// The refusal, if the kernel refused at once.
+pub fn start_connect(s: &Socket, to: std::net::SocketAddr) -> std::io::Result<bool> {
+    match s.connect(&SockAddr::from(to)) {
+        Ok(()) => Ok(false),
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(true),
+        Err(e) => Err(e),
     }
 }
 

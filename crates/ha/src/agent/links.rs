@@ -329,11 +329,7 @@ pub(crate) fn dial_blocking(
 fn dial(from: SocketAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
     let s = link_socket(from, to)?;
     s.set_nonblocking(true)?;
-    match s.connect(&SockAddr::from(to)) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-        Err(e) => return Err(e),
-    }
+    tickwire_transport::tcp::start_connect(&s, to)?;
     Ok(TcpStream::from_std(s.into()))
 }
 
