@@ -95,7 +95,7 @@ impl Replication {
         if req.id == 0 {
             return Some(MemberReply::error(format!("_sys/ha/{op}: id 0 is not a member id")));
         }
-        let voters: Vec<u64> = self.ha.status().members.iter().map(|m| m.id).collect();
+        let voters = self.voters.clone();
         let change = match op {
             "add" => {
                 let addr: SocketAddr = match req.addr.trim_start_matches("tcp://").parse() {

@@ -105,6 +105,8 @@ pub struct Replication {
     stats: ReplicationStats,
     /// Membership changes awaiting their answer (`ha_admin`).
     pub(super) changes: Vec<super::ha_admin::PendingChange>,
+    /// The group's voters, as the last change applied here left them.
+    pub(super) voters: Vec<u64>,
     pub(super) next_change: u64,
 }
 
@@ -127,8 +129,11 @@ impl Replication {
         // Checkpoints a previous run offered: no transfer reads them now.
         crate::routing::ha_snapshot::remove_checkpoints(&cfg.snapshot_dir());
         let last_applied = cfg.applied.unwrap_or(0);
+        let ha = Ha::start(cfg)?;
+        let voters = ha.status().members.iter().map(|m| m.id).collect();
         Ok(Self {
-            ha: Ha::start(cfg)?,
+            ha,
+            voters,
             me,
             leading: false,
             leader: 0,
@@ -532,6 +537,8 @@ impl Router {
                 Event::Members { voters, change, .. } => {
                     if let Some(r) = g.ha.as_deref_mut() {
                         tracing::info!(member = r.me, ?voters, ?change, "ha: the group's members changed");
+                        r.voters.clone_from(&voters);
+                        r.voters.sort_unstable();
                         answers.extend(r.change_committed(&voters, change));
                     }
                 }
