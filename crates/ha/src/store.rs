@@ -299,6 +299,11 @@ impl Storage for LogStore {
                 let meta = s.mut_metadata();
                 meta.index = m.index;
                 meta.term = *term;
+                // The members now, not as of the snapshot's index: a
+                // change committed after that index is applied again on
+                // the member that installs it, which raft-rs takes as a
+                // no-op; and a joining member, added by the latest
+                // change, must find itself here.
                 meta.set_conf_state(self.members.clone());
                 return Ok(s);
             }
