@@ -300,10 +300,12 @@ impl Storage for LogStore {
                 meta.index = m.index;
                 meta.term = *term;
                 // The members now, not as of the snapshot's index: a
-                // change committed after that index is applied again on
-                // the member that installs it, which raft-rs takes as a
-                // no-op; and a joining member, added by the latest
-                // change, must find itself here.
+                // joining member, added by the latest change, must find
+                // itself here. The changes after the index are applied
+                // again on the member that installs it: the same add or
+                // remove again is a no-op in raft-rs, and an add then a
+                // remove of one member leave it a voter only between the
+                // two.
                 meta.set_conf_state(self.members.clone());
                 return Ok(s);
             }

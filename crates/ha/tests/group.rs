@@ -522,3 +522,35 @@ fn a_member_away_while_another_was_added_learns_its_address_from_the_snapshot() 
     g.wait_committed(away, 5001, Duration::from_secs(5));
     g.wait_committed(4, 5001, Duration::from_secs(5));
 }
+
+#[test]
+fn a_removed_member_added_again_rejoins_with_its_log() {
+    let mut g = Group::new("readd");
+    let leader = g.leader(Duration::from_secs(5));
+    for i in 0..10 {
+        g.running[&leader].propose(0, data(i));
+    }
+    for id in 1..=3 {
+        g.wait_committed(id, 10, Duration::from_secs(5));
+    }
+    let out = (1..=3).find(|&id| id != leader).unwrap();
+    g.running[&leader].remove_member(1, out);
+    let t = Instant::now();
+    while g.running[&leader].status().members.len() != 2 || g.running[&out].status().members.len() != 2 {
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", g.running[&out].status());
+        g.pump(Duration::from_millis(10));
+    }
+    for i in 10..20 {
+        g.running[&leader].propose(0, data(i));
+    }
+    g.pump(Duration::from_millis(300));
+    assert_eq!(g.seen[&out].len(), 10, "a removed member still follows");
+    g.running[&leader].add_member(2, out, g.members[&out]);
+    g.wait_committed(out, 20, Duration::from_secs(10));
+    assert_eq!(g.seen[&out], g.seen[&leader]);
+    let t = Instant::now();
+    while g.running[&out].status().members.len() != 3 {
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", g.running[&out].status());
+        g.pump(Duration::from_millis(10));
+    }
+}

@@ -258,6 +258,14 @@ impl Member {
                 continue;
             };
             let d = &mut self.dialed[i];
+            if d.retired && self.out && self.cfg.members.contains_key(&to) {
+                // Removed, and contacted by a member it knows: added
+                // again, perhaps. It answers, on a link dialed again (this
+                // message is dropped: Raft sends again what is not
+                // answered).
+                d.retired = false;
+                d.retry_at = 0;
+            }
             if d.stream.is_none() || d.unsent.len() + msg.len() > MAX_UNSENT {
                 self.links.dropped += 1;
                 continue;

@@ -276,8 +276,9 @@ impl Node {
     /// ([`HaConfig::join`]): it learns the group from a snapshot, never
     /// from the log's first entries (which predate the members the group
     /// was created with). So every member drops its log's first entry
-    /// (always the first leader's empty one) when it applies an add, and
-    /// the leader already before it proposes one.
+    /// (always the first leader's empty one) when it applies an add: a
+    /// leader does so before it makes the new member's progress, so
+    /// before anything goes to it.
     ///
     /// # Errors
     /// [`Refused::NotLeader`]; [`Refused::Busy`] while a change is not yet
@@ -296,7 +297,6 @@ impl Node {
             Some(a) => {
                 cc.set_change_type(raft::prelude::ConfChangeType::AddNode);
                 cc.context = a.to_string().into_bytes().into();
-                self.drop_first_entry().map_err(|_| Refused::Busy)?;
             }
             None => cc.set_change_type(raft::prelude::ConfChangeType::RemoveNode),
         }

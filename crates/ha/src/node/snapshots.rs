@@ -23,8 +23,10 @@ impl Node {
         // Staged already, or nothing this member lacks (raft-rs answers a
         // stale one): no fetch.
         let committed = self.raw.raft.raft_log.committed;
-        if manifest.index < committed
-            || snapshot::staged(&self.snapshot_dir, manifest.index).as_ref() == Some(&manifest)
+        // (The same files: the leader's address book may have changed
+        // since, and is taken from this message.)
+        let same = |s: &Manifest| s.index == manifest.index && s.files == manifest.files;
+        if manifest.index < committed || snapshot::staged(&self.snapshot_dir, manifest.index).is_some_and(|s| same(&s))
         {
             return self.step(m);
         }
