@@ -163,10 +163,7 @@ impl Member {
             (None, Ok(_)) => false,
         };
         if closed {
-            if let Some(mut a) = self.accepted.remove(&slot) {
-                let _ = self.poll.registry().deregister(&mut a.stream);
-                self.links.disconnects += 1;
-            }
+            self.links.disconnects += self.close_accepted(&[slot]);
             return;
         }
         // A member that dialed again left its older link behind (a peer
@@ -174,12 +171,19 @@ impl Member {
         let Some(from) = self.accepted.get(&slot).and_then(|a| a.from) else { return };
         let older: Vec<usize> =
             self.accepted.iter().filter(|(&k, a)| k != slot && a.from == Some(from)).map(|(&k, _)| k).collect();
-        for k in older {
-            if let Some(mut a) = self.accepted.remove(&k) {
+        self.links.disconnects += self.close_accepted(&older);
+    }
+
+    /// Closes the accepted links in `slots`; how many there were.
+    pub(super) fn close_accepted(&mut self, slots: &[usize]) -> u64 {
+        let mut n = 0;
+        for slot in slots {
+            if let Some(mut a) = self.accepted.remove(slot) {
                 let _ = self.poll.registry().deregister(&mut a.stream);
-                self.links.disconnects += 1;
+                n += 1;
             }
         }
+        n
     }
 
     pub(super) fn dial_ready(&mut self, i: usize) {

@@ -175,12 +175,7 @@ impl Member {
             .filter(|(_, a)| a.from.is_some_and(|f| !self.cfg.members.contains_key(&f)))
             .map(|(&k, _)| k)
             .collect();
-        for k in gone {
-            if let Some(mut a) = self.accepted.remove(&k) {
-                let _ = self.poll.registry().deregister(&mut a.stream);
-                self.links.disconnects += 1;
-            }
-        }
+        self.links.disconnects += self.close_accepted(&gone);
     }
 }
 

@@ -383,12 +383,7 @@ impl Member {
             .filter(|(_, a)| a.from.is_none() && now - a.opened > deadline)
             .map(|(&k, _)| k)
             .collect();
-        for slot in late {
-            if let Some(mut a) = self.accepted.remove(&slot) {
-                let _ = self.poll.registry().deregister(&mut a.stream);
-                self.links.refused += 1;
-            }
-        }
+        self.links.refused += self.close_accepted(&late);
         for a in self.accepted.values_mut() {
             a.reader.trim();
         }
