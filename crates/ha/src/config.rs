@@ -87,7 +87,7 @@ impl HaConfig {
     /// The file beside the log that keeps every member's peer address as
     /// the last membership change left it (see [`crate::Ha::add_member`]).
     pub fn addresses_path(&self) -> PathBuf {
-        self.dir.join("members")
+        self.dir.join(crate::agent::MEMBERS_FILE)
     }
 
     /// Checks what raft-rs and the peer protocol need.

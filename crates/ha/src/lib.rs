@@ -7,6 +7,7 @@
 //!   replayed at start, a torn tail cut, rewritten at compaction);
 //! - [`store`]: the log in memory over it, as raft-rs's `Storage`;
 //! - [`peer`]: the frames members exchange (HELLO, RAFT), checked once;
+//! - [`files`]: files replaced whole (a crash leaves the old or the new);
 //! - [`snapshot`]: what a member the log cannot catch up installs
 //!   instead: the application's files, fetched from the leader;
 //! - [`Node`] (`node`): one member's consensus, sans I/O: peer messages
@@ -39,6 +40,7 @@
 
 mod agent;
 mod config;
+pub mod files;
 mod node;
 pub mod peer;
 pub mod snapshot;

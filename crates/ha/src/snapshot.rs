@@ -375,11 +375,7 @@ pub fn fetch(from: &FetchFrom, manifest: &Manifest, got: &AtomicU64) -> Result<P
     }
     let mut m = manifest.emit();
     m.extend_from_slice(&crc32fast::hash(&m).to_le_bytes());
-    let tmp = into.join("MANIFEST.tmp");
-    let mut f = File::create(&tmp).map_err(io(tmp.display()))?;
-    f.write_all(&m).and_then(|()| f.sync_all()).map_err(io(tmp.display()))?;
-    std::fs::rename(&tmp, into.join(MANIFEST)).map_err(io(into.display()))?;
-    File::open(&into).and_then(|d| d.sync_all()).map_err(io(into.display()))?;
+    crate::files::replace(&into, MANIFEST, &m).map_err(io(into.join(MANIFEST).display()))?;
     // And `in-INDEX` in its parent: the log says it is there once stepped.
     File::open(&from.dir).and_then(|d| d.sync_all()).map_err(io(from.dir.display()))?;
     Ok(into)

@@ -18,8 +18,11 @@ use super::Member;
 use crate::node::MemberChange;
 use crate::{HaConfig, HaError};
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::fmt::Write;
 use std::net::SocketAddr;
+
+/// The book's file, beside the log ([`HaConfig::addresses_path`]).
+pub(crate) const MEMBERS_FILE: &str = "members";
 
 /// The most members a saved book may name.
 const MAX_MEMBERS: usize = 1024;
@@ -64,18 +67,13 @@ fn parse(text: &str) -> Result<BTreeMap<u64, SocketAddr>, String> {
     Ok(book)
 }
 
-/// Writes the book where [`load`] reads it: a whole new file, synced,
-/// renamed over the old one, the directory synced.
+/// Writes the book where [`load`] reads it, whole ([`crate::files::replace`]).
 fn save(cfg: &HaConfig, book: &BTreeMap<u64, SocketAddr>) -> std::io::Result<()> {
-    let path = cfg.addresses_path();
-    let tmp = path.with_extension("new");
-    let mut f = std::fs::File::create(&tmp)?;
+    let mut text = String::new();
     for (id, addr) in book {
-        writeln!(f, "{id}={addr}")?;
+        let _ = writeln!(text, "{id}={addr}");
     }
-    f.sync_data()?;
-    std::fs::rename(&tmp, &path)?;
-    std::fs::File::open(&cfg.dir)?.sync_all()
+    crate::files::replace(&cfg.dir, MEMBERS_FILE, text.as_bytes())
 }
 
 impl Member {

@@ -24,6 +24,7 @@ mod members;
 mod transfer;
 
 pub(crate) use links::dial_blocking;
+pub(crate) use members::MEMBERS_FILE;
 
 use crate::node::{Event, HaError, Node};
 use crate::snapshot::Manifest;

@@ -282,16 +282,10 @@ fn read_applied(dir: &std::path::Path) -> Option<u64> {
 }
 
 /// Saves `index` (write, sync, rename: a crash leaves the old or the new).
+/// The directory is synced too: the rename itself, before anything that
+/// relies on it (a staged snapshot removed).
 pub(super) fn save_applied(dir: &std::path::Path, index: u64) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = dir.join(format!("{APPLIED_FILE}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(format!("{index}\n").as_bytes())?;
-    f.sync_data()?;
-    std::fs::rename(&tmp, dir.join(APPLIED_FILE))?;
-    // The rename itself, before anything that relies on it (a staged
-    // snapshot removed).
-    std::fs::File::open(dir)?.sync_all()
+    tickwire_ha::files::replace(dir, APPLIED_FILE, format!("{index}\n").as_bytes())
 }
 
 impl Guaranteed {
