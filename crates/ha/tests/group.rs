@@ -148,6 +148,20 @@ impl Group {
         panic!("no single leader within {within:?}: {:?}", self.running.values().map(Ha::status).collect::<Vec<_>>());
     }
 
+    /// Pumps until member `id`'s status (refreshed every 20 ms) says
+    /// `done`, for `within` at most.
+    fn wait_status(&mut self, id: u64, within: Duration, done: impl Fn(&tickwire_ha::HaStatus) -> bool) {
+        let end = Instant::now() + within;
+        loop {
+            let st = self.running[&id].status();
+            if done(&st) {
+                return;
+            }
+            assert!(Instant::now() < end, "member {id} not there within {within:?}: {st:?}");
+            self.pump(Duration::from_millis(10));
+        }
+    }
+
     fn wait_committed(&mut self, id: u64, n: usize, within: Duration) {
         let end = Instant::now() + within;
         while self.seen[&id].len() < n {
@@ -340,11 +354,7 @@ fn a_member_the_leaders_log_no_longer_covers_catches_up_from_a_snapshot() {
     }
     g.wait_committed(leader, 5000, Duration::from_secs(20));
     g.wait_committed(other, 5000, Duration::from_secs(20));
-    let t = Instant::now();
-    while g.running[&leader].status().compacted < 1000 {
-        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", g.running[&leader].status());
-        g.pump(Duration::from_millis(20));
-    }
+    g.wait_status(leader, Duration::from_secs(5), |st| st.compacted >= 1000);
     g.start(away);
     let t = Instant::now();
     while g.seen[&away].len() < 5000 {
@@ -400,23 +410,14 @@ fn a_member_added_catches_up_and_votes_and_a_removed_one_no_longer_counts() {
     assert_eq!(g.refused, [9], "the second change was not refused");
     let voters = |g: &Group, id: u64| g.running[&id].status().members.iter().map(|m| m.id).collect::<Vec<_>>();
     assert_eq!(voters(&g, leader), [1, 2, 3, 4]);
-    // (The statuses are refreshed every 20 ms.)
-    let t = Instant::now();
-    while g.running[&4].status().stats.snapshots_installed == 0 {
-        assert!(t.elapsed() < Duration::from_secs(2), "not from a snapshot: {:?}", g.running[&4].status());
-        g.pump(Duration::from_millis(10));
-    }
+    g.wait_status(4, Duration::from_secs(2), |st| st.stats.snapshots_installed > 0);
     // One original follower removed: three voters, the new one among them.
     let removed = (1..=3).find(|&id| id != leader).unwrap();
     let other = (1..=3).find(|&id| id != leader && id != removed).unwrap();
     g.running[&leader].remove_member(2, removed);
-    let t = Instant::now();
-    while voters(&g, leader)
-        != [leader, other, 4].iter().copied().collect::<std::collections::BTreeSet<_>>().into_iter().collect::<Vec<_>>()
-    {
-        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", g.running[&leader].status());
-        g.pump(Duration::from_millis(10));
-    }
+    let mut want = vec![leader, other, 4];
+    want.sort_unstable();
+    g.wait_status(leader, Duration::from_secs(5), |st| st.members.iter().map(|m| m.id).eq(want.iter().copied()));
     let book = std::fs::read_to_string(g.dir.join(leader.to_string()).join("members")).unwrap();
     assert!(book.contains(&format!("4={four}")) && !book.contains(&format!("{removed}=")), "{book}");
     // With the other original follower stopped, the leader and member 4
@@ -456,15 +457,7 @@ fn a_member_added_while_the_log_holds_its_first_entry_learns_the_group_from_a_sn
     g.running[&leader].add_member(1, 4, four);
     g.wait_committed(4, 20, Duration::from_secs(10));
     assert_eq!(g.seen[&4], g.seen[&leader]);
-    let t = Instant::now();
-    loop {
-        let st = g.running[&4].status();
-        if st.stats.snapshots_installed >= 1 && st.members.len() == 4 {
-            break;
-        }
-        assert!(t.elapsed() < Duration::from_secs(2), "{st:?}");
-        g.pump(Duration::from_millis(10));
-    }
+    g.wait_status(4, Duration::from_secs(2), |st| st.stats.snapshots_installed >= 1 && st.members.len() == 4);
     // The leader restarts (from nothing applied) with entry 1 dropped.
     g.stop(leader);
     g.start(leader);
@@ -503,11 +496,7 @@ fn a_member_away_while_another_was_added_learns_its_address_from_the_snapshot() 
     // Out with the other original follower: the voters are the leader,
     // the member away and member 4.
     g.running[&leader].remove_member(2, other);
-    let t = Instant::now();
-    while g.running[&leader].status().members.len() != 3 {
-        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", g.running[&leader].status());
-        g.pump(Duration::from_millis(10));
-    }
+    g.wait_status(leader, Duration::from_secs(5), |st| st.members.len() == 3);
     g.stop(other);
     // Back, from a configuration that does not name member 4.
     g.start_as(away, original, false);
@@ -548,9 +537,5 @@ fn a_removed_member_added_again_rejoins_with_its_log() {
     g.running[&leader].add_member(2, out, g.members[&out]);
     g.wait_committed(out, 20, Duration::from_secs(10));
     assert_eq!(g.seen[&out], g.seen[&leader]);
-    let t = Instant::now();
-    while g.running[&out].status().members.len() != 3 {
-        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", g.running[&out].status());
-        g.pump(Duration::from_millis(10));
-    }
+    g.wait_status(out, Duration::from_secs(5), |st| st.members.len() == 3);
 }
