@@ -415,7 +415,7 @@ fn a_member_added_catches_up_and_votes_and_a_removed_one_no_longer_counts() {
     let removed = (1..=3).find(|&id| id != leader).unwrap();
     let other = (1..=3).find(|&id| id != leader && id != removed).unwrap();
     g.running[&leader].remove_member(2, removed);
-    let mut want = vec![leader, other, 4];
+    let mut want = [leader, other, 4];
     want.sort_unstable();
     g.wait_status(leader, Duration::from_secs(5), |st| st.members.iter().map(|m| m.id).eq(want.iter().copied()));
     let book = std::fs::read_to_string(g.dir.join(leader.to_string()).join("members")).unwrap();
