@@ -79,6 +79,21 @@ pub struct RouterArgs {
     /// With --ha-group: this router joins a running group; it waits until the leader adds it (`tickwire router ha add`), then catches up from a snapshot.
     #[arg(long, requires = "ha_group")]
     ha_join: bool,
+    /// This router's name: sent to clients in WELCOME, the label of its counters, its name in a cluster [default: tickwire-router, or `name` in the config].
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// Join the router cluster NAME ([router.cluster] name): subscribers on any router receive from publishers on any other; needs --cluster-listen and --cluster-secret-file.
+    #[arg(long, value_name = "NAME", requires_all = ["cluster_listen", "cluster_secret_file"])]
+    cluster_name: Option<String>,
+    /// With --cluster-name: where this router takes links from the others, tcp://IP:PORT.
+    #[arg(long, value_name = "URI", requires = "cluster_name")]
+    cluster_listen: Option<String>,
+    /// With --cluster-name: a router to dial, tcp://HOST:PORT (repeat; one is enough, the others are learned from it).
+    #[arg(long, value_name = "URI", requires = "cluster_name")]
+    cluster_peer: Vec<String>,
+    /// With --cluster-name: a file (mode 600) holding the cluster's shared secret, the same on every router.
+    #[arg(long, value_name = "FILE", requires = "cluster_name")]
+    cluster_secret_file: Option<std::path::PathBuf>,
     /// Check the config file (FILE, or the one `tickwire router` would read) and exit: 0 if a router
     /// would start with it, else the file, line and key at fault.
     #[arg(long, value_name = "FILE", num_args = 0..=1)]
@@ -105,6 +120,36 @@ enum RouterAction {
         #[command(subcommand)]
         op: Box<crate::ha::HaOp>,
     },
+}
+
+/// The cluster's lines of `tickwire router status`.
+fn cluster_status(c: &tickwire_router::cluster::ClusterStatus) {
+    println!(
+        "cluster {:?} on tcp://{}: {} pattern(s) held, {} told to the other routers, {} link(s) refused",
+        c.cluster, c.listen, c.patterns_held, c.patterns_told, c.refused
+    );
+    if c.links.is_empty() {
+        return;
+    }
+    println!(
+        "  {:<20} {:<22} {:<5} {:>9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}",
+        "ROUTER", "ADDRESS", "STATE", "FOR", "MSGS OUT", "MSGS IN", "LOST OUT", "LOST IN", "INTEREST", "CONNECTS"
+    );
+    for l in &c.links {
+        println!(
+            "  {:<20} {:<22} {:<5} {:>8.1}s {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}",
+            l.router,
+            l.addr,
+            l.state,
+            l.for_ms as f64 / 1e3,
+            l.messages_out,
+            l.messages_in,
+            l.lost_out,
+            l.lost_in,
+            l.interest,
+            l.connects
+        );
+    }
 }
 
 /// The journal's lines of `tickwire router status`.
@@ -249,6 +294,9 @@ fn status(s: &Settings, json: bool) -> Result<(), String> {
         if let Some(h) = &j.ha {
             ha_status(h);
         }
+    }
+    if let Some(c) = &st.cluster {
+        cluster_status(c);
     }
     if st.clients.is_empty() {
         return Ok(());
@@ -433,6 +481,24 @@ fn config(s: &Settings, a: &RouterArgs) -> Result<RouterConfig, String> {
             t.peers.clone_from(&a.ha_peer);
         }
         t.join |= a.ha_join;
+    }
+    if let Some(name) = &a.name {
+        cfg.name.clone_from(name);
+    }
+    if let Some(name) = &a.cluster_name {
+        let t = cfg.cluster.get_or_insert_with(tickwire_router::config::ClusterTable::default);
+        t.name.clone_from(name);
+    }
+    if let Some(t) = &mut cfg.cluster {
+        if let Some(l) = &a.cluster_listen {
+            t.listen.clone_from(l);
+        }
+        if !a.cluster_peer.is_empty() {
+            t.peers.clone_from(&a.cluster_peer);
+        }
+        if let Some(f) = &a.cluster_secret_file {
+            t.secret_file.clone_from(f);
+        }
     }
     cfg.users = match &s.users {
         Some((path, value)) => RouterConfig::users_from(value.clone(), path).map_err(located)?,

@@ -61,6 +61,7 @@ pub mod access;
 pub mod agent;
 pub mod auth;
 pub mod cache;
+pub mod cluster;
 pub mod config;
 pub mod counters;
 pub mod index;

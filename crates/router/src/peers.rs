@@ -79,6 +79,14 @@ impl Link {
     /// Puts one message on the link; false (and counted for the next one)
     /// when it is full.
     fn send(&mut self, topic: &str, payload: &[u8], flags: u8) -> bool {
+        self.send_carrying(topic, payload, flags, 0)
+    }
+
+    /// [`Link::send`] of a message before which `lost` more were lost on
+    /// the way here (a cluster link's gap): the receiving agent tells its
+    /// clients of them as discards.
+    pub(crate) fn send_carrying(&mut self, topic: &str, payload: &[u8], flags: u8, lost: u32) -> bool {
+        self.carried = self.carried.saturating_add(lost);
         let need = RECORD_HEADER + topic.len() + payload.len();
         if self.tx.slots() < need {
             self.carried = self.carried.saturating_add(1);

@@ -24,6 +24,8 @@
 use crate::accept::Acceptor;
 use crate::access::{AuthWorker, UserConfig, Users, UsersError};
 use crate::agent::{AgentShared, Control, RoutingAgent, Wiring};
+use crate::cluster::agent::AgentWiring;
+use crate::cluster::ClusterAgent;
 use crate::config::RouterConfig;
 use crate::counters::Totals;
 use crate::guaranteed::Guaranteed;
@@ -117,6 +119,8 @@ pub struct Server {
     agent: RoutingAgent,
     /// The others, on their own threads.
     runners: Vec<AgentRunner<RoutingAgent>>,
+    /// The cluster's agent, on its own thread ([`crate::cluster`]).
+    cluster: Option<AgentRunner<ClusterAgent>>,
     /// Every agent's control channel, and what it shares.
     controls: Vec<Sender<Control>>,
     shared: Vec<Arc<AgentShared>>,
@@ -140,6 +144,8 @@ pub struct Server {
     metrics: Option<MetricsServer>,
     /// Writes `router-status.json`.
     status: Option<StatusWriter>,
+    /// What its cluster listens on, for [`Server::describe`] (empty: none).
+    cluster_line: String,
 }
 
 impl std::fmt::Debug for Server {
@@ -206,8 +212,14 @@ impl Server {
             }
             None => None,
         };
-        let (mut agents, controls, gone) =
-            Self::agents(&cfg, &ctx, Arc::clone(&users)).map_err(|e| io(Path::new("router threads"), e))?;
+        let cluster = match &cfg.cluster {
+            Some(c) => Some(c.to_settings(&cfg.name)?),
+            None => None,
+        };
+        let (mut agents, controls, gone, cluster) =
+            Self::agents(&cfg, &ctx, Arc::clone(&users), cluster).map_err(|e| io(Path::new("router threads"), e))?;
+        let cluster_status = cluster.as_ref().map(ClusterAgent::status);
+        let cluster_line = cluster.as_ref().map(|c| format!("cluster {} on tcp://{}", c.cluster_name(), c.listening()));
         if let (Some((g, ha)), Some(a)) = (guaranteed, agents.first_mut()) {
             a.router.set_guaranteed(g);
             if let Some(r) = ha {
@@ -239,6 +251,7 @@ impl Server {
             why: "one of spin, yield, backoff, park",
         })?;
         let mut runners = Vec::new();
+        let n_agents = agents.len() + 1;
         for (k, a) in agents.into_iter().enumerate() {
             match AgentRunner::start(a, idle, cfg.agent_cpu(k + 1)) {
                 Ok(runner) => runners.push(runner),
@@ -251,6 +264,18 @@ impl Server {
                 }
             }
         }
+        let cluster = match cluster {
+            Some(c) => match AgentRunner::start(c, Idle::backoff(), None) {
+                Ok(r) => Some(r),
+                Err(source) => {
+                    for r in runners.drain(..) {
+                        drop(r.stop());
+                    }
+                    return Err(StartError::Agent { agent: n_agents, source });
+                }
+            },
+            None => None,
+        };
         let ipc_login = if cfg.ipc {
             let limits = crate::Limits::from(&cfg.limits);
             let mode = if Dir::existing(&cfg.dir)?.file_mode() & 0o040 != 0 { 0o660 } else { 0o600 };
@@ -266,6 +291,7 @@ impl Server {
         let mut server = Self {
             agent,
             runners,
+            cluster,
             controls,
             shared,
             assigned: vec![0; n],
@@ -280,6 +306,7 @@ impl Server {
             last_accept: 0,
             metrics,
             status: None,
+            cluster_line: cluster_line.unwrap_or_default(),
         };
         let base = RouterStatus {
             name: server.cfg.name.clone(),
@@ -290,8 +317,9 @@ impl Server {
             totals: Default::default(),
             clients: Vec::new(),
             journal: None,
+            cluster: None,
         };
-        let writer = StatusWriter::start(server.cfg.dir.clone(), base, server.shared.clone())
+        let writer = StatusWriter::start(server.cfg.dir.clone(), base, server.shared.clone(), cluster_status)
             .map_err(|e| io(Path::new("router-status thread"), e))?;
         server.status = Some(writer);
         Ok(server)
@@ -303,7 +331,8 @@ impl Server {
         cfg: &RouterConfig,
         ctx: &Context,
         users: Arc<Users>,
-    ) -> std::io::Result<(Vec<RoutingAgent>, Vec<Sender<Control>>, Receiver<(u32, String)>)> {
+        cluster: Option<crate::cluster::ClusterSettings>,
+    ) -> std::io::Result<(Vec<RoutingAgent>, Vec<Sender<Control>>, Receiver<(u32, String)>, Option<ClusterAgent>)> {
         let n = cfg.agents;
         let counters = Some(Arc::clone(ctx.counters()));
         let (gone_tx, gone) = channel();
@@ -320,6 +349,19 @@ impl Server {
                 }
             }
         }
+        // The cluster is agent `n`: a ring each way with every routing agent.
+        let (cluster_tx, cluster_rx) = channel();
+        let mut wiring = AgentWiring { control: cluster_rx, tell: controls.clone(), from: Vec::new(), to: Vec::new() };
+        if cluster.is_some() {
+            for (row, inbound) in links.iter_mut().zip(inbound.iter_mut()) {
+                let (tx, rx) = link(cfg.agent_link_bytes);
+                row.push(Some(tx));
+                wiring.from.push(rx);
+                let (tx, rx) = link(cfg.agent_link_bytes);
+                wiring.to.push(tx);
+                inbound.push(rx);
+            }
+        }
         let replies = controls.clone();
         let auth = Arc::new(AuthWorker::start(Arc::clone(&users), move |k, r| {
             let _ = replies[k].send(Control::Authenticated(r));
@@ -328,13 +370,16 @@ impl Server {
         let mut agents = Vec::with_capacity(n);
         for (k, (row, inbound)) in links.into_iter().zip(inbound).enumerate() {
             let limits = (&cfg.limits).into();
-            let (router, role) = if n == 1 {
+            let (router, role) = if n == 1 && cluster.is_none() {
                 (Router::new(&cfg.name, limits, counters.clone()), "router".to_owned())
             } else {
                 let peers = Peers::new(k as u32, row);
                 (Router::with_peers(&cfg.name, limits, counters.clone(), peers, n as u32), format!("router-{k}"))
             };
-            let others = controls.iter().enumerate().map(|(j, tx)| (j != k).then(|| tx.clone())).collect();
+            let mut others: Vec<_> = controls.iter().enumerate().map(|(j, tx)| (j != k).then(|| tx.clone())).collect();
+            if cluster.is_some() {
+                others.push(Some(cluster_tx.clone()));
+            }
             let Some(control) = receivers[k].take() else { unreachable!("one receiver per agent") };
             let wiring = Wiring { control, others, inbound, gone: gone_tx.clone(), auth: Arc::clone(&auth) };
             let mut agent = RoutingAgent::new(router, role, wiring)?;
@@ -348,7 +393,11 @@ impl Server {
             }
             agents.push(agent);
         }
-        Ok((agents, controls, gone))
+        let cluster = match cluster {
+            Some(c) => Some(ClusterAgent::new(c, wiring)?),
+            None => None,
+        };
+        Ok((agents, controls, gone, cluster))
     }
 
     /// What it listens on, for the line a router prints at start.
@@ -366,6 +415,9 @@ impl Server {
             parts.push(format!("metrics on http://{}/metrics", m.addr()));
         }
         let mut line = parts.join(", ");
+        if !self.cluster_line.is_empty() {
+            line.push_str(&format!(", {}", self.cluster_line));
+        }
         if self.controls.len() > 1 {
             line.push_str(&format!(" ({} routing agents)", self.controls.len()));
         }
@@ -599,6 +651,9 @@ impl Server {
     pub fn shutdown(mut self, drain: Duration) -> ShutdownReport {
         let deadline = now_ns() + drain.as_nanos() as u64;
         let mut agents = vec![];
+        if let Some(c) = self.cluster.take() {
+            drop(c.stop());
+        }
         for r in self.runners.drain(..) {
             agents.push(r.stop());
         }
@@ -626,6 +681,9 @@ impl Drop for Server {
     /// routing agents on threads of their own.
     fn drop(&mut self) {
         if !std::thread::panicking() {
+            if let Some(c) = self.cluster.take() {
+                drop(c.stop());
+            }
             for r in self.runners.drain(..) {
                 drop(r.stop());
             }

@@ -14,7 +14,7 @@ use crate::counters::Totals;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -80,6 +80,9 @@ pub struct RouterStatus {
     /// Its journal, if it keeps one.
     #[serde(default)]
     pub journal: Option<JournalStatus>,
+    /// Its router cluster, if it is in one.
+    #[serde(default)]
+    pub cluster: Option<crate::cluster::ClusterStatus>,
 }
 
 /// A high-availability group as one member sees it.
@@ -233,7 +236,12 @@ impl StatusWriter {
     /// Writes `base` (its clients and totals filled in from the agents'
     /// `shared` descriptions) into `dir` every second, from now until
     /// dropped.
-    pub(crate) fn start(dir: PathBuf, base: RouterStatus, shared: Vec<Arc<AgentShared>>) -> std::io::Result<Self> {
+    pub(crate) fn start(
+        dir: PathBuf,
+        base: RouterStatus,
+        shared: Vec<Arc<AgentShared>>,
+        cluster: Option<Arc<Mutex<crate::cluster::ClusterStatus>>>,
+    ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new().name("router-status".into()).spawn(move || loop {
@@ -255,6 +263,9 @@ impl StatusWriter {
                 }
             }
             status.clients.sort_by_key(|c| c.client);
+            if let Some(c) = cluster.as_ref().and_then(|c| c.lock().ok()) {
+                status.cluster = Some(c.clone());
+            }
             status.totals = totals.into();
             status.as_of_ms = now_ms();
             if let Err(e) = write(&dir, &status) {
@@ -345,6 +356,7 @@ mod tests {
             totals: StatusTotals::default(),
             clients: Vec::new(),
             journal: None,
+            cluster: None,
         }
     }
 

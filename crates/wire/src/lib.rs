@@ -50,6 +50,7 @@ pub mod header;
 
 pub mod auth;
 pub mod client;
+pub mod cluster;
 pub mod data;
 pub mod error_frame;
 pub mod headers;

@@ -73,10 +73,12 @@
 //! Unknown keys are refused, naming the key, so a typo is not silently a
 //! default.
 
+mod cluster;
 mod ha;
 mod journal;
 mod limits;
 
+pub use cluster::ClusterTable;
 pub use ha::HaTable;
 pub use journal::JournalTable;
 pub use limits::{descriptor_share, LimitsConfig, MAX_CONNECTIONS_CEILING, MIN_HELLO_TIMEOUT, RESERVED_DESCRIPTORS};
@@ -90,6 +92,9 @@ use tickwire_topic::Pattern;
 
 /// Routing agents a router may run.
 pub const MAX_AGENTS: usize = 64;
+
+/// A router's name unless it is given one.
+pub const DEFAULT_NAME: &str = "tickwire-router";
 
 /// The default TCP listener: loopback only.
 pub const DEFAULT_LISTEN: &str = "tcp://127.0.0.1:7600";
@@ -140,6 +145,8 @@ pub struct RouterConfig {
     /// The high-availability group this router is a member of (needs the
     /// journal).
     pub ha: Option<HaTable>,
+    /// The router cluster this router is a member of.
+    pub cluster: Option<ClusterTable>,
     /// The users (the file's top-level `[[users]]`, not a key of the
     /// table): none, every client is anonymous.
     #[serde(skip)]
@@ -235,7 +242,7 @@ impl CacheTable {
 impl Default for RouterConfig {
     fn default() -> Self {
         Self {
-            name: "tickwire-router".into(),
+            name: DEFAULT_NAME.into(),
             dir: tickwire_shm::default_dir(),
             ipc: true,
             listen: vec![DEFAULT_LISTEN.into()],
@@ -253,6 +260,7 @@ impl Default for RouterConfig {
             cache: None,
             journal: None,
             ha: None,
+            cluster: None,
             users: Vec::new(),
             metrics: None,
         }
@@ -426,6 +434,12 @@ impl RouterConfig {
                     &l.max_frame,
                     "at most 15 MiB with [router.ha] (a Raft entry must fit a peer frame)",
                 );
+            }
+        }
+        if let Some(c) = &self.cluster {
+            c.to_settings(&self.name)?;
+            if self.ha.is_some() {
+                return bad("cluster", &c.name, "not with [router.ha] yet (a cluster of high-availability groups)");
             }
         }
         if let Some(c) = &self.cache {

@@ -246,7 +246,8 @@ impl Router {
         peers: Peers,
         agents: u32,
     ) -> Self {
-        let label = format!("{name} [agent {}]", peers.me());
+        // One routing agent (beside a cluster's) is labelled as the router.
+        let label = if agents > 1 { format!("{name} [agent {}]", peers.me()) } else { name.to_owned() };
         let mut r = Self::new(&label, limits, counters);
         name.clone_into(&mut r.name);
         r.me = peers.me();

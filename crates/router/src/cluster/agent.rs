@@ -1,0 +1,388 @@
+//! The cluster agent: the routing agents' rings on one side, the links to
+//! other routers on the other (their sockets in `net`).
+
+use super::interest::{LocalInterest, RemoteInterest, Told};
+use super::link::{frame_name, Identity, PeerLink};
+use super::{ClusterSettings, ClusterStatus, LinkStatus};
+use crate::agent::Control;
+use crate::index::SubscriptionIndex;
+use crate::peers::{Interest, Link, LinkReader};
+use std::collections::BTreeMap;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use tickwire_topic::{check_topic, Pattern};
+use tickwire_wire::cluster::ClusterFrame;
+
+/// Messages taken from each routing agent's ring per duty cycle.
+const POLL_LIMIT: usize = 256;
+/// Patterns one peer may tell (more ends its link).
+pub(super) const MAX_PEER_PATTERNS: usize = 1 << 20;
+/// Housekeeping (dials, deadlines, heartbeats, status) at most this often.
+pub(super) const HOUSEKEEPING_NS: u64 = 20_000_000;
+
+/// Another router of the cluster, by name: what it wants, the sequence of
+/// what went to it and came from it, and its link if up.
+#[derive(Debug, Default)]
+pub(super) struct Peer {
+    pub(super) name: String,
+    pub(super) listen: String,
+    /// The link slot serving it.
+    pub(super) link: Option<usize>,
+    /// Messages numbered for it (sent or lost).
+    pub(super) sequence: u64,
+    /// Its run, and the last sequence heard from it in that run.
+    pub(super) heard: Option<(u64, u64)>,
+    pub(super) status: LinkStatus,
+    /// When it last came up or went down.
+    pub(super) changed: u64,
+}
+
+/// The cluster's agent (see [`crate::cluster`]).
+pub struct ClusterAgent {
+    pub(super) me: Identity,
+    pub(super) settings: ClusterSettings,
+    pub(super) net: super::net::Net,
+    /// Link slots (a slot is reused).
+    pub(super) links: Vec<Option<PeerLink>>,
+    pub(super) peers: Vec<Peer>,
+    pub(super) by_name: BTreeMap<String, u32>,
+    /// What the routing agents' clients hold, and what peers are told.
+    local: LocalInterest,
+    /// Which routing agents want a topic.
+    agents: SubscriptionIndex<u32>,
+    /// What the peers want.
+    remote: RemoteInterest,
+    control: Receiver<Control>,
+    /// The routing agents' control channels.
+    tell: Vec<Sender<Control>>,
+    /// Messages from each routing agent, and to each.
+    from: Vec<LinkReader>,
+    to: Vec<Link>,
+    pub(super) now: u64,
+    last_housekeeping: u64,
+    pub(super) refused: u64,
+    status: Arc<Mutex<ClusterStatus>>,
+    /// Scratch: the peers or agents one message goes to.
+    targets: Vec<u32>,
+    told: Vec<Told>,
+}
+
+impl std::fmt::Debug for ClusterAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterAgent").field("name", &self.me.name).field("peers", &self.peers.len()).finish()
+    }
+}
+
+/// The routing agents' side of the cluster agent, made by the server.
+pub(crate) struct AgentWiring {
+    pub(crate) control: Receiver<Control>,
+    pub(crate) tell: Vec<Sender<Control>>,
+    pub(crate) from: Vec<LinkReader>,
+    pub(crate) to: Vec<Link>,
+}
+
+impl ClusterAgent {
+    /// Binds the cluster's listener; the agent is the routing agents'
+    /// number `wiring.tell.len()`.
+    pub(crate) fn new(settings: ClusterSettings, wiring: AgentWiring) -> std::io::Result<Self> {
+        let mut inc = [0u8; 8];
+        let _ = getrandom::fill(&mut inc);
+        let now = tickwire_shm::os::monotonic_ns();
+        let me = Identity {
+            cluster: settings.cluster.clone(),
+            name: settings.name.clone(),
+            listen: settings.advertise.clone(),
+            incarnation: u64::from_le_bytes(inc) ^ now,
+            key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &settings.secret),
+        };
+        let net = super::net::Net::bind(&settings, now)?;
+        let status = ClusterStatus { cluster: settings.cluster.clone(), listen: net.listening(), ..Default::default() };
+        Ok(Self {
+            me,
+            net,
+            links: Vec::new(),
+            peers: Vec::new(),
+            by_name: BTreeMap::new(),
+            local: LocalInterest::default(),
+            agents: SubscriptionIndex::new(),
+            remote: RemoteInterest::new(wiring.tell.len() as u32),
+            control: wiring.control,
+            tell: wiring.tell,
+            from: wiring.from,
+            to: wiring.to,
+            now,
+            last_housekeeping: 0,
+            refused: 0,
+            status: Arc::new(Mutex::new(status)),
+            targets: Vec::new(),
+            told: Vec::new(),
+            settings,
+        })
+    }
+
+    /// Where it takes links (the port resolved).
+    pub fn listening(&self) -> String {
+        self.net.listening()
+    }
+
+    /// The cluster's name.
+    pub fn cluster_name(&self) -> &str {
+        &self.me.cluster
+    }
+
+    /// Its status, refreshed at every housekeeping.
+    pub fn status(&self) -> Arc<Mutex<ClusterStatus>> {
+        Arc::clone(&self.status)
+    }
+
+    /// The peer named `name` (made if new).
+    pub(super) fn peer(&mut self, name: &str, listen: &str) -> u32 {
+        if let Some(&k) = self.by_name.get(name) {
+            if !listen.is_empty() {
+                listen.clone_into(&mut self.peers[k as usize].listen);
+            }
+            return k;
+        }
+        let k = self.peers.len() as u32;
+        self.peers.push(Peer { name: name.into(), listen: listen.into(), ..Default::default() });
+        self.by_name.insert(name.into(), k);
+        k
+    }
+
+    /// The routing agents' interest changes: into the agents' index and
+    /// the patterns told, each change sent to every link up.
+    fn take_control(&mut self) -> usize {
+        let mut n = 0;
+        while let Ok(c) = self.control.try_recv() {
+            n += 1;
+            let Control::Interest(change) = c else { continue };
+            match &change {
+                Interest::Add { agent, id, pattern } => {
+                    self.agents.insert(pattern, *agent, *id);
+                    self.local.hold(pattern, &mut self.told);
+                }
+                Interest::Remove { agent, id, pattern } => {
+                    self.agents.remove(pattern, *agent, *id);
+                    self.local.release(pattern, &mut self.told);
+                }
+            }
+        }
+        if !self.told.is_empty() {
+            let told = std::mem::take(&mut self.told);
+            for t in &told {
+                let f = match t {
+                    Told::Interest(p) => ClusterFrame::Interest(p.as_str()),
+                    Told::Withdraw(p) => ClusterFrame::Withdraw(p.as_str()),
+                };
+                self.broadcast(&f);
+            }
+            self.told = told;
+            self.told.clear();
+        }
+        n
+    }
+
+    /// Sends `f` on every link up; a link that fails is closed.
+    pub(super) fn broadcast(&mut self, f: &ClusterFrame<'_>) {
+        for slot in 0..self.links.len() {
+            let Some(l) = &mut self.links[slot] else { continue };
+            if l.them().is_some() {
+                if let Err(e) = l.send(f, self.now) {
+                    self.close(slot, &format!("sending {}: {e}", frame_name(f)));
+                }
+            }
+        }
+    }
+
+    /// Messages the routing agents forwarded: to every peer that wants
+    /// them, numbered per peer (a peer whose link is down or full counts
+    /// one lost, and the gap tells it).
+    fn from_agents(&mut self) -> usize {
+        let mut work = 0;
+        let (remote, targets, peers, links, now) =
+            (&self.remote, &mut self.targets, &mut self.peers, &mut self.links, self.now);
+        let mut failed = Vec::new();
+        for ring in &mut self.from {
+            work += ring.receive(POLL_LIMIT, |topic, payload, discards, flags| {
+                remote.matches_into(topic, targets);
+                for &k in targets.iter() {
+                    let p = &mut peers[k as usize];
+                    p.sequence += 1;
+                    let sent = match p.link.and_then(|s| links[s].as_mut().map(|l| (s, l))) {
+                        Some((s, l)) => match l.send_message(p.sequence, discards, flags, (topic, payload), now) {
+                            Ok(()) => true,
+                            Err(tickwire_transport::link::LinkError::Full) => false,
+                            Err(e) => {
+                                failed.push((s, e.to_string()));
+                                false
+                            }
+                        },
+                        None => false,
+                    };
+                    if sent {
+                        p.status.messages_out += 1;
+                        p.status.bytes_out += payload.len() as u64;
+                    } else {
+                        p.status.lost_out += 1;
+                    }
+                }
+            });
+        }
+        for (slot, why) in failed {
+            self.close(slot, &why);
+        }
+        work
+    }
+
+    /// Acts on one frame from the link in `slot`, up and serving peer `k`.
+    ///
+    /// # Errors
+    /// Why the link must end.
+    pub(super) fn handle(&mut self, slot: usize, k: u32, f: ClusterFrame<'_>) -> Result<(), String> {
+        match f {
+            ClusterFrame::Message { sequence, discards, flags, topic, payload } => {
+                check_topic(topic).map_err(|e| format!("MESSAGE on {topic:?}: {e}"))?;
+                let p = &mut self.peers[k as usize];
+                let inc = self.links[slot].as_ref().and_then(|l| l.them()).map_or(0, |t| t.incarnation);
+                let gap = match p.heard {
+                    Some((i, last)) if i == inc => {
+                        if sequence <= last {
+                            return Err(format!("MESSAGE sequence {sequence} after {last}"));
+                        }
+                        sequence - last - 1
+                    }
+                    _ => 0,
+                };
+                p.heard = Some((inc, sequence));
+                p.status.messages_in += 1;
+                p.status.bytes_in += payload.len() as u64;
+                p.status.lost_in += gap;
+                let lost = u32::try_from(gap).unwrap_or(u32::MAX).saturating_add(discards);
+                self.agents.matches_into(topic, &mut self.targets);
+                for &a in &self.targets {
+                    if let Some(ring) = self.to.get_mut(a as usize) {
+                        ring.send_carrying(topic, payload, flags, lost);
+                    }
+                }
+            }
+            ClusterFrame::Interest(text) | ClusterFrame::Withdraw(text) => {
+                let add = matches!(f, ClusterFrame::Interest(_));
+                let p = Pattern::parse(text).map_err(|e| format!("{} {text:?}: {e}", frame_name(&f)))?;
+                if add && self.remote.len(k) >= MAX_PEER_PATTERNS {
+                    return Err(format!("more than {MAX_PEER_PATTERNS} patterns"));
+                }
+                let change = if add { self.remote.add(k, &p) } else { self.remote.remove(k, &p) };
+                if let Some(c) = change {
+                    self.tell_agents(&c);
+                }
+                self.peers[k as usize].status.interest = self.remote.len(k);
+            }
+            ClusterFrame::Routers(list) => {
+                for (name, listen) in list {
+                    self.learn(name, listen);
+                }
+            }
+            ClusterFrame::Heartbeat => {}
+            ClusterFrame::Close(why) => return Err(format!("closed by the peer: {why}")),
+            ClusterFrame::Hello(_) | ClusterFrame::Proof(_) => {
+                return Err(format!("{} after the handshake", frame_name(&f)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells every routing agent of a change in the cluster's interest.
+    pub(super) fn tell_agents(&self, c: &Interest) {
+        for tx in &self.tell {
+            let _ = tx.send(Control::Interest(c.clone()));
+        }
+    }
+
+    /// A link came up, serving peer `k`: what it wants is told again in
+    /// full, and it is told ours and the routers we link with.
+    pub(super) fn link_up(&mut self, slot: usize, k: u32) {
+        let mut changes = Vec::new();
+        self.remote.clear(k, &mut changes);
+        for c in &changes {
+            self.tell_agents(c);
+        }
+        let p = &mut self.peers[k as usize];
+        p.link = Some(slot);
+        p.status.connects += 1;
+        p.status.interest = 0;
+        p.changed = self.now;
+        let told: Vec<String> = self.local.told().map(str::to_owned).collect();
+        let routers: Vec<(String, String)> = self
+            .peers
+            .iter()
+            .filter(|q| q.link.is_some() && q.name != self.peers[k as usize].name)
+            .map(|q| (q.name.clone(), q.listen.clone()))
+            .collect();
+        let Some(l) = self.links[slot].as_mut() else { return };
+        let mut r = Ok(());
+        for t in &told {
+            r = r.and_then(|()| l.send(&ClusterFrame::Interest(t), self.now));
+        }
+        let list: Vec<(&str, &str)> = routers.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        r = r.and_then(|()| l.send(&ClusterFrame::Routers(list), self.now));
+        if let Err(e) = r {
+            return self.close(slot, &format!("telling the new link: {e}"));
+        }
+        // The others hear of the newcomer, so that they link with it too.
+        let newcomer = self.peers[k as usize].clone_identity();
+        for (s, other) in self.links.iter_mut().enumerate() {
+            if s == slot {
+                continue;
+            }
+            if let Some(o) = other.as_mut().filter(|o| o.them().is_some()) {
+                let _ = o.send(&ClusterFrame::Routers(vec![(&newcomer.0, &newcomer.1)]), self.now);
+            }
+        }
+    }
+
+    /// Refreshes the shared status.
+    fn publish_status(&mut self) {
+        let (held, told) = self.local.counts();
+        let mut links = Vec::with_capacity(self.peers.len());
+        for p in &self.peers {
+            let mut s = p.status.clone();
+            s.router.clone_from(&p.name);
+            s.addr.clone_from(&p.listen);
+            s.state = if p.link.is_some() { "up".into() } else { "down".into() };
+            s.for_ms = self.now.saturating_sub(p.changed) / 1_000_000;
+            links.push(s);
+        }
+        if let Ok(mut st) = self.status.lock() {
+            st.patterns_held = held;
+            st.patterns_told = told;
+            st.links = links;
+            st.refused = self.refused;
+        }
+    }
+}
+
+impl Peer {
+    fn clone_identity(&self) -> (String, String) {
+        (self.name.clone(), self.listen.clone())
+    }
+}
+
+impl tickwire_agent::Agent for ClusterAgent {
+    fn do_work(&mut self) -> usize {
+        self.now = tickwire_shm::os::monotonic_ns();
+        let mut work = self.take_control();
+        work += self.from_agents();
+        work += self.poll_net();
+        self.flush_links();
+        if self.now.saturating_sub(self.last_housekeeping) >= HOUSEKEEPING_NS {
+            self.last_housekeeping = self.now;
+            self.housekeeping();
+            self.publish_status();
+        }
+        work
+    }
+
+    fn role(&self) -> &str {
+        "cluster"
+    }
+}

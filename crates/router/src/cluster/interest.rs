@@ -1,0 +1,292 @@
+//! Interest across a cluster, sans I/O.
+//!
+//! * [`LocalInterest`]: the patterns this router's clients hold (as its
+//!   routing agents announce them), and which of them its peers are told:
+//!   only those no other held pattern covers ([`covers`]: `md/>` covers
+//!   `md/eu/*`), so a router with a thousand subscriptions under `md/>`
+//!   sends one pattern. A change says what to tell and withdraw, tells
+//!   first, so no topic is without interest in between.
+//! * [`RemoteInterest`]: the patterns each peer router told, in one index
+//!   keyed by peer, and their union, which the routing agents are told as
+//!   the interest of one more agent (the cluster's) so that they forward
+//!   matching messages to it.
+
+use crate::index::SubscriptionIndex;
+use crate::peers::Interest;
+use std::collections::{BTreeMap, BTreeSet};
+use tickwire_topic::{Level, Pattern};
+
+/// Whether every topic `b` matches is matched by `a`.
+pub fn covers(a: &Pattern, b: &Pattern) -> bool {
+    let (a, b) = (a.levels(), b.levels());
+    for (i, la) in a.iter().enumerate() {
+        let Some(lb) = b.get(i) else { return false };
+        match (la, lb) {
+            (Level::Tail, _) => return true,
+            (Level::One, Level::Literal(_) | Level::One) => {}
+            (Level::Literal(x), Level::Literal(y)) if x == y => {}
+            _ => return false,
+        }
+    }
+    a.len() == b.len()
+}
+
+/// A change to what peers are told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Told {
+    /// Tell them: this router wants topics matching it.
+    Interest(Pattern),
+    /// ... no longer.
+    Withdraw(Pattern),
+}
+
+/// The patterns this router's clients hold, across its routing agents.
+#[derive(Debug, Default)]
+pub struct LocalInterest {
+    /// Pattern text to (pattern, agents holding it).
+    held: BTreeMap<Box<str>, (Pattern, u32)>,
+    /// The held patterns no other held pattern covers: what peers know.
+    told: BTreeSet<Box<str>>,
+}
+
+impl LocalInterest {
+    /// A routing agent now holds `p`; what to tell peers goes to `out`.
+    pub fn hold(&mut self, p: &Pattern, out: &mut Vec<Told>) {
+        if let Some((_, n)) = self.held.get_mut(p.as_str()) {
+            *n += 1;
+            return;
+        }
+        self.held.insert(p.as_str().into(), (p.clone(), 1));
+        if self.told.iter().any(|t| self.held.get(t).is_some_and(|(q, _)| covers(q, p))) {
+            return;
+        }
+        self.told.insert(p.as_str().into());
+        out.push(Told::Interest(p.clone()));
+        let covered: Vec<Box<str>> = self
+            .told
+            .iter()
+            .filter(|t| &***t != p.as_str() && self.held.get(*t).is_some_and(|(q, _)| covers(p, q)))
+            .cloned()
+            .collect();
+        for t in covered {
+            self.told.remove(&t);
+            if let Some((q, _)) = self.held.get(&t) {
+                out.push(Told::Withdraw(q.clone()));
+            }
+        }
+    }
+
+    /// A routing agent let go of `p`; what to tell peers goes to `out`.
+    pub fn release(&mut self, p: &Pattern, out: &mut Vec<Told>) {
+        let Some((_, n)) = self.held.get_mut(p.as_str()) else { return };
+        *n -= 1;
+        if *n > 0 {
+            return;
+        }
+        self.held.remove(p.as_str());
+        if !self.told.remove(p.as_str()) {
+            return;
+        }
+        // What it covered is told again, unless another held pattern
+        // covers it; then it is withdrawn.
+        let uncovered: Vec<Pattern> = self
+            .held
+            .values()
+            .filter(|(q, _)| covers(p, q))
+            .filter(|(q, _)| !self.held.values().any(|(r, _)| r.as_str() != q.as_str() && covers(r, q)))
+            .map(|(q, _)| q.clone())
+            .collect();
+        for q in uncovered {
+            self.told.insert(q.as_str().into());
+            out.push(Told::Interest(q));
+        }
+        out.push(Told::Withdraw(p.clone()));
+    }
+
+    /// What peers are told now (all of it, for a link just made).
+    pub fn told(&self) -> impl Iterator<Item = &str> {
+        self.told.iter().map(|t| &**t)
+    }
+
+    /// Patterns held, and how many of them peers are told.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.held.len(), self.told.len())
+    }
+}
+
+/// The patterns peer routers told: which peers want a topic, and their
+/// union, announced to the routing agents as agent `agent`'s interest.
+#[derive(Debug)]
+pub struct RemoteInterest {
+    /// The cluster's number among the routing agents' links.
+    agent: u32,
+    index: SubscriptionIndex<u32>,
+    /// Each peer's patterns.
+    by_peer: Vec<BTreeSet<Box<str>>>,
+    /// Pattern text to (its id, peers telling it).
+    union: BTreeMap<Box<str>, (u32, u32)>,
+    next_id: u32,
+}
+
+impl RemoteInterest {
+    /// Announcing to the routing agents as agent `agent`.
+    pub fn new(agent: u32) -> Self {
+        Self { agent, index: SubscriptionIndex::new(), by_peer: Vec::new(), union: BTreeMap::new(), next_id: 0 }
+    }
+
+    fn peer(&mut self, peer: u32) -> &mut BTreeSet<Box<str>> {
+        let k = peer as usize;
+        if self.by_peer.len() <= k {
+            self.by_peer.resize_with(k + 1, BTreeSet::new);
+        }
+        &mut self.by_peer[k]
+    }
+
+    /// Patterns peer `peer` told.
+    pub fn len(&self, peer: u32) -> usize {
+        self.by_peer.get(peer as usize).map_or(0, BTreeSet::len)
+    }
+
+    /// Peer `peer` wants `p`: a change for the routing agents when no
+    /// other peer did.
+    pub fn add(&mut self, peer: u32, p: &Pattern) -> Option<Interest> {
+        if !self.peer(peer).insert(p.as_str().into()) {
+            return None;
+        }
+        let fresh = !self.union.contains_key(p.as_str());
+        let id = match self.union.get_mut(p.as_str()) {
+            Some((id, n)) => {
+                *n += 1;
+                *id
+            }
+            None => {
+                let id = self.next_id;
+                self.next_id = self.next_id.wrapping_add(1);
+                self.union.insert(p.as_str().into(), (id, 1));
+                id
+            }
+        };
+        self.index.insert(p, peer, id);
+        fresh.then(|| Interest::Add { agent: self.agent, id, pattern: p.clone() })
+    }
+
+    /// Peer `peer` no longer wants `p`: a change for the routing agents
+    /// when no other peer does.
+    pub fn remove(&mut self, peer: u32, p: &Pattern) -> Option<Interest> {
+        if !self.peer(peer).remove(p.as_str()) {
+            return None;
+        }
+        let (id, n) = self.union.get_mut(p.as_str())?;
+        let id = *id;
+        *n -= 1;
+        self.index.remove(p, peer, id);
+        if *n > 0 {
+            return None;
+        }
+        self.union.remove(p.as_str());
+        Some(Interest::Remove { agent: self.agent, id, pattern: p.clone() })
+    }
+
+    /// Forgets everything peer `peer` told (it tells it all again after a
+    /// link is made); the changes for the routing agents go to `out`.
+    pub fn clear(&mut self, peer: u32, out: &mut Vec<Interest>) {
+        let all = std::mem::take(self.peer(peer));
+        for text in all {
+            if let Ok(p) = Pattern::parse(&text) {
+                self.peer(peer).insert(text);
+                out.extend(self.remove(peer, &p));
+            }
+        }
+    }
+
+    /// The peers wanting `topic` (a checked topic), into `out` (emptied
+    /// first), each once.
+    pub fn matches_into(&self, topic: &str, out: &mut Vec<u32>) {
+        if self.union.is_empty() {
+            out.clear();
+            return;
+        }
+        self.index.matches_into(topic, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Pattern {
+        Pattern::parse(s).unwrap()
+    }
+
+    #[test]
+    fn covering_is_level_by_level() {
+        assert!(covers(&p("md/>"), &p("md/eu/*")));
+        assert!(covers(&p("md/>"), &p("md/eu")));
+        assert!(covers(&p("md/>"), &p("md/>")));
+        assert!(!covers(&p("md/>"), &p("md")), "`>` needs one level at least");
+        assert!(covers(&p("md/*"), &p("md/eu")));
+        assert!(covers(&p("*/eu"), &p("md/eu")));
+        assert!(!covers(&p("md/*"), &p("md/>")));
+        assert!(!covers(&p("md/*"), &p("md/eu/x")));
+        assert!(!covers(&p("md/eu"), &p("md/*")));
+        assert!(!covers(&p("md/eu/x"), &p("md/eu")));
+        assert!(covers(&p("a/b"), &p("a/b")));
+    }
+
+    #[test]
+    fn a_covered_pattern_is_not_told_and_comes_back_when_its_cover_goes() {
+        let mut l = LocalInterest::default();
+        let mut out = Vec::new();
+        l.hold(&p("md/eu/*"), &mut out);
+        l.hold(&p("md/us/x"), &mut out);
+        assert_eq!(out, vec![Told::Interest(p("md/eu/*")), Told::Interest(p("md/us/x"))]);
+        out.clear();
+        l.hold(&p("md/>"), &mut out);
+        assert_eq!(
+            out,
+            vec![Told::Interest(p("md/>")), Told::Withdraw(p("md/eu/*")), Told::Withdraw(p("md/us/x"))],
+            "the cover is told before what it covers is withdrawn"
+        );
+        out.clear();
+        l.hold(&p("md/eu/VOD"), &mut out);
+        l.hold(&p("md/>"), &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(l.told().collect::<Vec<_>>(), vec!["md/>"]);
+        l.release(&p("md/>"), &mut out);
+        assert!(out.is_empty(), "another agent still holds it");
+        l.release(&p("md/>"), &mut out);
+        assert_eq!(
+            out,
+            vec![Told::Interest(p("md/eu/*")), Told::Interest(p("md/us/x")), Told::Withdraw(p("md/>"))],
+            "md/eu/VOD stays covered by md/eu/*"
+        );
+        out.clear();
+        l.release(&p("md/eu/*"), &mut out);
+        assert_eq!(out, vec![Told::Interest(p("md/eu/VOD")), Told::Withdraw(p("md/eu/*"))]);
+        out.clear();
+        l.release(&p("not/held"), &mut out);
+        assert!(out.is_empty());
+        assert_eq!(l.counts(), (2, 2));
+    }
+
+    #[test]
+    fn the_agents_hear_of_a_pattern_once_whatever_the_peers_holding_it() {
+        let mut r = RemoteInterest::new(2);
+        assert!(matches!(r.add(0, &p("md/>")), Some(Interest::Add { agent: 2, .. })));
+        assert_eq!(r.add(1, &p("md/>")), None);
+        assert_eq!(r.add(1, &p("md/>")), None, "told twice counts once");
+        assert!(r.add(1, &p("fx/*")).is_some());
+        let mut v = Vec::new();
+        r.matches_into("md/eu", &mut v);
+        assert_eq!(v, vec![0, 1]);
+        r.matches_into("fx/usd", &mut v);
+        assert_eq!(v, vec![1]);
+        assert_eq!(r.remove(0, &p("md/>")), None);
+        let mut out = Vec::new();
+        r.clear(1, &mut out);
+        assert_eq!(out.len(), 2, "{out:?}");
+        r.matches_into("md/eu", &mut v);
+        assert!(v.is_empty());
+        assert_eq!((r.len(0), r.len(1)), (0, 0));
+    }
+}

@@ -1,0 +1,357 @@
+//! One connection between two routers of a cluster: its stream link
+//! (`tickwire_transport::link`, batched writes), where its handshake is,
+//! and the proofs both ways.
+//!
+//! Each side sends HELLO at once, PROOF once it has the other's HELLO,
+//! and acts on nothing else before the other's PROOF checks out:
+//! PROOF = HMAC-SHA256(secret, cluster ‖ receiver's nonce ‖ sender's nonce
+//! ‖ sender's name). The secret never crosses the link; a proof is good
+//! for one connection (the receiver's nonce) and one sender (its name:
+//! a router refuses a HELLO bearing its own name, so its proofs cannot be
+//! played back to it).
+
+use ring::hmac;
+use std::sync::Arc;
+use std::time::Duration;
+use tickwire_transport::link::{Batching, LinkError, StreamLink};
+use tickwire_transport::tls::Wire;
+use tickwire_wire::cluster::{
+    emit_message_header, ClusterFrame, Hello, CLUSTER_PROTOCOL_VERSION, NONCE_LEN, PROOF_LEN,
+};
+
+/// Largest frame read from a peer router.
+pub const MAX_FRAME: usize = (1 << 20) + 1024;
+/// Bytes a link holds unwritten before messages for it are dropped.
+pub const WRITE_LIMIT: usize = 16 << 20;
+/// How long a link may take from its connection to the other's PROOF.
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Why a link a router made to itself ends (a peer list that names it).
+pub const TO_ITSELF: &str = "a link to itself";
+
+/// What this router says of itself in every HELLO.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// The cluster's name.
+    pub cluster: String,
+    /// This router's name.
+    pub name: String,
+    /// Where it takes cluster links.
+    pub listen: String,
+    /// This run of it.
+    pub incarnation: u64,
+    /// The cluster's shared secret, as an HMAC key.
+    pub key: hmac::Key,
+}
+
+/// The other router, as its HELLO said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Them {
+    /// Its name.
+    pub name: String,
+    /// Where it takes cluster links.
+    pub listen: String,
+    /// Its run.
+    pub incarnation: u64,
+    nonce: [u8; NONCE_LEN],
+}
+
+/// Where a link's handshake is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stage {
+    /// Dialed, the connection not yet made.
+    Connecting,
+    /// Our HELLO sent, waiting for theirs.
+    Hello,
+    /// Our PROOF sent, waiting for theirs.
+    Proof(Them),
+    /// Both proofs checked: frames flow.
+    Up(Them),
+}
+
+/// One connection to another router.
+#[derive(Debug)]
+pub struct PeerLink {
+    /// The connection and its halves.
+    pub link: StreamLink,
+    /// Where the handshake is.
+    pub stage: Stage,
+    /// We dialed it (else it was accepted).
+    pub dialed: bool,
+    /// The address dialed, or the one it came from.
+    pub addr: String,
+    /// When it started (monotonic ns): the handshake's deadline runs from it.
+    pub since: u64,
+    /// The peer it serves once up (an index into the agent's peers).
+    pub peer: Option<u32>,
+    nonce: [u8; NONCE_LEN],
+    /// Frame scratch (kept: no allocation per frame).
+    pub scratch: Vec<u8>,
+}
+
+fn proof(key: &hmac::Key, cluster: &str, receiver: &[u8], sender: &[u8], name: &str) -> hmac::Tag {
+    let mut ctx = hmac::Context::with_key(key);
+    for part in [cluster.as_bytes(), receiver, sender, name.as_bytes()] {
+        ctx.update(&(part.len() as u32).to_le_bytes());
+        ctx.update(part);
+    }
+    ctx.sign()
+}
+
+/// Why a link ends.
+pub type Why = String;
+
+impl PeerLink {
+    /// A link on `wire` (connecting if `connecting`), made at `now`.
+    pub fn new(wire: Arc<Wire>, dialed: bool, connecting: bool, addr: String, now: u64) -> Self {
+        let mut nonce = [0u8; NONCE_LEN];
+        // A nonce need not be secret, only new: the clock stands in if the
+        // kernel's generator fails.
+        if getrandom::fill(&mut nonce).is_err() {
+            nonce[..8].copy_from_slice(&now.to_le_bytes());
+        }
+        let mut link = StreamLink::new(wire, (1, MAX_FRAME), WRITE_LIMIT, Batching::SMART);
+        link.liveness = tickwire_transport::link::Liveness::new(Duration::ZERO, now);
+        Self {
+            link,
+            stage: if connecting { Stage::Connecting } else { Stage::Hello },
+            dialed,
+            addr,
+            since: now,
+            peer: None,
+            nonce,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Sends a frame (batched at `now`).
+    ///
+    /// # Errors
+    /// The link failed or its buffer is full.
+    pub fn send(&mut self, f: &ClusterFrame<'_>, now: u64) -> Result<(), LinkError> {
+        self.scratch.clear();
+        f.emit(&mut self.scratch).map_err(|e| LinkError::Broken(e.to_string()))?;
+        let (wire, _, writer) = self.link.parts();
+        writer.push(wire, &self.scratch, now)
+    }
+
+    /// Sends one MESSAGE, its payload copied once, into the link's buffer.
+    ///
+    /// # Errors
+    /// The link failed, or its buffer is full ([`LinkError::Full`]: the
+    /// message is lost, and the sequence shows it).
+    pub fn send_message(
+        &mut self,
+        sequence: u64,
+        discards: u32,
+        flags: u8,
+        (topic, payload): (&str, &[u8]),
+        now: u64,
+    ) -> Result<(), LinkError> {
+        self.scratch.clear();
+        emit_message_header(&mut self.scratch, sequence, discards, flags, topic)
+            .map_err(|e| LinkError::Broken(e.to_string()))?;
+        let head = self.scratch.len();
+        let (wire, _, writer) = self.link.parts();
+        let at = writer.reserve(wire, head + payload.len())?;
+        let room = writer.buffer_mut(at);
+        room[..head].copy_from_slice(&self.scratch);
+        room[head..].copy_from_slice(payload);
+        writer.commit(wire, now)
+    }
+
+    /// Sends our HELLO (the connection is made).
+    ///
+    /// # Errors
+    /// The link failed.
+    pub fn hello(&mut self, me: &Identity, now: u64) -> Result<(), LinkError> {
+        self.stage = Stage::Hello;
+        let h = Hello {
+            version: CLUSTER_PROTOCOL_VERSION,
+            incarnation: me.incarnation,
+            nonce: self.nonce,
+            cluster: &me.cluster,
+            name: &me.name,
+            listen: &me.listen,
+        };
+        self.send(&ClusterFrame::Hello(h), now)?;
+        let (wire, _, writer) = self.link.parts();
+        writer.flush(wire, &mut []).map(|_| ())
+    }
+
+    /// Acts on a handshake frame; `Ok(true)` once the link is up.
+    ///
+    /// # Errors
+    /// Why the link must end (a wrong cluster, name or proof, a frame out
+    /// of turn).
+    pub fn handshake(&mut self, me: &Identity, f: &ClusterFrame<'_>, now: u64) -> Result<bool, Why> {
+        match (&self.stage, f) {
+            (Stage::Hello, ClusterFrame::Hello(h)) => {
+                if h.version != CLUSTER_PROTOCOL_VERSION {
+                    return Err(format!(
+                        "cluster protocol {} (this router speaks {CLUSTER_PROTOCOL_VERSION})",
+                        h.version
+                    ));
+                }
+                if h.cluster != me.cluster {
+                    return Err(format!("cluster {:?}, this is {:?}", h.cluster, me.cluster));
+                }
+                if h.name == me.name {
+                    return Err(if h.incarnation == me.incarnation {
+                        TO_ITSELF.into()
+                    } else {
+                        format!("router name {:?} is this router's own: give each router its own --name", h.name)
+                    });
+                }
+                if h.name.is_empty() || h.name.chars().any(char::is_control) {
+                    return Err(format!("router name {:?} is empty or holds control characters", h.name));
+                }
+                let tag = proof(&me.key, &me.cluster, &h.nonce, &self.nonce, &me.name);
+                let mut p = [0u8; PROOF_LEN];
+                p.copy_from_slice(tag.as_ref());
+                self.send(&ClusterFrame::Proof(p), now).map_err(|e| e.to_string())?;
+                let them =
+                    Them { name: h.name.into(), listen: h.listen.into(), incarnation: h.incarnation, nonce: h.nonce };
+                self.stage = Stage::Proof(them);
+                Ok(false)
+            }
+            (Stage::Proof(them), ClusterFrame::Proof(p)) => {
+                let mut msg = Vec::new();
+                for part in [me.cluster.as_bytes(), &self.nonce, &them.nonce, them.name.as_bytes()] {
+                    msg.extend_from_slice(&(part.len() as u32).to_le_bytes());
+                    msg.extend_from_slice(part);
+                }
+                if hmac::verify(&me.key, &msg, p).is_err() {
+                    return Err(format!("router {:?} failed the cluster's secret (a wrong secret_file?)", them.name));
+                }
+                self.stage = Stage::Up(them.clone());
+                Ok(true)
+            }
+            (Stage::Up(_), _) => Ok(true),
+            (_, ClusterFrame::Close(why)) => Err(format!("closed by the peer: {why}")),
+            (stage, f) => Err(format!("{} before the handshake ended ({stage:?})", frame_name(f))),
+        }
+    }
+
+    /// The other router, once up.
+    pub fn them(&self) -> Option<&Them> {
+        match &self.stage {
+            Stage::Up(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// A frame's name, for messages.
+pub fn frame_name(f: &ClusterFrame<'_>) -> &'static str {
+    match f {
+        ClusterFrame::Hello(_) => "HELLO",
+        ClusterFrame::Proof(_) => "PROOF",
+        ClusterFrame::Routers(_) => "ROUTERS",
+        ClusterFrame::Interest(_) => "INTEREST",
+        ClusterFrame::Withdraw(_) => "WITHDRAW",
+        ClusterFrame::Message { .. } => "MESSAGE",
+        ClusterFrame::Heartbeat => "HEARTBEAT",
+        ClusterFrame::Close(_) => "CLOSE",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+
+    fn me(name: &str, secret: &[u8]) -> Identity {
+        Identity {
+            cluster: "c".into(),
+            name: name.into(),
+            listen: "127.0.0.1:1".into(),
+            incarnation: name.len() as u64,
+            key: hmac::Key::new(hmac::HMAC_SHA256, secret),
+        }
+    }
+
+    fn pair() -> (PeerLink, PeerLink) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let a = PeerLink::new(Arc::new(Wire::plain(c)), true, false, "a".into(), 0);
+        let b = PeerLink::new(Arc::new(Wire::plain(s)), false, false, "b".into(), 0);
+        (a, b)
+    }
+
+    /// Runs both handshakes by hand, frame by frame.
+    fn shake(
+        a: &mut PeerLink,
+        ia: &Identity,
+        b: &mut PeerLink,
+        ib: &Identity,
+    ) -> (Result<bool, Why>, Result<bool, Why>) {
+        a.hello(ia, 0).unwrap();
+        b.hello(ib, 0).unwrap();
+        let hello = |x: &PeerLink, id: &Identity| {
+            let mut v = Vec::new();
+            ClusterFrame::Hello(Hello {
+                version: CLUSTER_PROTOCOL_VERSION,
+                incarnation: id.incarnation,
+                nonce: x.nonce,
+                cluster: &id.cluster,
+                name: &id.name,
+                listen: &id.listen,
+            })
+            .emit(&mut v)
+            .unwrap();
+            v
+        };
+        let (ha, hb) = (hello(a, ia), hello(b, ib));
+        a.handshake(ia, &ClusterFrame::parse(&hb).unwrap(), 0).unwrap();
+        b.handshake(ib, &ClusterFrame::parse(&ha).unwrap(), 0).unwrap();
+        // Each one's PROOF, as it sent it.
+        let Stage::Proof(ta) = a.stage.clone() else { panic!() };
+        let Stage::Proof(tb) = b.stage.clone() else { panic!() };
+        let pa = proof(&ia.key, &ia.cluster, &ta.nonce, &a.nonce, &ia.name);
+        let pb = proof(&ib.key, &ib.cluster, &tb.nonce, &b.nonce, &ib.name);
+        let arr = |t: hmac::Tag| {
+            let mut p = [0u8; PROOF_LEN];
+            p.copy_from_slice(t.as_ref());
+            p
+        };
+        (a.handshake(ia, &ClusterFrame::Proof(arr(pb)), 0), b.handshake(ib, &ClusterFrame::Proof(arr(pa)), 0))
+    }
+
+    #[test]
+    fn two_routers_with_the_secret_prove_it_to_each_other() {
+        let (mut a, mut b) = pair();
+        let (ra, rb) = shake(&mut a, &me("a", b"s3cret"), &mut b, &me("bb", b"s3cret"));
+        assert_eq!((ra, rb), (Ok(true), Ok(true)));
+        assert_eq!(a.them().unwrap().name, "bb");
+        assert_eq!(b.them().unwrap().name, "a");
+    }
+
+    #[test]
+    fn a_wrong_secret_a_wrong_cluster_or_our_own_name_is_refused() {
+        let (mut a, mut b) = pair();
+        let (ra, rb) = shake(&mut a, &me("a", b"one"), &mut b, &me("bb", b"two"));
+        assert!(ra.unwrap_err().contains("failed the cluster's secret"));
+        assert!(rb.unwrap_err().contains("\"a\" failed"));
+        let (mut a, _b) = pair();
+        let mut other = me("bb", b"s");
+        other.cluster = "d".into();
+        a.hello(&me("a", b"s"), 0).unwrap();
+        let mut v = Vec::new();
+        let h = Hello { version: 1, incarnation: 2, nonce: [0; 16], cluster: "d", name: "bb", listen: "x" };
+        ClusterFrame::Hello(h).emit(&mut v).unwrap();
+        let e = a.handshake(&me("a", b"s"), &ClusterFrame::parse(&v).unwrap(), 0).unwrap_err();
+        assert!(e.contains("cluster \"d\""), "{e}");
+        let (mut a, _b) = pair();
+        a.hello(&me("a", b"s"), 0).unwrap();
+        let h = Hello { version: 1, incarnation: 99, nonce: [0; 16], cluster: "c", name: "a", listen: "x" };
+        let e = a.handshake(&me("a", b"s"), &ClusterFrame::Hello(h), 0).unwrap_err();
+        assert!(e.contains("this router's own"), "{e}");
+        let (mut a, _b) = pair();
+        a.hello(&me("a", b"s"), 0).unwrap();
+        let e = a.handshake(&me("a", b"s"), &ClusterFrame::Interest("x"), 0).unwrap_err();
+        assert!(e.contains("INTEREST before the handshake"), "{e}");
+        drop(other);
+    }
+}

@@ -1,0 +1,122 @@
+//! A router cluster across hosts: subscribers anywhere, each message
+//! crossing each link once.
+//!
+//! ```text
+//!  router A                                                     router B
+//!  agent k ─ publish ─► link ring ─► ClusterAgent ─ MESSAGE ─► ClusterAgent ─► link ring ─► agent j ─► B's subscribers
+//!          ◄─ Interest (agent n) ──                ◄─ INTEREST ─              ─ Interest ─►
+//! ```
+//!
+//! The cluster is one more agent among a router's routing agents
+//! ([`crate::peers`]): agent number `n` when there are `n` routing
+//! agents, on a thread of its own ([`ClusterAgent`]). To the routing
+//! agents it is an agent whose clients want what the other routers'
+//! clients want, so they forward it matching messages through a ring, as
+//! to any agent; what it receives from other routers it hands to the
+//! routing agents whose clients want it, and they deliver it to their own
+//! clients only. A message therefore makes one hop between routers, never
+//! two: no loop and no duplicate, whatever the links and subscriptions.
+//!
+//! * [`interest`]: which patterns to tell peers (one that another covers
+//!   is not told: `md/>` covers `md/eu/*`) and which peers want a topic.
+//! * [`link`]: one connection to another router, its handshake (both
+//!   prove they hold the cluster's secret) over the batched stream link of
+//!   `tickwire_transport::link`.
+//! * [`ClusterAgent`]: the links (full mesh: every router dials the routers
+//!   it is told of, learns the others from them, and two routers keep one
+//!   link: the one the router with the lower name dialed), their
+//!   heartbeats and backoff, the sequence numbers that make a message lost
+//!   while a link was down a counted gap, and the status.
+//!
+//! The protocol's frames are `tickwire_wire::cluster`.
+
+pub(crate) mod agent;
+pub mod interest;
+pub mod link;
+mod net;
+
+pub use agent::ClusterAgent;
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// What a router needs to join a cluster.
+#[derive(Clone)]
+pub struct ClusterSettings {
+    /// The cluster's name: links between routers of different names are
+    /// refused.
+    pub cluster: String,
+    /// This router's name (unique in its cluster).
+    pub name: String,
+    /// Where it takes links from other routers.
+    pub listen: SocketAddr,
+    /// What it tells others to dial (`listen`, unless its address is
+    /// unspecified and another is given).
+    pub advertise: String,
+    /// The routers it dials at start (`host:port`).
+    pub peers: Vec<String>,
+    /// The cluster's shared secret.
+    pub secret: Vec<u8>,
+    /// Heartbeats on idle links; a link silent for twice this is dropped.
+    pub heartbeat: Duration,
+}
+
+impl std::fmt::Debug for ClusterSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterSettings")
+            .field("cluster", &self.cluster)
+            .field("name", &self.name)
+            .field("listen", &self.listen)
+            .field("peers", &self.peers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The cluster as one router sees it (in `router-status.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ClusterStatus {
+    /// The cluster's name.
+    pub cluster: String,
+    /// Where this router takes links.
+    pub listen: String,
+    /// Patterns this router's clients hold, and how many of them its peers
+    /// are told (the rest are covered by others).
+    pub patterns_held: usize,
+    /// ... told.
+    pub patterns_told: usize,
+    /// Each other router it knows.
+    pub links: Vec<LinkStatus>,
+    /// Links refused (a wrong secret, cluster or name; a bad frame).
+    pub refused: u64,
+}
+
+/// One other router of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct LinkStatus {
+    /// Its name.
+    pub router: String,
+    /// Where it takes links.
+    pub addr: String,
+    /// `up`, or `down` (being dialed, or waiting for it to dial).
+    pub state: String,
+    /// Messages and bytes sent to it.
+    pub messages_out: u64,
+    /// ...
+    pub bytes_out: u64,
+    /// Messages and bytes received from it.
+    pub messages_in: u64,
+    /// ...
+    pub bytes_in: u64,
+    /// Messages for it dropped: its link down or full.
+    pub lost_out: u64,
+    /// Messages from it lost (gaps in its sequence), told to the
+    /// subscribers they were for as discards.
+    pub lost_in: u64,
+    /// Patterns it told this router.
+    pub interest: usize,
+    /// Times the link was made.
+    pub connects: u64,
+    /// Milliseconds since it last came up or went down.
+    pub for_ms: u64,
+}

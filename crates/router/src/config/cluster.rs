@@ -1,0 +1,144 @@
+//! `[router.cluster]`: the router cluster this router is a member of (see
+//! [`crate::cluster`]).
+
+use super::ConfigError;
+use crate::cluster::ClusterSettings;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `[router.cluster]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterTable {
+    /// The cluster's name: links with routers of another are refused.
+    pub name: String,
+    /// Where this router takes links from the others, `tcp://HOST:PORT`.
+    pub listen: String,
+    /// What the others are told to dial (`HOST:PORT`); empty: `listen`,
+    /// which must then not be `0.0.0.0`.
+    pub advertise: String,
+    /// Routers to dial at start, `tcp://HOST:PORT` (one is enough: the
+    /// rest are learned from it).
+    pub peers: Vec<String>,
+    /// A file holding the cluster's shared secret, its owner's alone
+    /// (mode 600): every router of the cluster proves it holds the same.
+    pub secret_file: PathBuf,
+    /// Heartbeats on an idle link; a link silent for twice this is
+    /// dropped and dialed again.
+    pub heartbeat: String,
+}
+
+impl Default for ClusterTable {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            listen: String::new(),
+            advertise: String::new(),
+            peers: Vec::new(),
+            secret_file: PathBuf::new(),
+            heartbeat: "1s".into(),
+        }
+    }
+}
+
+/// `tcp://HOST:PORT` or `HOST:PORT` without its scheme.
+fn host_port(uri: &str) -> &str {
+    uri.strip_prefix("tcp://").unwrap_or(uri)
+}
+
+impl ClusterTable {
+    /// The settings, the secret read now, for the router named `router`.
+    ///
+    /// # Errors
+    /// [`ConfigError::Value`] naming the key.
+    pub fn to_settings(&self, router: &str) -> Result<ClusterSettings, ConfigError> {
+        let bad = |key: &'static str, value: &dyn std::fmt::Display, why: &'static str| ConfigError::Value {
+            key,
+            value: value.to_string(),
+            why,
+        };
+        if self.name.is_empty() || self.name.len() > 200 || self.name.chars().any(char::is_control) {
+            return Err(bad("cluster.name", &self.name, "1 to 200 bytes, no control characters"));
+        }
+        if router.is_empty() || router.len() > 200 {
+            return Err(bad("name", &router, "1 to 200 bytes: each router of a cluster needs its own name"));
+        }
+        let listen: SocketAddr =
+            host_port(&self.listen).parse().map_err(|_| bad("cluster.listen", &self.listen, "tcp://IP:PORT"))?;
+        let advertise = match (self.advertise.as_str(), listen.ip().is_unspecified()) {
+            ("", true) => {
+                return Err(bad("cluster.advertise", &"", "HOST:PORT the others dial (listen is 0.0.0.0)"));
+            }
+            ("", false) => listen.to_string(),
+            (a, _) => host_port(a).to_owned(),
+        };
+        for p in &self.peers {
+            if tickwire_transport::tcp::resolve(host_port(p)).is_none() {
+                return Err(bad("cluster.peers", p, "tcp://HOST:PORT, resolvable"));
+            }
+        }
+        let heartbeat: Duration = humantime::parse_duration(&self.heartbeat)
+            .ok()
+            .filter(|d| *d >= Duration::from_millis(10))
+            .ok_or_else(|| bad("cluster.heartbeat", &self.heartbeat, "a duration of 10ms or more"))?;
+        let secret = tickwire_transport::tls::read_secret(&self.secret_file).map_err(|e| {
+            tracing::error!("[router.cluster] secret_file {}: {e}", self.secret_file.display());
+            bad("cluster.secret_file", &self.secret_file.display(), "a readable file, mode 600, holding the secret")
+        })?;
+        let secret: Vec<u8> = secret.trim_ascii().to_vec();
+        if secret.len() < 16 {
+            return Err(bad("cluster.secret_file", &self.secret_file.display(), "a secret of 16 bytes or more"));
+        }
+        // Routers left with the default name are told apart by address.
+        let name = if router == super::DEFAULT_NAME { format!("{router}@{advertise}") } else { router.to_owned() };
+        Ok(ClusterSettings {
+            cluster: self.name.clone(),
+            name,
+            listen,
+            advertise,
+            peers: self.peers.iter().map(|p| host_port(p).to_owned()).collect(),
+            secret,
+            heartbeat,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_settings_name_the_key_at_fault() {
+        let dir = std::env::temp_dir().join(format!("tw-cluster-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let secret = dir.join("secret");
+        std::fs::write(&secret, "0123456789abcdef0123\n").unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let t = ClusterTable {
+            name: "prod".into(),
+            listen: "tcp://127.0.0.1:7700".into(),
+            peers: vec!["tcp://127.0.0.1:7701".into()],
+            secret_file: secret.clone(),
+            ..ClusterTable::default()
+        };
+        let s = t.to_settings("a").unwrap();
+        assert_eq!(
+            (s.advertise.as_str(), s.peers[0].as_str(), s.secret.len()),
+            ("127.0.0.1:7700", "127.0.0.1:7701", 20)
+        );
+        let e = |t: ClusterTable| t.to_settings("a").unwrap_err().to_string();
+        assert!(e(ClusterTable { listen: "tcp://0.0.0.0:7700".into(), ..t.clone() }).starts_with("cluster.advertise"));
+        assert!(e(ClusterTable { listen: "nowhere".into(), ..t.clone() }).starts_with("cluster.listen = nowhere"));
+        assert!(e(ClusterTable { name: String::new(), ..t.clone() }).starts_with("cluster.name"));
+        assert!(e(ClusterTable { heartbeat: "1ms".into(), ..t.clone() }).starts_with("cluster.heartbeat"));
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(e(t.clone()).starts_with("cluster.secret_file"), "a secret others may read is refused");
+        std::fs::write(&secret, "short").unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(e(t).contains("16 bytes or more"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
