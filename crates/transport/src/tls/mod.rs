@@ -159,10 +159,14 @@ impl Write for &Wire {
         self.write_vectored(&[IoSlice::new(buf)])
     }
 
-    /// One `writev` on plain TCP; over TLS, every slice into records, then
-    /// the records out in as few writes as the socket allows.
+    /// One `sendmsg` on plain TCP (a `writev` with `MSG_NOSIGNAL`: a peer
+    /// gone is `EPIPE`, never a SIGPIPE, which the command line leaves at
+    /// its default, death); over TLS, every slice into records, then the
+    /// records out in as few writes as the socket allows.
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
-        let Some(mut c) = self.lock() else { return (&self.stream).write_vectored(bufs) };
+        let Some(mut c) = self.lock() else {
+            return socket2::SockRef::from(&self.stream).send_vectored_with_flags(bufs, libc::MSG_NOSIGNAL);
+        };
         // Records still waiting go first; while the socket cannot take
         // them, take no more plaintext (the caller keeps it, as it would
         // for a full socket).
