@@ -35,6 +35,12 @@ pub(super) struct Peer {
     pub(super) status: LinkStatus,
     /// When it last came up or went down.
     pub(super) changed: u64,
+    /// Since its link came up, until the ROUTERS frame that ends its
+    /// retelling: the patterns it told before and has not told again
+    /// (withdrawn at that frame). Kept meanwhile, so that what it wanted
+    /// while the link was down is numbered (its loss counted) and nothing
+    /// is unwanted between a clear and its retelling.
+    pub(super) stale: Option<std::collections::BTreeSet<Box<str>>>,
 }
 
 /// The cluster's agent (see [`crate::cluster`]).
@@ -271,6 +277,9 @@ impl ClusterAgent {
                 if add && self.remote.len(k) >= MAX_PEER_PATTERNS {
                     return Err(format!("more than {MAX_PEER_PATTERNS} patterns"));
                 }
+                if let Some(stale) = &mut self.peers[k as usize].stale {
+                    stale.remove(text);
+                }
                 let change = if add { self.remote.add(k, &p) } else { self.remote.remove(k, &p) };
                 if let Some(c) = change {
                     self.tell_agents(&c);
@@ -278,6 +287,13 @@ impl ClusterAgent {
                 self.peers[k as usize].status.interest = self.remote.len(k);
             }
             ClusterFrame::Routers(list) => {
+                // The first after the link came up ends the peer's retelling.
+                for text in self.peers[k as usize].stale.take().unwrap_or_default() {
+                    if let Some(c) = Pattern::parse(&text).ok().and_then(|p| self.remote.remove(k, &p)) {
+                        self.tell_agents(&c);
+                    }
+                }
+                self.peers[k as usize].status.interest = self.remote.len(k);
                 for (name, listen) in list {
                     self.learn(name, listen);
                 }
@@ -298,18 +314,15 @@ impl ClusterAgent {
         }
     }
 
-    /// A link came up, serving peer `k`: what it wants is told again in
-    /// full, and it is told ours and the routers we link with.
+    /// A link came up, serving peer `k`: it tells again in full what it
+    /// wants (what it does not is withdrawn at the ROUTERS frame that
+    /// follows), and it is told ours, then the routers we link with.
     pub(super) fn link_up(&mut self, slot: usize, k: u32) {
-        let mut changes = Vec::new();
-        self.remote.clear(k, &mut changes);
-        for c in &changes {
-            self.tell_agents(c);
-        }
+        let stale = self.remote.patterns(k);
         let p = &mut self.peers[k as usize];
+        p.stale = Some(stale);
         p.link = Some(slot);
         p.status.connects += 1;
-        p.status.interest = 0;
         p.changed = self.now;
         let told: Vec<String> = self.local.told().map(str::to_owned).collect();
         let routers: Vec<(String, String)> = self

@@ -187,16 +187,9 @@ impl RemoteInterest {
         Some(Interest::Remove { agent: self.agent, id, pattern: p.clone() })
     }
 
-    /// Forgets everything peer `peer` told (it tells it all again after a
-    /// link is made); the changes for the routing agents go to `out`.
-    pub fn clear(&mut self, peer: u32, out: &mut Vec<Interest>) {
-        let all = std::mem::take(self.peer(peer));
-        for text in all {
-            if let Ok(p) = Pattern::parse(&text) {
-                self.peer(peer).insert(text);
-                out.extend(self.remove(peer, &p));
-            }
-        }
+    /// The patterns peer `peer` told.
+    pub fn patterns(&self, peer: u32) -> BTreeSet<Box<str>> {
+        self.by_peer.get(peer as usize).cloned().unwrap_or_default()
     }
 
     /// The peers wanting `topic` (a checked topic), into `out` (emptied
@@ -282,9 +275,9 @@ mod tests {
         r.matches_into("fx/usd", &mut v);
         assert_eq!(v, vec![1]);
         assert_eq!(r.remove(0, &p("md/>")), None);
-        let mut out = Vec::new();
-        r.clear(1, &mut out);
-        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(r.patterns(1).len(), 2);
+        assert!(matches!(r.remove(1, &p("md/>")), Some(Interest::Remove { agent: 2, .. })), "its last holder");
+        assert!(r.remove(1, &p("fx/*")).is_some());
         r.matches_into("md/eu", &mut v);
         assert!(v.is_empty());
         assert_eq!((r.len(0), r.len(1)), (0, 0));

@@ -307,6 +307,11 @@ impl ClusterAgent {
             // stays, as the other router decides too.
             let keep_ours = *self.me.name < *them.name;
             if dialed != keep_ours {
+                // Not a refusal: the pair keeps the other.
+                if let Some(l) = self.links[slot].as_mut() {
+                    l.peer = Some(k);
+                }
+                tracing::debug!("cluster: a second link with router {} closed", them.name);
                 return Err("a second link between the same routers".into());
             }
             self.close(other, "a second link between the same routers");

@@ -1,0 +1,341 @@
+//! A router cluster across hosts: routers each in a network namespace of
+//! their own, joined by veth pairs to a bridge in one more (all made and
+//! removed by the test), each with its clients in its namespace: the real
+//! binaries (`tickwire router`, `pub`, `sub --verify`).
+//!
+//! - Publishers on one router, wildcard subscribers on the others: every
+//!   message once to each matching subscriber, none to one that does not
+//!   match; a subscriber made later on the first router receives from a
+//!   publisher on another; a router killed (-9) leaves the others serving
+//!   their clients, and is linked again when it comes back.
+//! - A partition between two routers (an `nft` drop rule): the link comes
+//!   back after the rule is removed, interest is told again, and what was
+//!   lost meanwhile reaches the subscriber as a discard count: received
+//!   plus discarded is what was published, and `--verify` finds no gap
+//!   that was not announced.
+//! - Four routers each told only of the next (a ring): a link with each
+//!   of the others, every message once to each subscriber, no loop.
+//! - A router with another secret is refused, and says why.
+//!
+//! Runs as root (namespaces, nftables), in `make test`.
+
+#[path = "support/router.rs"]
+mod router;
+
+use router::{RouterProcess, BIN};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SECRET: &str = "a-cluster-secret-of-the-test-0123";
+/// A port every router's clients use, in its own namespace.
+const CLIENTS: &str = "tcp://127.0.0.1:7600";
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `n` namespaces on one bridge (10.77.K.1 to .n), and a directory for
+/// each router; all removed when dropped.
+struct Hosts {
+    tag: String,
+    n: usize,
+    dir: PathBuf,
+    /// Which /24 (so tests running at once do not share addresses).
+    net: u8,
+}
+
+impl Hosts {
+    fn create(n: usize, net: u8) -> Self {
+        let tag = format!("twc{}{net}", std::process::id() % 100_000);
+        let dir = std::env::temp_dir().join(format!("tw-cluster-{tag}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let secret = dir.join("secret");
+        std::fs::write(&secret, SECRET).unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let h = Self { tag, n, dir, net };
+        let hub = h.ns_hub();
+        let _ = Command::new("ip").args(["netns", "del", &hub]).stderr(Stdio::null()).status();
+        run(Command::new("ip").args(["netns", "add", &hub]));
+        run(Command::new("ip").args(["-n", &hub, "link", "add", "br0", "type", "bridge"]));
+        run(Command::new("ip").args(["-n", &hub, "link", "set", "br0", "up"]));
+        for k in 0..n {
+            let ns = h.ns(k);
+            let _ = Command::new("ip").args(["netns", "del", &ns]).stderr(Stdio::null()).status();
+            run(Command::new("ip").args(["netns", "add", &ns]));
+            run(Command::new("ip").args(["-n", &ns, "link", "set", "lo", "up"]));
+            let port = format!("h{k}");
+            run(Command::new("ip")
+                .args(["-n", &ns, "link", "add", "eth0", "type", "veth", "peer", "name", &port, "netns", &hub]));
+            run(Command::new("ip").args(["-n", &ns, "addr", "add", &format!("{}/24", h.addr(k)), "dev", "eth0"]));
+            run(Command::new("ip").args(["-n", &ns, "link", "set", "eth0", "up"]));
+            run(Command::new("ip").args(["-n", &hub, "link", "set", &port, "master", "br0"]));
+            run(Command::new("ip").args(["-n", &hub, "link", "set", &port, "up"]));
+            std::fs::create_dir_all(h.dir(k)).unwrap();
+            std::fs::set_permissions(h.dir(k), std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        h
+    }
+
+    fn ns_hub(&self) -> String {
+        format!("{}-hub", self.tag)
+    }
+    fn ns(&self, k: usize) -> String {
+        format!("{}-{k}", self.tag)
+    }
+    fn addr(&self, k: usize) -> String {
+        format!("10.77.{}.{}", self.net, k + 1)
+    }
+    fn dir(&self, k: usize) -> PathBuf {
+        self.dir.join(format!("r{k}"))
+    }
+
+    /// `tickwire ARGS` in host `k`'s namespace.
+    fn cmd(&self, k: usize, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns(k), BIN]).args(args);
+        c
+    }
+
+    /// Router `r{k}`, told of `peers` (host numbers), its secret `secret`.
+    fn router_with(&self, k: usize, peers: &[usize], secret: &str) -> RouterProcess {
+        let file = self.dir.join(format!("secret-{k}"));
+        std::fs::write(&file, secret).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let dir = self.dir(k).display().to_string();
+        let (name, listen) = (format!("r{k}"), format!("tcp://{}:7700", self.addr(k)));
+        let mut args = vec!["router", "--dir", &dir, "--name", &name, "--listen", CLIENTS, "--cluster-name", "test"];
+        args.extend(["--cluster-listen", &listen, "--cluster-secret-file"]);
+        let file = file.display().to_string();
+        args.push(&file);
+        let uris: Vec<String> = peers.iter().map(|&p| format!("tcp://{}:7700", self.addr(p))).collect();
+        for u in &uris {
+            args.extend(["--cluster-peer", u]);
+        }
+        RouterProcess::spawn(&mut self.cmd(k, &args))
+    }
+
+    fn router(&self, k: usize, peers: &[usize]) -> RouterProcess {
+        self.router_with(k, peers, SECRET)
+    }
+
+    /// `tickwire sub --verify` on router `k`, `topic`, for `count`
+    /// messages (or until `within`); waits until it is subscribed.
+    fn sub(&self, k: usize, topic: &str, count: u64, within: &str) -> Child {
+        let count = count.to_string();
+        let args = ["sub", "--router", CLIENTS, "--topic", topic, "--count", &count, "--verify", "--duration", within];
+        let mut child = self.cmd(k, &args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        // Its first line (on stderr) says it is subscribed.
+        let mut first = Vec::new();
+        let out = child.stderr.as_mut().unwrap();
+        let mut b = [0u8; 1];
+        while std::io::Read::read(out, &mut b).unwrap_or(0) == 1 && b[0] != b'\n' {
+            first.push(b[0]);
+        }
+        assert!(String::from_utf8_lossy(&first).contains("subscribed to"), "{}", String::from_utf8_lossy(&first));
+        child
+    }
+
+    /// `tickwire pub` on router `k`: `count` messages on `topic` at `rate`.
+    fn publish(&self, k: usize, topic: &str, count: u64, rate: &str) {
+        let count = count.to_string();
+        let args = ["pub", "--router", CLIENTS, "--topic", topic, "--count", &count, "--rate", rate];
+        let out = self.cmd(k, &args).output().unwrap();
+        assert!(out.status.success(), "pub: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Router `k`'s status, as JSON.
+    fn status(&self, k: usize) -> serde_json::Value {
+        let dir = self.dir(k).display().to_string();
+        let out = Command::new(BIN).args(["router", "status", "--dir", &dir, "--json"]).output().unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Router `k`'s link to router `to` in its status.
+    fn link(&self, k: usize, to: usize) -> serde_json::Value {
+        let st = self.status(k);
+        let links = st["cluster"]["links"].as_array().cloned().unwrap_or_default();
+        links.into_iter().find(|l| l["router"] == format!("r{to}")).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Waits (up to `limit`) until `ok` holds of router `k`'s link to `to`.
+    fn wait_link(&self, k: usize, to: usize, limit: Duration, ok: impl Fn(&serde_json::Value) -> bool) {
+        let until = Instant::now() + limit;
+        loop {
+            let l = self.link(k, to);
+            if ok(&l) {
+                return;
+            }
+            assert!(Instant::now() < until, "r{k}'s link to r{to}: {l}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for k in 0..self.n {
+            let _ = Command::new("ip").args(["netns", "del", &self.ns(k)]).status();
+        }
+        let _ = Command::new("ip").args(["netns", "del", &self.ns_hub()]).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// What `tickwire sub --verify` printed at its end: (received, discarded
+/// by the router, gaps not announced, duplicates).
+fn finish(child: Child) -> (u64, u64, u64, u64) {
+    let out = child.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let line = text.lines().find(|l| l.starts_with("received ")).unwrap_or_else(|| panic!("sub: {text}"));
+    let number = |after: &str| -> u64 {
+        let at = line.find(after).unwrap_or_else(|| panic!("no {after:?} in {line}")) + after.len();
+        line[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    };
+    // The number just before `word`.
+    let before = |word: &str| -> Option<u64> {
+        let at = line.find(word)?;
+        line[..at].rsplit(' ').next()?.parse().ok()
+    };
+    let (gaps, dups) = (before(" gaps").unwrap_or_else(|| panic!("{line}")), before(" duplicates").unwrap_or(0));
+    (number("received "), number("the router discarded "), gaps, dups)
+}
+
+fn up(l: &serde_json::Value) -> bool {
+    l["state"] == "up"
+}
+
+#[test]
+fn every_matching_subscriber_on_every_router_gets_each_message_once() {
+    let h = Hosts::create(3, 1);
+    let _r0 = h.router(0, &[0]);
+    let mut r1 = h.router(1, &[0]);
+    let mut r2 = h.router(2, &[0]);
+    // r1 and r2 learn of each other from r0.
+    h.wait_link(1, 2, Duration::from_secs(5), up);
+    h.wait_link(2, 1, Duration::from_secs(5), up);
+    const N: u64 = 50_000;
+    let b = h.sub(1, "md/>", N, "30s");
+    let c = h.sub(2, "md/eu/*", N, "30s");
+    let none = h.sub(2, "fx/>", N, "4s");
+    h.wait_link(0, 1, Duration::from_secs(5), |l| l["interest"] == 1);
+    h.wait_link(0, 2, Duration::from_secs(5), |l| l["interest"] == 2);
+    h.publish(0, "md/eu/VOD", N, "50k");
+    assert_eq!(finish(b), (N, 0, 0, 0), "md/> on r1");
+    assert_eq!(finish(c), (N, 0, 0, 0), "md/eu/* on r2");
+    assert_eq!(finish(none).0, 0, "fx/> matches nothing published");
+    assert_eq!(h.link(0, 1)["messages_out"], N, "one copy per link, whatever the subscribers");
+
+    // A subscriber made later on r0 receives from a publisher on r1.
+    let late = h.sub(0, "md/us/*", 1000, "20s");
+    h.wait_link(1, 0, Duration::from_secs(5), |l| l["interest"] == 1);
+    h.publish(1, "md/us/IBM", 1000, "10k");
+    assert_eq!(finish(late), (1000, 0, 0, 0));
+
+    // r1 killed: r0 and r2 carry on; r1 back, linked again.
+    let c = h.sub(2, "md/>", 2000, "20s");
+    r1.stop();
+    h.wait_link(0, 1, Duration::from_secs(5), |l| !up(l));
+    h.wait_link(0, 2, Duration::from_secs(5), |l| l["interest"] == 1);
+    h.publish(0, "md/eu/SAP", 2000, "10k");
+    assert_eq!(
+        finish(c),
+        (2000, 0, 0, 0),
+        "r2 hears r0 with r1 dead: {} {:?} {:?}",
+        h.status(0)["cluster"],
+        r2.is_running(),
+        r2.lines.lock().unwrap()
+    );
+    let _r1 = h.router(1, &[0]);
+    h.wait_link(1, 2, Duration::from_secs(5), up);
+    let b = h.sub(1, "md/>", 1000, "20s");
+    h.wait_link(2, 1, Duration::from_secs(5), |l| up(l) && l["interest"] == 1);
+    h.publish(2, "md/eu/BMW", 1000, "10k");
+    assert_eq!(finish(b), (1000, 0, 0, 0), "r1 back hears r2");
+}
+
+#[test]
+fn a_partition_heals_and_what_it_lost_reaches_the_subscriber_as_discards() {
+    let h = Hosts::create(2, 2);
+    let _r0 = h.router(0, &[0]);
+    let _r1 = h.router(1, &[0]);
+    h.wait_link(1, 0, Duration::from_secs(5), up);
+    const N: u64 = 60_000;
+    // It ends at its duration: what it receives is fewer than N.
+    let sub = h.sub(1, "md/>", N, "20s");
+    h.wait_link(0, 1, Duration::from_secs(5), |l| l["interest"] == 1);
+    // 12 s of messages; the partition from 2 s to 5 s.
+    let (a, b) = (h.addr(0), h.addr(1));
+    let publisher = std::thread::spawn({
+        let (ns, bin) = (h.ns(0), BIN);
+        move || {
+            let args = ["pub", "--router", CLIENTS, "--topic", "md/x", "--count", "60000", "--rate", "5k"];
+            let out = Command::new("ip").args(["netns", "exec", &ns, bin]).args(args).output().unwrap();
+            assert!(out.status.success(), "pub: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let rules = format!(
+        "table inet tw_cut {{\n  chain in {{\n    type filter hook input priority 0;\n    ip saddr {a} ip daddr {b} drop;\n  }}\n  \
+         chain out {{\n    type filter hook output priority 0;\n    ip saddr {b} ip daddr {a} drop;\n  }}\n}}\n"
+    );
+    let mut nft =
+        Command::new("ip").args(["netns", "exec", &h.ns(1), "nft", "-f", "-"]).stdin(Stdio::piped()).spawn().unwrap();
+    std::io::Write::write_all(&mut nft.stdin.take().unwrap(), rules.as_bytes()).unwrap();
+    assert!(nft.wait().unwrap().success(), "nft: {rules}");
+    h.wait_link(1, 0, Duration::from_secs(5), |l| !up(l));
+    std::thread::sleep(Duration::from_secs(1));
+    run(Command::new("ip").args(["netns", "exec", &h.ns(1), "nft", "delete", "table", "inet", "tw_cut"]));
+    h.wait_link(1, 0, Duration::from_secs(10), |l| up(l) && l["connects"].as_u64() >= Some(2));
+    h.wait_link(0, 1, Duration::from_secs(5), |l| up(l) && l["interest"] == 1);
+    publisher.join().unwrap();
+    let (received, discarded, gaps, dups) = finish(sub);
+    assert_eq!(dups, 0, "nothing twice");
+    assert!(gaps > 0 && discarded > 0, "the partition lost messages: {received} received, {gaps} gaps");
+    // Every message lost was announced: none silently, none twice.
+    assert_eq!(received + discarded, N, "{received} received, {discarded} discarded");
+    let l = h.link(1, 0);
+    assert_eq!(l["lost_in"], discarded, "r1 counts what it lost from r0: {l}");
+}
+
+#[test]
+fn four_routers_in_a_ring_of_peers_deliver_each_message_once() {
+    let h = Hosts::create(4, 3);
+    let _r: Vec<RouterProcess> = (0..4).map(|k| h.router(k, &[(k + 1) % 4])).collect();
+    for k in 0..4 {
+        for j in (0..4).filter(|&j| j != k) {
+            h.wait_link(k, j, Duration::from_secs(10), up);
+        }
+    }
+    const N: u64 = 20_000;
+    let subs: Vec<Child> = (0..4).map(|k| h.sub(k, "md/>", N, "30s")).collect();
+    for j in 1..4 {
+        h.wait_link(0, j, Duration::from_secs(5), |l| l["interest"] == 1);
+    }
+    h.publish(0, "md/eu/VOD", N, "20k");
+    for (k, s) in subs.into_iter().enumerate() {
+        assert_eq!(finish(s), (N, 0, 0, 0), "the subscriber on r{k}");
+    }
+    for k in 0..4 {
+        let st = h.status(k);
+        let links = st["cluster"]["links"].as_array().cloned().unwrap_or_default();
+        assert_eq!(links.len(), 3, "r{k}: {st}");
+        assert!(links.iter().all(up), "r{k}: {links:?}");
+    }
+}
+
+#[test]
+fn a_router_without_the_secret_is_refused_and_told_why() {
+    let h = Hosts::create(2, 4);
+    let r0 = h.router(0, &[0]);
+    let r1 = h.router_with(1, &[0], "another-secret-entirely-0123456");
+    let line = r0.wait_for_line("failed the cluster's secret", Duration::from_secs(5));
+    assert!(line.is_some_and(|l| l.contains("\"r1\"")), "{:?}", r0.lines.lock().unwrap());
+    assert!(r1.wait_for_line("failed the cluster's secret", Duration::from_secs(5)).is_some());
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(h.status(0)["cluster"]["refused"].as_u64() >= Some(1));
+    assert_ne!(h.link(1, 0)["state"], "up");
+}
