@@ -213,7 +213,7 @@ impl Server {
             None => None,
         };
         let cluster = match &cfg.cluster {
-            Some(c) => Some(c.to_settings(&cfg.name)?),
+            Some(c) => Some(c.to_settings(&cfg.name, cfg.limits.max_frame)?),
             None => None,
         };
         let (mut agents, controls, gone, cluster) =
@@ -374,7 +374,8 @@ impl Server {
                 (Router::new(&cfg.name, limits, counters.clone()), "router".to_owned())
             } else {
                 let peers = Peers::new(k as u32, row);
-                (Router::with_peers(&cfg.name, limits, counters.clone(), peers, n as u32), format!("router-{k}"))
+                let role = if n == 1 { "router".to_owned() } else { format!("router-{k}") };
+                (Router::with_peers(&cfg.name, limits, counters.clone(), peers, n as u32), role)
             };
             let mut others: Vec<_> = controls.iter().enumerate().map(|(j, tx)| (j != k).then(|| tx.clone())).collect();
             if cluster.is_some() {

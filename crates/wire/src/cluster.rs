@@ -6,7 +6,7 @@
 //!
 //! | kind | frame | fields |
 //! |---|---|---|
-//! | 1 | HELLO | version u16, incarnation u64, nonce [16], cluster, name, listen (each u16 length + UTF-8) |
+//! | 1 | HELLO | version u16, incarnation u64, nonce [16], heartbeat ms u32, cluster, name, listen (each u16 length + UTF-8) |
 //! | 2 | PROOF | HMAC-SHA256 [32] |
 //! | 3 | ROUTERS | count u16, then (name, listen) each |
 //! | 4 | INTEREST | pattern (to the end) |
@@ -102,6 +102,8 @@ pub struct Hello<'a> {
     pub incarnation: u64,
     /// The challenge the other router's PROOF must answer.
     pub nonce: [u8; NONCE_LEN],
+    /// Its heartbeat interval, ms: both ends of a link use the shorter.
+    pub heartbeat_ms: u32,
     /// The cluster's name.
     pub cluster: &'a str,
     /// The router's name (unique in its cluster).
@@ -212,6 +214,7 @@ impl<'a> ClusterFrame<'a> {
                 version: u16::from_le_bytes(f.array("version")?),
                 incarnation: u64::from_le_bytes(f.array("incarnation")?),
                 nonce: f.array("nonce")?,
+                heartbeat_ms: u32::from_le_bytes(f.array("heartbeat")?),
                 cluster: f.text("cluster")?,
                 name: f.text("name")?,
                 listen: f.text("listen")?,
@@ -262,6 +265,7 @@ impl<'a> ClusterFrame<'a> {
                 out.extend_from_slice(&h.version.to_le_bytes());
                 out.extend_from_slice(&h.incarnation.to_le_bytes());
                 out.extend_from_slice(&h.nonce);
+                out.extend_from_slice(&h.heartbeat_ms.to_le_bytes());
                 put_text(out, "cluster", h.cluster)?;
                 put_text(out, "name", h.name)?;
                 put_text(out, "listen", h.listen)?;
@@ -333,6 +337,7 @@ mod tests {
             version: CLUSTER_PROTOCOL_VERSION,
             incarnation: 0x0102_0304_0506_0708,
             nonce: [9; NONCE_LEN],
+            heartbeat_ms: 1000,
             cluster: "prod",
             name: "ldn-1",
             listen: "10.0.0.1:7700",

@@ -57,7 +57,7 @@ pub struct ClusterAgent {
     /// Which routing agents want a topic.
     agents: SubscriptionIndex<u32>,
     /// What the peers want.
-    remote: RemoteInterest,
+    pub(super) remote: RemoteInterest,
     control: Receiver<Control>,
     /// The routing agents' control channels.
     tell: Vec<Sender<Control>>,
@@ -67,6 +67,8 @@ pub struct ClusterAgent {
     pub(super) now: u64,
     last_housekeeping: u64,
     pub(super) refused: u64,
+    /// Requests not sent to other routers.
+    requests_kept: u64,
     status: Arc<Mutex<ClusterStatus>>,
     /// Scratch: the peers or agents one message goes to.
     targets: Vec<u32>,
@@ -100,6 +102,7 @@ impl ClusterAgent {
             listen: settings.advertise.clone(),
             incarnation: u64::from_le_bytes(inc) ^ now,
             key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &settings.secret),
+            heartbeat: settings.heartbeat,
         };
         let net = super::net::Net::bind(&settings, now)?;
         let status = ClusterStatus { cluster: settings.cluster.clone(), listen: net.listening(), ..Default::default() };
@@ -119,6 +122,7 @@ impl ClusterAgent {
             now,
             last_housekeeping: 0,
             refused: 0,
+            requests_kept: 0,
             status: Arc::new(Mutex::new(status)),
             targets: Vec::new(),
             told: Vec::new(),
@@ -207,9 +211,16 @@ impl ClusterAgent {
         let mut work = 0;
         let (remote, targets, peers, links, now) =
             (&self.remote, &mut self.targets, &mut self.peers, &mut self.links, self.now);
+        let requests_kept = &mut self.requests_kept;
         let mut failed = Vec::new();
         for ring in &mut self.from {
             work += ring.receive(POLL_LIMIT, |topic, payload, discards, flags| {
+                // A request is answered on its router: an inbox names a
+                // session there, not the router (docs/cluster.md).
+                if flags & tickwire_wire::client::flags::REQUEST != 0 {
+                    *requests_kept += 1;
+                    return;
+                }
                 remote.matches_into(topic, targets);
                 for &k in targets.iter() {
                     let p = &mut peers[k as usize];
@@ -370,6 +381,7 @@ impl ClusterAgent {
             st.patterns_told = told;
             st.links = links;
             st.refused = self.refused;
+            st.requests_kept = self.requests_kept;
         }
     }
 }

@@ -41,15 +41,34 @@ pub enum Told {
 }
 
 /// The patterns this router's clients hold, across its routing agents.
+///
+/// Only a pattern with a wildcard can cover another, so a literal one
+/// (most subscriptions: one instrument each) is checked against the told
+/// patterns with wildcards alone, and covers nothing when it comes or goes.
 #[derive(Debug, Default)]
 pub struct LocalInterest {
     /// Pattern text to (pattern, agents holding it).
     held: BTreeMap<Box<str>, (Pattern, u32)>,
     /// The held patterns no other held pattern covers: what peers know.
     told: BTreeSet<Box<str>>,
+    /// Those of them with a wildcard.
+    told_wild: BTreeSet<Box<str>>,
 }
 
 impl LocalInterest {
+    /// Whether a told pattern other than `q` covers `q`.
+    fn covered(&self, q: &Pattern) -> bool {
+        self.told_wild.iter().any(|t| **t != *q.as_str() && self.held.get(t).is_some_and(|(w, _)| covers(w, q)))
+    }
+
+    fn tell(&mut self, p: &Pattern, out: &mut Vec<Told>) {
+        self.told.insert(p.as_str().into());
+        if !p.is_literal() {
+            self.told_wild.insert(p.as_str().into());
+        }
+        out.push(Told::Interest(p.clone()));
+    }
+
     /// A routing agent now holds `p`; what to tell peers goes to `out`.
     pub fn hold(&mut self, p: &Pattern, out: &mut Vec<Told>) {
         if let Some((_, n)) = self.held.get_mut(p.as_str()) {
@@ -57,19 +76,22 @@ impl LocalInterest {
             return;
         }
         self.held.insert(p.as_str().into(), (p.clone(), 1));
-        if self.told.iter().any(|t| self.held.get(t).is_some_and(|(q, _)| covers(q, p))) {
+        if self.covered(p) {
             return;
         }
-        self.told.insert(p.as_str().into());
-        out.push(Told::Interest(p.clone()));
+        self.tell(p, out);
+        if p.is_literal() {
+            return;
+        }
         let covered: Vec<Box<str>> = self
             .told
             .iter()
-            .filter(|t| &***t != p.as_str() && self.held.get(*t).is_some_and(|(q, _)| covers(p, q)))
+            .filter(|t| ***t != *p.as_str() && self.held.get(*t).is_some_and(|(q, _)| covers(p, q)))
             .cloned()
             .collect();
         for t in covered {
             self.told.remove(&t);
+            self.told_wild.remove(&t);
             if let Some((q, _)) = self.held.get(&t) {
                 out.push(Told::Withdraw(q.clone()));
             }
@@ -87,18 +109,21 @@ impl LocalInterest {
         if !self.told.remove(p.as_str()) {
             return;
         }
-        // What it covered is told again, unless another held pattern
-        // covers it; then it is withdrawn.
-        let uncovered: Vec<Pattern> = self
-            .held
-            .values()
-            .filter(|(q, _)| covers(p, q))
-            .filter(|(q, _)| !self.held.values().any(|(r, _)| r.as_str() != q.as_str() && covers(r, q)))
-            .map(|(q, _)| q.clone())
-            .collect();
-        for q in uncovered {
-            self.told.insert(q.as_str().into());
-            out.push(Told::Interest(q));
+        self.told_wild.remove(p.as_str());
+        if !p.is_literal() {
+            // What it covered and no other told pattern covers is told
+            // again, but for what another of those covers.
+            let freed: Vec<Pattern> =
+                self.held.values().filter(|(q, _)| covers(p, q) && !self.covered(q)).map(|(q, _)| q.clone()).collect();
+            let wild: Vec<&Pattern> = freed.iter().filter(|q| !q.is_literal()).collect();
+            let keep: Vec<Pattern> = freed
+                .iter()
+                .filter(|q| !wild.iter().any(|r| r.as_str() != q.as_str() && covers(r, q)))
+                .cloned()
+                .collect();
+            for q in &keep {
+                self.tell(q, out);
+            }
         }
         out.push(Told::Withdraw(p.clone()));
     }
@@ -192,6 +217,18 @@ impl RemoteInterest {
         self.by_peer.get(peer as usize).cloned().unwrap_or_default()
     }
 
+    /// Forgets every pattern peer `peer` told; the changes for the routing
+    /// agents (patterns no other peer wants) are returned.
+    pub fn forget(&mut self, peer: u32) -> Vec<Interest> {
+        let mut out = Vec::new();
+        for text in self.patterns(peer) {
+            if let Some(c) = Pattern::parse(&text).ok().and_then(|p| self.remove(peer, &p)) {
+                out.push(c);
+            }
+        }
+        out
+    }
+
     /// The peers wanting `topic` (a checked topic), into `out` (emptied
     /// first), each once.
     pub fn matches_into(&self, topic: &str, out: &mut Vec<u32>) {
@@ -260,6 +297,46 @@ mod tests {
         l.release(&p("not/held"), &mut out);
         assert!(out.is_empty());
         assert_eq!(l.counts(), (2, 2));
+    }
+
+    /// After any holds and releases, what is told is what the definition
+    /// says: the held patterns no other held pattern covers, and the
+    /// changes sent add up to it.
+    #[test]
+    fn what_is_told_is_always_the_uncovered_held_patterns() {
+        let pool = ["md/>", "md/*", "md/eu/*", "md/eu/VOD", "md/eu/SAP", "*/eu/*", "md/us/x", "fx/>", ">", "md/eu"];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut l = LocalInterest::default();
+        let mut holders = std::collections::BTreeMap::<&str, u32>::new();
+        let mut told = BTreeSet::<String>::new();
+        for _ in 0..5000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let text = pool[(seed % pool.len() as u64) as usize];
+            let mut out = Vec::new();
+            if seed & (1 << 20) != 0 || holders.get(text).copied().unwrap_or(0) == 0 {
+                *holders.entry(text).or_default() += 1;
+                l.hold(&p(text), &mut out);
+            } else {
+                *holders.get_mut(text).unwrap() -= 1;
+                l.release(&p(text), &mut out);
+            }
+            for c in out {
+                match c {
+                    Told::Interest(q) => assert!(told.insert(q.as_str().into()), "{q:?} told twice"),
+                    Told::Withdraw(q) => assert!(told.remove(q.as_str()), "{q:?} withdrawn, not told"),
+                }
+            }
+            let held: Vec<Pattern> = holders.iter().filter(|(_, n)| **n > 0).map(|(t, _)| p(t)).collect();
+            let want: BTreeSet<String> = held
+                .iter()
+                .filter(|q| !held.iter().any(|r| r.as_str() != q.as_str() && covers(r, q)))
+                .map(|q| q.as_str().to_owned())
+                .collect();
+            assert_eq!(told, want, "held {held:?}");
+            assert_eq!(l.told().map(str::to_owned).collect::<BTreeSet<_>>(), want);
+        }
     }
 
     #[test]

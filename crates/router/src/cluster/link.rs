@@ -5,10 +5,17 @@
 //! Each side sends HELLO at once, PROOF once it has the other's HELLO,
 //! and acts on nothing else before the other's PROOF checks out:
 //! PROOF = HMAC-SHA256(secret, cluster ‖ receiver's nonce ‖ sender's nonce
-//! ‖ sender's name). The secret never crosses the link; a proof is good
-//! for one connection (the receiver's nonce) and one sender (its name:
-//! a router refuses a HELLO bearing its own name, so its proofs cannot be
-//! played back to it).
+//! ‖ sender's name ‖ receiver's name ‖ whether the sender dialed). The
+//! secret never crosses the link; a proof is good for one connection (the
+//! receiver's nonce), one pair of routers and one direction: a router
+//! refuses a HELLO bearing its own name, and one that was dialed makes
+//! only proofs a dialer's check refuses, so a stranger who connects to two
+//! routers cannot pass one's proof off to the other.
+//!
+//! What the proofs establish is who is at each end when the link is
+//! made. Frames after them are not authenticated one by one: on a network
+//! where someone can rewrite TCP streams, a plain link is not protected
+//! (TLS links are not built yet; see docs/cluster.md).
 
 use ring::hmac;
 use std::sync::Arc;
@@ -19,8 +26,10 @@ use tickwire_wire::cluster::{
     emit_message_header, ClusterFrame, Hello, CLUSTER_PROTOCOL_VERSION, NONCE_LEN, PROOF_LEN,
 };
 
-/// Largest frame read from a peer router.
-pub const MAX_FRAME: usize = (1 << 20) + 1024;
+/// Bytes a MESSAGE frame may hold beyond its payload (its header, and a
+/// topic of up to 65,535 bytes): a router reads frames of up to its
+/// `limits.max_frame` plus this from other routers.
+pub const FRAME_OVERHEAD: usize = 65_536 + 64;
 /// Bytes a link holds unwritten before messages for it are dropped.
 pub const WRITE_LIMIT: usize = 16 << 20;
 /// How long a link may take from its connection to the other's PROOF.
@@ -42,6 +51,8 @@ pub struct Identity {
     pub incarnation: u64,
     /// The cluster's shared secret, as an HMAC key.
     pub key: hmac::Key,
+    /// Its heartbeat interval.
+    pub heartbeat: Duration,
 }
 
 /// The other router, as its HELLO said.
@@ -54,6 +65,8 @@ pub struct Them {
     /// Its run.
     pub incarnation: u64,
     nonce: [u8; NONCE_LEN],
+    /// Its heartbeat interval, ms.
+    pub heartbeat_ms: u32,
 }
 
 /// Where a link's handshake is.
@@ -89,13 +102,34 @@ pub struct PeerLink {
     pub scratch: Vec<u8>,
 }
 
-fn proof(key: &hmac::Key, cluster: &str, receiver: &[u8], sender: &[u8], name: &str) -> hmac::Tag {
-    let mut ctx = hmac::Context::with_key(key);
-    for part in [cluster.as_bytes(), receiver, sender, name.as_bytes()] {
-        ctx.update(&(part.len() as u32).to_le_bytes());
-        ctx.update(part);
+/// What a PROOF signs: each part behind its length.
+struct Transcript<'a> {
+    cluster: &'a str,
+    receiver_nonce: &'a [u8],
+    sender_nonce: &'a [u8],
+    sender: &'a str,
+    receiver: &'a str,
+    sender_dialed: bool,
+}
+
+impl Transcript<'_> {
+    fn bytes(&self) -> Vec<u8> {
+        let role: &[u8] = if self.sender_dialed { b"dialer" } else { b"dialed" };
+        let mut b = Vec::with_capacity(128);
+        let parts = [
+            self.cluster.as_bytes(),
+            self.receiver_nonce,
+            self.sender_nonce,
+            self.sender.as_bytes(),
+            self.receiver.as_bytes(),
+            role,
+        ];
+        for part in parts {
+            b.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            b.extend_from_slice(part);
+        }
+        b
     }
-    ctx.sign()
 }
 
 /// Why a link ends.
@@ -103,14 +137,14 @@ pub type Why = String;
 
 impl PeerLink {
     /// A link on `wire` (connecting if `connecting`), made at `now`.
-    pub fn new(wire: Arc<Wire>, dialed: bool, connecting: bool, addr: String, now: u64) -> Self {
+    pub fn new(wire: Arc<Wire>, (dialed, connecting): (bool, bool), addr: String, max_frame: usize, now: u64) -> Self {
         let mut nonce = [0u8; NONCE_LEN];
         // A nonce need not be secret, only new: the clock stands in if the
         // kernel's generator fails.
         if getrandom::fill(&mut nonce).is_err() {
             nonce[..8].copy_from_slice(&now.to_le_bytes());
         }
-        let mut link = StreamLink::new(wire, (1, MAX_FRAME), WRITE_LIMIT, Batching::SMART);
+        let mut link = StreamLink::new(wire, (1, max_frame), WRITE_LIMIT, Batching::SMART);
         link.liveness = tickwire_transport::link::Liveness::new(Duration::ZERO, now);
         Self {
             link,
@@ -170,6 +204,7 @@ impl PeerLink {
             version: CLUSTER_PROTOCOL_VERSION,
             incarnation: me.incarnation,
             nonce: self.nonce,
+            heartbeat_ms: u32::try_from(me.heartbeat.as_millis()).unwrap_or(u32::MAX),
             cluster: &me.cluster,
             name: &me.name,
             listen: &me.listen,
@@ -206,22 +241,38 @@ impl PeerLink {
                 if h.name.is_empty() || h.name.chars().any(char::is_control) {
                     return Err(format!("router name {:?} is empty or holds control characters", h.name));
                 }
-                let tag = proof(&me.key, &me.cluster, &h.nonce, &self.nonce, &me.name);
+                let t = Transcript {
+                    cluster: &me.cluster,
+                    receiver_nonce: &h.nonce,
+                    sender_nonce: &self.nonce,
+                    sender: &me.name,
+                    receiver: h.name,
+                    sender_dialed: self.dialed,
+                };
+                let tag = hmac::sign(&me.key, &t.bytes());
                 let mut p = [0u8; PROOF_LEN];
                 p.copy_from_slice(tag.as_ref());
                 self.send(&ClusterFrame::Proof(p), now).map_err(|e| e.to_string())?;
-                let them =
-                    Them { name: h.name.into(), listen: h.listen.into(), incarnation: h.incarnation, nonce: h.nonce };
+                let them = Them {
+                    name: h.name.into(),
+                    listen: h.listen.into(),
+                    incarnation: h.incarnation,
+                    nonce: h.nonce,
+                    heartbeat_ms: h.heartbeat_ms,
+                };
                 self.stage = Stage::Proof(them);
                 Ok(false)
             }
             (Stage::Proof(them), ClusterFrame::Proof(p)) => {
-                let mut msg = Vec::new();
-                for part in [me.cluster.as_bytes(), &self.nonce, &them.nonce, them.name.as_bytes()] {
-                    msg.extend_from_slice(&(part.len() as u32).to_le_bytes());
-                    msg.extend_from_slice(part);
-                }
-                if hmac::verify(&me.key, &msg, p).is_err() {
+                let t = Transcript {
+                    cluster: &me.cluster,
+                    receiver_nonce: &self.nonce,
+                    sender_nonce: &them.nonce,
+                    sender: &them.name,
+                    receiver: &me.name,
+                    sender_dialed: !self.dialed,
+                };
+                if hmac::verify(&me.key, &t.bytes(), p).is_err() {
                     return Err(format!("router {:?} failed the cluster's secret (a wrong secret_file?)", them.name));
                 }
                 self.stage = Stage::Up(them.clone());
@@ -231,6 +282,17 @@ impl PeerLink {
             (_, ClusterFrame::Close(why)) => Err(format!("closed by the peer: {why}")),
             (stage, f) => Err(format!("{} before the handshake ended ({stage:?})", frame_name(f))),
         }
+    }
+
+    /// The nonce of the router that dialed this link, once the handshake
+    /// has both: two links one router dialed to the same other are told
+    /// apart by it, the same way at both ends.
+    pub fn dialer_nonce(&self) -> Option<[u8; NONCE_LEN]> {
+        let them = match &self.stage {
+            Stage::Up(t) | Stage::Proof(t) => t,
+            _ => return None,
+        };
+        Some(if self.dialed { self.nonce } else { them.nonce })
     }
 
     /// The other router, once up.
@@ -268,6 +330,7 @@ mod tests {
             listen: "127.0.0.1:1".into(),
             incarnation: name.len() as u64,
             key: hmac::Key::new(hmac::HMAC_SHA256, secret),
+            heartbeat: Duration::from_secs(1),
         }
     }
 
@@ -275,8 +338,8 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (s, _) = l.accept().unwrap();
-        let a = PeerLink::new(Arc::new(Wire::plain(c)), true, false, "a".into(), 0);
-        let b = PeerLink::new(Arc::new(Wire::plain(s)), false, false, "b".into(), 0);
+        let a = PeerLink::new(Arc::new(Wire::plain(c)), (true, false), "a".into(), 1 << 20, 0);
+        let b = PeerLink::new(Arc::new(Wire::plain(s)), (false, false), "b".into(), 1 << 20, 0);
         (a, b)
     }
 
@@ -295,6 +358,7 @@ mod tests {
                 version: CLUSTER_PROTOCOL_VERSION,
                 incarnation: id.incarnation,
                 nonce: x.nonce,
+                heartbeat_ms: 1000,
                 cluster: &id.cluster,
                 name: &id.name,
                 listen: &id.listen,
@@ -309,8 +373,18 @@ mod tests {
         // Each one's PROOF, as it sent it.
         let Stage::Proof(ta) = a.stage.clone() else { panic!() };
         let Stage::Proof(tb) = b.stage.clone() else { panic!() };
-        let pa = proof(&ia.key, &ia.cluster, &ta.nonce, &a.nonce, &ia.name);
-        let pb = proof(&ib.key, &ib.cluster, &tb.nonce, &b.nonce, &ib.name);
+        let proof = |x: &PeerLink, id: &Identity, t: &Them| {
+            let t = Transcript {
+                cluster: &id.cluster,
+                receiver_nonce: &t.nonce,
+                sender_nonce: &x.nonce,
+                sender: &id.name,
+                receiver: &t.name,
+                sender_dialed: x.dialed,
+            };
+            hmac::sign(&id.key, &t.bytes())
+        };
+        let (pa, pb) = (proof(a, ia, &ta), proof(b, ib, &tb));
         let arr = |t: hmac::Tag| {
             let mut p = [0u8; PROOF_LEN];
             p.copy_from_slice(t.as_ref());
@@ -328,6 +402,40 @@ mod tests {
         assert_eq!(b.them().unwrap().name, "a");
     }
 
+    /// A stranger connects to L claiming to be H, and to H claiming to be
+    /// L, and hands H the proof L made for it: L made it as a router that
+    /// was dialed, and H, dialed by the stranger, wants a dialer's.
+    #[test]
+    fn a_proof_relayed_from_one_router_to_another_is_refused() {
+        let (_m, mut h) = pair();
+        let (ih, il) = (me("h", b"s3cret"), me("l", b"s3cret"));
+        h.hello(&ih, 0).unwrap();
+        let nl = [5u8; NONCE_LEN];
+        let hello =
+            Hello { version: 1, incarnation: 9, nonce: nl, heartbeat_ms: 1000, cluster: "c", name: "l", listen: "x" };
+        h.handshake(&ih, &ClusterFrame::Hello(hello), 0).unwrap();
+        let nh = h.nonce;
+        let made_by_l = |sender_dialed: bool| {
+            let t = Transcript {
+                cluster: "c",
+                receiver_nonce: &nh,
+                sender_nonce: &nl,
+                sender: "l",
+                receiver: "h",
+                sender_dialed,
+            };
+            let mut p = [0u8; PROOF_LEN];
+            p.copy_from_slice(hmac::sign(&il.key, &t.bytes()).as_ref());
+            p
+        };
+        let e = h.handshake(&ih, &ClusterFrame::Proof(made_by_l(false)), 0).unwrap_err();
+        assert!(e.contains("failed the cluster's secret"), "{e}");
+        // (The same proof made as a dialer is what a real L sends.)
+        h.stage =
+            Stage::Proof(Them { name: "l".into(), listen: "x".into(), incarnation: 9, nonce: nl, heartbeat_ms: 1000 });
+        assert_eq!(h.handshake(&ih, &ClusterFrame::Proof(made_by_l(true)), 0), Ok(true));
+    }
+
     #[test]
     fn a_wrong_secret_a_wrong_cluster_or_our_own_name_is_refused() {
         let (mut a, mut b) = pair();
@@ -339,13 +447,29 @@ mod tests {
         other.cluster = "d".into();
         a.hello(&me("a", b"s"), 0).unwrap();
         let mut v = Vec::new();
-        let h = Hello { version: 1, incarnation: 2, nonce: [0; 16], cluster: "d", name: "bb", listen: "x" };
+        let h = Hello {
+            version: 1,
+            incarnation: 2,
+            nonce: [0; 16],
+            heartbeat_ms: 1000,
+            cluster: "d",
+            name: "bb",
+            listen: "x",
+        };
         ClusterFrame::Hello(h).emit(&mut v).unwrap();
         let e = a.handshake(&me("a", b"s"), &ClusterFrame::parse(&v).unwrap(), 0).unwrap_err();
         assert!(e.contains("cluster \"d\""), "{e}");
         let (mut a, _b) = pair();
         a.hello(&me("a", b"s"), 0).unwrap();
-        let h = Hello { version: 1, incarnation: 99, nonce: [0; 16], cluster: "c", name: "a", listen: "x" };
+        let h = Hello {
+            version: 1,
+            incarnation: 99,
+            nonce: [0; 16],
+            heartbeat_ms: 1000,
+            cluster: "c",
+            name: "a",
+            listen: "x",
+        };
         let e = a.handshake(&me("a", b"s"), &ClusterFrame::Hello(h), 0).unwrap_err();
         assert!(e.contains("this router's own"), "{e}");
         let (mut a, _b) = pair();

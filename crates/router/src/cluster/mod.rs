@@ -54,12 +54,17 @@ pub struct ClusterSettings {
     /// What it tells others to dial (`listen`, unless its address is
     /// unspecified and another is given).
     pub advertise: String,
-    /// The routers it dials at start (`host:port`).
+    /// The routers it dials at start (`IP:PORT`, names resolved when the
+    /// configuration was read).
     pub peers: Vec<String>,
     /// The cluster's shared secret.
     pub secret: Vec<u8>,
     /// Heartbeats on idle links; a link silent for twice this is dropped.
     pub heartbeat: Duration,
+    /// Largest frame read from another router: `limits.max_frame` plus
+    /// [`link::FRAME_OVERHEAD`] (every router of a cluster needs the same
+    /// `limits.max_frame`: a larger message ends a link).
+    pub max_frame: usize,
 }
 
 impl std::fmt::Debug for ClusterSettings {
@@ -89,6 +94,10 @@ pub struct ClusterStatus {
     pub links: Vec<LinkStatus>,
     /// Links refused (a wrong secret, cluster or name; a bad frame).
     pub refused: u64,
+    /// Requests published here that were not sent to the other routers
+    /// (a request is answered by a responder on its own router).
+    #[serde(default)]
+    pub requests_kept: u64,
 }
 
 /// One other router of the cluster.

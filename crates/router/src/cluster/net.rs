@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tickwire_transport::link::Beat;
 use tickwire_transport::tls::Wire;
-use tickwire_wire::cluster::ClusterFrame;
+use tickwire_wire::cluster::{ClusterFrame, NONCE_LEN};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 /// Frames read from one link per duty cycle.
@@ -25,6 +25,13 @@ const MAX_BACKOFF_NS: u64 = 5_000_000_000;
 const LOG_EVERY_NS: u64 = 1_000_000_000;
 /// Why a link to this router itself ends.
 const SELF: &str = super::link::TO_ITSELF;
+/// Why the second link between two routers ends.
+const SECOND: &str = "a second link between the same routers";
+/// Links whose handshake has not ended, at most (more are closed at once).
+const MAX_PENDING: usize = 64;
+/// A router down this long is forgotten: what it wanted is withdrawn
+/// (messages for it are no longer numbered and counted lost).
+const FORGET_NS: u64 = 60_000_000_000;
 
 /// A router to dial: a configured peer, or one learned from another.
 #[derive(Debug)]
@@ -92,10 +99,13 @@ impl Net {
     }
 }
 
-/// Starts a non-blocking connection to `addr` (`host:port`).
+/// Starts a non-blocking connection to `addr` (`IP:PORT`: names were
+/// resolved when the configuration was read, so no lookup blocks the
+/// agent; a learned address that is not one is not dialed).
 fn dial(addr: &str) -> std::io::Result<(TcpStream, bool)> {
-    let to = tickwire_transport::tcp::resolve(addr)
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("cannot resolve {addr:?}")))?;
+    let to: std::net::SocketAddr = addr.parse().map_err(|_| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr:?} is not IP:PORT (not looked up here)"))
+    })?;
     let s = socket2::Socket::new(socket2::Domain::for_address(to), socket2::Type::STREAM, None)?;
     s.set_nonblocking(true)?;
     s.set_nodelay(true)?;
@@ -142,7 +152,11 @@ impl ClusterAgent {
             if p.link == Some(slot) {
                 p.link = None;
                 p.changed = self.now;
-                tracing::warn!("cluster link to router {who} down: {why}");
+                if why == SECOND {
+                    tracing::debug!("cluster: the second link with router {who} closed");
+                } else {
+                    tracing::warn!("cluster link to router {who} down: {why}");
+                }
             }
         } else if why == SELF {
             tracing::debug!("cluster: {} is this router (a peer list shared by every router names it too)", l.addr);
@@ -217,13 +231,23 @@ impl ClusterAgent {
         loop {
             match self.net.listener.accept() {
                 Ok((std_stream, from)) => {
+                    if self.links.iter().flatten().filter(|l| l.them().is_none()).count() >= MAX_PENDING {
+                        self.refused += 1;
+                        tracing::debug!("cluster link from {from} closed: {MAX_PENDING} handshakes under way");
+                        continue;
+                    }
                     if let Err(e) = std_stream.set_nonblocking(true) {
                         tracing::warn!("cluster link from {from}: {e}");
                         continue;
                     }
                     let _ = std_stream.set_nodelay(true);
-                    let mut l =
-                        PeerLink::new(Arc::new(Wire::plain(std_stream)), false, false, from.to_string(), self.now);
+                    let mut l = PeerLink::new(
+                        Arc::new(Wire::plain(std_stream)),
+                        (false, false),
+                        from.to_string(),
+                        self.settings.max_frame,
+                        self.now,
+                    );
                     if let Err(e) = l.hello(&self.me, self.now) {
                         tracing::warn!("cluster link from {from}: {e}");
                         continue;
@@ -300,31 +324,38 @@ impl ClusterAgent {
             return Ok(());
         }
         let them = l.them().cloned().ok_or("no peer")?;
-        let dialed = l.dialed;
         let k = self.peer(&them.name, &them.listen);
-        if let Some(other) = self.peers[k as usize].link {
-            // Two links between one pair: the one the lower name dialed
-            // stays, as the other router decides too.
-            let keep_ours = *self.me.name < *them.name;
-            if dialed != keep_ours {
-                // Not a refusal: the pair keeps the other.
-                if let Some(l) = self.links[slot].as_mut() {
-                    l.peer = Some(k);
-                }
-                tracing::debug!("cluster: a second link with router {} closed", them.name);
-                return Err("a second link between the same routers".into());
-            }
-            self.close(other, "a second link between the same routers");
-        }
-        if let Some(l) = self.links[slot].as_mut() {
-            l.peer = Some(k);
-            l.link.liveness = tickwire_transport::link::Liveness::new(self.settings.heartbeat, self.now);
-        }
+        // A dial that reached this router is known by its name from now on
+        // (it is not dialed again while the router is linked).
         for d in &mut self.net.dials {
             if d.slot == Some(slot) {
                 d.name = Some(them.name.clone());
                 d.backoff = FIRST_BACKOFF_NS;
             }
+        }
+        if let Some(other) = self.peers[k as usize].link {
+            // Two links between one pair: the one the lower name dialed
+            // stays (of two it dialed, the one with the lower nonce), as the
+            // other router decides too.
+            let lower = *self.me.name < *them.name;
+            let rank = |l: &PeerLink| (l.dialed != lower, l.dialer_nonce().unwrap_or([0xff; NONCE_LEN]));
+            let ours = self.links[slot].as_ref().map(rank);
+            if ours >= self.links[other].as_ref().map(rank) {
+                // Not a refusal: the pair keeps the other.
+                if let Some(l) = self.links[slot].as_mut() {
+                    l.peer = Some(k);
+                }
+                tracing::debug!("cluster: a second link with router {} closed", them.name);
+                return Err(SECOND.into());
+            }
+            self.close(other, SECOND);
+        }
+        // Both ends beat at the shorter of their intervals.
+        let theirs = Duration::from_millis(u64::from(them.heartbeat_ms));
+        let beat = if theirs.is_zero() { self.settings.heartbeat } else { self.settings.heartbeat.min(theirs) };
+        if let Some(l) = self.links[slot].as_mut() {
+            l.peer = Some(k);
+            l.link.liveness = tickwire_transport::link::Liveness::new(beat, self.now);
         }
         tracing::info!("cluster link to router {} ({}) up", them.name, them.listen);
         self.link_up(slot, k);
@@ -382,7 +413,13 @@ impl ClusterAgent {
             let addr = d.addr.clone();
             let slot = match dial(&addr) {
                 Ok((s, pending)) => {
-                    let mut l = PeerLink::new(Arc::new(Wire::plain(s)), true, true, addr.clone(), now);
+                    let mut l = PeerLink::new(
+                        Arc::new(Wire::plain(s)),
+                        (true, true),
+                        addr.clone(),
+                        self.settings.max_frame,
+                        now,
+                    );
                     if !pending {
                         let _ = l.hello(&self.me, now);
                     }
@@ -401,5 +438,26 @@ impl ClusterAgent {
             }
         }
         let _ = HOUSEKEEPING_NS;
+        self.forget_gone(now);
+    }
+
+    /// Withdraws what routers down for [`FORGET_NS`] wanted.
+    fn forget_gone(&mut self, now: u64) {
+        for k in 0..self.peers.len() as u32 {
+            let p = &mut self.peers[k as usize];
+            if p.link.is_some() || now.saturating_sub(p.changed) < FORGET_NS || p.status.interest == 0 {
+                continue;
+            }
+            p.status.interest = 0;
+            p.stale = None;
+            tracing::info!(
+                "cluster: router {} down for {} s: what it wanted is withdrawn",
+                p.name,
+                FORGET_NS / 1_000_000_000
+            );
+            for c in self.remote.forget(k) {
+                self.tell_agents(&c);
+            }
+        }
     }
 }

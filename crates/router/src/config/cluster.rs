@@ -53,7 +53,8 @@ impl ClusterTable {
     ///
     /// # Errors
     /// [`ConfigError::Value`] naming the key.
-    pub fn to_settings(&self, router: &str) -> Result<ClusterSettings, ConfigError> {
+    /// `max_frame` is the router's `limits.max_frame`.
+    pub fn to_settings(&self, router: &str, max_frame: usize) -> Result<ClusterSettings, ConfigError> {
         let bad = |key: &'static str, value: &dyn std::fmt::Display, why: &'static str| ConfigError::Value {
             key,
             value: value.to_string(),
@@ -74,10 +75,15 @@ impl ClusterTable {
             ("", false) => listen.to_string(),
             (a, _) => host_port(a).to_owned(),
         };
+        if advertise.parse::<SocketAddr>().is_err() {
+            return Err(bad("cluster.advertise", &advertise, "IP:PORT (the others dial it without a name lookup)"));
+        }
+        let mut peers = Vec::with_capacity(self.peers.len());
         for p in &self.peers {
-            if tickwire_transport::tcp::resolve(host_port(p)).is_none() {
+            let Some(a) = tickwire_transport::tcp::resolve(host_port(p)) else {
                 return Err(bad("cluster.peers", p, "tcp://HOST:PORT, resolvable"));
-            }
+            };
+            peers.push(a.to_string());
         }
         let heartbeat: Duration = humantime::parse_duration(&self.heartbeat)
             .ok()
@@ -98,9 +104,10 @@ impl ClusterTable {
             name,
             listen,
             advertise,
-            peers: self.peers.iter().map(|p| host_port(p).to_owned()).collect(),
+            peers,
             secret,
             heartbeat,
+            max_frame: max_frame + crate::cluster::link::FRAME_OVERHEAD,
         })
     }
 }
@@ -124,12 +131,12 @@ mod tests {
             secret_file: secret.clone(),
             ..ClusterTable::default()
         };
-        let s = t.to_settings("a").unwrap();
+        let s = t.to_settings("a", 1 << 20).unwrap();
         assert_eq!(
             (s.advertise.as_str(), s.peers[0].as_str(), s.secret.len()),
             ("127.0.0.1:7700", "127.0.0.1:7701", 20)
         );
-        let e = |t: ClusterTable| t.to_settings("a").unwrap_err().to_string();
+        let e = |t: ClusterTable| t.to_settings("a", 1 << 20).unwrap_err().to_string();
         assert!(e(ClusterTable { listen: "tcp://0.0.0.0:7700".into(), ..t.clone() }).starts_with("cluster.advertise"));
         assert!(e(ClusterTable { listen: "nowhere".into(), ..t.clone() }).starts_with("cluster.listen = nowhere"));
         assert!(e(ClusterTable { name: String::new(), ..t.clone() }).starts_with("cluster.name"));

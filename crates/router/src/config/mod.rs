@@ -437,7 +437,7 @@ impl RouterConfig {
             }
         }
         if let Some(c) = &self.cluster {
-            c.to_settings(&self.name)?;
+            c.to_settings(&self.name, l.max_frame)?;
             if self.ha.is_some() {
                 return bad("cluster", &c.name, "not with [router.ha] yet (a cluster of high-availability groups)");
             }
