@@ -182,6 +182,10 @@ pub struct Peers {
     pub forwarded: u64,
     /// Messages dropped because a link was full.
     pub link_discards: u64,
+    /// The agent that is the router cluster's ([`crate::cluster`]), if
+    /// any: requests are not sent to it (they are answered on their
+    /// router), so a request only other routers want finds no responder.
+    cluster: Option<u32>,
 }
 
 impl Peers {
@@ -196,7 +200,13 @@ impl Peers {
             announce: Vec::new(),
             forwarded: 0,
             link_discards: 0,
+            cluster: None,
         }
+    }
+
+    /// Agent `k` is the router cluster's.
+    pub fn set_cluster(&mut self, k: u32) {
+        self.cluster = Some(k);
     }
 
     /// This agent's number.
@@ -264,11 +274,17 @@ impl Peers {
     }
 
     /// [`Peers::forward`] to `agents`, found by [`Peers::interested`]
-    /// (the router remembers them per topic); returns `agents.len()`.
+    /// (the router remembers them per topic); returns how many of them it
+    /// was for (all, but the cluster's for a request).
     #[inline]
     pub fn forward_to(&mut self, agents: &[u32], topic: &str, payload: &[u8], flags: u8) -> usize {
         let mut sent = 0;
+        let mut reached = agents.len();
         for &k in agents {
+            if Some(k) == self.cluster && flags & tickwire_wire::client::flags::REQUEST != 0 {
+                reached -= 1;
+                continue;
+            }
             if let Some(Some(link)) = self.links.get_mut(k as usize) {
                 if link.send(topic, payload, flags) {
                     sent += 1;
@@ -278,7 +294,7 @@ impl Peers {
             }
         }
         self.forwarded += sent as u64;
-        agents.len()
+        reached
     }
 }
 
@@ -328,6 +344,22 @@ mod tests {
             assert_eq!(r2.receive(8, |_, _, _, _| panic!("agent 2 wants nothing")), 0);
         }
         assert_eq!(a.forward("fx/usd", b"x", 0), 0);
+    }
+
+    #[test]
+    fn a_request_is_not_sent_to_the_cluster_nor_counted_as_reaching_it() {
+        let (l1, mut r1) = link(256);
+        let (l2, mut r2) = link(256);
+        let mut a = Peers::new(0, vec![None, Some(l1), Some(l2)]);
+        a.set_cluster(2);
+        a.handle_interest(&Interest::Add { agent: 1, id: 0, pattern: p("svc/>") });
+        a.handle_interest(&Interest::Add { agent: 2, id: 0, pattern: p("svc/>") });
+        let request = tickwire_wire::client::flags::REQUEST;
+        assert_eq!(a.forward("svc/price", b"q", request), 1, "agent 1 only");
+        assert_eq!(r1.receive(8, |_, _, _, _| {}), 1);
+        assert_eq!(r2.receive(8, |_, _, _, _| panic!("a request reached the cluster")), 0);
+        assert_eq!(a.forward("svc/price", b"m", 0), 2, "a plain message goes to both");
+        assert_eq!(r2.receive(8, |_, _, _, _| {}), 1);
     }
 
     #[test]

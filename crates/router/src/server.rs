@@ -373,7 +373,10 @@ impl Server {
             let (router, role) = if n == 1 && cluster.is_none() {
                 (Router::new(&cfg.name, limits, counters.clone()), "router".to_owned())
             } else {
-                let peers = Peers::new(k as u32, row);
+                let mut peers = Peers::new(k as u32, row);
+                if cluster.is_some() {
+                    peers.set_cluster(n as u32);
+                }
                 let role = if n == 1 { "router".to_owned() } else { format!("router-{k}") };
                 (Router::with_peers(&cfg.name, limits, counters.clone(), peers, n as u32), role)
             };

@@ -67,8 +67,6 @@ pub struct ClusterAgent {
     pub(super) now: u64,
     last_housekeeping: u64,
     pub(super) refused: u64,
-    /// Requests not sent to other routers.
-    requests_kept: u64,
     status: Arc<Mutex<ClusterStatus>>,
     /// Scratch: the peers or agents one message goes to.
     targets: Vec<u32>,
@@ -122,7 +120,6 @@ impl ClusterAgent {
             now,
             last_housekeeping: 0,
             refused: 0,
-            requests_kept: 0,
             status: Arc::new(Mutex::new(status)),
             targets: Vec::new(),
             told: Vec::new(),
@@ -211,14 +208,13 @@ impl ClusterAgent {
         let mut work = 0;
         let (remote, targets, peers, links, now) =
             (&self.remote, &mut self.targets, &mut self.peers, &mut self.links, self.now);
-        let requests_kept = &mut self.requests_kept;
         let mut failed = Vec::new();
         for ring in &mut self.from {
             work += ring.receive(POLL_LIMIT, |topic, payload, discards, flags| {
                 // A request is answered on its router: an inbox names a
-                // session there, not the router (docs/cluster.md).
+                // session there, not the router (docs/cluster.md). The
+                // routing agents send none here; this is a second guard.
                 if flags & tickwire_wire::client::flags::REQUEST != 0 {
-                    *requests_kept += 1;
                     return;
                 }
                 remote.matches_into(topic, targets);
@@ -381,7 +377,6 @@ impl ClusterAgent {
             st.patterns_told = told;
             st.links = links;
             st.refused = self.refused;
-            st.requests_kept = self.requests_kept;
         }
     }
 }

@@ -94,10 +94,6 @@ pub struct ClusterStatus {
     pub links: Vec<LinkStatus>,
     /// Links refused (a wrong secret, cluster or name; a bad frame).
     pub refused: u64,
-    /// Requests published here that were not sent to the other routers
-    /// (a request is answered by a responder on its own router).
-    #[serde(default)]
-    pub requests_kept: u64,
 }
 
 /// One other router of the cluster.
