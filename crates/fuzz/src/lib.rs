@@ -10,6 +10,7 @@
 //! |---|---|---|
 //! | `wire` | bytes as any reliable-UDP frame view | parse never panics; a parsed frame emits and parses back to itself |
 //! | `client` | bytes as a router client frame | the same |
+//! | `cluster` | bytes as a frame from another router of a cluster | parse never panics; a parsed frame emits the same bytes |
 //! | `journal_record` | bytes as a journal record (CRC fixed up so the fuzzer reaches the rest) | the same |
 //! | `receiver` | a live stream's datagrams dropped, duplicated, reordered, mutated, and garbage, into a `Receiver` | see [`protocol`] |
 //! | `sender` | the same on the control path, into a `Sender` | see [`protocol`] |
@@ -24,7 +25,7 @@ pub mod protocol;
 mod views;
 
 pub use nats::{nats, nats_session};
-pub use views::{client, journal_record, wire, xdp_frame};
+pub use views::{client, cluster, journal_record, wire, xdp_frame};
 
 /// A fuzz target: the fuzzer's bytes in, a panic for a finding.
 pub type Target = fn(&[u8]);
@@ -34,6 +35,7 @@ pub type Target = fn(&[u8]);
 pub const TARGETS: &[(&str, Target)] = &[
     ("wire", wire),
     ("client", client),
+    ("cluster", cluster),
     ("journal_record", journal_record),
     ("receiver", protocol::receiver),
     ("sender", protocol::sender),

@@ -38,6 +38,17 @@ pub fn client(data: &[u8]) {
     }
 }
 
+/// A router cluster's frame (read from another router: untrusted until
+/// its proof, and checked after).
+pub fn cluster(data: &[u8]) {
+    use tickwire_wire::cluster::ClusterFrame;
+    if let Ok(f) = ClusterFrame::parse(data) {
+        let mut out = Vec::new();
+        f.emit(&mut out).expect("a parsed cluster frame emits");
+        assert_eq!(out, data, "a parsed cluster frame emits the same bytes");
+    }
+}
+
 /// A journal record, its CRC fixed up first (otherwise nearly every input
 /// stops at the CRC).
 pub fn journal_record(data: &[u8]) {

@@ -204,7 +204,7 @@ impl ClusterAgent {
     /// Messages the routing agents forwarded: to every peer that wants
     /// them, numbered per peer (a peer whose link is down or full counts
     /// one lost, and the gap tells it).
-    fn from_agents(&mut self) -> usize {
+    fn take_forwarded(&mut self) -> usize {
         let mut work = 0;
         let (remote, targets, peers, links, now) =
             (&self.remote, &mut self.targets, &mut self.peers, &mut self.links, self.now);
@@ -391,7 +391,7 @@ impl tickwire_agent::Agent for ClusterAgent {
     fn do_work(&mut self) -> usize {
         self.now = tickwire_shm::os::monotonic_ns();
         let mut work = self.take_control();
-        work += self.from_agents();
+        work += self.take_forwarded();
         work += self.poll_net();
         self.flush_links();
         if self.now.saturating_sub(self.last_housekeeping) >= HOUSEKEEPING_NS {
