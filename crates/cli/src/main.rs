@@ -118,8 +118,13 @@ fn version() -> &'static str {
 }
 
 fn main() -> ExitCode {
-    tickwire_shm::os::default_sigpipe();
     let cli = Cli::parse();
+    // A router serving keeps SIGPIPE ignored: a write to a peer that has
+    // gone (a client, another router, a metrics scrape) must be an error,
+    // never its death. Every other command ends quietly on a closed pipe.
+    if !matches!(&cli.cmd, Cmd::Router(a) if a.serves()) {
+        tickwire_shm::os::default_sigpipe();
+    }
     // `tickwire router` runs as a service: it reads the system's config
     // file when none is named (`--config`, TICKWIRE_CONFIG).
     let config_path = match (&cli.config, &cli.cmd) {

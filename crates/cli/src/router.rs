@@ -104,6 +104,13 @@ pub struct RouterArgs {
     drain: Duration,
 }
 
+impl RouterArgs {
+    /// Whether it runs a router (not one of its tools).
+    pub fn serves(&self) -> bool {
+        self.action.is_none() && self.check_config.is_none()
+    }
+}
+
 /// `tickwire router` tools.
 #[derive(Debug, clap::Subcommand)]
 enum RouterAction {

@@ -255,6 +255,9 @@ impl ClusterAgent {
         match f {
             ClusterFrame::Message { sequence, discards, flags, topic, payload } => {
                 check_topic(topic).map_err(|e| format!("MESSAGE on {topic:?}: {e}"))?;
+                if flags & tickwire_wire::client::flags::REQUEST != 0 {
+                    return Err(format!("MESSAGE on {topic}: a request (requests stay on their router)"));
+                }
                 let p = &mut self.peers[k as usize];
                 let inc = self.links[slot].as_ref().and_then(|l| l.them()).map_or(0, |t| t.incarnation);
                 let gap = match p.heard {

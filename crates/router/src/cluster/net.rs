@@ -27,8 +27,12 @@ const LOG_EVERY_NS: u64 = 1_000_000_000;
 const SELF: &str = super::link::TO_ITSELF;
 /// Why the second link between two routers ends.
 const SECOND: &str = "a second link between the same routers";
-/// Links whose handshake has not ended, at most (more are closed at once).
+/// Accepted links whose handshake has not ended, at most (more are closed
+/// at once), and at most from one address.
 const MAX_PENDING: usize = 64;
+const MAX_PENDING_PER_ADDRESS: usize = 8;
+/// The shortest heartbeat interval a peer may ask for.
+const MIN_HEARTBEAT: Duration = Duration::from_millis(100);
 /// A router down this long is forgotten: what it wanted is withdrawn
 /// (messages for it are no longer numbered and counted lost).
 const FORGET_NS: u64 = 60_000_000_000;
@@ -160,6 +164,9 @@ impl ClusterAgent {
             }
         } else if why == SELF {
             tracing::debug!("cluster: {} is this router (a peer list shared by every router names it too)", l.addr);
+        } else if l.dialed && matches!(l.stage, Stage::Connecting | Stage::Hello) {
+            // Not answered (not started yet, gone): dialed again later.
+            tracing::debug!("cluster: dialing {}: {why}", l.addr);
         } else {
             self.refused += 1;
             if self.now.saturating_sub(self.net.last_log) >= LOG_EVERY_NS {
@@ -231,9 +238,17 @@ impl ClusterAgent {
         loop {
             match self.net.listener.accept() {
                 Ok((std_stream, from)) => {
-                    if self.links.iter().flatten().filter(|l| l.them().is_none()).count() >= MAX_PENDING {
+                    // Accepted links in their handshake: a bound in all, and
+                    // a smaller one per address, so that one host cannot
+                    // hold every place.
+                    let pending = |l: &&PeerLink| !l.dialed && l.them().is_none();
+                    let ip = from.ip().to_string();
+                    let same = |l: &&PeerLink| l.addr.rsplit_once(':').is_some_and(|(a, _)| a == ip);
+                    let all = self.links.iter().flatten().filter(pending).count();
+                    let theirs = self.links.iter().flatten().filter(pending).filter(same).count();
+                    if all >= MAX_PENDING || theirs >= MAX_PENDING_PER_ADDRESS {
                         self.refused += 1;
-                        tracing::debug!("cluster link from {from} closed: {MAX_PENDING} handshakes under way");
+                        tracing::debug!("cluster link from {from} closed: too many handshakes under way");
                         continue;
                     }
                     if let Err(e) = std_stream.set_nonblocking(true) {
@@ -333,7 +348,16 @@ impl ClusterAgent {
                 d.backoff = FIRST_BACKOFF_NS;
             }
         }
-        if let Some(other) = self.peers[k as usize].link {
+        let old = self.peers[k as usize].link.filter(|&o| self.links.get(o).is_some_and(Option::is_some));
+        // A link from an earlier run of the peer is half open: the new one
+        // stays.
+        if let Some(other) = old.filter(|&o| {
+            self.links[o].as_ref().and_then(|l| l.them()).is_some_and(|t| t.incarnation != them.incarnation)
+        }) {
+            self.close(other, "the router started again");
+        }
+        let old = self.peers[k as usize].link.filter(|&o| self.links.get(o).is_some_and(Option::is_some));
+        if let Some(other) = old {
             // Two links between one pair: the one the lower name dialed
             // stays (of two it dialed, the one with the lower nonce), as the
             // other router decides too.
@@ -352,7 +376,7 @@ impl ClusterAgent {
         }
         // Both ends beat at the shorter of their intervals.
         let theirs = Duration::from_millis(u64::from(them.heartbeat_ms));
-        let beat = if theirs.is_zero() { self.settings.heartbeat } else { self.settings.heartbeat.min(theirs) };
+        let beat = self.settings.heartbeat.min(theirs.max(MIN_HEARTBEAT));
         if let Some(l) = self.links[slot].as_mut() {
             l.peer = Some(k);
             l.link.liveness = tickwire_transport::link::Liveness::new(beat, self.now);

@@ -87,8 +87,8 @@ impl ClusterTable {
         }
         let heartbeat: Duration = humantime::parse_duration(&self.heartbeat)
             .ok()
-            .filter(|d| *d >= Duration::from_millis(10))
-            .ok_or_else(|| bad("cluster.heartbeat", &self.heartbeat, "a duration of 10ms or more"))?;
+            .filter(|d| *d >= Duration::from_millis(100))
+            .ok_or_else(|| bad("cluster.heartbeat", &self.heartbeat, "a duration of 100ms or more"))?;
         let secret = tickwire_transport::tls::read_secret(&self.secret_file).map_err(|e| {
             tracing::error!("[router.cluster] secret_file {}: {e}", self.secret_file.display());
             bad("cluster.secret_file", &self.secret_file.display(), "a readable file, mode 600, holding the secret")
@@ -140,7 +140,7 @@ mod tests {
         assert!(e(ClusterTable { listen: "tcp://0.0.0.0:7700".into(), ..t.clone() }).starts_with("cluster.advertise"));
         assert!(e(ClusterTable { listen: "nowhere".into(), ..t.clone() }).starts_with("cluster.listen = nowhere"));
         assert!(e(ClusterTable { name: String::new(), ..t.clone() }).starts_with("cluster.name"));
-        assert!(e(ClusterTable { heartbeat: "1ms".into(), ..t.clone() }).starts_with("cluster.heartbeat"));
+        assert!(e(ClusterTable { heartbeat: "50ms".into(), ..t.clone() }).starts_with("cluster.heartbeat"));
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert!(e(t.clone()).starts_with("cluster.secret_file"), "a secret others may read is refused");
         std::fs::write(&secret, "short").unwrap();
