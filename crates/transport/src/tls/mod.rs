@@ -111,9 +111,26 @@ impl Wire {
     }
 }
 
-fn send_records(c: &mut rustls::Connection, mut stream: &TcpStream) -> std::io::Result<()> {
+/// A socket written with `MSG_NOSIGNAL`: a peer gone is `EPIPE`, never a
+/// SIGPIPE (rustls writes its records with `write_vectored`, which on a
+/// `TcpStream` is a plain `writev`).
+struct NoSignal<'a>(&'a TcpStream);
+
+impl Write for NoSignal<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        socket2::SockRef::from(self.0).send_with_flags(buf, libc::MSG_NOSIGNAL)
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
+        socket2::SockRef::from(self.0).send_vectored_with_flags(bufs, libc::MSG_NOSIGNAL)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn send_records(c: &mut rustls::Connection, stream: &TcpStream) -> std::io::Result<()> {
     while c.wants_write() {
-        match c.write_tls(&mut stream) {
+        match c.write_tls(&mut NoSignal(stream)) {
             Ok(0) => return Err(std::io::Error::new(ErrorKind::WriteZero, "tls: the socket took nothing")),
             Ok(_) => {}
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
@@ -164,9 +181,7 @@ impl Write for &Wire {
     /// its default, death); over TLS, every slice into records, then the
     /// records out in as few writes as the socket allows.
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
-        let Some(mut c) = self.lock() else {
-            return socket2::SockRef::from(&self.stream).send_vectored_with_flags(bufs, libc::MSG_NOSIGNAL);
-        };
+        let Some(mut c) = self.lock() else { return NoSignal(&self.stream).write_vectored(bufs) };
         // Records still waiting go first; while the socket cannot take
         // them, take no more plaintext (the caller keeps it, as it would
         // for a full socket).
