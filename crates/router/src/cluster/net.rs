@@ -242,8 +242,8 @@ impl ClusterAgent {
                     // a smaller one per address, so that one host cannot
                     // hold every place.
                     let pending = |l: &&PeerLink| !l.dialed && l.them().is_none();
-                    let ip = from.ip().to_string();
-                    let same = |l: &&PeerLink| l.addr.rsplit_once(':').is_some_and(|(a, _)| a == ip);
+                    let same =
+                        |l: &&PeerLink| l.addr.parse::<std::net::SocketAddr>().is_ok_and(|a| a.ip() == from.ip());
                     let all = self.links.iter().flatten().filter(pending).count();
                     let theirs = self.links.iter().flatten().filter(pending).filter(same).count();
                     if all >= MAX_PENDING || theirs >= MAX_PENDING_PER_ADDRESS {
