@@ -20,19 +20,23 @@
 //! directory: it holds an exclusive `flock` on `DIR/router.lock`, which the
 //! kernel releases when the process dies, so a router killed with kill -9
 //! never blocks the next start.
+//!
+//! Beside this file: `wiring` (the agents, their rings and channels, the
+//! cluster's agent among them) and `ipc` (shared-memory logins).
+
+mod ipc;
+mod wiring;
 
 use crate::accept::Acceptor;
 use crate::access::{AuthWorker, UserConfig, Users, UsersError};
-use crate::agent::{AgentShared, Control, RoutingAgent, Wiring};
-use crate::cluster::agent::AgentWiring;
+use crate::agent::{AgentShared, Control, RoutingAgent};
 use crate::cluster::ClusterAgent;
 use crate::config::RouterConfig;
 use crate::counters::Totals;
 use crate::guaranteed::Guaranteed;
-use crate::ipc_login::{IpcLogin, Request, SOCKET_FILE};
+use crate::ipc_login::{IpcLogin, SOCKET_FILE};
 use crate::lock::LOCK_FILE;
 use crate::metrics::MetricsServer;
-use crate::peers::{link, Peers};
 use crate::routing::replicated::Replication;
 use crate::routing::Router;
 use crate::status::{RouterStatus, StatusWriter, STATUS_FILE};
@@ -41,13 +45,12 @@ use std::fs::File;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 use tickwire_agent::{AgentRunner, Idle};
-use tickwire_shm::{Context, Dir, LogConfig, ReaderOptions};
+use tickwire_shm::{Context, Dir};
 use tickwire_transport::tls::TlsError;
-use tickwire_wire::client::{IPC_IN_CHANNEL, IPC_OUT_CHANNEL};
 
 /// How often to look for new shared-memory clients.
 const HOUSEKEEPING_NS: u64 = 20_000_000;
@@ -325,85 +328,6 @@ impl Server {
         Ok(server)
     }
 
-    /// Makes the routing agents, their links and channels.
-    #[allow(clippy::type_complexity)]
-    fn agents(
-        cfg: &RouterConfig,
-        ctx: &Context,
-        users: Arc<Users>,
-        cluster: Option<crate::cluster::ClusterSettings>,
-    ) -> std::io::Result<(Vec<RoutingAgent>, Vec<Sender<Control>>, Receiver<(u32, String)>, Option<ClusterAgent>)> {
-        let n = cfg.agents;
-        let counters = Some(Arc::clone(ctx.counters()));
-        let (gone_tx, gone) = channel();
-        let (controls, mut receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| channel()).map(|(t, r)| (t, Some(r))).unzip();
-        // links[from][to], and what each agent reads.
-        let mut links: Vec<Vec<Option<_>>> = (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
-        let mut inbound: Vec<Vec<_>> = (0..n).map(|_| Vec::new()).collect();
-        for (from, row) in links.iter_mut().enumerate() {
-            for (to, slot) in row.iter_mut().enumerate() {
-                if from != to {
-                    let (tx, rx) = link(cfg.agent_link_bytes);
-                    *slot = Some(tx);
-                    inbound[to].push(rx);
-                }
-            }
-        }
-        // The cluster is agent `n`: a ring each way with every routing agent.
-        let (cluster_tx, cluster_rx) = channel();
-        let mut wiring = AgentWiring { control: cluster_rx, tell: controls.clone(), from: Vec::new(), to: Vec::new() };
-        if cluster.is_some() {
-            for (row, inbound) in links.iter_mut().zip(inbound.iter_mut()) {
-                let (tx, rx) = link(cfg.agent_link_bytes);
-                row.push(Some(tx));
-                wiring.from.push(rx);
-                let (tx, rx) = link(cfg.agent_link_bytes);
-                wiring.to.push(tx);
-                inbound.push(rx);
-            }
-        }
-        let replies = controls.clone();
-        let auth = Arc::new(AuthWorker::start(Arc::clone(&users), move |k, r| {
-            let _ = replies[k].send(Control::Authenticated(r));
-        })?);
-        let users = (!users.is_empty()).then_some(users);
-        let mut agents = Vec::with_capacity(n);
-        for (k, (row, inbound)) in links.into_iter().zip(inbound).enumerate() {
-            let limits = (&cfg.limits).into();
-            let (router, role) = if n == 1 && cluster.is_none() {
-                (Router::new(&cfg.name, limits, counters.clone()), "router".to_owned())
-            } else {
-                let mut peers = Peers::new(k as u32, row);
-                if cluster.is_some() {
-                    peers.set_cluster(n as u32);
-                }
-                let role = if n == 1 { "router".to_owned() } else { format!("router-{k}") };
-                (Router::with_peers(&cfg.name, limits, counters.clone(), peers, n as u32), role)
-            };
-            let mut others: Vec<_> = controls.iter().enumerate().map(|(j, tx)| (j != k).then(|| tx.clone())).collect();
-            if cluster.is_some() {
-                others.push(Some(cluster_tx.clone()));
-            }
-            let Some(control) = receivers[k].take() else { unreachable!("one receiver per agent") };
-            let wiring = Wiring { control, others, inbound, gone: gone_tx.clone(), auth: Arc::clone(&auth) };
-            let mut agent = RoutingAgent::new(router, role, wiring)?;
-            agent.router.set_users(users.clone());
-            agent.nats_token_user.clone_from(&cfg.nats_token_user);
-            if let Some(c) = &cfg.cache {
-                // Checked by `RouterConfig::check`.
-                if let Ok(c) = c.to_config() {
-                    agent.router.set_cache(crate::cache::LastValues::new(c));
-                }
-            }
-            agents.push(agent);
-        }
-        let cluster = match cluster {
-            Some(c) => Some(ClusterAgent::new(c, wiring)?),
-            None => None,
-        };
-        Ok((agents, controls, gone, cluster))
-    }
-
     /// What it listens on, for the line a router prints at start.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
@@ -567,87 +491,6 @@ impl Server {
         let k = self.pick();
         // An agent's receiver lives as long as the server.
         let _ = self.controls[k].send(c);
-    }
-
-    /// Acts on the shared-memory logins that came whole.
-    fn take_logins(&mut self, now: u64) -> usize {
-        let Some(login) = &mut self.ipc_login else { return 0 };
-        // No allocation unless a login came.
-        let mut logins = Vec::new();
-        login.poll(now, &mut logins);
-        let n = logins.len();
-        for r in logins {
-            let (stream, pid) = (r.stream, r.pid);
-            if let Err(why) = self.attach_ipc(r) {
-                tracing::debug!(stream, pid, "shared-memory login refused: {why}");
-                if let Some(l) = &mut self.ipc_login {
-                    l.note_refusal(&format!("pid {pid}, {IPC_IN_CHANNEL}-{stream}: {why}"), now);
-                }
-            }
-        }
-        n
-    }
-
-    /// Serves the shared-memory client that logged in with `r`; refused
-    /// (and told why on its socket) when its log is not the connecting
-    /// process's, carried an earlier session, or is served already.
-    fn attach_ipc(&mut self, r: Request) -> Result<(), String> {
-        let Request { stream, log, hello, pid, uid, conn } = r;
-        let refuse = |why: String| {
-            crate::ipc_login::refuse(&conn, &why);
-            Err(why)
-        };
-        if self.ipc_serving.contains(&stream) {
-            return refuse(format!("{IPC_IN_CHANNEL}-{stream} is served already"));
-        }
-        // The client's file, checked to be sealed against shrinking; mapped
-        // inside `untrusted` all the same, so that a file shrunk under us
-        // would end this session, not the router.
-        let label = PathBuf::from(format!("memfd:{IPC_IN_CHANNEL}-{stream} (from pid {pid})"));
-        let opts = ReaderOptions::default();
-        let reader = match tickwire_shm::os::untrusted(|| self.ctx.reader_fd(&log, &label, opts)) {
-            Ok(r) => r,
-            Err(e) => return refuse(format!("its log: {e}")),
-        };
-        drop(log);
-        let d = reader.descriptor();
-        if d.stream_id != stream || d.channel != IPC_IN_CHANNEL {
-            return refuse(format!("its log is {}-{}, not {IPC_IN_CHANNEL}-{stream}", d.channel, d.stream_id));
-        }
-        if i64::from(d.publisher.pid) != i64::from(pid) {
-            return refuse(format!(
-                "{IPC_IN_CHANNEL}-{stream} is pid {}'s log, not the connecting process's (pid {pid})",
-                d.publisher.pid
-            ));
-        }
-        if reader.position() > 0 {
-            // A client logs in before it writes to its log, so a log that
-            // has carried frames belongs to an ended session.
-            return refuse(format!(
-                "{IPC_IN_CHANNEL}-{stream}: carried an earlier session (position {})",
-                reader.position()
-            ));
-        }
-        let cfg = LogConfig::with_capacity(self.cfg.ipc_log_bytes);
-        let (out, file) = match self.ctx.appender_sealed(IPC_OUT_CHANNEL, stream, &cfg) {
-            Ok(o) => o,
-            Err(e) => return refuse(format!("its log out of the router: {e}")),
-        };
-        // Taken: one zero byte (a refusal is text) with our log beside it.
-        if let Err(e) = crate::ipc_login::accept(&conn, &file) {
-            return Err(format!("the answer could not be sent: {e}"));
-        }
-        drop(file);
-        self.ipc_serving.insert(stream);
-        self.hand(Control::Ipc {
-            stream,
-            reader: Box::new(reader),
-            out: Box::new(out),
-            peer: format!("ipc pid {pid} uid {uid}"),
-            hello,
-            uid,
-        });
-        Ok(())
     }
 
     /// Stops: no new clients; each agent flushes its sessions' queues for

@@ -1,0 +1,96 @@
+//! The routing agents' wiring: a ring each way between every two agents
+//! (and, in a cluster, between each and the cluster's agent), their
+//! control channels, the password checks they share.
+
+use super::Server;
+use crate::access::{AuthWorker, Users};
+use crate::agent::{Control, RoutingAgent, Wiring};
+use crate::cluster::agent::AgentWiring;
+use crate::cluster::ClusterAgent;
+use crate::config::RouterConfig;
+use crate::peers::{link, Peers};
+use crate::routing::Router;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use tickwire_shm::Context;
+
+impl Server {
+    /// Makes the routing agents, their links and channels.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn agents(
+        cfg: &RouterConfig,
+        ctx: &Context,
+        users: Arc<Users>,
+        cluster: Option<crate::cluster::ClusterSettings>,
+    ) -> std::io::Result<(Vec<RoutingAgent>, Vec<Sender<Control>>, Receiver<(u32, String)>, Option<ClusterAgent>)> {
+        let n = cfg.agents;
+        let counters = Some(Arc::clone(ctx.counters()));
+        let (gone_tx, gone) = channel();
+        let (controls, mut receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| channel()).map(|(t, r)| (t, Some(r))).unzip();
+        // links[from][to], and what each agent reads.
+        let mut links: Vec<Vec<Option<_>>> = (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+        let mut inbound: Vec<Vec<_>> = (0..n).map(|_| Vec::new()).collect();
+        for (from, row) in links.iter_mut().enumerate() {
+            for (to, slot) in row.iter_mut().enumerate() {
+                if from != to {
+                    let (tx, rx) = link(cfg.agent_link_bytes);
+                    *slot = Some(tx);
+                    inbound[to].push(rx);
+                }
+            }
+        }
+        // The cluster is agent `n`: a ring each way with every routing agent.
+        let (cluster_tx, cluster_rx) = channel();
+        let mut wiring = AgentWiring { control: cluster_rx, tell: controls.clone(), from: Vec::new(), to: Vec::new() };
+        if cluster.is_some() {
+            for (row, inbound) in links.iter_mut().zip(inbound.iter_mut()) {
+                let (tx, rx) = link(cfg.agent_link_bytes);
+                row.push(Some(tx));
+                wiring.from.push(rx);
+                let (tx, rx) = link(cfg.agent_link_bytes);
+                wiring.to.push(tx);
+                inbound.push(rx);
+            }
+        }
+        let replies = controls.clone();
+        let auth = Arc::new(AuthWorker::start(Arc::clone(&users), move |k, r| {
+            let _ = replies[k].send(Control::Authenticated(r));
+        })?);
+        let users = (!users.is_empty()).then_some(users);
+        let mut agents = Vec::with_capacity(n);
+        for (k, (row, inbound)) in links.into_iter().zip(inbound).enumerate() {
+            let limits = (&cfg.limits).into();
+            let (router, role) = if n == 1 && cluster.is_none() {
+                (Router::new(&cfg.name, limits, counters.clone()), "router".to_owned())
+            } else {
+                let mut peers = Peers::new(k as u32, row);
+                if cluster.is_some() {
+                    peers.set_cluster(n as u32);
+                }
+                let role = if n == 1 { "router".to_owned() } else { format!("router-{k}") };
+                (Router::with_peers(&cfg.name, limits, counters.clone(), peers, n as u32), role)
+            };
+            let mut others: Vec<_> = controls.iter().enumerate().map(|(j, tx)| (j != k).then(|| tx.clone())).collect();
+            if cluster.is_some() {
+                others.push(Some(cluster_tx.clone()));
+            }
+            let Some(control) = receivers[k].take() else { unreachable!("one receiver per agent") };
+            let wiring = Wiring { control, others, inbound, gone: gone_tx.clone(), auth: Arc::clone(&auth) };
+            let mut agent = RoutingAgent::new(router, role, wiring)?;
+            agent.router.set_users(users.clone());
+            agent.nats_token_user.clone_from(&cfg.nats_token_user);
+            if let Some(c) = &cfg.cache {
+                // Checked by `RouterConfig::check`.
+                if let Ok(c) = c.to_config() {
+                    agent.router.set_cache(crate::cache::LastValues::new(c));
+                }
+            }
+            agents.push(agent);
+        }
+        let cluster = match cluster {
+            Some(c) => Some(ClusterAgent::new(c, wiring)?),
+            None => None,
+        };
+        Ok((agents, controls, gone, cluster))
+    }
+}
