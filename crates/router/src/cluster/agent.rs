@@ -294,16 +294,13 @@ impl ClusterAgent {
                 if let Some(c) = change {
                     self.tell_agents(&c);
                 }
-                self.peers[k as usize].status.interest = self.remote.len(k);
             }
             ClusterFrame::Routers(list) => {
                 // The first after the link came up ends the peer's retelling.
-                for text in self.peers[k as usize].stale.take().unwrap_or_default() {
-                    if let Some(c) = Pattern::parse(&text).ok().and_then(|p| self.remote.remove(k, &p)) {
-                        self.tell_agents(&c);
-                    }
+                let stale = self.peers[k as usize].stale.take().unwrap_or_default();
+                for c in self.remote.remove_all(k, stale) {
+                    self.tell_agents(&c);
                 }
-                self.peers[k as usize].status.interest = self.remote.len(k);
                 for (name, listen) in list {
                     self.learn(name, listen);
                 }
@@ -367,12 +364,13 @@ impl ClusterAgent {
     fn publish_status(&mut self) {
         let (held, told) = self.local.counts();
         let mut links = Vec::with_capacity(self.peers.len());
-        for p in &self.peers {
+        for (k, p) in self.peers.iter().enumerate() {
             let mut s = p.status.clone();
             s.router.clone_from(&p.name);
             s.addr.clone_from(&p.listen);
             s.state = if p.link.is_some() { "up".into() } else { "down".into() };
             s.for_ms = self.now.saturating_sub(p.changed) / 1_000_000;
+            s.interest = self.remote.len(k as u32);
             links.push(s);
         }
         if let Ok(mut st) = self.status.lock() {

@@ -217,11 +217,11 @@ impl RemoteInterest {
         self.by_peer.get(peer as usize).cloned().unwrap_or_default()
     }
 
-    /// Forgets every pattern peer `peer` told; the changes for the routing
-    /// agents (patterns no other peer wants) are returned.
-    pub fn forget(&mut self, peer: u32) -> Vec<Interest> {
+    /// Peer `peer` no longer wants any of `patterns`; the changes for the
+    /// routing agents (patterns no other peer wants) are returned.
+    pub fn remove_all(&mut self, peer: u32, patterns: BTreeSet<Box<str>>) -> Vec<Interest> {
         let mut out = Vec::new();
-        for text in self.patterns(peer) {
+        for text in patterns {
             if let Some(c) = Pattern::parse(&text).ok().and_then(|p| self.remove(peer, &p)) {
                 out.push(c);
             }

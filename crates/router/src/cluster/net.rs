@@ -3,7 +3,7 @@
 //! heartbeats and the handshake's deadline, and one link per pair of
 //! routers.
 
-use super::agent::{ClusterAgent, HOUSEKEEPING_NS};
+use super::agent::ClusterAgent;
 use super::link::{PeerLink, Stage, HANDSHAKE_DEADLINE};
 use super::ClusterSettings;
 use mio::{Events, Interest as Readiness, Poll, Token};
@@ -461,7 +461,6 @@ impl ClusterAgent {
                 d.backoff = (d.backoff * 2).min(MAX_BACKOFF_NS);
             }
         }
-        let _ = HOUSEKEEPING_NS;
         self.forget_gone(now);
     }
 
@@ -469,17 +468,17 @@ impl ClusterAgent {
     fn forget_gone(&mut self, now: u64) {
         for k in 0..self.peers.len() as u32 {
             let p = &mut self.peers[k as usize];
-            if p.link.is_some() || now.saturating_sub(p.changed) < FORGET_NS || p.status.interest == 0 {
+            if p.link.is_some() || now.saturating_sub(p.changed) < FORGET_NS || self.remote.len(k) == 0 {
                 continue;
             }
-            p.status.interest = 0;
             p.stale = None;
             tracing::info!(
                 "cluster: router {} down for {} s: what it wanted is withdrawn",
                 p.name,
                 FORGET_NS / 1_000_000_000
             );
-            for c in self.remote.forget(k) {
+            let all = self.remote.patterns(k);
+            for c in self.remote.remove_all(k, all) {
                 self.tell_agents(&c);
             }
         }
