@@ -94,6 +94,15 @@ pub struct RouterArgs {
     /// With --cluster-name: a file (mode 600) holding the cluster's shared secret, the same on every router.
     #[arg(long, value_name = "FILE", requires = "cluster_name")]
     cluster_secret_file: Option<std::path::PathBuf>,
+    /// With --cluster-name: links between routers speak TLS; this router's certificate (PEM), naming it (subject CN = its --name), for both ends of a link ([router.cluster.tls] cert).
+    #[arg(long, value_name = "FILE", requires_all = ["cluster_name", "cluster_tls_key", "cluster_tls_ca"])]
+    cluster_tls_cert: Option<std::path::PathBuf>,
+    /// With --cluster-tls-cert: its private key (PEM, mode 600).
+    #[arg(long, value_name = "FILE", requires = "cluster_tls_cert")]
+    cluster_tls_key: Option<std::path::PathBuf>,
+    /// With --cluster-tls-cert: the CA (PEM) every router's certificate must chain to.
+    #[arg(long, value_name = "FILE", requires = "cluster_tls_cert")]
+    cluster_tls_ca: Option<std::path::PathBuf>,
     /// Check the config file (FILE, or the one `tickwire router` would read) and exit: 0 if a router
     /// would start with it, else the file, line and key at fault.
     #[arg(long, value_name = "FILE", num_args = 0..=1)]
@@ -132,8 +141,13 @@ enum RouterAction {
 /// The cluster's lines of `tickwire router status`.
 fn cluster_status(c: &tickwire_router::cluster::ClusterStatus) {
     println!(
-        "cluster {:?} on tcp://{}: {} pattern(s) held, {} told to the other routers, {} link(s) refused",
-        c.cluster, c.listen, c.patterns_held, c.patterns_told, c.refused
+        "cluster {:?} on {}://{}: {} pattern(s) held, {} told to the other routers, {} link(s) refused",
+        c.cluster,
+        if c.tls { "tls" } else { "tcp" },
+        c.listen,
+        c.patterns_held,
+        c.patterns_told,
+        c.refused
     );
     if c.links.is_empty() {
         return;
@@ -505,6 +519,10 @@ fn config(s: &Settings, a: &RouterArgs) -> Result<RouterConfig, String> {
         }
         if let Some(f) = &a.cluster_secret_file {
             t.secret_file.clone_from(f);
+        }
+        if let (Some(cert), Some(key), Some(ca)) = (&a.cluster_tls_cert, &a.cluster_tls_key, &a.cluster_tls_ca) {
+            t.tls =
+                Some(tickwire_router::config::ClusterTlsFiles { cert: cert.clone(), key: key.clone(), ca: ca.clone() });
         }
     }
     cfg.users = match &s.users {

@@ -16,6 +16,9 @@
 //! - Four routers each told only of the next (a ring): a link with each
 //!   of the others, every message once to each subscriber, no loop.
 //! - A router with another secret is refused, and says why.
+//! - Links over TLS: messages cross them; a router whose certificate
+//!   names another router, or another CA signed, is refused, and the
+//!   router it tried says why.
 //!
 //! Runs as root (namespaces, nftables), in `make test`.
 
@@ -27,6 +30,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tickwire_testkit::ca::{TestCa, Usage};
 
 const SECRET: &str = "a-cluster-secret-of-the-test-0123";
 /// A port every router's clients use, in its own namespace (a router
@@ -104,6 +108,11 @@ impl Hosts {
 
     /// Router `r{k}`, told of `peers` (host numbers), its secret `secret`.
     fn router_with(&self, k: usize, peers: &[usize], secret: &str) -> RouterProcess {
+        self.router_tls(k, peers, secret, &[])
+    }
+
+    /// [`Hosts::router_with`], and `more` arguments.
+    fn router_tls(&self, k: usize, peers: &[usize], secret: &str, more: &[String]) -> RouterProcess {
         let file = self.dir.join(format!("secret-{k}"));
         std::fs::write(&file, secret).unwrap();
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -117,6 +126,7 @@ impl Hosts {
         for u in &uris {
             args.extend(["--cluster-peer", u]);
         }
+        args.extend(more.iter().map(String::as_str));
         RouterProcess::spawn(&mut self.cmd(k, &args))
     }
 
@@ -349,4 +359,41 @@ fn a_router_without_the_secret_is_refused_and_told_why() {
     let st = h.status(1);
     assert!(st["cluster"]["links"].is_array(), "r1's status: {st}");
     assert!(st["cluster"]["links"].as_array().unwrap().iter().all(|l| !up(l)), "r1 linked without the secret: {st}");
+}
+
+#[test]
+fn links_speak_tls_and_a_certificate_naming_another_router_or_from_another_ca_is_refused() {
+    let h = Hosts::create(3, 5);
+    let pki = h.dir.join("pki");
+    let (ca, foreign) = (TestCa::new(&pki, "cluster-ca"), TestCa::new(&pki, "another-ca"));
+    let tls = |ca: &TestCa, file: &str, names: &str| -> Vec<String> {
+        let (cert, key) = ca.issue(file, Usage::Peer, Some(names), &[], &[]);
+        [("--cluster-tls-cert", &cert), ("--cluster-tls-key", &key), ("--cluster-tls-ca", &ca.pem)]
+            .iter()
+            .flat_map(|(flag, path)| [(*flag).to_owned(), path.display().to_string()])
+            .collect()
+    };
+    let r0 = h.router_tls(0, &[], SECRET, &tls(&ca, "r0", "r0"));
+    let _r1 = h.router_tls(1, &[0], SECRET, &tls(&ca, "r1", "r1"));
+    h.wait_link(1, 0, Duration::from_secs(10), up);
+    assert_eq!(h.status(0)["cluster"]["tls"], true);
+    let sub = h.sub(1, "md/>", 2000, "20s");
+    h.publish(0, "md/eu/x", 2000, "20k");
+    let (received, discarded, gaps, dups) = finish(sub);
+    assert_eq!((received, discarded, gaps, dups), (2000, 0, 0, 0), "over TLS");
+    h.wait_link(0, 1, Duration::from_secs(3), |l| l["messages_out"] == 2000);
+
+    // A certificate the cluster's CA signed, naming r1: r2 cannot pass for it.
+    let mut r2 = h.router_tls(2, &[0], SECRET, &tls(&ca, "r2-as-r1", "r1"));
+    let line = r0.wait_for_line("certificate naming \"r1\"", Duration::from_secs(5));
+    assert!(line.is_some_and(|l| l.contains("router \"r2\"")), "{:?}", r0.lines.lock().unwrap());
+    r2.stop();
+    // A certificate from another CA: refused by TLS, said by both ends.
+    let r2 = h.router_tls(2, &[0], SECRET, &tls(&foreign, "r2-foreign", "r2"));
+    assert!(r0.wait_for_line("tls: ", Duration::from_secs(5)).is_some(), "{:?}", r0.lines.lock().unwrap());
+    assert!(r2.wait_for_line("tls: ", Duration::from_secs(5)).is_some(), "{:?}", r2.lines.lock().unwrap());
+    std::thread::sleep(Duration::from_millis(500));
+    let st = h.status(2);
+    assert!(st["cluster"]["links"].as_array().is_none_or(|ls| ls.iter().all(|l| !up(l))), "r2 linked: {st}");
+    assert!(h.status(0)["cluster"]["refused"].as_u64() >= Some(2));
 }

@@ -26,6 +26,8 @@ pub enum Usage {
     Server,
     /// A client's (extended key usage clientAuth).
     Client,
+    /// Both ends' of a link between peers (serverAuth and clientAuth).
+    Peer,
 }
 
 fn key_file(path: &Path, pem: &str) {
@@ -81,10 +83,13 @@ impl TestCa {
         if let Some(cn) = cn {
             params.distinguished_name.push(rcgen::DnType::CommonName, cn);
         }
-        params.extended_key_usages = vec![match usage {
-            Usage::Server => rcgen::ExtendedKeyUsagePurpose::ServerAuth,
-            Usage::Client => rcgen::ExtendedKeyUsagePurpose::ClientAuth,
-        }];
+        params.extended_key_usages = match usage {
+            Usage::Server => vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth],
+            Usage::Client => vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth],
+            Usage::Peer => {
+                vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth, rcgen::ExtendedKeyUsagePurpose::ClientAuth]
+            }
+        };
         let key = rcgen::KeyPair::generate().expect("a key");
         let cert = params.signed_by(&key, &self.cert, &self.key).expect("a signed certificate");
         let (c, k) = (self.dir.join(format!("{file}.pem")), self.dir.join(format!("{file}.key")));

@@ -103,7 +103,12 @@ impl ClusterAgent {
             heartbeat: settings.heartbeat,
         };
         let net = super::net::Net::bind(&settings, now)?;
-        let status = ClusterStatus { cluster: settings.cluster.clone(), listen: net.listening(), ..Default::default() };
+        let status = ClusterStatus {
+            cluster: settings.cluster.clone(),
+            listen: net.listening(),
+            tls: settings.tls.is_some(),
+            ..Default::default()
+        };
         Ok(Self {
             me,
             net,

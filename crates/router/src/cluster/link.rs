@@ -241,6 +241,19 @@ impl PeerLink {
                 if h.name.is_empty() || h.name.chars().any(char::is_control) {
                     return Err(format!("router name {:?} is empty or holds control characters", h.name));
                 }
+                if self.link.wire().is_tls() {
+                    // TLS checked the chain; the certificate must name the
+                    // router, or any router could pass for another.
+                    let named = self.link.wire().peer_user();
+                    if named.as_deref() != Some(h.name) {
+                        return Err(format!(
+                            "router {:?} showed a certificate naming {}: a router's cluster certificate must \
+                             name it (subject CN = its name)",
+                            h.name,
+                            named.map_or_else(|| "no one".to_owned(), |n| format!("{n:?}"))
+                        ));
+                    }
+                }
                 let t = Transcript {
                     cluster: &me.cluster,
                     receiver_nonce: &h.nonce,

@@ -65,6 +65,9 @@ pub struct ClusterSettings {
     /// [`link::FRAME_OVERHEAD`] (every router of a cluster needs the same
     /// `limits.max_frame`: a larger message ends a link).
     pub max_frame: usize,
+    /// TLS on the links, both ends showing a certificate that names their
+    /// router (none: plain TCP, authenticated by the secret alone).
+    pub tls: Option<tickwire_transport::tls::PeerTls>,
 }
 
 impl std::fmt::Debug for ClusterSettings {
@@ -74,6 +77,7 @@ impl std::fmt::Debug for ClusterSettings {
             .field("name", &self.name)
             .field("listen", &self.listen)
             .field("peers", &self.peers)
+            .field("tls", &self.tls.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -92,8 +96,12 @@ pub struct ClusterStatus {
     pub patterns_told: usize,
     /// Each other router it knows.
     pub links: Vec<LinkStatus>,
-    /// Links refused (a wrong secret, cluster or name; a bad frame).
+    /// Links refused (a wrong secret, cluster, name or certificate; a bad
+    /// frame).
     pub refused: u64,
+    /// Links speak TLS.
+    #[serde(default)]
+    pub tls: bool,
 }
 
 /// One other router of the cluster.

@@ -12,7 +12,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use tickwire_transport::link::Beat;
-use tickwire_transport::tls::Wire;
+use tickwire_transport::tls::{PeerTls, Wire};
 use tickwire_wire::cluster::{ClusterFrame, NONCE_LEN};
 
 const LISTENER: Token = Token(usize::MAX - 1);
@@ -105,8 +105,9 @@ impl Net {
 
 /// Starts a non-blocking connection to `addr` (`IP:PORT`: names were
 /// resolved when the configuration was read, so no lookup blocks the
-/// agent; a learned address that is not one is not dialed).
-fn dial(addr: &str) -> std::io::Result<(TcpStream, bool)> {
+/// agent; a learned address that is not one is not dialed), TLS over it
+/// with `tls`.
+fn dial(addr: &str, tls: Option<&PeerTls>) -> std::io::Result<(Wire, bool)> {
     let to: std::net::SocketAddr = addr.parse().map_err(|_| {
         std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr:?} is not IP:PORT (not looked up here)"))
     })?;
@@ -114,7 +115,15 @@ fn dial(addr: &str) -> std::io::Result<(TcpStream, bool)> {
     s.set_nonblocking(true)?;
     s.set_nodelay(true)?;
     let pending = tickwire_transport::tcp::start_connect(&s, to)?;
-    Ok((s.into(), pending))
+    let stream: TcpStream = s.into();
+    let wire = match tls {
+        None => Wire::plain(stream),
+        // The name is not checked by TLS but after it: the certificate
+        // must name the router the HELLO names (`PeerLink::handshake`).
+        Some(t) => Wire::tls_client(stream, &t.client, &to.ip().to_string())
+            .map_err(|e| std::io::Error::other(e.to_string()))?,
+    };
+    Ok((wire, pending))
 }
 
 impl ClusterAgent {
@@ -164,8 +173,9 @@ impl ClusterAgent {
             }
         } else if why == SELF {
             tracing::debug!("cluster: {} is this router (a peer list shared by every router names it too)", l.addr);
-        } else if l.dialed && matches!(l.stage, Stage::Connecting | Stage::Hello) {
-            // Not answered (not started yet, gone): dialed again later.
+        } else if l.dialed && matches!(l.stage, Stage::Connecting | Stage::Hello) && !why.contains("tls: ") {
+            // Not answered (not started yet, gone): dialed again later. A
+            // TLS handshake that failed was answered, with a refusal.
             tracing::debug!("cluster: dialing {}: {why}", l.addr);
         } else {
             self.refused += 1;
@@ -256,8 +266,18 @@ impl ClusterAgent {
                         continue;
                     }
                     let _ = std_stream.set_nodelay(true);
+                    let wire = match &self.settings.tls {
+                        None => Wire::plain(std_stream),
+                        Some(tls) => match Wire::tls_server(std_stream, &tls.server) {
+                            Ok(w) => w,
+                            Err(e) => {
+                                tracing::warn!("cluster link from {from}: {e}");
+                                continue;
+                            }
+                        },
+                    };
                     let mut l = PeerLink::new(
-                        Arc::new(Wire::plain(std_stream)),
+                        Arc::new(wire),
                         (false, false),
                         from.to_string(),
                         self.settings.max_frame,
@@ -435,15 +455,9 @@ impl ClusterAgent {
                 continue;
             }
             let addr = d.addr.clone();
-            let slot = match dial(&addr) {
-                Ok((s, pending)) => {
-                    let mut l = PeerLink::new(
-                        Arc::new(Wire::plain(s)),
-                        (true, true),
-                        addr.clone(),
-                        self.settings.max_frame,
-                        now,
-                    );
+            let slot = match dial(&addr, self.settings.tls.as_ref()) {
+                Ok((wire, pending)) => {
+                    let mut l = PeerLink::new(Arc::new(wire), (true, true), addr.clone(), self.settings.max_frame, now);
                     if !pending {
                         let _ = l.hello(&self.me, now);
                     }

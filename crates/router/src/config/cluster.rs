@@ -28,6 +28,25 @@ pub struct ClusterTable {
     /// Heartbeats on an idle link; a link silent for twice this is
     /// dropped and dialed again.
     pub heartbeat: String,
+    /// TLS on the links between routers (none: plain TCP).
+    pub tls: Option<ClusterTlsFiles>,
+}
+
+/// `[router.cluster.tls]`: links between routers speak TLS, and each end
+/// shows a certificate the other checks against `ca`; the certificate
+/// must name its router (subject CN, else its first DNS SAN, = its
+/// `name`), so a router cannot pass for another.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterTlsFiles {
+    /// This router's certificate chain (PEM), for both ends of a link:
+    /// extended key usages serverAuth and clientAuth, or none.
+    pub cert: PathBuf,
+    /// Its private key (PEM), its owner's alone.
+    pub key: PathBuf,
+    /// The CA (PEM) every router's certificate must chain to: better one
+    /// of the cluster's own than the one that signs clients' certificates.
+    pub ca: PathBuf,
 }
 
 impl Default for ClusterTable {
@@ -39,6 +58,7 @@ impl Default for ClusterTable {
             peers: Vec::new(),
             secret_file: PathBuf::new(),
             heartbeat: "1s".into(),
+            tls: None,
         }
     }
 }
@@ -97,6 +117,13 @@ impl ClusterTable {
         if secret.len() < 16 {
             return Err(bad("cluster.secret_file", &self.secret_file.display(), "a secret of 16 bytes or more"));
         }
+        let tls = match &self.tls {
+            None => None,
+            Some(t) => Some(tickwire_transport::tls::peer_configs(&t.cert, &t.key, &t.ca).map_err(|e| {
+                tracing::error!("[router.cluster.tls] {e}");
+                bad("cluster.tls", &e, "a certificate and key (PEM) and the CA that signed every router's")
+            })?),
+        };
         // Routers left with the default name are told apart by address.
         let name = if router == super::DEFAULT_NAME { format!("{router}@{advertise}") } else { router.to_owned() };
         Ok(ClusterSettings {
@@ -108,6 +135,7 @@ impl ClusterTable {
             secret,
             heartbeat,
             max_frame: max_frame + crate::cluster::link::FRAME_OVERHEAD,
+            tls,
         })
     }
 }
@@ -141,6 +169,9 @@ mod tests {
         assert!(e(ClusterTable { listen: "nowhere".into(), ..t.clone() }).starts_with("cluster.listen = nowhere"));
         assert!(e(ClusterTable { name: String::new(), ..t.clone() }).starts_with("cluster.name"));
         assert!(e(ClusterTable { heartbeat: "50ms".into(), ..t.clone() }).starts_with("cluster.heartbeat"));
+        let missing = ClusterTlsFiles { cert: dir.join("no.pem"), key: dir.join("no.key"), ca: dir.join("ca.pem") };
+        let why = e(ClusterTable { tls: Some(missing), ..t.clone() });
+        assert!(why.starts_with("cluster.tls") && why.contains("no.pem"), "{why}");
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert!(e(t.clone()).starts_with("cluster.secret_file"), "a secret others may read is refused");
         std::fs::write(&secret, "short").unwrap();

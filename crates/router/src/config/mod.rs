@@ -78,7 +78,7 @@ mod ha;
 mod journal;
 mod limits;
 
-pub use cluster::ClusterTable;
+pub use cluster::{ClusterTable, ClusterTlsFiles};
 pub use ha::HaTable;
 pub use journal::JournalTable;
 pub use limits::{descriptor_share, LimitsConfig, MAX_CONNECTIONS_CEILING, MIN_HELLO_TIMEOUT, RESERVED_DESCRIPTORS};
@@ -310,6 +310,11 @@ impl RouterConfig {
             t.cert = base.join(&t.cert);
             t.key = base.join(&t.key);
             t.client_ca = t.client_ca.as_ref().map(|c| base.join(c));
+        }
+        if let (Some(t), Some(base)) = (cfg.cluster.as_mut().and_then(|c| c.tls.as_mut()), path.parent()) {
+            t.cert = base.join(&t.cert);
+            t.key = base.join(&t.key);
+            t.ca = base.join(&t.ca);
         }
         if let (Some(j), Some(base)) = (&mut cfg.journal, path.parent()) {
             j.dir = base.join(&j.dir);

@@ -222,7 +222,9 @@ impl Server {
         let (mut agents, controls, gone, cluster) =
             Self::agents(&cfg, &ctx, Arc::clone(&users), cluster).map_err(|e| io(Path::new("router threads"), e))?;
         let cluster_status = cluster.as_ref().map(ClusterAgent::status);
-        let cluster_line = cluster.as_ref().map(|c| format!("cluster {} on tcp://{}", c.cluster_name(), c.listening()));
+        let scheme = if cfg.cluster.as_ref().is_some_and(|c| c.tls.is_some()) { "tls" } else { "tcp" };
+        let cluster_line =
+            cluster.as_ref().map(|c| format!("cluster {} on {scheme}://{}", c.cluster_name(), c.listening()));
         if let (Some((g, ha)), Some(a)) = (guaranteed, agents.first_mut()) {
             a.router.set_guaranteed(g);
             if let Some(r) = ha {

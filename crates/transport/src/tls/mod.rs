@@ -17,12 +17,16 @@
 //!   signed), [`client_config`] (with a certificate and key of its own for
 //!   such a router), and [`certificate_user`], the user a client
 //!   certificate names ([`Wire::peer_user`]).
+//! * `peer`: [`peer_configs`], both ends of a link between peers of one
+//!   deployment (a router cluster), each showing a certificate the other
+//!   checks against one CA; the name it must hold is the protocol's check.
 //! * `secret`: [`read_secret`] reads a file only its owner may read (a
 //!   TLS private key, a client's password file, a reliable-UDP auth key),
 //!   the one check of its mode for all of them; a certificate is public
 //!   and read as it is. [`expiry_warnings`] says which certificates of a
 //!   chain have expired or expire within [`EXPIRY_WARNING_DAYS`].
 
+mod peer;
 mod secret;
 mod setup;
 
@@ -31,6 +35,7 @@ use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+pub use peer::{peer_configs, PeerTls};
 pub use rustls::{ClientConfig, ServerConfig};
 pub use secret::{expiry_warnings, read_secret, SecretError, EXPIRY_WARNING_DAYS};
 pub use setup::{certificate_user, client_config, server_config, TlsError};
@@ -368,6 +373,46 @@ mod tests {
             assert!(e.contains("tls") && why.iter().any(|w| e.contains(w)), "{who}: {e}");
             assert_eq!(s.peer_user(), None, "{who}");
         }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Peers of one deployment: each shows a certificate the other checks
+    /// against the CA, whichever end dialed, and the name dialed (an
+    /// address the certificate does not hold) is not checked; anything
+    /// else the chain check finds still is: another CA, at either end, or
+    /// a certificate not for a server at the dialed end.
+    #[test]
+    fn peers_check_each_others_chain_but_not_the_name_dialed() {
+        use tickwire_testkit::ca::{TestCa, Usage};
+        let dir = std::env::temp_dir().join(format!("tw-tls-peer-{}", std::process::id()));
+        let (ca, other) = (TestCa::new(&dir, "cluster-ca"), TestCa::new(&dir, "other-ca"));
+        let peer = |ca: &TestCa, file: &str, usage: Usage| {
+            let (c, k) = ca.issue(file, usage, Some(file), &[], &[]);
+            peer_configs(&c, &k, &ca.pem).unwrap()
+        };
+        let link = |dialer: &PeerTls, dialed: &PeerTls| {
+            let (c, s) = pair();
+            let c = Wire::tls_client(c, &dialer.client, "10.9.8.7").unwrap();
+            let s = Wire::tls_server(s, &dialed.server).unwrap();
+            let there = carry(&c, &s, b"hello from the dialer");
+            let back = there.as_ref().ok().map(|_| carry(&s, &c, b"and back"));
+            (there.map(|_| ()), back, c, s)
+        };
+        let (a, b) = (peer(&ca, "a", Usage::Peer), peer(&ca, "b", Usage::Peer));
+        let (there, back, c, s) = link(&a, &b);
+        assert!(there.is_ok() && back.is_some_and(|r| r.is_ok()), "{there:?}");
+        assert_eq!((c.peer_user().as_deref(), s.peer_user().as_deref()), (Some("b"), Some("a")));
+        let foreign = peer(&other, "f", Usage::Peer);
+        for (dialer, dialed, what) in
+            [(&foreign, &b, "a dialer from another CA"), (&a, &foreign, "a dialed from another CA")]
+        {
+            let (there, back, _, _) = link(dialer, dialed);
+            let refused = there.is_err() || back.is_some_and(|r| r.is_err());
+            assert!(refused, "{what} was linked");
+        }
+        let client_only = peer(&ca, "c", Usage::Client);
+        let (there, _, _, _) = link(&a, &client_only);
+        assert!(there.is_err_and(|e| e.to_string().contains("tls: ")), "a dialed end without serverAuth was linked");
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -28,7 +28,7 @@ pub enum TlsError {
     Config(String),
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(super) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -47,7 +47,10 @@ pub(super) fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsErro
 
 /// The chain in `cert`, warned about if expired or expiring soon, and the
 /// private key in `key`, a secret ([`read_secret`]).
-fn chain_and_key(cert: &Path, key: &Path) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
+pub(super) fn chain_and_key(
+    cert: &Path,
+    key: &Path,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
     let chain = certs(cert)?;
     for w in expiry_lines(cert, &chain, now()) {
         tracing::warn!("{w}");
@@ -60,7 +63,7 @@ fn chain_and_key(cert: &Path, key: &Path) -> Result<(Vec<CertificateDer<'static>
 
 /// The certificates in `ca` as trust anchors (warned about if expired or
 /// expiring soon: every certificate they signed stops being accepted).
-fn roots(ca: &Path) -> Result<rustls::RootCertStore, TlsError> {
+pub(super) fn roots(ca: &Path) -> Result<rustls::RootCertStore, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     let chain = certs(ca)?;
     for w in expiry_lines(ca, &chain, now()) {
