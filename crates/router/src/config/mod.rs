@@ -55,6 +55,19 @@
 //! follower_log_bytes = 67108864   # entry bytes a follower keeps behind what it applied
 //! join = false                    # joins a running group: waits to be added (`tickwire router ha add`)
 //!
+//! [router.cluster]                # a router cluster across hosts (not with [router.ha])
+//! name = "prod"                   # links with routers of another cluster are refused
+//! listen = "tcp://0.0.0.0:7700"   # where the other routers link to this one
+//! advertise = "10.0.0.1:7700"     # what they dial (default: listen)
+//! peers = ["tcp://10.0.0.2:7700"] # routers to dial at start; the rest are learned
+//! secret_file = "cluster.secret"  # the shared secret, mode 600
+//! heartbeat = "1s"                # on an idle link; silent twice as long, it is dropped
+//!
+//! [router.cluster.tls]            # TLS on the links; each certificate names its router (CN)
+//! cert = "ldn-1.pem"
+//! key = "ldn-1.key"
+//! ca = "cluster-ca.pem"           # every router's certificate chains to it
+//!
 //! [router.limits]
 //! max_frame = 1049088             # largest client frame
 //! queue_bytes = 8388608           # per client, before the oldest deliveries are dropped (the memory its queue may take)
