@@ -8,7 +8,7 @@
 #[path = "support/scraped.rs"]
 mod scraped;
 
-use scraped::{scrape, start_router};
+use scraped::{scrape, start_cluster_pair, start_router};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -127,7 +127,8 @@ fn exported_as_documented(body: &str) -> BTreeMap<String, Vec<BTreeSet<String>>>
                 other => panic!("{name}: a {other}: how does the table write one? (teach this test)"),
             };
             families.insert(name.to_owned(), documented.clone());
-            out.insert(documented, Vec::new());
+            // A family in two scrapes joined: the series of both.
+            out.entry(documented).or_default();
         } else if !l.starts_with('#') && !l.trim().is_empty() {
             let (sample, labels) = sample_labels(l);
             let family = ["", "_total", "_created", "_bucket", "_sum", "_count"]
@@ -195,10 +196,13 @@ fn the_metrics_table_of_the_configuration_lists_every_metric_the_router_exports_
     assert!(documented.len() >= 40, "{} names: {documented:?}", documented.len());
 
     let (procs, metrics_addr) = start_router("table");
+    // A router in a cluster (not in a high-availability group: one or the
+    // other), linked to another: the cluster's series.
+    let (cluster, cluster_metrics) = start_cluster_pair();
     // The journal's values come with `router status`'s, about once a second.
     let until = Instant::now() + Duration::from_secs(30);
     let (body, left) = loop {
-        let body = scrape(metrics_addr).unwrap_or_default();
+        let body = scrape(metrics_addr).unwrap_or_default() + &scrape(cluster_metrics).unwrap_or_default();
         let left = table_vs_scrape(&documented, &body);
         if left.is_empty() || Instant::now() > until {
             break (body, left);
@@ -227,4 +231,5 @@ fn the_metrics_table_of_the_configuration_lists_every_metric_the_router_exports_
     let left = table_vs_scrape(&documented_metrics(&doc), &body);
     assert_eq!(left, [r#"tickwire_router_clients: exported with labels {"router"}, the table says {}"#], "{left:#?}");
     drop(procs);
+    drop(cluster);
 }

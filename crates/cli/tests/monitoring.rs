@@ -6,7 +6,7 @@
 //!   tests (promtool missing: a test failure under `CI=true`, else a
 //!   visible SKIP);
 //! * a router with a journal (in a high-availability group of one), subscribers (one durable) and publishers (one
-//!   guaranteed) is scraped, and every metric name in the dashboard's
+//!   guaranteed), and a router in a cluster of two, are scraped, and every metric name in the dashboard's
 //!   queries and variables and in the rules' expressions must be a series
 //!   it exports (a name is a PromQL identifier that is no function,
 //!   keyword or label; recording rules' names and `up` aside);
@@ -20,7 +20,7 @@
 #[path = "support/scraped.rs"]
 mod scraped;
 
-use scraped::{scrape, start_router};
+use scraped::{scrape, start_cluster_pair, start_router};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -540,11 +540,13 @@ fn every_metric_the_dashboard_and_the_rules_name_is_exported_by_the_router() {
     assert!(metrics.len() >= 30, "{metrics:?}");
 
     let (procs, metrics_addr) = start_router("dashboard");
+    // A router in a cluster (not in a group: one or the other): its series.
+    let (cluster, cluster_metrics) = start_cluster_pair();
 
     // The journal's values come with `router status`'s, about once a second.
     let until = Instant::now() + Duration::from_secs(30);
     let (body, left) = loop {
-        let body = scrape(metrics_addr).unwrap_or_default();
+        let body = scrape(metrics_addr).unwrap_or_default() + &scrape(cluster_metrics).unwrap_or_default();
         let (series, families) = exported(&body);
         let left = missing(used.clone(), &series, &families);
         if left.is_empty() || Instant::now() > until {
@@ -573,4 +575,5 @@ fn every_metric_the_dashboard_and_the_rules_name_is_exported_by_the_router() {
     assert!(left[0].starts_with("tickwire_router_bogus_total (panel \"Bogus\"): not exported"), "{left:?}");
     assert!(left[1].contains("tickwire_router_messages_in (panel \"Bogus\"): a counter family"), "{left:?}");
     drop(procs);
+    drop(cluster);
 }

@@ -9,11 +9,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
+/// The `tickwire` binary.
+pub const BIN: &str = env!("CARGO_BIN_EXE_tickwire");
 
 /// Children killed, and their directory removed, when the test ends,
 /// however it ends.
-pub struct Procs(Vec<Child>, PathBuf);
+pub struct Procs(pub Vec<Child>, pub PathBuf);
 
 impl Drop for Procs {
     fn drop(&mut self) {
@@ -92,4 +93,35 @@ pub fn start_router(test: &str) -> (Procs, SocketAddr) {
     let guaranteed = ["pub", "--router", "ipc", "--topic", "orders/a", "--guaranteed", "--rate", "1k"];
     procs.0.push(spawn(&[&guaranteed[..], &["--duration", "60s"]].concat()));
     (procs, metrics_addr)
+}
+
+/// Two routers on loopback in a cluster, the first with Prometheus
+/// metrics: the processes (killed and their directories removed when
+/// dropped) and its metrics address.
+pub fn start_cluster_pair() -> (Vec<Procs>, SocketAddr) {
+    use std::os::unix::fs::PermissionsExt;
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let ports = [free_port(), free_port()];
+    let mut out = Vec::new();
+    for k in 0..2 {
+        let dir = std::env::temp_dir().join(format!("tw-metrics-cluster-{k}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let secret = dir.join("secret");
+        std::fs::write(&secret, "a-secret-for-the-metrics-table-0123").unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.args(["--dir", &dir.display().to_string(), "router", "--no-ipc", "--listen", "tcp://127.0.0.1:0"])
+            .args(["--name", &format!("m{k}"), "--cluster-name", "metrics"])
+            .args(["--cluster-listen", &format!("tcp://127.0.0.1:{}", ports[k])])
+            .args(["--cluster-peer", &format!("tcp://127.0.0.1:{}", ports[0])])
+            .args(["--cluster-secret-file", &secret.display().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if k == 0 {
+            cmd.args(["--metrics", &metrics.to_string()]);
+        }
+        out.push(Procs(vec![cmd.spawn().unwrap()], dir));
+    }
+    (out, metrics)
 }

@@ -4,7 +4,7 @@
 //! oldest ([`MetricsServer::evicted`]), so that clients holding every
 //! place keep no scrape out either.
 
-use super::{CountersFile, ForwardingTime, JournalMetrics, RouterCollector};
+use super::{ClusterMetrics, CountersFile, ForwardingTime, JournalMetrics, RouterCollector};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use std::collections::VecDeque;
@@ -26,7 +26,8 @@ pub struct MetricsServer {
 
 impl MetricsServer {
     /// Listens on `addr` and serves the router's metrics from `counters`
-    /// (its counters file, read in place) and `times` (one per routing agent).
+    /// (its counters file, read in place) and `times` (one per routing agent),
+    /// with the journal's and the cluster's when the router has them.
     ///
     /// # Errors
     /// The address cannot be bound, or the thread cannot start.
@@ -35,6 +36,7 @@ impl MetricsServer {
         counters: Arc<CountersFile>,
         times: Vec<Arc<ForwardingTime>>,
         journal: Option<JournalMetrics>,
+        cluster: Option<ClusterMetrics>,
     ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
@@ -44,6 +46,9 @@ impl MetricsServer {
         registry.register_collector(Box::new(RouterCollector { counters, times }));
         if let Some(j) = journal {
             registry.register_collector(Box::new(j));
+        }
+        if let Some(c) = cluster {
+            registry.register_collector(Box::new(c));
         }
         let evicted = Counter::default();
         registry.register(
@@ -202,7 +207,7 @@ mod tests {
                 .unwrap();
         }
         r.publish_counters();
-        let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), counters, Vec::new(), None).unwrap();
+        let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), counters, Vec::new(), None, None).unwrap();
         // A client that sends its request a byte every 0.5 s.
         let trickler = TcpStream::connect(server.addr()).unwrap();
         let trickle = std::thread::spawn(move || {

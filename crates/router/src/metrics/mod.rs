@@ -38,7 +38,11 @@
 //!   `tickwire_router_durable_backlog_records` and `..._in_flight`;
 //! * with a high-availability group, `tickwire_router_ha_...`: role, term,
 //!   indexes, elections, fail-over times, each member's lag, the Raft
-//!   log's size, the peer links ([`ha`] lists them).
+//!   log's size, the peer links ([`ha`] lists them);
+//! * in a router cluster, `tickwire_router_cluster_...`: the patterns held
+//!   and told, links refused, and per other router (label `peer`) its
+//!   link's state, interest, messages, bytes and losses each way
+//!   ([`cluster`] lists them).
 //!
 //! `deploy/prometheus` has alert and recording rules over these, and
 //! `deploy/grafana` a dashboard.
@@ -56,8 +60,11 @@ use tickwire_journal::Latencies;
 use tickwire_shm::counters::{Kind, SetSnapshot};
 use tickwire_shm::CountersFile;
 
+mod cluster;
 mod ha;
 mod http;
+
+pub use cluster::ClusterMetrics;
 pub use http::{MetricsServer, MAX_REQUESTS};
 
 /// Buckets of the forwarding-time histogram: 64 ns doubling to ~34 ms.

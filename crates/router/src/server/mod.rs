@@ -243,7 +243,8 @@ impl Server {
                         fsync: j.fsync_latencies(),
                     })
                 });
-                let m = MetricsServer::start(addr, Arc::clone(ctx.counters()), times, journal)
+                let cluster = cluster_status.clone().map(crate::metrics::ClusterMetrics);
+                let m = MetricsServer::start(addr, Arc::clone(ctx.counters()), times, journal, cluster)
                     .map_err(|source| StartError::Io { what: format!("metrics on {addr}"), source })?;
                 Some(m)
             }
