@@ -96,6 +96,7 @@ fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
                             Kind::RouterAgent => "router-agent",
                             Kind::RouterAccept => "router-accept",
                             Kind::RouterRequests => "router-requests",
+                            Kind::RouterClusterLink => "cluster-link",
                         };
                         let vals: Vec<String> =
                             set.kind.names().iter().zip(set.values).map(|(n, v)| format!("{n}={v}")).collect();
@@ -105,7 +106,8 @@ fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
                             | Kind::Xdp
                             | Kind::RouterAgent
                             | Kind::RouterAccept
-                            | Kind::RouterRequests => {
+                            | Kind::RouterRequests
+                            | Kind::RouterClusterLink => {
                                 format!("  {side} {}: {}\n", set.label, vals.join(" "))
                             }
                             Kind::RouterClient => {

@@ -16,7 +16,8 @@
 //! - Four routers each told only of the next (a ring): a link with each
 //!   of the others, every message once to each subscriber, no loop.
 //! - A router with another secret is refused, and says why.
-//! - Links over TLS: messages cross them; a router whose certificate
+//! - Links over TLS: messages cross them (and `tickwire stat` shows the
+//!   link's counters); a router whose certificate
 //!   names another router, or another CA signed, is refused, and the
 //!   router it tried says why.
 //!
@@ -382,6 +383,13 @@ fn links_speak_tls_and_a_certificate_naming_another_router_or_from_another_ca_is
     let (received, discarded, gaps, dups) = finish(sub);
     assert_eq!((received, discarded, gaps, dups), (2000, 0, 0, 0), "over TLS");
     h.wait_link(0, 1, Duration::from_secs(3), |l| l["messages_out"] == 2000);
+    // `tickwire stat` shows the link from the router's counters file.
+    let dir = h.dir(0).display().to_string();
+    let out = Command::new(BIN).args(["--dir", &dir, "stat", "--json"]).output().unwrap();
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let link = rows.as_array().unwrap().iter().find(|r| r["side"] == "cluster-link" && r["channel"] == "r1").cloned();
+    let link = link.unwrap_or_else(|| panic!("no cluster-link r1 in `stat`: {rows}"));
+    assert_eq!((link["counters"]["up"].as_u64(), link["counters"]["messages_out"].as_u64()), (Some(1), Some(2000)));
 
     // A certificate the cluster's CA signed, naming r1: r2 cannot pass for it.
     let mut r2 = h.router_tls(2, &[0], SECRET, &tls(&ca, "r2-as-r1", "r1"));

@@ -74,6 +74,9 @@ pub enum Kind {
     /// One routing agent's requests and replies, and its queue groups
     /// (label: the agent's role).
     RouterRequests = 11,
+    /// A router's link to another router of its cluster (label: the other
+    /// router's name), written by the cluster agent.
+    RouterClusterLink = 12,
 }
 
 impl Kind {
@@ -91,6 +94,7 @@ impl Kind {
             Kind::RouterAgent => &ROUTER_AGENT_NAMES,
             Kind::RouterAccept => &ROUTER_ACCEPT_NAMES,
             Kind::RouterRequests => &ROUTER_REQUEST_NAMES,
+            Kind::RouterClusterLink => &ROUTER_CLUSTER_LINK_NAMES,
         }
     }
     fn from_u32(v: u32) -> Option<Self> {
@@ -106,6 +110,7 @@ impl Kind {
             9 => Some(Kind::RouterAgent),
             10 => Some(Kind::RouterAccept),
             11 => Some(Kind::RouterRequests),
+            12 => Some(Kind::RouterClusterLink),
             _ => None,
         }
     }
@@ -275,6 +280,12 @@ pub const ROUTER_ACCEPT_NAMES: [&str; 7] = [
 /// `tickwire_router::routing::request`).
 pub const ROUTER_REQUEST_NAMES: [&str; 5] =
     ["requests", "no_responders", "replies", "replies_undeliverable", "queue_group_deliveries"];
+
+/// A cluster link's value names: 1 while up, messages and bytes each way,
+/// messages lost each way (for it: its link down or full; from it: gaps
+/// in its numbers), the patterns it told, times the link was made.
+pub const ROUTER_CLUSTER_LINK_NAMES: [&str; 9] =
+    ["up", "messages_out", "bytes_out", "messages_in", "bytes_in", "lost_out", "lost_in", "interest", "connects"];
 
 /// AF_XDP value names (`tickwire_transport::XdpStats::values` order).
 pub const XDP_NAMES: [&str; 16] = [

@@ -41,6 +41,9 @@ pub(super) struct Peer {
     /// while the link was down is numbered (its loss counted) and nothing
     /// is unwanted between a clear and its retelling.
     pub(super) stale: Option<std::collections::BTreeSet<Box<str>>>,
+    /// Its link's counters in the router's counters file (`tickwire
+    /// stat`), if a set was free.
+    pub(super) counters: Option<tickwire_shm::counters::CounterSet>,
 }
 
 /// The cluster's agent (see [`crate::cluster`]).
@@ -67,6 +70,8 @@ pub struct ClusterAgent {
     pub(super) now: u64,
     last_housekeeping: u64,
     pub(super) refused: u64,
+    /// The router's counters file: a set per other router.
+    counters: Option<Arc<tickwire_shm::CountersFile>>,
     status: Arc<Mutex<ClusterStatus>>,
     /// Scratch: the peers or agents one message goes to.
     targets: Vec<u32>,
@@ -90,7 +95,11 @@ pub(crate) struct AgentWiring {
 impl ClusterAgent {
     /// Binds the cluster's listener; the agent is the routing agents'
     /// number `wiring.tell.len()`.
-    pub(crate) fn new(settings: ClusterSettings, wiring: AgentWiring) -> std::io::Result<Self> {
+    pub(crate) fn new(
+        settings: ClusterSettings,
+        wiring: AgentWiring,
+        counters: Option<Arc<tickwire_shm::CountersFile>>,
+    ) -> std::io::Result<Self> {
         let mut inc = [0u8; 8];
         let _ = getrandom::fill(&mut inc);
         let now = tickwire_shm::os::monotonic_ns();
@@ -125,6 +134,7 @@ impl ClusterAgent {
             now,
             last_housekeeping: 0,
             refused: 0,
+            counters,
             status: Arc::new(Mutex::new(status)),
             targets: Vec::new(),
             told: Vec::new(),
@@ -156,7 +166,9 @@ impl ClusterAgent {
             return k;
         }
         let k = self.peers.len() as u32;
-        self.peers.push(Peer { name: name.into(), listen: listen.into(), ..Default::default() });
+        let kind = tickwire_shm::counters::Kind::RouterClusterLink;
+        let counters = self.counters.as_ref().and_then(|c| c.allocate(kind, k, 0, name).ok());
+        self.peers.push(Peer { name: name.into(), listen: listen.into(), counters, ..Default::default() });
         self.by_name.insert(name.into(), k);
         k
     }
@@ -376,6 +388,20 @@ impl ClusterAgent {
             s.state = if p.link.is_some() { "up".into() } else { "down".into() };
             s.for_ms = self.now.saturating_sub(p.changed) / 1_000_000;
             s.interest = self.remote.len(k as u32);
+            if let Some(c) = &p.counters {
+                let up = u64::from(p.link.is_some());
+                c.set_all(&[
+                    up,
+                    s.messages_out,
+                    s.bytes_out,
+                    s.messages_in,
+                    s.bytes_in,
+                    s.lost_out,
+                    s.lost_in,
+                    s.interest as u64,
+                    s.connects,
+                ]);
+            }
             links.push(s);
         }
         if let Ok(mut st) = self.status.lock() {

@@ -88,7 +88,7 @@ impl Server {
             agents.push(agent);
         }
         let cluster = match cluster {
-            Some(c) => Some(ClusterAgent::new(c, wiring)?),
+            Some(c) => Some(ClusterAgent::new(c, wiring, counters)?),
             None => None,
         };
         Ok((agents, controls, gone, cluster))
