@@ -153,16 +153,27 @@ fn cluster_status(c: &tickwire_router::cluster::ClusterStatus) {
         return;
     }
     println!(
-        "  {:<20} {:<22} {:<5} {:>9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}",
-        "ROUTER", "ADDRESS", "STATE", "FOR", "MSGS OUT", "MSGS IN", "LOST OUT", "LOST IN", "INTEREST", "CONNECTS"
+        "  {:<20} {:<22} {:<5} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}",
+        "ROUTER",
+        "ADDRESS",
+        "STATE",
+        "FOR",
+        "RTT",
+        "MSGS OUT",
+        "MSGS IN",
+        "LOST OUT",
+        "LOST IN",
+        "INTEREST",
+        "CONNECTS"
     );
     for l in &c.links {
         println!(
-            "  {:<20} {:<22} {:<5} {:>8.1}s {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}",
+            "  {:<20} {:<22} {:<5} {:>8.1}s {:>9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}",
             l.router,
             l.addr,
             l.state,
             l.for_ms as f64 / 1e3,
+            if l.round_trip_us == 0 { "-".to_owned() } else { format!("{} us", l.round_trip_us) },
             l.messages_out,
             l.messages_in,
             l.lost_out,

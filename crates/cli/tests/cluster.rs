@@ -17,7 +17,7 @@
 //!   of the others, every message once to each subscriber, no loop.
 //! - A router with another secret is refused, and says why.
 //! - Links over TLS: messages cross them (and `tickwire stat` shows the
-//!   link's counters); a router whose certificate
+//!   link's counters, its round trip measured); a router whose certificate
 //!   names another router, or another CA signed, is refused, and the
 //!   router it tried says why.
 //!
@@ -383,6 +383,8 @@ fn links_speak_tls_and_a_certificate_naming_another_router_or_from_another_ca_is
     let (received, discarded, gaps, dups) = finish(sub);
     assert_eq!((received, discarded, gaps, dups), (2000, 0, 0, 0), "over TLS");
     h.wait_link(0, 1, Duration::from_secs(3), |l| l["messages_out"] == 2000);
+    // A round trip is measured once per heartbeat interval (1 s).
+    h.wait_link(0, 1, Duration::from_secs(5), |l| l["round_trip_us"].as_u64().is_some_and(|us| us > 0));
     // `tickwire stat` shows the link from the router's counters file.
     let dir = h.dir(0).display().to_string();
     let out = Command::new(BIN).args(["--dir", &dir, "stat", "--json"]).output().unwrap();

@@ -283,9 +283,20 @@ pub const ROUTER_REQUEST_NAMES: [&str; 5] =
 
 /// A cluster link's value names: 1 while up, messages and bytes each way,
 /// messages lost each way (for it: its link down or full; from it: gaps
-/// in its numbers), the patterns it told, times the link was made.
-pub const ROUTER_CLUSTER_LINK_NAMES: [&str; 9] =
-    ["up", "messages_out", "bytes_out", "messages_in", "bytes_in", "lost_out", "lost_in", "interest", "connects"];
+/// in its numbers), the patterns it told, times the link was made, the
+/// last round trip measured (microseconds).
+pub const ROUTER_CLUSTER_LINK_NAMES: [&str; 10] = [
+    "up",
+    "messages_out",
+    "bytes_out",
+    "messages_in",
+    "bytes_in",
+    "lost_out",
+    "lost_in",
+    "interest",
+    "connects",
+    "round_trip_us",
+];
 
 /// AF_XDP value names (`tickwire_transport::XdpStats::values` order).
 pub const XDP_NAMES: [&str; 16] = [

@@ -14,6 +14,8 @@
 //! | 6 | MESSAGE | sequence u64, discards u32, flags u8, topic (u16 length + UTF-8), payload (to the end) |
 //! | 7 | HEARTBEAT | none |
 //! | 8 | CLOSE | reason (to the end) |
+//! | 9 | PING | stamp u64 (the sender's clock, opaque to the receiver) |
+//! | 10 | PONG | stamp u64 (a PING's, sent back at once) |
 //!
 //! Both routers send HELLO first; each then sends PROOF, a keyed hash of
 //! both nonces that only a holder of the cluster's secret can make, and
@@ -50,6 +52,10 @@ pub mod kind {
     pub const HEARTBEAT: u8 = 7;
     /// CLOSE.
     pub const CLOSE: u8 = 8;
+    /// PING.
+    pub const PING: u8 = 9;
+    /// PONG.
+    pub const PONG: u8 = 10;
 }
 
 /// What is wrong with a cluster frame.
@@ -144,6 +150,10 @@ pub enum ClusterFrame<'a> {
     Heartbeat,
     /// The sender closes the link, and why.
     Close(&'a str),
+    /// Answer with PONG and this stamp (a round trip is measured).
+    Ping(u64),
+    /// The stamp of a PING received.
+    Pong(u64),
 }
 
 /// Reads fields off the front of a frame.
@@ -206,6 +216,8 @@ impl<'a> ClusterFrame<'a> {
             kind::MESSAGE => "MESSAGE",
             kind::HEARTBEAT => "HEARTBEAT",
             kind::CLOSE => "CLOSE",
+            kind::PING => "PING",
+            kind::PONG => "PONG",
             other => return Err(ClusterError::UnknownKind(other)),
         };
         let mut f = Fields { rest: body, frame: name };
@@ -238,6 +250,8 @@ impl<'a> ClusterFrame<'a> {
                 payload: std::mem::take(&mut f.rest),
             },
             kind::HEARTBEAT => ClusterFrame::Heartbeat,
+            kind::PING => ClusterFrame::Ping(u64::from_le_bytes(f.array("stamp")?)),
+            kind::PONG => ClusterFrame::Pong(u64::from_le_bytes(f.array("stamp")?)),
             _ => ClusterFrame::Close(f.rest_text("reason")?),
         };
         f.end()?;
@@ -292,6 +306,10 @@ impl<'a> ClusterFrame<'a> {
                 out.extend_from_slice(payload);
             }
             ClusterFrame::Heartbeat => out.push(kind::HEARTBEAT),
+            ClusterFrame::Ping(stamp) | ClusterFrame::Pong(stamp) => {
+                out.push(if matches!(self, ClusterFrame::Ping(_)) { kind::PING } else { kind::PONG });
+                out.extend_from_slice(&stamp.to_le_bytes());
+            }
             ClusterFrame::Close(reason) => {
                 out.push(kind::CLOSE);
                 out.extend_from_slice(reason.as_bytes());
@@ -351,12 +369,18 @@ mod tests {
         round_trip(&ClusterFrame::Message { sequence: 1, discards: 0, flags: 0, topic: "t", payload: b"" });
         round_trip(&ClusterFrame::Heartbeat);
         round_trip(&ClusterFrame::Close("bad proof"));
+        round_trip(&ClusterFrame::Ping(123_456_789));
+        round_trip(&ClusterFrame::Pong(u64::MAX));
     }
 
     #[test]
     fn a_bad_frame_names_what_is_wrong() {
         assert_eq!(ClusterFrame::parse(&[]), Err(ClusterError::UnknownKind(0)));
         assert_eq!(ClusterFrame::parse(&[99]), Err(ClusterError::UnknownKind(99)));
+        assert_eq!(
+            ClusterFrame::parse(&[kind::PONG, 1, 2, 3]),
+            Err(ClusterError::Truncated { frame: "PONG", field: "stamp" })
+        );
         assert_eq!(
             ClusterFrame::parse(&[kind::PROOF, 1, 2]),
             Err(ClusterError::Truncated { frame: "PROOF", field: "proof" })

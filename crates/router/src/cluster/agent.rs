@@ -323,6 +323,19 @@ impl ClusterAgent {
                 }
             }
             ClusterFrame::Heartbeat => {}
+            ClusterFrame::Ping(stamp) => {
+                if let Some(l) = self.links.get_mut(slot).and_then(Option::as_mut) {
+                    l.send(&ClusterFrame::Pong(stamp), self.now).map_err(|e| e.to_string())?;
+                }
+            }
+            ClusterFrame::Pong(stamp) => {
+                // Our own stamp back; one from the future or older than a
+                // minute is not ours to trust, and is not shown.
+                let rtt = self.now.checked_sub(stamp).filter(|&ns| ns < 60_000_000_000);
+                if let Some(ns) = rtt {
+                    self.peers[k as usize].status.round_trip_us = ns / 1000;
+                }
+            }
             ClusterFrame::Close(why) => return Err(format!("closed by the peer: {why}")),
             ClusterFrame::Hello(_) | ClusterFrame::Proof(_) => {
                 return Err(format!("{} after the handshake", frame_name(&f)));
@@ -400,6 +413,7 @@ impl ClusterAgent {
                     s.lost_in,
                     s.interest as u64,
                     s.connects,
+                    s.round_trip_us,
                 ]);
             }
             links.push(s);

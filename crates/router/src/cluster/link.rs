@@ -97,6 +97,8 @@ pub struct PeerLink {
     pub since: u64,
     /// The peer it serves once up (an index into the agent's peers).
     pub peer: Option<u32>,
+    /// When it last sent a PING (monotonic ns).
+    pub pinged: u64,
     nonce: [u8; NONCE_LEN],
     /// Frame scratch (kept: no allocation per frame).
     pub scratch: Vec<u8>,
@@ -153,6 +155,7 @@ impl PeerLink {
             addr,
             since: now,
             peer: None,
+            pinged: now,
             nonce,
             scratch: Vec::new(),
         }
@@ -328,6 +331,8 @@ pub fn frame_name(f: &ClusterFrame<'_>) -> &'static str {
         ClusterFrame::Message { .. } => "MESSAGE",
         ClusterFrame::Heartbeat => "HEARTBEAT",
         ClusterFrame::Close(_) => "CLOSE",
+        ClusterFrame::Ping(_) => "PING",
+        ClusterFrame::Pong(_) => "PONG",
     }
 }
 

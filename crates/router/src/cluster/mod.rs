@@ -132,4 +132,8 @@ pub struct LinkStatus {
     pub connects: u64,
     /// Milliseconds since it last came up or went down.
     pub for_ms: u64,
+    /// The last round trip measured on the link (a PING and its PONG,
+    /// once per heartbeat interval), microseconds; 0 before the first.
+    #[serde(default)]
+    pub round_trip_us: u64,
 }

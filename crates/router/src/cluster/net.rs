@@ -433,6 +433,14 @@ impl ClusterAgent {
                 }
                 continue;
             }
+            let every = u64::try_from(self.settings.heartbeat.as_nanos()).unwrap_or(u64::MAX);
+            if now.saturating_sub(l.pinged) >= every {
+                l.pinged = now;
+                if let Err(e) = l.send(&ClusterFrame::Ping(now), now) {
+                    self.close(slot, &e.to_string());
+                    continue;
+                }
+            }
             let stats = l.link.stats();
             match l.link.liveness.poll(stats, now) {
                 Beat::Quiet => {}

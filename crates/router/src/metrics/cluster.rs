@@ -8,7 +8,8 @@
 //!   cluster, name or certificate; a bad frame);
 //! * per other router (label `peer`, its name): `..._cluster_link_up` (1
 //!   while linked), `..._cluster_link_interest_patterns` (the patterns it
-//!   told), and the counters `..._cluster_link_{messages_out,bytes_out,
+//!   told), `..._cluster_link_round_trip_seconds` (the last measured),
+//!   and the counters `..._cluster_link_{messages_out,bytes_out,
 //!   messages_in,bytes_in,lost_out,lost_in,connects}_total`.
 
 use crate::cluster::ClusterStatus;
@@ -49,6 +50,12 @@ impl Collector for ClusterMetrics {
                 let v = i64::try_from(pick(l)).unwrap_or(i64::MAX);
                 ConstGauge::new(v).encode(f.encode_family(&[("peer", l.router.as_str())])?)?;
             }
+        }
+        let full = "tickwire_router_cluster_link_round_trip_seconds";
+        let help = "The last round trip measured on the link (a PING and its PONG, once per heartbeat interval).";
+        let mut f = encoder.encode_descriptor(full, help, None, MetricType::Gauge)?;
+        for l in c.links.iter().filter(|l| l.round_trip_us > 0) {
+            ConstGauge::new(l.round_trip_us as f64 * 1e-6).encode(f.encode_family(&[("peer", l.router.as_str())])?)?;
         }
         let counters: [(&str, &str, Pick); 7] = [
             ("link_messages_out", "Messages sent to the router.", |l| l.messages_out),

@@ -271,7 +271,9 @@ impl Server {
             }
         }
         let cluster = match cluster {
-            Some(c) => match AgentRunner::start(c, Idle::backoff(), None) {
+            // It idles as the routing agents do (`idle`): a link's reader
+            // sleeping in a back-off adds that sleep to every hop.
+            Some(c) => match AgentRunner::start(c, idle, None) {
                 Ok(r) => Some(r),
                 Err(source) => {
                     for r in runners.drain(..) {
