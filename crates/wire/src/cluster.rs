@@ -26,7 +26,8 @@
 use thiserror::Error;
 
 /// The protocol version HELLO carries.
-pub const CLUSTER_PROTOCOL_VERSION: u16 = 1;
+/// (2: PING and PONG.)
+pub const CLUSTER_PROTOCOL_VERSION: u16 = 2;
 /// Bytes of a HELLO's nonce.
 pub const NONCE_LEN: usize = 16;
 /// Bytes of a PROOF.

@@ -166,9 +166,7 @@ impl ClusterAgent {
             return k;
         }
         let k = self.peers.len() as u32;
-        let kind = tickwire_shm::counters::Kind::RouterClusterLink;
-        let counters = self.counters.as_ref().and_then(|c| c.allocate(kind, k, 0, name).ok());
-        self.peers.push(Peer { name: name.into(), listen: listen.into(), counters, ..Default::default() });
+        self.peers.push(Peer { name: name.into(), listen: listen.into(), ..Default::default() });
         self.by_name.insert(name.into(), k);
         k
     }
@@ -325,7 +323,13 @@ impl ClusterAgent {
             ClusterFrame::Heartbeat => {}
             ClusterFrame::Ping(stamp) => {
                 if let Some(l) = self.links.get_mut(slot).and_then(Option::as_mut) {
-                    l.send(&ClusterFrame::Pong(stamp), self.now).map_err(|e| e.to_string())?;
+                    // A link full of messages skips the PONG (the round
+                    // trip is not measured this time); a broken one ends.
+                    if let Err(tickwire_transport::link::LinkError::Broken(e)) =
+                        l.send(&ClusterFrame::Pong(stamp), self.now)
+                    {
+                        return Err(e);
+                    }
                 }
             }
             ClusterFrame::Pong(stamp) => {
@@ -357,6 +361,12 @@ impl ClusterAgent {
     pub(super) fn link_up(&mut self, slot: usize, k: u32) {
         let stale = self.remote.patterns(k);
         let p = &mut self.peers[k as usize];
+        if p.counters.is_none() {
+            // A set for a router that linked (proved itself), not for
+            // every name another router tells of.
+            let kind = tickwire_shm::counters::Kind::RouterClusterLink;
+            p.counters = self.counters.as_ref().and_then(|c| c.allocate(kind, k, 0, &p.name).ok());
+        }
         p.stale = Some(stale);
         p.link = Some(slot);
         p.status.connects += 1;

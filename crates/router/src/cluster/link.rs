@@ -14,8 +14,9 @@
 //!
 //! What the proofs establish is who is at each end when the link is
 //! made. Frames after them are not authenticated one by one: on a network
-//! where someone can rewrite TCP streams, a plain link is not protected
-//! (TLS links are not built yet; see docs/cluster.md).
+//! where someone can rewrite TCP streams, a plain link is not protected;
+//! a TLS link (`[router.cluster.tls]`) is, and its certificate must name
+//! the router its HELLO names ([`PeerLink::handshake`]).
 
 use ring::hmac;
 use std::sync::Arc;
@@ -99,6 +100,8 @@ pub struct PeerLink {
     pub peer: Option<u32>,
     /// When it last sent a PING (monotonic ns).
     pub pinged: u64,
+    /// A frame came from the other end (it answered a dial).
+    pub answered: bool,
     nonce: [u8; NONCE_LEN],
     /// Frame scratch (kept: no allocation per frame).
     pub scratch: Vec<u8>,
@@ -156,6 +159,7 @@ impl PeerLink {
             since: now,
             peer: None,
             pinged: now,
+            answered: false,
             nonce,
             scratch: Vec::new(),
         }
@@ -429,8 +433,15 @@ mod tests {
         let (ih, il) = (me("h", b"s3cret"), me("l", b"s3cret"));
         h.hello(&ih, 0).unwrap();
         let nl = [5u8; NONCE_LEN];
-        let hello =
-            Hello { version: 1, incarnation: 9, nonce: nl, heartbeat_ms: 1000, cluster: "c", name: "l", listen: "x" };
+        let hello = Hello {
+            version: CLUSTER_PROTOCOL_VERSION,
+            incarnation: 9,
+            nonce: nl,
+            heartbeat_ms: 1000,
+            cluster: "c",
+            name: "l",
+            listen: "x",
+        };
         h.handshake(&ih, &ClusterFrame::Hello(hello), 0).unwrap();
         let nh = h.nonce;
         let made_by_l = |sender_dialed: bool| {
@@ -466,7 +477,7 @@ mod tests {
         a.hello(&me("a", b"s"), 0).unwrap();
         let mut v = Vec::new();
         let h = Hello {
-            version: 1,
+            version: CLUSTER_PROTOCOL_VERSION,
             incarnation: 2,
             nonce: [0; 16],
             heartbeat_ms: 1000,
@@ -480,7 +491,7 @@ mod tests {
         let (mut a, _b) = pair();
         a.hello(&me("a", b"s"), 0).unwrap();
         let h = Hello {
-            version: 1,
+            version: CLUSTER_PROTOCOL_VERSION,
             incarnation: 99,
             nonce: [0; 16],
             heartbeat_ms: 1000,

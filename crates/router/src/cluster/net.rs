@@ -12,6 +12,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use tickwire_transport::link::Beat;
+use tickwire_transport::link::LinkError;
 use tickwire_transport::tls::{PeerTls, Wire};
 use tickwire_wire::cluster::{ClusterFrame, NONCE_LEN};
 
@@ -23,6 +24,9 @@ const FIRST_BACKOFF_NS: u64 = 100_000_000;
 const MAX_BACKOFF_NS: u64 = 5_000_000_000;
 /// Refused links are logged at most this often.
 const LOG_EVERY_NS: u64 = 1_000_000_000;
+/// Routers a router learns of from the others' ROUTERS frames, at most
+/// (those that link to it are known whatever their number).
+const MAX_ROUTERS: usize = 256;
 /// Why a link to this router itself ends.
 const SELF: &str = super::link::TO_ITSELF;
 /// Why the second link between two routers ends.
@@ -154,7 +158,9 @@ impl ClusterAgent {
         let Some(mut l) = self.links.get_mut(slot).and_then(Option::take) else { return };
         let fd = l.link.wire().stream().as_raw_fd();
         let _ = self.net.poll.registry().deregister(&mut mio::unix::SourceFd(&fd));
-        if l.them().is_some() {
+        if l.stage != Stage::Connecting {
+            // Said before closing, in the handshake too: the other end
+            // logs and counts why it was refused.
             let _ = l.send(&ClusterFrame::Close(why), self.now);
             let (wire, _, writer) = l.link.parts();
             let _ = writer.flush(wire, &mut []);
@@ -165,6 +171,7 @@ impl ClusterAgent {
             if p.link == Some(slot) {
                 p.link = None;
                 p.changed = self.now;
+                p.status.round_trip_us = 0;
                 if why == SECOND {
                     tracing::debug!("cluster: the second link with router {who} closed");
                 } else {
@@ -173,9 +180,14 @@ impl ClusterAgent {
             }
         } else if why == SELF {
             tracing::debug!("cluster: {} is this router (a peer list shared by every router names it too)", l.addr);
-        } else if l.dialed && matches!(l.stage, Stage::Connecting | Stage::Hello) && !why.contains("tls: ") {
+        } else if l.dialed
+            && matches!(l.stage, Stage::Connecting | Stage::Hello)
+            && !l.answered
+            && !why.contains("tls: ")
+        {
             // Not answered (not started yet, gone): dialed again later. A
-            // TLS handshake that failed was answered, with a refusal.
+            // frame received, or a TLS handshake that failed, was an
+            // answer: a refusal either way.
             tracing::debug!("cluster: dialing {}: {why}", l.addr);
         } else {
             self.refused += 1;
@@ -203,6 +215,12 @@ impl ClusterAgent {
     /// (the other waits for it), unless already linked or dialed.
     pub(super) fn learn(&mut self, name: &str, listen: &str) {
         if name == self.me.name || listen.is_empty() {
+            return;
+        }
+        if self.peers.len() >= MAX_ROUTERS && !self.by_name.contains_key(name) {
+            // A bound on what another router's ROUTERS frames can make
+            // this one remember and dial.
+            tracing::debug!("cluster: router {name:?} ({listen}) not learned: {MAX_ROUTERS} routers known already");
             return;
         }
         let k = self.peer(name, listen);
@@ -350,6 +368,9 @@ impl ClusterAgent {
 
     /// One frame from the link in `slot`.
     fn frame(&mut self, slot: usize, bytes: &[u8]) -> Result<(), String> {
+        if let Some(l) = self.links.get_mut(slot).and_then(Option::as_mut) {
+            l.answered = true;
+        }
         let f = ClusterFrame::parse(bytes).map_err(|e| e.to_string())?;
         let Some(l) = self.links.get_mut(slot).and_then(Option::as_mut) else { return Ok(()) };
         if let (Some(k), Some(_)) = (l.peer, l.them()) {
@@ -436,8 +457,9 @@ impl ClusterAgent {
             let every = u64::try_from(self.settings.heartbeat.as_nanos()).unwrap_or(u64::MAX);
             if now.saturating_sub(l.pinged) >= every {
                 l.pinged = now;
-                if let Err(e) = l.send(&ClusterFrame::Ping(now), now) {
-                    self.close(slot, &e.to_string());
+                // A link full of messages is alive: no PING this time.
+                if let Err(LinkError::Broken(e)) = l.send(&ClusterFrame::Ping(now), now) {
+                    self.close(slot, &e);
                     continue;
                 }
             }
@@ -494,6 +516,8 @@ impl ClusterAgent {
                 continue;
             }
             p.stale = None;
+            // Its counter set back to the router's (taken again if it links).
+            p.counters = None;
             tracing::info!(
                 "cluster: router {} down for {} s: what it wanted is withdrawn",
                 p.name,

@@ -34,8 +34,8 @@ pub struct ClusterTable {
 
 /// `[router.cluster.tls]`: links between routers speak TLS, and each end
 /// shows a certificate the other checks against `ca`; the certificate
-/// must name its router (subject CN, else its first DNS SAN, = its
-/// `name`), so a router cannot pass for another.
+/// must name its router (subject CN, else its first DNS or e-mail SAN, =
+/// the router's own `[router] name`), so a router cannot pass for another.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterTlsFiles {

@@ -35,7 +35,7 @@ impl Collector for ClusterMetrics {
             let f = encoder.encode_descriptor(&full, help, None, MetricType::Gauge)?;
             ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)).encode(f)?;
         }
-        let help = "Links from other routers refused (a wrong secret, cluster, name or certificate; a bad frame).";
+        let help = "Links refused, accepted or dialed (a wrong secret, cluster, name or certificate; a bad frame; too many handshakes).";
         let f = encoder.encode_descriptor("tickwire_router_cluster_links_refused", help, None, MetricType::Counter)?;
         ConstCounter::new(c.refused).encode(f)?;
         type Pick = fn(&crate::cluster::LinkStatus) -> u64;

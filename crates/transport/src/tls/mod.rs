@@ -403,9 +403,15 @@ mod tests {
         assert!(there.is_ok() && back.is_some_and(|r| r.is_ok()), "{there:?}");
         assert_eq!((c.peer_user().as_deref(), s.peer_user().as_deref()), (Some("b"), Some("a")));
         let foreign = peer(&other, "f", Usage::Peer);
-        for (dialer, dialed, what) in
-            [(&foreign, &b, "a dialer from another CA"), (&a, &foreign, "a dialed from another CA")]
-        {
+        // Signed by another CA but trusting ours: only the other end's
+        // check can refuse it.
+        let (fc, fk) = other.issue("f-trusting-ours", Usage::Peer, Some("f"), &[], &[]);
+        let impostor = peer_configs(&fc, &fk, &ca.pem).unwrap();
+        for (dialer, dialed, what) in [
+            (&impostor, &b, "a dialer another CA signed (refused by the dialed end)"),
+            (&a, &impostor, "a dialed end another CA signed (refused by the dialer)"),
+            (&foreign, &b, "a dialer of another CA"),
+        ] {
             let (there, back, _, _) = link(dialer, dialed);
             let refused = there.is_err() || back.is_some_and(|r| r.is_err());
             assert!(refused, "{what} was linked");
