@@ -79,7 +79,7 @@ pub enum LabError {
 }
 
 /// Where the two sides of a measurement run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Cpus {
     /// The measuring side (ping, publisher).
     pub local: usize,

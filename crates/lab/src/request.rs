@@ -47,6 +47,8 @@ pub enum Request {
     TopicMatch { sizes: Vec<usize>, rounds: usize, json: bool },
     /// The Solace scenario through the router, beside its forwarding floor.
     Router { run: crate::modes::router::RouterLab, output: Output },
+    /// `lab cluster`: a router cluster across namespaces, beside its floor.
+    Cluster(crate::modes::router::cluster::ClusterLab),
     /// `lab guaranteed`.
     Guaranteed { run: crate::modes::router::guaranteed::GuaranteedLab, json: bool },
     /// `lab auth-cost`: reliable UDP with and without a shared key.
@@ -149,6 +151,7 @@ pub fn run(request: Request) -> Result<(), LabError> {
             let results = crate::modes::router::run(&run, &machine)?;
             crate::modes::router::print(&run, &results, &output, &machine)
         }
+        Request::Cluster(run) => crate::modes::router::cluster::run(&run),
         Request::Guaranteed { run, json } => {
             let results = crate::modes::router::guaranteed::run(&run)?;
             crate::modes::router::guaranteed::print(&results, json)

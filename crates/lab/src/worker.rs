@@ -125,6 +125,10 @@ pub enum Role {
     NetSource(network::SourceSpec),
     /// The router under test of `lab router`, steered by lines on its stdin.
     RouterHost(crate::modes::router::host::HostSpec),
+    /// `lab cluster`'s measuring side, in the hub namespace.
+    Cluster(Box<crate::modes::router::cluster::ClusterSpec>),
+    /// `lab cluster`'s floor: a TCP forwarder in a router's namespace.
+    Relay(crate::modes::router::relay::RelaySpec),
     /// The system under test of tick-to-trade: a UDP tick in, a TCP order out to `gateway`.
     TickToTradeSut { gateway: SocketAddr, cpu: usize, tick_size: usize, order_size: usize },
 }
@@ -208,6 +212,8 @@ impl Role {
             Role::NetSink(spec) => network::sink(&spec),
             Role::NetSource(spec) => network::source(&spec),
             Role::RouterHost(spec) => crate::modes::router::host::serve(&spec),
+            Role::Cluster(spec) => crate::modes::router::cluster::measure(&spec),
+            Role::Relay(spec) => crate::modes::router::relay::relay(&spec),
             Role::TickToTradeSut { gateway, cpu, tick_size, order_size } => {
                 tick_to_trade::sut(gateway, cpu, tick_size, order_size)
             }

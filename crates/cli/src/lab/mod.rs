@@ -10,7 +10,7 @@ mod router;
 
 pub use auth::AuthCostArgs;
 pub use bindings::BindingsArgs;
-pub use router::{GuaranteedArgs, RouterArgs, TopicMatchArgs};
+pub use router::{ClusterArgs, GuaranteedArgs, RouterArgs, TopicMatchArgs};
 
 use crate::config::Settings;
 use crate::units::{parse_duration, parse_size};
@@ -51,6 +51,9 @@ pub enum LabCmd {
     /// Request/reply round trips through the router at fixed rates (each publisher a requester, the
     /// subscriber of its topic answering at once), beside two one-way hops through the same router.
     Request(RouterArgs),
+    /// A router cluster of three across network namespaces: one-way latency from a publisher on one router to a
+    /// subscriber on another beside two TCP forwarders, and the spread scenario's rate beside one router (root).
+    Cluster(ClusterArgs),
     /// Guaranteed publishing through the router per sync policy: peak rate, publish-to-ack and -delivery latency, beside this disk's fsync.
     Guaranteed(GuaranteedArgs),
     /// What a shared key (auth=FILE: a MAC on every datagram) costs reliable UDP: ping-pong and throughput, keyed and not, beside kernel UDP.
@@ -469,6 +472,7 @@ impl LabCmd {
             LabCmd::SweepRate(a) => &a.common,
             LabCmd::TickToTrade(a) => &a.common,
             LabCmd::Router(a) | LabCmd::Request(a) => &a.common,
+            LabCmd::Cluster(a) => &a.common,
             LabCmd::Guaranteed(a) => &a.common,
             LabCmd::AuthCost(a) => &a.common,
             LabCmd::Bindings(a) => &a.common,
@@ -600,6 +604,7 @@ impl LabCmd {
             LabCmd::TopicMatch(a) => a.into_request(),
             LabCmd::Router(a) => a.into_request(dir, false),
             LabCmd::Request(a) => a.into_request(dir, true),
+            LabCmd::Cluster(a) => a.into_request(dir),
             LabCmd::AuthCost(a) => a.into_request(dir),
             LabCmd::Bindings(a) => a.into_request(dir),
             LabCmd::Guaranteed(a) => a.into_request(dir),

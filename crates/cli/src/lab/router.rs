@@ -7,7 +7,7 @@ use crate::units::{parse_duration, parse_size};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
-use tickwire_lab::modes::router::{guaranteed::GuaranteedLab, RouterLab};
+use tickwire_lab::modes::router::{cluster::ClusterLab, guaranteed::GuaranteedLab, RouterLab};
 use tickwire_lab::request::Request;
 use tickwire_lab::transports::Transport;
 
@@ -114,6 +114,60 @@ pub struct RouterArgs {
     /// Write an SVG plot of the percentile distributions.
     #[arg(long)]
     plot: Option<PathBuf>,
+}
+
+/// Options of `lab cluster`.
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    #[command(flatten)]
+    pub(super) common: Common,
+    /// One-way latency, one publisher on router A to one subscriber on router B: offered rates, each in turn.
+    #[arg(long, default_value = "10k", value_delimiter = ',', value_parser = crate::units::parse_rate)]
+    rate: Vec<u64>,
+    /// Delivered rate of the publishers x subscribers scenario spread over the three routers, against one router
+    /// alone: offered rates, all publishers together, each in turn (none: skipped).
+    #[arg(long, value_delimiter = ',', value_parser = crate::units::parse_rate)]
+    spread_rate: Vec<u64>,
+    /// Spread scenario: every subscriber on md/> (each message delivered to all), instead of one topic each.
+    #[arg(long)]
+    fanout: bool,
+    /// Spread scenario: publishers, each on its own 12-byte topic.
+    #[arg(long, default_value_t = 10)]
+    publishers: usize,
+    /// Spread scenario: subscribers (one per publisher, or any number with --fanout).
+    #[arg(long, default_value_t = 10)]
+    subscribers: usize,
+    /// Payload bytes (at least 16).
+    #[arg(long, default_value = "100", value_parser = parse_size)]
+    size: usize,
+    /// How long each rate publishes through the cluster, over all its rounds.
+    #[arg(long, default_value = "6s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Rounds per rate: a floor (or one-router) round then a cluster round, this many times.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Bytes of each client's log.
+    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
+    capacity: usize,
+}
+
+impl ClusterArgs {
+    /// `dir`: where the routers' files go.
+    pub(super) fn into_request(self, dir: PathBuf) -> Request {
+        Request::Cluster(ClusterLab {
+            rates: self.rate,
+            spread_rates: self.spread_rate,
+            fanout: self.fanout,
+            publishers: self.publishers,
+            subscribers: self.subscribers,
+            size: self.size,
+            duration: self.duration,
+            rounds: self.rounds,
+            cpus: self.common.cpus,
+            dir,
+            log_bytes: self.capacity,
+        })
+    }
 }
 
 impl TopicMatchArgs {

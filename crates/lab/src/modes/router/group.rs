@@ -95,6 +95,7 @@ impl Group {
                 journal: Some((j, sync.to_owned())),
                 nats: false,
                 ha: Some(("lab".into(), i as u64, peers.clone())),
+                net: None,
             };
             let mut host = WorkerProcess::spawn(&Role::RouterHost(spec))?;
             let listening = host.read_line()?;

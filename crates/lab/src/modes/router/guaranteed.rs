@@ -177,6 +177,7 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
             journal: Some((journal.clone(), sync.to_owned())),
             nats: false,
             ha: None,
+            net: None,
         };
         let mut host = WorkerProcess::spawn(&Role::RouterHost(spec))?;
         let listening = host.read_line()?;

@@ -25,7 +25,7 @@
 
 use super::host::HostReport;
 use crate::modes::oneway::topic;
-use crate::modes::openloop::{publish, Offer, PauseRecorder, Published, Samples, Split};
+use crate::modes::openloop::{publish, read_pauses, write_pauses, Offer, PauseRecorder, Published, Samples, Split};
 use crate::{Cpus, LabError, WorkerProcess};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::path::Path;
@@ -124,18 +124,35 @@ impl Harness {
         (publishers, subscribers): (usize, usize),
         fanout: bool,
     ) -> Result<Self, LabError> {
+        Self::connect_at((&vec![uri; publishers], &vec![uri; subscribers]), base, fanout)
+    }
+
+    /// [`Harness::connect`], publisher `i` to the router at `uris.0[i]`,
+    /// subscriber `j` to the one at `uris.1[j]` (`lab cluster`: clients
+    /// spread over the routers of a cluster).
+    ///
+    /// # Errors
+    /// As [`Harness::connect`].
+    pub(crate) fn connect_at(
+        (pub_uris, sub_uris): (&[&str], &[&str]),
+        base: &ClientOptions,
+        fanout: bool,
+    ) -> Result<Self, LabError> {
+        let (publishers, subscribers) = (pub_uris.len(), sub_uris.len());
         if publishers == 0 || subscribers == 0 || (!fanout && publishers != subscribers) {
             return Err(LabError::Usage(
                 "lab router needs one subscriber per publisher (or --fanout, every subscriber on md/>)".into(),
             ));
         }
-        let open = |name: String| {
+        let open = |uri: &str, name: String| {
             let opts = ClientOptions { name, ..base.clone() };
             Client::connect(uri, opts).map_err(|e| client_err(uri, e))
         };
         let topics: Vec<String> = (0..publishers).map(topic).collect();
-        let pubs = (0..publishers).map(|i| open(format!("lab-pub-{i}"))).collect::<Result<Vec<_>, _>>()?;
-        let mut subs = (0..subscribers).map(|i| open(format!("lab-sub-{i}"))).collect::<Result<Vec<_>, _>>()?;
+        let pubs =
+            pub_uris.iter().enumerate().map(|(i, u)| open(u, format!("lab-pub-{i}"))).collect::<Result<Vec<_>, _>>()?;
+        let mut subs =
+            sub_uris.iter().enumerate().map(|(i, u)| open(u, format!("lab-sub-{i}"))).collect::<Result<Vec<_>, _>>()?;
         for (i, s) in subs.iter_mut().enumerate() {
             let pattern = if fanout { "md/>" } else { topics[i].as_str() };
             s.subscribe(pattern).map_err(|e| client_err(pattern, e))?;
@@ -155,7 +172,7 @@ impl Harness {
             c.wait_connected(SETUP_TIMEOUT).map_err(|e| client_err("lab router client", e))?;
         }
         h.probe(fanout)?;
-        if uri.starts_with("tcp://") || uri.starts_with("tls://") {
+        if pub_uris[0].starts_with("tcp://") || pub_uris[0].starts_with("tls://") {
             h.ready = Some(Ready::of(&h.subs, &h.pubs)?);
         }
         Ok(h)
@@ -211,12 +228,30 @@ impl Harness {
     /// A client that fails, or a router that does not answer.
     pub(crate) fn round(
         &mut self,
-        (rate, size, duration): (u64, usize, Duration),
+        shape: (u64, usize, Duration),
         cpus: Cpus,
         router: &mut WorkerProcess,
         pauses: &Path,
     ) -> Result<RoundResult, LabError> {
-        router.write_line("wake")?;
+        self.round_many(shape, cpus, &mut [router], pauses)
+    }
+
+    /// [`Harness::round`] through several routers (`lab cluster`): each
+    /// woken, each put back to sleep; their pauses all count as the far
+    /// side's, and the report is their sum.
+    ///
+    /// # Errors
+    /// As [`Harness::round`].
+    pub(crate) fn round_many(
+        &mut self,
+        (rate, size, duration): (u64, usize, Duration),
+        cpus: Cpus,
+        routers: &mut [&mut WorkerProcess],
+        pauses: &Path,
+    ) -> Result<RoundResult, LabError> {
+        for router in routers.iter_mut() {
+            router.write_line("wake")?;
+        }
         pin_current_thread(cpus.local)?;
         let io = ClientIo::of(self);
         let expected = (rate as f64 * duration.as_secs_f64()) as u64 * self.fan;
@@ -232,8 +267,14 @@ impl Harness {
         let discarded = path.discarded;
 
         let clients = ClientIo::of(self).since(io);
-        router.write_line(&format!("sleep {}", pauses.display()))?;
-        let host: HostReport = crate::worker::parse_report("router", &router.read_line()?)?;
+        let (mut host, mut theirs) = (HostReport::default(), Vec::new());
+        for router in routers.iter_mut() {
+            router.write_line(&format!("sleep {}", pauses.display()))?;
+            let r: HostReport = crate::worker::parse_report("router", &router.read_line()?)?;
+            host.add(&r);
+            theirs.extend(read_pauses(pauses)?);
+        }
+        write_pauses(pauses, &theirs)?;
         let split = samples.split_with_peer(recorder.into_pauses(), pauses)?;
         Ok(RoundResult { published, split, discarded, host, clients })
     }

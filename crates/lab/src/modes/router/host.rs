@@ -55,6 +55,27 @@ pub struct HostSpec {
     /// group's name, this member's id, every member's `ID=HOST:PORT`.
     #[serde(default)]
     pub ha: Option<(String, u64, Vec<String>)>,
+    /// `lab cluster`: a router in a network namespace of its own, maybe a
+    /// member of a cluster ([`HostNet`]).
+    #[serde(default)]
+    pub net: Option<HostNet>,
+}
+
+/// Where a `lab cluster` router listens, and the cluster it joins. With
+/// it the router is pinned before it starts (its cluster agent's thread
+/// too stays on the router's CPU), and while awake it yields its CPU
+/// whenever a duty cycle finds nothing to do, instead of spinning: three
+/// routers share one CPU, and one spinning would starve the others.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostNet {
+    /// The router's name (in the cluster's status and handshakes).
+    pub router: String,
+    /// The address its client listener binds (port 0: any; printed as
+    /// `listening ADDR`).
+    pub ip: String,
+    /// A member of the cluster `lab`: where it takes links
+    /// (`tcp://IP:PORT`), the routers it dials, the secret's file.
+    pub cluster: Option<(String, Vec<String>, PathBuf)>,
 }
 
 /// The user a secure router's clients log in as, and its password.
@@ -89,6 +110,41 @@ pub struct HostReport {
     pub writes: u64,
     /// Readiness polls (`epoll_wait`) in the last round.
     pub polls: u64,
+}
+
+impl HostReport {
+    /// Adds `o`'s counts (the round's and the totals); memory and
+    /// sessions too: several routers' reports as one.
+    pub fn add(&mut self, o: &Self) {
+        let HostReport {
+            rss_bytes,
+            messages_in,
+            deliveries,
+            discards,
+            violations,
+            clients,
+            cycles,
+            awake_ns,
+            round_messages,
+            round_deliveries,
+            reads,
+            writes,
+            polls,
+        } = *o;
+        self.rss_bytes += rss_bytes;
+        self.messages_in += messages_in;
+        self.deliveries += deliveries;
+        self.discards += discards;
+        self.violations += violations;
+        self.clients += clients;
+        self.cycles += cycles;
+        self.awake_ns = self.awake_ns.max(awake_ns);
+        self.round_messages += round_messages;
+        self.round_deliveries += round_deliveries;
+        self.reads += reads;
+        self.writes += writes;
+        self.polls += polls;
+    }
 }
 
 /// Where a round's counts start: the router's totals at `wake`.
@@ -191,6 +247,23 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
         }
         None => cfg,
     };
+    let cfg = match &spec.net {
+        Some(net) => {
+            // Every thread the router starts inherits this pinning.
+            pin_current_thread(spec.cpu)?;
+            let cluster = net.cluster.as_ref().map(|(listen, peers, secret)| tickwire_router::config::ClusterTable {
+                name: "lab".into(),
+                listen: listen.clone(),
+                peers: peers.clone(),
+                secret_file: secret.clone(),
+                heartbeat: "1s".into(),
+                ..tickwire_router::config::ClusterTable::default()
+            });
+            RouterConfig { name: net.router.clone(), listen: vec![format!("tcp://{}:0", net.ip)], cluster, ..cfg }
+        }
+        None => cfg,
+    };
+    let yields = spec.net.is_some();
     let mut server = Server::start(cfg).map_err(|e| LabError::Worker(format!("router: {e}")))?;
     match server.tcp_addrs().first() {
         Some(a) => println!("listening {a}"),
@@ -232,8 +305,11 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
                 // and every few idle ones (each well under a microsecond)
                 // sees every one, and leaves the clock's cost out of most
                 // idle cycles.
-                if work > 0 || cycles % TICK_EVERY == 0 {
+                if work > 0 || yields || cycles % TICK_EVERY == 0 {
                     r.tick(monotonic_ns());
+                }
+                if yields && work == 0 {
+                    std::thread::yield_now();
                 }
                 if !pending.load(Ordering::Acquire) {
                     continue;

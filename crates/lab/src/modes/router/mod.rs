@@ -28,11 +28,13 @@
 //! harness's CPU, through the same router, reported beside the native
 //! rows with its ratio to them.
 
+pub mod cluster;
 pub mod group;
 pub mod guaranteed;
 pub mod harness;
 pub mod host;
 pub mod nats;
+pub mod relay;
 
 use crate::host::machine::Machine;
 use crate::modes::network::{self, NetRound};
@@ -221,6 +223,7 @@ impl Router {
             journal: None,
             nats: go.is_some(),
             ha: None,
+            net: None,
         };
         let mut process = WorkerProcess::spawn(&Role::RouterHost(spec))?;
         let listening = process.read_line()?;
