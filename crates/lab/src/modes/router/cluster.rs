@@ -3,8 +3,10 @@
 //!
 //! The network: three namespaces, one per router (A, B, C), each joined by
 //! a veth pair to a bridge in a fourth, the hub
-//! ([`NetnsStar`], names carrying the pid, so a killed run's are removed by
-//! `lab doctor`'s stale clean-up as every lab namespace is). The lab never
+//! ([`NetnsStar`], names carrying the pid: a killed run's are removed by
+//! `tickwire clean` and at the start of the next `lab cluster`; its router
+//! hosts end when their stdin closes, its forwarders after 30 s of
+//! silence). The lab never
 //! enters a namespace itself (the lab crate has no unsafe code, and
 //! `setns` would be): the measuring side is worker role
 //! [`Role::Cluster`](crate::Role), started in the hub with `ip netns exec`,
