@@ -25,9 +25,11 @@
 //! CPUs: the harness (every client session on one thread, open loop, as in
 //! `lab router`) on `cpus.local`; all three routers, their cluster agents'
 //! threads, and the floor's forwarders on `cpus.remote`. Three routers
-//! cannot spin on one CPU, so an awake router here yields its CPU after
-//! any duty cycle that found nothing to do (the cluster agent keeps the
-//! router's own back-off: spin, yield, then sleeps up to 1 ms). On a
+//! cannot spin on one CPU, so an awake router here sleeps (the timer's
+//! least) after 64 idle duty cycles in a row, and a forwarder blocks in
+//! `read` (the cluster agent keeps the router's own back-off: spin,
+//! yield, then sleeps up to 1 ms). Yielding was tried first: under
+//! EEVDF a yield need not hand the CPU to the side with work. On a
 //! machine with a CPU per router both would be spinning; what sharing one
 //! CPU costs is in the figures, on both sides of the ratio.
 //!
@@ -225,7 +227,7 @@ pub(crate) fn measure(spec: &ClusterSpec) -> Result<String, LabError> {
     println!("machine: {}", machine.summary());
     println!(
         "router cluster of 3 (lab-a, lab-b, lab-c), each in its own network namespace on a bridge; every client \
-         session on one thread on CPU {} in the hub namespace; the three routers (yielding when idle) and the \
+         session on one thread on CPU {} in the hub namespace; the three routers (sleeping when idle) and the \
          floor's forwarders on CPU {}; {} B messages",
         o.cpus.local, o.cpus.remote, o.size
     );

@@ -27,6 +27,10 @@ use tickwire_shm::os::monotonic_ns;
 /// idle duty cycles (and after every busy one).
 const TICK_EVERY: u64 = 8;
 
+/// A `lab cluster` router sleeps (for the timer's least) after this many
+/// idle duty cycles in a row.
+const IDLE_SPINS: u32 = 64;
+
 /// What the router worker needs ([`Role::RouterHost`](crate::Role)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostSpec {
@@ -63,9 +67,11 @@ pub struct HostSpec {
 
 /// Where a `lab cluster` router listens, and the cluster it joins. With
 /// it the router is pinned before it starts (its cluster agent's thread
-/// too stays on the router's CPU), and while awake it yields its CPU
-/// whenever a duty cycle finds nothing to do, instead of spinning: three
-/// routers share one CPU, and one spinning would starve the others.
+/// too stays on the router's CPU), and while awake it sleeps (1 us asked,
+/// the timer's slack given) after [`IDLE_SPINS`] idle duty cycles in a
+/// row, instead of spinning: three routers share one CPU, and one spinning
+/// would starve the others (yielding instead was tried first: under
+/// EEVDF a yield need not hand the CPU to the router with work).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostNet {
     /// The router's name (in the cluster's status and handshakes).
@@ -293,7 +299,7 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
     });
     pin_current_thread(spec.cpu)?;
     let mut recorder: Option<PauseRecorder> = None;
-    let (mut cycles, mut woke) = (0u64, 0u64);
+    let (mut cycles, mut woke, mut idle) = (0u64, 0u64, 0u32);
     let mut since = Baseline::default();
     loop {
         let work = server.do_work();
@@ -309,7 +315,12 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
                     r.tick(monotonic_ns());
                 }
                 if yields && work == 0 {
-                    std::thread::yield_now();
+                    idle += 1;
+                    if idle > IDLE_SPINS {
+                        std::thread::sleep(Duration::from_micros(1));
+                    }
+                } else {
+                    idle = 0;
                 }
                 if !pending.load(Ordering::Acquire) {
                     continue;

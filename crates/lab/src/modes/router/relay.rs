@@ -8,11 +8,10 @@
 //! its namespace, pinned to the routers' CPU: it binds, prints
 //! `listening ADDR`, accepts one connection (within 10 s), dials the next
 //! hop, and copies (TCP_NODELAY both ways) until the end of the stream,
-//! which it passes on. Its reads do not block: a read that finds nothing
-//! yields the CPU, as an awake `lab cluster` router does after an idle
-//! duty cycle, so the forwarders share their CPU as the routers share
-//! theirs (blocking reads were tried first: each message then woke an
-//! idle vCPU, and the forwarders fell behind the routers at 100k msg/s).
+//! which it passes on. Its reads block (30 s at most): with nothing to
+//! copy it leaves the CPU to the other forwarder, as an idle `lab cluster`
+//! router sleeps (yielding instead was tried: under EEVDF a yield need not
+//! hand the CPU to the forwarder with work).
 
 use crate::modes::openloop::{publish, Offer, PauseRecorder, Published, Samples, SinkReport};
 use crate::transports::stream::{Sink, Source};
@@ -61,28 +60,22 @@ pub(crate) fn relay(spec: &RelaySpec) -> Result<String, LabError> {
         }
     };
     let mut from: TcpStream = from;
-    from.set_nonblocking(true).map_err(|e| io("nonblocking", e))?;
+    from.set_nonblocking(false).map_err(|e| io("blocking", e))?;
+    from.set_read_timeout(Some(SILENT)).map_err(|e| io("timeout", e))?;
     let mut to = TcpStream::connect_timeout(&spec.to, SETUP).map_err(|e| io("connect", e))?;
     for s in [&from, &to] {
         s.set_nodelay(true).map_err(|e| io("nodelay", e))?;
     }
     let mut buf = vec![0u8; 64 * 1024];
-    let (mut copied, mut heard) = (0u64, Instant::now());
+    let mut copied = 0u64;
     loop {
-        match from.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                // A write blocks only while the next hop's buffer is full.
-                to.write_all(&buf[..n]).map_err(|e| io("write", e))?;
-                copied += n as u64;
-                heard = Instant::now();
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && heard.elapsed() < SILENT => {
-                // As an awake router does: the CPU to the others.
-                std::thread::yield_now();
-            }
-            Err(e) => return Err(io("read", e)),
+        // Blocks until there is something (30 s at most).
+        let n = from.read(&mut buf).map_err(|e| io("read", e))?;
+        if n == 0 {
+            break;
         }
+        to.write_all(&buf[..n]).map_err(|e| io("write", e))?;
+        copied += n as u64;
     }
     to.shutdown(Shutdown::Write).map_err(|e| io("shutdown", e))?;
     // The sender waits for the end of the stream back.
