@@ -35,13 +35,39 @@ fn a_cluster_run_measures_both_parts_beside_their_floors_and_leaves_nothing() {
         .spawn()
         .unwrap();
     let pid = child.id();
-    let out = child.wait_with_output().unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "lab cluster {args}: {stderr}\n{stdout}");
+    let mut child = child;
+    // The pipes read as the run goes (a full pipe would stall it), and a
+    // deadline: a run that hangs fails the test, not CI.
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_string(&mut s);
+            }
+            s
+        })
+    };
+    let out_reader = drain(child.stdout.take().map(|r| Box::new(r) as Box<dyn std::io::Read + Send>));
+    let err_reader = drain(child.stderr.take().map(|r| Box::new(r) as Box<dyn std::io::Read + Send>));
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            panic!("lab cluster {args}: still running after 180 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let (stdout, stderr) = (out_reader.join().unwrap(), err_reader.join().unwrap());
+    assert!(status.success(), "lab cluster {args}: {stderr}\n{stdout}");
     // The latency part: the cluster's rows beside the forwarders', every message delivered.
     assert!(stdout.contains("1 publisher on lab-a -> 1 subscriber on lab-b"), "{stdout}");
     assert!(stdout.contains("offered 2000 msg/s"), "{stdout}");
     assert!(stdout.contains("forward_tcp x2"), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("floor: achieved ")), "{stdout}");
+    // At 2k msg/s the floor keeps the rate, and the ratio is printed.
     assert!(stdout.lines().any(|l| l.starts_with("all: p50 ")), "{stdout}");
     // The spread part, beside one router.
     assert!(stdout.contains("offered 3000 msg/s"), "{stdout}");
