@@ -280,12 +280,7 @@ pub(crate) fn measure(spec: &ClusterSpec) -> Result<String, LabError> {
         let rows = [all.row, free.row, f_all.row, f_free.row];
         println!();
         print_rate(rate, &rows[0], discarded, &hosts);
-        println!(
-            "floor: achieved {:.0} msg/s, {} lost; {}",
-            rows[2].achieved_rate.unwrap_or(0.0),
-            rows[2].lost,
-            if floor_kept { "sustained" } else { "NOT sustained: no ratio to it" }
-        );
+        println!("{}", side_line("floor", &rows[2], 0, if floor_kept { "" } else { ": no ratio to it" }));
         print!("{}", table(&rows));
         if floor_kept {
             for (label, m, f) in [("all", &rows[0], &rows[2]), ("pause-free", &rows[1], &rows[3])] {
@@ -364,19 +359,25 @@ fn spread(
         let rows = [c_all.row, c_free.row, s_all.row, s_free.row];
         println!();
         print_rate(rate, &rows[0], d_clu, &hosts);
-        println!(
-            "one router: achieved {:.0} msg/s, {} deliveries lost, {} discarded; {}",
-            rows[2].achieved_rate.unwrap_or(0.0),
-            rows[2].lost,
-            d_one,
-            if sustained(&rows[2], d_one) { "sustained" } else { "NOT sustained" }
-        );
+        println!("{}", side_line("one router", &rows[2], d_one, ""));
         print!("{}", table(&rows));
         println!("{}", ratio_line("all, cluster / one router", &rows[0], &rows[2]));
     }
     hc.close();
     hs.close();
     single.process.stop_host()
+}
+
+/// What the side a run is compared with achieved: `LABEL: achieved R
+/// msg/s, L deliveries lost, D discarded; sustained` (or `NOT
+/// sustained` and `unkept`).
+fn side_line(label: &str, row: &LatencyRow, discarded: u64, unkept: &str) -> String {
+    format!(
+        "{label}: achieved {:.0} msg/s, {} deliveries lost, {discarded} discarded; {}",
+        row.achieved_rate.unwrap_or(0.0),
+        row.lost,
+        if sustained(row, discarded) { "sustained".to_owned() } else { format!("NOT sustained{unkept}") }
+    )
 }
 
 fn sustained(row: &LatencyRow, discarded: u64) -> bool {
