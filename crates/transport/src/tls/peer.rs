@@ -8,7 +8,7 @@
 //! caller then compares [`Wire::peer_user`](super::Wire::peer_user) with
 //! the name the peer gives.
 
-use super::setup::{chain_and_key, provider, roots, TlsError};
+use super::setup::{chain_and_key, provider, roots, server_config_of, TlsError};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -89,11 +89,13 @@ impl ServerCertVerifier for ChainOnly {
 /// # Errors
 /// [`TlsError`] naming the file, or what rustls refused.
 pub fn peer_configs(cert: &Path, key: &Path, ca: &Path) -> Result<PeerTls, TlsError> {
-    let server = super::server_config(cert, key, Some(ca))?;
-    let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots(ca)?), provider())
+    // Each file read (and its expiry warned about) once, for both ends.
+    let (chain, key) = chain_and_key(cert, key)?;
+    let trusted = roots(ca)?;
+    let server = server_config_of(chain.clone(), key.clone_key(), Some((trusted.clone(), ca)))?;
+    let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(trusted), provider())
         .build()
         .map_err(|e| TlsError::Config(format!("ca {}: {e}", ca.display())))?;
-    let (chain, key) = chain_and_key(cert, key)?;
     let client = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Config(e.to_string()))?

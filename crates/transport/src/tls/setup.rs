@@ -88,16 +88,29 @@ pub(super) fn roots(ca: &Path) -> Result<rustls::RootCertStore, TlsError> {
 /// [`TlsError`] naming the file, or what rustls refused.
 pub fn server_config(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<Arc<ServerConfig>, TlsError> {
     let (chain, key) = chain_and_key(cert, key)?;
+    let clients = match client_ca {
+        None => None,
+        Some(ca) => Some((roots(ca)?, ca)),
+    };
+    server_config_of(chain, key, clients)
+}
+
+/// [`server_config`] from what its files held: the chain, its key, and
+/// the client CA's roots (with the file they came from, for errors).
+pub(super) fn server_config_of(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    clients: Option<(rustls::RootCertStore, &Path)>,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Config(e.to_string()))?;
-    let builder = match client_ca {
+    let builder = match clients {
         None => builder.with_no_client_auth(),
-        Some(ca) => {
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider())
-                    .build()
-                    .map_err(|e| TlsError::Config(format!("client_ca {}: {e}", ca.display())))?;
+        Some((roots, ca)) => {
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+                .build()
+                .map_err(|e| TlsError::Config(format!("client_ca {}: {e}", ca.display())))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
