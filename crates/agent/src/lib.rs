@@ -3,7 +3,10 @@
 //! Work in tickwire is done by *agents*: a duty cycle [`Agent::do_work`]
 //! returns how much it did, and an [`IdleStrategy`] decides what to do when
 //! it did nothing — spin, yield, back off, or park. How agents map to threads
-//! (and CPUs) is configuration, via [`AgentRunner`].
+//! (and CPUs) is configuration, via [`AgentRunner`]. An idle agent that
+//! sleeps or parks does it through [`Agent::park`]: one with a
+//! [`Doorbell`] waits on its sockets and on the doorbell its producers ring,
+//! so work wakes it, not the end of its sleep (module `doorbell`).
 //!
 //! # Examples
 //!
@@ -22,6 +25,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod doorbell;
+
+pub use doorbell::Doorbell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -37,6 +43,22 @@ pub trait Agent: Send {
     fn on_start(&mut self) {}
     /// Called once on the agent's thread after the last duty cycle.
     fn on_close(&mut self) {}
+    /// Waits for work for up to `timeout`, when its [`Idle`] strategy
+    /// says to sleep or park. By default the thread sleeps; an agent with
+    /// a [`Doorbell`] waits on it and its sockets instead, so it wakes
+    /// when work arrives.
+    fn park(&mut self, timeout: Duration) {
+        std::thread::park_timeout(timeout);
+    }
+}
+
+/// An agent as the [`Parker`] of its own idle strategy.
+struct ParkOn<'a, A: Agent>(&'a mut A);
+
+impl<A: Agent> Parker for ParkOn<'_, A> {
+    fn park(&mut self, timeout: Duration) {
+        self.0.park(timeout);
+    }
 }
 
 /// Something a parking idle strategy can sleep on until there is work.
@@ -64,15 +86,19 @@ pub trait IdleStrategy {
     fn reset(&mut self);
 }
 
-/// The idle strategies. Parking is done by [`Idle::idle_with`], which takes
-/// the [`Parker`] to sleep on (a subscriber's futex, or the thread).
+/// The idle strategies. Sleeping and parking are done by
+/// [`Idle::idle_with`], which takes the [`Parker`] to wait on (a
+/// subscriber's futex, an agent's [`Doorbell`] and sockets, or the
+/// thread).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Idle {
     /// Never leave the CPU: lowest latency, one core per agent.
     BusySpin,
     /// `sched_yield` when idle.
     Yield,
-    /// Spin, then yield, then sleep with exponential back-off up to `max_sleep`.
+    /// Spin, then yield, then sleep with exponential back-off up to
+    /// `max_sleep` (on the [`Parker`]: an agent with a [`Doorbell`] wakes
+    /// early when work arrives).
     Backoff {
         /// Spins before yielding.
         spins: u32,
@@ -145,7 +171,7 @@ impl Idle {
                 } else if *count <= *spins + *yields {
                     std::thread::yield_now();
                 } else {
-                    std::thread::sleep(*sleep);
+                    parker.park(*sleep);
                     *sleep = (*sleep * 2).min(*max_sleep);
                 }
             }
@@ -277,7 +303,7 @@ impl<A: Agent + 'static> AgentRunner<A> {
             agent.on_start();
             while flag.load(Ordering::Relaxed) {
                 let w = agent.do_work();
-                idle.idle(w);
+                idle.idle_with(w, &mut ParkOn(&mut agent));
             }
             agent.on_close();
             agent
@@ -337,6 +363,34 @@ mod tests {
         idle.idle_with(1, &mut p);
         idle.idle_with(0, &mut p);
         assert_eq!(p.0, 1, "work resets the back-off");
+    }
+
+    #[test]
+    fn backoff_sleeps_on_the_parker_doubling_to_its_cap() {
+        struct Timeouts(Vec<Duration>);
+        impl Parker for Timeouts {
+            fn park(&mut self, t: Duration) {
+                self.0.push(t);
+            }
+        }
+        let mut idle = Idle::Backoff {
+            spins: 2,
+            yields: 1,
+            max_sleep: Duration::from_micros(4),
+            count: 0,
+            sleep: Duration::from_micros(1),
+        };
+        let mut p = Timeouts(Vec::new());
+        for _ in 0..7 {
+            idle.idle_with(0, &mut p);
+        }
+        let us = |n| Duration::from_micros(n);
+        assert_eq!(p.0, [us(1), us(2), us(4), us(4)], "after 2 spins and 1 yield");
+        idle.idle_with(1, &mut p);
+        for _ in 0..4 {
+            idle.idle_with(0, &mut p);
+        }
+        assert_eq!(p.0.last(), Some(&us(1)), "work starts the back-off again");
     }
 
     #[test]

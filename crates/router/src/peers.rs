@@ -31,6 +31,8 @@
 use crate::index::SubscriptionIndex;
 use rtrb::{Consumer, Producer, RingBuffer};
 use rustc_hash::FxHashMap;
+use std::sync::Arc;
+use tickwire_agent::Doorbell;
 use tickwire_topic::Pattern;
 
 /// Bytes before each message on a link: payload length (u32), discards
@@ -60,10 +62,12 @@ pub enum Interest {
     },
 }
 
-/// Makes the link from one agent to another: `capacity` bytes.
-pub fn link(capacity: usize) -> (Link, LinkReader) {
+/// Makes the link from one agent to another: `capacity` bytes; `bell`,
+/// the reading agent's doorbell, is rung by [`Link::ring`] after messages
+/// were put on it.
+pub fn link(capacity: usize, bell: Option<Arc<Doorbell>>) -> (Link, LinkReader) {
     let (tx, rx) = RingBuffer::new(capacity);
-    (Link { tx, carried: 0, scratch: Vec::new() }, LinkReader { rx, scratch: Vec::new() })
+    (Link { tx, carried: 0, scratch: Vec::new(), bell, unrung: false }, LinkReader { rx, scratch: Vec::new() })
 }
 
 /// The sending end of a link between two agents.
@@ -73,9 +77,25 @@ pub struct Link {
     /// Messages dropped (the link full) since the last one that crossed.
     carried: u32,
     scratch: Vec<u8>,
+    /// The reading agent's doorbell, and whether messages were put on
+    /// the link since it was last rung.
+    bell: Option<Arc<Doorbell>>,
+    unrung: bool,
 }
 
 impl Link {
+    /// Wakes the reading agent if it is parked and messages were put on
+    /// the link since the last call: once per duty cycle, after the sends.
+    #[inline]
+    pub fn ring(&mut self) {
+        if self.unrung {
+            self.unrung = false;
+            if let Some(b) = &self.bell {
+                b.ring();
+            }
+        }
+    }
+
     /// Puts one message on the link; false (and counted for the next one)
     /// when it is full.
     fn send(&mut self, topic: &str, payload: &[u8], flags: u8) -> bool {
@@ -103,6 +123,7 @@ impl Link {
         match self.tx.push_entire_slice(s) {
             Ok(()) => {
                 self.carried = 0;
+                self.unrung = true;
                 true
             }
             Err(_) => {
@@ -121,6 +142,11 @@ pub struct LinkReader {
 }
 
 impl LinkReader {
+    /// Nothing is waiting on the link.
+    pub fn is_empty(&self) -> bool {
+        self.rx.is_empty()
+    }
+
     /// Hands up to `limit` messages to `f(topic, payload, discards before
     /// it, flags)` (the flags a client frame carried: `REQUEST`); returns
     /// how many.
@@ -273,6 +299,14 @@ impl Peers {
         self.forward_to(&agents, topic, payload, flags)
     }
 
+    /// Rings the doorbells of the agents sent messages since the last
+    /// call ([`Link::ring`]).
+    pub fn ring(&mut self) {
+        for l in self.links.iter_mut().flatten() {
+            l.ring();
+        }
+    }
+
     /// [`Peers::forward`] to `agents`, found by [`Peers::interested`]
     /// (the router remembers them per topic); returns how many of them it
     /// was for (all, but the cluster's for a request).
@@ -324,8 +358,8 @@ mod tests {
 
     #[test]
     fn a_message_crosses_to_each_interested_agent_once_and_wraps_the_ring() {
-        let (l1, mut r1) = link(256);
-        let (l2, mut r2) = link(256);
+        let (l1, mut r1) = link(256, None);
+        let (l2, mut r2) = link(256, None);
         let mut a = Peers::new(0, vec![None, Some(l1), Some(l2)]);
         let mut b = Peers::new(1, vec![None, None, None]);
         b.hold(&p("md/>"));
@@ -348,8 +382,8 @@ mod tests {
 
     #[test]
     fn a_request_is_not_sent_to_the_cluster_nor_counted_as_reaching_it() {
-        let (l1, mut r1) = link(256);
-        let (l2, mut r2) = link(256);
+        let (l1, mut r1) = link(256, None);
+        let (l2, mut r2) = link(256, None);
         let mut a = Peers::new(0, vec![None, Some(l1), Some(l2)]);
         a.set_cluster(2);
         a.handle_interest(&Interest::Add { agent: 1, id: 0, pattern: p("svc/>") });
@@ -364,7 +398,7 @@ mod tests {
 
     #[test]
     fn a_full_link_counts_its_drops_and_carries_them_on_the_next_message() {
-        let (l1, mut r1) = link(64);
+        let (l1, mut r1) = link(64, None);
         let mut a = Peers::new(0, vec![None, Some(l1)]);
         a.handle_interest(&Interest::Add { agent: 1, id: 0, pattern: p("t") });
         let body = [7u8; 20];

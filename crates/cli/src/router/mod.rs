@@ -5,7 +5,7 @@ use clap::Args;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tickwire_agent::{Idle, ThreadParker};
+use tickwire_agent::Idle;
 use tickwire_router::config::TlsFiles;
 use tickwire_router::{RouterConfig, Server};
 
@@ -431,7 +431,6 @@ fn serve(s: &Settings, a: &RouterArgs, cfg: RouterConfig) -> Result<(), String> 
     );
     let mut systemd = Systemd::new();
     systemd.notify(&[NotifyState::Ready, NotifyState::Status(&format!("listening: {}", server.describe()))]);
-    let mut parker = ThreadParker;
     while !stop.load(Ordering::Relaxed) {
         let work = server.do_work();
         if hup.load(Ordering::Relaxed) {
@@ -441,7 +440,9 @@ fn serve(s: &Settings, a: &RouterArgs, cfg: RouterConfig) -> Result<(), String> 
             systemd.notify(&[NotifyState::Ready]);
         }
         systemd.watchdog();
-        idle.idle_with(work, &mut parker);
+        // Sleeps (`backoff`) and parks (`park`) wake on the first agent's
+        // sockets and rings, and on a signal.
+        idle.idle_with(work, &mut server);
     }
     systemd.notify(&[NotifyState::Stopping, NotifyState::Status(&format!("draining for up to {drain:?}"))]);
     let report = server.shutdown(drain);

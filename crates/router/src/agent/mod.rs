@@ -37,6 +37,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tickwire_agent::Doorbell;
 use tickwire_shm::counters::Kind;
 use tickwire_shm::{CounterSet, Event, LogAppender, LogReader};
 use tickwire_transport::tls::Wire;
@@ -104,6 +105,27 @@ pub(crate) enum Control {
     Users(Option<Arc<Users>>),
 }
 
+/// An agent's control channel and its doorbell: a send wakes the agent if
+/// it is parked, and keeps it from parking until it has read the channel.
+#[derive(Debug, Clone)]
+pub(crate) struct Mailbox {
+    tx: Sender<Control>,
+    bell: Arc<Doorbell>,
+}
+
+impl Mailbox {
+    pub(crate) fn new(tx: Sender<Control>, bell: Arc<Doorbell>) -> Self {
+        Self { tx, bell }
+    }
+
+    /// Sends `c`, and wakes the agent.
+    pub(crate) fn send(&self, c: Control) -> Result<(), std::sync::mpsc::SendError<Control>> {
+        let r = self.tx.send(c);
+        self.bell.post();
+        r
+    }
+}
+
 /// What an agent shares with the server while it runs on its own thread.
 #[derive(Debug, Default)]
 pub(crate) struct AgentShared {
@@ -163,9 +185,11 @@ pub struct RoutingAgent {
     first: bool,
     control: Receiver<Control>,
     /// The other agents' control channels (`None` at this agent's place).
-    others: Vec<Option<Sender<Control>>>,
+    others: Vec<Option<Mailbox>>,
     /// What the other agents forward to this one.
     inbound: Vec<LinkReader>,
+    /// Rung by the other agents and the server when they give it work.
+    bell: Arc<Doorbell>,
     /// Shared-memory streams whose sessions ended, and why, for the server.
     gone: Sender<(u32, String)>,
     /// Where passwords are checked.
@@ -203,8 +227,9 @@ impl std::fmt::Debug for RoutingAgent {
 /// An agent's channels, made by the server.
 pub(crate) struct Wiring {
     pub(crate) control: Receiver<Control>,
-    pub(crate) others: Vec<Option<Sender<Control>>>,
+    pub(crate) others: Vec<Option<Mailbox>>,
     pub(crate) inbound: Vec<LinkReader>,
+    pub(crate) bell: Arc<Doorbell>,
     pub(crate) gone: Sender<(u32, String)>,
     pub(crate) auth: Arc<AuthWorker>,
 }
@@ -232,6 +257,7 @@ impl RoutingAgent {
             control: wiring.control,
             others: wiring.others,
             inbound: wiring.inbound,
+            bell: wiring.bell,
             gone: wiring.gone,
             auth: wiring.auth,
             shared: Arc::new(AgentShared::default()),
@@ -279,6 +305,8 @@ impl RoutingAgent {
             });
         }
         work += self.router.poll_guaranteed(self.now);
+        // The agents sent messages wake before this one's writes.
+        self.router.ring_peers();
         work += self.router.flush(self.now, &mut self.failed);
         self.watch_parked();
         for (id, why) in self.router.take_slow() {
@@ -329,6 +357,16 @@ impl RoutingAgent {
             }
         }
         work
+    }
+
+    /// Waits up to `timeout` for work: its TCP sockets, the other agents'
+    /// rings and its control channel wake it (they ring its doorbell);
+    /// shared-memory clients' logs and timers do not, and are looked at
+    /// when the timeout ends.
+    pub fn park(&mut self, timeout: Duration) {
+        use std::os::fd::AsFd;
+        let inbound = &self.inbound;
+        self.bell.park(Some(self.poll.registry().as_fd()), timeout, || inbound.iter().any(|l| !l.is_empty()));
     }
 
     /// Copies its totals to the counters file and the server.
@@ -410,6 +448,7 @@ impl RoutingAgent {
     }
 
     fn take_control(&mut self) -> usize {
+        self.bell.take_posted();
         let mut n = 0;
         while let Ok(c) = self.control.try_recv() {
             n += 1;
@@ -589,6 +628,9 @@ fn handle(
 impl tickwire_agent::Agent for RoutingAgent {
     fn do_work(&mut self) -> usize {
         RoutingAgent::do_work(self)
+    }
+    fn park(&mut self, timeout: Duration) {
+        RoutingAgent::park(self, timeout);
     }
     fn role(&self) -> &str {
         &self.role

@@ -4,11 +4,11 @@
 use super::interest::{LocalInterest, RemoteInterest, Told};
 use super::link::{frame_name, Identity, PeerLink};
 use super::{ClusterSettings, ClusterStatus, LinkStatus};
-use crate::agent::Control;
+use crate::agent::{Control, Mailbox};
 use crate::index::SubscriptionIndex;
 use crate::peers::{Interest, Link, LinkReader};
 use std::collections::BTreeMap;
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use tickwire_topic::{check_topic, Pattern};
 use tickwire_wire::cluster::ClusterFrame;
@@ -63,7 +63,9 @@ pub struct ClusterAgent {
     pub(super) remote: RemoteInterest,
     control: Receiver<Control>,
     /// The routing agents' control channels.
-    tell: Vec<Sender<Control>>,
+    tell: Vec<Mailbox>,
+    /// Rung by the routing agents when they give it work.
+    bell: Arc<tickwire_agent::Doorbell>,
     /// Messages from each routing agent, and to each.
     from: Vec<LinkReader>,
     to: Vec<Link>,
@@ -87,9 +89,10 @@ impl std::fmt::Debug for ClusterAgent {
 /// The routing agents' side of the cluster agent, made by the server.
 pub(crate) struct AgentWiring {
     pub(crate) control: Receiver<Control>,
-    pub(crate) tell: Vec<Sender<Control>>,
+    pub(crate) tell: Vec<Mailbox>,
     pub(crate) from: Vec<LinkReader>,
     pub(crate) to: Vec<Link>,
+    pub(crate) bell: Arc<tickwire_agent::Doorbell>,
 }
 
 impl ClusterAgent {
@@ -129,6 +132,7 @@ impl ClusterAgent {
             remote: RemoteInterest::new(wiring.tell.len() as u32),
             control: wiring.control,
             tell: wiring.tell,
+            bell: wiring.bell,
             from: wiring.from,
             to: wiring.to,
             now,
@@ -174,6 +178,7 @@ impl ClusterAgent {
     /// The routing agents' interest changes: into the agents' index and
     /// the patterns told, each change sent to every link up.
     fn take_control(&mut self) -> usize {
+        self.bell.take_posted();
         let mut n = 0;
         while let Ok(c) = self.control.try_recv() {
             n += 1;
@@ -449,6 +454,10 @@ impl tickwire_agent::Agent for ClusterAgent {
         let mut work = self.take_control();
         work += self.take_forwarded();
         work += self.poll_net();
+        // The routing agents sent messages wake before the links' writes.
+        for l in &mut self.to {
+            l.ring();
+        }
         self.flush_links();
         if self.now.saturating_sub(self.last_housekeeping) >= HOUSEKEEPING_NS {
             self.last_housekeeping = self.now;
@@ -460,5 +469,14 @@ impl tickwire_agent::Agent for ClusterAgent {
 
     fn role(&self) -> &str {
         "cluster"
+    }
+
+    /// Waits up to `timeout` for work: its links' and listener's sockets,
+    /// and the routing agents' rings and control messages (they ring its
+    /// doorbell), wake it; heartbeats and dials wait for the timeout.
+    fn park(&mut self, timeout: std::time::Duration) {
+        use std::os::fd::AsFd;
+        let from = &self.from;
+        self.bell.park(Some(self.net.poll.registry().as_fd()), timeout, || from.iter().any(|l| !l.is_empty()));
     }
 }

@@ -57,7 +57,7 @@ pub(super) struct Dial {
 
 /// The sockets.
 pub(super) struct Net {
-    poll: Poll,
+    pub(super) poll: Poll,
     events: Events,
     listener: TcpListener,
     dials: Vec<Dial>,

@@ -237,6 +237,14 @@ impl Router {
         }
     }
 
+    /// Wakes the agents sent messages since the last call, if they are
+    /// parked (once per duty cycle).
+    pub fn ring_peers(&mut self) {
+        if let Some(p) = &mut self.peers {
+            p.ring();
+        }
+    }
+
     /// One of `agents` routing agents, reaching the others through
     /// `peers`; its counter sets are labelled `LABEL [agent K]`.
     pub fn with_peers(

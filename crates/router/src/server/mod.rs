@@ -29,7 +29,7 @@ mod wiring;
 
 use crate::accept::Acceptor;
 use crate::access::{AuthWorker, UserConfig, Users, UsersError};
-use crate::agent::{AgentShared, Control, RoutingAgent};
+use crate::agent::{AgentShared, Control, Mailbox, RoutingAgent};
 use crate::cluster::ClusterAgent;
 use crate::config::RouterConfig;
 use crate::counters::Totals;
@@ -45,7 +45,7 @@ use std::fs::File;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Duration;
 use tickwire_agent::{AgentRunner, Idle};
@@ -125,7 +125,7 @@ pub struct Server {
     /// The cluster's agent, on its own thread ([`crate::cluster`]).
     cluster: Option<AgentRunner<ClusterAgent>>,
     /// Every agent's control channel, and what it shares.
-    controls: Vec<Sender<Control>>,
+    controls: Vec<Mailbox>,
     shared: Vec<Arc<AgentShared>>,
     /// Clients handed to each agent so far.
     assigned: Vec<usize>,
@@ -484,6 +484,13 @@ impl Server {
         work
     }
 
+    /// Waits up to `timeout` for work for the first agent (run on the
+    /// server's thread): see [`RoutingAgent::park`]. New connections wait
+    /// for the timeout.
+    pub fn park(&mut self, timeout: Duration) {
+        self.agent.park(timeout);
+    }
+
     /// The agent to give a new client: the one serving the fewest.
     fn pick(&mut self) -> usize {
         let load = |k: usize| self.assigned[k].saturating_sub(self.shared[k].closed.load(Ordering::Relaxed));
@@ -543,9 +550,20 @@ impl Drop for Server {
     }
 }
 
+/// The server's thread idling as its [`Idle`] strategy says, waking on
+/// work ([`Server::park`]).
+impl tickwire_agent::Parker for Server {
+    fn park(&mut self, timeout: Duration) {
+        Server::park(self, timeout);
+    }
+}
+
 impl tickwire_agent::Agent for Server {
     fn do_work(&mut self) -> usize {
         Server::do_work(self)
+    }
+    fn park(&mut self, timeout: Duration) {
+        Server::park(self, timeout);
     }
     fn role(&self) -> &str {
         "router"

@@ -4,14 +4,15 @@
 
 use super::Server;
 use crate::access::{AuthWorker, Users};
-use crate::agent::{Control, RoutingAgent, Wiring};
+use crate::agent::{Control, Mailbox, RoutingAgent, Wiring};
 use crate::cluster::agent::AgentWiring;
 use crate::cluster::ClusterAgent;
 use crate::config::RouterConfig;
 use crate::peers::{link, Peers};
 use crate::routing::Router;
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
+use tickwire_agent::Doorbell;
 use tickwire_shm::Context;
 
 impl Server {
@@ -22,18 +23,25 @@ impl Server {
         ctx: &Context,
         users: Arc<Users>,
         cluster: Option<crate::cluster::ClusterSettings>,
-    ) -> std::io::Result<(Vec<RoutingAgent>, Vec<Sender<Control>>, Receiver<(u32, String)>, Option<ClusterAgent>)> {
+    ) -> std::io::Result<(Vec<RoutingAgent>, Vec<Mailbox>, Receiver<(u32, String)>, Option<ClusterAgent>)> {
         let n = cfg.agents;
         let counters = Some(Arc::clone(ctx.counters()));
         let (gone_tx, gone) = channel();
-        let (controls, mut receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| channel()).map(|(t, r)| (t, Some(r))).unzip();
+        // What wakes each agent, the cluster's last.
+        let bells = (0..=n).map(|_| Doorbell::new().map(Arc::new)).collect::<std::io::Result<Vec<_>>>()?;
+        let (controls, mut receivers): (Vec<_>, Vec<_>) = (0..n)
+            .map(|k| {
+                let (tx, rx) = channel();
+                (Mailbox::new(tx, Arc::clone(&bells[k])), Some(rx))
+            })
+            .unzip();
         // links[from][to], and what each agent reads.
         let mut links: Vec<Vec<Option<_>>> = (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
         let mut inbound: Vec<Vec<_>> = (0..n).map(|_| Vec::new()).collect();
         for (from, row) in links.iter_mut().enumerate() {
             for (to, slot) in row.iter_mut().enumerate() {
                 if from != to {
-                    let (tx, rx) = link(cfg.agent_link_bytes);
+                    let (tx, rx) = link(cfg.agent_link_bytes, Some(Arc::clone(&bells[to])));
                     *slot = Some(tx);
                     inbound[to].push(rx);
                 }
@@ -41,13 +49,20 @@ impl Server {
         }
         // The cluster is agent `n`: a ring each way with every routing agent.
         let (cluster_tx, cluster_rx) = channel();
-        let mut wiring = AgentWiring { control: cluster_rx, tell: controls.clone(), from: Vec::new(), to: Vec::new() };
+        let cluster_tx = Mailbox::new(cluster_tx, Arc::clone(&bells[n]));
+        let mut wiring = AgentWiring {
+            control: cluster_rx,
+            tell: controls.clone(),
+            from: Vec::new(),
+            to: Vec::new(),
+            bell: Arc::clone(&bells[n]),
+        };
         if cluster.is_some() {
-            for (row, inbound) in links.iter_mut().zip(inbound.iter_mut()) {
-                let (tx, rx) = link(cfg.agent_link_bytes);
+            for (k, (row, inbound)) in links.iter_mut().zip(inbound.iter_mut()).enumerate() {
+                let (tx, rx) = link(cfg.agent_link_bytes, Some(Arc::clone(&bells[n])));
                 row.push(Some(tx));
                 wiring.from.push(rx);
-                let (tx, rx) = link(cfg.agent_link_bytes);
+                let (tx, rx) = link(cfg.agent_link_bytes, Some(Arc::clone(&bells[k])));
                 wiring.to.push(tx);
                 inbound.push(rx);
             }
@@ -75,7 +90,8 @@ impl Server {
                 others.push(Some(cluster_tx.clone()));
             }
             let Some(control) = receivers[k].take() else { unreachable!("one receiver per agent") };
-            let wiring = Wiring { control, others, inbound, gone: gone_tx.clone(), auth: Arc::clone(&auth) };
+            let bell = Arc::clone(&bells[k]);
+            let wiring = Wiring { control, others, inbound, bell, gone: gone_tx.clone(), auth: Arc::clone(&auth) };
             let mut agent = RoutingAgent::new(router, role, wiring)?;
             agent.router.set_users(users.clone());
             agent.nats_token_user.clone_from(&cfg.nats_token_user);

@@ -55,8 +55,8 @@ pub struct Pair {
 impl Pair {
     pub fn new(link_bytes: usize) -> Self {
         use tickwire_router::peers::{link, Peers};
-        let (l01, from0) = link(link_bytes);
-        let (l10, from1) = link(link_bytes);
+        let (l01, from0) = link(link_bytes, None);
+        let (l10, from1) = link(link_bytes, None);
         let r0 = Router::with_peers("test", Limits::default(), None, Peers::new(0, vec![None, Some(l01)]), 2);
         let r1 = Router::with_peers("test", Limits::default(), None, Peers::new(1, vec![Some(l10), None]), 2);
         Self { r: [r0, r1], from0, from1 }

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
-use tickwire_agent::pin_current_thread;
+use tickwire_agent::{pin_current_thread, Idle};
 use tickwire_router::{RouterConfig, Server};
 use tickwire_shm::os::monotonic_ns;
 
@@ -27,9 +27,12 @@ use tickwire_shm::os::monotonic_ns;
 /// idle duty cycles (and after every busy one).
 const TICK_EVERY: u64 = 8;
 
-/// A `lab cluster` router sleeps (for the timer's least) after this many
-/// idle duty cycles in a row.
+/// A `lab cluster` router parks (woken by its sockets and rings, or after
+/// 1 us doubling to [`IDLE_PARK_MAX`]) after this many idle duty cycles
+/// in a row.
 const IDLE_SPINS: u32 = 64;
+/// The longest park of an idle `lab cluster` router.
+const IDLE_PARK_MAX: Duration = Duration::from_millis(1);
 
 /// What the router worker needs ([`Role::RouterHost`](crate::Role)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,11 +70,15 @@ pub struct HostSpec {
 
 /// Where a `lab cluster` router listens, and the cluster it joins. With
 /// it the router is pinned before it starts (its cluster agent's thread
-/// too stays on the router's CPU), and while awake it sleeps (1 us asked,
-/// the timer's slack given) after [`IDLE_SPINS`] idle duty cycles in a
-/// row, instead of spinning: three routers share one CPU, and one spinning
+/// too stays on the router's CPU), and while awake it parks after
+/// [`IDLE_SPINS`] idle duty cycles in a row, instead of spinning, as a
+/// router idling with `backoff` does: it waits in the kernel on its
+/// sockets and on the doorbell its cluster agent rings, for 1 us doubling
+/// to [`IDLE_PARK_MAX`]. Three routers share one CPU, and one spinning
 /// would starve the others (yielding instead was tried first: under
-/// EEVDF a yield need not hand the CPU to the router with work).
+/// EEVDF a yield need not hand the CPU to the router with work; sleeping
+/// 1 us, the timer's slack given, was next: it woke on the timer, not on
+/// the data).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostNet {
     /// The router's name (in the cluster's status and handshakes).
@@ -299,7 +306,14 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
     });
     pin_current_thread(spec.cpu)?;
     let mut recorder: Option<PauseRecorder> = None;
-    let (mut cycles, mut woke, mut idle) = (0u64, 0u64, 0u32);
+    let (mut cycles, mut woke) = (0u64, 0u64);
+    let mut idle = Idle::Backoff {
+        spins: IDLE_SPINS,
+        yields: 0,
+        max_sleep: IDLE_PARK_MAX,
+        count: 0,
+        sleep: Duration::from_micros(1),
+    };
     let mut since = Baseline::default();
     loop {
         let work = server.do_work();
@@ -314,13 +328,8 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
                 if work > 0 || yields || cycles % TICK_EVERY == 0 {
                     r.tick(monotonic_ns());
                 }
-                if yields && work == 0 {
-                    idle += 1;
-                    if idle > IDLE_SPINS {
-                        std::thread::sleep(Duration::from_micros(1));
-                    }
-                } else {
-                    idle = 0;
+                if yields {
+                    idle.idle_with(work, &mut server);
                 }
                 if !pending.load(Ordering::Acquire) {
                     continue;
