@@ -277,3 +277,81 @@ fn requests_cross_agents_and_each_reply_finds_its_requester() {
     let _ = r.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Two agents idling with `park` (100 ms at a time): a message published
+/// while both are parked wakes the publisher's agent (its socket) and then
+/// the subscriber's (the ring between them rings its doorbell), so it
+/// arrives in far less than a park; agents that slept through their park
+/// would take about one park per hop.
+#[test]
+fn parked_agents_wake_on_a_message_not_at_their_park_timeout() {
+    use tickwire_agent::Idle;
+    let dir = tempdir("parked");
+    let cfg = RouterConfig {
+        dir: dir.clone(),
+        listen: vec!["tcp://127.0.0.1:0".into()],
+        agents: 2,
+        idle: "park".into(),
+        ..RouterConfig::default()
+    };
+    let mut server = tickwire_router::Server::start(cfg).unwrap();
+    let tcp = format!("tcp://{}", server.tcp_addrs()[0]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = std::sync::Arc::clone(&stop);
+    let thread = std::thread::spawn(move || {
+        let mut idle = Idle::park();
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            let work = server.do_work();
+            idle.idle_with(work, &mut server);
+        }
+        server.shutdown(Duration::from_millis(200))
+    });
+    // The first client goes to agent 0 (the server's thread), the second
+    // to agent 1 (a thread of its own).
+    let mut publisher = client(&tcp, &dir, "p");
+    publisher.wait_connected(Duration::from_secs(10)).unwrap();
+    let mut sub = client(&tcp, &dir, "s");
+    sub.wait_connected(Duration::from_secs(10)).unwrap();
+    assert_eq!((publisher.client_id().unwrap() % 2, sub.client_id().unwrap() % 2), (0, 1));
+    sub.subscribe("md/>").unwrap();
+    // Until agent 0 knows agent 1's interest.
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut got = Got::default();
+    while got.messages.is_empty() {
+        assert!(Instant::now() < until, "agent 1's interest never reached agent 0");
+        publisher.publish("md/warm", b"x").unwrap();
+        publisher.poll(|_| {}, 64);
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(20) {
+            poll(&mut sub, &mut got);
+        }
+    }
+    let mut took = Vec::new();
+    for i in 0..15u32 {
+        // Long enough for both agents to park (100 spins and 10 yields,
+        // then a park of up to 100 ms).
+        let quiet = Instant::now() + Duration::from_millis(150);
+        while Instant::now() < quiet {
+            poll(&mut sub, &mut got);
+        }
+        got.messages.clear();
+        let sent = Instant::now();
+        publisher.publish("md/eu/VOD", &i.to_le_bytes()).unwrap();
+        publisher.poll(|_| {}, 64);
+        while got.messages.is_empty() && sent.elapsed() < Duration::from_secs(2) {
+            poll(&mut sub, &mut got);
+        }
+        assert_eq!(got.messages.len(), 1, "message {i} arrived once");
+        took.push(sent.elapsed());
+    }
+    took.sort_unstable();
+    let median = took[took.len() / 2];
+    assert!(
+        median < Duration::from_millis(30),
+        "median {median:?} of {took:?}: woken at the timeout, not by the message"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let report = thread.join().unwrap();
+    assert_eq!(report.clients, 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
