@@ -136,12 +136,25 @@ impl Idle {
             sleep: Duration::from_micros(1),
         }
     }
+    /// No spin and no yield: sleep on the [`Parker`] at once, 1 µs
+    /// doubling to 1 ms. For agents that share a CPU and have a
+    /// [`Doorbell`] (a router's): they wake when work arrives, and a spin
+    /// would take the CPU from the agent the work is for.
+    pub fn wait() -> Self {
+        Idle::Backoff {
+            spins: 0,
+            yields: 0,
+            max_sleep: Duration::from_millis(1),
+            count: 0,
+            sleep: Duration::from_micros(1),
+        }
+    }
     /// Spin 100, yield 10, then park up to 100 ms at a time.
     pub fn park() -> Self {
         Idle::Park { spins: 100, yields: 10, timeout: Duration::from_millis(100), count: 0 }
     }
 
-    /// Parses `spin`, `yield`, `backoff` or `park`.
+    /// Parses `spin`, `yield`, `backoff`, `park` or `wait`.
     ///
     /// # Errors
     /// A message naming the accepted values.
@@ -151,7 +164,8 @@ impl Idle {
             "yield" => Ok(Idle::Yield),
             "backoff" => Ok(Idle::backoff()),
             "park" | "block" => Ok(Idle::park()),
-            other => Err(format!("unknown idle strategy {other:?} (spin, yield, backoff, park)")),
+            "wait" => Ok(Idle::wait()),
+            other => Err(format!("unknown idle strategy {other:?} (spin, yield, backoff, park, wait)")),
         }
     }
 

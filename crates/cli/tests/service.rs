@@ -103,7 +103,7 @@ fn check_config_names_the_file_line_and_key_and_starts_nothing() {
             format!("{head}[router.journal]\ndir = \"j\"\nsync = \"sometimes\"\n"),
             ":6: [router] journal.sync = sometimes",
         ),
-        (format!("{head}idle = \"nap\"\n"), ":4: [router] idle = nap: one of spin, yield, backoff, park"),
+        (format!("{head}idle = \"nap\"\n"), ":4: [router] idle = nap: one of spin, yield, backoff, park, wait"),
         // Not TOML.
         (format!("{head}name = \n"), "line 4"),
         // A TLS key that is not there.

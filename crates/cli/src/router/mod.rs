@@ -47,7 +47,7 @@ pub struct RouterArgs {
     /// Pin routing agent K to the K-th CPU of this list (cycling), e.g. 1,0.
     #[arg(long, value_delimiter = ',')]
     cpus: Vec<usize>,
-    /// Idle strategy: spin (lowest latency, one core), yield, backoff, park.
+    /// Idle strategy: spin (lowest latency, one core), yield, backoff, park, wait (routers sharing a CPU).
     #[arg(long)]
     idle: Option<String>,
     /// Speak TLS on every TCP listener with this certificate chain (PEM); needs --tls-key.

@@ -49,6 +49,9 @@ use tickwire_wire::client::RejectCode;
 /// took a byte, crossed `limits.max_queued_bytes` with every queue alike,
 /// the reader's too).
 const POLL_LIMIT: usize = 256;
+/// The shortest wait of an agent that everything it serves wakes (its
+/// sockets and its doorbell): its timers' resolution while idle.
+pub(crate) const RUNG_WAIT: Duration = Duration::from_millis(1);
 /// How often to publish counters.
 const HOUSEKEEPING_NS: u64 = 20_000_000;
 /// The duty cycle reads the clock once in this many cycles: on a VM a
@@ -361,10 +364,16 @@ impl RoutingAgent {
 
     /// Waits up to `timeout` for work: its TCP sockets, the other agents'
     /// rings and its control channel wake it (they ring its doorbell);
-    /// shared-memory clients' logs and timers do not, and are looked at
-    /// when the timeout ends.
+    /// shared-memory clients' logs, the journal's syncs and timers do
+    /// not, and are looked at when the timeout ends. An agent with neither
+    /// shared-memory clients nor a journal waits at least [`RUNG_WAIT`].
     pub fn park(&mut self, timeout: Duration) {
         use std::os::fd::AsFd;
+        // With neither, everything that brings it work wakes it: a short
+        // wait would only wake it to find nothing (on a VM, a context
+        // switch and a few system calls each).
+        let rung = self.ipc.is_empty() && self.router.guaranteed().is_none();
+        let timeout = if rung { timeout.max(RUNG_WAIT) } else { timeout };
         let inbound = &self.inbound;
         self.bell.park(Some(self.poll.registry().as_fd()), timeout, || inbound.iter().any(|l| !l.is_empty()));
     }

@@ -473,9 +473,11 @@ impl tickwire_agent::Agent for ClusterAgent {
 
     /// Waits up to `timeout` for work: its links' and listener's sockets,
     /// and the routing agents' rings and control messages (they ring its
-    /// doorbell), wake it; heartbeats and dials wait for the timeout.
+    /// doorbell), wake it; heartbeats and dials wait for the timeout,
+    /// which is therefore at least [`crate::agent::RUNG_WAIT`].
     fn park(&mut self, timeout: std::time::Duration) {
         use std::os::fd::AsFd;
+        let timeout = timeout.max(crate::agent::RUNG_WAIT);
         let from = &self.from;
         self.bell.park(Some(self.net.poll.registry().as_fd()), timeout, || from.iter().any(|l| !l.is_empty()));
     }

@@ -139,7 +139,7 @@ pub struct RouterConfig {
     pub cpus: Vec<usize>,
     /// Bytes of the ring from each routing agent to each other one.
     pub agent_link_bytes: usize,
-    /// Idle strategy: spin, yield, backoff, park.
+    /// Idle strategy: spin, yield, backoff, park, wait.
     pub idle: String,
     /// Ring bytes of each shared-memory client's log out of the router (a
     /// power of two).
@@ -401,7 +401,7 @@ impl RouterConfig {
         self.listen_addrs()?;
         self.nats_addrs()?;
         if tickwire_agent::Idle::parse(&self.idle).is_err() {
-            return bad("idle", &self.idle, "one of spin, yield, backoff, park");
+            return bad("idle", &self.idle, "one of spin, yield, backoff, park, wait");
         }
         if let Some(g) = &self.group {
             if tickwire_shm::group_id(g).is_err() {

@@ -254,7 +254,7 @@ impl Server {
         let idle = Idle::parse(&cfg.idle).map_err(|_| crate::config::ConfigError::Value {
             key: "idle",
             value: cfg.idle.clone(),
-            why: "one of spin, yield, backoff, park",
+            why: "one of spin, yield, backoff, park, wait",
         })?;
         let mut runners = Vec::new();
         let n_agents = agents.len() + 1;
