@@ -45,7 +45,7 @@ fn case(name: &'static str, topics: usize, prefix: &str, full: bool) -> Case {
     let p = |s: &str| Pattern::parse(s).expect("pattern");
     let (mut router, link) = if full {
         let limits = Limits { conflate: vec![p("md/>")], ..Limits::default() };
-        let (tx, rx) = link(1 << 20);
+        let (tx, rx) = link(1 << 20, None);
         let mut r = Router::with_peers("bench", limits, None, Peers::new(0, vec![None, Some(tx)]), 2);
         r.handle_interest(&Interest::Add { agent: 1, id: 0, pattern: p("md/>") });
         let cfg = CacheConfig { patterns: vec![p("md/>")], max_topics: 1 << 20, max_bytes: 1 << 30 };
