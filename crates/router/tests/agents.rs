@@ -298,12 +298,15 @@ fn parked_agents_wake_on_a_message_not_at_their_park_timeout() {
     let tcp = format!("tcp://{}", server.tcp_addrs()[0]);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = std::sync::Arc::clone(&stop);
+    let wakes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = std::sync::Arc::clone(&wakes);
     let thread = std::thread::spawn(move || {
         let mut idle = Idle::park();
         while !flag.load(std::sync::atomic::Ordering::Relaxed) {
             let work = server.do_work();
             idle.idle_with(work, &mut server);
         }
+        *seen.lock().unwrap() = server.doorbells();
         server.shutdown(Duration::from_millis(200))
     });
     // The first client goes to agent 0 (the server's thread), the second
@@ -353,5 +356,9 @@ fn parked_agents_wake_on_a_message_not_at_their_park_timeout() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let report = thread.join().unwrap();
     assert_eq!(report.clients, 2);
+    let bells = wakes.lock().unwrap().clone();
+    // Agent 1 waited, and agent 0's ring woke it for most messages.
+    let (woken, waited) = bells[1];
+    assert!(waited >= 15 && woken >= 8, "agent 1 waited {waited} times, woken by its doorbell {woken}: {bells:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -440,8 +440,8 @@ fn serve(s: &Settings, a: &RouterArgs, cfg: RouterConfig) -> Result<(), String> 
             systemd.notify(&[NotifyState::Ready]);
         }
         systemd.watchdog();
-        // Sleeps (`backoff`) and parks (`park`) wake on the first agent's
-        // sockets and rings, and on a signal.
+        // Sleeps (`backoff`, `wait`) and parks (`park`) wake on the first
+        // agent's sockets and rings; a stop is seen when the wait ends.
         idle.idle_with(work, &mut server);
     }
     systemd.notify(&[NotifyState::Stopping, NotifyState::Status(&format!("draining for up to {drain:?}"))]);

@@ -121,6 +121,11 @@ impl Mailbox {
         Self { tx, bell }
     }
 
+    /// Times the agent was woken by its doorbell, and times it waited.
+    pub(crate) fn wakes(&self) -> (u64, u64) {
+        self.bell.counts()
+    }
+
     /// Sends `c`, and wakes the agent.
     pub(crate) fn send(&self, c: Control) -> Result<(), std::sync::mpsc::SendError<Control>> {
         let r = self.tx.send(c);
@@ -366,7 +371,9 @@ impl RoutingAgent {
     /// rings and its control channel wake it (they ring its doorbell);
     /// shared-memory clients' logs, the journal's syncs and timers do
     /// not, and are looked at when the timeout ends. An agent with neither
-    /// shared-memory clients nor a journal waits at least [`RUNG_WAIT`].
+    /// shared-memory clients nor a journal waits at least [`RUNG_WAIT`]
+    /// (so do its heartbeats and, on the server's thread, new
+    /// connections, which are taken once in [`CLOCK_EVERY`] duty cycles).
     pub fn park(&mut self, timeout: Duration) {
         use std::os::fd::AsFd;
         // With neither, everything that brings it work wakes it: a short

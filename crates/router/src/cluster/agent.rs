@@ -474,10 +474,13 @@ impl tickwire_agent::Agent for ClusterAgent {
     /// Waits up to `timeout` for work: its links' and listener's sockets,
     /// and the routing agents' rings and control messages (they ring its
     /// doorbell), wake it; heartbeats and dials wait for the timeout,
-    /// which is therefore at least [`crate::agent::RUNG_WAIT`].
+    /// which is therefore at least [`crate::agent::RUNG_WAIT`] unless a
+    /// link holds frames for its batching window (nothing wakes it when
+    /// the window ends: it waits as `idle` says, 1 us at first).
     fn park(&mut self, timeout: std::time::Duration) {
         use std::os::fd::AsFd;
-        let timeout = timeout.max(crate::agent::RUNG_WAIT);
+        let holding = self.links.iter().flatten().any(|l| l.link.writer.held() > 0);
+        let timeout = if holding { timeout } else { timeout.max(crate::agent::RUNG_WAIT) };
         let from = &self.from;
         self.bell.park(Some(self.net.poll.registry().as_fd()), timeout, || from.iter().any(|l| !l.is_empty()));
     }

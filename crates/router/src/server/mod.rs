@@ -484,9 +484,16 @@ impl Server {
         work
     }
 
+    /// Each routing agent's doorbell: times another thread woke it, and
+    /// times it waited.
+    pub fn doorbells(&self) -> Vec<(u64, u64)> {
+        self.controls.iter().map(Mailbox::wakes).collect()
+    }
+
     /// Waits up to `timeout` for work for the first agent (run on the
-    /// server's thread): see [`RoutingAgent::park`]. New connections wait
-    /// for the timeout.
+    /// server's thread): see [`RoutingAgent::park`]. New connections are
+    /// looked for once in 16 duty cycles, so they may wait up to 16 of
+    /// these waits.
     pub fn park(&mut self, timeout: Duration) {
         self.agent.park(timeout);
     }
