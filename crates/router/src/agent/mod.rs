@@ -16,31 +16,29 @@
 //! (through its control channel); a router with one agent runs it on
 //! the server's own thread.
 
+mod control;
 mod nats;
 mod tcp;
+
+pub(crate) use control::{AgentShared, Control, Mailbox};
 
 pub use tcp::IoCounts;
 use tcp::TcpInput;
 
-use crate::accept::Slot;
-use crate::access::{AuthResult, AuthWorker, Users};
-use crate::counters::Totals;
+use crate::access::AuthWorker;
 use crate::metrics::{ForwardingTime, SAMPLE_EVERY};
-use crate::peers::{Interest, LinkReader};
+use crate::peers::LinkReader;
 use crate::routing::{Disconnect, Router};
 use crate::session::Outbound;
-use crate::status::ClientStatus;
 use mio::{Events, Poll, Token};
-use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tickwire_agent::Doorbell;
 use tickwire_shm::counters::Kind;
-use tickwire_shm::{CounterSet, Event, LogAppender, LogReader};
-use tickwire_transport::tls::Wire;
+use tickwire_shm::{CounterSet, Event, LogReader};
 use tickwire_wire::client::RejectCode;
 
 /// Frames read from one client per duty cycle: fairness between clients,
@@ -70,84 +68,6 @@ const END_CHECK_EVERY: u32 = 64;
 /// once in this long, ns (a flood of silent connections is one line a
 /// second, not one per connection).
 const TIMEOUT_LOG_NS: u64 = 1_000_000_000;
-
-/// What a routing agent is told by the server and the other agents.
-pub(crate) enum Control {
-    /// Serve this shared-memory client.
-    Ipc {
-        /// Its stream id (its log into the router is `tw-router-in-STREAM`).
-        stream: u32,
-        /// Its log into the router.
-        reader: Box<LogReader>,
-        /// Its log out of the router (created by the server).
-        out: Box<LogAppender>,
-        /// `ipc pid N uid U`.
-        peer: String,
-        /// Its HELLO, from the login socket.
-        hello: Vec<u8>,
-        /// Its Unix user, from the login socket.
-        uid: u32,
-    },
-    /// Serve this TCP client.
-    Tcp {
-        /// Its connection.
-        wire: Arc<Wire>,
-        /// Where it is.
-        peer: SocketAddr,
-        /// Its place in the count of connections, given back when its
-        /// socket is closed.
-        slot: Slot,
-        /// It speaks the NATS client protocol ([`crate::nats`]).
-        nats: bool,
-    },
-    /// Another agent's clients' interest changed.
-    Interest(Interest),
-    /// A password check's answer.
-    Authenticated(AuthResult),
-    /// The users were reloaded.
-    Users(Option<Arc<Users>>),
-}
-
-/// An agent's control channel and its doorbell: a send wakes the agent if
-/// it is parked, and keeps it from parking until it has read the channel.
-#[derive(Debug, Clone)]
-pub(crate) struct Mailbox {
-    tx: Sender<Control>,
-    bell: Arc<Doorbell>,
-}
-
-impl Mailbox {
-    pub(crate) fn new(tx: Sender<Control>, bell: Arc<Doorbell>) -> Self {
-        Self { tx, bell }
-    }
-
-    /// Times the agent was woken by its doorbell, and times it waited.
-    pub(crate) fn wakes(&self) -> (u64, u64) {
-        self.bell.counts()
-    }
-
-    /// Sends `c`, and wakes the agent.
-    pub(crate) fn send(&self, c: Control) -> Result<(), std::sync::mpsc::SendError<Control>> {
-        let r = self.tx.send(c);
-        self.bell.post();
-        r
-    }
-}
-
-/// What an agent shares with the server while it runs on its own thread.
-#[derive(Debug, Default)]
-pub(crate) struct AgentShared {
-    /// Sessions it has closed (the server counts those it handed over).
-    pub(crate) closed: AtomicUsize,
-    /// Its totals, copied at every housekeeping.
-    pub(crate) totals: Mutex<Totals>,
-    /// Its sessions, described about once a second.
-    pub(crate) status: Mutex<Vec<ClientStatus>>,
-    /// Its journal, described at the same time (if it has one).
-    pub(crate) journal: Mutex<Option<crate::status::JournalStatus>>,
-    /// Its system calls on TCP links, copied at every housekeeping.
-    pub(crate) io: Mutex<IoCounts>,
-}
 
 /// A shared-memory client's log into the router.
 struct IpcInput {
