@@ -90,10 +90,10 @@ impl Doorbell {
 
     /// Parks the calling agent for up to `timeout`, unless `has_work`
     /// finds work once the doorbell is set (its rings are not empty):
-    /// wakes when the doorbell rings, when `watch` (an epoll set) becomes
-    /// readable, or at the timeout. Only the agent that owns the doorbell
-    /// may park on it.
-    pub fn park(&self, watch: Option<BorrowedFd<'_>>, timeout: Duration, has_work: impl FnOnce() -> bool) {
+    /// wakes when the doorbell rings, when one of `watch` (epoll sets)
+    /// becomes readable, or at the timeout. Only the agent (or the agents
+    /// sharing one thread) that owns the doorbell may park on it.
+    pub fn park(&self, watch: &[BorrowedFd<'_>], timeout: Duration, has_work: impl FnOnce() -> bool) {
         self.parked.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if self.posted.load(Ordering::Relaxed) || has_work() {
@@ -105,20 +105,12 @@ impl Doorbell {
             tv_sec: timeout.as_secs().try_into().unwrap_or(i64::MAX),
             tv_nsec: timeout.subsec_nanos().into(),
         };
-        let bell = PollFd::new(&self.fd, PollFlags::IN);
+        let mut fds = Vec::with_capacity(1 + watch.len());
+        fds.push(PollFd::new(&self.fd, PollFlags::IN));
+        fds.extend(watch.iter().map(|w| PollFd::from_borrowed_fd(*w, PollFlags::IN)));
         // An error (EINTR: a signal) is a short park.
-        let rang = match watch {
-            Some(w) => {
-                let mut fds = [bell, PollFd::from_borrowed_fd(w, PollFlags::IN)];
-                let _ = poll(&mut fds, Some(&ts));
-                fds[0].revents().contains(PollFlags::IN)
-            }
-            None => {
-                let mut fds = [bell];
-                let _ = poll(&mut fds, Some(&ts));
-                fds[0].revents().contains(PollFlags::IN)
-            }
-        };
+        let _ = poll(&mut fds, Some(&ts));
+        let rang = fds[0].revents().contains(PollFlags::IN);
         self.parked.store(false, Ordering::Relaxed);
         if rang {
             let mut buf = [0u8; 8];
@@ -148,7 +140,7 @@ mod tests {
         });
         let t = Instant::now();
         while work.load(Ordering::Acquire) == 0 && t.elapsed() < Duration::from_secs(20) {
-            bell.park(None, Duration::from_secs(10), || work.load(Ordering::Acquire) > 0);
+            bell.park(&[], Duration::from_secs(10), || work.load(Ordering::Acquire) > 0);
         }
         producer.join().unwrap();
         let took = t.elapsed();
@@ -161,15 +153,15 @@ mod tests {
     fn work_found_after_setting_the_flag_is_not_slept_on() {
         let bell = Doorbell::new().unwrap();
         let t = Instant::now();
-        bell.park(None, Duration::from_secs(10), || true);
+        bell.park(&[], Duration::from_secs(10), || true);
         assert!(t.elapsed() < Duration::from_secs(1));
         assert_eq!(bell.counts(), (0, 0), "never parked");
         bell.post();
-        bell.park(None, Duration::from_secs(10), || false);
+        bell.park(&[], Duration::from_secs(10), || false);
         assert!(t.elapsed() < Duration::from_secs(1), "posted work keeps it awake until taken");
         assert!(bell.take_posted());
         assert!(!bell.take_posted());
-        bell.park(None, Duration::from_millis(5), || false);
+        bell.park(&[], Duration::from_millis(5), || false);
         assert_eq!(bell.counts(), (0, 1), "parked once, to its timeout");
     }
 
@@ -179,8 +171,16 @@ mod tests {
         let other = Doorbell::new().unwrap();
         rustix::io::write(&other.fd, &1u64.to_ne_bytes()).unwrap();
         let t = Instant::now();
-        bell.park(Some(other.fd.as_fd()), Duration::from_secs(10), || false);
+        bell.park(&[other.fd.as_fd()], Duration::from_secs(10), || false);
         assert!(t.elapsed() < Duration::from_secs(5), "woken by the watched descriptor");
+        // Any of several (two agents on one thread: each one's epoll set).
+        let quiet = Doorbell::new().unwrap();
+        let t = Instant::now();
+        bell.park(&[quiet.fd.as_fd(), other.fd.as_fd()], Duration::from_secs(10), || false);
+        assert!(t.elapsed() < Duration::from_secs(5), "woken by the second watched descriptor");
+        let t = Instant::now();
+        bell.park(&[quiet.fd.as_fd()], Duration::from_millis(20), || false);
+        assert!(t.elapsed() >= Duration::from_millis(19), "a quiet one does not wake it");
     }
 
     #[test]
@@ -192,7 +192,7 @@ mod tests {
         assert_eq!(bell.counts(), (0, 0));
         // Nothing was written: a park sleeps to its timeout.
         let t = Instant::now();
-        bell.park(None, Duration::from_millis(20), || false);
+        bell.park(&[], Duration::from_millis(20), || false);
         assert!(t.elapsed() >= Duration::from_millis(19));
     }
 }

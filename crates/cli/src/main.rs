@@ -46,7 +46,7 @@ enum Cmd {
     /// Manage a router's durable queues: create, list, delete, browse.
     Queue(queue::QueueArgs),
     /// Run the message router: topics with * and > wildcards, shared-memory and TCP clients.
-    Router(router::RouterArgs),
+    Router(Box<router::RouterArgs>),
     /// Show live counters and streams of every tickwire process (like AeronStat).
     Stat(stat::StatArgs),
     /// Remove files left behind by dead processes.

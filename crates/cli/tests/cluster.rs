@@ -322,7 +322,14 @@ fn a_partition_heals_and_what_it_lost_reaches_the_subscriber_as_discards() {
 #[test]
 fn four_routers_in_a_ring_of_peers_deliver_each_message_once() {
     let h = Hosts::create(4, 3);
-    let _r: Vec<RouterProcess> = (0..4).map(|k| h.router(k, &[(k + 1) % 4])).collect();
+    // The cluster's agent on the routing agent's thread (r0, the
+    // default), on its own with one routing agent (r1), beside two (r2).
+    let more = |k: usize| match k {
+        1 => vec!["--cluster-thread".to_owned(), "own".to_owned()],
+        2 => vec!["--agents".to_owned(), "2".to_owned()],
+        _ => vec![],
+    };
+    let _r: Vec<RouterProcess> = (0..4).map(|k| h.router_tls(k, &[(k + 1) % 4], SECRET, &more(k))).collect();
     for k in 0..4 {
         for j in (0..4).filter(|&j| j != k) {
             h.wait_link(k, j, Duration::from_secs(10), up);

@@ -105,6 +105,9 @@ pub struct RouterArgs {
     /// With --cluster-tls-cert: the CA (PEM) every router's certificate must chain to.
     #[arg(long, value_name = "FILE", requires = "cluster_tls_cert")]
     cluster_tls_ca: Option<std::path::PathBuf>,
+    /// With --cluster-name: where the cluster's agent runs ([router.cluster] thread): shared (on the routing agent's thread when there is one) or own [default: shared].
+    #[arg(long, value_name = "WHERE", requires = "cluster_name", value_parser = ["shared", "own"])]
+    cluster_thread: Option<String>,
     /// Check the config file (FILE, or the one `tickwire router` would read) and exit: 0 if a router
     /// would start with it, else the file, line and key at fault.
     #[arg(long, value_name = "FILE", num_args = 0..=1)]
@@ -313,6 +316,9 @@ fn config(s: &Settings, a: &RouterArgs) -> Result<RouterConfig, String> {
         }
         if let Some(f) = &a.cluster_secret_file {
             t.secret_file.clone_from(f);
+        }
+        if let Some(w) = &a.cluster_thread {
+            t.thread.clone_from(w);
         }
         if let (Some(cert), Some(key), Some(ca)) = (&a.cluster_tls_cert, &a.cluster_tls_key, &a.cluster_tls_ca) {
             t.tls =

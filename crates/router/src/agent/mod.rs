@@ -295,14 +295,32 @@ impl RoutingAgent {
     /// (so do its heartbeats and, on the server's thread, new
     /// connections, which are taken once in [`CLOCK_EVERY`] duty cycles).
     pub fn park(&mut self, timeout: Duration) {
+        let timeout = if self.rung() { timeout.max(RUNG_WAIT) } else { timeout };
+        self.bell.park(&[self.poll_fd()], timeout, || self.has_inbound());
+    }
+
+    /// Whether everything that brings it work rings its doorbell or its
+    /// sockets: no shared-memory client and no journal. A short wait
+    /// would then only wake it to find nothing (on a VM, a context switch
+    /// and a few system calls each).
+    pub(crate) fn rung(&self) -> bool {
+        self.ipc.is_empty() && self.router.guaranteed().is_none()
+    }
+
+    /// Its sockets' epoll set, readable when one has work.
+    pub(crate) fn poll_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd;
-        // With neither, everything that brings it work wakes it: a short
-        // wait would only wake it to find nothing (on a VM, a context
-        // switch and a few system calls each).
-        let rung = self.ipc.is_empty() && self.router.guaranteed().is_none();
-        let timeout = if rung { timeout.max(RUNG_WAIT) } else { timeout };
-        let inbound = &self.inbound;
-        self.bell.park(Some(self.poll.registry().as_fd()), timeout, || inbound.iter().any(|l| !l.is_empty()));
+        self.poll.registry().as_fd()
+    }
+
+    /// Whether another agent's ring to it holds messages.
+    pub(crate) fn has_inbound(&self) -> bool {
+        self.inbound.iter().any(|l| !l.is_empty())
+    }
+
+    /// What wakes it.
+    pub(crate) fn bell(&self) -> &Doorbell {
+        &self.bell
     }
 
     /// Copies its totals to the counters file and the server.

@@ -66,6 +66,9 @@ pub struct ClusterAgent {
     tell: Vec<Mailbox>,
     /// Rung by the routing agents when they give it work.
     bell: Arc<tickwire_agent::Doorbell>,
+    /// On the routing agent's thread, with its doorbell
+    /// ([`ClusterAgent::share_thread`]).
+    shares_bell: bool,
     /// Messages from each routing agent, and to each.
     from: Vec<LinkReader>,
     to: Vec<Link>,
@@ -133,6 +136,7 @@ impl ClusterAgent {
             control: wiring.control,
             tell: wiring.tell,
             bell: wiring.bell,
+            shares_bell: false,
             from: wiring.from,
             to: wiring.to,
             now,
@@ -178,7 +182,9 @@ impl ClusterAgent {
     /// The routing agents' interest changes: into the agents' index and
     /// the patterns told, each change sent to every link up.
     fn take_control(&mut self) -> usize {
-        self.bell.take_posted();
+        if !self.shares_bell {
+            self.bell.take_posted();
+        }
         let mut n = 0;
         while let Ok(c) = self.control.try_recv() {
             n += 1;
@@ -442,6 +448,40 @@ impl ClusterAgent {
     }
 }
 
+impl ClusterAgent {
+    /// Whether a link holds frames for its batching window: nothing wakes
+    /// it when the window ends.
+    pub(crate) fn holding(&self) -> bool {
+        self.links.iter().flatten().any(|l| l.link.writer.held() > 0)
+    }
+
+    /// Its links' and listener's epoll set, readable when one has work.
+    pub(crate) fn poll_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.net.poll.registry().as_fd()
+    }
+
+    /// Whether a routing agent's ring to it holds messages.
+    pub(crate) fn has_forwarded(&self) -> bool {
+        self.from.iter().any(|l| !l.is_empty())
+    }
+
+    /// It runs on the routing agent's thread and shares its doorbell
+    /// (one routing agent, [`ClusterSettings::own_thread`] off): the
+    /// routing agent's duty cycle takes the doorbell's posts, before
+    /// either reads its channel, so this one must not.
+    ///
+    /// [`ClusterSettings::own_thread`]: super::ClusterSettings::own_thread
+    pub(crate) fn share_thread(&mut self) {
+        self.shares_bell = true;
+    }
+
+    /// Whether it runs on the routing agent's thread.
+    pub(crate) fn shares_thread(&self) -> bool {
+        self.shares_bell
+    }
+}
+
 impl Peer {
     fn clone_identity(&self) -> (String, String) {
         (self.name.clone(), self.listen.clone())
@@ -478,10 +518,7 @@ impl tickwire_agent::Agent for ClusterAgent {
     /// link holds frames for its batching window (nothing wakes it when
     /// the window ends: it waits as `idle` says, 1 us at first).
     fn park(&mut self, timeout: std::time::Duration) {
-        use std::os::fd::AsFd;
-        let holding = self.links.iter().flatten().any(|l| l.link.writer.held() > 0);
-        let timeout = if holding { timeout } else { timeout.max(crate::agent::RUNG_WAIT) };
-        let from = &self.from;
-        self.bell.park(Some(self.net.poll.registry().as_fd()), timeout, || from.iter().any(|l| !l.is_empty()));
+        let timeout = if self.holding() { timeout } else { timeout.max(crate::agent::RUNG_WAIT) };
+        self.bell.park(&[self.poll_fd()], timeout, || self.has_forwarded());
     }
 }

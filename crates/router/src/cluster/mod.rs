@@ -68,6 +68,10 @@ pub struct ClusterSettings {
     /// TLS on the links, both ends showing a certificate that names their
     /// router (none: plain TCP, authenticated by the secret alone).
     pub tls: Option<tickwire_transport::tls::PeerTls>,
+    /// The cluster's agent on a thread of its own even when the router
+    /// has one routing agent (otherwise it shares that agent's thread and
+    /// doorbell: a message crosses no thread between a client and a link).
+    pub own_thread: bool,
 }
 
 impl std::fmt::Debug for ClusterSettings {

@@ -30,6 +30,10 @@ pub struct ClusterTable {
     pub heartbeat: String,
     /// TLS on the links between routers (none: plain TCP).
     pub tls: Option<ClusterTlsFiles>,
+    /// Where the cluster's agent runs: `shared` (the default) on the
+    /// routing agent's thread when there is one routing agent (its own
+    /// thread with more), `own` always on a thread of its own.
+    pub thread: String,
 }
 
 /// `[router.cluster.tls]`: links between routers speak TLS, and each end
@@ -59,6 +63,7 @@ impl Default for ClusterTable {
             secret_file: PathBuf::new(),
             heartbeat: "1s".into(),
             tls: None,
+            thread: "shared".into(),
         }
     }
 }
@@ -117,6 +122,11 @@ impl ClusterTable {
         if secret.len() < 16 {
             return Err(bad("cluster.secret_file", &self.secret_file.display(), "a secret of 16 bytes or more"));
         }
+        let own_thread = match self.thread.as_str() {
+            "shared" => false,
+            "own" => true,
+            _ => return Err(bad("cluster.thread", &self.thread, "shared or own")),
+        };
         let tls = match &self.tls {
             None => None,
             Some(t) => Some(tickwire_transport::tls::peer_configs(&t.cert, &t.key, &t.ca).map_err(|e| {
@@ -136,6 +146,7 @@ impl ClusterTable {
             heartbeat,
             max_frame: max_frame + crate::cluster::link::FRAME_OVERHEAD,
             tls,
+            own_thread,
         })
     }
 }
@@ -169,6 +180,9 @@ mod tests {
         assert!(e(ClusterTable { listen: "nowhere".into(), ..t.clone() }).starts_with("cluster.listen = nowhere"));
         assert!(e(ClusterTable { name: String::new(), ..t.clone() }).starts_with("cluster.name"));
         assert!(e(ClusterTable { heartbeat: "50ms".into(), ..t.clone() }).starts_with("cluster.heartbeat"));
+        assert!(e(ClusterTable { thread: "mine".into(), ..t.clone() }).starts_with("cluster.thread = mine"));
+        assert!(!s.own_thread, "shared by default");
+        assert!(ClusterTable { thread: "own".into(), ..t.clone() }.to_settings("a", 1 << 20).unwrap().own_thread);
         let missing = ClusterTlsFiles { cert: dir.join("no.pem"), key: dir.join("no.key"), ca: dir.join("ca.pem") };
         let why = e(ClusterTable { tls: Some(missing), ..t.clone() });
         assert!(why.starts_with("cluster.tls") && why.contains("no.pem"), "{why}");

@@ -115,6 +115,15 @@ pub struct ShutdownReport {
     pub totals: Totals,
 }
 
+/// Where the cluster's agent runs.
+enum ClusterThread {
+    /// On a thread of its own.
+    Own(AgentRunner<ClusterAgent>),
+    /// On the first routing agent's (the server's), sharing its doorbell:
+    /// one routing agent and `[router.cluster] thread = "shared"`.
+    Shared(Box<ClusterAgent>),
+}
+
 /// The router: the first routing agent, the others' threads, and the
 /// finding of clients.
 pub struct Server {
@@ -122,8 +131,8 @@ pub struct Server {
     agent: RoutingAgent,
     /// The others, on their own threads.
     runners: Vec<AgentRunner<RoutingAgent>>,
-    /// The cluster's agent, on its own thread ([`crate::cluster`]).
-    cluster: Option<AgentRunner<ClusterAgent>>,
+    /// The cluster's agent ([`crate::cluster`]).
+    cluster: Option<ClusterThread>,
     /// Every agent's control channel, and what it shares.
     controls: Vec<Mailbox>,
     shared: Vec<Arc<AgentShared>>,
@@ -271,10 +280,11 @@ impl Server {
             }
         }
         let cluster = match cluster {
+            Some(c) if c.shares_thread() => Some(ClusterThread::Shared(Box::new(c))),
             // It idles as the routing agents do (`idle`): a link's reader
             // sleeping in a back-off adds that sleep to every hop.
             Some(c) => match AgentRunner::start(c, idle, None) {
-                Ok(r) => Some(r),
+                Ok(r) => Some(ClusterThread::Own(r)),
                 Err(source) => {
                     for r in runners.drain(..) {
                         drop(r.stop());
@@ -459,6 +469,9 @@ impl Server {
     /// returns the work done (0: idle).
     pub fn do_work(&mut self) -> usize {
         let mut work = self.agent.do_work();
+        if let Some(ClusterThread::Shared(c)) = &mut self.cluster {
+            work += tickwire_agent::Agent::do_work(c.as_mut());
+        }
         let (now, ticked) = self.agent.clock();
         if ticked {
             if now.saturating_sub(self.last_accept) >= ACCEPT_NS {
@@ -491,11 +504,21 @@ impl Server {
     }
 
     /// Waits up to `timeout` for work for the first agent (run on the
-    /// server's thread): see [`RoutingAgent::park`]. New connections are
-    /// looked for once in 16 duty cycles, so they may wait up to 16 of
-    /// these waits.
+    /// server's thread): see [`RoutingAgent::park`]; with the cluster's
+    /// agent on this thread, for its links and rings too. New connections
+    /// are looked for once in 16 duty cycles, so they may wait up to 16
+    /// of these waits.
     pub fn park(&mut self, timeout: Duration) {
-        self.agent.park(timeout);
+        let Some(ClusterThread::Shared(c)) = &self.cluster else {
+            self.agent.park(timeout);
+            return;
+        };
+        // Both are rung on one doorbell; the least wait holds only if
+        // nothing waits for a timer in either.
+        let rung = self.agent.rung() && !c.holding();
+        let timeout = if rung { timeout.max(crate::agent::RUNG_WAIT) } else { timeout };
+        let a = &self.agent;
+        a.bell().park(&[a.poll_fd(), c.poll_fd()], timeout, || a.has_inbound() || c.has_forwarded());
     }
 
     /// The agent to give a new client: the one serving the fewest.
@@ -517,7 +540,7 @@ impl Server {
     pub fn shutdown(mut self, drain: Duration) -> ShutdownReport {
         let deadline = now_ns() + drain.as_nanos() as u64;
         let mut agents = vec![];
-        if let Some(c) = self.cluster.take() {
+        if let Some(ClusterThread::Own(c)) = self.cluster.take() {
             drop(c.stop());
         }
         for r in self.runners.drain(..) {
@@ -547,7 +570,7 @@ impl Drop for Server {
     /// routing agents on threads of their own.
     fn drop(&mut self) {
         if !std::thread::panicking() {
-            if let Some(c) = self.cluster.take() {
+            if let Some(ClusterThread::Own(c)) = self.cluster.take() {
                 drop(c.stop());
             }
             for r in self.runners.drain(..) {

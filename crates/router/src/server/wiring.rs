@@ -27,8 +27,13 @@ impl Server {
         let n = cfg.agents;
         let counters = Some(Arc::clone(ctx.counters()));
         let (gone_tx, gone) = channel();
-        // What wakes each agent, the cluster's last.
-        let bells = (0..=n).map(|_| Doorbell::new().map(Arc::new)).collect::<std::io::Result<Vec<_>>>()?;
+        // What wakes each agent, the cluster's last: the routing agent's
+        // when it runs on that agent's thread.
+        let shared = n == 1 && cluster.as_ref().is_some_and(|c| !c.own_thread);
+        let mut bells = (0..=n).map(|_| Doorbell::new().map(Arc::new)).collect::<std::io::Result<Vec<_>>>()?;
+        if shared {
+            bells[n] = Arc::clone(&bells[0]);
+        }
         let (controls, mut receivers): (Vec<_>, Vec<_>) = (0..n)
             .map(|k| {
                 let (tx, rx) = channel();
@@ -104,7 +109,13 @@ impl Server {
             agents.push(agent);
         }
         let cluster = match cluster {
-            Some(c) => Some(ClusterAgent::new(c, wiring, counters)?),
+            Some(c) => {
+                let mut c = ClusterAgent::new(c, wiring, counters)?;
+                if shared {
+                    c.share_thread();
+                }
+                Some(c)
+            }
             None => None,
         };
         Ok((agents, controls, gone, cluster))
