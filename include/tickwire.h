@@ -57,6 +57,11 @@ typedef enum tw_event_kind {
   TW_EVENT_CONNECTED = 10,
   // The connection to the router was lost (`reason`); it reconnects.
   TW_EVENT_DISCONNECTED = 11,
+  // Direct publishes numbered `sequence` to `to` (`tw_client_published`)
+  // went on a TCP connection lost before the router confirmed reading
+  // them: some or all may have reached no subscriber. Right after
+  // `TW_EVENT_DISCONNECTED`.
+  TW_EVENT_PUBLISH_GAP = 12,
 } tw_event_kind;
 
 // Why a request gets no reply (`tw_event.code` of
@@ -360,6 +365,13 @@ enum tw_status tw_client_publish_guaranteed(struct tw_client *c,
 // # Safety
 // `c` a client of this library; `acknowledged` writable.
 enum tw_status tw_client_acknowledged(struct tw_client *c, uint64_t *acknowledged);
+
+// The number the next direct publish gets (publishes are numbered from
+// 0, as `TW_EVENT_PUBLISH_GAP` names them), into `*published`.
+//
+// # Safety
+// `c` a client of this library; `published` writable.
+enum tw_status tw_client_published(struct tw_client *c, uint64_t *published);
 
 // Acknowledges a durable subscription's deliveries up to `sequence`.
 //

@@ -333,6 +333,13 @@ impl Client {
         self.c.with(|h| Ok(h.client.acknowledged()))
     }
 
+    /// The number the next direct publish gets (numbered from 0, as a
+    /// `PublishGap` names them).
+    #[getter]
+    fn published(&self) -> PyResult<u64> {
+        self.c.with(|h| Ok(h.client.published()))
+    }
+
     /// Acknowledges a guaranteed `Message` (its `subscription`, `sequence`).
     fn ack(&self, subscription: u32, sequence: u64) -> PyResult<()> {
         self.c.with(|h| {

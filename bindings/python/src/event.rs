@@ -166,6 +166,15 @@ pub struct Lost {
     last: u64,
 }
 
+/// Direct publishes numbered `first..=last` (`Client.published`) went on a
+/// TCP connection lost before the router confirmed reading them: some or
+/// all may have reached no subscriber. Comes right after `Disconnected`.
+#[pyclass(module = "tickwire", frozen, get_all)]
+pub struct PublishGap {
+    first: u64,
+    last: u64,
+}
+
 /// A channel: publisher session `session_id` joined at `position`.
 #[pyclass(module = "tickwire", frozen, get_all)]
 pub struct Joined {
@@ -300,6 +309,7 @@ pub(crate) fn of_client(py: Python<'_>, topics: &mut TopicCache, e: &ClientEvent
             object(py, Rejected { code: format!("{code:?}"), request, reason: reason.to_owned() })
         }
         ClientEvent::Lost { subscription, from, to } => object(py, Lost { subscription, first: from, last: to }),
+        ClientEvent::PublishGap { from, to } => object(py, PublishGap { first: from, last: to }),
     }
 }
 
@@ -312,6 +322,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Disconnected>()?;
     m.add_class::<Rejected>()?;
     m.add_class::<Lost>()?;
+    m.add_class::<PublishGap>()?;
     m.add_class::<Joined>()?;
     m.add_class::<StreamLost>()?;
     m.add_class::<Ended>()?;

@@ -225,10 +225,21 @@ fn publish_one(
             Err(e) if t.elapsed() > Duration::from_secs(30) => return Err(format!("{e} for 30 s")),
             Err(_) => {
                 waited = true;
-                client.poll(|_| {}, 16);
+                client.poll(publisher_event, 16);
                 std::hint::spin_loop();
             }
         }
+    }
+}
+
+/// What a publisher says of its events: publishes a lost connection may
+/// have lost (the others are nothing to it).
+fn publisher_event(e: ClientEvent<'_>) {
+    if let ClientEvent::PublishGap { from, to } = e {
+        eprintln!(
+            "publishes {from} to {to} ({} messages) went on the lost connection before the router confirmed them: some or all may have reached no subscriber",
+            to - from + 1
+        );
     }
 }
 
@@ -258,7 +269,7 @@ fn publish_guaranteed_one(client: &mut Client, topic: &str, msg: &[u8], held: &m
                     eprintln!("{e}; waiting for the router at {}", client.uri());
                     said = true;
                 }
-                if client.poll(|_| {}, 256) == 0 {
+                if client.poll(publisher_event, 256) == 0 {
                     client.park(Duration::from_micros(100));
                 }
             }
@@ -271,7 +282,7 @@ fn publish_guaranteed_one(client: &mut Client, topic: &str, msg: &[u8], held: &m
 fn finish_guaranteed(client: &mut Client) -> Result<(), String> {
     let until = Instant::now() + Duration::from_secs(30);
     while client.unacknowledged() > 0 && Instant::now() < until && !stopped() {
-        if client.poll(|_| {}, 256) == 0 {
+        if client.poll(publisher_event, 256) == 0 {
             client.park(Duration::from_millis(1));
         }
     }
@@ -343,7 +354,7 @@ pub fn publish(s: &Settings, a: &PubArgs, uri: &str) -> Result<(), String> {
             if a.guaranteed {
                 publish_guaranteed_one(&mut client, &a.topic, &msg, &mut held)?;
                 if sent % 64 == 0 {
-                    client.poll(|_| {}, 256);
+                    client.poll(publisher_event, 256);
                 }
             } else {
                 publish_one(&mut client, topic, &msg, &mut held)?;
@@ -397,7 +408,11 @@ fn on_event(seen: &mut Seen, a: &SubArgs, pattern: &str, uri: &str, e: ClientEve
             seen.lost += to - from + 1;
         }
         // A subscriber answers no requests (`tickwire reply` does).
-        ClientEvent::Request(_) | ClientEvent::Reply { .. } | ClientEvent::RequestFailed { .. } => {}
+        // (Nor publishes.)
+        ClientEvent::Request(_)
+        | ClientEvent::Reply { .. }
+        | ClientEvent::RequestFailed { .. }
+        | ClientEvent::PublishGap { .. } => {}
         // --count: the rest of the last batch is not taken.
         ClientEvent::Message(_) if a.count.is_some_and(|c| seen.msgs >= c) => {}
         ClientEvent::Message(m) => {

@@ -211,6 +211,21 @@ pub enum ClientEvent<'a> {
         /// Last sequence lost.
         to: u64,
     },
+    /// Direct publishes numbered `from..=to` ([`crate::Client::published`])
+    /// went on a TCP connection that was lost before the router confirmed
+    /// reading them: some or all of them may have reached no subscriber.
+    /// Handed right after [`ClientEvent::Disconnected`]. The router
+    /// confirms in a heartbeat, at most `limits.heartbeat_interval` after
+    /// a publish, so this covers at most that long of publishing plus
+    /// what was in flight. (Guaranteed publishes are sent again until
+    /// acknowledged, as always.) Over shared memory the router reads the
+    /// client's log where it lies, and nothing is reported.
+    PublishGap {
+        /// The first publish number not confirmed.
+        from: u64,
+        /// The last publish number sent on the lost connection.
+        to: u64,
+    },
     /// The router went away or closed the session; the client reconnects.
     Disconnected {
         /// Why.

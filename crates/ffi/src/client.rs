@@ -258,6 +258,22 @@ pub unsafe extern "C" fn tw_client_acknowledged(c: *mut tw_client, acknowledged:
     })
 }
 
+/// The number the next direct publish gets (publishes are numbered from
+/// 0, as `TW_EVENT_PUBLISH_GAP` names them), into `*published`.
+///
+/// # Safety
+/// `c` a client of this library; `published` writable.
+#[no_mangle]
+pub unsafe extern "C" fn tw_client_published(c: *mut tw_client, published: *mut u64) -> tw_status {
+    fence(|| {
+        // SAFETY: the caller's contract.
+        let n = unsafe { handle::get(c) }?.published();
+        // SAFETY: NULL or writable.
+        unsafe { put(published, n) };
+        Ok(())
+    })
+}
+
 /// Acknowledges a durable subscription's deliveries up to `sequence`.
 ///
 /// # Safety

@@ -41,6 +41,11 @@ pub enum tw_event_kind {
     TW_EVENT_CONNECTED = 10,
     /// The connection to the router was lost (`reason`); it reconnects.
     TW_EVENT_DISCONNECTED = 11,
+    /// Direct publishes numbered `sequence` to `to` (`tw_client_published`)
+    /// went on a TCP connection lost before the router confirmed reading
+    /// them: some or all may have reached no subscriber. Right after
+    /// `TW_EVENT_DISCONNECTED`.
+    TW_EVENT_PUBLISH_GAP = 12,
 }
 
 /// Why a request gets no reply (`tw_event.code` of
@@ -229,6 +234,7 @@ impl tw_event {
                 Self { session: *client_id, ..Self::of(TW_EVENT_CONNECTED).reason(router) }
             }
             ClientEvent::Disconnected { reason } => Self::of(TW_EVENT_DISCONNECTED).reason(reason),
+            ClientEvent::PublishGap { from, to } => Self { sequence: *from, to: *to, ..Self::of(TW_EVENT_PUBLISH_GAP) },
         }
     }
 }

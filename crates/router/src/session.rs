@@ -160,6 +160,10 @@ pub struct Session {
     /// when it goes ([`crate::routing`]'s `parsed`).
     pub(crate) subscriptions: HashMap<u32, Box<str>>,
     pub(crate) next_sequence: u64,
+    /// One past the highest direct publish number (a PUBLISH's sequence,
+    /// not a request's or a guaranteed one's) read from it: told back in heartbeats, so a client
+    /// whose connection is lost knows which publishes went unconfirmed.
+    pub(crate) published_to: u64,
     pub(crate) hello: bool,
     /// Its user (when users are configured), once authenticated.
     pub(crate) user: Option<Arc<User>>,
@@ -234,6 +238,7 @@ impl Session {
             ack_due: 0,
             subscriptions: HashMap::new(),
             next_sequence: 0,
+            published_to: 0,
             hello: false,
             user: None,
             certified: None,

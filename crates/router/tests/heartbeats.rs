@@ -2,7 +2,9 @@
 //! (its interval in ms) right after WELCOME and whenever it has written
 //! nothing for `limits.heartbeat_interval`; a client it has read nothing
 //! from for two intervals is closed; a quiet but live client, polled or
-//! not, stays; a client whose router falls silent reconnects.
+//! not, stays; a client whose router falls silent reconnects; each
+//! heartbeat carries the router's receipt of the client's publishes, so a
+//! publisher whose connection is lost is told which went unconfirmed.
 //!
 //! Each test prints when it saw what (`-- --nocapture`).
 
@@ -166,5 +168,83 @@ fn a_client_whose_router_falls_silent_reconnects_after_two_intervals() {
     assert!(why.contains("nothing from the peer"), "{why}");
     assert!(after >= 2 * INTERVAL - Duration::from_millis(30) && after <= 4 * INTERVAL, "after {after:?}");
     fake.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A TCP relay to `to` whose router-to-client direction drops what it
+/// reads while `mute` is set (a router whose heartbeats stop arriving).
+fn relay(to: std::net::SocketAddr) -> (std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mute = Arc::new(AtomicBool::new(false));
+    let m = Arc::clone(&mute);
+    let pump = |mut from: TcpStream, mut into: TcpStream, mute: Option<Arc<AtomicBool>>| {
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 65536];
+            while let Ok(n @ 1..) = from.read(&mut buf) {
+                let dropped = mute.as_ref().is_some_and(|m| m.load(Ordering::Relaxed));
+                if !dropped && into.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            let _ = into.shutdown(std::net::Shutdown::Both);
+        });
+    };
+    std::thread::spawn(move || {
+        for c in listener.incoming() {
+            let (Ok(c), Ok(r)) = (c, TcpStream::connect(to)) else { return };
+            pump(c.try_clone().unwrap(), r.try_clone().unwrap(), None);
+            pump(r, c, Some(Arc::clone(&m)));
+        }
+    });
+    (addr, mute)
+}
+
+#[test]
+fn a_publisher_whose_connection_is_lost_is_told_which_publishes_went_unconfirmed() {
+    let dir = tempdir("heartbeats-publish-gap");
+    let r = start(&dir, config(INTERVAL));
+    let (addr, mute) = relay(r.tcp);
+    let opts = ClientOptions { name: "publisher".into(), dir: dir.clone(), ..ClientOptions::default() };
+    let mut c = Client::connect(&format!("tcp://{addr}"), opts).unwrap();
+    c.wait_connected(Duration::from_secs(5)).unwrap();
+    let mut seen: Vec<String> = Vec::new();
+    let poll_for = |c: &mut Client, seen: &mut Vec<String>, wait: Duration| {
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            c.poll(
+                |e| match e {
+                    ClientEvent::Disconnected { .. } => seen.push("disconnected".into()),
+                    ClientEvent::PublishGap { from, to } => seen.push(format!("gap {from}..={to}")),
+                    _ => {}
+                },
+                64,
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    for k in 0..100u32 {
+        c.publish("md/gap", &k.to_le_bytes()).unwrap();
+    }
+    c.flush().unwrap();
+    // The router's receipt (within an interval of the last publish) covers
+    // all 100: a connection lost now would have nothing to report.
+    poll_for(&mut c, &mut seen, 3 * INTERVAL);
+    assert!(seen.is_empty(), "{seen:?}");
+    mute.store(true, std::sync::atomic::Ordering::Relaxed);
+    for k in 100..150u32 {
+        c.publish("md/gap", &k.to_le_bytes()).unwrap();
+    }
+    c.flush().unwrap();
+    assert_eq!(c.published(), 150);
+    // Nothing more from the router: after two intervals the client drops
+    // the connection, and says which publishes it cannot vouch for.
+    poll_for(&mut c, &mut seen, 6 * INTERVAL);
+    println!("the publisher saw {seen:?}");
+    assert_eq!(seen.first().map(String::as_str), Some("disconnected"), "{seen:?}");
+    assert_eq!(seen.get(1).map(String::as_str), Some("gap 100..=149"), "{seen:?}");
+    drop(r);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -11,7 +11,7 @@ Buffer = Union[bytes, bytearray, memoryview]
 Headers = Union[Mapping[str, str], Iterable[tuple[str, str]]]
 Event = Union[
     "Message", "Request", "Reply", "RequestFailed", "Connected", "Disconnected",
-    "Rejected", "Lost", "Joined", "StreamLost", "Ended", "PublisherGone",
+    "Rejected", "Lost", "PublishGap", "Joined", "StreamLost", "Ended", "PublisherGone",
 ]
 
 class Error(Exception): ...
@@ -64,6 +64,10 @@ class Rejected:
 
 class Lost:
     subscription: int
+    first: int
+    last: int
+
+class PublishGap:
     first: int
     last: int
 
@@ -143,6 +147,8 @@ class Client:
     def publish_guaranteed(self, topic: str, payload: Buffer) -> int: ...
     @property
     def acknowledged(self) -> int: ...
+    @property
+    def published(self) -> int: ...
     def ack(self, subscription: int, sequence: int) -> None: ...
     def flush(self) -> None: ...
     def send_request(self, topic: str, payload: Buffer, timeout: float = 1.0) -> int: ...

@@ -51,6 +51,12 @@ pub struct Client {
     guaranteed_topics: Vec<Pattern>,
     next_subscription: u32,
     next_sequence: u64,
+    /// One past the highest publish number the router said it read on
+    /// this connection (its heartbeats' receipts).
+    receipt: u64,
+    /// Publish numbers sent on a lost connection after its last receipt,
+    /// for [`ClientEvent::PublishGap`].
+    unconfirmed: Option<(u64, u64)>,
     router_name: String,
     client_id: u32,
     /// Sessions in a row that ended before WELCOME, or that the router
@@ -189,6 +195,8 @@ impl Client {
             subscriptions: BTreeMap::new(),
             next_subscription: 1,
             next_sequence: 0,
+            receipt: 0,
+            unconfirmed: None,
             router_name: String::new(),
             router_max_frame: 0,
             refusals: 0,
@@ -403,6 +411,14 @@ impl Client {
                 Err(SendError::Broken(why) | SendError::Refused(why)) => return self.lose(why),
             }
         }
+    }
+
+    /// The number the next direct publish gets: direct publishes
+    /// (replies included; requests and guaranteed publishes are numbered
+    /// apart) are numbered from 0 in the order they were accepted, across
+    /// reconnections, as [`ClientEvent::PublishGap`] names them.
+    pub fn published(&self) -> u64 {
+        self.next_sequence
     }
 
     /// Publishes `payload` on `topic` (guaranteed if `topic` matches one of

@@ -27,6 +27,12 @@ impl Client {
 
     pub(crate) fn lose(&mut self, why: String) {
         let was = self.state;
+        // Over TCP, what went after the router's last receipt may never
+        // have been read (a shared-memory log is read where it lies).
+        let tcp = self.conn.as_ref().is_some_and(|c| c.link_stats().is_some());
+        if tcp && was == State::Connected && self.next_sequence > self.receipt {
+            self.unconfirmed = Some((self.receipt, self.next_sequence - 1));
+        }
         self.next_in_group();
         self.outbox.restart();
         // Their inbox went with the session.
@@ -104,6 +110,8 @@ impl Client {
         if self.state == State::Opening && self.conn.as_mut().is_some_and(Conn::is_ready) {
             self.state = State::Greeting;
             self.greeted_at = Instant::now();
+            // Nothing is published before WELCOME: all before is settled.
+            self.receipt = self.next_sequence;
             // Over shared memory HELLO went on the login socket.
             if !matches!(self.uri, RouterUri::Ipc) {
                 let hello = self.hello_frame();
@@ -147,6 +155,10 @@ impl Client {
             handler(ClientEvent::Disconnected { reason: &why });
             events += 1;
         }
+        if let Some((from, to)) = self.unconfirmed.take() {
+            handler(ClientEvent::PublishGap { from, to });
+            events += 1;
+        }
         let Some(conn) = &mut self.conn else { return events };
         let mut broken: Option<String> = None;
         let mut forbidden: Option<String> = None;
@@ -159,6 +171,7 @@ impl Client {
         let mut limited = false;
         let mut heard: Option<Duration> = None;
         let requests = &mut self.requests;
+        let receipt = &mut self.receipt;
         let r = conn.poll(
             |bytes| {
                 if broken.is_some() {
@@ -233,6 +246,8 @@ impl Client {
                         // Not an event: the router's interval, in ms.
                         events -= 1;
                         heard = Some(Duration::from_millis(u64::from(f.value())));
+                        // One past the highest publish number it read.
+                        *receipt = (*receipt).max(f.sequence());
                     }
                     ClientKind::Loss => {
                         let to = f
@@ -303,6 +318,10 @@ impl Client {
             self.lose(why);
             if let Some(why) = self.pending.take() {
                 handler(ClientEvent::Disconnected { reason: &why });
+                events += 1;
+            }
+            if let Some((from, to)) = self.unconfirmed.take() {
+                handler(ClientEvent::PublishGap { from, to });
                 events += 1;
             }
         }

@@ -51,6 +51,8 @@ pub(super) struct TcpInput {
     pub(super) nats: Option<Box<NatsIn>>,
     /// Heartbeats once welcomed (`None` before: the hello timeout's).
     live: Option<link::Liveness>,
+    /// The publish number last told in a heartbeat, and when.
+    receipt: (u64, u64),
     /// Its place in the count of connections (dropped with it).
     _slot: Slot,
 }
@@ -97,7 +99,7 @@ impl RoutingAgent {
         }
         let reader = link::LinkReader::new(HEADER_LEN, max_frame);
         let nats = nats.then(|| Box::new(NatsIn::new(nats_max_payload(max_frame))));
-        self.tcp[i] = Some(TcpInput { stream: wire, reader, nats, live: None, _slot: slot });
+        self.tcp[i] = Some(TcpInput { stream: wire, reader, nats, live: None, receipt: (0, 0), _slot: slot });
         self.tcp_sessions += 1;
         tracing::info!(client = self.router.client_id(id), %peer, agent = %self.role, "{scheme} client connected");
     }
@@ -228,7 +230,9 @@ impl RoutingAgent {
 
     /// Heartbeats on welcomed TCP links (`limits.heartbeat_interval`): one
     /// right after WELCOME (the client learns the interval from it), one
-    /// whenever nothing was written for an interval; a client nothing was
+    /// whenever nothing was written for an interval, and one an interval
+    /// after a publish read since the last (each tells the client one past
+    /// the highest publish number read: its receipt); a client nothing was
     /// read from for two intervals is closed as gone.
     pub(super) fn keep_links_alive(&mut self) {
         let interval = self.router.limits().heartbeat_interval;
@@ -236,7 +240,7 @@ impl RoutingAgent {
             return;
         }
         let ms = u32::try_from(interval.as_millis()).unwrap_or(u32::MAX);
-        let beat = ClientRepr { value: ms, ..ClientRepr::new(ClientKind::Heartbeat) };
+        let interval_ns = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
         let mut dead = Vec::new();
         for (id, input) in self.tcp.iter_mut().enumerate() {
             let (Some(input), Ok(id)) = (input, u32::try_from(id)) else { continue };
@@ -256,21 +260,27 @@ impl RoutingAgent {
                 }
                 _ => continue,
             };
-            let send = match &mut input.live {
-                None => {
-                    input.live = Some(link::Liveness::new(interval, self.now));
-                    true
-                }
-                Some(live) => match live.poll(stats, self.now) {
-                    link::Beat::Quiet => false,
-                    link::Beat::Send => true,
-                    link::Beat::Dead(ns) => {
-                        dead.push((id, ns));
-                        false
+            // (A NATS client is sent PING, which says nothing of this.)
+            let native = matches!(s.outbound(), Outbound::Tcp(_));
+            let receipt_due = native && s.published_to > input.receipt.0 && self.now >= input.receipt.1 + interval_ns;
+            let send = receipt_due
+                | match &mut input.live {
+                    None => {
+                        input.live = Some(link::Liveness::new(interval, self.now));
+                        true
                     }
-                },
-            };
+                    Some(live) => match live.poll(stats, self.now) {
+                        link::Beat::Quiet => false,
+                        link::Beat::Send => true,
+                        link::Beat::Dead(ns) => {
+                            dead.push((id, ns));
+                            false
+                        }
+                    },
+                };
             if send {
+                let beat = ClientRepr { value: ms, sequence: s.published_to, ..ClientRepr::new(ClientKind::Heartbeat) };
+                input.receipt = (s.published_to, self.now);
                 s.send_control(&beat);
                 self.router.mark_pending(id);
             }

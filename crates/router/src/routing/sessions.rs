@@ -123,6 +123,11 @@ impl Router {
         }
         match f.kind() {
             ClientKind::Publish => {
+                // Requests carry their correlation id, guaranteed publishes
+                // their own numbers (acknowledged apart).
+                if f.flags() & (flags::REQUEST | flags::GUARANTEED) == 0 {
+                    s.published_to = s.published_to.max(f.sequence().saturating_add(1));
+                }
                 let topic = f.topic();
                 let headed = f.flags() & flags::HEADERS;
                 if headed != 0 {
