@@ -105,12 +105,16 @@ impl Doorbell {
             tv_sec: timeout.as_secs().try_into().unwrap_or(i64::MAX),
             tv_nsec: timeout.subsec_nanos().into(),
         };
-        let mut fds = Vec::with_capacity(1 + watch.len());
-        fds.push(PollFd::new(&self.fd, PollFlags::IN));
-        fds.extend(watch.iter().map(|w| PollFd::from_borrowed_fd(*w, PollFlags::IN)));
-        // An error (EINTR: a signal) is a short park.
-        let _ = poll(&mut fds, Some(&ts));
-        let rang = fds[0].revents().contains(PollFlags::IN);
+        let bell = PollFd::new(&self.fd, PollFlags::IN);
+        let on = |k: usize| PollFd::from_borrowed_fd(watch[k], PollFlags::IN);
+        // An error (EINTR: a signal) is a short park. No allocation for
+        // up to two watched sets (two agents on one thread).
+        let rang = match watch.len() {
+            0 => poll_rang(&mut [bell], &ts),
+            1 => poll_rang(&mut [bell, on(0)], &ts),
+            2 => poll_rang(&mut [bell, on(0), on(1)], &ts),
+            n => poll_rang(&mut std::iter::once(bell).chain((0..n).map(on)).collect::<Vec<_>>(), &ts),
+        };
         self.parked.store(false, Ordering::Relaxed);
         if rang {
             let mut buf = [0u8; 8];
@@ -118,6 +122,13 @@ impl Doorbell {
             let _ = rustix::io::read(&self.fd, &mut buf);
         }
     }
+}
+
+/// Polls `fds` (the doorbell first) until one is readable or `ts`
+/// passes; whether the doorbell rang.
+fn poll_rang(fds: &mut [PollFd<'_>], ts: &Timespec) -> bool {
+    let _ = poll(fds, Some(ts));
+    fds[0].revents().contains(PollFlags::IN)
 }
 
 #[cfg(test)]

@@ -329,7 +329,18 @@ fn four_routers_in_a_ring_of_peers_deliver_each_message_once() {
         2 => vec!["--agents".to_owned(), "2".to_owned()],
         _ => vec![],
     };
-    let _r: Vec<RouterProcess> = (0..4).map(|k| h.router_tls(k, &[(k + 1) % 4], SECRET, &more(k))).collect();
+    let r: Vec<RouterProcess> = (0..4).map(|k| h.router_tls(k, &[(k + 1) % 4], SECRET, &more(k))).collect();
+    // Its threads by name: the cluster's agent has one of its own ("cluster") or not.
+    let threads = |k: usize| -> Vec<String> {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", r[k].child.id())).unwrap();
+        tasks
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .map(|c| c.trim().to_owned())
+            .collect()
+    };
+    for (k, own) in [(0, false), (1, true), (2, true), (3, false)] {
+        assert_eq!(threads(k).iter().any(|t| t == "cluster"), own, "r{k}'s threads: {:?}", threads(k));
+    }
     for k in 0..4 {
         for j in (0..4).filter(|&j| j != k) {
             h.wait_link(k, j, Duration::from_secs(10), up);

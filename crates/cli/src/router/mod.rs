@@ -105,8 +105,8 @@ pub struct RouterArgs {
     /// With --cluster-tls-cert: the CA (PEM) every router's certificate must chain to.
     #[arg(long, value_name = "FILE", requires = "cluster_tls_cert")]
     cluster_tls_ca: Option<std::path::PathBuf>,
-    /// With --cluster-name: where the cluster's agent runs ([router.cluster] thread): shared (on the routing agent's thread when there is one) or own [default: shared].
-    #[arg(long, value_name = "WHERE", requires = "cluster_name", value_parser = ["shared", "own"])]
+    /// With --cluster-name: where the cluster's agent runs ([router.cluster] thread): shared (on the routing agent's thread when there is one), own, or auto (shared when idle sleeps and the links are plain TCP) [default: auto].
+    #[arg(long, value_name = "WHERE", requires = "cluster_name", value_parser = ["auto", "shared", "own"])]
     cluster_thread: Option<String>,
     /// Check the config file (FILE, or the one `tickwire router` would read) and exit: 0 if a router
     /// would start with it, else the file, line and key at fault.

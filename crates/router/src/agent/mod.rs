@@ -132,6 +132,10 @@ pub struct RoutingAgent {
     closing: Vec<(u32, u64, Disconnect)>,
     /// Duty cycles so far.
     cycle: u32,
+    /// Messages taken from each other agent's ring per duty cycle
+    /// ([`POLL_LIMIT`]; all there are when the cluster's agent shares
+    /// this thread and fills its ring only between this one's cycles).
+    ring_limit: usize,
     /// The clock at the last read (every [`CLOCK_EVERY`] cycles).
     now: u64,
     last_housekeeping: u64,
@@ -193,6 +197,7 @@ impl RoutingAgent {
             countdown: SAMPLE_EVERY,
             closing: Vec::new(),
             cycle: 0,
+            ring_limit: POLL_LIMIT,
             now: tickwire_shm::os::monotonic_ns(),
             last_housekeeping: 0,
             last_status: 0,
@@ -228,7 +233,7 @@ impl RoutingAgent {
         }
         let router = &mut self.router;
         for link in &mut self.inbound {
-            work += link.receive(POLL_LIMIT, |topic, payload, discarded, flags| {
+            work += link.receive(self.ring_limit, |topic, payload, discarded, flags| {
                 router.route_forwarded(topic, payload, discarded, flags);
             });
         }
@@ -297,6 +302,14 @@ impl RoutingAgent {
     pub fn park(&mut self, timeout: Duration) {
         let timeout = if self.rung() { timeout.max(RUNG_WAIT) } else { timeout };
         self.bell.park(&[self.poll_fd()], timeout, || self.has_inbound());
+    }
+
+    /// Takes all a ring holds each duty cycle: its only ring is the
+    /// cluster's agent's, on this thread (one duty cycle each in turn, so
+    /// a limit on both sides would let a burst from several links build
+    /// up in the ring until it overflowed).
+    pub(crate) fn drain_rings(&mut self) {
+        self.ring_limit = usize::MAX;
     }
 
     /// Whether everything that brings it work rings its doorbell or its

@@ -69,6 +69,9 @@ pub struct ClusterAgent {
     /// On the routing agent's thread, with its doorbell
     /// ([`ClusterAgent::share_thread`]).
     shares_bell: bool,
+    /// Messages taken from each routing agent's ring per duty cycle
+    /// ([`POLL_LIMIT`]; all there are when it shares the thread).
+    ring_limit: usize,
     /// Messages from each routing agent, and to each.
     from: Vec<LinkReader>,
     to: Vec<Link>,
@@ -137,6 +140,7 @@ impl ClusterAgent {
             tell: wiring.tell,
             bell: wiring.bell,
             shares_bell: false,
+            ring_limit: POLL_LIMIT,
             from: wiring.from,
             to: wiring.to,
             now,
@@ -236,7 +240,7 @@ impl ClusterAgent {
             (&self.remote, &mut self.targets, &mut self.peers, &mut self.links, self.now);
         let mut failed = Vec::new();
         for ring in &mut self.from {
-            work += ring.receive(POLL_LIMIT, |topic, payload, discards, flags| {
+            work += ring.receive(self.ring_limit, |topic, payload, discards, flags| {
                 // A request is answered on its router: an inbox names a
                 // session there, not the router (docs/cluster.md). The
                 // routing agents send none here; this is a second guard.
@@ -474,6 +478,10 @@ impl ClusterAgent {
     /// [`ClusterSettings::own_thread`]: super::ClusterSettings::own_thread
     pub(crate) fn share_thread(&mut self) {
         self.shares_bell = true;
+        // The routing agent fills the ring only between this one's duty
+        // cycles: taking all it holds keeps a burst from its clients
+        // from building up there.
+        self.ring_limit = usize::MAX;
     }
 
     /// Whether it runs on the routing agent's thread.
@@ -511,7 +519,8 @@ impl tickwire_agent::Agent for ClusterAgent {
         "cluster"
     }
 
-    /// Waits up to `timeout` for work: its links' and listener's sockets,
+    /// On a thread of its own (on the routing agent's, `Server::park`
+    /// waits for both), waits up to `timeout` for work: its links' and listener's sockets,
     /// and the routing agents' rings and control messages (they ring its
     /// doorbell), wake it; heartbeats and dials wait for the timeout,
     /// which is therefore at least [`crate::agent::RUNG_WAIT`] unless a

@@ -9,7 +9,9 @@
 //!
 //! The cluster is one more agent among a router's routing agents
 //! ([`crate::peers`]): agent number `n` when there are `n` routing
-//! agents, on a thread of its own ([`ClusterAgent`]). To the routing
+//! agents, on a thread of its own or, with one routing agent, on that
+//! agent's, sharing its doorbell (`[router.cluster] thread`,
+//! [`ClusterSettings::own_thread`]) ([`ClusterAgent`]). To the routing
 //! agents it is an agent whose clients want what the other routers'
 //! clients want, so they forward it matching messages through a ring, as
 //! to any agent; what it receives from other routers it hands to the
@@ -68,10 +70,11 @@ pub struct ClusterSettings {
     /// TLS on the links, both ends showing a certificate that names their
     /// router (none: plain TCP, authenticated by the secret alone).
     pub tls: Option<tickwire_transport::tls::PeerTls>,
-    /// The cluster's agent on a thread of its own even when the router
-    /// has one routing agent (otherwise it shares that agent's thread and
-    /// doorbell: a message crosses no thread between a client and a link).
-    pub own_thread: bool,
+    /// The cluster's agent on a thread of its own (`Some(true)`), or on
+    /// the routing agent's when the router has one, sharing its doorbell
+    /// (`Some(false)`: a message crosses no thread between a client and a
+    /// link); `None` decides as `[router.cluster] thread = "auto"` says.
+    pub own_thread: Option<bool>,
 }
 
 impl std::fmt::Debug for ClusterSettings {

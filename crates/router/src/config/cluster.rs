@@ -30,9 +30,11 @@ pub struct ClusterTable {
     pub heartbeat: String,
     /// TLS on the links between routers (none: plain TCP).
     pub tls: Option<ClusterTlsFiles>,
-    /// Where the cluster's agent runs: `shared` (the default) on the
-    /// routing agent's thread when there is one routing agent (its own
-    /// thread with more), `own` always on a thread of its own.
+    /// Where the cluster's agent runs: `shared`, on the routing agent's
+    /// thread when there is one routing agent (its own thread with more);
+    /// `own`, always on a thread of its own; `auto` (the default),
+    /// `shared` when the threads sleep when idle (`idle` backoff, park or
+    /// wait) and the links are plain TCP, else `own`.
     pub thread: String,
 }
 
@@ -63,7 +65,7 @@ impl Default for ClusterTable {
             secret_file: PathBuf::new(),
             heartbeat: "1s".into(),
             tls: None,
-            thread: "shared".into(),
+            thread: "auto".into(),
         }
     }
 }
@@ -123,9 +125,10 @@ impl ClusterTable {
             return Err(bad("cluster.secret_file", &self.secret_file.display(), "a secret of 16 bytes or more"));
         }
         let own_thread = match self.thread.as_str() {
-            "shared" => false,
-            "own" => true,
-            _ => return Err(bad("cluster.thread", &self.thread, "shared or own")),
+            "auto" => None,
+            "shared" => Some(false),
+            "own" => Some(true),
+            _ => return Err(bad("cluster.thread", &self.thread, "auto, shared or own")),
         };
         let tls = match &self.tls {
             None => None,
@@ -181,8 +184,9 @@ mod tests {
         assert!(e(ClusterTable { name: String::new(), ..t.clone() }).starts_with("cluster.name"));
         assert!(e(ClusterTable { heartbeat: "50ms".into(), ..t.clone() }).starts_with("cluster.heartbeat"));
         assert!(e(ClusterTable { thread: "mine".into(), ..t.clone() }).starts_with("cluster.thread = mine"));
-        assert!(!s.own_thread, "shared by default");
-        assert!(ClusterTable { thread: "own".into(), ..t.clone() }.to_settings("a", 1 << 20).unwrap().own_thread);
+        assert_eq!(s.own_thread, None, "auto by default");
+        let thread = |w: &str| ClusterTable { thread: w.into(), ..t.clone() }.to_settings("a", 1 << 20).unwrap();
+        assert_eq!((thread("own").own_thread, thread("shared").own_thread), (Some(true), Some(false)));
         let missing = ClusterTlsFiles { cert: dir.join("no.pem"), key: dir.join("no.key"), ca: dir.join("ca.pem") };
         let why = e(ClusterTable { tls: Some(missing), ..t.clone() });
         assert!(why.starts_with("cluster.tls") && why.contains("no.pem"), "{why}");

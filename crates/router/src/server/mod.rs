@@ -498,7 +498,8 @@ impl Server {
     }
 
     /// Each routing agent's doorbell: times another thread woke it, and
-    /// times it waited.
+    /// times it waited (the first's counts the cluster's agent's too when
+    /// it shares that thread).
     pub fn doorbells(&self) -> Vec<(u64, u64)> {
         self.controls.iter().map(Mailbox::wakes).collect()
     }
@@ -540,8 +541,10 @@ impl Server {
     pub fn shutdown(mut self, drain: Duration) -> ShutdownReport {
         let deadline = now_ns() + drain.as_nanos() as u64;
         let mut agents = vec![];
-        if let Some(ClusterThread::Own(c)) = self.cluster.take() {
-            drop(c.stop());
+        match self.cluster.take() {
+            Some(ClusterThread::Own(c)) => drop(c.stop()),
+            Some(ClusterThread::Shared(c)) => drop(c),
+            None => {}
         }
         for r in self.runners.drain(..) {
             agents.push(r.stop());

@@ -29,7 +29,8 @@ impl Server {
         let (gone_tx, gone) = channel();
         // What wakes each agent, the cluster's last: the routing agent's
         // when it runs on that agent's thread.
-        let shared = n == 1 && cluster.as_ref().is_some_and(|c| !c.own_thread);
+        let shared =
+            n == 1 && cluster.as_ref().is_some_and(|c| !c.own_thread.unwrap_or_else(|| own_by_default(c, cfg)));
         let mut bells = (0..=n).map(|_| Doorbell::new().map(Arc::new)).collect::<std::io::Result<Vec<_>>>()?;
         if shared {
             bells[n] = Arc::clone(&bells[0]);
@@ -98,6 +99,9 @@ impl Server {
             let bell = Arc::clone(&bells[k]);
             let wiring = Wiring { control, others, inbound, bell, gone: gone_tx.clone(), auth: Arc::clone(&auth) };
             let mut agent = RoutingAgent::new(router, role, wiring)?;
+            if shared {
+                agent.drain_rings();
+            }
             agent.router.set_users(users.clone());
             agent.nats_token_user.clone_from(&cfg.nats_token_user);
             if let Some(c) = &cfg.cache {
@@ -120,4 +124,17 @@ impl Server {
         };
         Ok((agents, controls, gone, cluster))
     }
+}
+
+/// `[router.cluster] thread = "auto"`: a thread of its own unless its
+/// threads sleep when idle (where sharing saves a wake-up per message;
+/// a spinning or yielding thread has a core to itself and gains nothing)
+/// and its links are plain TCP (a TLS handshake, which any host that
+/// reaches the cluster's port can start, would hold up the clients).
+fn own_by_default(c: &crate::cluster::ClusterSettings, cfg: &RouterConfig) -> bool {
+    let sleeps = matches!(
+        tickwire_agent::Idle::parse(&cfg.idle),
+        Ok(tickwire_agent::Idle::Backoff { .. } | tickwire_agent::Idle::Park { .. })
+    );
+    c.tls.is_some() || !sleeps
 }

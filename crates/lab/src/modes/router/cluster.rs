@@ -23,13 +23,13 @@
 //! each of the others.
 //!
 //! CPUs: the harness (every client session on one thread, open loop, as in
-//! `lab router`) on `cpus.local`; all three routers, their cluster agents'
-//! threads, and the floor's forwarders on `cpus.remote`. Three routers
-//! cannot spin on one CPU, so an awake router here sleeps (the timer's
-//! least) after 64 idle duty cycles in a row, and a forwarder blocks in
-//! `read` (the cluster agent keeps the router's own back-off: spin,
-//! yield, then sleeps up to 1 ms). Yielding was tried first: under
-//! EEVDF a yield need not hand the CPU to the side with work. On a
+//! `lab router`) on `cpus.local`; all three routers (each one thread: its
+//! cluster agent runs on its routing agent's, `thread = "auto"`) and the
+//! floor's forwarders on `cpus.remote`. Three routers cannot spin on one
+//! CPU, so a router here waits as soon as a duty cycle finds nothing
+//! (`idle = "wait"`: in `ppoll` on its sockets and doorbell, woken by its
+//! data), and a forwarder blocks in `read`. Yielding was tried first:
+//! under EEVDF a yield need not hand the CPU to the side with work. On a
 //! machine with a CPU per router both would be spinning; what sharing one
 //! CPU costs is in the figures, on both sides of the ratio.
 //!

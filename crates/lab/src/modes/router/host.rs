@@ -265,7 +265,8 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
                 heartbeat: "1s".into(),
                 ..tickwire_router::config::ClusterTable::default()
             });
-            // Its cluster agent waits at once too (its thread shares the CPU).
+            // It waits at once (three routers share one CPU); its cluster
+            // agent runs on its thread (`thread = "auto"`, plain TCP).
             let idle = "wait".to_owned();
             RouterConfig { name: net.router.clone(), listen: vec![format!("tcp://{}:0", net.ip)], cluster, idle, ..cfg }
         }
