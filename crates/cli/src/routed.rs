@@ -159,6 +159,8 @@ fn check_rejected(client: &mut Client, wait: Duration) -> Result<(), String> {
             |e| {
                 if let ClientEvent::Rejected { reason, .. } = e {
                     refused.get_or_insert_with(|| format!("the router refused a publish: {reason}"));
+                } else {
+                    publisher_event(e);
                 }
             },
             64,

@@ -214,12 +214,14 @@ pub enum ClientEvent<'a> {
     /// Direct publishes numbered `from..=to` ([`crate::Client::published`])
     /// went on a TCP connection that was lost before the router confirmed
     /// reading them: some or all of them may have reached no subscriber.
-    /// Handed right after [`ClientEvent::Disconnected`]. The router
-    /// confirms in a heartbeat, at most `limits.heartbeat_interval` after
-    /// a publish, so this covers at most that long of publishing plus
-    /// what was in flight. (Guaranteed publishes are sent again until
-    /// acknowledged, as always.) Over shared memory the router reads the
-    /// client's log where it lies, and nothing is reported.
+    /// Handed after [`ClientEvent::Disconnected`]. The router confirms
+    /// in a heartbeat, about one `limits.heartbeat_interval` after a
+    /// publish, and a router fallen silent is given up after two more:
+    /// this covers up to about three intervals of publishing. A router
+    /// with `heartbeat_interval = "0s"` confirms nothing, so every direct
+    /// publish of the connection is named. (Guaranteed publishes are sent
+    /// again until acknowledged, as always.) Over shared memory what the
+    /// router had not read is not known, and nothing is reported.
     PublishGap {
         /// The first publish number not confirmed.
         from: u64,

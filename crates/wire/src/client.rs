@@ -256,7 +256,9 @@ pub enum ClientKind {
     /// Messages a durable subscription can no longer receive.
     Loss = 10,
     /// Either way, on a TCP link that has been quiet for an interval: the
-    /// sender is alive. From the router, `value` is its interval in ms.
+    /// sender is alive. From the router, `value` is its interval in ms and
+    /// `sequence` its receipt: one past the highest direct PUBLISH number
+    /// read on this session (sent also an interval after a publish).
     Heartbeat = 11,
 }
 

@@ -28,8 +28,9 @@ impl Client {
     pub(crate) fn lose(&mut self, why: String) {
         let was = self.state;
         // Over TCP, what went after the router's last receipt may never
-        // have been read (a shared-memory log is read where it lies).
-        let tcp = self.conn.as_ref().is_some_and(|c| c.link_stats().is_some());
+        // have been read (over shared memory, what the router had not read
+        // of the log is not known).
+        let tcp = matches!(self.conn, Some(Conn::Tcp(_)));
         if tcp && was == State::Connected && self.next_sequence > self.receipt {
             self.unconfirmed = Some((self.receipt, self.next_sequence - 1));
         }

@@ -262,7 +262,8 @@ impl RoutingAgent {
             };
             // (A NATS client is sent PING, which says nothing of this.)
             let native = matches!(s.outbound(), Outbound::Tcp(_));
-            let receipt_due = native && s.published_to > input.receipt.0 && self.now >= input.receipt.1 + interval_ns;
+            let receipt_due =
+                native && s.published_to > input.receipt.0 && self.now >= input.receipt.1.saturating_add(interval_ns);
             let send = receipt_due
                 | match &mut input.live {
                     None => {
