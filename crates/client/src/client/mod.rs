@@ -31,8 +31,9 @@ pub(crate) enum State {
 pub struct Client {
     /// The router connected to (or tried next).
     uri: RouterUri,
-    /// A high-availability group's routers (`uri` among them), tried in
-    /// turn after each lost connection; empty for one router.
+    /// A group's routers (`uri` among them), in an order of this client's
+    /// own (shuffled at start), tried in turn after each lost connection;
+    /// empty for one router.
     group: Vec<RouterUri>,
     pub(crate) opts: ClientOptions,
     ctx: Option<Context>,
@@ -120,9 +121,12 @@ impl Drop for Client {
 
 impl Client {
     /// Starts connecting to the router at `uri` (`ipc`, `tcp://HOST:PORT`
-    /// or `tls://HOST:PORT`), or to a high-availability group's routers
-    /// given as a comma-separated list of `tcp://` (or of `tls://`) URIs:
-    /// after each lost connection the next is tried, so guaranteed
+    /// or `tls://HOST:PORT`), or to one of several routers (a cluster's,
+    /// or a high-availability group's) given as a comma-separated list of
+    /// `tcp://` (or of `tls://`) URIs. The list is shuffled, as NATS
+    /// clients do, so that many clients spread over its routers and the
+    /// clients of one that goes away spread over the others; after each
+    /// lost connection the next in this order is tried, so guaranteed
     /// publishes and durable subscriptions find the leader (a follower
     /// closes their session with `NotLeader`). Returns at once:
     /// [`Client::poll`] (or [`Client::wait_connected`]) completes the
@@ -136,13 +140,14 @@ impl Client {
     /// `guaranteed_topics` pattern that breaks the topic rules.
     pub fn connect(uri: &str, opts: ClientOptions) -> Result<Self, ClientError> {
         let group: Vec<RouterUri> = if uri.contains(',') {
-            let group = uri.split(',').map(|u| u.trim().parse()).collect::<Result<Vec<RouterUri>, _>>()?;
+            let mut group = uri.split(',').map(|u| u.trim().parse()).collect::<Result<Vec<RouterUri>, _>>()?;
             let tls = group.iter().filter(|u| matches!(u, RouterUri::Tls { .. })).count();
             if group.contains(&RouterUri::Ipc) || (tls != 0 && tls != group.len()) {
                 return Err(ClientError::Uri(format!(
                     "{uri}: a group's routers are all tcp:// or all tls:// (shared memory reaches one router)"
                 )));
             }
+            shuffle(&mut group);
             group
         } else {
             Vec::new()
@@ -269,8 +274,8 @@ impl Client {
         &self.uri
     }
 
-    /// A group's routers, as given to [`Client::connect`] (empty for one
-    /// router).
+    /// A group's routers, in the order this client tries them (the list
+    /// given to [`Client::connect`], shuffled; empty for one router).
     pub fn group(&self) -> &[RouterUri] {
         &self.group
     }
@@ -291,8 +296,21 @@ impl Client {
                     if self.last_error.is_empty() { String::new() } else { format!(" (last: {})", self.last_error) };
                 return Err(ClientError::Timeout { uri: self.uri.to_string(), waited: timeout, last });
             }
-            // One frame at a time, so no delivery after WELCOME is consumed here.
-            if self.poll(|_| {}, 1) == 0 {
+            // One frame at a time, so no delivery after WELCOME is consumed
+            // here; a publish gap is kept for the application's next poll.
+            let mut gap = None;
+            let polled = self.poll(
+                |e| {
+                    if let ClientEvent::PublishGap { from, to } = e {
+                        gap = Some((from, to));
+                    }
+                },
+                1,
+            );
+            if gap.is_some() {
+                self.unconfirmed = gap;
+            }
+            if polled == 0 {
                 std::thread::sleep(Duration::from_micros(200));
             }
         }
@@ -416,7 +434,8 @@ impl Client {
     /// The number the next direct publish gets: direct publishes
     /// (replies included; requests and guaranteed publishes are numbered
     /// apart) are numbered from 0 in the order they were accepted, across
-    /// reconnections, as [`ClientEvent::PublishGap`] names them.
+    /// reconnections, as [`ClientEvent::PublishGap`] names them (a claim
+    /// dropped without its commit uses up its number).
     pub fn published(&self) -> u64 {
         self.next_sequence
     }
@@ -609,5 +628,45 @@ impl Client {
                 }
             }
         }
+    }
+}
+
+/// Shuffles `v` (Fisher-Yates), from the process's random hash keys: each
+/// client its own order, so a group's clients spread over its routers.
+fn shuffle<T>(v: &mut [T]) {
+    use std::hash::{BuildHasher, Hasher};
+    let keys = std::collections::hash_map::RandomState::new();
+    for i in (1..v.len()).rev() {
+        let mut h = keys.build_hasher();
+        h.write_usize(i);
+        let j = usize::try_from(h.finish() % (i as u64 + 1)).unwrap_or(0);
+        v.swap(i, j);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_client_tries_a_groups_routers_in_an_order_of_its_own() {
+        let list = "tcp://127.0.0.1:9,tcp://127.0.0.1:10,tcp://127.0.0.1:11,tcp://127.0.0.1:12";
+        let given: Vec<RouterUri> = list.split(',').map(|u| u.parse().unwrap()).collect();
+        let mut firsts = std::collections::BTreeSet::new();
+        let mut orders = std::collections::BTreeSet::new();
+        for _ in 0..40 {
+            let c = Client::connect(list, ClientOptions::default()).unwrap();
+            let mut sorted = c.group().to_vec();
+            sorted.sort_by_key(ToString::to_string);
+            let mut want = given.clone();
+            want.sort_by_key(ToString::to_string);
+            assert_eq!(sorted, want, "every router once");
+            // (The first is tried at once: refused here, `uri` is on to the next.)
+            firsts.insert(c.group()[0].to_string());
+            orders.insert(c.group().iter().map(ToString::to_string).collect::<Vec<_>>());
+        }
+        // 40 clients over 24 orders: all on one first router has odds of
+        // 4 * (1/4)^40.
+        assert!(firsts.len() >= 2 && orders.len() >= 4, "{firsts:?} {orders:?}");
     }
 }
