@@ -1,12 +1,15 @@
 //! [`Client`]: connect, publish, subscribe, poll, reconnect.
 
+mod claim;
+mod group;
 mod request;
 mod session;
 
-use crate::conn::{ClaimInner, Conn, SendError};
+use crate::conn::{Conn, SendError};
 pub use crate::event::{ClientError, ClientEvent, Delivery, PublishError, Request, RequestError};
 use crate::guaranteed::Outbox;
 pub use crate::options::{ClientOptions, RouterUri};
+pub use claim::ClientClaim;
 pub use request::Gather;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -82,32 +85,6 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// A message being written in place ([`Client::try_claim`]). Commit it, or
-/// drop it to abort.
-#[must_use = "a claim is aborted unless committed"]
-pub struct ClientClaim<'a>(Option<ClaimInner<'a>>);
-
-impl ClientClaim<'_> {
-    /// The payload's bytes, to fill.
-    pub fn buffer(&mut self) -> &mut [u8] {
-        self.0.as_mut().map_or(&mut [], |c| c.buffer())
-    }
-    /// Publishes it.
-    pub fn commit(mut self) {
-        if let Some(c) = self.0.take() {
-            c.commit();
-        }
-    }
-}
-
-impl Drop for ClientClaim<'_> {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.take() {
-            c.abort();
-        }
-    }
-}
-
 /// A client dropped without [`Client::close`] still writes what batching
 /// held (one non-blocking attempt): messages published before the drop
 /// are not lost to the batching window.
@@ -139,19 +116,7 @@ impl Client {
     /// unreadable, or a key others may read); [`ClientError::Topic`] for a
     /// `guaranteed_topics` pattern that breaks the topic rules.
     pub fn connect(uri: &str, opts: ClientOptions) -> Result<Self, ClientError> {
-        let group: Vec<RouterUri> = if uri.contains(',') {
-            let mut group = uri.split(',').map(|u| u.trim().parse()).collect::<Result<Vec<RouterUri>, _>>()?;
-            let tls = group.iter().filter(|u| matches!(u, RouterUri::Tls { .. })).count();
-            if group.contains(&RouterUri::Ipc) || (tls != 0 && tls != group.len()) {
-                return Err(ClientError::Uri(format!(
-                    "{uri}: a group's routers are all tcp:// or all tls:// (shared memory reaches one router)"
-                )));
-            }
-            shuffle(&mut group);
-            group
-        } else {
-            Vec::new()
-        };
+        let group = group::parse(uri)?;
         let uri: RouterUri = match group.first() {
             Some(u) => u.clone(),
             None => uri.parse()?,
@@ -575,29 +540,6 @@ impl Client {
         Ok(())
     }
 
-    /// Reserves a message of `len` bytes on `topic` to write in place
-    /// (shared memory: straight into the log the router reads).
-    ///
-    /// # Errors
-    /// As [`Client::publish`].
-    pub fn try_claim(&mut self, topic: &str, len: usize) -> Result<ClientClaim<'_>, PublishError> {
-        check_topic(topic)?;
-        self.check_size(topic, len)?;
-        if self.state != State::Connected {
-            return Err(PublishError::NotConnected);
-        }
-        let sequence = self.next_sequence;
-        let Some(conn) = &mut self.conn else { return Err(PublishError::NotConnected) };
-        match conn.claim(&ClientRepr { sequence, topic, ..ClientRepr::new(ClientKind::Publish) }, len) {
-            Ok(c) => {
-                self.next_sequence += 1;
-                Ok(ClientClaim(Some(c)))
-            }
-            Err(SendError::Full) => Err(PublishError::BackPressured),
-            Err(SendError::Broken(_) | SendError::Refused(_)) => Err(PublishError::NotConnected),
-        }
-    }
-
     /// Parks until the router may have written, for at most `max` (shared
     /// memory: on the log's futex, no CPU; TCP: a short sleep).
     pub fn park(&mut self, max: Duration) {
@@ -628,45 +570,5 @@ impl Client {
                 }
             }
         }
-    }
-}
-
-/// Shuffles `v` (Fisher-Yates), from the process's random hash keys: each
-/// client its own order, so a group's clients spread over its routers.
-fn shuffle<T>(v: &mut [T]) {
-    use std::hash::{BuildHasher, Hasher};
-    let keys = std::collections::hash_map::RandomState::new();
-    for i in (1..v.len()).rev() {
-        let mut h = keys.build_hasher();
-        h.write_usize(i);
-        let j = usize::try_from(h.finish() % (i as u64 + 1)).unwrap_or(0);
-        v.swap(i, j);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_client_tries_a_groups_routers_in_an_order_of_its_own() {
-        let list = "tcp://127.0.0.1:9,tcp://127.0.0.1:10,tcp://127.0.0.1:11,tcp://127.0.0.1:12";
-        let given: Vec<RouterUri> = list.split(',').map(|u| u.parse().unwrap()).collect();
-        let mut firsts = std::collections::BTreeSet::new();
-        let mut orders = std::collections::BTreeSet::new();
-        for _ in 0..40 {
-            let c = Client::connect(list, ClientOptions::default()).unwrap();
-            let mut sorted = c.group().to_vec();
-            sorted.sort_by_key(ToString::to_string);
-            let mut want = given.clone();
-            want.sort_by_key(ToString::to_string);
-            assert_eq!(sorted, want, "every router once");
-            // (The first is tried at once: refused here, `uri` is on to the next.)
-            firsts.insert(c.group()[0].to_string());
-            orders.insert(c.group().iter().map(ToString::to_string).collect::<Vec<_>>());
-        }
-        // 40 clients over 24 orders: all on one first router has odds of
-        // 4 * (1/4)^40.
-        assert!(firsts.len() >= 2 && orders.len() >= 4, "{firsts:?} {orders:?}");
     }
 }
