@@ -50,6 +50,16 @@ const POLL_LIMIT: usize = 256;
 /// The shortest wait of an agent that everything it serves wakes (its
 /// sockets and its doorbell): its timers' resolution while idle.
 pub(crate) const RUNG_WAIT: Duration = Duration::from_millis(1);
+
+/// How long a thread waits, `timeout` as its idle strategy says: at least
+/// [`RUNG_WAIT`] when everything it serves wakes it (`rung`).
+pub(crate) fn least_wait(rung: bool, timeout: Duration) -> Duration {
+    if rung {
+        timeout.max(RUNG_WAIT)
+    } else {
+        timeout
+    }
+}
 /// How often to publish counters.
 const HOUSEKEEPING_NS: u64 = 20_000_000;
 /// The duty cycle reads the clock once in this many cycles: on a VM a
@@ -300,7 +310,7 @@ impl RoutingAgent {
     /// (so do its heartbeats and, on the server's thread, new
     /// connections, which are taken once in [`CLOCK_EVERY`] duty cycles).
     pub fn park(&mut self, timeout: Duration) {
-        let timeout = if self.rung() { timeout.max(RUNG_WAIT) } else { timeout };
+        let timeout = least_wait(self.rung(), timeout);
         self.bell.park(&[self.poll_fd()], timeout, || self.has_inbound());
     }
 

@@ -69,9 +69,6 @@ pub struct ClusterAgent {
     /// On the routing agent's thread, with its doorbell
     /// ([`ClusterAgent::share_thread`]).
     shares_bell: bool,
-    /// Messages taken from each routing agent's ring per duty cycle
-    /// ([`POLL_LIMIT`]; all there are when it shares the thread).
-    ring_limit: usize,
     /// Messages from each routing agent, and to each.
     from: Vec<LinkReader>,
     to: Vec<Link>,
@@ -140,7 +137,6 @@ impl ClusterAgent {
             tell: wiring.tell,
             bell: wiring.bell,
             shares_bell: false,
-            ring_limit: POLL_LIMIT,
             from: wiring.from,
             to: wiring.to,
             now,
@@ -239,8 +235,12 @@ impl ClusterAgent {
         let (remote, targets, peers, links, now) =
             (&self.remote, &mut self.targets, &mut self.peers, &mut self.links, self.now);
         let mut failed = Vec::new();
+        // On the routing agent's thread, which fills the rings only between
+        // this one's duty cycles, all they hold: a burst from its clients
+        // must not build up there behind a limit.
+        let limit = if self.shares_bell { usize::MAX } else { POLL_LIMIT };
         for ring in &mut self.from {
-            work += ring.receive(self.ring_limit, |topic, payload, discards, flags| {
+            work += ring.receive(limit, |topic, payload, discards, flags| {
                 // A request is answered on its router: an inbox names a
                 // session there, not the router (docs/cluster.md). The
                 // routing agents send none here; this is a second guard.
@@ -478,10 +478,6 @@ impl ClusterAgent {
     /// [`ClusterSettings::own_thread`]: super::ClusterSettings::own_thread
     pub(crate) fn share_thread(&mut self) {
         self.shares_bell = true;
-        // The routing agent fills the ring only between this one's duty
-        // cycles: taking all it holds keeps a burst from its clients
-        // from building up there.
-        self.ring_limit = usize::MAX;
     }
 
     /// Whether it runs on the routing agent's thread.
@@ -527,7 +523,7 @@ impl tickwire_agent::Agent for ClusterAgent {
     /// link holds frames for its batching window (nothing wakes it when
     /// the window ends: it waits as `idle` says, 1 us at first).
     fn park(&mut self, timeout: std::time::Duration) {
-        let timeout = if self.holding() { timeout } else { timeout.max(crate::agent::RUNG_WAIT) };
+        let timeout = crate::agent::least_wait(!self.holding(), timeout);
         self.bell.park(&[self.poll_fd()], timeout, || self.has_forwarded());
     }
 }

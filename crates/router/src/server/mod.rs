@@ -517,7 +517,7 @@ impl Server {
         // Both are rung on one doorbell; the least wait holds only if
         // nothing waits for a timer in either.
         let rung = self.agent.rung() && !c.holding();
-        let timeout = if rung { timeout.max(crate::agent::RUNG_WAIT) } else { timeout };
+        let timeout = crate::agent::least_wait(rung, timeout);
         let a = &self.agent;
         a.bell().park(&[a.poll_fd(), c.poll_fd()], timeout, || a.has_inbound() || c.has_forwarded());
     }
