@@ -15,6 +15,9 @@
 //!   that was not announced.
 //! - Four routers each told only of the next (a ring): a link with each
 //!   of the others, every message once to each subscriber, no loop.
+//! - A router down past `forget_after` is forgotten: what it wanted is
+//!   withdrawn, one only learned of is no longer dialed and leaves the
+//!   status; back, it is linked with again.
 //! - A router with another secret is refused, and says why.
 //! - Links over TLS: messages cross them (and `tickwire stat` shows the
 //!   link's counters, its round trip measured); a router whose certificate
@@ -381,6 +384,33 @@ fn four_routers_in_a_ring_of_peers_deliver_each_message_once() {
         // A second link between a pair, closed, is not a refusal.
         assert_eq!(st["cluster"]["refused"], 0, "r{k}: {st}");
     }
+}
+
+#[test]
+fn a_router_down_past_forget_after_is_forgotten_no_longer_dialed_and_linked_again_when_back() {
+    let h = Hosts::create(3, 6);
+    let forget = ["--cluster-forget-after".to_owned(), "2s".to_owned()];
+    let _r0 = h.router_tls(0, &[0], SECRET, &forget);
+    let r1 = h.router_tls(1, &[0], SECRET, &forget);
+    let mut r2 = h.router_tls(2, &[0], SECRET, &forget);
+    // r1 learns of r2 from r0, and dials it (the lower name dials).
+    h.wait_link(1, 2, Duration::from_secs(5), up);
+    let mut sub = h.sub(2, "md/>", 1, "30s");
+    h.wait_link(1, 2, Duration::from_secs(5), |l| l["interest"] == 1);
+    r2.stop();
+    let _ = sub.kill();
+    let _ = sub.wait();
+    h.wait_link(1, 2, Duration::from_secs(5), |l| l["state"] == "down");
+    // Down for 2 s: what it wanted withdrawn, its dial given up, and gone
+    // from the status (no longer dialed every 5 s for ever).
+    let line = r1.wait_for_line("router r2 down for", Duration::from_secs(6));
+    assert!(line.as_ref().is_some_and(|l| l.contains("what it wanted withdrawn, no longer dialed")), "{line:?}");
+    h.wait_link(1, 2, Duration::from_secs(3), serde_json::Value::is_null);
+    h.wait_link(0, 2, Duration::from_secs(3), serde_json::Value::is_null);
+    // Back: it dials r0, which tells r1 of it, and r1 dials it again.
+    let _r2 = h.router_tls(2, &[0], SECRET, &forget);
+    h.wait_link(1, 2, Duration::from_secs(10), up);
+    h.wait_link(0, 2, Duration::from_secs(5), up);
 }
 
 #[test]

@@ -108,6 +108,9 @@ pub struct RouterArgs {
     /// With --cluster-name: where the cluster's agent runs ([router.cluster] thread): shared (on the routing agent's thread when there is one), own, or auto (shared when idle sleeps and the links are plain TCP) [default: auto].
     #[arg(long, value_name = "WHERE", requires = "cluster_name", value_parser = ["auto", "shared", "own"])]
     cluster_thread: Option<String>,
+    /// With --cluster-name: a router down this long is forgotten ([router.cluster] forget_after): what it wanted is withdrawn, and one only learned of is no longer dialed [default: 60s].
+    #[arg(long, value_name = "DURATION", requires = "cluster_name")]
+    cluster_forget_after: Option<String>,
     /// Check the config file (FILE, or the one `tickwire router` would read) and exit: 0 if a router
     /// would start with it, else the file, line and key at fault.
     #[arg(long, value_name = "FILE", num_args = 0..=1)]
@@ -319,6 +322,9 @@ fn config(s: &Settings, a: &RouterArgs) -> Result<RouterConfig, String> {
         }
         if let Some(w) = &a.cluster_thread {
             t.thread.clone_from(w);
+        }
+        if let Some(d) = &a.cluster_forget_after {
+            t.forget_after.clone_from(d);
         }
         if let (Some(cert), Some(key), Some(ca)) = (&a.cluster_tls_cert, &a.cluster_tls_key, &a.cluster_tls_ca) {
             t.tls =

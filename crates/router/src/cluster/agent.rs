@@ -44,6 +44,10 @@ pub(super) struct Peer {
     /// Its link's counters in the router's counters file (`tickwire
     /// stat`), if a set was free.
     pub(super) counters: Option<tickwire_shm::counters::CounterSet>,
+    /// Down for `forget_after`: what it wanted was withdrawn,
+    /// a router only learned of is no longer dialed, and the status leaves
+    /// it out unless it is still dialed (until it links again).
+    pub(super) forgotten: bool,
 }
 
 /// The cluster's agent (see [`crate::cluster`]).
@@ -174,7 +178,9 @@ impl ClusterAgent {
             return k;
         }
         let k = self.peers.len() as u32;
-        self.peers.push(Peer { name: name.into(), listen: listen.into(), ..Default::default() });
+        // Down (never up) since now: forgotten if it never links.
+        let changed = self.now;
+        self.peers.push(Peer { name: name.into(), listen: listen.into(), changed, ..Default::default() });
         self.by_name.insert(name.into(), k);
         k
     }
@@ -383,6 +389,7 @@ impl ClusterAgent {
             p.counters = self.counters.as_ref().and_then(|c| c.allocate(kind, k, 0, &p.name).ok());
         }
         p.stale = Some(stale);
+        p.forgotten = false;
         p.link = Some(slot);
         p.status.connects += 1;
         p.changed = self.now;
@@ -420,6 +427,9 @@ impl ClusterAgent {
         let (held, told) = self.local.counts();
         let mut links = Vec::with_capacity(self.peers.len());
         for (k, p) in self.peers.iter().enumerate() {
+            if p.forgotten && !self.net.dials_router(&p.name) {
+                continue;
+            }
             let mut s = p.status.clone();
             s.router.clone_from(&p.name);
             s.addr.clone_from(&p.listen);

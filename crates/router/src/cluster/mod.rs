@@ -63,6 +63,9 @@ pub struct ClusterSettings {
     pub secret: Vec<u8>,
     /// Heartbeats on idle links; a link silent for twice this is dropped.
     pub heartbeat: Duration,
+    /// A router down this long is forgotten (`[router.cluster]
+    /// forget_after`).
+    pub forget_after: Duration,
     /// Largest frame read from another router: `limits.max_frame` plus
     /// [`link::FRAME_OVERHEAD`] (every router of a cluster needs the same
     /// `limits.max_frame`: a larger message ends a link).

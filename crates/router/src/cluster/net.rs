@@ -37,9 +37,6 @@ const MAX_PENDING: usize = 64;
 const MAX_PENDING_PER_ADDRESS: usize = 8;
 /// The shortest heartbeat interval a peer may ask for.
 const MIN_HEARTBEAT: Duration = Duration::from_millis(100);
-/// A router down this long is forgotten: what it wanted is withdrawn
-/// (messages for it are no longer numbered and counted lost).
-const FORGET_NS: u64 = 60_000_000_000;
 
 /// A router to dial: a configured peer, or one learned from another.
 #[derive(Debug)]
@@ -53,6 +50,9 @@ pub(super) struct Dial {
     backoff: u64,
     /// It turned out to be this router.
     is_self: bool,
+    /// Learned from another router (not configured): given up when the
+    /// router is forgotten, as nats-server gives up on implicit routes.
+    learned: bool,
 }
 
 /// The sockets.
@@ -87,6 +87,7 @@ impl Net {
                 next_at: now,
                 backoff: FIRST_BACKOFF_NS,
                 is_self: false,
+                learned: false,
             })
             .collect();
         Ok(Self {
@@ -99,6 +100,11 @@ impl Net {
             inbox: Vec::new(),
             cuts: Vec::new(),
         })
+    }
+
+    /// Whether the router named `name` is dialed (a dial that reached it).
+    pub(super) fn dials_router(&self, name: &str) -> bool {
+        self.dials.iter().any(|d| d.name.as_deref() == Some(name))
     }
 
     /// The listener's address.
@@ -217,7 +223,8 @@ impl ClusterAgent {
         if name == self.me.name || listen.is_empty() {
             return;
         }
-        if self.peers.len() >= MAX_ROUTERS && !self.by_name.contains_key(name) {
+        let known = self.peers.iter().filter(|p| !p.forgotten).count();
+        if (known >= MAX_ROUTERS || self.peers.len() >= 4 * MAX_ROUTERS) && !self.by_name.contains_key(name) {
             // A bound on what another router's ROUTERS frames can make
             // this one remember and dial.
             tracing::debug!("cluster: router {name:?} ({listen}) not learned: {MAX_ROUTERS} routers known already");
@@ -228,6 +235,12 @@ impl ClusterAgent {
         let known = self.net.dials.iter().any(|d| d.addr == listen || d.name.as_deref() == Some(name));
         if !linked && !known && *self.me.name < *name {
             let now = self.now;
+            // Told of again: dialed for another `forget_after` at most.
+            let p = &mut self.peers[k as usize];
+            if p.forgotten {
+                p.forgotten = false;
+                p.changed = now;
+            }
             self.net.dials.push(Dial {
                 addr: listen.into(),
                 name: Some(name.into()),
@@ -235,6 +248,7 @@ impl ClusterAgent {
                 next_at: now,
                 backoff: FIRST_BACKOFF_NS,
                 is_self: false,
+                learned: true,
             });
         }
     }
@@ -508,24 +522,35 @@ impl ClusterAgent {
         self.forget_gone(now);
     }
 
-    /// Withdraws what routers down for [`FORGET_NS`] wanted.
+    /// Forgets the routers down for [`ClusterSettings::forget_after`]: what
+    /// they wanted is withdrawn (messages for them are no longer numbered
+    /// and counted lost), and those only learned of are no longer dialed.
     fn forget_gone(&mut self, now: u64) {
+        let after = u64::try_from(self.settings.forget_after.as_nanos()).unwrap_or(u64::MAX);
         for k in 0..self.peers.len() as u32 {
             let p = &mut self.peers[k as usize];
-            if p.link.is_some() || now.saturating_sub(p.changed) < FORGET_NS || self.remote.len(k) == 0 {
+            if p.forgotten || p.link.is_some() || now.saturating_sub(p.changed) < after {
                 continue;
             }
+            p.forgotten = true;
             p.stale = None;
             // Its counter set back to the router's (taken again if it links).
             p.counters = None;
+            let name = p.name.clone();
+            let before = self.net.dials.len();
+            self.net.dials.retain(|d| !(d.learned && d.name.as_deref() == Some(name.as_str())));
+            let given_up = if self.net.dials.len() < before { ", no longer dialed" } else { "" };
+            let wanted = self.remote.len(k) > 0;
             tracing::info!(
-                "cluster: router {} down for {} s: what it wanted is withdrawn",
-                p.name,
-                FORGET_NS / 1_000_000_000
+                "cluster: router {name} down for {:?}: forgotten{}{given_up}",
+                self.settings.forget_after,
+                if wanted { ", what it wanted withdrawn" } else { "" }
             );
-            let all = self.remote.patterns(k);
-            for c in self.remote.remove_all(k, all) {
-                self.tell_agents(&c);
+            if wanted {
+                let all = self.remote.patterns(k);
+                for c in self.remote.remove_all(k, all) {
+                    self.tell_agents(&c);
+                }
             }
         }
     }

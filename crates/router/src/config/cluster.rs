@@ -28,6 +28,10 @@ pub struct ClusterTable {
     /// Heartbeats on an idle link; a link silent for twice this is
     /// dropped and dialed again.
     pub heartbeat: String,
+    /// A router down this long is forgotten: what it wanted is withdrawn
+    /// (what its subscribers miss after is not counted), and one only
+    /// learned of from another router is no longer dialed.
+    pub forget_after: String,
     /// TLS on the links between routers (none: plain TCP).
     pub tls: Option<ClusterTlsFiles>,
     /// Where the cluster's agent runs: `shared`, on the routing agent's
@@ -64,6 +68,7 @@ impl Default for ClusterTable {
             peers: Vec::new(),
             secret_file: PathBuf::new(),
             heartbeat: "1s".into(),
+            forget_after: "60s".into(),
             tls: None,
             thread: "auto".into(),
         }
@@ -116,6 +121,10 @@ impl ClusterTable {
             .ok()
             .filter(|d| *d >= Duration::from_millis(100))
             .ok_or_else(|| bad("cluster.heartbeat", &self.heartbeat, "a duration of 100ms or more"))?;
+        let forget_after: Duration = humantime::parse_duration(&self.forget_after)
+            .ok()
+            .filter(|d| *d >= Duration::from_secs(1))
+            .ok_or_else(|| bad("cluster.forget_after", &self.forget_after, "a duration of 1s or more"))?;
         let secret = tickwire_transport::tls::read_secret(&self.secret_file).map_err(|e| {
             tracing::error!("[router.cluster] secret_file {}: {e}", self.secret_file.display());
             bad("cluster.secret_file", &self.secret_file.display(), "a readable file, mode 600, holding the secret")
@@ -147,6 +156,7 @@ impl ClusterTable {
             peers,
             secret,
             heartbeat,
+            forget_after,
             max_frame: max_frame + crate::cluster::link::FRAME_OVERHEAD,
             tls,
             own_thread,
@@ -183,6 +193,8 @@ mod tests {
         assert!(e(ClusterTable { listen: "nowhere".into(), ..t.clone() }).starts_with("cluster.listen = nowhere"));
         assert!(e(ClusterTable { name: String::new(), ..t.clone() }).starts_with("cluster.name"));
         assert!(e(ClusterTable { heartbeat: "50ms".into(), ..t.clone() }).starts_with("cluster.heartbeat"));
+        let forget = e(ClusterTable { forget_after: "500ms".into(), ..t.clone() });
+        assert!(forget.starts_with("cluster.forget_after = 500ms"), "{forget}");
         assert!(e(ClusterTable { thread: "mine".into(), ..t.clone() }).starts_with("cluster.thread = mine"));
         assert_eq!(s.own_thread, None, "auto by default");
         let thread = |w: &str| ClusterTable { thread: w.into(), ..t.clone() }.to_settings("a", 1 << 20).unwrap();
