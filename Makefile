@@ -18,6 +18,7 @@ demo: build
 test: setup
 	@$(CARGO_ENV) cargo fmt --all -- --check
 	@$(CARGO_ENV) cargo clippy --release --all-targets -- -D warnings
+	@$(CARGO_ENV) cargo build --profile release-checked -p tickwire-preload
 	@$(CARGO_ENV) cargo test --profile release-checked --workspace
 	@$(CARGO_ENV) $(MAKE) --no-print-directory python-test PY_PROFILE=release-checked
 	@$(CARGO_ENV) $(MAKE) --no-print-directory loom

@@ -1,6 +1,7 @@
 //! `tickwire`: publish, subscribe, inspect and measure.
 #![forbid(unsafe_code)]
 
+mod accel;
 mod config;
 mod ha;
 mod lab;
@@ -49,6 +50,8 @@ enum Cmd {
     Router(Box<router::RouterArgs>),
     /// Show live counters and streams of every tickwire process (like AeronStat).
     Stat(stat::StatArgs),
+    /// Run an unmodified program with its UDP sockets over AF_XDP (LD_PRELOAD, like `onload PROGRAM`).
+    Accel(accel::AccelArgs),
     /// Remove files left behind by dead processes.
     Clean,
     /// The router's journal (guaranteed delivery).
@@ -167,6 +170,7 @@ fn main() -> ExitCode {
         }
         Cmd::Router(a) => router::run(&settings, &a),
         Cmd::Stat(a) => stat::run(&settings, &a),
+        Cmd::Accel(a) => accel::run(&a),
         Cmd::Clean => stat::clean(&settings),
         Cmd::Journal(a) => journal(&a.cmd),
         Cmd::Lab(a) => lab::run(&settings, a.cmd),

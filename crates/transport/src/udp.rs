@@ -49,6 +49,18 @@ impl UdpTransport {
             socket.set_multicast_ttl_v4(1).map_err(|e| io("IP_MULTICAST_TTL", e))?;
         }
         socket.bind(&SockAddr::from(cfg.bind)).map_err(|e| io("bind", e))?;
+        Self::from_socket(socket)
+    }
+
+    /// Wraps a socket bound already (another program's, as a preload
+    /// library finds it), its `O_NONBLOCK` left as it is: the flag belongs
+    /// to the open file, which the program shares. Receives never block
+    /// (`MSG_DONTWAIT`); sends block if the socket does.
+    ///
+    /// # Errors
+    /// [`TransportError::Io`]: not IPv4, or not bound.
+    pub fn from_socket(socket: Socket) -> Result<Self, TransportError> {
+        let io = TransportError::io;
         let local = socket
             .local_addr()
             .ok()

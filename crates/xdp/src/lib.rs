@@ -245,6 +245,17 @@ impl XdpTransport {
     pub fn open(cfg: &XdpConfig) -> Result<Self, XdpError> {
         check_capabilities()?;
         let kernel = UdpTransport::open(&cfg.udp)?;
+        Self::over(kernel, cfg)
+    }
+
+    /// [`XdpTransport::open`] beside a kernel socket opened and bound
+    /// already (`cfg.udp` says how it was: its address, its group); its
+    /// port is the flow's.
+    ///
+    /// # Errors
+    /// [`XdpError`], saying which step failed and why.
+    pub fn over(kernel: UdpTransport, cfg: &XdpConfig) -> Result<Self, XdpError> {
+        check_capabilities()?;
         let port_no = kernel.local_addr().port();
         let addr = match cfg.udp.multicast {
             Some((_, interface)) if !interface.is_unspecified() => interface,
@@ -288,6 +299,23 @@ impl XdpTransport {
     /// The counters.
     pub fn stats(&self) -> XdpStats {
         self.stats
+    }
+
+    /// The kernel socket has datagrams (a readiness call said so): the
+    /// next receives read it.
+    pub fn kernel_readable(&mut self) {
+        self.kernel_hot = self.kernel_hot.max(1);
+    }
+
+    /// The kernel socket's descriptor.
+    pub fn kernel_fd(&self) -> std::os::fd::RawFd {
+        self.kernel.as_raw_fd()
+    }
+
+    /// The AF_XDP socket's descriptor, readable when a datagram for any
+    /// flow of this process on the interface waits in its ring.
+    pub fn ring_fd(&self) -> std::os::fd::RawFd {
+        port::lock(&self.port).xsk.fd()
     }
 }
 

@@ -1,0 +1,68 @@
+//! libc's own socket calls, found once with `dlsym(RTLD_NEXT)`: the ones
+//! this library's calls of the same names stand in front of.
+
+use libc::{c_int, c_ulong, c_void, epoll_event, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t, ssize_t};
+use std::sync::OnceLock;
+
+/// The calls, as libc has them.
+pub(crate) struct Libc {
+    pub socket: unsafe extern "C" fn(c_int, c_int, c_int) -> c_int,
+    pub bind: unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int,
+    pub connect: unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int,
+    pub sendto: unsafe extern "C" fn(c_int, *const c_void, size_t, c_int, *const sockaddr, socklen_t) -> ssize_t,
+    pub sendmsg: unsafe extern "C" fn(c_int, *const msghdr, c_int) -> ssize_t,
+    pub write: unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t,
+    pub recvfrom: unsafe extern "C" fn(c_int, *mut c_void, size_t, c_int, *mut sockaddr, *mut socklen_t) -> ssize_t,
+    pub recvmsg: unsafe extern "C" fn(c_int, *mut msghdr, c_int) -> ssize_t,
+    pub read: unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t,
+    pub close: unsafe extern "C" fn(c_int) -> c_int,
+    pub dup: unsafe extern "C" fn(c_int) -> c_int,
+    pub dup2: unsafe extern "C" fn(c_int, c_int) -> c_int,
+    pub dup3: unsafe extern "C" fn(c_int, c_int, c_int) -> c_int,
+    /// Variadic in libc; called with one integer or pointer argument.
+    pub fcntl: unsafe extern "C" fn(c_int, c_int, ...) -> c_int,
+    pub ioctl: unsafe extern "C" fn(c_int, c_ulong, ...) -> c_int,
+    pub setsockopt: unsafe extern "C" fn(c_int, c_int, c_int, *const c_void, socklen_t) -> c_int,
+    pub poll: unsafe extern "C" fn(*mut pollfd, nfds_t, c_int) -> c_int,
+    pub epoll_ctl: unsafe extern "C" fn(c_int, c_int, c_int, *mut epoll_event) -> c_int,
+    pub epoll_wait: unsafe extern "C" fn(c_int, *mut epoll_event, c_int, c_int) -> c_int,
+    pub epoll_pwait: unsafe extern "C" fn(c_int, *mut epoll_event, c_int, c_int, *const libc::sigset_t) -> c_int,
+}
+
+static LIBC: OnceLock<Libc> = OnceLock::new();
+
+/// The next definition of `name` (a NUL-terminated name) after this
+/// library's; the process cannot go on without it.
+fn next(name: &'static [u8]) -> *mut c_void {
+    // SAFETY: `name` is NUL-terminated (every caller passes a literal
+    // ending in \0); RTLD_NEXT is valid in a shared object.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) };
+    if p.is_null() {
+        // No libc to pass to: nothing this process does with sockets works.
+        let msg = b"tickwire accel: libc has no socket call of that name; stopping\n";
+        // SAFETY: a valid buffer and length; a raw system call, no libc.
+        unsafe { libc::syscall(libc::SYS_write, 2, msg.as_ptr(), msg.len()) };
+        std::process::abort();
+    }
+    p
+}
+
+macro_rules! find {
+    ($($f:ident),*) => {
+        Libc {
+            // SAFETY: each symbol is libc's function of that name, whose C
+            // type is the field's (glibc's prototypes, x86-64 and aarch64).
+            $($f: unsafe { std::mem::transmute::<*mut c_void, _>(next(concat!(stringify!($f), "\0").as_bytes())) },)*
+        }
+    };
+}
+
+/// libc's calls.
+pub(crate) fn libc() -> &'static Libc {
+    LIBC.get_or_init(|| {
+        find!(
+            socket, bind, connect, sendto, sendmsg, write, recvfrom, recvmsg, read, close, dup, dup2, dup3,
+            fcntl, ioctl, setsockopt, poll, epoll_ctl, epoll_wait, epoll_pwait
+        )
+    })
+}

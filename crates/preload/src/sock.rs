@@ -1,0 +1,246 @@
+//! An accelerated socket: its AF_XDP transport (the program's kernel
+//! socket under it, as a second descriptor), what the program set on it
+//! (blocking, receive timeout, connected peer), datagrams taken off the
+//! rings and not yet read; sending and receiving with the kernel's
+//! semantics, blocking after a spin.
+
+use crate::config::{self, Config};
+use crate::table::Shared;
+use std::collections::VecDeque;
+use std::net::SocketAddrV4;
+use std::os::fd::{FromRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tickwire_transport::{RecvBatch, Transport, TransportError, UdpConfig, UdpTransport};
+use tickwire_xdp::{XdpConfig, XdpTransport};
+
+/// Datagrams kept per socket between reads (more are dropped and counted,
+/// as a full receive buffer drops).
+const PENDING_MAX: usize = 4096;
+/// A blocked receive looks again at least this often.
+pub(crate) const WAIT_SLICE: Duration = Duration::from_millis(100);
+
+/// The process's counters.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Sockets accelerated.
+    pub accelerated: AtomicU64,
+    /// Sockets left to the kernel after trying (the reason is said once).
+    pub fallbacks: AtomicU64,
+    /// Datagrams and bytes sent and received through accelerated sockets.
+    pub tx_packets: AtomicU64,
+    pub tx_bytes: AtomicU64,
+    pub rx_packets: AtomicU64,
+    pub rx_bytes: AtomicU64,
+    /// Datagrams dropped: a socket's queue was full.
+    pub rx_dropped: AtomicU64,
+}
+
+/// The counters of this process.
+pub static STATS: Stats = Stats {
+    accelerated: AtomicU64::new(0),
+    fallbacks: AtomicU64::new(0),
+    tx_packets: AtomicU64::new(0),
+    tx_bytes: AtomicU64::new(0),
+    rx_packets: AtomicU64::new(0),
+    rx_bytes: AtomicU64::new(0),
+    rx_dropped: AtomicU64::new(0),
+};
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// An accelerated socket.
+pub(crate) struct Sock {
+    xdp: XdpTransport,
+    /// What the program asked: `O_NONBLOCK`, `SO_RCVTIMEO`, `connect`.
+    pub nonblocking: bool,
+    pub rcvtimeo: Option<Duration>,
+    pub peer: Option<SocketAddrV4>,
+    pending: VecDeque<(Vec<u8>, SocketAddrV4)>,
+    batch: RecvBatch,
+}
+
+pub(crate) fn lock(s: &Mutex<Sock>) -> MutexGuard<'_, Sock> {
+    s.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The errno of a transport's error.
+fn errno(e: &TransportError) -> libc::c_int {
+    let TransportError::Io { source, .. } = e;
+    source.raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// Puts `fd` (an IPv4 UDP socket bound to `bound`, on the configured
+/// interface) on AF_XDP; the reason if it stays the kernel's.
+pub(crate) fn accelerate(fd: RawFd, bound: SocketAddrV4, cfg: &Config) -> Result<Shared, String> {
+    let Some((ifname, addr)) = &cfg.iface else { return Err("no interface to accelerate".into()) };
+    let l = crate::real::libc();
+    // SAFETY: fcntl on a descriptor the program holds; F_GETFL takes no argument.
+    let flags = unsafe { (l.fcntl)(fd, libc::F_GETFL) };
+    // SAFETY: F_DUPFD_CLOEXEC with a lowest number: a new descriptor of
+    // the same socket, owned by the transport from here.
+    let dup = unsafe { (l.fcntl)(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if dup < 0 || flags < 0 {
+        return Err(format!("dup: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `dup` is a new descriptor nothing else owns.
+    let socket = unsafe { socket2::Socket::from_raw_fd(dup) };
+    let kernel = UdpTransport::from_socket(socket).map_err(|e| e.to_string())?;
+    let xcfg = XdpConfig {
+        udp: UdpConfig { bind: bound, multicast: None, buffer_bytes: 0 },
+        // Bound to 0.0.0.0: the interface's address, the route to which
+        // is the interface's own.
+        peer: Some(*addr),
+        mode: cfg.mode,
+        checksum: tickwire_xdp::Checksum::default(),
+    };
+    let xdp = XdpTransport::over(kernel, &xcfg).map_err(|e| format!("{ifname}: {e}"))?;
+    if cfg.verbose {
+        config::note(&format!("fd {fd} ({bound}): {}", xdp.describe()));
+    }
+    add(&STATS.accelerated, 1);
+    Ok(Arc::new(Mutex::new(Sock {
+        xdp,
+        nonblocking: flags & libc::O_NONBLOCK != 0,
+        rcvtimeo: None,
+        peer: None,
+        pending: VecDeque::new(),
+        batch: RecvBatch::new(16, 65_536),
+    })))
+}
+
+impl Sock {
+    /// Takes what the rings hold for this socket.
+    fn fill(&mut self) -> Result<(), libc::c_int> {
+        let n = self.xdp.recv_batch(&mut self.batch).map_err(|e| errno(&e))?;
+        for i in 0..n {
+            let (d, from) = self.batch.get(i);
+            if self.peer.is_some_and(|p| p != from) {
+                // A connected socket receives from its peer only.
+                continue;
+            }
+            if self.pending.len() >= PENDING_MAX {
+                add(&STATS.rx_dropped, 1);
+                continue;
+            }
+            self.pending.push_back((d.to_vec(), from));
+        }
+        Ok(())
+    }
+
+    /// Whether a read would find a datagram now.
+    pub(crate) fn readable(&mut self) -> bool {
+        if self.pending.is_empty() {
+            let _ = self.fill();
+        }
+        !self.pending.is_empty()
+    }
+
+    /// The length of the next datagram (0: none), as `FIONREAD` says.
+    pub(crate) fn next_len(&mut self) -> usize {
+        self.readable();
+        self.pending.front().map_or(0, |(d, _)| d.len())
+    }
+
+    /// The descriptors a blocked call waits on: the rings and the kernel
+    /// socket.
+    pub(crate) fn wait_fds(&self) -> [RawFd; 2] {
+        [self.xdp.ring_fd(), self.xdp.kernel_fd()]
+    }
+
+    /// A readiness call found the kernel socket readable.
+    pub(crate) fn kernel_readable(&mut self) {
+        self.xdp.kernel_readable();
+    }
+
+    /// Sends one datagram to `to` (or the connected peer).
+    pub(crate) fn send(&mut self, to: Option<SocketAddrV4>, data: &[u8], dontwait: bool) -> Result<usize, libc::c_int> {
+        let to = to.or(self.peer).ok_or(libc::EDESTADDRREQ)?;
+        let start = Instant::now();
+        loop {
+            match self.xdp.send_batch(to, &[data]) {
+                Ok(1) => {
+                    add(&STATS.tx_packets, 1);
+                    add(&STATS.tx_bytes, data.len() as u64);
+                    return Ok(data.len());
+                }
+                Ok(_) if self.nonblocking || dontwait || start.elapsed() > Duration::from_secs(1) => {
+                    return Err(libc::EAGAIN)
+                }
+                // The TX ring is full for a moment: the kernel drains it.
+                Ok(_) => std::hint::spin_loop(),
+                Err(e) => return Err(errno(&e)),
+            }
+        }
+    }
+}
+
+/// Receives one datagram from `s` and gives it to `take` (data, source);
+/// blocks (spinning first) unless the socket or `flags` say not to.
+pub(crate) fn recv<R>(
+    s: &Shared,
+    flags: libc::c_int,
+    take: impl FnOnce(&[u8], SocketAddrV4) -> R,
+) -> Result<R, libc::c_int> {
+    let peek = flags & libc::MSG_PEEK != 0;
+    let dontwait = flags & libc::MSG_DONTWAIT != 0;
+    let spin = config::get().spin;
+    let start = Instant::now();
+    loop {
+        let (fds, timeout) = {
+            let mut g = lock(s);
+            if g.pending.is_empty() {
+                g.fill()?;
+            }
+            let got = if peek { g.pending.front().cloned() } else { g.pending.pop_front() };
+            if let Some((d, from)) = got {
+                if !peek {
+                    add(&STATS.rx_packets, 1);
+                    add(&STATS.rx_bytes, d.len() as u64);
+                }
+                return Ok(take(&d, from));
+            }
+            if g.nonblocking || dontwait {
+                return Err(libc::EAGAIN);
+            }
+            (g.wait_fds(), g.rcvtimeo)
+        };
+        let waited = start.elapsed();
+        if timeout.is_some_and(|t| waited >= t) {
+            return Err(libc::EAGAIN);
+        }
+        if waited < spin {
+            std::hint::spin_loop();
+            continue;
+        }
+        let slice = timeout.map_or(WAIT_SLICE, |t| t.saturating_sub(waited).min(WAIT_SLICE));
+        if wait(&fds, slice)? {
+            lock(s).kernel_readable();
+        }
+    }
+}
+
+/// Waits until one of `fds` is readable or `timeout` passes; whether the
+/// second (the kernel socket) is.
+pub(crate) fn wait(fds: &[RawFd; 2], timeout: Duration) -> Result<bool, libc::c_int> {
+    let mut p = fds.map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+    let ms = libc::c_int::try_from(timeout.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+    // SAFETY: two valid pollfd entries.
+    let r = unsafe { (crate::real::libc().poll)(p.as_mut_ptr(), 2, ms) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINTR));
+    }
+    Ok(p[1].revents & libc::POLLIN != 0)
+}
+
+impl Drop for Sock {
+    fn drop(&mut self) {
+        if config::get().verbose {
+            let local = self.xdp.local_addr();
+            config::note(&format!("{local} closed: {:?}", self.xdp.stats()));
+        }
+    }
+}

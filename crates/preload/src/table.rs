@@ -1,0 +1,153 @@
+//! Which descriptors are what: the process's UDP sockets not yet decided
+//! (candidates), the accelerated ones and their state, the epoll sets that
+//! hold accelerated sockets, and whether a thread is inside this library
+//! (its own calls to libc pass straight through).
+
+use crate::sock::Sock;
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Descriptors below this are looked at; a socket at or above it stays a
+/// kernel socket (the fallback counter says so).
+pub(crate) const MAX_FD: usize = 1 << 16;
+
+/// One bit per descriptor.
+pub(crate) struct FdSet([AtomicU64; MAX_FD / 64]);
+
+impl FdSet {
+    const fn new() -> Self {
+        Self([const { AtomicU64::new(0) }; MAX_FD / 64])
+    }
+    pub(crate) fn has(&self, fd: libc::c_int) -> bool {
+        usize::try_from(fd).is_ok_and(|f| f < MAX_FD && self.0[f / 64].load(Ordering::Acquire) & (1 << (f % 64)) != 0)
+    }
+    pub(crate) fn set(&self, fd: libc::c_int, on: bool) {
+        let Ok(f) = usize::try_from(fd) else { return };
+        if f >= MAX_FD {
+            return;
+        }
+        if on {
+            self.0[f / 64].fetch_or(1 << (f % 64), Ordering::AcqRel);
+        } else {
+            self.0[f / 64].fetch_and(!(1 << (f % 64)), Ordering::AcqRel);
+        }
+    }
+    pub(crate) fn clear_all(&self) {
+        for w in &self.0 {
+            w.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// IPv4 UDP sockets made in this process, not yet accelerated or left to
+/// the kernel (decided at bind, connect or the first send).
+pub(crate) static CANDIDATES: FdSet = FdSet::new();
+/// Accelerated sockets (their state in [`SOCKS`]).
+pub(crate) static ACCELERATED: FdSet = FdSet::new();
+/// Epoll sets holding an accelerated socket or a candidate (see
+/// [`EPOLLS`]).
+pub(crate) static WATCHED_EPOLLS: FdSet = FdSet::new();
+
+/// An accelerated socket shared by every descriptor of it (`dup`).
+pub(crate) type Shared = Arc<Mutex<Sock>>;
+
+static SOCKS: Mutex<Option<HashMap<libc::c_int, Shared>>> = Mutex::new(None);
+
+/// What an epoll set holds of candidates and accelerated sockets: the
+/// descriptor, the events asked for and the caller's data.
+pub(crate) type Watches = Vec<(libc::c_int, u32, u64)>;
+static EPOLLS: Mutex<Option<HashMap<libc::c_int, Watches>>> = Mutex::new(None);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The accelerated socket behind `fd`.
+pub(crate) fn sock(fd: libc::c_int) -> Option<Shared> {
+    if !ACCELERATED.has(fd) {
+        return None;
+    }
+    lock(&SOCKS).as_ref()?.get(&fd).cloned()
+}
+
+/// `fd` is (another descriptor of) `s`.
+pub(crate) fn insert(fd: libc::c_int, s: Shared) {
+    lock(&SOCKS).get_or_insert_with(HashMap::new).insert(fd, s);
+    CANDIDATES.set(fd, false);
+    ACCELERATED.set(fd, true);
+}
+
+/// `fd` is closed (or replaced): its socket, if this was its last
+/// descriptor, is dropped (its flow removed from the program) after the
+/// lock is let go.
+pub(crate) fn remove(fd: libc::c_int) {
+    CANDIDATES.set(fd, false);
+    WATCHED_EPOLLS.set(fd, false);
+    let was = ACCELERATED.has(fd);
+    ACCELERATED.set(fd, false);
+    if was {
+        let s = lock(&SOCKS).as_mut().and_then(|m| m.remove(&fd));
+        drop(s);
+    }
+    if let Some(m) = lock(&EPOLLS).as_mut() {
+        m.remove(&fd);
+    }
+}
+
+/// After `fork`, in the child: every socket is the kernel's again (the
+/// AF_XDP socket and its flows stay the parent's; nothing of them is
+/// dropped here, which would remove the parent's flows).
+pub(crate) fn forget_all() {
+    ACCELERATED.clear_all();
+    CANDIDATES.clear_all();
+    WATCHED_EPOLLS.clear_all();
+    if let Ok(mut m) = SOCKS.try_lock() {
+        if let Some(all) = m.take() {
+            std::mem::forget(all);
+        }
+    }
+}
+
+/// Records what `epfd` watches of `fd` (`events` None: no longer).
+pub(crate) fn watch(epfd: libc::c_int, fd: libc::c_int, events: Option<(u32, u64)>) {
+    let mut g = lock(&EPOLLS);
+    let m = g.get_or_insert_with(HashMap::new);
+    let w = m.entry(epfd).or_default();
+    w.retain(|(f, _, _)| *f != fd);
+    if let Some((ev, data)) = events {
+        w.push((fd, ev, data));
+    }
+    let any = !w.is_empty();
+    if !any {
+        m.remove(&epfd);
+    }
+    WATCHED_EPOLLS.set(epfd, any);
+}
+
+/// What `epfd` watches of candidates and accelerated sockets.
+pub(crate) fn watches(epfd: libc::c_int) -> Watches {
+    lock(&EPOLLS).as_ref().and_then(|m| m.get(&epfd).cloned()).unwrap_or_default()
+}
+
+thread_local! {
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// While held, this thread is inside the library: the socket calls it
+/// makes (std's, the AF_XDP code's) go straight to libc.
+pub(crate) struct Inside(());
+
+impl Inside {
+    /// None if this thread is inside already.
+    pub(crate) fn enter() -> Option<Self> {
+        INSIDE.with(|i| if i.replace(true) { None } else { Some(Self(())) })
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        INSIDE.with(|i| i.set(false));
+    }
+}
