@@ -57,7 +57,7 @@ fn library(given: Option<&PathBuf>) -> Result<PathBuf, String> {
 }
 
 /// Replaces this process with the program (returns only on failure).
-pub fn run(a: &AccelArgs) -> Result<(), String> {
+pub fn run(s: &crate::config::Settings, a: &AccelArgs) -> Result<(), String> {
     let lib = library(a.library.as_ref())?;
     let interface = match &a.interface {
         Some(i) => i.clone(),
@@ -78,7 +78,8 @@ pub fn run(a: &AccelArgs) -> Result<(), String> {
         .env("LD_PRELOAD", preload)
         .env("TICKWIRE_ACCEL_INTERFACE", &interface)
         .env("TICKWIRE_ACCEL_SPIN_US", a.spin_us.to_string())
-        .env("TICKWIRE_ACCEL_XDP_MODE", &a.xdp_mode);
+        .env("TICKWIRE_ACCEL_XDP_MODE", &a.xdp_mode)
+        .env("TICKWIRE_ACCEL_DIR", &s.dir);
     if a.verbose {
         cmd.env("TICKWIRE_ACCEL_VERBOSE", "1");
     }

@@ -170,7 +170,7 @@ fn main() -> ExitCode {
         }
         Cmd::Router(a) => router::run(&settings, &a),
         Cmd::Stat(a) => stat::run(&settings, &a),
-        Cmd::Accel(a) => accel::run(&a),
+        Cmd::Accel(a) => accel::run(&settings, &a),
         Cmd::Clean => stat::clean(&settings),
         Cmd::Journal(a) => journal(&a.cmd),
         Cmd::Lab(a) => lab::run(&settings, a.cmd),

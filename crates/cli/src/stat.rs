@@ -97,6 +97,7 @@ fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
                             Kind::RouterAccept => "router-accept",
                             Kind::RouterRequests => "router-requests",
                             Kind::RouterClusterLink => "cluster-link",
+                            Kind::Accel => "accel",
                         };
                         let vals: Vec<String> =
                             set.kind.names().iter().zip(set.values).map(|(n, v)| format!("{n}={v}")).collect();
@@ -107,7 +108,8 @@ fn snapshot(s: &Settings, json: bool) -> Result<String, String> {
                             | Kind::RouterAgent
                             | Kind::RouterAccept
                             | Kind::RouterRequests
-                            | Kind::RouterClusterLink => {
+                            | Kind::RouterClusterLink
+                            | Kind::Accel => {
                                 format!("  {side} {}: {}\n", set.label, vals.join(" "))
                             }
                             Kind::RouterClient => {

@@ -6,11 +6,11 @@
 use crate::addr;
 use crate::config;
 use crate::real::libc as real;
-use crate::sock::{self, lock, STATS};
+use crate::counters::{self, C};
+use crate::sock::{self, lock};
 use crate::table::{self, Inside, ACCELERATED, CANDIDATES, WATCHED_EPOLLS};
 use libc::{c_int, c_ulong, c_void, epoll_event, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t, ssize_t};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::Ordering;
 
 fn set_errno(e: c_int) {
     // SAFETY: this thread's errno.
@@ -75,7 +75,8 @@ fn decide(fd: c_int, to: Option<SocketAddrV4>) {
     let ip = *local.ip();
     if ip.is_multicast() {
         CANDIDATES.set(fd, false);
-        STATS.fallbacks.fetch_add(1, Ordering::Relaxed);
+        counters::add(C::Fallbacks, 1);
+        counters::add(C::FallbacksMulticast, 1);
         config::note(&format!("fd {fd} ({local}): a multicast socket stays the kernel's (not accelerated yet)"));
         return;
     }
@@ -87,7 +88,7 @@ fn decide(fd: c_int, to: Option<SocketAddrV4>) {
         Ok(s) => table::insert(fd, s),
         Err(why) => {
             CANDIDATES.set(fd, false);
-            STATS.fallbacks.fetch_add(1, Ordering::Relaxed);
+            counters::add(C::Fallbacks, 1);
             config::note(&format!("fd {fd} ({local}) stays a kernel socket: {why}"));
         }
     }

@@ -37,6 +37,7 @@
 mod addr;
 mod calls;
 mod config;
+mod counters;
 mod ready;
 mod real;
 mod sock;

@@ -4,33 +4,6 @@
 use libc::{c_int, c_ulong, c_void, epoll_event, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t, ssize_t};
 use std::sync::OnceLock;
 
-/// The calls, as libc has them.
-pub(crate) struct Libc {
-    pub socket: unsafe extern "C" fn(c_int, c_int, c_int) -> c_int,
-    pub bind: unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int,
-    pub connect: unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int,
-    pub sendto: unsafe extern "C" fn(c_int, *const c_void, size_t, c_int, *const sockaddr, socklen_t) -> ssize_t,
-    pub sendmsg: unsafe extern "C" fn(c_int, *const msghdr, c_int) -> ssize_t,
-    pub write: unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t,
-    pub recvfrom: unsafe extern "C" fn(c_int, *mut c_void, size_t, c_int, *mut sockaddr, *mut socklen_t) -> ssize_t,
-    pub recvmsg: unsafe extern "C" fn(c_int, *mut msghdr, c_int) -> ssize_t,
-    pub read: unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t,
-    pub close: unsafe extern "C" fn(c_int) -> c_int,
-    pub dup: unsafe extern "C" fn(c_int) -> c_int,
-    pub dup2: unsafe extern "C" fn(c_int, c_int) -> c_int,
-    pub dup3: unsafe extern "C" fn(c_int, c_int, c_int) -> c_int,
-    /// Variadic in libc; called with one integer or pointer argument.
-    pub fcntl: unsafe extern "C" fn(c_int, c_int, ...) -> c_int,
-    pub ioctl: unsafe extern "C" fn(c_int, c_ulong, ...) -> c_int,
-    pub setsockopt: unsafe extern "C" fn(c_int, c_int, c_int, *const c_void, socklen_t) -> c_int,
-    pub poll: unsafe extern "C" fn(*mut pollfd, nfds_t, c_int) -> c_int,
-    pub epoll_ctl: unsafe extern "C" fn(c_int, c_int, c_int, *mut epoll_event) -> c_int,
-    pub epoll_wait: unsafe extern "C" fn(c_int, *mut epoll_event, c_int, c_int) -> c_int,
-    pub epoll_pwait: unsafe extern "C" fn(c_int, *mut epoll_event, c_int, c_int, *const libc::sigset_t) -> c_int,
-}
-
-static LIBC: OnceLock<Libc> = OnceLock::new();
-
 /// The next definition of `name` (a NUL-terminated name) after this
 /// library's; the process cannot go on without it.
 fn next(name: &'static [u8]) -> *mut c_void {
@@ -47,22 +20,53 @@ fn next(name: &'static [u8]) -> *mut c_void {
     p
 }
 
-macro_rules! find {
-    ($($f:ident),*) => {
-        Libc {
-            // SAFETY: each symbol is libc's function of that name, whose C
-            // type is the field's (glibc's prototypes, x86-64 and aarch64).
-            $($f: unsafe { std::mem::transmute::<*mut c_void, _>(next(concat!(stringify!($f), "\0").as_bytes())) },)*
+macro_rules! calls {
+    ($($f:ident: $t:ty,)*) => {
+        /// The calls, as libc has them.
+        pub(crate) struct Libc {
+            $(pub $f: $t,)*
+        }
+
+        fn find_all() -> Libc {
+            Libc {
+                $($f: {
+                    let p = next(concat!(stringify!($f), "\0").as_bytes());
+                    // SAFETY: the symbol is libc's function of that name,
+                    // whose C type is the field's (glibc's prototypes).
+                    unsafe { std::mem::transmute::<*mut c_void, $t>(p) }
+                },)*
+            }
         }
     };
 }
 
+calls! {
+    socket: unsafe extern "C" fn(c_int, c_int, c_int) -> c_int,
+    bind: unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int,
+    connect: unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int,
+    sendto: unsafe extern "C" fn(c_int, *const c_void, size_t, c_int, *const sockaddr, socklen_t) -> ssize_t,
+    sendmsg: unsafe extern "C" fn(c_int, *const msghdr, c_int) -> ssize_t,
+    write: unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t,
+    recvfrom: unsafe extern "C" fn(c_int, *mut c_void, size_t, c_int, *mut sockaddr, *mut socklen_t) -> ssize_t,
+    recvmsg: unsafe extern "C" fn(c_int, *mut msghdr, c_int) -> ssize_t,
+    read: unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t,
+    close: unsafe extern "C" fn(c_int) -> c_int,
+    dup: unsafe extern "C" fn(c_int) -> c_int,
+    dup2: unsafe extern "C" fn(c_int, c_int) -> c_int,
+    dup3: unsafe extern "C" fn(c_int, c_int, c_int) -> c_int,
+    // Variadic in libc; called with one integer or pointer argument.
+    fcntl: unsafe extern "C" fn(c_int, c_int, ...) -> c_int,
+    ioctl: unsafe extern "C" fn(c_int, c_ulong, ...) -> c_int,
+    setsockopt: unsafe extern "C" fn(c_int, c_int, c_int, *const c_void, socklen_t) -> c_int,
+    poll: unsafe extern "C" fn(*mut pollfd, nfds_t, c_int) -> c_int,
+    epoll_ctl: unsafe extern "C" fn(c_int, c_int, c_int, *mut epoll_event) -> c_int,
+    epoll_wait: unsafe extern "C" fn(c_int, *mut epoll_event, c_int, c_int) -> c_int,
+    epoll_pwait: unsafe extern "C" fn(c_int, *mut epoll_event, c_int, c_int, *const libc::sigset_t) -> c_int,
+}
+
+static LIBC: OnceLock<Libc> = OnceLock::new();
+
 /// libc's calls.
 pub(crate) fn libc() -> &'static Libc {
-    LIBC.get_or_init(|| {
-        find!(
-            socket, bind, connect, sendto, sendmsg, write, recvfrom, recvmsg, read, close, dup, dup2, dup3,
-            fcntl, ioctl, setsockopt, poll, epoll_ctl, epoll_wait, epoll_pwait
-        )
-    })
+    LIBC.get_or_init(find_all)
 }

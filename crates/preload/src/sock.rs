@@ -5,11 +5,11 @@
 //! semantics, blocking after a spin.
 
 use crate::config::{self, Config};
+use crate::counters::{self, C};
 use crate::table::Shared;
 use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 use std::os::fd::{FromRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tickwire_transport::{RecvBatch, Transport, TransportError, UdpConfig, UdpTransport};
@@ -21,37 +21,6 @@ const PENDING_MAX: usize = 4096;
 /// A blocked receive looks again at least this often.
 pub(crate) const WAIT_SLICE: Duration = Duration::from_millis(100);
 
-/// The process's counters.
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Sockets accelerated.
-    pub accelerated: AtomicU64,
-    /// Sockets left to the kernel after trying (the reason is said once).
-    pub fallbacks: AtomicU64,
-    /// Datagrams and bytes sent and received through accelerated sockets.
-    pub tx_packets: AtomicU64,
-    pub tx_bytes: AtomicU64,
-    pub rx_packets: AtomicU64,
-    pub rx_bytes: AtomicU64,
-    /// Datagrams dropped: a socket's queue was full.
-    pub rx_dropped: AtomicU64,
-}
-
-/// The counters of this process.
-pub static STATS: Stats = Stats {
-    accelerated: AtomicU64::new(0),
-    fallbacks: AtomicU64::new(0),
-    tx_packets: AtomicU64::new(0),
-    tx_bytes: AtomicU64::new(0),
-    rx_packets: AtomicU64::new(0),
-    rx_bytes: AtomicU64::new(0),
-    rx_dropped: AtomicU64::new(0),
-};
-
-fn add(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Ordering::Relaxed);
-}
-
 /// An accelerated socket.
 pub(crate) struct Sock {
     xdp: XdpTransport,
@@ -61,6 +30,8 @@ pub(crate) struct Sock {
     pub peer: Option<SocketAddrV4>,
     pending: VecDeque<(Vec<u8>, SocketAddrV4)>,
     batch: RecvBatch,
+    /// The transport's kernel-path count, as last added to the counters.
+    kernel_seen: u64,
 }
 
 pub(crate) fn lock(s: &Mutex<Sock>) -> MutexGuard<'_, Sock> {
@@ -101,7 +72,8 @@ pub(crate) fn accelerate(fd: RawFd, bound: SocketAddrV4, cfg: &Config) -> Result
     if cfg.verbose {
         config::note(&format!("fd {fd} ({bound}): {}", xdp.describe()));
     }
-    add(&STATS.accelerated, 1);
+    counters::add(C::Accelerated, 1);
+    counters::add(C::Open, 1);
     Ok(Arc::new(Mutex::new(Sock {
         xdp,
         nonblocking: flags & libc::O_NONBLOCK != 0,
@@ -109,6 +81,7 @@ pub(crate) fn accelerate(fd: RawFd, bound: SocketAddrV4, cfg: &Config) -> Result
         peer: None,
         pending: VecDeque::new(),
         batch: RecvBatch::new(16, 65_536),
+        kernel_seen: 0,
     })))
 }
 
@@ -116,6 +89,9 @@ impl Sock {
     /// Takes what the rings hold for this socket.
     fn fill(&mut self) -> Result<(), libc::c_int> {
         let n = self.xdp.recv_batch(&mut self.batch).map_err(|e| errno(&e))?;
+        if n > 0 {
+            self.count_kernel_path();
+        }
         for i in 0..n {
             let (d, from) = self.batch.get(i);
             if self.peer.is_some_and(|p| p != from) {
@@ -123,12 +99,20 @@ impl Sock {
                 continue;
             }
             if self.pending.len() >= PENDING_MAX {
-                add(&STATS.rx_dropped, 1);
+                counters::add(C::RxDropped, 1);
                 continue;
             }
             self.pending.push_back((d.to_vec(), from));
         }
         Ok(())
+    }
+
+    /// Adds what went by the kernel since last time.
+    fn count_kernel_path(&mut self) {
+        let st = self.xdp.stats();
+        let now = st.kernel_rx + st.kernel_tx;
+        counters::add(C::KernelPath, now - self.kernel_seen.min(now));
+        self.kernel_seen = now;
     }
 
     /// Whether a read would find a datagram now.
@@ -163,8 +147,9 @@ impl Sock {
         loop {
             match self.xdp.send_batch(to, &[data]) {
                 Ok(1) => {
-                    add(&STATS.tx_packets, 1);
-                    add(&STATS.tx_bytes, data.len() as u64);
+                    counters::add(C::TxPackets, 1);
+                    counters::add(C::TxBytes, data.len() as u64);
+                    self.count_kernel_path();
                     return Ok(data.len());
                 }
                 Ok(_) if self.nonblocking || dontwait || start.elapsed() > Duration::from_secs(1) => {
@@ -198,8 +183,8 @@ pub(crate) fn recv<R>(
             let got = if peek { g.pending.front().cloned() } else { g.pending.pop_front() };
             if let Some((d, from)) = got {
                 if !peek {
-                    add(&STATS.rx_packets, 1);
-                    add(&STATS.rx_bytes, d.len() as u64);
+                    counters::add(C::RxPackets, 1);
+                    counters::add(C::RxBytes, d.len() as u64);
                 }
                 return Ok(take(&d, from));
             }
@@ -238,6 +223,7 @@ pub(crate) fn wait(fds: &[RawFd; 2], timeout: Duration) -> Result<bool, libc::c_
 
 impl Drop for Sock {
     fn drop(&mut self) {
+        counters::sub(C::Open, 1);
         if config::get().verbose {
             let local = self.xdp.local_addr();
             config::note(&format!("{local} closed: {:?}", self.xdp.stats()));

@@ -77,6 +77,10 @@ pub enum Kind {
     /// A router's link to another router of its cluster (label: the other
     /// router's name), written by the cluster agent.
     RouterClusterLink = 12,
+    /// A program run under `tickwire accel` (label: the program and the
+    /// interface): its UDP sockets over AF_XDP, written by any of its
+    /// threads (values added atomically).
+    Accel = 13,
 }
 
 impl Kind {
@@ -95,6 +99,7 @@ impl Kind {
             Kind::RouterAccept => &ROUTER_ACCEPT_NAMES,
             Kind::RouterRequests => &ROUTER_REQUEST_NAMES,
             Kind::RouterClusterLink => &ROUTER_CLUSTER_LINK_NAMES,
+            Kind::Accel => &ACCEL_NAMES,
         }
     }
     fn from_u32(v: u32) -> Option<Self> {
@@ -111,6 +116,7 @@ impl Kind {
             10 => Some(Kind::RouterAccept),
             11 => Some(Kind::RouterRequests),
             12 => Some(Kind::RouterClusterLink),
+            13 => Some(Kind::Accel),
             _ => None,
         }
     }
@@ -296,6 +302,20 @@ pub const ROUTER_CLUSTER_LINK_NAMES: [&str; 10] = [
     "interest",
     "connects",
     "round_trip_us",
+];
+
+/// `tickwire accel` value names (`Kind::Accel`).
+pub const ACCEL_NAMES: [&str; 10] = [
+    "sockets_accelerated",
+    "sockets_open",
+    "fallbacks",
+    "fallbacks_multicast",
+    "tx_packets",
+    "tx_bytes",
+    "rx_packets",
+    "rx_bytes",
+    "rx_dropped",
+    "kernel_path",
 ];
 
 /// AF_XDP value names (`tickwire_transport::XdpStats::values` order).
@@ -494,6 +514,38 @@ impl CounterSet {
     /// Reads value `idx`.
     pub fn get(&self, idx: usize) -> u64 {
         self.value(idx).load(Ordering::Relaxed)
+    }
+}
+
+impl CounterSet {
+    /// This set, for several threads to write (atomic additions only).
+    pub fn into_shared(self) -> SharedCounterSet {
+        SharedCounterSet(self)
+    }
+}
+
+/// A counter set several threads write, by atomic additions.
+#[derive(Debug)]
+pub struct SharedCounterSet(CounterSet);
+
+// SAFETY: through `&SharedCounterSet` the values are only read or changed
+// by atomic read-modify-write operations, which any thread may do at once.
+unsafe impl Sync for SharedCounterSet {}
+
+impl SharedCounterSet {
+    /// Adds `n` to value `idx`.
+    #[inline]
+    pub fn add(&self, idx: usize, n: u64) {
+        self.0.value(idx).fetch_add(n, Ordering::Relaxed);
+    }
+    /// Takes `n` from value `idx` (a gauge).
+    #[inline]
+    pub fn sub(&self, idx: usize, n: u64) {
+        self.0.value(idx).fetch_sub(n, Ordering::Relaxed);
+    }
+    /// Reads value `idx`.
+    pub fn get(&self, idx: usize) -> u64 {
+        self.0.get(idx)
     }
 }
 
