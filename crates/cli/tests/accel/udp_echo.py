@@ -1,0 +1,58 @@
+"""An unmodified program for tests/accel.rs: plain Python sockets.
+
+epoll  ADDR PORT LOCAL_PORT N   one socket on ADDR:PORT (accelerated) and
+                                one on 127.0.0.1:LOCAL_PORT (the kernel's)
+                                in one epoll set; counts N datagrams on each,
+                                then N more on the first through
+                                settimeout (poll) and recvfrom; prints
+                                "xdp=A kernel=B timed=C"
+send   ADDR PORT N              N datagrams "n" to ADDR:PORT
+"""
+import select
+import socket
+import sys
+import time
+
+def main():
+    mode = sys.argv[1]
+    if mode == "send":
+        addr, port, n = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for i in range(n):
+            s.sendto(b"%d" % i, (addr, port))
+            time.sleep(0.001)
+        return
+    addr, port, local, n = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    fast = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    fast.bind((addr, port))
+    fast.setblocking(False)
+    slow = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    slow.bind(("127.0.0.1", local))
+    slow.setblocking(False)
+    ep = select.epoll()
+    ep.register(fast.fileno(), select.EPOLLIN)
+    ep.register(slow.fileno(), select.EPOLLIN)
+    print("ready", flush=True)
+    got = {fast.fileno(): 0, slow.fileno(): 0}
+    until = time.time() + 20
+    while (got[fast.fileno()] < n or got[slow.fileno()] < n) and time.time() < until:
+        for fd, _ in ep.poll(1.0):
+            s = fast if fd == fast.fileno() else slow
+            while True:
+                try:
+                    s.recvfrom(2048)
+                    got[fd] += 1
+                except BlockingIOError:
+                    break
+    fast.settimeout(5)
+    timed = 0
+    print("timed", flush=True)
+    try:
+        while timed < n:
+            fast.recvfrom(2048)
+            timed += 1
+    except socket.timeout:
+        pass
+    print("xdp=%d kernel=%d timed=%d" % (got[fast.fileno()], got[slow.fileno()], timed), flush=True)
+
+main()
