@@ -9,7 +9,8 @@
 //!   `tickwire stat` shows the program's counters; the same without
 //!   acceleration, through the kernel.
 //! - One epoll set over an accelerated and a kernel socket: readiness from
-//!   both; then a receive with a timeout (poll) on the accelerated one.
+//!   both; then a receive with a timeout (poll) on the accelerated one,
+//!   then `select` and `recvmsg`.
 //! - Without the capabilities: the program still works, and says once
 //!   that its socket stays the kernel's, and why.
 //!
@@ -211,12 +212,14 @@ fn one_epoll_set_over_an_accelerated_and_a_kernel_socket_reports_both() {
     for c in [over_veth, local] {
         assert!(finish(c, Duration::from_secs(20)).status.success());
     }
-    assert_eq!(lines.next().map(Result::unwrap).as_deref(), Some("timed"));
-    let more = p.plain(&b, &["python3", ECHO, "send", &p.addr_a(), "12000", N]).spawn().unwrap();
-    assert!(finish(more, Duration::from_secs(20)).status.success());
+    for phase in ["timed", "selected"] {
+        assert_eq!(lines.next().map(Result::unwrap).as_deref(), Some(phase));
+        let more = p.plain(&b, &["python3", ECHO, "send", &p.addr_a(), "12000", N]).spawn().unwrap();
+        assert!(finish(more, Duration::from_secs(20)).status.success());
+    }
     let last = lines.next().map(Result::unwrap).unwrap_or_default();
     let out = finish(program, Duration::from_secs(10));
-    assert_eq!(last, format!("xdp={N} kernel={N} timed={N}"), "{}", text(&out));
+    assert_eq!(last, format!("xdp={N} kernel={N} timed={N} selected={N}"), "{}", text(&out));
     // Only the loopback socket's datagrams went through the kernel.
     let n: u64 = N.parse().unwrap();
     let through_kernel = p.udp_in(&a) - in_a;
@@ -243,13 +246,15 @@ fn without_the_capabilities_the_program_still_works_and_says_why_once() {
         let c = p.plain(ns, &["python3", ECHO, "send", &to, port, "50"]).spawn().unwrap();
         assert!(finish(c, Duration::from_secs(20)).status.success());
     }
-    assert_eq!(lines.next().map(Result::unwrap).as_deref(), Some("timed"));
-    let c = p.plain(&b, &["python3", ECHO, "send", &p.addr_a(), "12000", "50"]).spawn().unwrap();
-    assert!(finish(c, Duration::from_secs(20)).status.success());
+    for phase in ["timed", "selected"] {
+        assert_eq!(lines.next().map(Result::unwrap).as_deref(), Some(phase));
+        let c = p.plain(&b, &["python3", ECHO, "send", &p.addr_a(), "12000", "50"]).spawn().unwrap();
+        assert!(finish(c, Duration::from_secs(20)).status.success());
+    }
     let last = lines.next().map(Result::unwrap).unwrap_or_default();
     let out = finish(program, Duration::from_secs(10));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(last, "xdp=50 kernel=50 timed=50", "{err}");
+    assert_eq!(last, "xdp=50 kernel=50 timed=50 selected=50", "{err}");
     let why: Vec<&str> = err.lines().filter(|l| l.contains("stays a kernel socket")).collect();
     assert!(why.len() == 1 && why[0].contains("not permitted"), "{err}");
 }

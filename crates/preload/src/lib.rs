@@ -25,7 +25,9 @@
 //!       │     socket, what the program set (blocking, SO_RCVTIMEO, peer),
 //!       │     datagrams taken off the ring and not yet read
 //!   ready     poll and epoll_wait over accelerated and kernel descriptors:
-//!             spin on the rings (TICKWIRE_ACCEL_SPIN_US), then block on both
+//!             spin on the rings (TICKWIRE_ACCEL_SPIN_US), then block on both;
+//!             select: ppoll, select, pselect on that loop
+//!   vectored  readv, writev, recvmmsg, sendmmsg made of the single calls
 //! ```
 //!
 //! Falling back is safe: a socket that cannot be accelerated (no
@@ -40,8 +42,10 @@ mod config;
 mod counters;
 mod ready;
 mod real;
+mod select;
 mod sock;
 mod table;
+mod vectored;
 
 /// In the child of a `fork`: every socket is the kernel's.
 extern "C" fn in_child() {

@@ -62,6 +62,20 @@ calls! {
     epoll_ctl: unsafe extern "C" fn(c_int, c_int, c_int, *mut epoll_event) -> c_int,
     epoll_wait: unsafe extern "C" fn(c_int, *mut epoll_event, c_int, c_int) -> c_int,
     epoll_pwait: unsafe extern "C" fn(c_int, *mut epoll_event, c_int, c_int, *const libc::sigset_t) -> c_int,
+    recvmmsg: unsafe extern "C" fn(c_int, *mut libc::mmsghdr, libc::c_uint, c_int, *mut libc::timespec) -> c_int,
+    sendmmsg: unsafe extern "C" fn(c_int, *mut libc::mmsghdr, libc::c_uint, c_int) -> c_int,
+    readv: unsafe extern "C" fn(c_int, *const libc::iovec, c_int) -> ssize_t,
+    writev: unsafe extern "C" fn(c_int, *const libc::iovec, c_int) -> ssize_t,
+    ppoll: unsafe extern "C" fn(*mut pollfd, nfds_t, *const libc::timespec, *const libc::sigset_t) -> c_int,
+    select: unsafe extern "C" fn(c_int, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *mut libc::timeval) -> c_int,
+    pselect: unsafe extern "C" fn(
+        c_int,
+        *mut libc::fd_set,
+        *mut libc::fd_set,
+        *mut libc::fd_set,
+        *const libc::timespec,
+        *const libc::sigset_t,
+    ) -> c_int,
 }
 
 static LIBC: OnceLock<Libc> = OnceLock::new();

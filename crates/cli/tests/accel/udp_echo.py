@@ -4,8 +4,9 @@ epoll  ADDR PORT LOCAL_PORT N   one socket on ADDR:PORT (accelerated) and
                                 one on 127.0.0.1:LOCAL_PORT (the kernel's)
                                 in one epoll set; counts N datagrams on each,
                                 then N more on the first through
-                                settimeout (poll) and recvfrom; prints
-                                "xdp=A kernel=B timed=C"
+                                settimeout (poll) and recvfrom, then N
+                                more through select and recvmsg; prints
+                                "xdp=A kernel=B timed=C selected=D"
 send   ADDR PORT N              N datagrams "n" to ADDR:PORT
 """
 import select
@@ -53,6 +54,16 @@ def main():
             timed += 1
     except socket.timeout:
         pass
-    print("xdp=%d kernel=%d timed=%d" % (got[fast.fileno()], got[slow.fileno()], timed), flush=True)
+    fast.setblocking(False)
+    selected = 0
+    print("selected", flush=True)
+    until = time.time() + 20
+    while selected < n and time.time() < until:
+        r, _, _ = select.select([fast, slow], [], [], 1.0)
+        if fast in r:
+            fast.recvmsg(2048)
+            selected += 1
+    print("xdp=%d kernel=%d timed=%d selected=%d"
+          % (got[fast.fileno()], got[slow.fileno()], timed, selected), flush=True)
 
 main()
