@@ -185,8 +185,10 @@ fn sockperf_ping_pong_under_accel_goes_over_af_xdp_and_fragments_by_the_kernel()
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let in_a = p.udp_in(&a);
-    let out =
-        p.plain(&b, &["sockperf", "ping-pong", "-i", &p.addr_a(), "-p", "11112", "-t", "1", "-m", "64"]).output().unwrap();
+    let out = p
+        .plain(&b, &["sockperf", "ping-pong", "-i", &p.addr_a(), "-p", "11112", "-t", "1", "-m", "64"])
+        .output()
+        .unwrap();
     let (sent, received) = sockperf_counts(&text(&out));
     assert!(sent > 100 && sent - received <= 1, "{}", text(&out));
     assert!(p.udp_in(&a) - in_a >= received, "the kernel's path counts its datagrams");

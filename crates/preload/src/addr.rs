@@ -40,7 +40,9 @@ pub(crate) unsafe fn write(a: SocketAddrV4, addr: *mut sockaddr, len: *mut sockl
     // SAFETY: `len` is valid (the caller's promise).
     let room = unsafe { *len } as usize;
     // SAFETY: `room` bytes at `addr` are writable; `sin` has `full` bytes.
-    unsafe { std::ptr::copy_nonoverlapping((&sin as *const sockaddr_in).cast::<u8>(), addr.cast::<u8>(), room.min(full)) };
+    unsafe {
+        std::ptr::copy_nonoverlapping((&sin as *const sockaddr_in).cast::<u8>(), addr.cast::<u8>(), room.min(full))
+    };
     // SAFETY: as above.
     unsafe { *len = full as socklen_t };
 }

@@ -5,8 +5,8 @@
 
 use crate::addr;
 use crate::config;
-use crate::real::libc as real;
 use crate::counters::{self, C};
+use crate::real::libc as real;
 use crate::sock::{self, lock};
 use crate::table::{self, Inside, ACCELERATED, CANDIDATES, WATCHED_EPOLLS};
 use libc::{c_int, c_ulong, c_void, epoll_event, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t, ssize_t};
@@ -111,9 +111,8 @@ fn addr_in(a: SocketAddrV4) -> libc::sockaddr_in {
 pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
     // SAFETY: the program's arguments, passed on.
     let fd = unsafe { (real().socket)(domain, ty, protocol) };
-    let udp = domain == libc::AF_INET
-        && ty & 0xf == libc::SOCK_DGRAM
-        && (protocol == 0 || protocol == libc::IPPROTO_UDP);
+    let udp =
+        domain == libc::AF_INET && ty & 0xf == libc::SOCK_DGRAM && (protocol == 0 || protocol == libc::IPPROTO_UDP);
     if fd >= 0 && udp {
         if let Some(_in) = Inside::enter() {
             if config::get().iface.is_some() {
@@ -267,11 +266,7 @@ unsafe fn gather(m: &msghdr) -> Vec<u8> {
 }
 
 /// Receives for an accelerated socket; None: the kernel's call.
-fn recv_ours(
-    fd: c_int,
-    flags: c_int,
-    take: impl FnOnce(&[u8], SocketAddrV4) -> usize,
-) -> Option<ssize_t> {
+fn recv_ours(fd: c_int, flags: c_int, take: impl FnOnce(&[u8], SocketAddrV4) -> usize) -> Option<ssize_t> {
     // No meaning for a datagram read from the ring: MSG_NOSIGNAL,
     // MSG_WAITALL (one datagram is whole), MSG_CMSG_CLOEXEC (no ancillary
     // data). Anything else (MSG_ERRQUEUE, MSG_OOB): the kernel's call.
@@ -544,7 +539,8 @@ pub unsafe extern "C" fn setsockopt(
 #[no_mangle]
 pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_int {
     // SAFETY: the program's array of `n` entries.
-    let list = if fds.is_null() || n == 0 { &mut [][..] } else { unsafe { std::slice::from_raw_parts_mut(fds, n as usize) } };
+    let list =
+        if fds.is_null() || n == 0 { &mut [][..] } else { unsafe { std::slice::from_raw_parts_mut(fds, n as usize) } };
     if list.iter().any(|p| ACCELERATED.has(p.fd)) {
         if let Some(_in) = Inside::enter() {
             return crate::ready::poll(list, timeout);

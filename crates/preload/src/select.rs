@@ -34,7 +34,8 @@ fn masked<R>(mask: *const sigset_t, f: impl FnOnce() -> R) -> R {
 #[no_mangle]
 pub unsafe extern "C" fn ppoll(fds: *mut pollfd, n: nfds_t, timeout: *const timespec, mask: *const sigset_t) -> c_int {
     // SAFETY: the program's array of `n` entries.
-    let list = if fds.is_null() || n == 0 { &mut [][..] } else { unsafe { std::slice::from_raw_parts_mut(fds, n as usize) } };
+    let list =
+        if fds.is_null() || n == 0 { &mut [][..] } else { unsafe { std::slice::from_raw_parts_mut(fds, n as usize) } };
     if list.iter().any(|p| ACCELERATED.has(p.fd)) {
         if let Some(_in) = Inside::enter() {
             // SAFETY: the program's timeout, if any.
@@ -119,7 +120,8 @@ pub unsafe extern "C" fn select(
         // SAFETY: the program's sets.
         if let Some(mut list) = unsafe { as_poll(n, sets) } {
             // SAFETY: the program's timeout, if any.
-            let ms = if timeout.is_null() { -1 } else { unsafe { millis((*timeout).tv_sec, (*timeout).tv_usec * 1000) } };
+            let ms =
+                if timeout.is_null() { -1 } else { unsafe { millis((*timeout).tv_sec, (*timeout).tv_usec * 1000) } };
             let r = ready::poll(&mut list, ms);
             // SAFETY: the program's sets.
             return if r < 0 { r } else { unsafe { from_poll(&list, sets) } };
