@@ -131,17 +131,18 @@ fn sockperf_counts(out: &str) -> (u64, u64) {
     (num("SentMessages="), num("ReceivedMessages="))
 }
 
+/// Starts `sockperf server` (its stderr kept), and gives it half a second.
+fn sockperf_server(mut cmd: Command) -> Child {
+    let child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    child
+}
+
 #[test]
 fn sockperf_ping_pong_under_accel_goes_over_af_xdp_and_fragments_by_the_kernel() {
     let p = Pair::new(1);
     let (a, b) = (p.a.clone(), p.b.clone());
-    let server = p
-        .accel(&a, &["sockperf", "server", "-i", &p.addr_a(), "-p", "11111"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let server = sockperf_server(p.accel(&a, &["sockperf", "server", "-i", &p.addr_a(), "-p", "11111"]));
     for (size, bypass) in [(64, true), (1400, true), (4000, false)] {
         let (in_a, in_b) = (p.udp_in(&a), p.udp_in(&b));
         let m = size.to_string();
@@ -177,13 +178,7 @@ fn sockperf_ping_pong_under_accel_goes_over_af_xdp_and_fragments_by_the_kernel()
     assert!(!text(&server).contains("stays a kernel socket"), "{}", text(&server));
 
     // Without acceleration: the same exchange, through the kernel.
-    let server = p
-        .plain(&a, &["sockperf", "server", "-i", &p.addr_a(), "-p", "11112"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let server = sockperf_server(p.plain(&a, &["sockperf", "server", "-i", &p.addr_a(), "-p", "11112"]));
     let in_a = p.udp_in(&a);
     let out = p
         .plain(&b, &["sockperf", "ping-pong", "-i", &p.addr_a(), "-p", "11112", "-t", "1", "-m", "64"])

@@ -539,8 +539,7 @@ pub unsafe extern "C" fn setsockopt(
 #[no_mangle]
 pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_int {
     // SAFETY: the program's array of `n` entries.
-    let list =
-        if fds.is_null() || n == 0 { &mut [][..] } else { unsafe { std::slice::from_raw_parts_mut(fds, n as usize) } };
+    let list = unsafe { crate::ready::list(fds, n) };
     if list.iter().any(|p| ACCELERATED.has(p.fd)) {
         if let Some(_in) = Inside::enter() {
             return crate::ready::poll(list, timeout);

@@ -39,6 +39,18 @@ fn block(extra: &[pollfd], socks: &[Shared], d: Duration) -> c_int {
     r.min(0)
 }
 
+/// The program's poll list.
+///
+/// # Safety
+/// `fds`, if not null, points to `n` entries the caller may change.
+pub(crate) unsafe fn list<'a>(fds: *mut pollfd, n: libc::nfds_t) -> &'a mut [pollfd] {
+    if fds.is_null() || n == 0 {
+        return &mut [];
+    }
+    // SAFETY: the caller's promise.
+    unsafe { std::slice::from_raw_parts_mut(fds, n as usize) }
+}
+
 /// `poll` over a list holding accelerated sockets.
 pub(crate) fn poll(list: &mut [pollfd], timeout: c_int) -> c_int {
     let socks: Vec<(usize, Shared)> =

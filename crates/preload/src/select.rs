@@ -34,12 +34,11 @@ fn masked<R>(mask: *const sigset_t, f: impl FnOnce() -> R) -> R {
 #[no_mangle]
 pub unsafe extern "C" fn ppoll(fds: *mut pollfd, n: nfds_t, timeout: *const timespec, mask: *const sigset_t) -> c_int {
     // SAFETY: the program's array of `n` entries.
-    let list =
-        if fds.is_null() || n == 0 { &mut [][..] } else { unsafe { std::slice::from_raw_parts_mut(fds, n as usize) } };
+    let list = unsafe { ready::list(fds, n) };
     if list.iter().any(|p| ACCELERATED.has(p.fd)) {
         if let Some(_in) = Inside::enter() {
             // SAFETY: the program's timeout, if any.
-            let ms = if timeout.is_null() { -1 } else { unsafe { millis((*timeout).tv_sec, (*timeout).tv_nsec) } };
+            let ms = unsafe { timespec_ms(timeout) };
             return masked(mask, || ready::poll(list, ms));
         }
     }
@@ -105,6 +104,32 @@ unsafe fn from_poll(list: &[pollfd], sets: [*mut fd_set; 3]) -> c_int {
     count
 }
 
+/// `select` and `pselect` over sets holding an accelerated socket; None:
+/// libc's call.
+///
+/// # Safety
+/// As [`as_poll`].
+unsafe fn select_ours(n: c_int, sets: [*mut fd_set; 3], ms: c_int, mask: *const sigset_t) -> Option<c_int> {
+    if !crate::table::any() {
+        return None;
+    }
+    let _in = Inside::enter()?;
+    // SAFETY: the program's sets.
+    let mut list = unsafe { as_poll(n, sets) }?;
+    let r = masked(mask, || ready::poll(&mut list, ms));
+    // SAFETY: the program's sets.
+    Some(if r < 0 { r } else { unsafe { from_poll(&list, sets) } })
+}
+
+/// Milliseconds of a `timespec` (null: none, -1).
+///
+/// # Safety
+/// `t`, if not null, is a valid `timespec`.
+unsafe fn timespec_ms(t: *const timespec) -> c_int {
+    // SAFETY: the caller's promise.
+    unsafe { t.as_ref() }.map_or(-1, |t| millis(t.tv_sec, t.tv_nsec))
+}
+
 /// # Safety
 /// As libc's `select`.
 #[no_mangle]
@@ -115,17 +140,11 @@ pub unsafe extern "C" fn select(
     except: *mut fd_set,
     timeout: *mut timeval,
 ) -> c_int {
-    let sets = [read, write, except];
-    if let Some(_in) = Inside::enter() {
-        // SAFETY: the program's sets.
-        if let Some(mut list) = unsafe { as_poll(n, sets) } {
-            // SAFETY: the program's timeout, if any.
-            let ms =
-                if timeout.is_null() { -1 } else { unsafe { millis((*timeout).tv_sec, (*timeout).tv_usec * 1000) } };
-            let r = ready::poll(&mut list, ms);
-            // SAFETY: the program's sets.
-            return if r < 0 { r } else { unsafe { from_poll(&list, sets) } };
-        }
+    // SAFETY: the program's timeout, if any.
+    let ms = unsafe { timeout.as_ref() }.map_or(-1, |t| millis(t.tv_sec, t.tv_usec.saturating_mul(1000)));
+    // SAFETY: the program's sets.
+    if let Some(r) = unsafe { select_ours(n, [read, write, except], ms, std::ptr::null()) } {
+        return r;
     }
     // SAFETY: the program's arguments, passed on.
     unsafe { (real().select)(n, read, write, except, timeout) }
@@ -142,16 +161,11 @@ pub unsafe extern "C" fn pselect(
     timeout: *const timespec,
     mask: *const sigset_t,
 ) -> c_int {
-    let sets = [read, write, except];
-    if let Some(_in) = Inside::enter() {
-        // SAFETY: the program's sets.
-        if let Some(mut list) = unsafe { as_poll(n, sets) } {
-            // SAFETY: the program's timeout, if any.
-            let ms = if timeout.is_null() { -1 } else { unsafe { millis((*timeout).tv_sec, (*timeout).tv_nsec) } };
-            let r = masked(mask, || ready::poll(&mut list, ms));
-            // SAFETY: the program's sets.
-            return if r < 0 { r } else { unsafe { from_poll(&list, sets) } };
-        }
+    // SAFETY: the program's timeout, if any.
+    let ms = unsafe { timespec_ms(timeout) };
+    // SAFETY: the program's sets.
+    if let Some(r) = unsafe { select_ours(n, [read, write, except], ms, mask) } {
+        return r;
     }
     // SAFETY: the program's arguments, passed on.
     unsafe { (real().pselect)(n, read, write, except, timeout, mask) }

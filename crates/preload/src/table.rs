@@ -6,7 +6,7 @@
 use crate::sock::Sock;
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Descriptors below this are looked at; a socket at or above it stays a
@@ -46,6 +46,13 @@ impl FdSet {
 pub(crate) static CANDIDATES: FdSet = FdSet::new();
 /// Accelerated sockets (their state in [`SOCKS`]).
 pub(crate) static ACCELERATED: FdSet = FdSet::new();
+/// How many descriptors [`ACCELERATED`] holds (0: every call is libc's).
+static HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether any descriptor is accelerated.
+pub(crate) fn any() -> bool {
+    HELD.load(Ordering::Relaxed) > 0
+}
 /// Epoll sets holding an accelerated socket or a candidate (see
 /// [`EPOLLS`]).
 pub(crate) static WATCHED_EPOLLS: FdSet = FdSet::new();
@@ -74,7 +81,10 @@ pub(crate) fn sock(fd: libc::c_int) -> Option<Shared> {
 
 /// `fd` is (another descriptor of) `s`.
 pub(crate) fn insert(fd: libc::c_int, s: Shared) {
-    lock(&SOCKS).get_or_insert_with(HashMap::new).insert(fd, s);
+    let mut socks = lock(&SOCKS);
+    if socks.get_or_insert_with(HashMap::new).insert(fd, s).is_none() {
+        HELD.fetch_add(1, Ordering::Relaxed);
+    }
     CANDIDATES.set(fd, false);
     ACCELERATED.set(fd, true);
 }
@@ -89,6 +99,9 @@ pub(crate) fn remove(fd: libc::c_int) {
     ACCELERATED.set(fd, false);
     if was {
         let s = lock(&SOCKS).as_mut().and_then(|m| m.remove(&fd));
+        if s.is_some() {
+            HELD.fetch_sub(1, Ordering::Relaxed);
+        }
         drop(s);
     }
     if let Some(m) = lock(&EPOLLS).as_mut() {
@@ -101,6 +114,7 @@ pub(crate) fn remove(fd: libc::c_int) {
 /// dropped here, which would remove the parent's flows).
 pub(crate) fn forget_all() {
     ACCELERATED.clear_all();
+    HELD.store(0, Ordering::Relaxed);
     CANDIDATES.clear_all();
     WATCHED_EPOLLS.clear_all();
     if let Ok(mut m) = SOCKS.try_lock() {
