@@ -55,6 +55,8 @@ pub enum Request {
     AuthCost { run: crate::modes::auth_cost::AuthCost, json: bool },
     /// `lab bindings`: the C and Python examples against the Rust lab.
     Bindings { run: crate::modes::bindings::Bindings, json: bool },
+    /// `lab accel`: sockperf's ping-pong, under `tickwire accel` and not.
+    Accel { run: crate::modes::accel::Accel, json: bool },
     /// The far side of a measurement.
     Worker(Role),
 }
@@ -163,6 +165,10 @@ pub fn run(request: Request) -> Result<(), LabError> {
         Request::Bindings { run, json } => {
             let results = crate::modes::bindings::run(&run)?;
             crate::modes::bindings::print(&results, json)
+        }
+        Request::Accel { run, json } => {
+            let rows = crate::modes::accel::run(&run)?;
+            crate::modes::accel::print(&run, &rows, json)
         }
     }
 }

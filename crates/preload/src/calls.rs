@@ -9,7 +9,7 @@ use crate::counters::{self, C};
 use crate::real::libc as real;
 use crate::sock::{self, lock};
 use crate::table::{self, Inside, ACCELERATED, CANDIDATES, WATCHED_EPOLLS};
-use libc::{c_int, c_ulong, c_void, epoll_event, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t, ssize_t};
+use libc::{c_int, c_ulong, c_void, msghdr, size_t, sockaddr, socklen_t, ssize_t};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 fn set_errno(e: c_int) {
@@ -30,7 +30,7 @@ fn ret(r: Result<usize, c_int>) -> ssize_t {
 
 /// Whether `fd` may need this library (an accelerated socket or one being
 /// decided).
-fn ours(fd: c_int) -> bool {
+pub(crate) fn ours(fd: c_int) -> bool {
     ACCELERATED.has(fd) || CANDIDATES.has(fd)
 }
 
@@ -113,9 +113,17 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_
     let fd = unsafe { (real().socket)(domain, ty, protocol) };
     let udp =
         domain == libc::AF_INET && ty & 0xf == libc::SOCK_DGRAM && (protocol == 0 || protocol == libc::IPPROTO_UDP);
-    if fd >= 0 && udp {
+    if fd >= 0 && udp && !table::FORKED.load(std::sync::atomic::Ordering::Relaxed) {
         if let Some(_in) = Inside::enter() {
-            if config::get().iface.is_some() {
+            if config::get().iface.is_none() {
+                // Nothing to accelerate.
+            } else if fd as usize >= table::MAX_FD {
+                counters::add(C::Fallbacks, 1);
+                config::note(&format!(
+                    "fd {fd} stays a kernel socket: descriptors of {} or more are not accelerated",
+                    table::MAX_FD
+                ));
+            } else {
                 CANDIDATES.set(fd, true);
             }
         }
@@ -254,6 +262,9 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
 /// `m`'s iovecs are valid.
 unsafe fn gather(m: &msghdr) -> Vec<u8> {
     let mut out = Vec::new();
+    if m.msg_iov.is_null() {
+        return out;
+    }
     for i in 0..m.msg_iovlen {
         // SAFETY: the caller's promise: msg_iovlen valid iovecs.
         let v = unsafe { &*m.msg_iov.add(i) };
@@ -340,7 +351,9 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
 /// As libc's `recvmsg`.
 #[no_mangle]
 pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
-    if !msg.is_null() {
+    // SAFETY: the program's header, if not null.
+    let bad = msg.is_null() || unsafe { (*msg).msg_iov.is_null() && (*msg).msg_iovlen > 0 };
+    if !bad {
         let took = recv_ours(fd, flags, |d, from| {
             // SAFETY: the program's message header, its iovecs and name.
             let m = unsafe { &mut *msg };
@@ -348,7 +361,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
             for i in 0..m.msg_iovlen {
                 // SAFETY: msg_iovlen valid iovecs.
                 let v = unsafe { &*m.msg_iov.add(i) };
-                let k = (d.len() - at).min(v.iov_len);
+                let k = if v.iov_base.is_null() { 0 } else { (d.len() - at).min(v.iov_len) };
                 if k > 0 {
                     // SAFETY: an iovec's base with room for iov_len bytes.
                     unsafe { std::ptr::copy_nonoverlapping(d[at..].as_ptr(), v.iov_base.cast::<u8>(), k) };
@@ -402,7 +415,7 @@ fn copied(old: c_int, new: c_int) {
     }
 }
 
-/// `fd` is about to be replaced by `dup2`/`dup3`.
+/// `fd` was replaced by `dup2`/`dup3` (what it was is gone).
 fn replaced(fd: c_int) {
     if ours(fd) || WATCHED_EPOLLS.has(fd) {
         if let Some(_in) = Inside::enter() {
@@ -425,12 +438,10 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 /// As libc's `dup2`.
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    if old != new {
-        replaced(new);
-    }
     // SAFETY: the program's arguments, passed on.
     let r = unsafe { (real().dup2)(old, new) };
-    if old != new {
+    if r >= 0 && old != new {
+        replaced(new);
         copied(old, r);
     }
     r
@@ -440,10 +451,12 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 /// As libc's `dup3`.
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    replaced(new);
     // SAFETY: the program's arguments, passed on.
     let r = unsafe { (real().dup3)(old, new, flags) };
-    copied(old, r);
+    if r >= 0 {
+        replaced(new);
+        copied(old, r);
+    }
     r
 }
 
@@ -532,75 +545,4 @@ pub unsafe extern "C" fn setsockopt(
         }
     }
     r
-}
-
-/// # Safety
-/// As libc's `poll`.
-#[no_mangle]
-pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_int {
-    // SAFETY: the program's array of `n` entries.
-    let list = unsafe { crate::ready::list(fds, n) };
-    if list.iter().any(|p| ACCELERATED.has(p.fd)) {
-        if let Some(_in) = Inside::enter() {
-            return crate::ready::poll(list, timeout);
-        }
-    }
-    // SAFETY: the program's arguments, passed on.
-    unsafe { (real().poll)(fds, n, timeout) }
-}
-
-/// # Safety
-/// As libc's `epoll_ctl`.
-#[no_mangle]
-pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) -> c_int {
-    // SAFETY: the program's arguments, passed on.
-    let r = unsafe { (real().epoll_ctl)(epfd, op, fd, event) };
-    if r == 0 && ours(fd) {
-        if let Some(_in) = Inside::enter() {
-            let watch = match op {
-                libc::EPOLL_CTL_DEL => None,
-                // SAFETY: ADD and MOD take the program's event (the kernel read it).
-                _ if !event.is_null() => Some(unsafe { ((*event).events, (*event).u64) }),
-                _ => None,
-            };
-            table::watch(epfd, fd, watch);
-        }
-    }
-    r
-}
-
-/// # Safety
-/// As libc's `epoll_wait`.
-#[no_mangle]
-pub unsafe extern "C" fn epoll_wait(epfd: c_int, events: *mut epoll_event, max: c_int, timeout: c_int) -> c_int {
-    if WATCHED_EPOLLS.has(epfd) && max > 0 && !events.is_null() {
-        if let Some(_in) = Inside::enter() {
-            // SAFETY: the program's array of `max` events.
-            let out = unsafe { std::slice::from_raw_parts_mut(events, max as usize) };
-            return crate::ready::epoll_wait(epfd, out, timeout);
-        }
-    }
-    // SAFETY: the program's arguments, passed on.
-    unsafe { (real().epoll_wait)(epfd, events, max, timeout) }
-}
-
-/// With a signal mask: the mask is applied by the kernel's call only
-/// when no accelerated socket is watched.
-///
-/// # Safety
-/// As libc's `epoll_pwait`.
-#[no_mangle]
-pub unsafe extern "C" fn epoll_pwait(
-    epfd: c_int,
-    events: *mut epoll_event,
-    max: c_int,
-    timeout: c_int,
-    mask: *const libc::sigset_t,
-) -> c_int {
-    if mask.is_null() {
-        // SAFETY: the same call without a mask.
-        return unsafe { epoll_wait(epfd, events, max, timeout) };
-    }
-    // SAFETY: the program's arguments, passed on.
-    unsafe { (real().epoll_pwait)(epfd, events, max, timeout, mask) }
 }

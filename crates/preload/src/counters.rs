@@ -63,6 +63,9 @@ fn open() -> Option<SharedCounterSet> {
 
 /// Adds `n` to `c` (the file made the first time).
 pub(crate) fn add(c: C, n: u64) {
+    if n == 0 {
+        return;
+    }
     if let Some(s) = SET.get_or_init(open) {
         s.add(c as usize, n);
     }

@@ -40,6 +40,7 @@ mod addr;
 mod calls;
 mod config;
 mod counters;
+mod fortify;
 mod ready;
 mod real;
 mod select;

@@ -7,9 +7,14 @@
 use crate::config;
 use crate::real::libc as real;
 use crate::sock::{lock, WAIT_SLICE};
-use crate::table::{self, Shared};
-use libc::{c_int, epoll_event, pollfd};
+use crate::table::{self, Inside, Shared, ACCELERATED, WATCHED_EPOLLS};
+use libc::{c_int, epoll_event, nfds_t, pollfd};
 use std::time::{Duration, Instant};
+
+thread_local! {
+    /// Whose turn it is when `epoll_wait` has room for one event.
+    static KERNEL_FIRST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 /// How long is left of `timeout` ms (negative: for ever) after `waited`;
 /// None: it is over.
@@ -52,7 +57,7 @@ pub(crate) unsafe fn list<'a>(fds: *mut pollfd, n: libc::nfds_t) -> &'a mut [pol
 }
 
 /// `poll` over a list holding accelerated sockets.
-pub(crate) fn poll(list: &mut [pollfd], timeout: c_int) -> c_int {
+pub(crate) fn poll_list(list: &mut [pollfd], timeout: c_int) -> c_int {
     let socks: Vec<(usize, Shared)> =
         list.iter().enumerate().filter_map(|(i, p)| Some((i, table::sock(p.fd)?))).collect();
     let spin = config::get().spin;
@@ -91,7 +96,7 @@ pub(crate) fn poll(list: &mut [pollfd], timeout: c_int) -> c_int {
 }
 
 /// `epoll_wait` on a set holding accelerated sockets.
-pub(crate) fn epoll_wait(epfd: c_int, out: &mut [epoll_event], timeout: c_int) -> c_int {
+pub(crate) fn epoll_events(epfd: c_int, out: &mut [epoll_event], timeout: c_int) -> c_int {
     let spin = config::get().spin;
     let start = Instant::now();
     loop {
@@ -99,9 +104,16 @@ pub(crate) fn epoll_wait(epfd: c_int, out: &mut [epoll_event], timeout: c_int) -
             .into_iter()
             .filter_map(|(fd, ev, data)| Some((fd, ev, data, table::sock(fd)?)))
             .collect();
+        // Room is left for the kernel's events, so that its descriptors are
+        // not starved by a busy ring (with room for one event, the two
+        // take turns).
+        let limit = match out.len() {
+            1 => usize::from(KERNEL_FIRST.with(|k| !k.replace(!k.get()))),
+            m => m - 1,
+        };
         let mut n = 0;
         for (_, ev, data, s) in &watched {
-            if n < out.len() && ev & libc::EPOLLIN as u32 != 0 && lock(s).readable() {
+            if n < limit && ev & libc::EPOLLIN as u32 != 0 && lock(s).readable() {
                 out[n] = epoll_event { events: libc::EPOLLIN as u32, u64: *data };
                 n += 1;
             }
@@ -160,4 +172,78 @@ pub(crate) fn epoll_wait(epfd: c_int, out: &mut [epoll_event], timeout: c_int) -
             return -1;
         }
     }
+}
+
+/// # Safety
+/// As libc's `poll`.
+#[no_mangle]
+pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_int {
+    // SAFETY: the program's array of `n` entries.
+    let list = unsafe { list(fds, n) };
+    if list.iter().any(|p| ACCELERATED.has(p.fd)) {
+        if let Some(_in) = Inside::enter() {
+            return poll_list(list, timeout);
+        }
+    }
+    // SAFETY: the program's arguments, passed on.
+    unsafe { (real().poll)(fds, n, timeout) }
+}
+
+/// # Safety
+/// As libc's `epoll_ctl`.
+#[no_mangle]
+pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) -> c_int {
+    // SAFETY: the program's arguments, passed on.
+    let r = unsafe { (real().epoll_ctl)(epfd, op, fd, event) };
+    if r == 0 && crate::calls::ours(fd) {
+        if let Some(_in) = Inside::enter() {
+            let watch = match op {
+                libc::EPOLL_CTL_DEL => None,
+                // SAFETY: ADD and MOD take the program's event (the kernel read it).
+                _ if !event.is_null() => Some(unsafe { ((*event).events, (*event).u64) }),
+                _ => None,
+            };
+            table::watch(epfd, fd, watch);
+        }
+    }
+    r
+}
+
+/// # Safety
+/// As libc's `epoll_wait`.
+#[no_mangle]
+pub unsafe extern "C" fn epoll_wait(epfd: c_int, events: *mut epoll_event, max: c_int, timeout: c_int) -> c_int {
+    if WATCHED_EPOLLS.has(epfd) && max > 0 && !events.is_null() {
+        if let Some(_in) = Inside::enter() {
+            // SAFETY: the program's array of `max` events.
+            let out = unsafe { std::slice::from_raw_parts_mut(events, max as usize) };
+            return epoll_events(epfd, out, timeout);
+        }
+    }
+    // SAFETY: the program's arguments, passed on.
+    unsafe { (real().epoll_wait)(epfd, events, max, timeout) }
+}
+
+/// With a signal mask: set around the wait when an accelerated socket is
+/// watched (not atomically with it, as the kernel's call does).
+///
+/// # Safety
+/// As libc's `epoll_pwait`.
+#[no_mangle]
+pub unsafe extern "C" fn epoll_pwait(
+    epfd: c_int,
+    events: *mut epoll_event,
+    max: c_int,
+    timeout: c_int,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    if WATCHED_EPOLLS.has(epfd) && max > 0 && !events.is_null() {
+        if let Some(_in) = Inside::enter() {
+            // SAFETY: the program's array of `max` events.
+            let out = unsafe { std::slice::from_raw_parts_mut(events, max as usize) };
+            return crate::select::masked(mask, || epoll_events(epfd, out, timeout));
+        }
+    }
+    // SAFETY: the program's arguments, passed on.
+    unsafe { (real().epoll_pwait)(epfd, events, max, timeout, mask) }
 }

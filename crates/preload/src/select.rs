@@ -1,5 +1,5 @@
 //! `ppoll`, `select` and `pselect` over lists holding accelerated sockets,
-//! made of the readiness loop of `poll` ([`crate::ready::poll`]); lists
+//! made of the readiness loop of `poll` ([`crate::ready::poll_list`]); lists
 //! without one go to libc unchanged. A signal mask is set around the wait
 //! (not atomically with it, as the kernel's call does).
 
@@ -15,7 +15,7 @@ fn millis(secs: i64, nanos: i64) -> c_int {
 }
 
 /// Runs `f` with `mask` as the thread's signal mask (none: as it is).
-fn masked<R>(mask: *const sigset_t, f: impl FnOnce() -> R) -> R {
+pub(crate) fn masked<R>(mask: *const sigset_t, f: impl FnOnce() -> R) -> R {
     if mask.is_null() {
         return f();
     }
@@ -39,7 +39,7 @@ pub unsafe extern "C" fn ppoll(fds: *mut pollfd, n: nfds_t, timeout: *const time
         if let Some(_in) = Inside::enter() {
             // SAFETY: the program's timeout, if any.
             let ms = unsafe { timespec_ms(timeout) };
-            return masked(mask, || ready::poll(list, ms));
+            return masked(mask, || ready::poll_list(list, ms));
         }
     }
     // SAFETY: the program's arguments, passed on.
@@ -116,7 +116,7 @@ unsafe fn select_ours(n: c_int, sets: [*mut fd_set; 3], ms: c_int, mask: *const 
     let _in = Inside::enter()?;
     // SAFETY: the program's sets.
     let mut list = unsafe { as_poll(n, sets) }?;
-    let r = masked(mask, || ready::poll(&mut list, ms));
+    let r = masked(mask, || ready::poll_list(&mut list, ms));
     // SAFETY: the program's sets.
     Some(if r < 0 { r } else { unsafe { from_poll(&list, sets) } })
 }

@@ -30,8 +30,10 @@ pub(crate) struct Sock {
     pub peer: Option<SocketAddrV4>,
     pending: VecDeque<(Vec<u8>, SocketAddrV4)>,
     batch: RecvBatch,
-    /// The transport's kernel-path count, as last added to the counters.
+    /// The transport's kernel-path and dropped counts, as last added to
+    /// the counters.
     kernel_seen: u64,
+    dropped_seen: u64,
 }
 
 pub(crate) fn lock(s: &Mutex<Sock>) -> MutexGuard<'_, Sock> {
@@ -77,21 +79,38 @@ pub(crate) fn accelerate(fd: RawFd, bound: SocketAddrV4, cfg: &Config) -> Result
     Ok(Arc::new(Mutex::new(Sock {
         xdp,
         nonblocking: flags & libc::O_NONBLOCK != 0,
-        rcvtimeo: None,
+        // Set before the socket was accelerated (bind comes after it, as a
+        // rule): read back from the kernel.
+        rcvtimeo: rcvtimeo(fd),
         peer: None,
         pending: VecDeque::new(),
         batch: RecvBatch::new(16, 65_536),
         kernel_seen: 0,
+        dropped_seen: 0,
     })))
+}
+
+/// The socket's `SO_RCVTIMEO` (None: none).
+fn rcvtimeo(fd: RawFd) -> Option<Duration> {
+    // SAFETY: a zeroed timeval is valid.
+    let mut t: libc::timeval = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+    // SAFETY: getsockopt into a timeval of its size.
+    let r = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&mut t as *mut libc::timeval).cast(), &mut len)
+    };
+    if r != 0 {
+        return None;
+    }
+    let d = Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64);
+    (!d.is_zero()).then_some(d)
 }
 
 impl Sock {
     /// Takes what the rings hold for this socket.
     fn fill(&mut self) -> Result<(), libc::c_int> {
         let n = self.xdp.recv_batch(&mut self.batch).map_err(|e| errno(&e))?;
-        if n > 0 {
-            self.count_kernel_path();
-        }
+        self.count_kernel_path();
         for i in 0..n {
             let (d, from) = self.batch.get(i);
             if self.peer.is_some_and(|p| p != from) {
@@ -107,12 +126,15 @@ impl Sock {
         Ok(())
     }
 
-    /// Adds what went by the kernel since last time.
+    /// Adds what went by the kernel, and what the rings dropped (full),
+    /// since last time.
     fn count_kernel_path(&mut self) {
         let st = self.xdp.stats();
         let now = st.kernel_rx + st.kernel_tx;
         counters::add(C::KernelPath, now - self.kernel_seen.min(now));
         self.kernel_seen = now;
+        counters::add(C::RxDropped, st.rx_ring_full - self.dropped_seen.min(st.rx_ring_full));
+        self.dropped_seen = st.rx_ring_full;
     }
 
     /// Whether a read would find a datagram now.

@@ -6,7 +6,7 @@
 use crate::sock::Sock;
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Descriptors below this are looked at; a socket at or above it stays a
@@ -46,6 +46,9 @@ impl FdSet {
 pub(crate) static CANDIDATES: FdSet = FdSet::new();
 /// Accelerated sockets (their state in [`SOCKS`]).
 pub(crate) static ACCELERATED: FdSet = FdSet::new();
+/// In the child of a `fork`: nothing more is accelerated (the AF_XDP
+/// socket of the interface is the parent's).
+pub(crate) static FORKED: AtomicBool = AtomicBool::new(false);
 /// How many descriptors [`ACCELERATED`] holds (0: every call is libc's).
 static HELD: AtomicUsize = AtomicUsize::new(0);
 
@@ -105,7 +108,12 @@ pub(crate) fn remove(fd: libc::c_int) {
         drop(s);
     }
     if let Some(m) = lock(&EPOLLS).as_mut() {
+        // As an epoll set, and as a socket in any set (a number reused by
+        // another socket must not be reported with this one's data).
         m.remove(&fd);
+        for w in m.values_mut() {
+            w.retain(|(f, _, _)| *f != fd);
+        }
     }
 }
 
@@ -113,6 +121,7 @@ pub(crate) fn remove(fd: libc::c_int) {
 /// AF_XDP socket and its flows stay the parent's; nothing of them is
 /// dropped here, which would remove the parent's flows).
 pub(crate) fn forget_all() {
+    FORKED.store(true, Ordering::Relaxed);
     ACCELERATED.clear_all();
     HELD.store(0, Ordering::Relaxed);
     CANDIDATES.clear_all();

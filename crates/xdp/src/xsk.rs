@@ -93,6 +93,11 @@ impl Xsk {
             match unsafe { Socket::new(sock_cfg, &umem, &iface, queue) } {
                 Ok((tx, rx, Some((mut fill, comp)))) => {
                     let fd = tx.fd().as_raw_fd();
+                    // libxdp opens it without close-on-exec: a program
+                    // exec'd by ours (under `tickwire accel`) would hold
+                    // the queue.
+                    // SAFETY: F_SETFD on the socket this function opened.
+                    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
                     let half = descs.len() / 2;
                     let free = descs.split_off(half);
                     // SAFETY: the descriptors came from this UMEM.

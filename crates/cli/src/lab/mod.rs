@@ -4,10 +4,12 @@
 //! Argument parsing only: each subcommand becomes a typed
 //! [`tickwire_lab::request::Request`], and the lab measures and prints it.
 
+mod accel;
 mod auth;
 mod bindings;
 mod router;
 
+pub use accel::AccelArgs;
 pub use auth::AuthCostArgs;
 pub use bindings::BindingsArgs;
 pub use router::{ClusterArgs, GuaranteedArgs, RouterArgs, TopicMatchArgs};
@@ -60,6 +62,8 @@ pub enum LabCmd {
     AuthCost(AuthCostArgs),
     /// The C and Python examples' shared-memory ping-pong and Python's publish_many, beside the Rust lab's, in the same rounds.
     Bindings(BindingsArgs),
+    /// sockperf's UDP ping-pong across a veth pair under `tickwire accel` and not, spinning and blocking, in the same rounds (root).
+    Accel(AccelArgs),
     /// Internal: the far side of a measurement.
     #[command(hide = true)]
     Worker {
@@ -476,6 +480,7 @@ impl LabCmd {
             LabCmd::Guaranteed(a) => &a.common,
             LabCmd::AuthCost(a) => &a.common,
             LabCmd::Bindings(a) => &a.common,
+            LabCmd::Accel(a) => &a.common,
             LabCmd::Reproduce(_)
             | LabCmd::Doctor(_)
             | LabCmd::Transfer(_)
@@ -607,6 +612,7 @@ impl LabCmd {
             LabCmd::Cluster(a) => a.into_request(dir),
             LabCmd::AuthCost(a) => a.into_request(dir),
             LabCmd::Bindings(a) => a.into_request(dir),
+            LabCmd::Accel(a) => a.into_request(),
             LabCmd::Guaranteed(a) => a.into_request(dir),
             LabCmd::Doctor(a) => Request::Doctor(DoctorRequest {
                 cpus: a.cpus,

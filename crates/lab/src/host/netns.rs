@@ -22,6 +22,10 @@ pub struct NetnsPair {
     pub a_addr: String,
     /// Address of `b`'s end.
     pub b_addr: String,
+    /// `a`'s end of the veth pair.
+    pub a_dev: String,
+    /// `b`'s end.
+    pub b_dev: String,
 }
 
 fn ip(args: &[&str]) -> Result<(), LabError> {
@@ -52,8 +56,10 @@ impl NetnsPair {
             b: format!("tw{pid}b{n}"),
             a_addr: format!("10.77.{subnet}.1"),
             b_addr: format!("10.77.{subnet}.2"),
+            a_dev: format!("tw{pid}v{n}a"),
+            b_dev: format!("tw{pid}v{n}b"),
         };
-        let (va, vb) = (format!("tw{pid}v{n}a"), format!("tw{pid}v{n}b"));
+        let (va, vb) = (pair.a_dev.clone(), pair.b_dev.clone());
         ip(&["netns", "add", &pair.a])?;
         // From here on, dropping `pair` removes what exists.
         ip(&["netns", "add", &pair.b])?;

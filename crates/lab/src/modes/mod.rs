@@ -22,6 +22,7 @@
 //! * [`reproduce`]: all of the above with the papers' parameters, into a
 //!   report with the published figures beside ours and SVG plots.
 
+pub mod accel;
 pub mod auth_cost;
 pub mod bindings;
 pub mod matching;

@@ -1,0 +1,240 @@
+//! `lab accel`: an unmodified program's UDP ping-pong, under `tickwire
+//! accel` and not, across a veth pair between two network namespaces (made
+//! and removed by the run), interleaved in rounds on the same CPUs.
+//!
+//! The program is Debian's `sockperf` (`server` in namespace a on the
+//! remote CPU, `ping-pong` in b on the local one), the same binary four
+//! ways in each round:
+//! * `kernel, spinning`: `--nonblocked`, sockperf loops on `recvfrom`
+//!   returning `EAGAIN`: the floor, the kernel's best for this work;
+//! * `kernel, blocking`: sockperf's default;
+//! * `accel, spinning`: both ends under `tickwire accel`, `--nonblocked`:
+//!   the same loop, on the library's receive;
+//! * `accel, blocking`: both ends under `tickwire accel`, the library
+//!   spinning `--spin-us` before it blocks.
+//!
+//! A round's figures are sockperf's own (half round trips: p50, p99,
+//! max); the run's are the medians over the rounds, each with its ratio
+//! to the kernel spinning in the same run.
+
+use crate::host::netns::NetnsPair;
+use crate::output::report::median;
+use crate::{Cpus, LabError};
+use serde::Serialize;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The four ways, in the order each round runs them.
+const PATHS: [(&str, bool, bool); 4] = [
+    ("kernel, spinning", false, true),
+    ("kernel, blocking", false, false),
+    ("accel, spinning", true, true),
+    ("accel, blocking", true, false),
+];
+
+/// A `lab accel` run.
+#[derive(Debug, Clone)]
+pub struct Accel {
+    /// Datagram sizes.
+    pub sizes: Vec<usize>,
+    /// sockperf's `-t`: seconds per measurement.
+    pub seconds: u64,
+    /// Interleaved rounds.
+    pub rounds: usize,
+    /// The client's CPU (local) and the server's (remote).
+    pub cpus: Cpus,
+    /// `tickwire accel --spin-us` for the blocking rows.
+    pub spin_us: u64,
+}
+
+/// One way at one size, over the rounds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AccelRow {
+    /// `kernel, spinning`, `kernel, blocking`, `accel, spinning`, `accel, blocking`.
+    pub path: String,
+    /// Datagram size, bytes.
+    pub size: usize,
+    /// Each round's p50, p99 and max half round trip, ns.
+    pub p50_ns: Vec<u64>,
+    pub p99_ns: Vec<u64>,
+    pub max_ns: Vec<u64>,
+    /// Round trips each round.
+    pub round_trips: Vec<u64>,
+    /// Medians over the rounds.
+    pub median_p50_ns: u64,
+    pub median_p99_ns: u64,
+    /// Over the kernel spinning's medians at this size.
+    pub ratio_p50: f64,
+    pub ratio_p99: f64,
+}
+
+/// What one sockperf client printed.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    p50_ns: u64,
+    p99_ns: u64,
+    max_ns: u64,
+    round_trips: u64,
+}
+
+/// The number after `key` on the line holding it.
+fn after(out: &str, key: &str) -> Option<f64> {
+    let line = out.lines().find(|l| l.contains(key))?;
+    let rest = &line[line.find(key)? + key.len()..];
+    rest.trim_start_matches([' ', '=']).split(|c: char| !(c.is_ascii_digit() || c == '.')).next()?.parse().ok()
+}
+
+fn parse(out: &str) -> Option<Measured> {
+    let us = |key: &str| after(out, key).map(|v| (v * 1000.0).round() as u64);
+    Some(Measured {
+        p50_ns: us("percentile 50.000")?,
+        p99_ns: us("percentile 99.000")?,
+        max_ns: us("<MAX> observation")?,
+        round_trips: after(out, "ReceivedMessages=")? as u64,
+    })
+}
+
+/// `PROGRAM ARGS` in namespace `ns` on `cpu`, under `tickwire accel` on
+/// `dev` if `accel`.
+fn command(ns: &str, cpu: usize, accel: Option<(&str, u64)>, program: &[String]) -> Result<Command, LabError> {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, "taskset", "-c", &cpu.to_string()]);
+    if let Some((dev, spin)) = accel {
+        let me = std::env::current_exe().map_err(|e| LabError::Usage(format!("this binary's path: {e}")))?;
+        c.arg(me).args(["accel", "--interface", dev, "--spin-us", &spin.to_string(), "--"]);
+    }
+    c.args(program).stdin(Stdio::null());
+    Ok(c)
+}
+
+/// A child killed and reaped when dropped.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One measurement: a server, then the client; sockperf's figures.
+fn once(a: &Accel, pair: &NetnsPair, port: u16, size: usize, accel: bool, spin: bool) -> Result<Measured, LabError> {
+    let port = port.to_string();
+    let mut server =
+        vec!["sockperf".into(), "server".into(), "-i".into(), pair.a_addr.clone(), "-p".into(), port.clone()];
+    let mut client: Vec<String> =
+        ["sockperf", "ping-pong", "-i", &pair.a_addr, "-p", &port, "-t"].iter().map(|s| (*s).to_owned()).collect();
+    client.extend([a.seconds.to_string(), "-m".into(), size.to_string()]);
+    if spin {
+        server.push("--nonblocked".into());
+        client.push("--nonblocked".into());
+    }
+    let on = |dev: &str| accel.then(|| (dev.to_owned(), a.spin_us));
+    let a_dev = on(&pair.a_dev);
+    let b_dev = on(&pair.b_dev);
+    let mut s = command(&pair.a, a.cpus.remote, a_dev.as_ref().map(|(d, s)| (d.as_str(), *s)), &server)?;
+    let started = s.stdout(Stdio::null()).stderr(Stdio::null()).spawn();
+    let _server = Reaped(started.map_err(|e| LabError::Usage(format!("sockperf (Debian's sockperf): {e}")))?);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut c = command(&pair.b, a.cpus.local, b_dev.as_ref().map(|(d, s)| (d.as_str(), *s)), &client)?;
+    let out = c.output().map_err(|e| LabError::Usage(format!("sockperf: {e}")))?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    parse(&text).ok_or_else(|| LabError::Usage(format!("sockperf printed no figures: {}", text.trim())))
+}
+
+/// Runs the rounds.
+///
+/// # Errors
+/// [`LabError::Usage`]: no namespaces (not root), no sockperf, a run
+/// that printed no figures.
+pub fn run(a: &Accel) -> Result<Vec<AccelRow>, LabError> {
+    if a.sizes.is_empty() || a.rounds == 0 || a.seconds == 0 {
+        return Err(LabError::Usage("lab accel needs sizes, rounds and seconds".into()));
+    }
+    let pair = NetnsPair::create()?;
+    let mut rows: Vec<AccelRow> = Vec::new();
+    for &size in &a.sizes {
+        for (path, _, _) in PATHS {
+            rows.push(AccelRow { path: path.into(), size, ..AccelRow::default() });
+        }
+    }
+    let mut port = 11_000u16;
+    for _ in 0..a.rounds {
+        for (i, &size) in a.sizes.iter().enumerate() {
+            for (k, (_, accel, spin)) in PATHS.iter().enumerate() {
+                port += 1;
+                let m = once(a, &pair, port, size, *accel, *spin)?;
+                let r = &mut rows[i * PATHS.len() + k];
+                r.p50_ns.push(m.p50_ns);
+                r.p99_ns.push(m.p99_ns);
+                r.max_ns.push(m.max_ns);
+                r.round_trips.push(m.round_trips);
+            }
+        }
+    }
+    let med = |v: &[u64]| median(v.iter().map(|&x| x as f64).collect()).round() as u64;
+    for r in &mut rows {
+        r.median_p50_ns = med(&r.p50_ns);
+        r.median_p99_ns = med(&r.p99_ns);
+    }
+    for chunk in rows.chunks_mut(PATHS.len()) {
+        let (p50, p99) = (chunk[0].median_p50_ns.max(1) as f64, chunk[0].median_p99_ns.max(1) as f64);
+        for r in chunk {
+            r.ratio_p50 = (r.median_p50_ns as f64 / p50 * 1000.0).round() / 1000.0;
+            r.ratio_p99 = (r.median_p99_ns as f64 / p99 * 1000.0).round() / 1000.0;
+        }
+    }
+    Ok(rows)
+}
+
+/// Prints the rows: a table, or one JSON object each.
+///
+/// # Errors
+/// [`LabError::Usage`] if a row cannot be written as JSON.
+pub fn print(a: &Accel, rows: &[AccelRow], json: bool) -> Result<(), LabError> {
+    if json {
+        for r in rows {
+            println!("{}", serde_json::to_string(r).map_err(|e| LabError::Usage(e.to_string()))?);
+        }
+        return Ok(());
+    }
+    println!(
+        "sockperf ping-pong across a veth pair, half round trips; medians of {} interleaved rounds of {} s \
+         (client on CPU {}, server on CPU {}); ratios to the kernel, spinning",
+        a.rounds, a.seconds, a.cpus.local, a.cpus.remote
+    );
+    println!(
+        "{:>6}  {:<18} {:>10} {:>10} {:>9} {:>9}  p50 per round (us)",
+        "size", "path", "p50", "p99", "x p50", "x p99"
+    );
+    for r in rows {
+        let rounds: Vec<String> = r.p50_ns.iter().map(|n| format!("{:.2}", *n as f64 / 1000.0)).collect();
+        println!(
+            "{:>6}  {:<18} {:>7.2} us {:>7.2} us {:>8.2}x {:>8.2}x  {}",
+            r.size,
+            r.path,
+            r.median_p50_ns as f64 / 1000.0,
+            r.median_p99_ns as f64 / 1000.0,
+            r.ratio_p50,
+            r.ratio_p99,
+            rounds.join(" ")
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockperf_s_summary_is_read_in_nanoseconds() {
+        let out = "sockperf: [Valid Duration] RunTime=1.550 sec; SentMessages=150180; ReceivedMessages=150180\n\
+                   sockperf: ---> <MAX> observation = 1588.979\n\
+                   sockperf: ---> percentile 99.000 =    6.872\n\
+                   sockperf: ---> percentile 50.000 =    4.938\n";
+        let m = parse(out).unwrap();
+        assert_eq!((m.p50_ns, m.p99_ns, m.max_ns, m.round_trips), (4938, 6872, 1_588_979, 150_180));
+        assert!(parse("sockperf: No messages were received from the server.").is_none());
+    }
+}
