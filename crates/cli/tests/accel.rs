@@ -190,32 +190,35 @@ fn sockperf_ping_pong_under_accel_goes_over_af_xdp_and_fragments_by_the_kernel()
     finish(server, Duration::ZERO);
 }
 
-#[test]
-fn one_epoll_set_over_an_accelerated_and_a_kernel_socket_reports_both() {
-    let p = Pair::new(2);
-    let (a, b) = (p.a.clone(), p.b.clone());
-    const N: &str = "200";
-    let mut program = p
-        .accel(&a, &["python3", ECHO, "epoll", &p.addr_a(), "12000", "12001", N])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(program.stdout.take().unwrap()));
+/// Runs the test's program (`udp_echo.py epoll`, `n` a phase) through its
+/// phases: `n` datagrams from b to its accelerated socket and `n` from a
+/// to its loopback one, then `n` more from b for each of its timed and
+/// select phases; its last line and its output.
+fn drive(p: &Pair, mut program: Command, n: &str) -> (String, Output) {
+    let mut child = program.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
     assert_eq!(lines.next().map(Result::unwrap).as_deref(), Some("ready"));
-    let in_a = p.udp_in(&a);
-    let over_veth = p.plain(&b, &["python3", ECHO, "send", &p.addr_a(), "12000", N]).spawn().unwrap();
-    let local = p.plain(&a, &["python3", ECHO, "send", "127.0.0.1", "12001", N]).spawn().unwrap();
+    let over_veth = p.plain(&p.b, &["python3", ECHO, "send", &p.addr_a(), "12000", n]).spawn().unwrap();
+    let local = p.plain(&p.a, &["python3", ECHO, "send", "127.0.0.1", "12001", n]).spawn().unwrap();
     for c in [over_veth, local] {
         assert!(finish(c, Duration::from_secs(20)).status.success());
     }
     for phase in ["timed", "selected"] {
         assert_eq!(lines.next().map(Result::unwrap).as_deref(), Some(phase));
-        let more = p.plain(&b, &["python3", ECHO, "send", &p.addr_a(), "12000", N]).spawn().unwrap();
+        let more = p.plain(&p.b, &["python3", ECHO, "send", &p.addr_a(), "12000", n]).spawn().unwrap();
         assert!(finish(more, Duration::from_secs(20)).status.success());
     }
     let last = lines.next().map(Result::unwrap).unwrap_or_default();
-    let out = finish(program, Duration::from_secs(10));
+    (last, finish(child, Duration::from_secs(10)))
+}
+
+#[test]
+fn one_epoll_set_over_an_accelerated_and_a_kernel_socket_reports_both() {
+    let p = Pair::new(2);
+    let a = p.a.clone();
+    const N: &str = "200";
+    let in_a = p.udp_in(&a);
+    let (last, out) = drive(&p, p.accel(&a, &["python3", ECHO, "epoll", &p.addr_a(), "12000", "12001", N]), N);
     assert_eq!(last, format!("xdp={N} kernel={N} timed={N} selected={N}"), "{}", text(&out));
     // Only the loopback socket's datagrams went through the kernel.
     let n: u64 = N.parse().unwrap();
@@ -226,32 +229,37 @@ fn one_epoll_set_over_an_accelerated_and_a_kernel_socket_reports_both() {
 #[test]
 fn without_the_capabilities_the_program_still_works_and_says_why_once() {
     let p = Pair::new(3);
-    let (a, b) = (p.a.clone(), p.b.clone());
+    let a = p.a.clone();
     let dev = p.dev_a.clone();
     // As nobody: no CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF.
-    let mut program = Command::new("ip")
+    let mut program = Command::new("ip");
+    program
         .args(["netns", "exec", &a, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
         .args([BIN, "--dir", "/tmp", "accel", "--interface", &dev, "--"])
-        .args(["python3", ECHO, "epoll", &p.addr_a(), "12000", "12001", "50"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(program.stdout.take().unwrap()));
-    assert_eq!(lines.next().map(Result::unwrap).as_deref(), Some("ready"));
-    for (ns, to, port) in [(&b, p.addr_a(), "12000"), (&a, "127.0.0.1".to_owned(), "12001")] {
-        let c = p.plain(ns, &["python3", ECHO, "send", &to, port, "50"]).spawn().unwrap();
-        assert!(finish(c, Duration::from_secs(20)).status.success());
-    }
-    for phase in ["timed", "selected"] {
-        assert_eq!(lines.next().map(Result::unwrap).as_deref(), Some(phase));
-        let c = p.plain(&b, &["python3", ECHO, "send", &p.addr_a(), "12000", "50"]).spawn().unwrap();
-        assert!(finish(c, Duration::from_secs(20)).status.success());
-    }
-    let last = lines.next().map(Result::unwrap).unwrap_or_default();
-    let out = finish(program, Duration::from_secs(10));
+        .args(["python3", ECHO, "epoll", &p.addr_a(), "12000", "12001", "50"]);
+    let (last, out) = drive(&p, program, "50");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(last, "xdp=50 kernel=50 timed=50 selected=50", "{err}");
     let why: Vec<&str> = err.lines().filter(|l| l.contains("stays a kernel socket")).collect();
     assert!(why.len() == 1 && why[0].contains("not permitted"), "{err}");
+}
+
+/// `tickwire lab accel` (docs/lab.md), one short round: the four ways, the
+/// kernel spinning the reference (ratio 1), every way answered.
+#[test]
+fn lab_accel_measures_sockperf_four_ways_against_the_kernel_spinning() {
+    let out = Command::new(BIN)
+        .args(["lab", "accel", "--size", "64", "--seconds", "1", "--rounds", "1", "--json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
+    let paths: Vec<&str> = rows.iter().filter_map(|r| r["path"].as_str()).collect();
+    assert_eq!(paths, ["kernel, spinning", "kernel, blocking", "accel, spinning", "accel, blocking"], "{stdout}");
+    assert_eq!(rows[0]["ratio_p50"], 1.0, "{stdout}");
+    for r in &rows {
+        assert!(r["round_trips"][0].as_u64() > Some(1000), "{r}");
+        assert!(r["median_p50_ns"].as_u64() > Some(0) && r["ratio_p99"].as_f64() > Some(0.0), "{r}");
+    }
 }
