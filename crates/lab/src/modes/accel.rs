@@ -21,6 +21,7 @@ use crate::host::netns::NetnsPair;
 use crate::output::report::median;
 use crate::{Cpus, LabError};
 use serde::Serialize;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -45,6 +46,10 @@ pub struct Accel {
     pub cpus: Cpus,
     /// `tickwire accel --spin-us` for the blocking rows.
     pub spin_us: u64,
+    /// Where the accelerated programs' counters files go: a directory of
+    /// the run's own in it, removed at the end (a server is killed, so its
+    /// file would stay).
+    pub dir: PathBuf,
 }
 
 /// One way at one size, over the rounds.
@@ -96,12 +101,19 @@ fn parse(out: &str) -> Option<Measured> {
 
 /// `PROGRAM ARGS` in namespace `ns` on `cpu`, under `tickwire accel` on
 /// `dev` if `accel`.
-fn command(ns: &str, cpu: usize, accel: Option<(&str, u64)>, program: &[String]) -> Result<Command, LabError> {
+fn command(
+    ns: &str,
+    cpu: usize,
+    accel: Option<(&str, u64)>,
+    dir: &Path,
+    program: &[String],
+) -> Result<Command, LabError> {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns, "taskset", "-c", &cpu.to_string()]);
     if let Some((dev, spin)) = accel {
         let me = std::env::current_exe().map_err(|e| LabError::Usage(format!("this binary's path: {e}")))?;
-        c.arg(me).args(["accel", "--interface", dev, "--spin-us", &spin.to_string(), "--"]);
+        c.arg(me).arg("--dir").arg(dir);
+        c.args(["accel", "--interface", dev, "--spin-us", &spin.to_string(), "--"]);
     }
     c.args(program).stdin(Stdio::null());
     Ok(c)
@@ -117,8 +129,25 @@ impl Drop for Reaped {
     }
 }
 
+/// The run's directory of counters files, removed on every way out.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// One measurement: a server, then the client; sockperf's figures.
-fn once(a: &Accel, pair: &NetnsPair, port: u16, size: usize, accel: bool, spin: bool) -> Result<Measured, LabError> {
+fn once(
+    a: &Accel,
+    pair: &NetnsPair,
+    dir: &Path,
+    port: u16,
+    size: usize,
+    accel: bool,
+    spin: bool,
+) -> Result<Measured, LabError> {
     let port = port.to_string();
     let mut server =
         vec!["sockperf".into(), "server".into(), "-i".into(), pair.a_addr.clone(), "-p".into(), port.clone()];
@@ -132,11 +161,11 @@ fn once(a: &Accel, pair: &NetnsPair, port: u16, size: usize, accel: bool, spin: 
     let on = |dev: &str| accel.then(|| (dev.to_owned(), a.spin_us));
     let a_dev = on(&pair.a_dev);
     let b_dev = on(&pair.b_dev);
-    let mut s = command(&pair.a, a.cpus.remote, a_dev.as_ref().map(|(d, s)| (d.as_str(), *s)), &server)?;
+    let mut s = command(&pair.a, a.cpus.remote, a_dev.as_ref().map(|(d, s)| (d.as_str(), *s)), dir, &server)?;
     let started = s.stdout(Stdio::null()).stderr(Stdio::null()).spawn();
     let _server = Reaped(started.map_err(|e| LabError::Usage(format!("sockperf (Debian's sockperf): {e}")))?);
     std::thread::sleep(Duration::from_millis(300));
-    let mut c = command(&pair.b, a.cpus.local, b_dev.as_ref().map(|(d, s)| (d.as_str(), *s)), &client)?;
+    let mut c = command(&pair.b, a.cpus.local, b_dev.as_ref().map(|(d, s)| (d.as_str(), *s)), dir, &client)?;
     let out = c.output().map_err(|e| LabError::Usage(format!("sockperf: {e}")))?;
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     parse(&text).ok_or_else(|| LabError::Usage(format!("sockperf printed no figures: {}", text.trim())))
@@ -152,6 +181,7 @@ pub fn run(a: &Accel) -> Result<Vec<AccelRow>, LabError> {
         return Err(LabError::Usage("lab accel needs sizes, rounds and seconds".into()));
     }
     let pair = NetnsPair::create()?;
+    let scratch = Scratch(a.dir.join(format!("lab-accel-{}", std::process::id())));
     let mut rows: Vec<AccelRow> = Vec::new();
     for &size in &a.sizes {
         for (path, _, _) in PATHS {
@@ -163,7 +193,7 @@ pub fn run(a: &Accel) -> Result<Vec<AccelRow>, LabError> {
         for (i, &size) in a.sizes.iter().enumerate() {
             for (k, (_, accel, spin)) in PATHS.iter().enumerate() {
                 port += 1;
-                let m = once(a, &pair, port, size, *accel, *spin)?;
+                let m = once(a, &pair, &scratch.0, port, size, *accel, *spin)?;
                 let r = &mut rows[i * PATHS.len() + k];
                 r.p50_ns.push(m.p50_ns);
                 r.p99_ns.push(m.p99_ns);

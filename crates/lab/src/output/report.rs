@@ -236,8 +236,8 @@ pub struct ThroughputRow {
     pub batch: Option<u64>,
     /// This row's rate over the rate the cache-line transfer between the
     /// two CPUs allows at its message size, measured in the same run
-    /// (`transports::line_limit`): a reference, measured like the floors;
-    /// above 1.05 the row is marked.
+    /// (`transports::line_limit`): a reference, reported and never judged
+    /// (measured, not a proven bound: the raw ring has passed it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub of_line_limit: Option<f64>,
     /// Set when this row's rate beat its floor's by more than the noise
@@ -259,18 +259,11 @@ impl ThroughputRow {
         }
     }
 
-    /// Records this row's share of the line-transfer limit at its size
-    /// (`limit`: the limit's row at this size) and marks the row when it
-    /// passed the limit beyond the noise: then the measurement is wrong.
-    pub fn with_line_limit(&mut self, limit: &ThroughputRow) {
-        let share = self.line_share(limit);
-        if share > THROUGHPUT_BEATEN {
-            self.floor_beaten = mark_beaten();
-        }
-    }
-
     /// Records this row's share of the line-transfer limit at its size,
-    /// without judging it (a single measurement each, not interleaved).
+    /// without judging it: the line stream is a measured reference, not a
+    /// bound (in runs in the VM's fast state it moved fewer lines a second
+    /// than the raw ring moved slots, and `--strict` failed on a floor
+    /// that was not wrong).
     pub fn line_share(&mut self, limit: &ThroughputRow) -> f64 {
         let share = round3(self.msgs_per_s / limit.msgs_per_s.max(1.0));
         self.of_line_limit = Some(share);
