@@ -26,7 +26,9 @@ util-linux       taskset (CPU pinning in the lab), setpriv (capability tests; ac
 e2fsprogs        mkfs.ext4: the journal durability test's loop-device filesystem
 openssl          docs/operations.md's certificates (tests/operations.rs runs the page)
 iputils-ping     the AF_XDP coexistence test pings through the XDP interface
-sockperf         the lab's kernel-UDP ping-pong is checked against it
+sockperf         the lab's kernel-UDP ping-pong is checked against it; tickwire accel's tests run it
+socat            tickwire accel's tests: an unmodified file transfer over UDP
+netcat-openbsd   tickwire accel's tests: nc -u, an unmodified file transfer over UDP
 clang            builds the XDP program (crates/xdp/bpf) and libxdp's BPF objects
 llvm             llc/llvm-strip for libxdp's BPF objects
 libelf-dev       libbpf (vendored by libbpf-sys/libxdp-sys)

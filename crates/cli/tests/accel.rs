@@ -13,6 +13,11 @@
 //!   then `select` and `recvmsg`.
 //! - Without the capabilities: the program still works, and says once
 //!   that its socket stays the kernel's, and why.
+//! - Multicast: sockperf's multicast ping-pong over AF_XDP; two receivers
+//!   of one group in one namespace each get every datagram (the group
+//!   is handed back to the kernel, and that is said).
+//! - `socat` and `nc -u` send a file, which arrives byte for byte, not
+//!   through the kernel.
 //!
 //! Needs root (namespaces, BPF) and the preload library beside the binary
 //! (`make test` builds it).
@@ -61,6 +66,8 @@ impl Pair {
         for (ns, dev) in [(&p.a, &p.dev_a), (&p.b, &p.dev_b)] {
             ip(&["-n", ns, "link", "set", "lo", "up"]);
             ip(&["-n", ns, "link", "set", dev, "up"]);
+            // Multicast goes by the pair (there is no other route).
+            ip(&["-n", ns, "route", "add", "224.0.0.0/4", "dev", dev]);
         }
         p
     }
@@ -188,6 +195,107 @@ fn sockperf_ping_pong_under_accel_goes_over_af_xdp_and_fragments_by_the_kernel()
     assert!(sent > 100 && sent - received <= 1, "{}", text(&out));
     assert!(p.udp_in(&a) - in_a >= received, "the kernel's path counts its datagrams");
     finish(server, Duration::ZERO);
+}
+
+#[test]
+fn sockperf_multicast_ping_pong_under_accel_goes_over_af_xdp() {
+    let p = Pair::new(4);
+    let (a, b) = (p.a.clone(), p.b.clone());
+    const GROUP: &str = "239.18.3.4";
+    // The server joins before it binds 0.0.0.0 (sockperf's order); the
+    // client joins too, and sends by IP_MULTICAST_IF without binding.
+    let server =
+        sockperf_server(p.accel(&a, &["sockperf", "server", "--mc-rx-if", &p.addr_a(), "-i", GROUP, "-p", "11113"]));
+    let (in_a, in_b) = (p.udp_in(&a), p.udp_in(&b));
+    let args = ["sockperf", "ping-pong", "--mc-tx-if", &p.addr_b(), "-i", GROUP, "-p", "11113", "-t", "1", "-m", "64"];
+    let out = p.accel(&b, &args).output().unwrap();
+    let all = text(&out);
+    let (sent, received) = sockperf_counts(&all);
+    assert!(sent > 100 && sent - received <= 1, "{sent} sent, {received} replies: {all}");
+    let (da, db) = (p.udp_in(&a) - in_a, p.udp_in(&b) - in_b);
+    assert!(da < 10 && db < 10, "the kernel received {da} in a and {db} in b of {sent}");
+    let server = finish(server, Duration::ZERO);
+    assert!(!text(&server).contains("kernel"), "{}", text(&server));
+}
+
+/// Starts `udp_echo.py mcrecv` and waits for its "ready".
+fn mc_receiver(mut cmd: Command) -> (Child, impl Iterator<Item = String>) {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap())).map(Result::unwrap);
+    assert_eq!(lines.next().as_deref(), Some("ready"));
+    (child, lines)
+}
+
+#[test]
+fn two_accelerated_receivers_of_one_group_each_get_every_datagram_through_the_kernel() {
+    let p = Pair::new(5);
+    const GROUP: &str = "239.18.3.5";
+    const N: &str = "300";
+    let recv = ["python3", ECHO, "mcrecv", GROUP, "12010", &p.addr_a(), N];
+    let (first, mut first_lines) = mc_receiver(p.accel(&p.a, &recv));
+    let (second, mut second_lines) = mc_receiver(p.accel(&p.a, &recv));
+    let sender = p.accel(&p.b, &["python3", ECHO, "mcsend", GROUP, "12010", &p.addr_b(), N]).output().unwrap();
+    assert!(sender.status.success(), "{}", text(&sender));
+    let want = format!("got={N}");
+    assert_eq!(first_lines.next(), Some(want.clone()));
+    assert_eq!(second_lines.next(), Some(want));
+    let notes =
+        format!("{}{}", text(&finish(first, Duration::from_secs(5))), text(&finish(second, Duration::from_secs(5))));
+    assert!(notes.contains(&format!("group {GROUP} port 12010 stays the kernel's")), "{notes}");
+}
+
+/// `socat` and `nc -u`, unmodified, send a file across the pair, both
+/// sides under `tickwire accel`: what arrives is the file, byte for byte;
+/// socat's 1000-byte datagrams did not pass through the kernel's UDP.
+#[test]
+fn socat_and_nc_transfer_a_file_over_udp_byte_for_byte_under_accel() {
+    let p = Pair::new(6);
+    let (a, b) = (p.a.clone(), p.b.clone());
+    let dir = std::env::temp_dir().join(format!("twp-files-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("in");
+    // 300 datagrams of 1000 bytes, no two alike.
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    std::fs::write(&file, &data).unwrap();
+    let (f, got_socat, got_nc) = (file.display().to_string(), dir.join("socat"), dir.join("nc"));
+
+    let in_a = p.udp_in(&a);
+    let sink = format!("OPEN:{},creat,trunc", got_socat.display());
+    let recv = p.accel(&a, &["socat", "-u", "-T", "2", "UDP-RECV:12020", &sink]).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let to = format!("UDP-SENDTO:{}:12020", p.addr_a());
+    let send = p.accel(&b, &["socat", "-u", "-b", "1000", &format!("OPEN:{f}"), &to]).output().unwrap();
+    assert!(send.status.success(), "{}", text(&send));
+    let recv = finish(recv, Duration::from_secs(10));
+    assert!(recv.status.success(), "{}", text(&recv));
+    assert!(std::fs::read(&got_socat).unwrap() == data, "socat: the file differs");
+    assert!(p.udp_in(&a) - in_a < 10, "socat: through the kernel");
+
+    // nc sends what each read of its input gives (up to 16 KiB,
+    // fragmented, so through the kernel underneath); fed 16 KiB every 20 ms,
+    // as a burst overflows the receiver's buffer (the kernel's alone too).
+    let out = std::fs::File::create(&got_nc).unwrap();
+    let recv = p.accel(&a, &["nc", "-u", "-l", "12021"]).stdout(out).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut send = p
+        .accel(&b, &["nc", "-u", "-q", "1", &p.addr_a(), "12021"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut feed = send.stdin.take().unwrap();
+    for chunk in data.chunks(16_384) {
+        std::io::Write::write_all(&mut feed, chunk).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(feed);
+    let send = finish(send, Duration::from_secs(10));
+    assert!(send.status.success(), "{}", text(&send));
+    let recv = finish(recv, Duration::from_millis(500));
+    let got = std::fs::read(&got_nc).unwrap();
+    assert!(got == data, "nc: {} bytes of {}, not the file: {}", got.len(), data.len(), text(&recv));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Runs the test's program (`udp_echo.py epoll`, `n` a phase) through its

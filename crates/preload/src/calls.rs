@@ -6,6 +6,7 @@
 use crate::addr;
 use crate::config;
 use crate::counters::{self, C};
+use crate::group;
 use crate::real::libc as real;
 use crate::sock::{self, lock};
 use crate::table::{self, Inside, ACCELERATED, CANDIDATES, WATCHED_EPOLLS};
@@ -35,7 +36,7 @@ pub(crate) fn ours(fd: c_int) -> bool {
 }
 
 /// The source address the kernel picks towards `to`.
-fn source_towards(to: Ipv4Addr) -> Option<Ipv4Addr> {
+pub(crate) fn source_towards(to: Ipv4Addr) -> Option<Ipv4Addr> {
     let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
     s.connect((to, 9)).ok()?;
     match s.local_addr() {
@@ -50,6 +51,16 @@ fn source_towards(to: Ipv4Addr) -> Option<Ipv4Addr> {
 /// is not bound yet (then bound to 0.0.0.0:0 first, as the kernel would,
 /// if that goes by the interface).
 fn decide(fd: c_int, to: Option<SocketAddrV4>) {
+    decide_now(fd, to);
+    if !ours(fd) {
+        match addr::local(fd) {
+            Some(l) if l.port() != 0 => group::settle_kernel(fd, l.port()),
+            _ => group::forget(fd),
+        }
+    }
+}
+
+fn decide_now(fd: c_int, to: Option<SocketAddrV4>) {
     let cfg = config::get();
     let Some((_, iface)) = cfg.iface.clone() else {
         CANDIDATES.set(fd, false);
@@ -58,7 +69,9 @@ fn decide(fd: c_int, to: Option<SocketAddrV4>) {
     let Some(mut local) = addr::local(fd) else { return };
     if local.port() == 0 {
         let Some(to) = to else { return };
-        if source_towards(*to.ip()) != Some(iface) {
+        // To a group: by the interface the socket names, else the route.
+        let via = to.ip().is_multicast().then(|| group::multicast_if(fd)).flatten();
+        if via.or_else(|| source_towards(*to.ip())) != Some(iface) {
             CANDIDATES.set(fd, false);
             return;
         }
@@ -73,14 +86,8 @@ fn decide(fd: c_int, to: Option<SocketAddrV4>) {
         }
     }
     let ip = *local.ip();
-    if ip.is_multicast() {
-        CANDIDATES.set(fd, false);
-        counters::add(C::Fallbacks, 1);
-        counters::add(C::FallbacksMulticast, 1);
-        config::note(&format!("fd {fd} ({local}): a multicast socket stays the kernel's (not accelerated yet)"));
-        return;
-    }
-    if ip != iface && !ip.is_unspecified() {
+    // Bound to a group: its flow is the group's on the interface.
+    if ip != iface && !ip.is_unspecified() && !ip.is_multicast() {
         CANDIDATES.set(fd, false);
         return;
     }
@@ -94,9 +101,9 @@ fn decide(fd: c_int, to: Option<SocketAddrV4>) {
     }
 }
 
-const SIN_LEN: socklen_t = std::mem::size_of::<libc::sockaddr_in>() as socklen_t;
+pub(crate) const SIN_LEN: socklen_t = std::mem::size_of::<libc::sockaddr_in>() as socklen_t;
 
-fn addr_in(a: SocketAddrV4) -> libc::sockaddr_in {
+pub(crate) fn addr_in(a: SocketAddrV4) -> libc::sockaddr_in {
     // SAFETY: the zeroed C structure is valid.
     let mut sin: libc::sockaddr_in = unsafe { std::mem::zeroed() };
     sin.sin_family = libc::AF_INET as libc::sa_family_t;
@@ -534,6 +541,11 @@ pub unsafe extern "C" fn setsockopt(
 ) -> c_int {
     // SAFETY: the program's arguments, passed on.
     let r = unsafe { (real().setsockopt)(fd, level, name, value, len) };
+    if r == 0 && level == libc::IPPROTO_IP && (ours(fd) || name == libc::IP_ADD_MEMBERSHIP) {
+        if let Some(_in) = Inside::enter() {
+            group::setsockopt(fd, name, value, len);
+        }
+    }
     let tv = std::mem::size_of::<libc::timeval>();
     if r == 0 && level == libc::SOL_SOCKET && name == libc::SO_RCVTIMEO && ACCELERATED.has(fd) && len as usize >= tv {
         // SAFETY: a timeval of the program's (length checked), read unaligned.

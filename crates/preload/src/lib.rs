@@ -41,6 +41,7 @@ mod calls;
 mod config;
 mod counters;
 mod fortify;
+mod group;
 mod ready;
 mod real;
 mod select;

@@ -8,7 +8,7 @@ use crate::config::{self, Config};
 use crate::counters::{self, C};
 use crate::table::Shared;
 use std::collections::VecDeque;
-use std::net::SocketAddrV4;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{FromRawFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -30,6 +30,13 @@ pub(crate) struct Sock {
     pub peer: Option<SocketAddrV4>,
     pending: VecDeque<(Vec<u8>, SocketAddrV4)>,
     batch: RecvBatch,
+    /// Multicast groups steered to the rings for this socket.
+    groups: Vec<Ipv4Addr>,
+    /// The interface's address, and the one the program sends multicast
+    /// from (`IP_MULTICAST_IF`) if it names one: another interface's
+    /// sends go through the kernel.
+    iface: Ipv4Addr,
+    pub multicast_if: Option<Ipv4Addr>,
     /// The transport's kernel-path and dropped counts, as last added to
     /// the counters.
     kernel_seen: u64,
@@ -62,8 +69,10 @@ pub(crate) fn accelerate(fd: RawFd, bound: SocketAddrV4, cfg: &Config) -> Result
     // SAFETY: `dup` is a new descriptor nothing else owns.
     let socket = unsafe { socket2::Socket::from_raw_fd(dup) };
     let kernel = UdpTransport::from_socket(socket).map_err(|e| e.to_string())?;
+    // Bound to a group: the flow is the group's, sources our address.
+    let multicast = bound.ip().is_multicast().then_some((*bound.ip(), *addr));
     let xcfg = XdpConfig {
-        udp: UdpConfig { bind: bound, multicast: None, buffer_bytes: 0 },
+        udp: UdpConfig { bind: bound, multicast, buffer_bytes: 0 },
         // Bound to 0.0.0.0: the interface's address, the route to which
         // is the interface's own.
         peer: Some(*addr),
@@ -76,7 +85,7 @@ pub(crate) fn accelerate(fd: RawFd, bound: SocketAddrV4, cfg: &Config) -> Result
     }
     counters::add(C::Accelerated, 1);
     counters::add(C::Open, 1);
-    Ok(Arc::new(Mutex::new(Sock {
+    let mut s = Sock {
         xdp,
         nonblocking: flags & libc::O_NONBLOCK != 0,
         // Set before the socket was accelerated (bind comes after it, as a
@@ -85,9 +94,18 @@ pub(crate) fn accelerate(fd: RawFd, bound: SocketAddrV4, cfg: &Config) -> Result
         peer: None,
         pending: VecDeque::new(),
         batch: RecvBatch::new(16, 65_536),
+        groups: Vec::new(),
+        iface: *addr,
+        multicast_if: crate::group::multicast_if(fd),
         kernel_seen: 0,
         dropped_seen: 0,
-    })))
+    };
+    if !bound.ip().is_multicast() {
+        for g in crate::group::take_waiting(fd) {
+            s.join(fd, g);
+        }
+    }
+    Ok(Arc::new(Mutex::new(s)))
 }
 
 /// The socket's `SO_RCVTIMEO` (None: none).
@@ -137,6 +155,37 @@ impl Sock {
         self.dropped_seen = st.rx_ring_full;
     }
 
+    /// Steers `group` (joined by the kernel socket, on the interface) to
+    /// the rings too; else it stays the kernel's, said once.
+    pub(crate) fn join(&mut self, fd: RawFd, group: Ipv4Addr) {
+        if self.groups.contains(&group) || self.xdp.flow().ip() == &group {
+            return;
+        }
+        match self.xdp.join(group) {
+            Ok(()) => self.groups.push(group),
+            Err(e) => {
+                counters::add(C::FallbacksMulticast, 1);
+                let port = self.xdp.flow().port();
+                config::note(&format!("fd {fd}: group {group} port {port} stays the kernel's: {e}"));
+            }
+        }
+    }
+
+    /// No longer steers `group` to the rings.
+    pub(crate) fn leave(&mut self, group: Ipv4Addr) {
+        if let Some(at) = self.groups.iter().position(|g| *g == group) {
+            self.groups.swap_remove(at);
+            self.xdp.leave(group);
+        }
+    }
+
+    /// Every joined group is the kernel's from here.
+    pub(crate) fn leave_all(&mut self) {
+        for g in std::mem::take(&mut self.groups) {
+            self.xdp.leave(g);
+        }
+    }
+
     /// Whether a read would find a datagram now.
     pub(crate) fn readable(&mut self) -> bool {
         if self.pending.is_empty() {
@@ -165,6 +214,9 @@ impl Sock {
     /// Sends one datagram to `to` (or the connected peer).
     pub(crate) fn send(&mut self, to: Option<SocketAddrV4>, data: &[u8], dontwait: bool) -> Result<usize, libc::c_int> {
         let to = to.or(self.peer).ok_or(libc::EDESTADDRREQ)?;
+        if to.ip().is_multicast() && self.multicast_if.is_some_and(|a| a != self.iface) {
+            return self.send_by_kernel(to, data, dontwait);
+        }
         let start = Instant::now();
         loop {
             match self.xdp.send_batch(to, &[data]) {
@@ -182,6 +234,30 @@ impl Sock {
                 Err(e) => return Err(errno(&e)),
             }
         }
+    }
+}
+
+impl Sock {
+    /// Sends through the kernel socket (a group on another interface).
+    fn send_by_kernel(&mut self, to: SocketAddrV4, data: &[u8], dontwait: bool) -> Result<usize, libc::c_int> {
+        let sin = crate::calls::addr_in(to);
+        let flags = libc::MSG_NOSIGNAL | if dontwait { libc::MSG_DONTWAIT } else { 0 };
+        // SAFETY: the program's buffer and its length; a valid sockaddr_in.
+        let r = unsafe {
+            (crate::real::libc().sendto)(
+                self.xdp.kernel_fd(),
+                data.as_ptr().cast(),
+                data.len(),
+                flags,
+                (&sin as *const libc::sockaddr_in).cast(),
+                crate::calls::SIN_LEN,
+            )
+        };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+        }
+        counters::add(C::KernelPath, 1);
+        Ok(r as usize)
     }
 }
 

@@ -94,6 +94,10 @@ pub enum XdpError {
         /// Its pid.
         pid: u32,
     },
+    /// A multicast group two processes of this host receive: its
+    /// datagrams go through the kernel, which gives each a copy.
+    #[error("this group and port are received by more than one process here: they go through the kernel")]
+    FlowShared,
     /// Anything else in set-up.
     #[error("{0}")]
     Setup(String),
@@ -203,6 +207,26 @@ fn source_towards(peer: Ipv4Addr) -> Result<Ipv4Addr, XdpError> {
     }
 }
 
+/// Hands `group` (a multicast group and port) on the interface of `addr`
+/// back to the kernel for every process: a kernel socket of this process
+/// receives it, which a flow steered to another process would starve (and
+/// no process takes it later).
+///
+/// # Errors
+/// [`XdpError`]: no capabilities, no such interface, no program.
+pub fn share_group(addr: Ipv4Addr, group: SocketAddrV4, mode: XdpMode) -> Result<(), XdpError> {
+    check_capabilities()?;
+    let iface = interface_of(addr)?;
+    if let Some(port) = Port::existing(&iface) {
+        return port::lock(&port).share(group);
+    }
+    // No socket of ours there (every queue may be another process's): the
+    // program alone. One attached by another process stays when this
+    // handle goes.
+    let mut program = program::Program::open(iface.index, mode)?;
+    program.share_flow(program::FlowKey::of(group))
+}
+
 /// tickwire's UDP datagrams through an AF_XDP socket, with a kernel UDP
 /// socket on the same address and port beside it. Implements [`Transport`].
 ///
@@ -305,6 +329,29 @@ impl XdpTransport {
     /// next receives read it.
     pub fn kernel_readable(&mut self) {
         self.kernel_hot = self.kernel_hot.max(1);
+    }
+
+    /// Receives `group` (joined on the kernel socket by the caller) on
+    /// this transport's port through the ring as well: for a transport
+    /// bound to the wildcard address. [`XdpError::FlowShared`]: another
+    /// process here receives it too; both get it through the kernel.
+    ///
+    /// # Errors
+    /// [`XdpError`], and the group stays the kernel socket's.
+    pub fn join(&mut self, group: Ipv4Addr) -> Result<(), XdpError> {
+        let g = SocketAddrV4::new(group, self.flow.port());
+        port::lock(&self.port).join(self.flow, g)
+    }
+
+    /// Where datagrams for this transport are addressed: its address (or
+    /// group) and port.
+    pub fn flow(&self) -> SocketAddrV4 {
+        self.flow
+    }
+
+    /// Stops receiving `group` through the ring.
+    pub fn leave(&mut self, group: Ipv4Addr) {
+        port::lock(&self.port).leave(SocketAddrV4::new(group, self.flow.port()));
     }
 
     /// The kernel socket's descriptor.

@@ -31,6 +31,9 @@ pub(crate) struct Port {
     /// Per local address: datagrams taken off the ring for it by another
     /// transport, with their sources; and what it dropped for lack of room.
     inboxes: HashMap<SocketAddrV4, Inbox>,
+    /// Groups joined by a transport bound to the wildcard address: the
+    /// group's flow, and the flow whose inbox its datagrams go to.
+    joined: HashMap<SocketAddrV4, SocketAddrV4>,
     pub ip_id: u16,
 }
 
@@ -58,6 +61,13 @@ pub(crate) fn lock(port: &Mutex<Port>) -> std::sync::MutexGuard<'_, Port> {
 }
 
 impl Port {
+    /// The port of `iface` in this process, if it has one.
+    pub fn existing(iface: &Interface) -> Option<Arc<Mutex<Port>>> {
+        let key = (netns_id(), iface.index);
+        let ports = PORTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        ports.iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade())
+    }
+
     /// The port of `iface` in this process: the existing one, or a new one
     /// (program opened or joined, socket bound).
     pub fn get(iface: &Interface, mode: XdpMode) -> Result<Arc<Mutex<Port>>, XdpError> {
@@ -85,6 +95,7 @@ impl Port {
             hops,
             iface: iface.clone(),
             inboxes: HashMap::default(),
+            joined: HashMap::default(),
             ip_id: 0,
         }));
         ports.push((key, Arc::downgrade(&port)));
@@ -92,23 +103,79 @@ impl Port {
     }
 
     /// Steers `local` (destination address and port) to this socket.
-    /// One transport per address and port: two in one process (a multicast
-    /// publication and subscription of one group) would each get only some
-    /// of its datagrams, where kernel sockets both get every one.
+    /// One transport per address and port. A multicast group received by
+    /// two sockets (of this process or another) is handed back to the
+    /// kernel ([`XdpError::FlowShared`]): the program would give each
+    /// only some of its datagrams, where kernel sockets both get every one.
     pub fn add(&mut self, local: SocketAddrV4, checksum: Checksum) -> Result<(), XdpError> {
+        let key = FlowKey::of(local);
+        if local.ip().is_multicast() && (self.inboxes.contains_key(&local) || self.joined.contains_key(&local)) {
+            // Two sockets of this process on one group: the kernel gives
+            // each its copy.
+            self.program.share_flow(key)?;
+            return Err(XdpError::FlowShared);
+        }
         if self.inboxes.contains_key(&local) {
             return Err(XdpError::FlowTaken { pid: std::process::id() });
         }
-        let key = FlowKey::of(local);
-        self.program.add_flow(key, self.xsk.queue)?;
+        match self.program.add_flow(key, self.xsk.queue) {
+            Err(XdpError::FlowTaken { .. }) if local.ip().is_multicast() => {
+                // A group another process here receives: the same.
+                self.program.share_flow(key)?;
+                return Err(XdpError::FlowShared);
+            }
+            r => r?,
+        }
         self.inboxes.insert(local, Inbox { checksum, ..Inbox::default() });
         Ok(())
     }
 
-    /// Stops steering `local`.
+    /// Stops steering `local`, and the groups it joined.
     pub fn remove(&mut self, local: SocketAddrV4) {
         self.program.remove_flow(FlowKey::of(local));
         self.inboxes.remove(&local);
+        let groups: Vec<SocketAddrV4> = self.joined.iter().filter(|(_, o)| **o == local).map(|(g, _)| *g).collect();
+        for g in groups {
+            self.leave(g);
+        }
+    }
+
+    /// Steers `group` (a multicast group and the port of `owner`) to
+    /// `owner`'s inbox. A group another process of this host steers to
+    /// itself is handed back to the kernel for both
+    /// ([`XdpError::FlowShared`]): each then gets its copy there.
+    pub fn join(&mut self, owner: SocketAddrV4, group: SocketAddrV4) -> Result<(), XdpError> {
+        let key = FlowKey::of(group);
+        if self.inboxes.contains_key(&group) || self.joined.remove(&group).is_some() {
+            // Another socket of this process receives it.
+            self.program.share_flow(key)?;
+            return Err(XdpError::FlowShared);
+        }
+        match self.program.add_flow(key, self.xsk.queue) {
+            Ok(()) => {
+                self.joined.insert(group, owner);
+                Ok(())
+            }
+            Err(XdpError::FlowTaken { .. }) => {
+                self.program.share_flow(key)?;
+                Err(XdpError::FlowShared)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Passes `group` to the kernel for every process (see
+    /// [`crate::share_group`]).
+    pub fn share(&mut self, group: SocketAddrV4) -> Result<(), XdpError> {
+        self.joined.remove(&group);
+        self.program.share_flow(FlowKey::of(group))
+    }
+
+    /// Stops steering a joined group.
+    pub fn leave(&mut self, group: SocketAddrV4) {
+        if self.joined.remove(&group).is_some() {
+            self.program.remove_flow(FlowKey::of(group));
+        }
     }
 
     /// Keeps a datagram for `local` until its next receive; false if its
@@ -127,7 +194,7 @@ impl Port {
     /// for `local` go into `batch`, frames for the process's other
     /// addresses into their inboxes. Returns the receive counters of `local`.
     pub fn receive(&mut self, local: SocketAddrV4, batch: &mut RecvBatch) -> XdpStats {
-        let Port { xsk, inboxes, .. } = self;
+        let Port { xsk, inboxes, joined, .. } = self;
         if let Some(inbox) = inboxes.get_mut(&local) {
             while batch.len() < batch.capacity() {
                 let Some((d, from)) = inbox.queue.pop_front() else { break };
@@ -136,17 +203,24 @@ impl Port {
         }
         let room = batch.capacity() - batch.len();
         if room > 0 {
-            xsk.receive(room, |frame| deliver(inboxes, local, batch, frame));
+            xsk.receive(room, |frame| deliver(inboxes, joined, local, batch, frame));
         }
         inboxes.get_mut(&local).map(|i| std::mem::take(&mut i.stats)).unwrap_or_default()
     }
 }
 
 /// Sends one received frame where it belongs.
-fn deliver(inboxes: &mut HashMap<SocketAddrV4, Inbox>, local: SocketAddrV4, batch: &mut RecvBatch, frame: &[u8]) {
+fn deliver(
+    inboxes: &mut HashMap<SocketAddrV4, Inbox>,
+    joined: &HashMap<SocketAddrV4, SocketAddrV4>,
+    local: SocketAddrV4,
+    batch: &mut RecvBatch,
+    frame: &[u8],
+) {
     let checksum = inboxes.get(&local).map_or(Checksum::Verify, |i| i.checksum);
     match packet::read(frame, checksum) {
         Ok(Received { from, to, payload, partial_checksum }) => {
+            let to = joined.get(&to).copied().unwrap_or(to);
             let Some(inbox) = inboxes.get_mut(&to) else {
                 // Steered here but no longer ours (a flow being removed).
                 if let Some(i) = inboxes.get_mut(&local) {

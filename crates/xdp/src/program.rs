@@ -334,14 +334,28 @@ fn remove_if_mine(flows: RawFd, key: &FlowKey) {
     }
 }
 
-/// Removes flows whose owner is gone; returns how many.
+/// The owner of a flow handed back to the kernel ([`Program::share_flow`]).
+const SHARED_PID: u32 = 0;
+
+/// Removes flows whose owner is gone, and shared flows when no live flow
+/// is left; returns how many, and how many live flows remain.
 fn prune(flows: RawFd) -> (u32, usize) {
     let mut pruned = 0;
     let mut live = 0;
+    let mut shared = Vec::new();
     for (k, v) in map_entries(flows) {
-        if pid_alive(v.pid) {
+        if v.pid == SHARED_PID {
+            shared.push(k);
+        } else if pid_alive(v.pid) {
             live += 1;
         } else {
+            // SAFETY: key of the map's key size.
+            unsafe { libbpf_sys::bpf_map_delete_elem(flows, (&k as *const FlowKey).cast()) };
+            pruned += 1;
+        }
+    }
+    if live == 0 {
+        for k in shared {
             // SAFETY: key of the map's key size.
             unsafe { libbpf_sys::bpf_map_delete_elem(flows, (&k as *const FlowKey).cast()) };
             pruned += 1;
@@ -531,6 +545,9 @@ impl Program {
         let exists = unsafe {
             libbpf_sys::bpf_map_lookup_elem(self.flows.as_raw_fd(), k.cast(), (&mut have as *mut Flow).cast())
         } == 0;
+        if exists && have.pid == SHARED_PID {
+            return Err(XdpError::FlowShared);
+        }
         if exists && have.pid != std::process::id() && pid_alive(have.pid) {
             return Err(XdpError::FlowTaken { pid: have.pid });
         }
@@ -541,6 +558,27 @@ impl Program {
         })?;
         self.mine.push(key);
         Ok(())
+    }
+
+    /// Hands `key` back to the kernel for every process: a multicast group
+    /// two processes of this host receive, which the program cannot give
+    /// to both (it would redirect each datagram to one). Marked shared, so
+    /// that no later process takes it either; its datagrams pass to the
+    /// kernel and count as flow packets passed, which sends every
+    /// transport to its kernel socket.
+    pub fn share_flow(&mut self, key: FlowKey) -> Result<(), XdpError> {
+        self.mine.retain(|k| *k != key);
+        let v = Flow { queue: u32::MAX, pid: SHARED_PID };
+        // SAFETY: key and value of the map's sizes.
+        os("bpf_map_update_elem (tw_flows, shared)", unsafe {
+            libbpf_sys::bpf_map_update_elem(
+                self.flows.as_raw_fd(),
+                (&key as *const FlowKey).cast(),
+                (&v as *const Flow).cast(),
+                0,
+            )
+        })
+        .map(drop)
     }
 
     /// Stops steering `key` (if it is still this process's).

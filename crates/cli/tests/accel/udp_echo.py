@@ -8,6 +8,11 @@ epoll  ADDR PORT LOCAL_PORT N   one socket on ADDR:PORT (accelerated) and
                                 more through select and recvmsg; prints
                                 "xdp=A kernel=B timed=C selected=D"
 send   ADDR PORT N              N datagrams "n" to ADDR:PORT
+mcrecv GROUP PORT IF N          joins GROUP on the interface of address IF
+                                (before binding 0.0.0.0:PORT, as sockperf
+                                does), prints "ready", counts datagrams
+                                until N or 10 s quiet; prints "got=K"
+mcsend GROUP PORT IF N          N datagrams to GROUP:PORT from IF
 """
 import select
 import socket
@@ -16,6 +21,8 @@ import time
 
 def main():
     mode = sys.argv[1]
+    if mode in ("mcrecv", "mcsend"):
+        return multicast(mode, sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
     if mode == "send":
         addr, port, n = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -65,5 +72,28 @@ def main():
             selected += 1
     print("xdp=%d kernel=%d timed=%d selected=%d"
           % (got[fast.fileno()], got[slow.fileno()], timed, selected), flush=True)
+
+def multicast(mode, group, port, iface, n):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    if mode == "mcsend":
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(iface))
+        for i in range(n):
+            s.sendto(b"%d" % i, (group, port))
+            time.sleep(0.001)
+        return
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+                 socket.inet_aton(group) + socket.inet_aton(iface))
+    s.bind(("0.0.0.0", port))
+    s.settimeout(10)
+    print("ready", flush=True)
+    got = 0
+    try:
+        while got < n:
+            s.recvfrom(2048)
+            got += 1
+    except socket.timeout:
+        pass
+    print("got=%d" % got, flush=True)
 
 main()
