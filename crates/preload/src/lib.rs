@@ -28,10 +28,12 @@
 //!             spin on the rings (TICKWIRE_ACCEL_SPIN_US), then block on both;
 //!             select: ppoll, select, pselect on that loop
 //!   vectored  readv, writev, recvmmsg, sendmmsg made of the single calls
+//!   group     multicast joins on the interface steered to the rings too; a
+//!             group two sockets here receive handed back to the kernel
 //! ```
 //!
 //! Falling back is safe: a socket that cannot be accelerated (no
-//! capability, no XDP on the interface, a multicast socket, a descriptor
+//! capability, no XDP on the interface, every queue taken, a descriptor
 //! above 65535) stays a kernel socket, and one line on standard error says
 //! why, once. After `fork`, the child's sockets are the kernel's (the
 //! AF_XDP socket and its flows stay the parent's).
