@@ -352,11 +352,12 @@ fn without_the_capabilities_the_program_still_works_and_says_why_once() {
     assert!(why.len() == 1 && why[0].contains("not permitted"), "{err}");
 }
 
-/// `tickwire lab accel` (docs/lab.md), one short round: the four ways, the
-/// kernel spinning the reference (ratio 1), every way answered, nothing
-/// left in the directory.
+/// `tickwire lab accel` (docs/lab.md), one short round: sockperf four
+/// ways and tickwire's AF_XDP ping-pong, the kernel spinning and the
+/// latter the references (ratio 1), every way answered, nothing left in
+/// the directory.
 #[test]
-fn lab_accel_measures_sockperf_four_ways_against_the_kernel_spinning() {
+fn lab_accel_measures_sockperf_four_ways_and_tickwire_xdp_against_the_kernel_spinning() {
     let dir = format!("/dev/shm/twp-lab-{}", std::process::id());
     let out = Command::new(BIN)
         .args(["--dir", &dir, "lab", "accel", "--size", "64", "--seconds", "1", "--rounds", "1", "--json"])
@@ -372,8 +373,12 @@ fn lab_accel_measures_sockperf_four_ways_against_the_kernel_spinning() {
     assert!(left.is_empty(), "left behind: {left:?}");
     let rows: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
     let paths: Vec<&str> = rows.iter().filter_map(|r| r["path"].as_str()).collect();
-    assert_eq!(paths, ["kernel, spinning", "kernel, blocking", "accel, spinning", "accel, blocking"], "{stdout}");
-    assert_eq!(rows[0]["ratio_p50"], 1.0, "{stdout}");
+    assert_eq!(
+        paths,
+        ["kernel, spinning", "kernel, blocking", "accel, spinning", "accel, blocking", "tickwire xdp, spinning"],
+        "{stdout}"
+    );
+    assert_eq!((&rows[0]["ratio_p50"], &rows[4]["vs_xdp_p99"]), (&1.0.into(), &1.0.into()), "{stdout}");
     for r in &rows {
         assert!(r["round_trips"][0].as_u64() > Some(1000), "{r}");
         assert!(r["median_p50_ns"].as_u64() > Some(0) && r["ratio_p99"].as_f64() > Some(0.0), "{r}");

@@ -4,18 +4,22 @@
 //!
 //! The program is Debian's `sockperf` (`server` in namespace a on the
 //! remote CPU, `ping-pong` in b on the local one), the same binary four
-//! ways in each round:
+//! ways in each round, and tickwire's own AF_XDP ping-pong a fifth:
 //! * `kernel, spinning`: `--nonblocked`, sockperf loops on `recvfrom`
 //!   returning `EAGAIN`: the floor, the kernel's best for this work;
 //! * `kernel, blocking`: sockperf's default;
 //! * `accel, spinning`: both ends under `tickwire accel`, `--nonblocked`:
 //!   the same loop, on the library's receive;
 //! * `accel, blocking`: both ends under `tickwire accel`, the library
-//!   spinning `--spin-us` before it blocks.
+//!   spinning `--spin-us` before it blocks;
+//! * `tickwire xdp, spinning`: `lab pingpong --transport xdp`'s workers on
+//!   the same pair: AF_XDP without interception, what the library's
+//!   calls cost is the accelerated rows over this one.
 //!
 //! A round's figures are sockperf's own (half round trips: p50, p99,
-//! max); the run's are the medians over the rounds, each with its ratio
-//! to the kernel spinning in the same run.
+//! max), and the histogram's for the fifth; the run's are the medians
+//! over the rounds, each with its ratio to the kernel spinning and to
+//! tickwire's AF_XDP in the same run.
 
 use crate::host::netns::NetnsPair;
 use crate::output::report::median;
@@ -25,13 +29,25 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// The four ways, in the order each round runs them.
-const PATHS: [(&str, bool, bool); 4] = [
-    ("kernel, spinning", false, true),
-    ("kernel, blocking", false, false),
-    ("accel, spinning", true, true),
-    ("accel, blocking", true, false),
+/// How a row's ping-pong runs.
+#[derive(Debug, Clone, Copy)]
+enum Way {
+    /// sockperf, under `tickwire accel` or not, spinning or blocking.
+    Sockperf { accel: bool, spin: bool },
+    /// tickwire's AF_XDP ping-pong workers.
+    TickwireXdp,
+}
+
+/// The ways, in the order each round runs them; the first is the floor.
+const PATHS: [(&str, Way); 5] = [
+    ("kernel, spinning", Way::Sockperf { accel: false, spin: true }),
+    ("kernel, blocking", Way::Sockperf { accel: false, spin: false }),
+    ("accel, spinning", Way::Sockperf { accel: true, spin: true }),
+    ("accel, blocking", Way::Sockperf { accel: true, spin: false }),
+    ("tickwire xdp, spinning", Way::TickwireXdp),
 ];
+/// Where [`Way::TickwireXdp`] is in [`PATHS`].
+const XDP_ROW: usize = 4;
 
 /// A `lab accel` run.
 #[derive(Debug, Clone)]
@@ -55,7 +71,8 @@ pub struct Accel {
 /// One way at one size, over the rounds.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct AccelRow {
-    /// `kernel, spinning`, `kernel, blocking`, `accel, spinning`, `accel, blocking`.
+    /// `kernel, spinning`, `kernel, blocking`, `accel, spinning`, `accel,
+    /// blocking`, `tickwire xdp, spinning`.
     pub path: String,
     /// Datagram size, bytes.
     pub size: usize,
@@ -71,6 +88,9 @@ pub struct AccelRow {
     /// Over the kernel spinning's medians at this size.
     pub ratio_p50: f64,
     pub ratio_p99: f64,
+    /// Over tickwire's own AF_XDP ping-pong's medians at this size.
+    pub vs_xdp_p50: f64,
+    pub vs_xdp_p99: f64,
 }
 
 /// What one sockperf client printed.
@@ -139,15 +159,8 @@ impl Drop for Scratch {
 }
 
 /// One measurement: a server, then the client; sockperf's figures.
-fn once(
-    a: &Accel,
-    pair: &NetnsPair,
-    dir: &Path,
-    port: u16,
-    size: usize,
-    accel: bool,
-    spin: bool,
-) -> Result<Measured, LabError> {
+fn sockperf(a: &Accel, pair: &NetnsPair, dir: &Path, port: u16, size: usize, way: Way) -> Result<Measured, LabError> {
+    let Way::Sockperf { accel, spin } = way else { return tickwire_xdp(a, pair, size) };
     let port = port.to_string();
     let mut server =
         vec!["sockperf".into(), "server".into(), "-i".into(), pair.a_addr.clone(), "-p".into(), port.clone()];
@@ -171,6 +184,18 @@ fn once(
     parse(&text).ok_or_else(|| LabError::Usage(format!("sockperf printed no figures: {}", text.trim())))
 }
 
+/// tickwire's AF_XDP ping-pong on the pair for the same time.
+fn tickwire_xdp(a: &Accel, pair: &NetnsPair, size: usize) -> Result<Measured, LabError> {
+    let limit = Duration::from_secs(a.seconds);
+    let h = crate::transports::xdp::pingpong_on(pair, Some("auto"), size, u64::MAX / 2, 1000, a.cpus, Some(limit))?;
+    Ok(Measured {
+        p50_ns: h.value_at_quantile(0.5),
+        p99_ns: h.value_at_quantile(0.99),
+        max_ns: h.max(),
+        round_trips: h.len(),
+    })
+}
+
 /// Runs the rounds.
 ///
 /// # Errors
@@ -184,16 +209,16 @@ pub fn run(a: &Accel) -> Result<Vec<AccelRow>, LabError> {
     let scratch = Scratch(a.dir.join(format!("lab-accel-{}", std::process::id())));
     let mut rows: Vec<AccelRow> = Vec::new();
     for &size in &a.sizes {
-        for (path, _, _) in PATHS {
+        for (path, _) in PATHS {
             rows.push(AccelRow { path: path.into(), size, ..AccelRow::default() });
         }
     }
     let mut port = 11_000u16;
     for _ in 0..a.rounds {
         for (i, &size) in a.sizes.iter().enumerate() {
-            for (k, (_, accel, spin)) in PATHS.iter().enumerate() {
+            for (k, (_, way)) in PATHS.iter().enumerate() {
                 port += 1;
-                let m = once(a, &pair, &scratch.0, port, size, *accel, *spin)?;
+                let m = sockperf(a, &pair, &scratch.0, port, size, *way)?;
                 let r = &mut rows[i * PATHS.len() + k];
                 r.p50_ns.push(m.p50_ns);
                 r.p99_ns.push(m.p99_ns);
@@ -208,10 +233,12 @@ pub fn run(a: &Accel) -> Result<Vec<AccelRow>, LabError> {
         r.median_p99_ns = med(&r.p99_ns);
     }
     for chunk in rows.chunks_mut(PATHS.len()) {
-        let (p50, p99) = (chunk[0].median_p50_ns.max(1) as f64, chunk[0].median_p99_ns.max(1) as f64);
+        let of = |r: &AccelRow| (r.median_p50_ns.max(1) as f64, r.median_p99_ns.max(1) as f64);
+        let ((p50, p99), (x50, x99)) = (of(&chunk[0]), of(&chunk[XDP_ROW]));
+        let ratio = |v: u64, to: f64| (v as f64 / to * 1000.0).round() / 1000.0;
         for r in chunk {
-            r.ratio_p50 = (r.median_p50_ns as f64 / p50 * 1000.0).round() / 1000.0;
-            r.ratio_p99 = (r.median_p99_ns as f64 / p99 * 1000.0).round() / 1000.0;
+            (r.ratio_p50, r.ratio_p99) = (ratio(r.median_p50_ns, p50), ratio(r.median_p99_ns, p99));
+            (r.vs_xdp_p50, r.vs_xdp_p99) = (ratio(r.median_p50_ns, x50), ratio(r.median_p99_ns, x99));
         }
     }
     Ok(rows)
@@ -230,23 +257,25 @@ pub fn print(a: &Accel, rows: &[AccelRow], json: bool) -> Result<(), LabError> {
     }
     println!(
         "sockperf ping-pong across a veth pair, half round trips; medians of {} interleaved rounds of {} s \
-         (client on CPU {}, server on CPU {}); ratios to the kernel, spinning",
+         (client on CPU {}, server on CPU {}); ratios to the kernel spinning (x) and to tickwire's AF_XDP (xdp x)",
         a.rounds, a.seconds, a.cpus.local, a.cpus.remote
     );
     println!(
-        "{:>6}  {:<18} {:>10} {:>10} {:>9} {:>9}  p50 per round (us)",
-        "size", "path", "p50", "p99", "x p50", "x p99"
+        "{:>6}  {:<22} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8}  p50 per round (us)",
+        "size", "path", "p50", "p99", "x p50", "x p99", "xdp x50", "xdp x99"
     );
     for r in rows {
         let rounds: Vec<String> = r.p50_ns.iter().map(|n| format!("{:.2}", *n as f64 / 1000.0)).collect();
         println!(
-            "{:>6}  {:<18} {:>7.2} us {:>7.2} us {:>8.2}x {:>8.2}x  {}",
+            "{:>6}  {:<22} {:>7.2} us {:>7.2} us {:>7.2}x {:>7.2}x {:>7.2}x {:>7.2}x  {}",
             r.size,
             r.path,
             r.median_p50_ns as f64 / 1000.0,
             r.median_p99_ns as f64 / 1000.0,
             r.ratio_p50,
             r.ratio_p99,
+            r.vs_xdp_p50,
+            r.vs_xdp_p99,
             rounds.join(" ")
         );
     }

@@ -79,6 +79,23 @@ pub fn pingpong_histogram(
         return Err(LabError::Usage(format!("size {size} out of range (8..=1472 for one AF_XDP frame)")));
     }
     let pair = NetnsPair::create()?;
+    pingpong_on(&pair, xdp, size, count, warmup, cpus, limit)
+}
+
+/// [`pingpong_histogram`] across a pair made already (`lab accel` runs it
+/// beside sockperf on its own): ping in `a`, pong in `b`.
+///
+/// # Errors
+/// Worker failures, or a pong silent for 10 s.
+pub fn pingpong_on(
+    pair: &NetnsPair,
+    xdp: Option<&str>,
+    size: usize,
+    count: u64,
+    warmup: u64,
+    cpus: Cpus,
+    limit: Option<Duration>,
+) -> Result<Histogram<u64>, LabError> {
     let xdp = xdp.map(str::to_owned);
     let mut pong = WorkerProcess::spawn_in(
         Some(&pair.b),
