@@ -217,7 +217,8 @@ impl Sock {
         if to.ip().is_multicast() && self.multicast_if.is_some_and(|a| a != self.iface) {
             return self.send_by_kernel(to, data, dontwait);
         }
-        let start = Instant::now();
+        // The clock is read only when the ring is full.
+        let mut start = None;
         loop {
             match self.xdp.send_batch(to, &[data]) {
                 Ok(1) => {
@@ -226,7 +227,11 @@ impl Sock {
                     self.count_kernel_path();
                     return Ok(data.len());
                 }
-                Ok(_) if self.nonblocking || dontwait || start.elapsed() > Duration::from_secs(1) => {
+                Ok(_)
+                    if self.nonblocking
+                        || dontwait
+                        || start.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(1) =>
+                {
                     return Err(libc::EAGAIN)
                 }
                 // The TX ring is full for a moment: the kernel drains it.
@@ -271,7 +276,9 @@ pub(crate) fn recv<R>(
     let peek = flags & libc::MSG_PEEK != 0;
     let dontwait = flags & libc::MSG_DONTWAIT != 0;
     let spin = config::get().spin;
-    let start = Instant::now();
+    // The clock is read once nothing waits and the call may block: a
+    // program polling a non-blocking socket never reads it.
+    let mut start = None;
     loop {
         let (fds, timeout) = {
             let mut g = lock(s);
@@ -291,7 +298,7 @@ pub(crate) fn recv<R>(
             }
             (g.wait_fds(), g.rcvtimeo)
         };
-        let waited = start.elapsed();
+        let waited = start.get_or_insert_with(Instant::now).elapsed();
         if timeout.is_some_and(|t| waited >= t) {
             return Err(libc::EAGAIN);
         }

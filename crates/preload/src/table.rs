@@ -74,12 +74,40 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Bumped by every change to [`SOCKS`]: a thread's [`LAST`] is good
+/// while it matches.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The socket this thread found last: a program's loop on one socket
+    /// takes no lock to find it. Weak: a closed socket goes with its last
+    /// descriptor (its port freed), whatever threads looked at it.
+    static LAST: std::cell::RefCell<Option<(libc::c_int, u64, std::sync::Weak<Mutex<Sock>>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// The accelerated socket behind `fd`.
 pub(crate) fn sock(fd: libc::c_int) -> Option<Shared> {
     if !ACCELERATED.has(fd) {
         return None;
     }
-    lock(&SOCKS).as_ref()?.get(&fd).cloned()
+    let generation = GENERATION.load(Ordering::Acquire);
+    let hit = LAST.with(|l| match &*l.borrow() {
+        Some((f, g, s)) if *f == fd && *g == generation => s.upgrade(),
+        _ => None,
+    });
+    if hit.is_some() {
+        return hit;
+    }
+    let s = {
+        let socks = lock(&SOCKS);
+        // Read under the lock: a change after this is a new generation.
+        let generation = GENERATION.load(Ordering::Acquire);
+        socks.as_ref()?.get(&fd).cloned().map(|s| (generation, s))
+    };
+    let (generation, s) = s?;
+    LAST.with(|l| *l.borrow_mut() = Some((fd, generation, Arc::downgrade(&s))));
+    Some(s)
 }
 
 /// `fd` is (another descriptor of) `s`.
@@ -88,6 +116,7 @@ pub(crate) fn insert(fd: libc::c_int, s: Shared) {
     if socks.get_or_insert_with(HashMap::new).insert(fd, s).is_none() {
         HELD.fetch_add(1, Ordering::Relaxed);
     }
+    GENERATION.fetch_add(1, Ordering::AcqRel);
     CANDIDATES.set(fd, false);
     ACCELERATED.set(fd, true);
 }
@@ -104,7 +133,11 @@ pub(crate) fn remove(fd: libc::c_int) {
     let was = ACCELERATED.has(fd);
     ACCELERATED.set(fd, false);
     if was {
-        let s = lock(&SOCKS).as_mut().and_then(|m| m.remove(&fd));
+        let s = {
+            let mut socks = lock(&SOCKS);
+            GENERATION.fetch_add(1, Ordering::AcqRel);
+            socks.as_mut().and_then(|m| m.remove(&fd))
+        };
         if s.is_some() {
             HELD.fetch_sub(1, Ordering::Relaxed);
         }
@@ -125,6 +158,7 @@ pub(crate) fn remove(fd: libc::c_int) {
 /// dropped here, which would remove the parent's flows).
 pub(crate) fn forget_all() {
     FORKED.store(true, Ordering::Relaxed);
+    GENERATION.fetch_add(1, Ordering::AcqRel);
     ACCELERATED.clear_all();
     HELD.store(0, Ordering::Relaxed);
     CANDIDATES.clear_all();
