@@ -17,13 +17,16 @@
 //! | `nats` | bytes as a NATS client's connection, whole and cut in two | parse never panics; the cut input parses the same; what parses spells back to itself |
 //! | `nats_session` | a NATS client's session fed client bytes and router frames in any order | no panic; subscriptions bounded; the frames it makes for the router parse |
 //! | `xdp_frame` | bytes as an Ethernet frame from an AF_XDP socket (IPv4 header checksum also fixed up) | read never panics; what is read has consistent lengths and writes back to itself |
+//! | `accel_frame` | the same, sent to one of two flows, two joined groups or a gone flow, into the demultiplexer `tickwire accel` and every AF_XDP transport read through | the datagram lands with its owner and is counted there, or nowhere and counted on the reader |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod accel;
 mod nats;
 pub mod protocol;
 mod views;
 
+pub use accel::accel_frame;
 pub use nats::{nats, nats_session};
 pub use views::{client, cluster, journal_record, wire, xdp_frame};
 
@@ -40,6 +43,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("receiver", protocol::receiver),
     ("sender", protocol::sender),
     ("xdp_frame", xdp_frame),
+    ("accel_frame", accel_frame),
     ("nats", nats),
     ("nats_session", nats_session),
 ];

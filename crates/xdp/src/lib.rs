@@ -33,6 +33,7 @@
 //! taken). The caller (`tickwire-driver`) falls back to kernel UDP with that
 //! reason, or stops with it under `xdp=required`.
 
+pub mod demux;
 mod hops;
 pub mod packet;
 mod port;

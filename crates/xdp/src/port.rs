@@ -5,22 +5,18 @@
 //! same process on the same queue gets `EBUSY`. A process with a publication
 //! and a subscription on one interface (a ping-pong, a request-reply pair)
 //! therefore shares one: the [`Port`] owns the socket, the program handle
-//! and the route cache, and keeps an inbox per local address for datagrams
-//! that arrived while another transport was draining the ring.
+//! and the route cache; its [`Demux`] keeps an inbox per local address for
+//! datagrams that arrived while another transport was draining the ring.
 
+use crate::demux::Demux;
 use crate::hops::NextHops;
-use crate::packet::{self, Checksum, Received, Reject};
+use crate::packet::Checksum;
 use crate::program::{FlowKey, Program, XdpMode};
 use crate::xsk::Xsk;
 use crate::{Interface, XdpError};
-use rustc_hash::FxHashMap as HashMap;
-use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 use std::sync::{Arc, Mutex, Weak};
 use tickwire_transport::{RecvBatch, XdpStats};
-
-/// Datagrams kept per local address while its transport is not polling.
-const INBOX_MAX: usize = 4096;
 
 /// The shared state of one interface in this process.
 pub(crate) struct Port {
@@ -28,21 +24,11 @@ pub(crate) struct Port {
     pub program: Program,
     pub hops: NextHops,
     pub iface: Interface,
-    /// Per local address: datagrams taken off the ring for it by another
-    /// transport, with their sources; and what it dropped for lack of room.
-    inboxes: HashMap<SocketAddrV4, Inbox>,
-    /// Groups joined by a transport bound to the wildcard address: the
-    /// group's flow, and the flow whose inbox its datagrams go to.
-    joined: HashMap<SocketAddrV4, SocketAddrV4>,
+    /// Which local address each received frame is for, and what waits.
+    demux: Demux,
     pub ip_id: u16,
 }
 
-#[derive(Default)]
-struct Inbox {
-    queue: VecDeque<(Vec<u8>, SocketAddrV4)>,
-    stats: XdpStats,
-    checksum: Checksum,
-}
 
 /// A port's key: network namespace (inode) and interface index.
 type PortKey = (u64, u32);
@@ -94,8 +80,7 @@ impl Port {
             program,
             hops,
             iface: iface.clone(),
-            inboxes: HashMap::default(),
-            joined: HashMap::default(),
+            demux: Demux::default(),
             ip_id: 0,
         }));
         ports.push((key, Arc::downgrade(&port)));
@@ -109,13 +94,13 @@ impl Port {
     /// only some of its datagrams, where kernel sockets both get every one.
     pub fn add(&mut self, local: SocketAddrV4, checksum: Checksum) -> Result<(), XdpError> {
         let key = FlowKey::of(local);
-        if local.ip().is_multicast() && (self.inboxes.contains_key(&local) || self.joined.contains_key(&local)) {
+        if local.ip().is_multicast() && self.demux.steers(local) {
             // Two sockets of this process on one group: the kernel gives
             // each its copy.
             self.program.share_flow(key)?;
             return Err(XdpError::FlowShared);
         }
-        if self.inboxes.contains_key(&local) {
+        if self.demux.steers(local) {
             return Err(XdpError::FlowTaken { pid: std::process::id() });
         }
         match self.program.add_flow(key, self.xsk.queue) {
@@ -126,34 +111,33 @@ impl Port {
             }
             r => r?,
         }
-        self.inboxes.insert(local, Inbox { checksum, ..Inbox::default() });
+        self.demux.add(local, checksum);
         Ok(())
     }
 
     /// Stops steering `local`, and the groups it joined.
     pub fn remove(&mut self, local: SocketAddrV4) {
         self.program.remove_flow(FlowKey::of(local));
-        self.inboxes.remove(&local);
-        let groups: Vec<SocketAddrV4> = self.joined.iter().filter(|(_, o)| **o == local).map(|(g, _)| *g).collect();
-        for g in groups {
-            self.leave(g);
+        for g in self.demux.remove(local) {
+            self.program.remove_flow(FlowKey::of(g));
         }
     }
 
     /// Steers `group` (a multicast group and the port of `owner`) to
-    /// `owner`'s inbox. A group another process of this host steers to
-    /// itself is handed back to the kernel for both
-    /// ([`XdpError::FlowShared`]): each then gets its copy there.
+    /// `owner`'s inbox. A group another socket of this host receives is
+    /// handed back to the kernel for both ([`XdpError::FlowShared`]): each
+    /// then gets its copy there.
     pub fn join(&mut self, owner: SocketAddrV4, group: SocketAddrV4) -> Result<(), XdpError> {
         let key = FlowKey::of(group);
-        if self.inboxes.contains_key(&group) || self.joined.remove(&group).is_some() {
+        if self.demux.steers(group) {
             // Another socket of this process receives it.
+            self.demux.unjoin(group);
             self.program.share_flow(key)?;
             return Err(XdpError::FlowShared);
         }
         match self.program.add_flow(key, self.xsk.queue) {
             Ok(()) => {
-                self.joined.insert(group, owner);
+                self.demux.join(group, owner);
                 Ok(())
             }
             Err(XdpError::FlowTaken { .. }) => {
@@ -167,13 +151,13 @@ impl Port {
     /// Passes `group` to the kernel for every process (see
     /// [`crate::share_group`]).
     pub fn share(&mut self, group: SocketAddrV4) -> Result<(), XdpError> {
-        self.joined.remove(&group);
+        self.demux.unjoin(group);
         self.program.share_flow(FlowKey::of(group))
     }
 
     /// Stops steering a joined group.
     pub fn leave(&mut self, group: SocketAddrV4) {
-        if self.joined.remove(&group).is_some() {
+        if self.demux.unjoin(group) {
             self.program.remove_flow(FlowKey::of(group));
         }
     }
@@ -181,71 +165,19 @@ impl Port {
     /// Keeps a datagram for `local` until its next receive; false if its
     /// inbox is full (the datagram is dropped, and counted by the caller).
     pub fn stash(&mut self, local: SocketAddrV4, d: &[u8], from: SocketAddrV4) -> bool {
-        match self.inboxes.get_mut(&local) {
-            Some(inbox) if inbox.queue.len() < INBOX_MAX => {
-                inbox.queue.push_back((d.to_vec(), from));
-                true
-            }
-            _ => false,
-        }
+        self.demux.stash(local, d, from)
     }
 
     /// Moves `local`'s inbox into `batch`, then drains the RX ring: frames
     /// for `local` go into `batch`, frames for the process's other
     /// addresses into their inboxes. Returns the receive counters of `local`.
     pub fn receive(&mut self, local: SocketAddrV4, batch: &mut RecvBatch) -> XdpStats {
-        let Port { xsk, inboxes, joined, .. } = self;
-        if let Some(inbox) = inboxes.get_mut(&local) {
-            while batch.len() < batch.capacity() {
-                let Some((d, from)) = inbox.queue.pop_front() else { break };
-                batch.push(&d, from);
-            }
-        }
+        let Port { xsk, demux, .. } = self;
+        demux.take_inbox(local, batch);
         let room = batch.capacity() - batch.len();
         if room > 0 {
-            xsk.receive(room, |frame| deliver(inboxes, joined, local, batch, frame));
+            xsk.receive(room, |frame| demux.deliver(local, batch, frame));
         }
-        inboxes.get_mut(&local).map(|i| std::mem::take(&mut i.stats)).unwrap_or_default()
-    }
-}
-
-/// Sends one received frame where it belongs.
-fn deliver(
-    inboxes: &mut HashMap<SocketAddrV4, Inbox>,
-    joined: &HashMap<SocketAddrV4, SocketAddrV4>,
-    local: SocketAddrV4,
-    batch: &mut RecvBatch,
-    frame: &[u8],
-) {
-    let checksum = inboxes.get(&local).map_or(Checksum::Verify, |i| i.checksum);
-    match packet::read(frame, checksum) {
-        Ok(Received { from, to, payload, partial_checksum }) => {
-            let to = joined.get(&to).copied().unwrap_or(to);
-            let Some(inbox) = inboxes.get_mut(&to) else {
-                // Steered here but no longer ours (a flow being removed).
-                if let Some(i) = inboxes.get_mut(&local) {
-                    i.stats.malformed += 1;
-                }
-                return;
-            };
-            inbox.stats.rx_packets += 1;
-            inbox.stats.rx_bytes += payload.len() as u64;
-            inbox.stats.checksum_partial += u64::from(partial_checksum);
-            if to == local {
-                batch.push(payload, from);
-            } else if inbox.queue.len() < INBOX_MAX {
-                inbox.queue.push_back((payload.to_vec(), from));
-            } else {
-                inbox.stats.rx_ring_full += 1;
-            }
-        }
-        Err(reject) => {
-            if let Some(i) = inboxes.get_mut(&local) {
-                match reject {
-                    Reject::Malformed => i.stats.malformed += 1,
-                    Reject::Checksum => i.stats.checksum_failures += 1,
-                }
-            }
-        }
+        demux.take_stats(local)
     }
 }

@@ -1,0 +1,135 @@
+//! Which local address a received frame is for: the flows of one
+//! process's transports on an interface, the multicast groups they joined,
+//! and an inbox per flow for the datagrams another transport took off the
+//! shared ring. No I/O: [`Port`](crate::port) drains the ring into it; the
+//! fuzz target `accel_frame` drives it with arbitrary frames.
+
+use crate::packet::{self, Checksum, Received, Reject};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
+use std::net::SocketAddrV4;
+use tickwire_transport::{RecvBatch, XdpStats};
+
+/// Datagrams kept per local address while its transport is not polling.
+pub const INBOX_MAX: usize = 4096;
+
+#[derive(Default)]
+struct Inbox {
+    queue: VecDeque<(Vec<u8>, SocketAddrV4)>,
+    stats: XdpStats,
+    checksum: Checksum,
+}
+
+/// The flows and groups of one process on one interface.
+#[derive(Default)]
+pub struct Demux {
+    /// Per flow (local address or group, and port): what waits for it, and
+    /// its counters.
+    inboxes: HashMap<SocketAddrV4, Inbox>,
+    /// Groups joined by a transport bound to the wildcard address: the
+    /// group's flow, and the flow whose inbox its datagrams go to.
+    joined: HashMap<SocketAddrV4, SocketAddrV4>,
+}
+
+impl Demux {
+    /// Whether `flow` is steered here (a transport's flow or a joined group).
+    pub fn steers(&self, flow: SocketAddrV4) -> bool {
+        self.inboxes.contains_key(&flow) || self.joined.contains_key(&flow)
+    }
+
+    /// A transport's flow, its datagrams' checksums checked by `checksum`.
+    pub fn add(&mut self, flow: SocketAddrV4, checksum: Checksum) {
+        self.inboxes.insert(flow, Inbox { checksum, ..Inbox::default() });
+    }
+
+    /// Removes a transport's flow; returns the groups it had joined (gone
+    /// too).
+    pub fn remove(&mut self, flow: SocketAddrV4) -> Vec<SocketAddrV4> {
+        self.inboxes.remove(&flow);
+        let groups: Vec<SocketAddrV4> = self.joined.iter().filter(|(_, o)| **o == flow).map(|(g, _)| *g).collect();
+        for g in &groups {
+            self.joined.remove(g);
+        }
+        groups
+    }
+
+    /// `group`'s datagrams go to `owner`'s inbox.
+    pub fn join(&mut self, group: SocketAddrV4, owner: SocketAddrV4) {
+        self.joined.insert(group, owner);
+    }
+
+    /// `group` is no longer joined here; whether it was.
+    pub fn unjoin(&mut self, group: SocketAddrV4) -> bool {
+        self.joined.remove(&group).is_some()
+    }
+
+    /// Keeps a datagram for `flow` until its next receive; false if its
+    /// inbox is full or gone (the datagram is dropped, counted by the caller).
+    pub fn stash(&mut self, flow: SocketAddrV4, d: &[u8], from: SocketAddrV4) -> bool {
+        match self.inboxes.get_mut(&flow) {
+            Some(inbox) if inbox.queue.len() < INBOX_MAX => {
+                inbox.queue.push_back((d.to_vec(), from));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Moves what waits for `flow` into `batch`, as much as fits.
+    pub fn take_inbox(&mut self, flow: SocketAddrV4, batch: &mut RecvBatch) {
+        if let Some(inbox) = self.inboxes.get_mut(&flow) {
+            while batch.len() < batch.capacity() {
+                let Some((d, from)) = inbox.queue.pop_front() else { break };
+                batch.push(&d, from);
+            }
+        }
+    }
+
+    /// How many datagrams wait for `flow`.
+    pub fn waiting(&self, flow: SocketAddrV4) -> usize {
+        self.inboxes.get(&flow).map_or(0, |i| i.queue.len())
+    }
+
+    /// `flow`'s counters since last taken.
+    pub fn take_stats(&mut self, flow: SocketAddrV4) -> XdpStats {
+        self.inboxes.get_mut(&flow).map(|i| std::mem::take(&mut i.stats)).unwrap_or_default()
+    }
+
+    /// One frame off the ring, read by `receiver` (a transport's flow):
+    /// its datagram into `batch` if it is the receiver's (or a group it
+    /// joined), into another flow's inbox if that one's, else dropped and
+    /// counted on the receiver (malformed, a bad checksum, no longer ours).
+    pub fn deliver(&mut self, receiver: SocketAddrV4, batch: &mut RecvBatch, frame: &[u8]) {
+        let checksum = self.inboxes.get(&receiver).map_or(Checksum::Verify, |i| i.checksum);
+        match packet::read(frame, checksum) {
+            Ok(Received { from, to, payload, partial_checksum }) => {
+                let to = self.joined.get(&to).copied().unwrap_or(to);
+                let Some(inbox) = self.inboxes.get_mut(&to) else {
+                    // Steered here but no longer ours (a flow being removed).
+                    if let Some(i) = self.inboxes.get_mut(&receiver) {
+                        i.stats.malformed += 1;
+                    }
+                    return;
+                };
+                inbox.stats.rx_packets += 1;
+                inbox.stats.rx_bytes += payload.len() as u64;
+                inbox.stats.checksum_partial += u64::from(partial_checksum);
+                if to == receiver && batch.push(payload, from) {
+                    // Given.
+                } else if inbox.queue.len() < INBOX_MAX {
+                    inbox.queue.push_back((payload.to_vec(), from));
+                } else {
+                    inbox.stats.rx_ring_full += 1;
+                }
+            }
+            Err(reject) => {
+                if let Some(i) = self.inboxes.get_mut(&receiver) {
+                    match reject {
+                        Reject::Malformed => i.stats.malformed += 1,
+                        Reject::Checksum => i.stats.checksum_failures += 1,
+                    }
+                }
+            }
+        }
+    }
+}
