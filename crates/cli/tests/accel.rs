@@ -11,8 +11,9 @@
 //! - One epoll set over an accelerated and a kernel socket: readiness from
 //!   both; then a receive with a timeout (poll) on the accelerated one,
 //!   then `select` and `recvmsg`.
-//! - Without the capabilities: the program still works, and says once
-//!   that its socket stays the kernel's, and why.
+//! - Without the capabilities, or on an interface without native XDP (a
+//!   bridge): the program still works, says once that its socket stays
+//!   the kernel's and why, and the fallback is counted.
 //! - Multicast: sockperf's multicast ping-pong over AF_XDP; two receivers
 //!   of one group in one namespace each get every datagram (the group
 //!   is handed back to the kernel, and that is said).
@@ -350,6 +351,38 @@ fn without_the_capabilities_the_program_still_works_and_says_why_once() {
     assert_eq!(last, "xdp=50 kernel=50 timed=50 selected=50", "{err}");
     let why: Vec<&str> = err.lines().filter(|l| l.contains("stays a kernel socket")).collect();
     assert!(why.len() == 1 && why[0].contains("not permitted"), "{err}");
+}
+
+#[test]
+fn on_an_interface_without_native_xdp_sockperf_still_works_and_the_fallback_is_counted() {
+    let p = Pair::new(7);
+    let a = p.a.clone();
+    // A bridge in a (its address moved onto it): no native XDP.
+    let bridge = format!("twp{}br", std::process::id() % 100_000);
+    let net = |args: &[&str]| ip(&[&["-n", &a][..], args].concat());
+    net(&["link", "add", &bridge, "type", "bridge"]);
+    net(&["link", "set", &p.dev_a, "master", &bridge]);
+    net(&["addr", "del", &format!("{}/24", p.addr_a()), "dev", &p.dev_a]);
+    net(&["addr", "add", &format!("{}/24", p.addr_a()), "dev", &bridge]);
+    net(&["link", "set", &bridge, "up"]);
+    let mut server = Command::new("ip");
+    server
+        .args(["netns", "exec", &a, BIN, "--dir", &p.dir(), "accel", "--interface", &bridge, "--xdp-mode", "native"])
+        .args(["--", "sockperf", "server", "-i", &p.addr_a(), "-p", "11114"]);
+    let server = sockperf_server(server);
+    let args = ["sockperf", "ping-pong", "-i", &p.addr_a(), "-p", "11114", "-t", "1", "-m", "64"];
+    let out = p.plain(&p.b, &args).output().unwrap();
+    let (sent, received) = sockperf_counts(&text(&out));
+    assert!(sent > 100 && sent - received <= 1, "{}", text(&out));
+    let stat = Command::new(BIN).args(["--dir", &p.dir(), "stat", "--json"]).output().unwrap();
+    let stat = String::from_utf8_lossy(&stat.stdout).into_owned();
+    let rows: serde_json::Value = serde_json::from_str(&stat).unwrap_or_else(|e| panic!("{e}: {stat}"));
+    let c = rows.as_array().and_then(|r| r.iter().find(|r| r["side"] == "accel")).map(|r| r["counters"].clone());
+    let c = c.unwrap_or_else(|| panic!("no accel counters: {stat}"));
+    assert_eq!((c["fallbacks"].as_u64(), c["sockets_accelerated"].as_u64()), (Some(1), Some(0)), "{c}");
+    let err = text(&finish(server, Duration::ZERO));
+    let why: Vec<&str> = err.lines().filter(|l| l.contains("stays a kernel socket")).collect();
+    assert!(why.len() == 1 && why[0].contains(&bridge) && why[0].contains("no XDP support"), "{err}");
 }
 
 /// `tickwire lab accel` (docs/lab.md), one short round: sockperf four

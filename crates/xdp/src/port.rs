@@ -29,7 +29,6 @@ pub(crate) struct Port {
     pub ip_id: u16,
 }
 
-
 /// A port's key: network namespace (inode) and interface index.
 type PortKey = (u64, u32);
 
@@ -75,14 +74,8 @@ impl Port {
         program.set_socket(xsk.queue, xsk.fd())?;
         program.unlock();
         let hops = NextHops::new(iface.index).map_err(|e| XdpError::Setup(format!("rtnetlink: {e}")))?;
-        let port = Arc::new(Mutex::new(Port {
-            xsk,
-            program,
-            hops,
-            iface: iface.clone(),
-            demux: Demux::default(),
-            ip_id: 0,
-        }));
+        let port =
+            Arc::new(Mutex::new(Port { xsk, program, hops, iface: iface.clone(), demux: Demux::default(), ip_id: 0 }));
         ports.push((key, Arc::downgrade(&port)));
         Ok(port)
     }
