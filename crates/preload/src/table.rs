@@ -78,12 +78,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// while it matches.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
+/// A thread's last socket: its descriptor, the generation it was found
+/// in, the socket.
+type Cached = (libc::c_int, u64, std::sync::Weak<Mutex<Sock>>);
+
 thread_local! {
     /// The socket this thread found last: a program's loop on one socket
     /// takes no lock to find it. Weak: a closed socket goes with its last
     /// descriptor (its port freed), whatever threads looked at it.
-    static LAST: std::cell::RefCell<Option<(libc::c_int, u64, std::sync::Weak<Mutex<Sock>>)>> =
-        const { std::cell::RefCell::new(None) };
+    static LAST: std::cell::RefCell<Option<Cached>> = const { std::cell::RefCell::new(None) };
 }
 
 /// The accelerated socket behind `fd`.
