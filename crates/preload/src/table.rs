@@ -95,10 +95,15 @@ pub(crate) fn sock(fd: libc::c_int) -> Option<Shared> {
         return None;
     }
     let generation = GENERATION.load(Ordering::Acquire);
-    let hit = LAST.with(|l| match &*l.borrow() {
-        Some((f, g, s)) if *f == fd && *g == generation => s.upgrade(),
-        _ => None,
-    });
+    // try_with: a call from a thread-local destructor (the cache may be
+    // gone already) takes the lock instead of panicking.
+    let hit = LAST
+        .try_with(|l| match l.try_borrow().as_deref() {
+            Ok(Some((f, g, s))) if *f == fd && *g == generation => s.upgrade(),
+            _ => None,
+        })
+        .ok()
+        .flatten();
     if hit.is_some() {
         return hit;
     }
@@ -109,7 +114,11 @@ pub(crate) fn sock(fd: libc::c_int) -> Option<Shared> {
         socks.as_ref()?.get(&fd).cloned().map(|s| (generation, s))
     };
     let (generation, s) = s?;
-    LAST.with(|l| *l.borrow_mut() = Some((fd, generation, Arc::downgrade(&s))));
+    let _ = LAST.try_with(|l| {
+        if let Ok(mut l) = l.try_borrow_mut() {
+            *l = Some((fd, generation, Arc::downgrade(&s)));
+        }
+    });
     Some(s)
 }
 
