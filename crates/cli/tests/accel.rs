@@ -227,8 +227,12 @@ fn mc_receiver(mut cmd: Command) -> (Child, impl Iterator<Item = String>) {
     (child, lines)
 }
 
+/// Two receivers of one group and port in one namespace, both under
+/// accel: the first steers the group; the second, left to the kernel (the
+/// interface's one queue is the first's), hands the group back to the
+/// kernel for both, and each gets every datagram.
 #[test]
-fn two_accelerated_receivers_of_one_group_each_get_every_datagram_through_the_kernel() {
+fn two_receivers_of_one_group_under_accel_each_get_every_datagram_through_the_kernel() {
     let p = Pair::new(5);
     const GROUP: &str = "239.18.3.5";
     const N: &str = "300";
@@ -413,7 +417,7 @@ fn lab_accel_measures_sockperf_four_ways_and_tickwire_xdp_against_the_kernel_spi
     );
     assert_eq!((&rows[0]["ratio_p50"], &rows[4]["vs_xdp_p99"]), (&1.0.into(), &1.0.into()), "{stdout}");
     for r in &rows {
-        assert!(r["round_trips"][0].as_u64() > Some(1000), "{r}");
+        assert!(r["round_trips"][0].as_u64() > Some(100), "{r}");
         assert!(r["median_p50_ns"].as_u64() > Some(0) && r["ratio_p99"].as_f64() > Some(0.0), "{r}");
     }
 }

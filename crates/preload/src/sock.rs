@@ -30,8 +30,10 @@ pub(crate) struct Sock {
     pub peer: Option<SocketAddrV4>,
     pending: VecDeque<(Vec<u8>, SocketAddrV4)>,
     batch: RecvBatch,
-    /// Multicast groups steered to the rings for this socket.
+    /// Multicast groups steered to the rings for this socket, which is
+    /// bound to the wildcard address if `wildcard`.
     groups: Vec<Ipv4Addr>,
+    wildcard: bool,
     /// The interface's address, and the one the program sends multicast
     /// from (`IP_MULTICAST_IF`) if it names one: another interface's
     /// sends go through the kernel.
@@ -95,15 +97,17 @@ pub(crate) fn accelerate(fd: RawFd, bound: SocketAddrV4, cfg: &Config) -> Result
         pending: VecDeque::new(),
         batch: RecvBatch::new(16, 65_536),
         groups: Vec::new(),
+        wildcard: bound.ip().is_unspecified(),
         iface: *addr,
         multicast_if: crate::group::multicast_if(fd),
         kernel_seen: 0,
         dropped_seen: 0,
     };
-    if !bound.ip().is_multicast() {
-        for g in crate::group::take_waiting(fd) {
-            s.join(fd, g);
-        }
+    // Joins steer a group to a socket bound to the wildcard address only
+    // (the kernel gives a socket bound to an address or a group nothing
+    // else).
+    for g in crate::group::take_waiting(fd) {
+        s.join(fd, g);
     }
     Ok(Arc::new(Mutex::new(s)))
 }
@@ -158,7 +162,7 @@ impl Sock {
     /// Steers `group` (joined by the kernel socket, on the interface) to
     /// the rings too; else it stays the kernel's, said once.
     pub(crate) fn join(&mut self, fd: RawFd, group: Ipv4Addr) {
-        if self.groups.contains(&group) || self.xdp.flow().ip() == &group {
+        if self.groups.contains(&group) || !self.wildcard {
             return;
         }
         match self.xdp.join(group) {

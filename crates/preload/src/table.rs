@@ -137,9 +137,7 @@ pub(crate) fn insert(fd: libc::c_int, s: Shared) {
 /// descriptor, is dropped (its flow removed from the program) after the
 /// lock is let go.
 pub(crate) fn remove(fd: libc::c_int) {
-    if CANDIDATES.has(fd) {
-        crate::group::forget(fd);
-    }
+    crate::group::forget(fd);
     CANDIDATES.set(fd, false);
     WATCHED_EPOLLS.set(fd, false);
     let was = ACCELERATED.has(fd);

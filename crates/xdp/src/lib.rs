@@ -221,8 +221,13 @@ pub fn share_group(addr: Ipv4Addr, group: SocketAddrV4, mode: XdpMode) -> Result
     if let Some(port) = Port::existing(&iface) {
         return port::lock(&port).share(group);
     }
+    // No program there: nothing steers the group (and none is attached
+    // just to mark it).
+    if !program::attached(iface.index) {
+        return Ok(());
+    }
     // No socket of ours there (every queue may be another process's): the
-    // program alone. One attached by another process stays when this
+    // program alone, attached by another process; it stays when this
     // handle goes.
     let mut program = program::Program::open(iface.index, mode)?;
     program.share_flow(program::FlowKey::of(group))

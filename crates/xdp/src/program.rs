@@ -364,6 +364,11 @@ fn prune(flows: RawFd) -> (u32, usize) {
     (pruned, live)
 }
 
+/// Whether any XDP program is attached to the interface.
+pub(crate) fn attached(ifindex: u32) -> bool {
+    query(ifindex).is_ok_and(|q| q.prog_id != 0)
+}
+
 fn query(ifindex: u32) -> Result<libbpf_sys::bpf_xdp_query_opts, XdpError> {
     let mut q = libbpf_sys::bpf_xdp_query_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_xdp_query_opts>() as _,

@@ -205,6 +205,9 @@ pub fn run(a: &Accel) -> Result<Vec<AccelRow>, LabError> {
     if a.sizes.is_empty() || a.rounds == 0 || a.seconds == 0 {
         return Err(LabError::Usage("lab accel needs sizes, rounds and seconds".into()));
     }
+    if let Some(s) = a.sizes.iter().find(|s| !(8..=1472).contains(*s)) {
+        return Err(LabError::Usage(format!("size {s} out of range (8..=1472: one AF_XDP frame)")));
+    }
     let pair = NetnsPair::create()?;
     let scratch = Scratch(a.dir.join(format!("lab-accel-{}", std::process::id())));
     let mut rows: Vec<AccelRow> = Vec::new();
