@@ -16,7 +16,9 @@
 //!   the kernel's and why, and the fallback is counted.
 //! - Multicast: sockperf's multicast ping-pong over AF_XDP; two receivers
 //!   of one group in one namespace each get every datagram (the group
-//!   is handed back to the kernel, and that is said).
+//!   is handed back to the kernel, and that is said); a plain receiver
+//!   not under accel gets every datagram of a group an accelerated one
+//!   steers, whether it joins before or after it.
 //! - `socat` and `nc -u` send a file, which arrives byte for byte, not
 //!   through the kernel.
 //!
@@ -247,6 +249,45 @@ fn two_receivers_of_one_group_under_accel_each_get_every_datagram_through_the_ke
     let notes =
         format!("{}{}", text(&finish(first, Duration::from_secs(5))), text(&finish(second, Duration::from_secs(5))));
     assert!(notes.contains(&format!("group {GROUP} port 12010 stays the kernel's")), "{notes}");
+}
+
+/// A plain receiver (a kernel socket, not under accel) and one under
+/// accel, of one group and port in one namespace, each get every
+/// datagram whichever joins first: the accelerated one finds the plain
+/// one bound to the port at its join and leaves the group to the kernel;
+/// or, joined first, it steers the group until its watcher sees the plain
+/// one bound (within 50 ms) and hands the group back to the kernel.
+#[test]
+fn a_plain_receiver_of_a_group_gets_every_datagram_whether_it_joins_before_or_after_an_accelerated_one() {
+    let p = Pair::new(9);
+    const N: &str = "300";
+    let want = format!("got={N}");
+    for (plain_first, group, port) in [(true, "239.18.3.9", "12011"), (false, "239.18.3.10", "12012")] {
+        let recv = ["python3", ECHO, "mcrecv", group, port, &p.addr_a(), N];
+        let (plain, fast) = if plain_first {
+            let plain = mc_receiver(p.plain(&p.a, &recv));
+            (plain, mc_receiver(p.accel(&p.a, &recv)))
+        } else {
+            let fast = mc_receiver(p.accel(&p.a, &recv));
+            (mc_receiver(p.plain(&p.a, &recv)), fast)
+        };
+        // The watcher looks every 50 ms: a receiver that joins later is
+        // given the group's datagrams from then on.
+        std::thread::sleep(Duration::from_millis(300));
+        let sender = p.accel(&p.b, &["python3", ECHO, "mcsend", group, port, &p.addr_b(), N]).output().unwrap();
+        assert!(sender.status.success(), "{}", text(&sender));
+        let ((plain, mut plain_lines), (fast, mut fast_lines)) = (plain, fast);
+        assert_eq!(plain_lines.next(), Some(want.clone()), "plain receiver, plain first: {plain_first}");
+        assert_eq!(fast_lines.next(), Some(want.clone()), "accelerated receiver, plain first: {plain_first}");
+        finish(plain, Duration::from_secs(5));
+        let notes = text(&finish(fast, Duration::from_secs(5)));
+        let said = if plain_first {
+            format!("group {group} port {port} stays the kernel's")
+        } else {
+            format!("group {group} port {port} goes back to the kernel: another socket here receives it")
+        };
+        assert!(notes.contains(&said), "plain first: {plain_first}: {notes}");
+    }
 }
 
 /// `socat` and `nc -u`, unmodified, send a file across the pair, both

@@ -419,6 +419,7 @@ fn copied(old: c_int, new: c_int) {
         table::insert(new, s);
     } else if CANDIDATES.has(old) {
         CANDIDATES.set(new, true);
+        group::copy_waiting(old, new);
     }
 }
 

@@ -22,55 +22,87 @@ use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Mutex;
 
-/// Joins of sockets not yet decided, by descriptor.
-static WAITING: Mutex<Option<HashMap<c_int, Vec<Ipv4Addr>>>> = Mutex::new(None);
+/// What a socket not yet decided waits with, by descriptor.
+#[derive(Default, Clone)]
+struct Pending {
+    /// Groups joined on the accelerated interface.
+    joins: Vec<Ipv4Addr>,
+    /// `IP_MULTICAST_IF` given by interface index (the kernel gives back
+    /// no index): see [`OTHER_INTERFACE`].
+    via: Option<Ipv4Addr>,
+}
 
-fn waiting() -> std::sync::MutexGuard<'static, Option<HashMap<c_int, Vec<Ipv4Addr>>>> {
+/// Stands for an interface other than the accelerated one, named by index
+/// in `IP_MULTICAST_IF`: an address no interface has.
+pub(crate) const OTHER_INTERFACE: Ipv4Addr = Ipv4Addr::BROADCAST;
+
+static WAITING: Mutex<Option<HashMap<c_int, Pending>>> = Mutex::new(None);
+
+fn waiting() -> std::sync::MutexGuard<'static, Option<HashMap<c_int, Pending>>> {
     WAITING.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The joins `fd` made before it was accelerated (taken).
-pub(crate) fn take_waiting(fd: c_int) -> Vec<Ipv4Addr> {
-    waiting().as_mut().and_then(|m| m.remove(&fd)).unwrap_or_default()
+fn pending(fd: c_int, f: impl FnOnce(&mut Pending)) {
+    f(waiting().get_or_insert_with(HashMap::new).entry(fd).or_default());
 }
 
-/// `fd` is closed or decided for the kernel: its waiting joins go.
+/// The joins `fd` made before it was accelerated (taken, with the rest of
+/// what waits for it).
+pub(crate) fn take_waiting(fd: c_int) -> Vec<Ipv4Addr> {
+    waiting().as_mut().and_then(|m| m.remove(&fd)).map(|p| p.joins).unwrap_or_default()
+}
+
+/// `fd` is closed or decided for the kernel: what waits for it goes.
 pub(crate) fn forget(fd: c_int) {
-    if let Some(m) = waiting().as_mut() {
-        m.remove(&fd);
-    }
+    take_waiting(fd);
+}
+
+/// `new` is a copy of the candidate `old` (`dup`): what waits for one
+/// waits for both.
+pub(crate) fn copy_waiting(old: c_int, new: c_int) {
+    let mut g = waiting();
+    let m = g.get_or_insert_with(HashMap::new);
+    match m.get(&old).cloned() {
+        Some(p) => m.insert(new, p),
+        None => m.remove(&new),
+    };
 }
 
 /// The group and interface a membership request names: an `ip_mreq`
 /// (group, interface address) or an `ip_mreqn` (group, address, index).
 fn read_mreq(value: *const c_void, len: socklen_t) -> Option<(Ipv4Addr, Ipv4Addr, c_int)> {
+    let ip = |a: libc::in_addr| Ipv4Addr::from(u32::from_be(a.s_addr));
     if value.is_null() {
         return None;
     }
     if len as usize >= std::mem::size_of::<libc::ip_mreqn>() {
         // SAFETY: an ip_mreqn of the program's (length checked), read unaligned.
         let m = unsafe { std::ptr::read_unaligned(value.cast::<libc::ip_mreqn>()) };
-        let ip = |a: libc::in_addr| Ipv4Addr::from(u32::from_be(a.s_addr));
         return Some((ip(m.imr_multiaddr), ip(m.imr_address), m.imr_ifindex));
     }
     if len as usize >= std::mem::size_of::<libc::ip_mreq>() {
         // SAFETY: an ip_mreq of the program's (length checked), read unaligned.
         let m = unsafe { std::ptr::read_unaligned(value.cast::<libc::ip_mreq>()) };
-        let ip = |a: libc::in_addr| Ipv4Addr::from(u32::from_be(a.s_addr));
         return Some((ip(m.imr_multiaddr), ip(m.imr_interface), 0));
     }
     None
+}
+
+/// The accelerated interface's index (0: none).
+fn our_index() -> c_int {
+    let Some((name, _)) = &config::get().iface else { return 0 };
+    let Ok(cname) = std::ffi::CString::new(name.as_str()) else { return 0 };
+    // SAFETY: a NUL-terminated name.
+    unsafe { libc::if_nametoindex(cname.as_ptr()) as c_int }
 }
 
 /// Whether a join of `group` naming `address` and `index` is on the
 /// accelerated interface (as the kernel picks: the index, else the
 /// address, else the route to the group).
 fn on_interface(group: Ipv4Addr, address: Ipv4Addr, index: c_int) -> bool {
-    let Some((name, ours)) = &config::get().iface else { return false };
+    let Some((_, ours)) = &config::get().iface else { return false };
     if index != 0 {
-        let Ok(cname) = std::ffi::CString::new(name.as_str()) else { return false };
-        // SAFETY: a NUL-terminated name.
-        return unsafe { libc::if_nametoindex(cname.as_ptr()) } as c_int == index;
+        return our_index() == index;
     }
     if !address.is_unspecified() {
         return address == *ours;
@@ -84,8 +116,18 @@ pub(crate) fn setsockopt(fd: c_int, name: c_int, value: *const c_void, len: sock
     match name {
         libc::IP_ADD_MEMBERSHIP | libc::IP_DROP_MEMBERSHIP => {}
         libc::IP_MULTICAST_IF => {
+            let by_index = read_mreq(value, len).map(|(_, _, i)| i).filter(|i| *i != 0);
+            let via = by_index.map(|i| {
+                if i == our_index() {
+                    config::get().iface.as_ref().map_or(OTHER_INTERFACE, |(_, a)| *a)
+                } else {
+                    OTHER_INTERFACE
+                }
+            });
             if let Some(s) = table::sock(fd) {
-                crate::sock::lock(&s).multicast_if = multicast_if(fd);
+                crate::sock::lock(&s).multicast_if = via.or_else(|| multicast_if(fd));
+            } else if table::CANDIDATES.has(fd) {
+                pending(fd, |p| p.via = via);
             }
             return;
         }
@@ -107,7 +149,9 @@ pub(crate) fn setsockopt(fd: c_int, name: c_int, value: *const c_void, len: sock
         return;
     }
     let join = name == libc::IP_ADD_MEMBERSHIP;
-    if join && !on_interface(group, address, index) {
+    // A leave names its interface as a join does: one on another
+    // interface leaves the steering as it is.
+    if !on_interface(group, address, index) {
         return;
     }
     if let Some(s) = table::sock(fd) {
@@ -118,12 +162,12 @@ pub(crate) fn setsockopt(fd: c_int, name: c_int, value: *const c_void, len: sock
             s.leave(group);
         }
     } else if table::CANDIDATES.has(fd) {
-        let mut g = waiting();
-        let list = g.get_or_insert_with(HashMap::new).entry(fd).or_default();
-        list.retain(|g| *g != group);
-        if join {
-            list.push(group);
-        }
+        pending(fd, |p| {
+            p.joins.retain(|g| *g != group);
+            if join {
+                p.joins.push(group);
+            }
+        });
     } else if join {
         if let Some(local) = crate::addr::local(fd).filter(|l| l.port() != 0) {
             share(fd, group, local.port());
@@ -160,8 +204,11 @@ fn leave_ring_for(fd: c_int) {
 }
 
 /// The interface address `fd` sends multicast from (`IP_MULTICAST_IF`),
-/// if it names one.
+/// if it names one ([`OTHER_INTERFACE`]: another interface, by index).
 pub(crate) fn multicast_if(fd: c_int) -> Option<Ipv4Addr> {
+    if let Some(via) = waiting().as_ref().and_then(|m| m.get(&fd)).and_then(|p| p.via) {
+        return Some(via);
+    }
     let mut a = libc::in_addr { s_addr: 0 };
     let mut len = std::mem::size_of::<libc::in_addr>() as socklen_t;
     // SAFETY: getsockopt into an in_addr of its size.

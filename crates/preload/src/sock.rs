@@ -87,6 +87,7 @@ pub(crate) fn accelerate(fd: RawFd, bound: SocketAddrV4, cfg: &Config) -> Result
     }
     counters::add(C::Accelerated, 1);
     counters::add(C::Open, 1);
+    tickwire_xdp::on_group_handed_back(handed_back);
     let mut s = Sock {
         xdp,
         nonblocking: flags & libc::O_NONBLOCK != 0,
@@ -110,6 +111,13 @@ pub(crate) fn accelerate(fd: RawFd, bound: SocketAddrV4, cfg: &Config) -> Result
         s.join(fd, g);
     }
     Ok(Arc::new(Mutex::new(s)))
+}
+
+/// A steered group went back to the kernel after its join (another
+/// socket of this host receives it): said once, counted.
+fn handed_back(text: &str) {
+    counters::add(C::FallbacksMulticast, 1);
+    config::note(text);
 }
 
 /// The socket's `SO_RCVTIMEO` (None: none).

@@ -9,6 +9,9 @@
 //!        │              carries what the XDP path cannot (next hop not yet
 //!        │              resolved, another interface, another queue)
 //!        ├── packet   Ethernet/IPv4/UDP headers written and checked
+//!        ├── demux    which flow of this process a frame is for
+//!        ├── receivers  other sockets of this host that could receive a
+//!        │            steered group (it then goes back to the kernel)
 //!        ├── hops     routes and neighbours from the kernel (rtnetlink),
 //!        │            following changes
 //!        ├── xsk      AF_XDP socket: UMEM, fill/completion/RX/TX rings
@@ -38,6 +41,7 @@ mod hops;
 pub mod packet;
 mod port;
 mod program;
+pub mod receivers;
 mod xsk;
 
 pub use packet::Checksum;
@@ -233,6 +237,19 @@ pub fn share_group(addr: Ipv4Addr, group: SocketAddrV4, mode: XdpMode) -> Result
     program.share_flow(program::FlowKey::of(group))
 }
 
+/// Where lines go when a steered group is handed back to the kernel
+/// because another socket of this host could receive it (see
+/// [`receivers`]); stderr if never set. The first call wins.
+pub fn on_group_handed_back(say: fn(&str)) {
+    port::set_say(say);
+}
+
+/// How many steered groups this process handed back to the kernel after
+/// their join because another socket of this host could receive them.
+pub fn groups_handed_back() -> u64 {
+    port::handed_back()
+}
+
 /// tickwire's UDP datagrams through an AF_XDP socket, with a kernel UDP
 /// socket on the same address and port beside it. Implements [`Transport`].
 ///
@@ -346,7 +363,8 @@ impl XdpTransport {
     /// [`XdpError`], and the group stays the kernel socket's.
     pub fn join(&mut self, group: Ipv4Addr) -> Result<(), XdpError> {
         let g = SocketAddrV4::new(group, self.flow.port());
-        port::lock(&self.port).join(self.flow, g)
+        let own = receivers::inode_of(self.kernel.as_raw_fd());
+        port::lock(&self.port).join(self.flow, g, own)
     }
 
     /// Where datagrams for this transport are addressed: its address (or

@@ -7,11 +7,16 @@
 //! therefore shares one: the [`Port`] owns the socket, the program handle
 //! and the route cache; its [`Demux`] keeps an inbox per local address for
 //! datagrams that arrived while another transport was draining the ring.
+//!
+//! A group steered here goes back to the kernel when another socket of
+//! this host could receive it ([`receivers`]): checked at the join, and
+//! by one watcher thread per process every [`WATCH_EVERY`] after it.
 
 use crate::demux::Demux;
 use crate::hops::NextHops;
 use crate::packet::Checksum;
 use crate::program::{FlowKey, Program, XdpMode};
+use crate::receivers::{self, WATCH_EVERY};
 use crate::xsk::Xsk;
 use crate::{Interface, XdpError};
 use std::net::SocketAddrV4;
@@ -26,6 +31,9 @@ pub(crate) struct Port {
     pub iface: Interface,
     /// Which local address each received frame is for, and what waits.
     demux: Demux,
+    /// Groups steered here, each with its owner's kernel socket (inode),
+    /// watched for other receivers.
+    watched: Vec<(SocketAddrV4, u64)>,
     pub ip_id: u16,
 }
 
@@ -74,8 +82,15 @@ impl Port {
         program.set_socket(xsk.queue, xsk.fd())?;
         program.unlock();
         let hops = NextHops::new(iface.index).map_err(|e| XdpError::Setup(format!("rtnetlink: {e}")))?;
-        let port =
-            Arc::new(Mutex::new(Port { xsk, program, hops, iface: iface.clone(), demux: Demux::default(), ip_id: 0 }));
+        let port = Arc::new(Mutex::new(Port {
+            xsk,
+            program,
+            hops,
+            iface: iface.clone(),
+            demux: Demux::default(),
+            watched: Vec::new(),
+            ip_id: 0,
+        }));
         ports.push((key, Arc::downgrade(&port)));
         Ok(port)
     }
@@ -112,25 +127,28 @@ impl Port {
     pub fn remove(&mut self, local: SocketAddrV4) {
         self.program.remove_flow(FlowKey::of(local));
         for g in self.demux.remove(local) {
+            self.watched.retain(|(w, _)| *w != g);
             self.program.remove_flow(FlowKey::of(g));
         }
     }
 
-    /// Steers `group` (a multicast group and the port of `owner`) to
-    /// `owner`'s inbox. A group another socket of this host receives is
-    /// handed back to the kernel for both ([`XdpError::FlowShared`]): each
-    /// then gets its copy there.
-    pub fn join(&mut self, owner: SocketAddrV4, group: SocketAddrV4) -> Result<(), XdpError> {
+    /// Steers `group` (a multicast group and the port of `owner`, whose
+    /// kernel socket is the inode `own`) to `owner`'s inbox. A group
+    /// another socket of this host could receive is handed back to the
+    /// kernel for every receiver ([`XdpError::FlowShared`]): each then gets
+    /// its copy there.
+    pub fn join(&mut self, owner: SocketAddrV4, group: SocketAddrV4, own: u64) -> Result<(), XdpError> {
         let key = FlowKey::of(group);
-        if self.demux.steers(group) {
-            // Another socket of this process receives it.
-            self.demux.unjoin(group);
-            self.program.share_flow(key)?;
+        if self.demux.steers(group) || receivers::others(&receivers::bound_now(), group, own) {
+            // Another socket of this process, or of this host, receives it.
+            self.share(group)?;
             return Err(XdpError::FlowShared);
         }
         match self.program.add_flow(key, self.xsk.queue) {
             Ok(()) => {
                 self.demux.join(group, owner);
+                self.watched.push((group, own));
+                watch();
                 Ok(())
             }
             Err(XdpError::FlowTaken { .. }) => {
@@ -145,14 +163,31 @@ impl Port {
     /// [`crate::share_group`]).
     pub fn share(&mut self, group: SocketAddrV4) -> Result<(), XdpError> {
         self.demux.unjoin(group);
+        self.watched.retain(|(g, _)| *g != group);
         self.program.share_flow(FlowKey::of(group))
     }
 
     /// Stops steering a joined group.
     pub fn leave(&mut self, group: SocketAddrV4) {
+        self.watched.retain(|(g, _)| *g != group);
         if self.demux.unjoin(group) {
             self.program.remove_flow(FlowKey::of(group));
         }
+    }
+
+    /// Hands back to the kernel the steered groups another socket could
+    /// now receive (of `bound`, the sockets bound now); returns them.
+    fn share_received(&mut self, bound: &[receivers::Bound]) -> Vec<SocketAddrV4> {
+        let found: Vec<SocketAddrV4> =
+            self.watched.iter().filter(|(g, own)| receivers::others(bound, *g, *own)).map(|(g, _)| *g).collect();
+        for g in &found {
+            if let Err(e) = self.share(*g) {
+                say(&format!(
+                    "group {g}: another socket here receives it, and it could not be handed back to the kernel: {e}"
+                ));
+            }
+        }
+        found
     }
 
     /// Keeps a datagram for `local` until its next receive; false if its
@@ -172,5 +207,79 @@ impl Port {
             xsk.receive(room, |frame| demux.deliver(local, batch, frame));
         }
         demux.take_stats(local)
+    }
+}
+
+/// The pid whose watcher runs (a forked child starts its own).
+static WATCHER: Mutex<u32> = Mutex::new(0);
+
+/// Groups handed back to the kernel by the watcher, process-wide.
+static HANDED_BACK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// What the watcher says when it hands a group back (default: stderr).
+static SAY: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
+
+fn say(text: &str) {
+    match SAY.get() {
+        Some(f) => f(text),
+        None => eprintln!("tickwire-xdp: {text}"),
+    }
+}
+
+/// Where the watcher's lines go (once per process; later calls do nothing).
+pub(crate) fn set_say(f: fn(&str)) {
+    let _ = SAY.set(f);
+}
+
+/// Groups the watcher handed back to the kernel in this process.
+pub(crate) fn handed_back() -> u64 {
+    HANDED_BACK.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Starts this process's watcher if it does not run: a thread with every
+/// signal blocked (the program's signals stay the program's), sleeping
+/// [`WATCH_EVERY`] between looks, reading the kernel's socket list only
+/// while a group is steered.
+fn watch() {
+    let mut pid = WATCHER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if *pid == std::process::id() {
+        return;
+    }
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
+    let mut old = SigSet::empty();
+    let blocked = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), Some(&mut old)).is_ok();
+    let started = std::thread::Builder::new().name("tickwire-xdp-watch".into()).spawn(watcher).is_ok();
+    if blocked {
+        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+    }
+    if started {
+        *pid = std::process::id();
+    } else {
+        say("could not start the thread that watches steered groups for other receivers: a receiver that joins later misses them");
+    }
+}
+
+fn watcher() {
+    let netns = netns_id();
+    loop {
+        std::thread::sleep(WATCH_EVERY);
+        let ports: Vec<Arc<Mutex<Port>>> = {
+            let ports = PORTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            ports.iter().filter(|(k, _)| k.0 == netns).filter_map(|(_, w)| w.upgrade()).collect()
+        };
+        if ports.iter().all(|p| lock(p).watched.is_empty()) {
+            continue;
+        }
+        let bound = receivers::bound_now();
+        for p in &ports {
+            for g in lock(p).share_received(&bound) {
+                HANDED_BACK.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                say(&format!(
+                    "group {} port {} goes back to the kernel: another socket here receives it",
+                    g.ip(),
+                    g.port()
+                ));
+            }
+        }
     }
 }
