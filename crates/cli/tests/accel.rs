@@ -97,6 +97,20 @@ impl Pair {
         c.args(["netns", "exec", ns, BIN, "--dir", &dir, "accel", "--interface", dev, "--"]).args(program);
         c
     }
+    /// Waits (up to 10 s) until a UDP socket in `ns` is bound to `port`.
+    fn wait_bound(&self, ns: &str, port: u16) {
+        let want = format!(":{port:04X}");
+        let start = Instant::now();
+        loop {
+            let out = self.plain(ns, &["cat", "/proc/net/udp"]).output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            if text.lines().skip(1).any(|l| l.split_whitespace().nth(1).is_some_and(|a| a.ends_with(&want))) {
+                return;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "nothing bound to UDP port {port} in {ns} after 10 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     /// The kernel's count of UDP datagrams received in `ns`.
     fn udp_in(&self, ns: &str) -> u64 {
         let out = self.plain(ns, &["cat", "/proc/net/snmp"]).output().unwrap();
@@ -141,10 +155,11 @@ fn sockperf_counts(out: &str) -> (u64, u64) {
     (num("SentMessages="), num("ReceivedMessages="))
 }
 
-/// Starts `sockperf server` (its stderr kept), and gives it half a second.
-fn sockperf_server(mut cmd: Command) -> Child {
+/// Starts `sockperf server` (its stderr kept) and waits until it has
+/// bound `port` in `ns`.
+fn sockperf_server(p: &Pair, ns: &str, port: u16, mut cmd: Command) -> Child {
     let child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    p.wait_bound(ns, port);
     child
 }
 
@@ -152,7 +167,7 @@ fn sockperf_server(mut cmd: Command) -> Child {
 fn sockperf_ping_pong_under_accel_goes_over_af_xdp_and_fragments_by_the_kernel() {
     let p = Pair::new(1);
     let (a, b) = (p.a.clone(), p.b.clone());
-    let server = sockperf_server(p.accel(&a, &["sockperf", "server", "-i", &p.addr_a(), "-p", "11111"]));
+    let server = sockperf_server(&p, &a, 11111, p.accel(&a, &["sockperf", "server", "-i", &p.addr_a(), "-p", "11111"]));
     for (size, bypass) in [(64, true), (1400, true), (4000, false)] {
         let (in_a, in_b) = (p.udp_in(&a), p.udp_in(&b));
         let m = size.to_string();
@@ -188,7 +203,7 @@ fn sockperf_ping_pong_under_accel_goes_over_af_xdp_and_fragments_by_the_kernel()
     assert!(!text(&server).contains("stays a kernel socket"), "{}", text(&server));
 
     // Without acceleration: the same exchange, through the kernel.
-    let server = sockperf_server(p.plain(&a, &["sockperf", "server", "-i", &p.addr_a(), "-p", "11112"]));
+    let server = sockperf_server(&p, &a, 11112, p.plain(&a, &["sockperf", "server", "-i", &p.addr_a(), "-p", "11112"]));
     let in_a = p.udp_in(&a);
     let out = p
         .plain(&b, &["sockperf", "ping-pong", "-i", &p.addr_a(), "-p", "11112", "-t", "1", "-m", "64"])
@@ -207,8 +222,12 @@ fn sockperf_multicast_ping_pong_under_accel_goes_over_af_xdp() {
     const GROUP: &str = "239.18.3.4";
     // The server joins before it binds 0.0.0.0 (sockperf's order); the
     // client joins too, and sends by IP_MULTICAST_IF without binding.
-    let server =
-        sockperf_server(p.accel(&a, &["sockperf", "server", "--mc-rx-if", &p.addr_a(), "-i", GROUP, "-p", "11113"]));
+    let server = sockperf_server(
+        &p,
+        &a,
+        11113,
+        p.accel(&a, &["sockperf", "server", "--mc-rx-if", &p.addr_a(), "-i", GROUP, "-p", "11113"]),
+    );
     let (in_a, in_b) = (p.udp_in(&a), p.udp_in(&b));
     let args = ["sockperf", "ping-pong", "--mc-tx-if", &p.addr_b(), "-i", GROUP, "-p", "11113", "-t", "1", "-m", "64"];
     let out = p.accel(&b, &args).output().unwrap();
@@ -308,7 +327,7 @@ fn socat_and_nc_transfer_a_file_over_udp_byte_for_byte_under_accel() {
     let in_a = p.udp_in(&a);
     let sink = format!("OPEN:{},creat,trunc", got_socat.display());
     let recv = p.accel(&a, &["socat", "-u", "-T", "2", "UDP-RECV:12020", &sink]).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    p.wait_bound(&a, 12020);
     let to = format!("UDP-SENDTO:{}:12020", p.addr_a());
     let send = p.accel(&b, &["socat", "-u", "-b", "1000", &format!("OPEN:{f}"), &to]).output().unwrap();
     assert!(send.status.success(), "{}", text(&send));
@@ -322,7 +341,7 @@ fn socat_and_nc_transfer_a_file_over_udp_byte_for_byte_under_accel() {
     // as a burst overflows the receiver's buffer (the kernel's alone too).
     let out = std::fs::File::create(&got_nc).unwrap();
     let recv = p.accel(&a, &["nc", "-u", "-l", "12021"]).stdout(out).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    p.wait_bound(&a, 12021);
     let mut send = p
         .accel(&b, &["nc", "-u", "-q", "1", &p.addr_a(), "12021"])
         .stdin(Stdio::piped())
@@ -414,7 +433,7 @@ fn on_an_interface_without_native_xdp_sockperf_still_works_and_the_fallback_is_c
     server
         .args(["netns", "exec", &a, BIN, "--dir", &p.dir(), "accel", "--interface", &bridge, "--xdp-mode", "native"])
         .args(["--", "sockperf", "server", "-i", &p.addr_a(), "-p", "11114"]);
-    let server = sockperf_server(server);
+    let server = sockperf_server(&p, &a, 11114, server);
     let args = ["sockperf", "ping-pong", "-i", &p.addr_a(), "-p", "11114", "-t", "1", "-m", "64"];
     let out = p.plain(&p.b, &args).output().unwrap();
     let (sent, received) = sockperf_counts(&text(&out));

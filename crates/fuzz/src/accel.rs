@@ -18,7 +18,8 @@ const NOBODY: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 7000)
 /// bits: as is, A, B, G, H, a flow no longer here) and whether the
 /// receiver's batch is full (bit 7); the rest, the frame (its IPv4 header
 /// checksum fixed up). Transport A reads it. The datagram lands with its
-/// owner (A's batch, else A's inbox; B's inbox), counted there, or nowhere
+/// owner (A's batch, else A's inbox; B's inbox), checked by and counted on
+/// the flow it claims (a bad one too), or nowhere
 /// and counted on A; nothing else moves.
 pub fn accel_frame(data: &[u8]) {
     let Some((&how, frame)) = data.split_first() else { return };
@@ -44,10 +45,15 @@ pub fn accel_frame(data: &[u8]) {
     d.deliver(A, &mut batch, &frame);
     let (in_batch, a_waits, b_waits) = (batch.len() - if full { 2 } else { 0 }, d.waiting(A), d.waiting(B));
     let (sa, sb) = (d.take_stats(A), d.take_stats(B));
-    // A's policy reads it (the receiver's).
-    let Ok(r) = packet::read(&frame, Checksum::Skip) else {
+    // The policy of the flow the frame claims to be for (B's for B and
+    // H, A's otherwise), and a rejected frame is counted there.
+    let claimed_b = packet::destination(&frame).is_some_and(|t| t == B || t == H);
+    let policy = if claimed_b { Checksum::Verify } else { Checksum::Skip };
+    let Ok(r) = packet::read(&frame, policy) else {
         assert_eq!((in_batch, a_waits, b_waits), (0, 0, 0), "a rejected frame goes nowhere");
-        assert_eq!(sa.malformed + sa.checksum_failures, 1, "a rejected frame is counted on its reader");
+        let (on, off) = if claimed_b { (sb, sa) } else { (sa, sb) };
+        assert_eq!(on.malformed + on.checksum_failures, 1, "a rejected frame is counted on the flow it claims");
+        assert_eq!(off.malformed + off.checksum_failures, 0, "and on no other");
         return;
     };
     let owner = match r.to {

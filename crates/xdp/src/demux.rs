@@ -97,10 +97,16 @@ impl Demux {
 
     /// One frame off the ring, read by `receiver` (a transport's flow):
     /// its datagram into `batch` if it is the receiver's (or a group it
-    /// joined), into another flow's inbox if that one's, else dropped and
-    /// counted on the receiver (malformed, a bad checksum, no longer ours).
+    /// joined), into another flow's inbox if that one's, else dropped.
+    /// The checks are those of the flow the frame claims to be for, and a
+    /// frame dropped (malformed, a bad checksum, no longer ours) is
+    /// counted on that flow, or on the receiver when it is none here.
     pub fn deliver(&mut self, receiver: SocketAddrV4, batch: &mut RecvBatch, frame: &[u8]) {
-        let checksum = self.inboxes.get(&receiver).map_or(Checksum::Verify, |i| i.checksum);
+        let claimed = packet::destination(frame)
+            .map(|to| self.joined.get(&to).copied().unwrap_or(to))
+            .filter(|o| self.inboxes.contains_key(o))
+            .unwrap_or(receiver);
+        let checksum = self.inboxes.get(&claimed).map_or(Checksum::Verify, |i| i.checksum);
         match packet::read(frame, checksum) {
             Ok(Received { from, to, payload, partial_checksum }) => {
                 let to = self.joined.get(&to).copied().unwrap_or(to);
@@ -123,7 +129,7 @@ impl Demux {
                 }
             }
             Err(reject) => {
-                if let Some(i) = self.inboxes.get_mut(&receiver) {
+                if let Some(i) = self.inboxes.get_mut(&claimed) {
                     match reject {
                         Reject::Malformed => i.stats.malformed += 1,
                         Reject::Checksum => i.stats.checksum_failures += 1,
@@ -131,5 +137,40 @@ impl Demux {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::Route;
+
+    const A: SocketAddrV4 = SocketAddrV4::new(std::net::Ipv4Addr::new(10, 0, 0, 1), 5000);
+    const B: SocketAddrV4 = SocketAddrV4::new(std::net::Ipv4Addr::new(10, 0, 0, 1), 6000);
+
+    /// A frame to `to` whose UDP checksum is wrong.
+    fn bad_frame(to: SocketAddrV4) -> Vec<u8> {
+        let mut f = vec![0u8; 128];
+        let route = Route { dst_mac: [2; 6], src_mac: [4; 6], src: "10.0.0.2:7000".parse().unwrap(), dst: to };
+        let n = packet::write(&mut f, &route, 1, b"hello").unwrap();
+        f.truncate(n);
+        f[40] ^= 0x55;
+        f
+    }
+
+    #[test]
+    fn a_frame_is_checked_by_and_counted_on_the_flow_it_is_for_whoever_reads_the_ring() {
+        let mut d = Demux::default();
+        d.add(A, Checksum::Skip);
+        d.add(B, Checksum::Verify);
+        let mut batch = RecvBatch::new(4, 2048);
+        // A reads B's bad frame: B's checks drop it, on B's count.
+        d.deliver(A, &mut batch, &bad_frame(B));
+        assert_eq!((batch.len(), d.waiting(B)), (0, 0));
+        assert_eq!((d.take_stats(A).checksum_failures, d.take_stats(B).checksum_failures), (0, 1));
+        // B reads A's: A skips checksums, so A gets it.
+        d.deliver(B, &mut batch, &bad_frame(A));
+        assert_eq!((batch.len(), d.waiting(A)), (0, 1));
+        assert_eq!(d.take_stats(A).rx_packets, 1);
     }
 }

@@ -157,6 +157,18 @@ pub fn write(frame: &mut [u8], route: &Route, ip_id: u16, payload: &[u8]) -> Opt
     Some(len)
 }
 
+/// Where a frame claims to go (IPv4 destination and UDP port), before
+/// anything is checked: enough to choose whose checks [`read`] applies.
+pub fn destination(frame: &[u8]) -> Option<SocketAddrV4> {
+    if frame.len() < HEADERS || frame[12..14] != ETH_P_IP.to_be_bytes() {
+        return None;
+    }
+    Some(SocketAddrV4::new(
+        Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33]),
+        u16::from_be_bytes([frame[36], frame[37]]),
+    ))
+}
+
 /// Checks a received frame and takes its UDP datagram out.
 ///
 /// # Errors
