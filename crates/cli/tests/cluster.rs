@@ -15,6 +15,9 @@
 //!   that was not announced.
 //! - Four routers each told only of the next (a ring): a link with each
 //!   of the others, every message once to each subscriber, no loop.
+//! - A request on one router is answered by a responder on another (the
+//!   reply back over the link); with no responder anywhere, at once
+//!   `NoResponders`.
 //! - A router down past `forget_after` is forgotten: what it wanted is
 //!   withdrawn, one only learned of is no longer dialed and leaves the
 //!   status; back, it is linked with again.
@@ -384,6 +387,38 @@ fn four_routers_in_a_ring_of_peers_deliver_each_message_once() {
         // A second link between a pair, closed, is not a refusal.
         assert_eq!(st["cluster"]["refused"], 0, "r{k}: {st}");
     }
+}
+
+/// A request on one router, its responders on another: each request is
+/// answered, the reply crossing back over the link to the requester; with
+/// no responder on any router, `NoResponders` at once.
+#[test]
+fn a_request_on_one_router_is_answered_by_a_responder_on_another() {
+    let h = Hosts::create(2, 7);
+    let _r0 = h.router(0, &[1]);
+    let _r1 = h.router(1, &[0]);
+    h.wait_link(0, 1, Duration::from_secs(5), up);
+    let ask = |count: &str| {
+        let args = ["request", "--router", CLIENTS, "--topic", "rfq/eu/VOD", "--data", "buy 100", "--count", count];
+        h.cmd(0, &args).args(["--timeout", "5s"]).output().unwrap()
+    };
+    let out = ask("1");
+    assert_eq!(out.status.code(), Some(3), "no responder anywhere: {}", String::from_utf8_lossy(&out.stderr));
+    let reply = ["reply", "--router", CLIENTS, "--topic", "rfq/>", "--exec", "printf 'quote for %s' \"$(cat)\""];
+    let responder = h.cmd(1, &reply).args(["--duration", "15s"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn();
+    let responder = responder.unwrap();
+    h.wait_link(0, 1, Duration::from_secs(5), |l| l["interest"] == 1);
+    let out = ask("20");
+    let replies = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(replies.lines().count(), 20, "{replies}");
+    assert!(replies.lines().all(|l| l == "quote for buy 100"), "{replies}");
+    // Each crossed r1's link once (20 requests in, 20 replies out; the
+    // status is written every second).
+    h.wait_link(1, 0, Duration::from_secs(3), |l| l["messages_in"] == 20 && l["messages_out"] == 20);
+    let mut responder = responder;
+    let _ = responder.kill();
+    let _ = responder.wait();
 }
 
 #[test]

@@ -209,8 +209,7 @@ pub struct Peers {
     /// Messages dropped because a link was full.
     pub link_discards: u64,
     /// The agent that is the router cluster's ([`crate::cluster`]), if
-    /// any: requests are not sent to it (they are answered on their
-    /// router), so a request only other routers want finds no responder.
+    /// any: replies on an inbox of another router go to it.
     cluster: Option<u32>,
 }
 
@@ -233,6 +232,11 @@ impl Peers {
     /// Agent `k` is the router cluster's.
     pub fn set_cluster(&mut self, k: u32) {
         self.cluster = Some(k);
+    }
+
+    /// The agent that is the router cluster's, if any.
+    pub fn cluster(&self) -> Option<u32> {
+        self.cluster
     }
 
     /// This agent's number.
@@ -309,16 +313,11 @@ impl Peers {
 
     /// [`Peers::forward`] to `agents`, found by [`Peers::interested`]
     /// (the router remembers them per topic); returns how many of them it
-    /// was for (all, but the cluster's for a request).
+    /// was for.
     #[inline]
     pub fn forward_to(&mut self, agents: &[u32], topic: &str, payload: &[u8], flags: u8) -> usize {
         let mut sent = 0;
-        let mut reached = agents.len();
         for &k in agents {
-            if Some(k) == self.cluster && flags & tickwire_wire::client::flags::REQUEST != 0 {
-                reached -= 1;
-                continue;
-            }
             if let Some(Some(link)) = self.links.get_mut(k as usize) {
                 if link.send(topic, payload, flags) {
                     sent += 1;
@@ -328,7 +327,7 @@ impl Peers {
             }
         }
         self.forwarded += sent as u64;
-        reached
+        agents.len()
     }
 }
 
@@ -381,7 +380,7 @@ mod tests {
     }
 
     #[test]
-    fn a_request_is_not_sent_to_the_cluster_nor_counted_as_reaching_it() {
+    fn a_request_goes_to_the_cluster_as_to_any_agent_that_wants_it() {
         let (l1, mut r1) = link(256, None);
         let (l2, mut r2) = link(256, None);
         let mut a = Peers::new(0, vec![None, Some(l1), Some(l2)]);
@@ -389,11 +388,10 @@ mod tests {
         a.handle_interest(&Interest::Add { agent: 1, id: 0, pattern: p("svc/>") });
         a.handle_interest(&Interest::Add { agent: 2, id: 0, pattern: p("svc/>") });
         let request = tickwire_wire::client::flags::REQUEST;
-        assert_eq!(a.forward("svc/price", b"q", request), 1, "agent 1 only");
-        assert_eq!(r1.receive(8, |_, _, _, _| {}), 1);
-        assert_eq!(r2.receive(8, |_, _, _, _| panic!("a request reached the cluster")), 0);
-        assert_eq!(a.forward("svc/price", b"m", 0), 2, "a plain message goes to both");
-        assert_eq!(r2.receive(8, |_, _, _, _| {}), 1);
+        assert_eq!(a.forward("svc/price", b"q", request), 2, "agent 1 and the cluster (another router's responders)");
+        assert_eq!(r1.receive(8, |_, _, _, f| assert_eq!(f, request)), 1);
+        assert_eq!(r2.receive(8, |_, _, _, f| assert_eq!(f, request)), 1);
+        assert_eq!(a.cluster(), Some(2));
     }
 
     #[test]

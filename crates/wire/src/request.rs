@@ -13,12 +13,20 @@
 //! naming one is refused). When no subscription wants a request, the
 //! router answers at once with REJECT `NoResponders`, its `sequence` the
 //! correlation id.
+//!
+//! Across a router cluster a request reaches responders on other routers
+//! too. The router that takes it from a link names the link in its inbox,
+//! `_inbox/@PEER.RUN/AGENT.SESSION.SERIAL/CORRELATION` ([`via_peer`]): a
+//! reply on that inbox goes back over the link to router `PEER` (its
+//! number at this router) in its run `RUN`, as the plain inbox, and that
+//! router hands it to the session ([`peer_of`]).
 
 /// The first level of every inbox topic.
 pub const INBOX_PREFIX: &str = "_inbox/";
 
-/// The longest inbox topic: the prefix and four 20-digit numbers.
-pub const INBOX_MAX: usize = INBOX_PREFIX.len() + 4 * 20 + 3;
+/// The longest inbox topic: the prefix, four 20-digit numbers, and a
+/// peer's part (`@`, a 10-digit and a 20-digit number, `.` and `/`).
+pub const INBOX_MAX: usize = INBOX_PREFIX.len() + 4 * 20 + 3 + 33;
 
 /// Where a reply goes: the requester's routing agent, its session there
 /// (id and serial: an id reused by a later session does not get it), and
@@ -54,6 +62,26 @@ impl Inbox {
         }
         Some(Self { agent, session, serial, correlation: correlation.parse().ok()? })
     }
+}
+
+/// The inbox `inbox` (a plain one, [`Inbox::parse`]) as a router names it
+/// when the request came over its link from router `peer` in that
+/// router's run `run`; `None` if `inbox` is not a plain inbox.
+pub fn via_peer(peer: u32, run: u64, inbox: &str) -> Option<String> {
+    Inbox::parse(inbox)?;
+    let rest = &inbox[INBOX_PREFIX.len()..];
+    Some(format!("{INBOX_PREFIX}@{peer}.{run}/{rest}"))
+}
+
+/// The peer, its run and the plain inbox of an inbox made by
+/// [`via_peer`]; `None` for any other topic.
+pub fn peer_of(topic: &str) -> Option<(u32, u64, String)> {
+    let rest = topic.strip_prefix(INBOX_PREFIX)?.strip_prefix('@')?;
+    let (who, plain) = rest.split_once('/')?;
+    let (peer, run) = who.split_once('.')?;
+    let plain = format!("{INBOX_PREFIX}{plain}");
+    Inbox::parse(&plain)?;
+    Some((peer.parse().ok()?, run.parse().ok()?, plain))
 }
 
 /// Whether `topic` is in the inbox namespace (`_inbox/...`): the router's
@@ -113,6 +141,22 @@ mod tests {
             assert_eq!(Inbox::parse(bad), None, "{bad}");
         }
         assert!(is_inbox("_inbox") && is_inbox("_inbox/x") && !is_inbox("_inboxes/x"));
+    }
+
+    #[test]
+    fn an_inbox_named_by_the_link_it_came_over_gives_back_the_peer_its_run_and_the_plain_inbox() {
+        let i = Inbox { agent: u32::MAX, session: u32::MAX, serial: u64::MAX, correlation: u64::MAX };
+        let plain = i.topic();
+        let via = via_peer(u32::MAX, u64::MAX, &plain).unwrap();
+        assert!(via.len() <= INBOX_MAX && via.len() <= usize::from(u8::MAX), "{via}");
+        assert_eq!(peer_of(&via), Some((u32::MAX, u64::MAX, plain.clone())));
+        // Not an inbox of this router's sessions, nor a plain one of a peer's.
+        assert_eq!(Inbox::parse(&via), None);
+        assert_eq!(peer_of(&plain), None);
+        assert_eq!(via_peer(1, 2, &via), None, "a peer's inbox is not named again");
+        for bad in ["_inbox/@1/0.1.2/3", "_inbox/@x.2/0.1.2/3", "_inbox/@1.2/0.1/3", "_inbox/@1.2", "md/@1.2/0.1.2/3"] {
+            assert_eq!(peer_of(bad), None, "{bad}");
+        }
     }
 
     #[test]

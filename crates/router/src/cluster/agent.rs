@@ -12,6 +12,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use tickwire_topic::{check_topic, Pattern};
 use tickwire_wire::cluster::ClusterFrame;
+use tickwire_wire::request::{self, Inbox};
 
 /// Messages taken from each routing agent's ring per duty cycle.
 const POLL_LIMIT: usize = 256;
@@ -247,10 +248,34 @@ impl ClusterAgent {
         let limit = if self.shares_bell { usize::MAX } else { POLL_LIMIT };
         for ring in &mut self.from {
             work += ring.receive(limit, |topic, payload, discards, flags| {
-                // A request is answered on its router: an inbox names a
-                // session there, not the router (docs/cluster.md). The
-                // routing agents send none here; this is a second guard.
-                if flags & tickwire_wire::client::flags::REQUEST != 0 {
+                // A reply to a request that came over a link: back over
+                // that link alone, on the requester's plain inbox.
+                if request::is_inbox(topic) {
+                    let Some((k, run, plain)) = request::peer_of(topic) else { return };
+                    let Some(p) = peers.get_mut(k as usize) else { return };
+                    let link = p.link.and_then(|s| links[s].as_mut().map(|l| (s, l)));
+                    let sent = match link {
+                        // The same run of that router: a session id and
+                        // serial of an earlier run name nobody now.
+                        Some((s, l)) if l.them().is_some_and(|t| t.incarnation == run) => {
+                            p.sequence += 1;
+                            match l.send_message(p.sequence, 0, flags, (&plain, payload), now) {
+                                Ok(()) => true,
+                                Err(tickwire_transport::link::LinkError::Full) => false,
+                                Err(e) => {
+                                    failed.push((s, e.to_string()));
+                                    false
+                                }
+                            }
+                        }
+                        _ => false,
+                    };
+                    if sent {
+                        p.status.messages_out += 1;
+                        p.status.bytes_out += payload.len() as u64;
+                    } else {
+                        p.status.lost_out += 1;
+                    }
                     return;
                 }
                 remote.matches_into(topic, targets);
@@ -291,9 +316,6 @@ impl ClusterAgent {
         match f {
             ClusterFrame::Message { sequence, discards, flags, topic, payload } => {
                 check_topic(topic).map_err(|e| format!("MESSAGE on {topic:?}: {e}"))?;
-                if flags & tickwire_wire::client::flags::REQUEST != 0 {
-                    return Err(format!("MESSAGE on {topic}: a request (requests stay on their router)"));
-                }
                 let p = &mut self.peers[k as usize];
                 let inc = self.links[slot].as_ref().and_then(|l| l.them()).map_or(0, |t| t.incarnation);
                 let gap = match p.heard {
@@ -310,6 +332,29 @@ impl ClusterAgent {
                 p.status.bytes_in += payload.len() as u64;
                 p.status.lost_in += gap;
                 let lost = u32::try_from(gap).unwrap_or(u32::MAX).saturating_add(discards);
+                if request::is_inbox(topic) {
+                    // A reply to one of this router's requesters.
+                    let to = Inbox::parse(topic).and_then(|i| self.to.get_mut(i.agent as usize));
+                    let Some(ring) = to else { return Err(format!("MESSAGE on {topic}: no inbox of this router")) };
+                    ring.send_carrying(topic, payload, flags, 0);
+                    return Ok(());
+                }
+                // A request is answered through this router: its inbox
+                // names the link it came over (and that router's run).
+                let named;
+                let payload = if flags & tickwire_wire::client::flags::REQUEST == 0 {
+                    payload
+                } else {
+                    let inc = self.links[slot].as_ref().and_then(|l| l.them()).map_or(0, |t| t.incarnation);
+                    let (inbox, rest) = request::split_body(payload)
+                        .ok_or_else(|| format!("MESSAGE on {topic}: a request without an inbox"))?;
+                    let via = request::via_peer(k, inc, inbox)
+                        .ok_or_else(|| format!("MESSAGE on {topic}: a request on {inbox:?}, no inbox of its router"))?;
+                    let mut b = Vec::with_capacity(1 + via.len() + rest.len());
+                    request::body(&via, rest, &mut b);
+                    named = b;
+                    &named[..]
+                };
                 self.agents.matches_into(topic, &mut self.targets);
                 for &a in &self.targets {
                     if let Some(ring) = self.to.get_mut(a as usize) {

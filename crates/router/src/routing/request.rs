@@ -82,9 +82,11 @@ impl Router {
     }
 
     /// Routes a reply on `topic`, an inbox: to its session if it is this
-    /// agent's, else to the agent serving it. A topic in the inbox
-    /// namespace that is no inbox this router made is refused. `headed`:
-    /// [`flags::HEADERS`] if the payload starts with headers.
+    /// agent's, else to the agent serving it; an inbox naming another
+    /// router's link ([`request::peer_of`]) to the cluster's agent, which
+    /// sends it there. A topic in the inbox namespace that is no inbox
+    /// this router made is refused. `headed`: [`flags::HEADERS`] if the
+    /// payload starts with headers.
     pub(super) fn reply(
         &mut self,
         from: u32,
@@ -93,8 +95,20 @@ impl Router {
         (sequence, headed): (u64, u8),
     ) -> Result<(), Disconnect> {
         let Some(inbox) = Inbox::parse(topic) else {
-            let why = format!("{topic}: the _inbox namespace holds only the inboxes the router makes");
-            return self.reject(from, RejectCode::BadTopic, sequence, &why);
+            let cluster = self.peers.as_ref().and_then(|p| p.cluster());
+            return match (request::peer_of(topic), cluster) {
+                (Some(_), Some(c)) => {
+                    self.requests.counts[value::REPLIES] += 1;
+                    if let Some(p) = &mut self.peers {
+                        p.forward_to(&[c], topic, payload, headed);
+                    }
+                    Ok(())
+                }
+                _ => {
+                    let why = format!("{topic}: the _inbox namespace holds only the inboxes the router makes");
+                    self.reject(from, RejectCode::BadTopic, sequence, &why)
+                }
+            };
         };
         self.requests.counts[value::REPLIES] += 1;
         if inbox.agent == self.me {
