@@ -249,56 +249,20 @@ impl ClusterAgent {
         for ring in &mut self.from {
             work += ring.receive(limit, |topic, payload, discards, flags| {
                 // A reply to a request that came over a link: back over
-                // that link alone, on the requester's plain inbox.
+                // that link alone, on the requester's plain inbox, to the
+                // same run of that router (a session id and serial of an
+                // earlier run name nobody now).
                 if request::is_inbox(topic) {
                     let Some((k, run, plain)) = request::peer_of(topic) else { return };
-                    let Some(p) = peers.get_mut(k as usize) else { return };
-                    let link = p.link.and_then(|s| links[s].as_mut().map(|l| (s, l)));
-                    let sent = match link {
-                        // The same run of that router: a session id and
-                        // serial of an earlier run name nobody now.
-                        Some((s, l)) if l.them().is_some_and(|t| t.incarnation == run) => {
-                            p.sequence += 1;
-                            match l.send_message(p.sequence, 0, flags, (&plain, payload), now) {
-                                Ok(()) => true,
-                                Err(tickwire_transport::link::LinkError::Full) => false,
-                                Err(e) => {
-                                    failed.push((s, e.to_string()));
-                                    false
-                                }
-                            }
-                        }
-                        _ => false,
-                    };
-                    if sent {
-                        p.status.messages_out += 1;
-                        p.status.bytes_out += payload.len() as u64;
-                    } else {
-                        p.status.lost_out += 1;
+                    if let Some(p) = peers.get_mut(k as usize) {
+                        send_to(p, links, (0, flags), (&plain, payload), (now, Some(run)), &mut failed);
                     }
                     return;
                 }
                 remote.matches_into(topic, targets);
                 for &k in targets.iter() {
                     let p = &mut peers[k as usize];
-                    p.sequence += 1;
-                    let sent = match p.link.and_then(|s| links[s].as_mut().map(|l| (s, l))) {
-                        Some((s, l)) => match l.send_message(p.sequence, discards, flags, (topic, payload), now) {
-                            Ok(()) => true,
-                            Err(tickwire_transport::link::LinkError::Full) => false,
-                            Err(e) => {
-                                failed.push((s, e.to_string()));
-                                false
-                            }
-                        },
-                        None => false,
-                    };
-                    if sent {
-                        p.status.messages_out += 1;
-                        p.status.bytes_out += payload.len() as u64;
-                    } else {
-                        p.status.lost_out += 1;
-                    }
+                    send_to(p, links, (discards, flags), (topic, payload), (now, None), &mut failed);
                 }
             });
         }
@@ -580,5 +544,41 @@ impl tickwire_agent::Agent for ClusterAgent {
     fn park(&mut self, timeout: std::time::Duration) {
         let timeout = crate::agent::least_wait(!self.holding(), timeout);
         self.bell.park(&[self.poll_fd()], timeout, || self.has_forwarded());
+    }
+}
+
+/// Sends a message (`discards`, `flags`; topic, payload) to peer `p`,
+/// numbered next in its sequence, and counts it sent or lost (a link down
+/// or full); a broken link goes into `failed`. `run`: only to that run of
+/// the peer (a reply), else it is lost, unnumbered.
+fn send_to(
+    p: &mut Peer,
+    links: &mut [Option<PeerLink>],
+    (discards, flags): (u32, u8),
+    (topic, payload): (&str, &[u8]),
+    (now, run): (u64, Option<u64>),
+    failed: &mut Vec<(usize, String)>,
+) {
+    let link = p.link.and_then(|s| links[s].as_mut().map(|l| (s, l)));
+    let link = link.filter(|(_, l)| run.is_none_or(|r| l.them().is_some_and(|t| t.incarnation == r)));
+    if link.is_some() || run.is_none() {
+        p.sequence += 1;
+    }
+    let sent = match link {
+        Some((s, l)) => match l.send_message(p.sequence, discards, flags, (topic, payload), now) {
+            Ok(()) => true,
+            Err(tickwire_transport::link::LinkError::Full) => false,
+            Err(e) => {
+                failed.push((s, e.to_string()));
+                false
+            }
+        },
+        None => false,
+    };
+    if sent {
+        p.status.messages_out += 1;
+        p.status.bytes_out += payload.len() as u64;
+    } else {
+        p.status.lost_out += 1;
     }
 }
