@@ -16,7 +16,7 @@ seconds=${FUZZ_SECONDS:-60}
 assertions=--debug-assertions
 [ "${FUZZ_ASSERTIONS:-1}" = 0 ] && assertions=
 runs=${FUZZ_RUNS:--1}
-targets=${FUZZ_TARGETS:-"wire client cluster journal_record receiver sender xdp_frame accel_frame nats nats_session"}
+targets=${FUZZ_TARGETS:-"wire client cluster journal_record receiver sender xdp_frame accel_frame accel_demux nats nats_session"}
 if ! rustup toolchain list | grep -q '^nightly'; then
     rustup toolchain install nightly --profile minimal
 fi

@@ -83,3 +83,96 @@ pub fn accel_frame(data: &[u8]) {
         }
     }
 }
+
+/// The flows a sequence may make: two addresses and ports, and a third.
+const FLOWS: [SocketAddrV4; 3] = [A, B, SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 7000)];
+/// Groups on the flows' ports.
+const GROUPS: [SocketAddrV4; 3] = [G, H, SocketAddrV4::new(Ipv4Addr::new(239, 1, 1, 3), 7000)];
+
+/// What the demultiplexer should hold: flows and what waits for each
+/// (payload numbers, in order), and each joined group's owner.
+#[derive(Default)]
+struct Model {
+    waiting: std::collections::BTreeMap<SocketAddrV4, std::collections::VecDeque<u32>>,
+    joined: std::collections::BTreeMap<SocketAddrV4, SocketAddrV4>,
+}
+
+/// Each pair of bytes an operation on one demultiplexer, as
+/// [`Port`](tickwire_xdp) makes them: add or remove a flow, join or leave
+/// a group (a group one transport at a time, as the port checks), and a
+/// receive by one flow (its inbox first, then frames for any flow, group
+/// or address, off the ring, into a batch of two). After each: every
+/// datagram is where a model says, in order, and `steers` agrees.
+pub fn accel_demux(data: &[u8]) {
+    let mut d = Demux::default();
+    let mut m = Model::default();
+    let mut next = 0u32;
+    for op in data.chunks(2) {
+        let (a, b) = (op[0], op.get(1).copied().unwrap_or(0));
+        let flow = FLOWS[usize::from(a >> 4) % 3];
+        match a & 7 {
+            0 if !m.waiting.contains_key(&flow) => {
+                d.add(flow, Checksum::Skip);
+                m.waiting.insert(flow, Default::default());
+            }
+            1 if m.waiting.contains_key(&flow) => {
+                let mut gone = d.remove(flow);
+                gone.sort();
+                m.waiting.remove(&flow);
+                let mine: Vec<SocketAddrV4> = m.joined.iter().filter(|(_, o)| **o == flow).map(|(g, _)| *g).collect();
+                m.joined.retain(|_, o| *o != flow);
+                assert_eq!(gone, mine, "remove {flow}: its groups go with it");
+            }
+            2 => {
+                let group = GROUPS[usize::from(b) % 3];
+                if m.waiting.contains_key(&flow) && !d.steers(group) {
+                    d.join(group, flow);
+                    m.joined.insert(group, flow);
+                }
+            }
+            3 => {
+                let group = GROUPS[usize::from(b) % 3];
+                assert_eq!(d.unjoin(group), m.joined.remove(&group).is_some(), "unjoin {group}");
+            }
+            4.. if m.waiting.contains_key(&flow) => receive(&mut d, &mut m, flow, b, &mut next),
+            _ => {}
+        }
+        for x in FLOWS.iter().chain(&GROUPS) {
+            assert_eq!(d.steers(*x), m.waiting.contains_key(x) || m.joined.contains_key(x), "steers {x}");
+        }
+        for (f, q) in &m.waiting {
+            assert_eq!(d.waiting(*f), q.len(), "what waits for {f}");
+        }
+    }
+}
+
+/// `reader` receives: its inbox, then up to 3 frames (to the low bits
+/// of `how`, in turn: a flow, a group, an address nobody has).
+fn receive(d: &mut Demux, m: &mut Model, reader: SocketAddrV4, how: u8, next: &mut u32) {
+    let mut batch = RecvBatch::new(2, 64);
+    let mut want = Vec::new();
+    d.take_inbox(reader, &mut batch);
+    let q = m.waiting.get_mut(&reader).expect("a reader is a flow");
+    while want.len() < 2 {
+        let Some(n) = q.pop_front() else { break };
+        want.push(n);
+    }
+    for i in 0..usize::from(how & 3) {
+        let pick = usize::from(how >> (2 + 2 * i)) & 3;
+        let to = [FLOWS[i % 3], GROUPS[i % 3], FLOWS[(i + 1) % 3], NOBODY][pick];
+        *next += 1;
+        let mut f = [0u8; 64];
+        let route = packet::Route { dst_mac: [1; 6], src_mac: [2; 6], src: NOBODY, dst: to };
+        let len = packet::write(&mut f, &route, 0, &next.to_le_bytes()).expect("a small frame fits");
+        d.deliver(reader, &mut batch, &f[..len]);
+        let owner = m.joined.get(&to).copied().unwrap_or(to);
+        match m.waiting.get_mut(&owner) {
+            Some(_) if owner == reader && want.len() < 2 => want.push(*next),
+            Some(q) => q.push_back(*next),
+            None => {}
+        }
+    }
+    let got: Vec<u32> =
+        (0..batch.len()).map(|i| u32::from_le_bytes(batch.get(i).0.try_into().expect("four bytes each"))).collect();
+    assert_eq!(got, want, "{reader} receives its inbox first, then its frames, in order");
+}

@@ -17,6 +17,7 @@
 //! | `nats` | bytes as a NATS client's connection, whole and cut in two | parse never panics; the cut input parses the same; what parses spells back to itself |
 //! | `nats_session` | a NATS client's session fed client bytes and router frames in any order | no panic; subscriptions bounded; the frames it makes for the router parse |
 //! | `xdp_frame` | bytes as an Ethernet frame from an AF_XDP socket (IPv4 header checksum also fixed up) | read never panics; what is read has consistent lengths and writes back to itself |
+//! | `accel_demux` | a sequence of flows added and removed, groups joined and left, and receives of frames for any of them, on one demultiplexer | every datagram where a model says, in order; `steers` agrees with the model |
 //! | `accel_frame` | the same, sent to one of two flows, two joined groups or a gone flow, into the demultiplexer `tickwire accel` and every AF_XDP transport read through | the datagram lands with its owner and is counted there, or nowhere and counted on the reader |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -26,7 +27,7 @@ mod nats;
 pub mod protocol;
 mod views;
 
-pub use accel::accel_frame;
+pub use accel::{accel_demux, accel_frame};
 pub use nats::{nats, nats_session};
 pub use views::{client, cluster, journal_record, wire, xdp_frame};
 
@@ -44,6 +45,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("sender", protocol::sender),
     ("xdp_frame", xdp_frame),
     ("accel_frame", accel_frame),
+    ("accel_demux", accel_demux),
     ("nats", nats),
     ("nats_session", nats_session),
 ];

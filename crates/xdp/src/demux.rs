@@ -173,4 +173,22 @@ mod tests {
         assert_eq!((batch.len(), d.waiting(A)), (0, 1));
         assert_eq!(d.take_stats(A).rx_packets, 1);
     }
+
+    #[test]
+    fn a_flow_not_reading_keeps_inbox_max_datagrams_then_counts_each_one_more_as_dropped() {
+        let mut d = Demux::default();
+        d.add(A, Checksum::Skip);
+        d.add(B, Checksum::Skip);
+        let mut good = bad_frame(B);
+        good[40..42].fill(0); // no checksum: skipped anyway
+        let mut batch = RecvBatch::new(1, 2048);
+        for _ in 0..INBOX_MAX + 3 {
+            d.deliver(A, &mut batch, &good);
+        }
+        assert_eq!(d.waiting(B), INBOX_MAX);
+        let s = d.take_stats(B);
+        assert_eq!((s.rx_packets, s.rx_ring_full), (INBOX_MAX as u64 + 3, 3));
+        assert!(!d.stash(B, b"x", A), "a full inbox takes no more");
+        assert_eq!(batch.len(), 0, "none of B's went to A");
+    }
 }
