@@ -6,10 +6,12 @@
 //! are the router's, checked on the topic; here only what has no topic is
 //! refused: a subject whose token holds `/`.
 //!
-//! The router's inboxes (`_inbox/AGENT.SESSION.SERIAL/ID`) hold dots in a
-//! level, so a NATS client sees one as `_inbox.AGENT-SESSION-SERIAL.ID`, a
-//! reply subject it can publish to, which maps back to the inbox. (NATS
-//! clients' own inboxes are `_INBOX.…`, upper case: ordinary subjects.)
+//! The router's inboxes (`_inbox/AGENT.SESSION.SERIAL/ID`, and
+//! `_inbox/@PEER.RUN/AGENT.SESSION.SERIAL/ID` for a requester on another
+//! router of a cluster) hold dots in a level, so a NATS client sees one
+//! with dashes for them, `_inbox.AGENT-SESSION-SERIAL.ID`, a reply subject
+//! it can publish to, which maps back to the inbox. (NATS clients' own
+//! inboxes are `_INBOX.…`, upper case: ordinary subjects.)
 
 /// The router's inbox namespace, as topic and as subject.
 const INBOX: &str = "_inbox";
@@ -38,16 +40,14 @@ pub fn to_topic(subject: &str, out: &mut String) -> Result<(), SubjectError> {
         return Err(SubjectError::Slash(subject.to_owned()));
     }
     if let Some(rest) = subject.strip_prefix("_inbox.") {
-        if let Some((who, id)) = rest.split_once('.') {
-            if !id.contains('.') {
-                out.push_str(INBOX);
-                out.push('/');
-                out.extend(who.chars().map(|c| if c == '-' { '.' } else { c }));
-                out.push('/');
-                out.push_str(id);
-                return Ok(());
-            }
-        }
+        out.push_str(INBOX);
+        out.push('/');
+        out.extend(rest.chars().map(|c| match c {
+            '.' => '/',
+            '-' => '.',
+            c => c,
+        }));
+        return Ok(());
     }
     out.extend(subject.chars().map(|c| if c == '.' { '/' } else { c }));
     Ok(())
@@ -57,16 +57,14 @@ pub fn to_topic(subject: &str, out: &mut String) -> Result<(), SubjectError> {
 pub fn to_subject(topic: &str, out: &mut String) {
     out.clear();
     if let Some(rest) = topic.strip_prefix("_inbox/") {
-        if let Some((who, id)) = rest.split_once('/') {
-            if !id.contains('/') {
-                out.push_str(INBOX);
-                out.push('.');
-                out.extend(who.chars().map(|c| if c == '.' { '-' } else { c }));
-                out.push('.');
-                out.push_str(id);
-                return;
-            }
-        }
+        out.push_str(INBOX);
+        out.push('.');
+        out.extend(rest.chars().map(|c| match c {
+            '/' => '.',
+            '.' => '-',
+            c => c,
+        }));
+        return;
     }
     out.extend(topic.chars().map(|c| if c == '/' { '.' } else { c }));
 }
@@ -102,6 +100,11 @@ mod tests {
         let inbox = "_inbox/0.12.7/42";
         let s = subject(inbox);
         assert_eq!(s, "_inbox.0-12-7.42");
+        assert_eq!(topic(&s).unwrap(), inbox);
+        // A requester's on another router of a cluster.
+        let inbox = "_inbox/@1.77/0.12.7/42";
+        let s = subject(inbox);
+        assert_eq!(s, "_inbox.@1-77.0-12-7.42");
         assert_eq!(topic(&s).unwrap(), inbox);
     }
 

@@ -68,19 +68,18 @@ impl Inbox {
 /// when the request came over its link from router `peer` in that
 /// router's run `run`; `None` if `inbox` is not a plain inbox.
 pub fn via_peer(peer: u32, run: u64, inbox: &str) -> Option<String> {
-    Inbox::parse(inbox)?;
-    let rest = &inbox[INBOX_PREFIX.len()..];
-    Some(format!("{INBOX_PREFIX}@{peer}.{run}/{rest}"))
+    // Rebuilt from its numbers: at most INBOX_MAX whatever the peer sent.
+    let i = Inbox::parse(inbox)?;
+    Some(format!("{INBOX_PREFIX}@{peer}.{run}/{}.{}.{}/{}", i.agent, i.session, i.serial, i.correlation))
 }
 
-/// The peer, its run and the plain inbox of an inbox made by
-/// [`via_peer`]; `None` for any other topic.
+/// The peer, its run and the plain inbox (rebuilt from its numbers) of an
+/// inbox made by [`via_peer`]; `None` for any other topic.
 pub fn peer_of(topic: &str) -> Option<(u32, u64, String)> {
     let rest = topic.strip_prefix(INBOX_PREFIX)?.strip_prefix('@')?;
     let (who, plain) = rest.split_once('/')?;
     let (peer, run) = who.split_once('.')?;
-    let plain = format!("{INBOX_PREFIX}{plain}");
-    Inbox::parse(&plain)?;
+    let plain = Inbox::parse(&format!("{INBOX_PREFIX}{plain}"))?.topic();
     Some((peer.parse().ok()?, run.parse().ok()?, plain))
 }
 
@@ -154,6 +153,10 @@ mod tests {
         assert_eq!(Inbox::parse(&via), None);
         assert_eq!(peer_of(&plain), None);
         assert_eq!(via_peer(1, 2, &via), None, "a peer's inbox is not named again");
+        // Numbers padded by a peer come back in their shortest form.
+        let padded = format!("_inbox/{}1.2.3/4", "0".repeat(200));
+        assert_eq!(via_peer(5, 6, &padded).as_deref(), Some("_inbox/@5.6/1.2.3/4"));
+        assert_eq!(peer_of("_inbox/@5.6/+01.2.3/4"), Some((5, 6, "_inbox/1.2.3/4".to_owned())));
         for bad in ["_inbox/@1/0.1.2/3", "_inbox/@x.2/0.1.2/3", "_inbox/@1.2/0.1/3", "_inbox/@1.2", "md/@1.2/0.1.2/3"] {
             assert_eq!(peer_of(bad), None, "{bad}");
         }

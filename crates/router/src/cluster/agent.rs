@@ -33,6 +33,9 @@ pub(super) struct Peer {
     pub(super) sequence: u64,
     /// Its run, and the last sequence heard from it in that run.
     pub(super) heard: Option<(u64, u64)>,
+    /// Messages from it lost before a reply (which has no subscribers to
+    /// tell), told with its next message.
+    pub(super) lost_carry: u32,
     pub(super) status: LinkStatus,
     /// When it last came up or went down.
     pub(super) changed: u64,
@@ -255,7 +258,7 @@ impl ClusterAgent {
                 if request::is_inbox(topic) {
                     let Some((k, run, plain)) = request::peer_of(topic) else { return };
                     if let Some(p) = peers.get_mut(k as usize) {
-                        send_to(p, links, (0, flags), (&plain, payload), (now, Some(run)), &mut failed);
+                        send_to(p, links, (discards, flags), (&plain, payload), (now, Some(run)), &mut failed);
                     }
                     return;
                 }
@@ -297,12 +300,21 @@ impl ClusterAgent {
                 p.status.lost_in += gap;
                 let lost = u32::try_from(gap).unwrap_or(u32::MAX).saturating_add(discards);
                 if request::is_inbox(topic) {
-                    // A reply to one of this router's requesters.
-                    let to = Inbox::parse(topic).and_then(|i| self.to.get_mut(i.agent as usize));
-                    let Some(ring) = to else { return Err(format!("MESSAGE on {topic}: no inbox of this router")) };
-                    ring.send_carrying(topic, payload, flags, 0);
+                    // A reply to one of this router's requesters, to the
+                    // agent its inbox names; one that names none goes to
+                    // the first, which drops and counts it (a responder
+                    // elsewhere may write any inbox: no reason to end the
+                    // link). What was lost before it is told with the next
+                    // message for subscribers.
+                    p.lost_carry = p.lost_carry.saturating_add(lost);
+                    let n = self.to.len();
+                    let agent = Inbox::parse(topic).map(|i| i.agent as usize).filter(|a| *a < n).unwrap_or(0);
+                    if let Some(ring) = self.to.get_mut(agent) {
+                        ring.send_carrying(topic, payload, flags, 0);
+                    }
                     return Ok(());
                 }
+                let lost = lost.saturating_add(std::mem::take(&mut p.lost_carry));
                 // A request is answered through this router: its inbox
                 // names the link it came over (and that router's run).
                 let named;
@@ -561,9 +573,10 @@ fn send_to(
 ) {
     let link = p.link.and_then(|s| links[s].as_mut().map(|l| (s, l)));
     let link = link.filter(|(_, l)| run.is_none_or(|r| l.them().is_some_and(|t| t.incarnation == r)));
-    if link.is_some() || run.is_none() {
-        p.sequence += 1;
-    }
+    // A message for subscribers is numbered even when lost (the gap tells
+    // them); a reply only when sent (a gap would tell subscribers of a
+    // loss that was not theirs).
+    p.sequence += 1;
     let sent = match link {
         Some((s, l)) => match l.send_message(p.sequence, discards, flags, (topic, payload), now) {
             Ok(()) => true,
@@ -579,6 +592,9 @@ fn send_to(
         p.status.messages_out += 1;
         p.status.bytes_out += payload.len() as u64;
     } else {
+        if run.is_some() {
+            p.sequence -= 1;
+        }
         p.status.lost_out += 1;
     }
 }
