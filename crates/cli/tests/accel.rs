@@ -111,6 +111,29 @@ impl Pair {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+    /// Waits (up to 10 s) until the program `pid`, run under accel, has
+    /// decided a socket (accelerated it, its flow steered, or left it to
+    /// the kernel): its counters say so.
+    fn wait_decided(&self, pid: u32) {
+        let start = Instant::now();
+        loop {
+            let out = Command::new(BIN).args(["--dir", &self.dir(), "stat", "--json"]).output().unwrap();
+            let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            let decided = rows.as_array().is_some_and(|r| {
+                r.iter().any(|r| {
+                    let c = &r["counters"];
+                    r["side"] == "accel"
+                        && r["pid"] == pid
+                        && c["sockets_accelerated"].as_u64().unwrap_or(0) + c["fallbacks"].as_u64().unwrap_or(0) > 0
+                })
+            });
+            if decided {
+                return;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "pid {pid} decided no socket in 10 s: {rows}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     /// The kernel's count of UDP datagrams received in `ns`.
     fn udp_in(&self, ns: &str) -> u64 {
         let out = self.plain(ns, &["cat", "/proc/net/snmp"]).output().unwrap();
@@ -156,10 +179,13 @@ fn sockperf_counts(out: &str) -> (u64, u64) {
 }
 
 /// Starts `sockperf server` (its stderr kept) and waits until it has
-/// bound `port` in `ns`.
+/// bound `port` in `ns` and, under accel, its socket is decided.
 fn sockperf_server(p: &Pair, ns: &str, port: u16, mut cmd: Command) -> Child {
     let child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     p.wait_bound(ns, port);
+    if format!("{cmd:?}").contains("\"accel\"") {
+        p.wait_decided(child.id());
+    }
     child
 }
 
@@ -275,19 +301,27 @@ fn two_receivers_of_one_group_under_accel_each_get_every_datagram_through_the_ke
 /// datagram whichever joins first: the accelerated one finds the plain
 /// one bound to the port at its join and leaves the group to the kernel;
 /// or, joined first, it steers the group until its watcher sees the plain
-/// one bound (within 50 ms) and hands the group back to the kernel.
+/// one bound (within 50 ms) and hands the group back to the kernel; the
+/// same when the accelerated one is bound to the group itself.
 #[test]
 fn a_plain_receiver_of_a_group_gets_every_datagram_whether_it_joins_before_or_after_an_accelerated_one() {
     let p = Pair::new(9);
     const N: &str = "300";
     let want = format!("got={N}");
-    for (plain_first, group, port) in [(true, "239.18.3.9", "12011"), (false, "239.18.3.10", "12012")] {
+    // The third: the accelerated one bound to the group itself.
+    let cases = [
+        (true, "239.18.3.9", "12011", ""),
+        (false, "239.18.3.10", "12012", ""),
+        (false, "239.18.3.11", "12013", "group"),
+    ];
+    for (plain_first, group, port, bind) in cases {
         let recv = ["python3", ECHO, "mcrecv", group, port, &p.addr_a(), N];
+        let fast_recv = [&recv[..], &[bind]].concat();
         let (plain, fast) = if plain_first {
             let plain = mc_receiver(p.plain(&p.a, &recv));
-            (plain, mc_receiver(p.accel(&p.a, &recv)))
+            (plain, mc_receiver(p.accel(&p.a, &fast_recv)))
         } else {
-            let fast = mc_receiver(p.accel(&p.a, &recv));
+            let fast = mc_receiver(p.accel(&p.a, &fast_recv));
             (mc_receiver(p.plain(&p.a, &recv)), fast)
         };
         // The watcher looks every 50 ms: a receiver that joins later is
@@ -328,6 +362,7 @@ fn socat_and_nc_transfer_a_file_over_udp_byte_for_byte_under_accel() {
     let sink = format!("OPEN:{},creat,trunc", got_socat.display());
     let recv = p.accel(&a, &["socat", "-u", "-T", "2", "UDP-RECV:12020", &sink]).spawn().unwrap();
     p.wait_bound(&a, 12020);
+    p.wait_decided(recv.id());
     let to = format!("UDP-SENDTO:{}:12020", p.addr_a());
     let send = p.accel(&b, &["socat", "-u", "-b", "1000", &format!("OPEN:{f}"), &to]).output().unwrap();
     assert!(send.status.success(), "{}", text(&send));
@@ -342,6 +377,7 @@ fn socat_and_nc_transfer_a_file_over_udp_byte_for_byte_under_accel() {
     let out = std::fs::File::create(&got_nc).unwrap();
     let recv = p.accel(&a, &["nc", "-u", "-l", "12021"]).stdout(out).spawn().unwrap();
     p.wait_bound(&a, 12021);
+    p.wait_decided(recv.id());
     let mut send = p
         .accel(&b, &["nc", "-u", "-q", "1", &p.addr_a(), "12021"])
         .stdin(Stdio::piped())

@@ -114,9 +114,12 @@ pub(crate) fn accelerate(fd: RawFd, bound: SocketAddrV4, cfg: &Config) -> Result
 }
 
 /// A steered group went back to the kernel after its join (another
-/// socket of this host receives it): said once, counted.
-fn handed_back(text: &str) {
-    counters::add(C::FallbacksMulticast, 1);
+/// socket of this host receives it: `handed`, counted), or that failed:
+/// said once.
+fn handed_back(handed: bool, text: &str) {
+    if handed {
+        counters::add(C::FallbacksMulticast, 1);
+    }
     config::note(text);
 }
 

@@ -239,8 +239,9 @@ pub fn share_group(addr: Ipv4Addr, group: SocketAddrV4, mode: XdpMode) -> Result
 
 /// Where lines go when a steered group is handed back to the kernel
 /// because another socket of this host could receive it (see
-/// [`receivers`]); stderr if never set. The first call wins.
-pub fn on_group_handed_back(say: fn(&str)) {
+/// [`receivers`]), the flag true, or when that or the watching failed,
+/// false; stderr if never set. The first call wins.
+pub fn on_group_handed_back(say: fn(bool, &str)) {
     port::set_say(say);
 }
 
@@ -314,9 +315,12 @@ impl XdpTransport {
         let iface = interface_of(addr)?;
         let port = Port::get(&iface, cfg.mode)?;
         let flow = SocketAddrV4::new(cfg.udp.multicast.map_or(addr, |(group, _)| group), port_no);
+        // A group's other receivers here, read before the port is locked.
+        let receivers =
+            flow.ip().is_multicast().then(|| (receivers::inode_of(kernel.as_raw_fd()), receivers::bound_now()));
         let description = {
             let mut p = port::lock(&port);
-            p.add(flow, cfg.checksum)?;
+            p.add(flow, cfg.checksum, receivers.as_ref().map(|(own, bound)| (*own, &bound[..])))?;
             describe(&p)
         };
         Ok(Self {
@@ -364,7 +368,8 @@ impl XdpTransport {
     pub fn join(&mut self, group: Ipv4Addr) -> Result<(), XdpError> {
         let g = SocketAddrV4::new(group, self.flow.port());
         let own = receivers::inode_of(self.kernel.as_raw_fd());
-        port::lock(&self.port).join(self.flow, g, own)
+        let bound = receivers::bound_now();
+        port::lock(&self.port).join(self.flow, g, (own, &bound))
     }
 
     /// Where datagrams for this transport are addressed: its address (or

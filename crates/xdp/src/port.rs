@@ -100,11 +100,22 @@ impl Port {
     /// two sockets (of this process or another) is handed back to the
     /// kernel ([`XdpError::FlowShared`]): the program would give each
     /// only some of its datagrams, where kernel sockets both get every one.
-    pub fn add(&mut self, local: SocketAddrV4, checksum: Checksum) -> Result<(), XdpError> {
+    ///
+    /// `receivers`, for a group: the inode of the socket bound to it here
+    /// and the sockets bound now ([`receivers::bound_now`]); another that
+    /// could receive it hands it back to the kernel the same way, and the
+    /// group is watched for one after.
+    pub fn add(
+        &mut self,
+        local: SocketAddrV4,
+        checksum: Checksum,
+        receivers: Option<(u64, &[receivers::Bound])>,
+    ) -> Result<(), XdpError> {
         let key = FlowKey::of(local);
-        if local.ip().is_multicast() && self.demux.steers(local) {
-            // Two sockets of this process on one group: the kernel gives
-            // each its copy.
+        let others = receivers.is_some_and(|(own, bound)| receivers::others(bound, local, own));
+        if local.ip().is_multicast() && (self.demux.steers(local) || others) {
+            // Two sockets of this process on one group, or another here:
+            // the kernel gives each its copy.
             self.program.share_flow(key)?;
             return Err(XdpError::FlowShared);
         }
@@ -120,26 +131,38 @@ impl Port {
             r => r?,
         }
         self.demux.add(local, checksum);
+        if let Some((own, _)) = receivers.filter(|_| local.ip().is_multicast()) {
+            self.watched.push((local, own));
+            watch();
+        }
         Ok(())
     }
 
     /// Stops steering `local`, and the groups it joined.
     pub fn remove(&mut self, local: SocketAddrV4) {
         self.program.remove_flow(FlowKey::of(local));
+        self.watched.retain(|(w, _)| *w != local);
         for g in self.demux.remove(local) {
             self.watched.retain(|(w, _)| *w != g);
             self.program.remove_flow(FlowKey::of(g));
         }
     }
 
-    /// Steers `group` (a multicast group and the port of `owner`, whose
-    /// kernel socket is the inode `own`) to `owner`'s inbox. A group
+    /// Steers `group` (a multicast group and the port of `owner`) to
+    /// `owner`'s inbox. A group
     /// another socket of this host could receive is handed back to the
     /// kernel for every receiver ([`XdpError::FlowShared`]): each then gets
     /// its copy there.
-    pub fn join(&mut self, owner: SocketAddrV4, group: SocketAddrV4, own: u64) -> Result<(), XdpError> {
+    /// `(own, bound)`: the owner's socket's inode and the sockets bound
+    /// now ([`receivers::bound_now`], read before the port was locked).
+    pub fn join(
+        &mut self,
+        owner: SocketAddrV4,
+        group: SocketAddrV4,
+        (own, bound): (u64, &[receivers::Bound]),
+    ) -> Result<(), XdpError> {
         let key = FlowKey::of(group);
-        if self.demux.steers(group) || receivers::others(&receivers::bound_now(), group, own) {
+        if self.demux.steers(group) || receivers::others(bound, group, own) {
             // Another socket of this process, or of this host, receives it.
             self.share(group)?;
             return Err(XdpError::FlowShared);
@@ -161,10 +184,15 @@ impl Port {
 
     /// Passes `group` to the kernel for every process (see
     /// [`crate::share_group`]).
+    ///
+    /// What the program steered here before stays its owner's (still in
+    /// the ring, read after): the group keeps its place in the
+    /// demultiplexer until its owner leaves it. If it cannot be marked,
+    /// it stays watched, and the watcher tries again.
     pub fn share(&mut self, group: SocketAddrV4) -> Result<(), XdpError> {
-        self.demux.unjoin(group);
+        self.program.share_flow(FlowKey::of(group))?;
         self.watched.retain(|(g, _)| *g != group);
-        self.program.share_flow(FlowKey::of(group))
+        Ok(())
     }
 
     /// Stops steering a joined group.
@@ -176,18 +204,12 @@ impl Port {
     }
 
     /// Hands back to the kernel the steered groups another socket could
-    /// now receive (of `bound`, the sockets bound now); returns them.
-    fn share_received(&mut self, bound: &[receivers::Bound]) -> Vec<SocketAddrV4> {
+    /// now receive (of `bound`, the sockets bound now); returns them, each
+    /// with the error if it could not be marked.
+    fn share_received(&mut self, bound: &[receivers::Bound]) -> Vec<(SocketAddrV4, Result<(), XdpError>)> {
         let found: Vec<SocketAddrV4> =
             self.watched.iter().filter(|(g, own)| receivers::others(bound, *g, *own)).map(|(g, _)| *g).collect();
-        for g in &found {
-            if let Err(e) = self.share(*g) {
-                say(&format!(
-                    "group {g}: another socket here receives it, and it could not be handed back to the kernel: {e}"
-                ));
-            }
-        }
-        found
+        found.into_iter().map(|g| (g, self.share(g))).collect()
     }
 
     /// Keeps a datagram for `local` until its next receive; false if its
@@ -217,17 +239,18 @@ static WATCHER: Mutex<u32> = Mutex::new(0);
 static HANDED_BACK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// What the watcher says when it hands a group back (default: stderr).
-static SAY: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
+static SAY: std::sync::OnceLock<fn(bool, &str)> = std::sync::OnceLock::new();
 
-fn say(text: &str) {
+/// `handed`: a group was handed back (else something failed).
+fn say(handed: bool, text: &str) {
     match SAY.get() {
-        Some(f) => f(text),
+        Some(f) => f(handed, text),
         None => eprintln!("tickwire-xdp: {text}"),
     }
 }
 
 /// Where the watcher's lines go (once per process; later calls do nothing).
-pub(crate) fn set_say(f: fn(&str)) {
+pub(crate) fn set_say(f: fn(bool, &str)) {
     let _ = SAY.set(f);
 }
 
@@ -255,7 +278,7 @@ fn watch() {
     if started {
         *pid = std::process::id();
     } else {
-        say("could not start the thread that watches steered groups for other receivers: a receiver that joins later misses them");
+        say(false, "could not start the thread that watches steered groups for other receivers: a receiver that joins later misses them");
     }
 }
 
@@ -267,19 +290,33 @@ fn watcher() {
             let ports = PORTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             ports.iter().filter(|(k, _)| k.0 == netns).filter_map(|(_, w)| w.upgrade()).collect()
         };
-        if ports.iter().all(|p| lock(p).watched.is_empty()) {
-            continue;
-        }
-        let bound = receivers::bound_now();
-        for p in &ports {
-            for g in lock(p).share_received(&bound) {
-                HANDED_BACK.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                say(&format!(
-                    "group {} port {} goes back to the kernel: another socket here receives it",
-                    g.ip(),
-                    g.port()
-                ));
+        if !ports.iter().all(|p| lock(p).watched.is_empty()) {
+            let bound = receivers::bound_now();
+            for p in &ports {
+                // Said with the port unlocked (what is told may take locks
+                // of its own).
+                let found = lock(p).share_received(&bound);
+                for (g, marked) in found {
+                    let (ip, port) = (g.ip(), g.port());
+                    match marked {
+                        Ok(()) => {
+                            HANDED_BACK.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            say(true, &format!(
+                                "group {ip} port {port} goes back to the kernel: another socket here receives it"
+                            ));
+                        }
+                        Err(e) => say(false, &format!(
+                            "group {ip} port {port}: another socket here receives it, and it could not be handed back to the kernel (tried again in {WATCH_EVERY:?}): {e}"
+                        )),
+                    }
+                }
             }
         }
+        // A port whose last transport went meanwhile is dropped here,
+        // under the ports' lock, so that `Port::get` never opens its
+        // queue again while the old socket still holds it.
+        let held = PORTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        drop(ports);
+        drop(held);
     }
 }

@@ -8,10 +8,11 @@ epoll  ADDR PORT LOCAL_PORT N   one socket on ADDR:PORT (accelerated) and
                                 more through select and recvmsg; prints
                                 "xdp=A kernel=B timed=C selected=D"
 send   ADDR PORT N              N datagrams "n" to ADDR:PORT
-mcrecv GROUP PORT IF N          joins GROUP on the interface of address IF
+mcrecv GROUP PORT IF N [group]  joins GROUP on the interface of address IF
                                 (before binding 0.0.0.0:PORT, as sockperf
-                                does), prints "ready", counts datagrams
-                                until N or 10 s quiet; prints "got=K"
+                                does, or GROUP:PORT with "group"), prints
+                                "ready", counts datagrams until N or 10 s
+                                quiet; prints "got=K"
 mcsend GROUP PORT IF N          N datagrams to GROUP:PORT from IF
 """
 import select
@@ -22,7 +23,8 @@ import time
 def main():
     mode = sys.argv[1]
     if mode in ("mcrecv", "mcsend"):
-        return multicast(mode, sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
+        on_group = len(sys.argv) > 6 and sys.argv[6] == "group"
+        return multicast(mode, sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), on_group)
     if mode == "send":
         addr, port, n = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -73,7 +75,7 @@ def main():
     print("xdp=%d kernel=%d timed=%d selected=%d"
           % (got[fast.fileno()], got[slow.fileno()], timed, selected), flush=True)
 
-def multicast(mode, group, port, iface, n):
+def multicast(mode, group, port, iface, n, on_group=False):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     if mode == "mcsend":
         s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(iface))
@@ -84,7 +86,7 @@ def multicast(mode, group, port, iface, n):
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
                  socket.inet_aton(group) + socket.inet_aton(iface))
-    s.bind(("0.0.0.0", port))
+    s.bind((group if on_group else "0.0.0.0", port))
     s.settimeout(10)
     print("ready", flush=True)
     got = 0
