@@ -149,10 +149,10 @@ impl Port {
     }
 
     /// Steers `group` (a multicast group and the port of `owner`) to
-    /// `owner`'s inbox. A group
-    /// another socket of this host could receive is handed back to the
-    /// kernel for every receiver ([`XdpError::FlowShared`]): each then gets
-    /// its copy there.
+    /// `owner`'s inbox. A group another socket of this host could receive
+    /// is handed back to the kernel for every receiver
+    /// ([`XdpError::FlowShared`]): each then gets its copy there.
+    ///
     /// `(own, bound)`: the owner's socket's inode and the sockets bound
     /// now ([`receivers::bound_now`], read before the port was locked).
     pub fn join(
