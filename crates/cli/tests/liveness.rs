@@ -200,7 +200,12 @@ fn a_client_refused_for_a_limit_backs_off() {
         std::thread::sleep(Duration::from_millis(2));
     }
     assert!(!c.is_connected());
-    assert!(closed.iter().all(|w| w.contains("Limit") && w.contains("subscriptions")), "{closed:?}");
+    // Each session ends with the router's refusal; a write racing the
+    // router's close may see the reset first.
+    let refused = |w: &String| w.contains("Limit") && w.contains("subscriptions");
+    let reset = |w: &String| w.contains("Connection reset") || w.contains("Broken pipe");
+    assert!(closed.iter().all(|w| refused(w) || reset(w)), "{closed:?}");
+    assert!(closed.iter().any(refused), "the refusal said why at least once: {closed:?}");
     // 100, 200, 400, 800, 1600 ms: at most 5 sessions in 3 s (29 before).
     assert!((1..=6).contains(&closed.len()), "{} sessions in 3 s: {closed:?}", closed.len());
     println!("refused {} times in 3 s, backing off", closed.len());
