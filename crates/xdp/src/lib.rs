@@ -245,12 +245,6 @@ pub fn on_group_handed_back(say: fn(bool, &str)) {
     port::set_say(say);
 }
 
-/// How many steered groups this process handed back to the kernel after
-/// their join because another socket of this host could receive them.
-pub fn groups_handed_back() -> u64 {
-    port::handed_back()
-}
-
 /// tickwire's UDP datagrams through an AF_XDP socket, with a kernel UDP
 /// socket on the same address and port beside it. Implements [`Transport`].
 ///

@@ -235,9 +235,6 @@ impl Port {
 /// The pid whose watcher runs (a forked child starts its own).
 static WATCHER: Mutex<u32> = Mutex::new(0);
 
-/// Groups handed back to the kernel by the watcher, process-wide.
-static HANDED_BACK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 /// What the watcher says when it hands a group back (default: stderr).
 static SAY: std::sync::OnceLock<fn(bool, &str)> = std::sync::OnceLock::new();
 
@@ -252,11 +249,6 @@ fn say(handed: bool, text: &str) {
 /// Where the watcher's lines go (once per process; later calls do nothing).
 pub(crate) fn set_say(f: fn(bool, &str)) {
     let _ = SAY.set(f);
-}
-
-/// Groups the watcher handed back to the kernel in this process.
-pub(crate) fn handed_back() -> u64 {
-    HANDED_BACK.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Starts this process's watcher if it does not run: a thread with every
@@ -300,7 +292,6 @@ fn watcher() {
                     let (ip, port) = (g.ip(), g.port());
                     match marked {
                         Ok(()) => {
-                            HANDED_BACK.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             say(true, &format!(
                                 "group {ip} port {port} goes back to the kernel: another socket here receives it"
                             ));
