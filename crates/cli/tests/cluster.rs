@@ -508,3 +508,83 @@ fn links_speak_tls_and_a_certificate_naming_another_router_or_from_another_ca_is
     assert!(st["cluster"]["links"].as_array().is_none_or(|ls| ls.iter().all(|l| !up(l))), "r2 linked: {st}");
     assert!(h.status(0)["cluster"]["refused"].as_u64() >= Some(2));
 }
+
+/// `tickwire sub` on router `k` as a member of queue group `group`: it
+/// waits (up to `within`) for messages; returns the child.
+fn member(h: &Hosts, k: usize, group: &str, within: &str) -> Child {
+    let args = ["sub", "--router", CLIENTS, "--topic", "md/>", "--queue", group, "--verify", "--duration", within];
+    let mut child = h.cmd(k, &args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut first = Vec::new();
+    let out = child.stderr.as_mut().unwrap();
+    let mut b = [0u8; 1];
+    while std::io::Read::read(out, &mut b).unwrap_or(0) == 1 && b[0] != b'\n' {
+        first.push(b[0]);
+    }
+    assert!(String::from_utf8_lossy(&first).contains("subscribed to"), "{}", String::from_utf8_lossy(&first));
+    child
+}
+
+/// A queue group with members on two routers, published to from a third:
+/// each message goes to one member cluster-wide (before, each router
+/// served its own members: every message twice), shared by weight, while
+/// a plain subscriber gets them all; a member where it is published takes
+/// them all (local first).
+#[test]
+fn a_queue_group_with_members_on_several_routers_gets_each_message_once() {
+    let h = Hosts::create(3, 8);
+    let _r0 = h.router(0, &[1, 2]);
+    let _r1 = h.router(1, &[0, 2]);
+    let _r2 = h.router(2, &[0, 1]);
+    h.wait_link(1, 2, Duration::from_secs(5), up);
+    const N: u64 = 20_000;
+    let a = member(&h, 1, "g", "12s");
+    let b = member(&h, 2, "g", "12s");
+    let plain = h.sub(2, "md/>", N, "12s");
+    h.wait_link(0, 1, Duration::from_secs(5), |l| l["groups"] == 1);
+    h.wait_link(0, 2, Duration::from_secs(5), |l| l["groups"] == 1 && l["interest"] == 1);
+    h.publish(0, "md/eu/VOD", N, "20k");
+    assert_eq!(finish(plain).0, N, "the plain subscriber gets every message");
+    let (a, b) = (finish(a).0, finish(b).0);
+    assert_eq!(a + b, N, "each message to one member of the group: r1's got {a}, r2's {b}");
+    assert!(a >= N / 4 && b >= N / 4, "shared by weight (one member each): {a} and {b}");
+
+    // A member on the publisher's router takes every message.
+    let local = member(&h, 0, "h", "8s");
+    let far = member(&h, 1, "h", "8s");
+    h.wait_link(0, 1, Duration::from_secs(5), |l| l["groups"] == 1);
+    h.wait_link(2, 1, Duration::from_secs(5), |l| l["groups"] == 1);
+    h.publish(0, "md/eu/SAP", 1000, "10k");
+    assert_eq!((finish(local).0, finish(far).0), (1000, 0), "local first");
+}
+
+/// Requests to a queue group of responders on two other routers: each is
+/// answered once, by one of them.
+#[test]
+fn requests_to_a_queue_group_across_routers_are_answered_once() {
+    let h = Hosts::create(3, 9);
+    let _r0 = h.router(0, &[1, 2]);
+    let _r1 = h.router(1, &[0, 2]);
+    let _r2 = h.router(2, &[0, 1]);
+    h.wait_link(1, 2, Duration::from_secs(5), up);
+    let reply = ["reply", "--router", CLIENTS, "--topic", "rfq/>", "--queue", "pricers", "--echo"];
+    let spawn = |k| h.cmd(k, &reply).args(["--duration", "15s"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
+    let mut responders = [spawn(1).unwrap(), spawn(2).unwrap()];
+    h.wait_link(0, 1, Duration::from_secs(5), |l| l["groups"] == 1);
+    h.wait_link(0, 2, Duration::from_secs(5), |l| l["groups"] == 1);
+    let args = ["request", "--router", CLIENTS, "--topic", "rfq/eu/VOD", "--data", "q", "--count", "40"];
+    let out = h.cmd(0, &args).args(["--timeout", "5s"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 40);
+    // Each request crossed to one responder's router, and one reply came
+    // back for it: 40 each way in all (the status is written every second).
+    let sum = |field: &str| h.link(1, 0)[field].as_u64().unwrap_or(0) + h.link(2, 0)[field].as_u64().unwrap_or(0);
+    let until = Instant::now() + Duration::from_secs(3);
+    while (sum("messages_in"), sum("messages_out")) != (40, 40) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!((sum("messages_in"), sum("messages_out")), (40, 40), "r1: {} r2: {}", h.link(1, 0), h.link(2, 0));
+    for r in &mut responders {
+        let _ = r.kill();
+        let _ = r.wait();
+    }
+}

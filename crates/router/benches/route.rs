@@ -83,8 +83,8 @@ fn round(c: &mut Case, n: usize) -> f64 {
                 }
             }
             if let Some(l) = &mut c.link {
-                l.receive(usize::MAX, |t, p, _, _| {
-                    black_box((t, p));
+                l.receive(usize::MAX, |m| {
+                    black_box((m.topic, m.payload));
                 });
             }
         }

@@ -36,8 +36,10 @@ use tickwire_agent::Doorbell;
 use tickwire_topic::Pattern;
 
 /// Bytes before each message on a link: payload length (u32), discards
-/// carried (u32), topic length (u16), two bytes unused; all little-endian.
-const RECORD_HEADER: usize = 12;
+/// carried (u32), topic length (u16), flags (u8), a byte unused, the
+/// length of its list of queue groups (u16), two bytes unused; all
+/// little-endian. The topic, the list, then the payload follow.
+const RECORD_HEADER: usize = 16;
 
 /// A change in the patterns an agent's clients hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +62,38 @@ pub enum Interest {
         /// The pattern.
         pattern: Pattern,
     },
+    /// Agent `agent`'s clients now hold `members` subscriptions on
+    /// `pattern` in queue group `group` (0: none any more). For the
+    /// router cluster's agent: queue groups need one routing agent, so no
+    /// other routing agent serves another's groups.
+    Group {
+        /// The agent.
+        agent: u32,
+        /// The pattern.
+        pattern: Pattern,
+        /// The group's name.
+        group: Box<str>,
+        /// Member subscriptions.
+        members: u32,
+    },
+}
+
+/// One message taken from a link.
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
+    /// Its topic.
+    pub topic: &'a str,
+    /// Its payload.
+    pub payload: &'a [u8],
+    /// Messages lost before it on the way, for its subscribers'
+    /// discard indication.
+    pub discards: u32,
+    /// What its client frame carried (`REQUEST`, `HEADERS`).
+    pub flags: u8,
+    /// Queue groups (names separated by a space): to the cluster's agent,
+    /// those its routing agent served; from it, those the receiving agent
+    /// serves (one member of each). Empty: none.
+    pub groups: &'a str,
 }
 
 /// Makes the link from one agent to another: `capacity` bytes; `bell`,
@@ -96,18 +130,27 @@ impl Link {
         }
     }
 
-    /// Puts one message on the link; false (and counted for the next one)
-    /// when it is full.
-    fn send(&mut self, topic: &str, payload: &[u8], flags: u8) -> bool {
-        self.send_carrying(topic, payload, flags, 0)
+    /// Puts one message on the link (serving queue groups `groups`, names
+    /// separated by a space; see [`Record::groups`]); false (and counted
+    /// for the next one) when it is full.
+    fn send(&mut self, (topic, payload, groups): (&str, &[u8], &str), flags: u8) -> bool {
+        self.send_carrying((topic, payload, groups), flags, 0)
     }
 
     /// [`Link::send`] of a message before which `lost` more were lost on
     /// the way here (a cluster link's gap): the receiving agent tells its
     /// clients of them as discards.
-    pub(crate) fn send_carrying(&mut self, topic: &str, payload: &[u8], flags: u8, lost: u32) -> bool {
+    pub(crate) fn send_carrying(
+        &mut self,
+        (topic, payload, groups): (&str, &[u8], &str),
+        flags: u8,
+        lost: u32,
+    ) -> bool {
         self.carried = self.carried.saturating_add(lost);
-        let need = RECORD_HEADER + topic.len() + payload.len();
+        // A list too long for its field is cut at a name's end (the
+        // sender makes none: 64-byte names, a list per topic).
+        let groups = cut_list(groups, usize::from(u16::MAX));
+        let need = RECORD_HEADER + topic.len() + groups.len() + payload.len();
         if self.tx.slots() < need {
             self.carried = self.carried.saturating_add(1);
             return false;
@@ -118,7 +161,10 @@ impl Link {
         s.extend_from_slice(&self.carried.to_le_bytes());
         s.extend_from_slice(&(topic.len() as u16).to_le_bytes());
         s.extend_from_slice(&[flags, 0]);
+        s.extend_from_slice(&(groups.len() as u16).to_le_bytes());
+        s.extend_from_slice(&[0, 0]);
         s.extend_from_slice(topic.as_bytes());
+        s.extend_from_slice(groups.as_bytes());
         s.extend_from_slice(payload);
         match self.tx.push_entire_slice(s) {
             Ok(()) => {
@@ -134,6 +180,19 @@ impl Link {
     }
 }
 
+/// `list` (names separated by a space) cut to at most `max` bytes, at
+/// the end of a name.
+fn cut_list(list: &str, max: usize) -> &str {
+    if list.len() <= max {
+        return list;
+    }
+    let mut end = max;
+    while !list.is_char_boundary(end) {
+        end -= 1;
+    }
+    list[..end].rfind(' ').map_or("", |at| &list[..at])
+}
+
 /// The receiving end of a link.
 #[derive(Debug)]
 pub struct LinkReader {
@@ -147,10 +206,8 @@ impl LinkReader {
         self.rx.is_empty()
     }
 
-    /// Hands up to `limit` messages to `f(topic, payload, discards before
-    /// it, flags)` (the flags a client frame carried: `REQUEST`); returns
-    /// how many.
-    pub fn receive(&mut self, limit: usize, mut f: impl FnMut(&str, &[u8], u32, u8)) -> usize {
+    /// Hands up to `limit` messages to `f`; returns how many.
+    pub fn receive(&mut self, limit: usize, mut f: impl FnMut(Record<'_>)) -> usize {
         let mut n = 0;
         while n < limit {
             let mut header = [0u8; RECORD_HEADER];
@@ -167,7 +224,8 @@ impl LinkReader {
             let (payload_len, discards) = (word(0) as usize, word(4));
             let topic_len = usize::from(u16::from_le_bytes([header[8], header[9]]));
             let flags = header[10];
-            let total = RECORD_HEADER + topic_len + payload_len;
+            let groups_len = usize::from(u16::from_le_bytes([header[12], header[13]]));
+            let total = RECORD_HEADER + topic_len + groups_len + payload_len;
             // The writer pushes a record whole, so it is all there.
             let Ok(chunk) = self.rx.read_chunk(total) else { return n };
             let (a, b) = chunk.as_slices();
@@ -182,8 +240,10 @@ impl LinkReader {
             let body = &record[RECORD_HEADER..];
             // The topic was checked by the agent that read it from its
             // client, and the bytes come from this process only.
-            if let Ok(topic) = std::str::from_utf8(&body[..topic_len]) {
-                f(topic, &body[topic_len..], discards, flags);
+            let (topic, rest) = body.split_at(topic_len);
+            let (groups, payload) = rest.split_at(groups_len);
+            if let (Ok(topic), Ok(groups)) = (std::str::from_utf8(topic), std::str::from_utf8(groups)) {
+                f(Record { topic, payload, discards, flags, groups });
             }
             chunk.commit_all();
             n += 1;
@@ -201,6 +261,9 @@ pub struct Peers {
     links: Vec<Option<Link>>,
     /// Patterns this agent's clients hold: text to (id, holders).
     held: FxHashMap<Box<str>, (u32, u32)>,
+    /// Queue-group subscriptions its clients hold: (pattern, group) to
+    /// members.
+    held_groups: FxHashMap<(Box<str>, Box<str>), u32>,
     next_id: u32,
     /// Interest changes to tell the other agents ([`Peers::take_announcements`]).
     announce: Vec<Interest>,
@@ -221,6 +284,7 @@ impl Peers {
             interest: SubscriptionIndex::new(),
             links,
             held: FxHashMap::default(),
+            held_groups: FxHashMap::default(),
             next_id: 0,
             announce: Vec::new(),
             forwarded: 0,
@@ -267,6 +331,28 @@ impl Peers {
         }
     }
 
+    /// One of this agent's clients now holds `pattern` in queue group
+    /// `group`: the group's new count of members is told.
+    pub fn hold_group(&mut self, pattern: &Pattern, group: &str) {
+        let n = self.held_groups.entry((pattern.as_str().into(), group.into())).or_insert(0);
+        *n += 1;
+        let members = *n;
+        self.announce.push(Interest::Group { agent: self.me, pattern: pattern.clone(), group: group.into(), members });
+    }
+
+    /// One of this agent's clients let go of `pattern` in queue group
+    /// `group`.
+    pub fn release_group(&mut self, pattern: &Pattern, group: &str) {
+        let key = (Box::<str>::from(pattern.as_str()), Box::<str>::from(group));
+        let Some(n) = self.held_groups.get_mut(&key) else { return };
+        *n -= 1;
+        let members = *n;
+        if members == 0 {
+            self.held_groups.remove(&key);
+        }
+        self.announce.push(Interest::Group { agent: self.me, pattern: pattern.clone(), group: group.into(), members });
+    }
+
     /// Interest changes made since the last call, for every other agent.
     pub fn take_announcements(&mut self) -> Vec<Interest> {
         std::mem::take(&mut self.announce)
@@ -279,6 +365,9 @@ impl Peers {
             Interest::Remove { agent, id, pattern } if *agent != self.me => {
                 self.interest.remove(pattern, *agent, *id);
             }
+            // The cluster's agent's alone (its own interest in a group's
+            // pattern comes as an `Add`).
+            Interest::Group { .. } => {}
             _ => {}
         }
     }
@@ -300,7 +389,7 @@ impl Peers {
     pub fn forward(&mut self, topic: &str, payload: &[u8], flags: u8) -> usize {
         let mut agents = Vec::new();
         self.interested(topic, &mut agents);
-        self.forward_to(&agents, topic, payload, flags)
+        self.forward_to(&agents, (topic, payload, ""), flags)
     }
 
     /// Rings the doorbells of the agents sent messages since the last
@@ -312,14 +401,16 @@ impl Peers {
     }
 
     /// [`Peers::forward`] to `agents`, found by [`Peers::interested`]
-    /// (the router remembers them per topic); returns how many of them it
-    /// was for.
+    /// (the router remembers them per topic), telling the cluster's agent
+    /// the queue groups this agent `served` (names separated by a space:
+    /// the cluster serves the others); returns how many of them it was for.
     #[inline]
-    pub fn forward_to(&mut self, agents: &[u32], topic: &str, payload: &[u8], flags: u8) -> usize {
+    pub fn forward_to(&mut self, agents: &[u32], (topic, payload, served): (&str, &[u8], &str), flags: u8) -> usize {
         let mut sent = 0;
         for &k in agents {
             if let Some(Some(link)) = self.links.get_mut(k as usize) {
-                if link.send(topic, payload, flags) {
+                let groups = if Some(k) == self.cluster { served } else { "" };
+                if link.send((topic, payload, groups), flags) {
                     sent += 1;
                 } else {
                     self.link_discards += 1;
@@ -372,9 +463,9 @@ mod tests {
             let flags = (i % 2) as u8 * tickwire_wire::client::flags::REQUEST;
             assert_eq!(a.forward("md/eu", &payload, flags), 1, "one agent wants it, through two patterns");
             let mut got = Vec::new();
-            assert_eq!(r1.receive(8, |t, b, d, f| got.push((t.to_owned(), b.to_vec(), d, f))), 1);
+            assert_eq!(r1.receive(8, |r| got.push((r.topic.to_owned(), r.payload.to_vec(), r.discards, r.flags))), 1);
             assert_eq!(got, vec![("md/eu".to_owned(), payload, 0, flags)]);
-            assert_eq!(r2.receive(8, |_, _, _, _| panic!("agent 2 wants nothing")), 0);
+            assert_eq!(r2.receive(8, |_| panic!("agent 2 wants nothing")), 0);
         }
         assert_eq!(a.forward("fx/usd", b"x", 0), 0);
     }
@@ -389,9 +480,13 @@ mod tests {
         a.handle_interest(&Interest::Add { agent: 2, id: 0, pattern: p("svc/>") });
         let request = tickwire_wire::client::flags::REQUEST;
         assert_eq!(a.forward("svc/price", b"q", request), 2, "agent 1 and the cluster (another router's responders)");
-        assert_eq!(r1.receive(8, |_, _, _, f| assert_eq!(f, request)), 1);
-        assert_eq!(r2.receive(8, |_, _, _, f| assert_eq!(f, request)), 1);
+        assert_eq!(r1.receive(8, |r| assert_eq!(r.flags, request)), 1);
+        assert_eq!(r2.receive(8, |r| assert_eq!(r.flags, request)), 1);
         assert_eq!(a.cluster(), Some(2));
+        // The queue groups served go to the cluster's agent alone.
+        assert_eq!(a.forward_to(&[1, 2], ("svc/price", b"q2", "pricers audit"), 0), 2);
+        assert_eq!(r1.receive(8, |r| assert_eq!((r.groups, r.payload), ("", &b"q2"[..]))), 1);
+        assert_eq!(r2.receive(8, |r| assert_eq!((r.groups, r.payload), ("pricers audit", &b"q2"[..]))), 1);
     }
 
     #[test]
@@ -400,17 +495,43 @@ mod tests {
         let mut a = Peers::new(0, vec![None, Some(l1)]);
         a.handle_interest(&Interest::Add { agent: 1, id: 0, pattern: p("t") });
         let body = [7u8; 20];
-        // 12 + 1 + 20 = 33 bytes: one fits in 64, the next two do not.
+        // 16 + 1 + 20 = 37 bytes: one fits in 64, the next two do not.
         a.forward("t", &body, 0);
         a.forward("t", &body, 0);
         a.forward("t", &body, 0);
         assert_eq!((a.forwarded, a.link_discards), (1, 2));
-        assert_eq!(r1.receive(8, |_, _, d, _| assert_eq!(d, 0)), 1);
+        assert_eq!(r1.receive(8, |r| assert_eq!(r.discards, 0)), 1);
         a.forward("t", &body, 0);
         let mut carried = Vec::new();
-        assert_eq!(r1.receive(8, |_, _, d, _| carried.push(d)), 1);
+        assert_eq!(r1.receive(8, |r| carried.push(r.discards)), 1);
         assert_eq!(carried, vec![2], "the two drops ride on the next message");
         a.handle_interest(&Interest::Remove { agent: 1, id: 0, pattern: p("t") });
         assert_eq!(a.forward("t", &body, 0), 0);
+    }
+
+    #[test]
+    fn a_queue_groups_count_of_members_is_told_at_each_change() {
+        let mut a = Peers::new(0, vec![None]);
+        a.hold_group(&p("rfq/>"), "pricers");
+        a.hold_group(&p("rfq/>"), "pricers");
+        a.release_group(&p("rfq/>"), "pricers");
+        a.release_group(&p("rfq/>"), "pricers");
+        a.release_group(&p("rfq/>"), "pricers");
+        let counts: Vec<u32> = a
+            .take_announcements()
+            .into_iter()
+            .map(|c| match c {
+                Interest::Group { members, .. } => members,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(counts, vec![1, 2, 1, 0], "a release of nothing held tells nothing");
+    }
+
+    #[test]
+    fn a_list_of_groups_is_cut_at_a_names_end() {
+        assert_eq!(cut_list("abc def", 100), "abc def");
+        assert_eq!(cut_list("abc def", 5), "abc");
+        assert_eq!(cut_list("abcdef", 3), "");
     }
 }

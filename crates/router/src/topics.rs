@@ -195,6 +195,8 @@ pub(crate) struct Sources<'a> {
 /// one is next (round-robin).
 #[derive(Debug, Default)]
 pub(crate) struct GroupTargets {
+    /// The group's name.
+    pub(crate) name: Box<str>,
     /// Sessions, each once.
     pub(crate) members: Vec<u32>,
     /// Each member's subscription in the group (its first, if it holds
@@ -399,7 +401,10 @@ impl Queues {
         // A session once per group (by its first subscription in it).
         found.dedup_by_key(|&mut (g, c, _)| (g, c));
         for chunk in found.chunk_by(|a, b| a.0 == b.0) {
+            let g = chunk[0].0;
+            let name = self.groups.iter().find(|(_, &(id, _))| id == g).map_or("", |(n, _)| &**n);
             out.push(GroupTargets {
+                name: name.into(),
                 members: chunk.iter().map(|&(_, c, _)| c).collect(),
                 subscriptions: chunk.iter().map(|&(_, _, sid)| sid).collect(),
                 next: 0,

@@ -492,3 +492,36 @@ fn a_queue_group_alternates_its_members_shows_in_status_and_a_member_that_leaves
     r.handle_frame(p, &publish("orders/eu", b"x")).unwrap();
     assert_eq!(deliveries(&mut r, plain).len(), 5);
 }
+
+/// A message another router of a cluster sends serves only the queue
+/// groups it names (the publisher's router picked this one for them), and
+/// the plain subscribers always.
+#[test]
+fn a_message_from_another_router_serves_only_the_queue_groups_it_names() {
+    use tickwire_router::peers::Record;
+    let mut r = Router::new("test", Limits::default(), None);
+    let (a, b, plain) =
+        (client(&mut r, "a", usize::MAX), client(&mut r, "b", usize::MAX), client(&mut r, "p", usize::MAX));
+    let member = |group: &str| {
+        frame(ClientRepr {
+            value: 1,
+            flags: flags::QUEUE,
+            topic: "orders/>",
+            body: group.as_bytes(),
+            ..ClientRepr::new(ClientKind::Subscribe)
+        })
+    };
+    r.handle_frame(a, &member("gw")).unwrap();
+    r.handle_frame(b, &member("audit")).unwrap();
+    r.handle_frame(plain, &subscribe(1, "orders/>")).unwrap();
+    let mut got = |r: &mut Router| [deliveries(r, a).len(), deliveries(r, b).len(), deliveries(r, plain).len()];
+    let m = |groups| Record { topic: "orders/eu", payload: b"x", discards: 0, flags: 0, groups };
+    r.route_forwarded(m(""));
+    assert_eq!(got(&mut r), [0, 0, 1], "a plain MESSAGE serves no group");
+    r.route_forwarded(m("gw"));
+    assert_eq!(got(&mut r), [1, 0, 1]);
+    r.route_forwarded(m("audit gw other"));
+    assert_eq!(got(&mut r), [1, 1, 1]);
+    r.route_forwarded(m("gwx"));
+    assert_eq!(got(&mut r), [0, 0, 1], "names match whole");
+}

@@ -16,6 +16,8 @@
 //! | 8 | CLOSE | reason (to the end) |
 //! | 9 | PING | stamp u64 (the sender's clock, opaque to the receiver) |
 //! | 10 | PONG | stamp u64 (a PING's, sent back at once) |
+//! | 11 | GROUP | members u32, group (u16 length + UTF-8), pattern (to the end) |
+//! | 12 | GROUP_MESSAGE | sequence u64, discards u32, flags u8, topic, groups (each u16 length + UTF-8), payload (to the end) |
 //!
 //! Both routers send HELLO first; each then sends PROOF, a keyed hash of
 //! both nonces that only a holder of the cluster's secret can make, and
@@ -26,8 +28,8 @@
 use thiserror::Error;
 
 /// The protocol version HELLO carries.
-/// (2: PING and PONG.)
-pub const CLUSTER_PROTOCOL_VERSION: u16 = 2;
+/// (2: PING and PONG; 3: GROUP and GROUP_MESSAGE.)
+pub const CLUSTER_PROTOCOL_VERSION: u16 = 3;
 /// Bytes of a HELLO's nonce.
 pub const NONCE_LEN: usize = 16;
 /// Bytes of a PROOF.
@@ -57,6 +59,10 @@ pub mod kind {
     pub const PING: u8 = 9;
     /// PONG.
     pub const PONG: u8 = 10;
+    /// GROUP.
+    pub const GROUP: u8 = 11;
+    /// GROUP_MESSAGE.
+    pub const GROUP_MESSAGE: u8 = 12;
 }
 
 /// What is wrong with a cluster frame.
@@ -155,6 +161,35 @@ pub enum ClusterFrame<'a> {
     Ping(u64),
     /// The stamp of a PING received.
     Pong(u64),
+    /// The sender's clients now hold `members` subscriptions in queue
+    /// group `group` on `pattern` (0: none any more). Told again at each
+    /// change: the count weighs the sender when the others pick which
+    /// router serves the group.
+    Group {
+        /// Member subscriptions.
+        members: u32,
+        /// The group's name.
+        group: &'a str,
+        /// The pattern its members hold.
+        pattern: &'a str,
+    },
+    /// A MESSAGE that the receiver also delivers to one member of each of
+    /// `groups` (names separated by a space), which the sender picked it
+    /// to serve. A plain MESSAGE serves no queue group.
+    GroupMessage {
+        /// As MESSAGE's.
+        sequence: u64,
+        /// ...
+        discards: u32,
+        /// ...
+        flags: u8,
+        /// ...
+        topic: &'a str,
+        /// The queue groups the receiver serves.
+        groups: &'a str,
+        /// ...
+        payload: &'a [u8],
+    },
 }
 
 /// Reads fields off the front of a frame.
@@ -219,6 +254,8 @@ impl<'a> ClusterFrame<'a> {
             kind::CLOSE => "CLOSE",
             kind::PING => "PING",
             kind::PONG => "PONG",
+            kind::GROUP => "GROUP",
+            kind::GROUP_MESSAGE => "GROUP_MESSAGE",
             other => return Err(ClusterError::UnknownKind(other)),
         };
         let mut f = Fields { rest: body, frame: name };
@@ -253,6 +290,19 @@ impl<'a> ClusterFrame<'a> {
             kind::HEARTBEAT => ClusterFrame::Heartbeat,
             kind::PING => ClusterFrame::Ping(u64::from_le_bytes(f.array("stamp")?)),
             kind::PONG => ClusterFrame::Pong(u64::from_le_bytes(f.array("stamp")?)),
+            kind::GROUP => ClusterFrame::Group {
+                members: u32::from_le_bytes(f.array("members")?),
+                group: f.text("group")?,
+                pattern: f.rest_text("pattern")?,
+            },
+            kind::GROUP_MESSAGE => ClusterFrame::GroupMessage {
+                sequence: u64::from_le_bytes(f.array("sequence")?),
+                discards: u32::from_le_bytes(f.array("discards")?),
+                flags: f.array::<1>("flags")?[0],
+                topic: f.text("topic")?,
+                groups: f.text("groups")?,
+                payload: std::mem::take(&mut f.rest),
+            },
             _ => ClusterFrame::Close(f.rest_text("reason")?),
         };
         f.end()?;
@@ -306,6 +356,16 @@ impl<'a> ClusterFrame<'a> {
                 emit_message_header(out, *sequence, *discards, *flags, topic)?;
                 out.extend_from_slice(payload);
             }
+            ClusterFrame::GroupMessage { sequence, discards, flags, topic, groups, payload } => {
+                emit_group_message_header(out, (*sequence, *discards, *flags), topic, groups)?;
+                out.extend_from_slice(payload);
+            }
+            ClusterFrame::Group { members, group, pattern } => {
+                out.push(kind::GROUP);
+                out.extend_from_slice(&members.to_le_bytes());
+                put_text(out, "group", group)?;
+                out.extend_from_slice(pattern.as_bytes());
+            }
             ClusterFrame::Heartbeat => out.push(kind::HEARTBEAT),
             ClusterFrame::Ping(stamp) | ClusterFrame::Pong(stamp) => {
                 out.push(if matches!(self, ClusterFrame::Ping(_)) { kind::PING } else { kind::PONG });
@@ -337,6 +397,26 @@ pub fn emit_message_header(
     out.extend_from_slice(&discards.to_le_bytes());
     out.push(flags);
     put_text(out, "topic", topic)
+}
+
+/// [`emit_message_header`] of a GROUP_MESSAGE serving `groups` (names
+/// separated by a space).
+///
+/// # Errors
+/// [`ClusterError::TooLong`]: a topic or a list of groups over 65,535
+/// bytes.
+pub fn emit_group_message_header(
+    out: &mut Vec<u8>,
+    (sequence, discards, flags): (u64, u32, u8),
+    topic: &str,
+    groups: &str,
+) -> Result<(), ClusterError> {
+    out.push(kind::GROUP_MESSAGE);
+    out.extend_from_slice(&sequence.to_le_bytes());
+    out.extend_from_slice(&discards.to_le_bytes());
+    out.push(flags);
+    put_text(out, "topic", topic)?;
+    put_text(out, "groups", groups)
 }
 
 #[cfg(test)]
@@ -372,6 +452,16 @@ mod tests {
         round_trip(&ClusterFrame::Close("bad proof"));
         round_trip(&ClusterFrame::Ping(123_456_789));
         round_trip(&ClusterFrame::Pong(u64::MAX));
+        round_trip(&ClusterFrame::Group { members: 3, group: "pricers", pattern: "rfq/>" });
+        round_trip(&ClusterFrame::Group { members: 0, group: "g", pattern: "t" });
+        round_trip(&ClusterFrame::GroupMessage {
+            sequence: 9,
+            discards: 1,
+            flags: 4,
+            topic: "rfq/eu",
+            groups: "pricers audit",
+            payload: b"q",
+        });
     }
 
     #[test]

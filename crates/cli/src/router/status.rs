@@ -19,7 +19,7 @@ fn cluster_status(c: &tickwire_router::cluster::ClusterStatus) {
         return;
     }
     println!(
-        "  {:<20} {:<22} {:<5} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}",
+        "  {:<20} {:<22} {:<5} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>7} {:>8}",
         "ROUTER",
         "ADDRESS",
         "STATE",
@@ -30,11 +30,12 @@ fn cluster_status(c: &tickwire_router::cluster::ClusterStatus) {
         "LOST OUT",
         "LOST IN",
         "INTEREST",
+        "GROUPS",
         "CONNECTS"
     );
     for l in &c.links {
         println!(
-            "  {:<20} {:<22} {:<5} {:>8.1}s {:>9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}",
+            "  {:<20} {:<22} {:<5} {:>8.1}s {:>9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>7} {:>8}",
             l.router,
             l.addr,
             l.state,
@@ -45,6 +46,7 @@ fn cluster_status(c: &tickwire_router::cluster::ClusterStatus) {
             l.lost_out,
             l.lost_in,
             l.interest,
+            l.groups,
             l.connects
         );
     }

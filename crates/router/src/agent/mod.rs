@@ -243,9 +243,7 @@ impl RoutingAgent {
         }
         let router = &mut self.router;
         for link in &mut self.inbound {
-            work += link.receive(self.ring_limit, |topic, payload, discarded, flags| {
-                router.route_forwarded(topic, payload, discarded, flags);
-            });
+            work += link.receive(self.ring_limit, |m| router.route_forwarded(m));
         }
         work += self.router.poll_guaranteed(self.now);
         // The agents sent messages wake before this one's writes.

@@ -1,6 +1,7 @@
 //! The cluster agent: the routing agents' rings on one side, the links to
 //! other routers on the other (their sockets in `net`).
 
+use super::groups::{LocalGroups, RemoteGroups};
 use super::interest::{LocalInterest, RemoteInterest, Told};
 use super::link::{frame_name, Identity, PeerLink};
 use super::{ClusterSettings, ClusterStatus, LinkStatus};
@@ -10,12 +11,11 @@ use crate::peers::{Interest, Link, LinkReader};
 use std::collections::BTreeMap;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
-use tickwire_topic::{check_topic, Pattern};
+use tickwire_topic::Pattern;
 use tickwire_wire::cluster::ClusterFrame;
-use tickwire_wire::request::{self, Inbox};
 
 /// Messages taken from each routing agent's ring per duty cycle.
-const POLL_LIMIT: usize = 256;
+pub(super) const POLL_LIMIT: usize = 256;
 /// Patterns one peer may tell (more ends its link).
 pub(super) const MAX_PEER_PATTERNS: usize = 1 << 20;
 /// Housekeeping (dials, deadlines, heartbeats, status) at most this often.
@@ -66,9 +66,12 @@ pub struct ClusterAgent {
     /// What the routing agents' clients hold, and what peers are told.
     local: LocalInterest,
     /// Which routing agents want a topic.
-    agents: SubscriptionIndex<u32>,
+    pub(super) agents: SubscriptionIndex<u32>,
     /// What the peers want.
     pub(super) remote: RemoteInterest,
+    /// The routing agents' queue groups, and the peers'.
+    pub(super) local_groups: LocalGroups,
+    pub(super) groups: RemoteGroups,
     control: Receiver<Control>,
     /// The routing agents' control channels.
     tell: Vec<Mailbox>,
@@ -76,18 +79,21 @@ pub struct ClusterAgent {
     bell: Arc<tickwire_agent::Doorbell>,
     /// On the routing agent's thread, with its doorbell
     /// ([`ClusterAgent::share_thread`]).
-    shares_bell: bool,
+    pub(super) shares_bell: bool,
     /// Messages from each routing agent, and to each.
-    from: Vec<LinkReader>,
-    to: Vec<Link>,
+    pub(super) from: Vec<LinkReader>,
+    pub(super) to: Vec<Link>,
     pub(super) now: u64,
     last_housekeeping: u64,
     pub(super) refused: u64,
     /// The router's counters file: a set per other router.
     counters: Option<Arc<tickwire_shm::CountersFile>>,
     status: Arc<Mutex<ClusterStatus>>,
-    /// Scratch: the peers or agents one message goes to.
-    targets: Vec<u32>,
+    /// Scratch: the peers or agents one message goes to, the queue
+    /// groups picked for it (peer, group), one peer's list of them.
+    pub(super) targets: Vec<u32>,
+    pub(super) picks: Vec<(u32, Box<str>)>,
+    pub(super) list: String,
     told: Vec<Told>,
 }
 
@@ -141,6 +147,8 @@ impl ClusterAgent {
             local: LocalInterest::default(),
             agents: SubscriptionIndex::new(),
             remote: RemoteInterest::new(wiring.tell.len() as u32),
+            local_groups: LocalGroups::default(),
+            groups: RemoteGroups::default(),
             control: wiring.control,
             tell: wiring.tell,
             bell: wiring.bell,
@@ -153,6 +161,8 @@ impl ClusterAgent {
             counters,
             status: Arc::new(Mutex::new(status)),
             targets: Vec::new(),
+            picks: Vec::new(),
+            list: String::new(),
             told: Vec::new(),
             settings,
         })
@@ -208,6 +218,11 @@ impl ClusterAgent {
                     self.agents.remove(pattern, *agent, *id);
                     self.local.release(pattern, &mut self.told);
                 }
+                Interest::Group { agent, pattern, group, members } => {
+                    if let Some(total) = self.local_groups.set(*agent, pattern.as_str(), group, *members) {
+                        self.broadcast(&ClusterFrame::Group { members: total, group, pattern: pattern.as_str() });
+                    }
+                }
             }
         }
         if !self.told.is_empty() {
@@ -237,44 +252,6 @@ impl ClusterAgent {
         }
     }
 
-    /// Messages the routing agents forwarded: to every peer that wants
-    /// them, numbered per peer (a peer whose link is down or full counts
-    /// one lost, and the gap tells it).
-    fn take_forwarded(&mut self) -> usize {
-        let mut work = 0;
-        let (remote, targets, peers, links, now) =
-            (&self.remote, &mut self.targets, &mut self.peers, &mut self.links, self.now);
-        let mut failed = Vec::new();
-        // On the routing agent's thread, which fills the rings only between
-        // this one's duty cycles, all they hold: a burst from its clients
-        // must not build up there behind a limit.
-        let limit = if self.shares_bell { usize::MAX } else { POLL_LIMIT };
-        for ring in &mut self.from {
-            work += ring.receive(limit, |topic, payload, discards, flags| {
-                // A reply to a request that came over a link: back over
-                // that link alone, on the requester's plain inbox, to the
-                // same run of that router (a session id and serial of an
-                // earlier run name nobody now).
-                if request::is_inbox(topic) {
-                    let Some((k, run, plain)) = request::peer_of(topic) else { return };
-                    if let Some(p) = peers.get_mut(k as usize) {
-                        send_to(p, links, (discards, flags), (&plain, payload), (now, Some(run)), &mut failed);
-                    }
-                    return;
-                }
-                remote.matches_into(topic, targets);
-                for &k in targets.iter() {
-                    let p = &mut peers[k as usize];
-                    send_to(p, links, (discards, flags), (topic, payload), (now, None), &mut failed);
-                }
-            });
-        }
-        for (slot, why) in failed {
-            self.close(slot, &why);
-        }
-        work
-    }
-
     /// Acts on one frame from the link in `slot`, up and serving peer `k`.
     ///
     /// # Errors
@@ -282,62 +259,12 @@ impl ClusterAgent {
     pub(super) fn handle(&mut self, slot: usize, k: u32, f: ClusterFrame<'_>) -> Result<(), String> {
         match f {
             ClusterFrame::Message { sequence, discards, flags, topic, payload } => {
-                check_topic(topic).map_err(|e| format!("MESSAGE on {topic:?}: {e}"))?;
-                let p = &mut self.peers[k as usize];
-                let inc = self.links[slot].as_ref().and_then(|l| l.them()).map_or(0, |t| t.incarnation);
-                let gap = match p.heard {
-                    Some((i, last)) if i == inc => {
-                        if sequence <= last {
-                            return Err(format!("MESSAGE sequence {sequence} after {last}"));
-                        }
-                        sequence - last - 1
-                    }
-                    _ => 0,
-                };
-                p.heard = Some((inc, sequence));
-                p.status.messages_in += 1;
-                p.status.bytes_in += payload.len() as u64;
-                p.status.lost_in += gap;
-                let lost = u32::try_from(gap).unwrap_or(u32::MAX).saturating_add(discards);
-                if request::is_inbox(topic) {
-                    // A reply to one of this router's requesters, to the
-                    // agent its inbox names; one that names none goes to
-                    // the first, which drops and counts it (a responder
-                    // elsewhere may write any inbox: no reason to end the
-                    // link). What was lost before it is told with the next
-                    // message for subscribers.
-                    p.lost_carry = p.lost_carry.saturating_add(lost);
-                    let n = self.to.len();
-                    let agent = Inbox::parse(topic).map(|i| i.agent as usize).filter(|a| *a < n).unwrap_or(0);
-                    if let Some(ring) = self.to.get_mut(agent) {
-                        ring.send_carrying(topic, payload, flags, 0);
-                    }
-                    return Ok(());
-                }
-                let lost = lost.saturating_add(std::mem::take(&mut p.lost_carry));
-                // A request is answered through this router: its inbox
-                // names the link it came over (and that router's run).
-                let named;
-                let payload = if flags & tickwire_wire::client::flags::REQUEST == 0 {
-                    payload
-                } else {
-                    let inc = self.links[slot].as_ref().and_then(|l| l.them()).map_or(0, |t| t.incarnation);
-                    let (inbox, rest) = request::split_body(payload)
-                        .ok_or_else(|| format!("MESSAGE on {topic}: a request without an inbox"))?;
-                    let via = request::via_peer(k, inc, inbox)
-                        .ok_or_else(|| format!("MESSAGE on {topic}: a request on {inbox:?}, no inbox of its router"))?;
-                    let mut b = Vec::with_capacity(1 + via.len() + rest.len());
-                    request::body(&via, rest, &mut b);
-                    named = b;
-                    &named[..]
-                };
-                self.agents.matches_into(topic, &mut self.targets);
-                for &a in &self.targets {
-                    if let Some(ring) = self.to.get_mut(a as usize) {
-                        ring.send_carrying(topic, payload, flags, lost);
-                    }
-                }
+                self.take_message((slot, k), (sequence, discards, flags), (topic, payload, ""))?;
             }
+            ClusterFrame::GroupMessage { sequence, discards, flags, topic, groups, payload } => {
+                self.take_message((slot, k), (sequence, discards, flags), (topic, payload, groups))?;
+            }
+            ClusterFrame::Group { members, group, pattern } => self.take_group(k, members, group, pattern)?,
             ClusterFrame::Interest(text) | ClusterFrame::Withdraw(text) => {
                 let add = matches!(f, ClusterFrame::Interest(_));
                 let p = Pattern::parse(text).map_err(|e| format!("{} {text:?}: {e}", frame_name(&f)))?;
@@ -357,6 +284,11 @@ impl ClusterAgent {
                 let stale = self.peers[k as usize].stale.take().unwrap_or_default();
                 for c in self.remote.remove_all(k, stale) {
                     self.tell_agents(&c);
+                }
+                for w in self.groups.end_retelling(k) {
+                    if let Some(c) = self.remote.group(&w) {
+                        self.tell_agents(&c);
+                    }
                 }
                 for (name, listen) in list {
                     self.learn(name, listen);
@@ -410,11 +342,15 @@ impl ClusterAgent {
             p.counters = self.counters.as_ref().and_then(|c| c.allocate(kind, k, 0, &p.name).ok());
         }
         p.stale = Some(stale);
+        self.groups.begin_retelling(k);
+        let p = &mut self.peers[k as usize];
         p.forgotten = false;
         p.link = Some(slot);
         p.status.connects += 1;
         p.changed = self.now;
         let told: Vec<String> = self.local.told().map(str::to_owned).collect();
+        let groups: Vec<(String, String, u32)> =
+            self.local_groups.told().map(|(p, g, n)| (p.to_owned(), g.to_owned(), n)).collect();
         let routers: Vec<(String, String)> = self
             .peers
             .iter()
@@ -425,6 +361,9 @@ impl ClusterAgent {
         let mut r = Ok(());
         for t in &told {
             r = r.and_then(|()| l.send(&ClusterFrame::Interest(t), self.now));
+        }
+        for (pattern, group, members) in &groups {
+            r = r.and_then(|()| l.send(&ClusterFrame::Group { members: *members, group, pattern }, self.now));
         }
         let list: Vec<(&str, &str)> = routers.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
         r = r.and_then(|()| l.send(&ClusterFrame::Routers(list), self.now));
@@ -457,6 +396,7 @@ impl ClusterAgent {
             s.state = if p.link.is_some() { "up".into() } else { "down".into() };
             s.for_ms = self.now.saturating_sub(p.changed) / 1_000_000;
             s.interest = self.remote.len(k as u32);
+            s.groups = self.groups.len(k as u32);
             if let Some(c) = &p.counters {
                 let up = u64::from(p.link.is_some());
                 c.set_all(&[
@@ -556,45 +496,5 @@ impl tickwire_agent::Agent for ClusterAgent {
     fn park(&mut self, timeout: std::time::Duration) {
         let timeout = crate::agent::least_wait(!self.holding(), timeout);
         self.bell.park(&[self.poll_fd()], timeout, || self.has_forwarded());
-    }
-}
-
-/// Sends a message (`discards`, `flags`; topic, payload) to peer `p`,
-/// numbered next in its sequence, and counts it sent or lost (a link down
-/// or full); a broken link goes into `failed`. `run`: only to that run of
-/// the peer (a reply), else it is lost, unnumbered.
-fn send_to(
-    p: &mut Peer,
-    links: &mut [Option<PeerLink>],
-    (discards, flags): (u32, u8),
-    (topic, payload): (&str, &[u8]),
-    (now, run): (u64, Option<u64>),
-    failed: &mut Vec<(usize, String)>,
-) {
-    let link = p.link.and_then(|s| links[s].as_mut().map(|l| (s, l)));
-    let link = link.filter(|(_, l)| run.is_none_or(|r| l.them().is_some_and(|t| t.incarnation == r)));
-    // A message for subscribers is numbered even when lost (the gap tells
-    // them); a reply only when sent (a gap would tell subscribers of a
-    // loss that was not theirs).
-    p.sequence += 1;
-    let sent = match link {
-        Some((s, l)) => match l.send_message(p.sequence, discards, flags, (topic, payload), now) {
-            Ok(()) => true,
-            Err(tickwire_transport::link::LinkError::Full) => false,
-            Err(e) => {
-                failed.push((s, e.to_string()));
-                false
-            }
-        },
-        None => false,
-    };
-    if sent {
-        p.status.messages_out += 1;
-        p.status.bytes_out += payload.len() as u64;
-    } else {
-        if run.is_some() {
-            p.sequence -= 1;
-        }
-        p.status.lost_out += 1;
     }
 }

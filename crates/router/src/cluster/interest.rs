@@ -178,21 +178,9 @@ impl RemoteInterest {
         if !self.peer(peer).insert(p.as_str().into()) {
             return None;
         }
-        let fresh = !self.union.contains_key(p.as_str());
-        let id = match self.union.get_mut(p.as_str()) {
-            Some((id, n)) => {
-                *n += 1;
-                *id
-            }
-            None => {
-                let id = self.next_id;
-                self.next_id = self.next_id.wrapping_add(1);
-                self.union.insert(p.as_str().into(), (id, 1));
-                id
-            }
-        };
+        let (id, change) = self.hold(p);
         self.index.insert(p, peer, id);
-        fresh.then(|| Interest::Add { agent: self.agent, id, pattern: p.clone() })
+        change
     }
 
     /// Peer `peer` no longer wants `p`: a change for the routing agents
@@ -201,15 +189,47 @@ impl RemoteInterest {
         if !self.peer(peer).remove(p.as_str()) {
             return None;
         }
+        let &(id, _) = self.union.get(p.as_str())?;
+        self.index.remove(p, peer, id);
+        self.let_go(p)
+    }
+
+    /// The union holds `p` once more (a peer's pattern, or a queue group's
+    /// on a peer: [`super::groups`]); its id, and the change for the
+    /// routing agents when it is new.
+    fn hold(&mut self, p: &Pattern) -> (u32, Option<Interest>) {
+        if let Some((id, n)) = self.union.get_mut(p.as_str()) {
+            *n += 1;
+            return (*id, None);
+        }
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        self.union.insert(p.as_str().into(), (id, 1));
+        (id, Some(Interest::Add { agent: self.agent, id, pattern: p.clone() }))
+    }
+
+    /// The union holds `p` once less; the change for the routing agents
+    /// when nothing holds it now.
+    fn let_go(&mut self, p: &Pattern) -> Option<Interest> {
         let (id, n) = self.union.get_mut(p.as_str())?;
         let id = *id;
         *n -= 1;
-        self.index.remove(p, peer, id);
         if *n > 0 {
             return None;
         }
         self.union.remove(p.as_str());
         Some(Interest::Remove { agent: self.agent, id, pattern: p.clone() })
+    }
+
+    /// What a peer's queue group changed ([`super::groups::Wanted`]): the
+    /// routing agents forward messages on a group's pattern to the
+    /// cluster while any peer holds members, whatever the peers'
+    /// own patterns.
+    pub fn group(&mut self, w: &super::groups::Wanted) -> Option<Interest> {
+        match w {
+            super::groups::Wanted::More(p) => self.hold(p).1,
+            super::groups::Wanted::Less(p) => self.let_go(p),
+        }
     }
 
     /// The patterns peer `peer` told.
@@ -232,7 +252,7 @@ impl RemoteInterest {
     /// The peers wanting `topic` (a checked topic), into `out` (emptied
     /// first), each once.
     pub fn matches_into(&self, topic: &str, out: &mut Vec<u32>) {
-        if self.union.is_empty() {
+        if self.index.is_empty() {
             out.clear();
             return;
         }
@@ -358,5 +378,19 @@ mod tests {
         r.matches_into("md/eu", &mut v);
         assert!(v.is_empty());
         assert_eq!((r.len(0), r.len(1)), (0, 0));
+    }
+
+    #[test]
+    fn a_groups_pattern_is_wanted_beside_the_peers_own_patterns() {
+        use super::super::groups::Wanted;
+        let mut r = RemoteInterest::new(2);
+        assert!(matches!(r.group(&Wanted::More(p("rfq/>"))), Some(Interest::Add { .. })));
+        let mut v = Vec::new();
+        r.matches_into("rfq/eu", &mut v);
+        assert!(v.is_empty(), "a group's pattern sends no plain MESSAGE to any peer");
+        assert_eq!(r.add(0, &p("rfq/>")), None, "already wanted");
+        assert_eq!(r.group(&Wanted::Less(p("rfq/>"))), None, "peer 0 still wants it");
+        assert!(matches!(r.remove(0, &p("rfq/>")), Some(Interest::Remove { .. })));
+        assert_eq!(r.group(&Wanted::Less(p("rfq/>"))), None, "let go of what is not held");
     }
 }

@@ -24,13 +24,14 @@ use std::time::Duration;
 use tickwire_transport::link::{Batching, LinkError, StreamLink};
 use tickwire_transport::tls::Wire;
 use tickwire_wire::cluster::{
-    emit_message_header, ClusterFrame, Hello, CLUSTER_PROTOCOL_VERSION, NONCE_LEN, PROOF_LEN,
+    emit_group_message_header, emit_message_header, ClusterFrame, Hello, CLUSTER_PROTOCOL_VERSION, NONCE_LEN, PROOF_LEN,
 };
 
-/// Bytes a MESSAGE frame may hold beyond its payload (its header, and a
-/// topic of up to 65,535 bytes): a router reads frames of up to its
-/// `limits.max_frame` plus this from other routers.
-pub const FRAME_OVERHEAD: usize = 65_536 + 64;
+/// Bytes a MESSAGE frame may hold beyond its payload (its header, a
+/// topic of up to 65,535 bytes, and a GROUP_MESSAGE's list of groups of as
+/// many): a router reads frames of up to its `limits.max_frame` plus this
+/// from other routers.
+pub const FRAME_OVERHEAD: usize = 2 * 65_536 + 64;
 /// Bytes a link holds unwritten before messages for it are dropped.
 pub const WRITE_LIMIT: usize = 16 << 20;
 /// How long a link may take from its connection to the other's PROOF.
@@ -176,7 +177,9 @@ impl PeerLink {
         writer.push(wire, &self.scratch, now)
     }
 
-    /// Sends one MESSAGE, its payload copied once, into the link's buffer.
+    /// Sends one MESSAGE, its payload copied once, into the link's buffer;
+    /// a GROUP_MESSAGE when it is to serve `groups` (names separated by a
+    /// space; empty: none).
     ///
     /// # Errors
     /// The link failed, or its buffer is full ([`LinkError::Full`]: the
@@ -186,12 +189,16 @@ impl PeerLink {
         sequence: u64,
         discards: u32,
         flags: u8,
-        (topic, payload): (&str, &[u8]),
+        (topic, payload, groups): (&str, &[u8], &str),
         now: u64,
     ) -> Result<(), LinkError> {
         self.scratch.clear();
-        emit_message_header(&mut self.scratch, sequence, discards, flags, topic)
-            .map_err(|e| LinkError::Broken(e.to_string()))?;
+        let emitted = if groups.is_empty() {
+            emit_message_header(&mut self.scratch, sequence, discards, flags, topic)
+        } else {
+            emit_group_message_header(&mut self.scratch, (sequence, discards, flags), topic, groups)
+        };
+        emitted.map_err(|e| LinkError::Broken(e.to_string()))?;
         let head = self.scratch.len();
         let (wire, _, writer) = self.link.parts();
         let at = writer.reserve(wire, head + payload.len())?;
@@ -337,6 +344,8 @@ pub fn frame_name(f: &ClusterFrame<'_>) -> &'static str {
         ClusterFrame::Close(_) => "CLOSE",
         ClusterFrame::Ping(_) => "PING",
         ClusterFrame::Pong(_) => "PONG",
+        ClusterFrame::Group { .. } => "GROUP",
+        ClusterFrame::GroupMessage { .. } => "GROUP_MESSAGE",
     }
 }
 

@@ -21,6 +21,9 @@
 //!
 //! * [`interest`]: which patterns to tell peers (one that another covers
 //!   is not told: `md/>` covers `md/eu/*`) and which peers want a topic.
+//! * [`groups`]: queue groups with members on several routers, each
+//!   message still to one member of each (local members first, else one
+//!   router picked by weight).
 //! * [`link`]: one connection to another router, its handshake (both
 //!   prove they hold the cluster's secret) over the batched stream link of
 //!   `tickwire_transport::link`.
@@ -33,8 +36,10 @@
 //! The protocol's frames are `tickwire_wire::cluster`.
 
 pub(crate) mod agent;
+pub mod groups;
 pub mod interest;
 pub mod link;
+mod messages;
 mod net;
 
 pub use agent::ClusterAgent;
@@ -138,6 +143,9 @@ pub struct LinkStatus {
     pub lost_in: u64,
     /// Patterns it told this router.
     pub interest: usize,
+    /// (Pattern, queue group) pairs its clients hold members of.
+    #[serde(default)]
+    pub groups: usize,
     /// Times the link was made.
     pub connects: u64,
     /// Milliseconds since it last came up or went down.

@@ -540,7 +540,7 @@ impl ClusterAgent {
             let before = self.net.dials.len();
             self.net.dials.retain(|d| !(d.learned && d.name.as_deref() == Some(name.as_str())));
             let given_up = if self.net.dials.len() < before { ", no longer dialed" } else { "" };
-            let wanted = self.remote.len(k) > 0;
+            let wanted = self.remote.len(k) > 0 || self.groups.len(k) > 0;
             tracing::info!(
                 "cluster: router {name} down for {:?}: forgotten{}{given_up}",
                 self.settings.forget_after,
@@ -550,6 +550,11 @@ impl ClusterAgent {
                 let all = self.remote.patterns(k);
                 for c in self.remote.remove_all(k, all) {
                     self.tell_agents(&c);
+                }
+                for w in self.groups.forget(k) {
+                    if let Some(c) = self.remote.group(&w) {
+                        self.tell_agents(&c);
+                    }
                 }
             }
         }

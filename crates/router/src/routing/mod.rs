@@ -45,6 +45,7 @@ pub mod replicated;
 mod report;
 pub mod request;
 mod sessions;
+pub(crate) use sessions::queue_group;
 mod slow;
 
 use crate::cache::LastValues;

@@ -6,7 +6,7 @@
 use super::slow::SlowConsumers;
 use super::{Disconnect, Router};
 use crate::cache::LastValues;
-use crate::peers::{Interest, Peers};
+use crate::peers::{Interest, Peers, Record};
 use crate::session::Session;
 use crate::topics::{GroupTargets, Sources, TopicEntry};
 use tickwire_topic::check_topic;
@@ -72,23 +72,30 @@ fn deliver_all(
     d
 }
 
-/// Delivers a message to one member of each of `groups`, round-robin,
-/// passing over members whose queue is past half its bound while another
-/// has room; flagged `QUEUE`, its body the member's subscription in the
-/// group then the message (built in `body`), so that a client holding
-/// other subscriptions on the topic knows which one it is for.
+/// Delivers a message to one member of each of `groups` (those `only`
+/// names, separated by a space, when it is given), round-robin, passing
+/// over members whose queue is past half its bound while another has
+/// room; flagged `QUEUE`, its body the member's subscription in the group
+/// then the message (built in `body`), so that a client holding other
+/// subscriptions on the topic knows which one it is for. The names of the
+/// groups served are put in `served` (emptied first), for the router
+/// cluster.
 #[inline]
 fn deliver_groups(
     sessions: &mut [Option<Session>],
     (backlog, slow, body): (&mut Vec<u32>, &mut SlowConsumers, &mut Vec<u8>),
-    (groups, skip): (&mut [GroupTargets], u32),
+    (groups, skip, only, served): (&mut [GroupTargets], u32, Option<&str>, &mut String),
     (topic, payload, flags): (&str, &[u8], u8),
     (discarded, local): (u32, bool),
 ) -> Delivered {
     let mut d = Delivered::default();
+    served.clear();
     for g in groups {
         let len = g.members.len();
         if len == 0 || (len == 1 && g.members[0] == skip) {
+            continue;
+        }
+        if only.is_some_and(|names| !names.split(' ').any(|n| n == &*g.name)) {
             continue;
         }
         let roomy = |c: u32| c != skip && matches!(sessions.get(c as usize), Some(Some(s)) if s.queue.is_below_half());
@@ -99,28 +106,38 @@ fn deliver_groups(
         let sid = g.subscriptions.get(pick).copied().unwrap_or(0);
         client::queue_body(sid, payload, body);
         let message = (topic, &body[..], flags | client::flags::QUEUE);
+        let before = d.n;
         d.to(sessions, (&mut *backlog, &mut *slow), g.members[pick], message, (discarded, local, false));
+        if d.n > before {
+            if !served.is_empty() {
+                served.push(' ');
+            }
+            served.push_str(&g.name);
+        }
     }
     d
 }
 
 /// Delivers a message to the sessions of a topic's entry and to one member
-/// of each of its queue groups; returns what that did, and how many of the
-/// deliveries were a group's.
+/// of each of its queue groups (those `only` names, if given; their names
+/// into `served`); returns what that did, and how many of the deliveries
+/// were a group's.
 #[inline]
 fn deliver_entry(
     sessions: &mut [Option<Session>],
-    (backlog, slow, body): (&mut Vec<u32>, &mut SlowConsumers, &mut Vec<u8>),
-    (e, skip): (&mut TopicEntry, u32),
+    (backlog, slow, body, served): (&mut Vec<u32>, &mut SlowConsumers, &mut Vec<u8>, &mut String),
+    (e, skip, only): (&mut TopicEntry, u32, Option<&str>),
     message: (&str, &[u8], u8),
     (discarded, local, conflate): (u32, bool, bool),
 ) -> (Delivered, u64) {
     let queues = (&mut *backlog, &mut *slow);
     let mut d = deliver_all(sessions, queues, (&e.targets, skip), message, (discarded, local, conflate));
-    if e.groups.is_empty() {
+    if e.groups.is_empty() || only == Some("") {
+        served.clear();
         return (d, 0);
     }
-    let g = deliver_groups(sessions, (backlog, slow, body), (&mut e.groups, skip), message, (discarded, local));
+    let groups = (&mut e.groups[..], skip, only, served);
+    let g = deliver_groups(sessions, (backlog, slow, body), groups, message, (discarded, local));
     d += g;
     (d, g.n)
 }
@@ -192,13 +209,14 @@ impl Router {
             Some(Some(s)) if s.no_echo => from,
             _ => u32::MAX,
         };
-        let queues = (&mut self.backlog, &mut self.slow, &mut self.requests.group_body);
+        let r = &mut self.requests;
+        let queues = (&mut self.backlog, &mut self.slow, &mut r.group_body, &mut r.groups_served);
         // A request is never cached or conflated. A message with headers is
         // cached (its flags kept with it) but not conflated: a queued
         // frame's replacement keeps the frame's flags.
         let plain = flags & !HEADERS == 0;
         let how = (0, true, e.conflate && flags == 0);
-        let (d, grouped) = deliver_entry(&mut self.sessions, queues, (e, skip), (topic, payload, flags), how);
+        let (d, grouped) = deliver_entry(&mut self.sessions, queues, (e, skip, None), (topic, payload, flags), how);
         self.requests.counts[super::request::value::QUEUE_GROUP_DELIVERIES] += grouped;
         let Delivered { n, discards, grown } = d;
         if let (Some(c), true) = (&mut self.cache, plain) {
@@ -207,7 +225,7 @@ impl Router {
         let remote = match &mut self.peers {
             Some(p) if !e.agents.is_empty() => {
                 let before = (p.forwarded, p.link_discards);
-                let agents = p.forward_to(&e.agents, topic, payload, flags);
+                let agents = p.forward_to(&e.agents, (topic, payload, &self.requests.groups_served), flags);
                 self.totals.forwarded += p.forwarded - before.0;
                 self.totals.discards += p.link_discards - before.1;
                 agents
@@ -229,10 +247,14 @@ impl Router {
     }
 
     /// Delivers a message another routing agent's client published (see
-    /// [`crate::peers`]) to this agent's matching clients; `discarded` is
-    /// the discard indication it carries, `flags` what its frame carried
-    /// (`REQUEST`). A reply on an inbox goes to its session alone.
-    pub fn route_forwarded(&mut self, topic: &str, payload: &[u8], discarded: u32, flags: u8) {
+    /// [`crate::peers`]) to this agent's matching clients, and to one
+    /// member of each queue group the record names (the router cluster
+    /// picked this router to serve them; a group's members elsewhere in
+    /// the router serve the rest); `discards` is the discard indication it
+    /// carries, `flags` what its frame carried (`REQUEST`). A reply on an
+    /// inbox goes to its session alone.
+    pub fn route_forwarded(&mut self, m: Record<'_>) {
+        let Record { topic, payload, discards: discarded, flags, groups } = m;
         if tickwire_wire::request::is_inbox(topic) {
             return self.deliver_reply(topic, payload, flags & tickwire_wire::client::flags::HEADERS);
         }
@@ -244,10 +266,12 @@ impl Router {
         };
         // The agent that read it from its client checked the topic.
         let Ok(e) = self.topics.entry(topic, |_| Ok::<(), std::convert::Infallible>(()), src);
-        let queues = (&mut self.backlog, &mut self.slow, &mut self.requests.group_body);
+        let r = &mut self.requests;
+        let queues = (&mut self.backlog, &mut self.slow, &mut r.group_body, &mut r.groups_served);
         let plain = flags & !HEADERS == 0;
         let how = (discarded, false, e.conflate && flags == 0);
-        let (d, grouped) = deliver_entry(&mut self.sessions, queues, (e, u32::MAX), (topic, payload, flags), how);
+        let whom = (&mut *e, u32::MAX, Some(groups));
+        let (d, grouped) = deliver_entry(&mut self.sessions, queues, whom, (topic, payload, flags), how);
         self.requests.counts[super::request::value::QUEUE_GROUP_DELIVERIES] += grouped;
         let Delivered { n, discards, grown } = d;
         if let (Some(c), true) = (&mut self.cache, plain) {

@@ -36,6 +36,9 @@ pub(crate) struct Requests {
     /// A queue-group delivery's body being built: the member's
     /// subscription, then the message (kept).
     pub(super) group_body: Vec<u8>,
+    /// The queue groups a message was delivered to, for the router
+    /// cluster (names separated by a space; kept).
+    pub(super) groups_served: String,
 }
 
 impl Requests {
@@ -100,7 +103,7 @@ impl Router {
                 (Some(_), Some(c)) => {
                     self.requests.counts[value::REPLIES] += 1;
                     if let Some(p) = &mut self.peers {
-                        p.forward_to(&[c], topic, payload, headed);
+                        p.forward_to(&[c], (topic, payload, ""), headed);
                     }
                     Ok(())
                 }
@@ -116,7 +119,7 @@ impl Router {
         } else {
             match &mut self.peers {
                 Some(p) if inbox.agent < self.agents => {
-                    p.forward_to(&[inbox.agent], topic, payload, headed);
+                    p.forward_to(&[inbox.agent], (topic, payload, ""), headed);
                 }
                 _ => self.requests.counts[value::REPLIES_UNDELIVERABLE] += 1,
             }

@@ -65,10 +65,7 @@ impl Router {
         self.memory.released(s.queue.allocated() + s.subscriptions.len() * super::memory::SUBSCRIPTION_BYTES);
         for (sid, text) in s.subscriptions.drain() {
             let Some(p) = super::parsed(&text) else { continue };
-            self.topics.unsubscribe(&p, id, sid);
-            if let Some(peers) = &mut self.peers {
-                peers.release(&p);
-            }
+            self.drop_subscription(&p, id, sid);
         }
         // A closing session's CLOSE is already on its way.
         if why.code != RejectCode::Normal && !s.closing {
@@ -247,16 +244,19 @@ impl Router {
                     let why = format!("{} subscriptions is the limit", self.limits.max_subscriptions);
                     return self.reject(id, RejectCode::Limit, sid.into(), &why);
                 }
+                let old = s.subscriptions.insert(sid, pattern.as_str().into()).and_then(|t| super::parsed(&t));
+                // Held before the old one is let go: a subscription made
+                // again on its pattern leaves no gap in what is told.
                 if let Some(peers) = &mut self.peers {
-                    peers.hold(&pattern);
-                }
-                if let Some(old) = s.subscriptions.insert(sid, pattern.as_str().into()).and_then(|t| super::parsed(&t))
-                {
-                    self.topics.unsubscribe(&old, id, sid);
-                    if let Some(peers) = &mut self.peers {
-                        peers.release(&old);
+                    match group {
+                        Some(g) => peers.hold_group(&pattern, g),
+                        None => peers.hold(&pattern),
                     }
                 }
+                if let Some(old) = old {
+                    self.drop_subscription(&old, id, sid);
+                }
+                let Some(Some(s)) = self.sessions.get_mut(id as usize) else { return Ok(()) };
                 match group {
                     Some(g) => self.topics.subscribe_queue(&pattern, id, sid, g),
                     None => self.topics.subscribe(&pattern, id, sid),
@@ -278,10 +278,7 @@ impl Router {
                 self.unbind_durables(id, Some(f.value()));
                 let Some(Some(s)) = self.sessions.get_mut(id as usize) else { return Ok(()) };
                 if let Some(p) = s.subscriptions.remove(&f.value()).and_then(|t| super::parsed(&t)) {
-                    self.topics.unsubscribe(&p, id, f.value());
-                    if let Some(peers) = &mut self.peers {
-                        peers.release(&p);
-                    }
+                    self.drop_subscription(&p, id, f.value());
                 }
                 Ok(())
             }
@@ -398,9 +395,25 @@ impl Router {
     }
 }
 
+impl Router {
+    /// Removes subscription `sid` (on `p`) of session `id` from the index
+    /// and from what the other agents are told (a queue group's member
+    /// from its group's count).
+    fn drop_subscription(&mut self, p: &Pattern, id: u32, sid: u32) {
+        let group: Option<Box<str>> = self.topics.queue_group_of(id, sid).map(Into::into);
+        self.topics.unsubscribe(p, id, sid);
+        if let Some(peers) = &mut self.peers {
+            match group {
+                Some(g) => peers.release_group(p, &g),
+                None => peers.release(p),
+            }
+        }
+    }
+}
+
 /// The name of a queue group, from a SUBSCRIBE's body: 1 to 64 bytes of
 /// UTF-8, no whitespace or control characters.
-fn queue_group(body: &[u8]) -> Result<&str, String> {
+pub(crate) fn queue_group(body: &[u8]) -> Result<&str, String> {
     let name = std::str::from_utf8(body).map_err(|_| "a queue group's name is not UTF-8".to_owned())?;
     if name.is_empty() || name.len() > 64 || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(format!("queue group {name:?}: 1 to 64 bytes, no whitespace or control characters"));

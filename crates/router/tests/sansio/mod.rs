@@ -71,7 +71,7 @@ impl Pair {
         for change in r1.take_announcements() {
             r0.handle_interest(&change);
         }
-        self.from0.receive(usize::MAX, |t, p, d, f| r1.route_forwarded(t, p, d, f));
-        self.from1.receive(usize::MAX, |t, p, d, f| r0.route_forwarded(t, p, d, f));
+        self.from0.receive(usize::MAX, |m| r1.route_forwarded(m));
+        self.from1.receive(usize::MAX, |m| r0.route_forwarded(m));
     }
 }
