@@ -514,7 +514,7 @@ fn a_message_from_another_router_serves_only_the_queue_groups_it_names() {
     r.handle_frame(a, &member("gw")).unwrap();
     r.handle_frame(b, &member("audit")).unwrap();
     r.handle_frame(plain, &subscribe(1, "orders/>")).unwrap();
-    let mut got = |r: &mut Router| [deliveries(r, a).len(), deliveries(r, b).len(), deliveries(r, plain).len()];
+    let got = |r: &mut Router| [deliveries(r, a).len(), deliveries(r, b).len(), deliveries(r, plain).len()];
     let m = |groups| Record { topic: "orders/eu", payload: b"x", discards: 0, flags: 0, groups };
     r.route_forwarded(m(""));
     assert_eq!(got(&mut r), [0, 0, 1], "a plain MESSAGE serves no group");
