@@ -528,12 +528,13 @@ fn member(h: &Hosts, k: usize, group: &str, within: &str) -> Child {
 /// each message goes to one member cluster-wide (before, each router
 /// served its own members: every message twice), shared by weight, while
 /// a plain subscriber gets them all; a member where it is published takes
-/// them all (local first).
+/// them all (local first); with a member's router down, the members on the
+/// others take them all.
 #[test]
 fn a_queue_group_with_members_on_several_routers_gets_each_message_once() {
     let h = Hosts::create(3, 8);
     let _r0 = h.router(0, &[1, 2]);
-    let _r1 = h.router(1, &[0, 2]);
+    let mut r1 = h.router(1, &[0, 2]);
     let _r2 = h.router(2, &[0, 1]);
     h.wait_link(1, 2, Duration::from_secs(5), up);
     const N: u64 = 20_000;
@@ -555,6 +556,19 @@ fn a_queue_group_with_members_on_several_routers_gets_each_message_once() {
     h.wait_link(2, 1, Duration::from_secs(5), |l| l["groups"] == 1);
     h.publish(0, "md/eu/SAP", 1000, "10k");
     assert_eq!((finish(local).0, finish(far).0), (1000, 0), "local first");
+
+    // r1 down (not yet forgotten: its members still counted): r2's member
+    // takes every message.
+    let mut gone = member(&h, 1, "k", "8s");
+    let stays = member(&h, 2, "k", "8s");
+    h.wait_link(0, 1, Duration::from_secs(5), |l| l["groups"] == 1);
+    h.wait_link(0, 2, Duration::from_secs(5), |l| l["groups"] == 1);
+    r1.stop();
+    h.wait_link(0, 1, Duration::from_secs(5), |l| !up(l) && l["groups"] == 1);
+    h.publish(0, "md/eu/BMW", 1000, "10k");
+    assert_eq!(finish(stays).0, 1000, "the member whose router is up");
+    let _ = gone.kill();
+    let _ = gone.wait();
 }
 
 /// Requests to a queue group of responders on two other routers: each is
