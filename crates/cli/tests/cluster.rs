@@ -548,6 +548,10 @@ fn a_queue_group_with_members_on_several_routers_gets_each_message_once() {
     let (a, b) = (finish(a).0, finish(b).0);
     assert_eq!(a + b, N, "each message to one member of the group: r1's got {a}, r2's {b}");
     assert!(a >= N / 4 && b >= N / 4, "shared by weight (one member each): {a} and {b}");
+    // Their members gone, r1 and r2 hold no group (so the next phase's
+    // counts are its own, not a stale status).
+    h.wait_link(0, 1, Duration::from_secs(5), |l| l["groups"] == 0);
+    h.wait_link(0, 2, Duration::from_secs(5), |l| l["groups"] == 0);
 
     // A member on the publisher's router takes every message.
     let local = member(&h, 0, "h", "8s");
@@ -556,6 +560,7 @@ fn a_queue_group_with_members_on_several_routers_gets_each_message_once() {
     h.wait_link(2, 1, Duration::from_secs(5), |l| l["groups"] == 1);
     h.publish(0, "md/eu/SAP", 1000, "10k");
     assert_eq!((finish(local).0, finish(far).0), (1000, 0), "local first");
+    h.wait_link(0, 1, Duration::from_secs(5), |l| l["groups"] == 0);
 
     // r1 down (not yet forgotten: its members still counted): r2's member
     // takes every message.

@@ -37,8 +37,8 @@ use tickwire_topic::Pattern;
 
 /// Bytes before each message on a link: payload length (u32), discards
 /// carried (u32), topic length (u16), flags (u8), a byte unused, the
-/// length of its list of queue groups (u16), two bytes unused; all
-/// little-endian. The topic, the list, then the payload follow.
+/// length of its list of queue groups (u32); all little-endian. The
+/// topic, the list, then the payload follow.
 const RECORD_HEADER: usize = 16;
 
 /// A change in the patterns an agent's clients hold.
@@ -147,9 +147,6 @@ impl Link {
         lost: u32,
     ) -> bool {
         self.carried = self.carried.saturating_add(lost);
-        // A list too long for its field is cut at a name's end (the
-        // sender makes none: 64-byte names, a list per topic).
-        let groups = cut_list(groups, usize::from(u16::MAX));
         let need = RECORD_HEADER + topic.len() + groups.len() + payload.len();
         if self.tx.slots() < need {
             self.carried = self.carried.saturating_add(1);
@@ -161,8 +158,7 @@ impl Link {
         s.extend_from_slice(&self.carried.to_le_bytes());
         s.extend_from_slice(&(topic.len() as u16).to_le_bytes());
         s.extend_from_slice(&[flags, 0]);
-        s.extend_from_slice(&(groups.len() as u16).to_le_bytes());
-        s.extend_from_slice(&[0, 0]);
+        s.extend_from_slice(&(groups.len() as u32).to_le_bytes());
         s.extend_from_slice(topic.as_bytes());
         s.extend_from_slice(groups.as_bytes());
         s.extend_from_slice(payload);
@@ -178,19 +174,6 @@ impl Link {
             }
         }
     }
-}
-
-/// `list` (names separated by a space) cut to at most `max` bytes, at
-/// the end of a name.
-fn cut_list(list: &str, max: usize) -> &str {
-    if list.len() <= max {
-        return list;
-    }
-    let mut end = max;
-    while !list.is_char_boundary(end) {
-        end -= 1;
-    }
-    list[..end].rfind(' ').map_or("", |at| &list[..at])
 }
 
 /// The receiving end of a link.
@@ -224,7 +207,7 @@ impl LinkReader {
             let (payload_len, discards) = (word(0) as usize, word(4));
             let topic_len = usize::from(u16::from_le_bytes([header[8], header[9]]));
             let flags = header[10];
-            let groups_len = usize::from(u16::from_le_bytes([header[12], header[13]]));
+            let groups_len = word(12) as usize;
             let total = RECORD_HEADER + topic_len + groups_len + payload_len;
             // The writer pushes a record whole, so it is all there.
             let Ok(chunk) = self.rx.read_chunk(total) else { return n };
@@ -526,12 +509,5 @@ mod tests {
             })
             .collect();
         assert_eq!(counts, vec![1, 2, 1, 0], "a release of nothing held tells nothing");
-    }
-
-    #[test]
-    fn a_list_of_groups_is_cut_at_a_names_end() {
-        assert_eq!(cut_list("abc def", 100), "abc def");
-        assert_eq!(cut_list("abc def", 5), "abc");
-        assert_eq!(cut_list("abcdef", 3), "");
     }
 }

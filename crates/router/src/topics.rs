@@ -216,8 +216,9 @@ struct Queues {
     free: Vec<u32>,
     /// (session, subscription) to its member slot.
     by_subscription: FxHashMap<(u32, u32), u32>,
-    /// Group names to ids, with how many members hold each.
+    /// Group names to ids, with how many members hold each, and back.
     groups: FxHashMap<Box<str>, (u32, usize)>,
+    names: FxHashMap<u32, Box<str>>,
     next_group: u32,
     /// Member slots matched (kept: no allocation per entry worked out).
     scratch: Vec<u32>,
@@ -298,6 +299,7 @@ impl Topics {
                 let g = q.next_group;
                 q.next_group = q.next_group.wrapping_add(1);
                 q.groups.insert(group.into(), (g, 1));
+                q.names.insert(g, group.into());
                 g
             }
         };
@@ -328,7 +330,7 @@ impl Topics {
         let q = &self.queues;
         let slot = *q.by_subscription.get(&(id, sid))?;
         let (_, g, _) = q.members.get(slot as usize).copied().flatten()?;
-        q.groups.iter().find(|(_, &(gid, _))| gid == g).map(|(name, _)| &**name)
+        q.names.get(&g).map(|n| &**n)
     }
 
     /// Removes subscription `sid` of session `id` (plain or a queue
@@ -340,12 +342,14 @@ impl Topics {
                 q.index.remove(pattern, slot, sid);
                 if let Some((_, g, _)) = q.members[slot as usize].take() {
                     q.free.push(slot);
-                    q.groups.retain(|_, (gid, holders)| {
-                        if *gid == g {
-                            *holders -= 1;
+                    let name = q.names.get(&g).cloned().unwrap_or_default();
+                    if let Some((_, holders)) = q.groups.get_mut(&name) {
+                        *holders -= 1;
+                        if *holders == 0 {
+                            q.groups.remove(&name);
+                            q.names.remove(&g);
                         }
-                        *holders > 0
-                    });
+                    }
                 }
             }
             None => {
@@ -401,8 +405,7 @@ impl Queues {
         // A session once per group (by its first subscription in it).
         found.dedup_by_key(|&mut (g, c, _)| (g, c));
         for chunk in found.chunk_by(|a, b| a.0 == b.0) {
-            let g = chunk[0].0;
-            let name = self.groups.iter().find(|(_, &(id, _))| id == g).map_or("", |(n, _)| &**n);
+            let name = self.names.get(&chunk[0].0).map_or("", |n| &**n);
             out.push(GroupTargets {
                 name: name.into(),
                 members: chunk.iter().map(|&(_, c, _)| c).collect(),

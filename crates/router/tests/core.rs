@@ -525,3 +525,33 @@ fn a_message_from_another_router_serves_only_the_queue_groups_it_names() {
     r.route_forwarded(m("gwx"));
     assert_eq!(got(&mut r), [0, 0, 1], "names match whole");
 }
+
+/// A member closed as a slow consumer leaves its group in what the
+/// cluster is told (its count back to 0), and a plain subscription on the
+/// same pattern is withdrawn as itself, not in the group's place.
+#[test]
+fn a_slow_member_closed_is_told_gone_from_its_group_and_its_plain_pattern_withdrawn() {
+    use tickwire_router::peers::{link, Interest, Peers};
+    let (l, _reader) = link(1 << 12, None);
+    let mut peers = Peers::new(0, vec![None, Some(l)]);
+    peers.set_cluster(1);
+    let mut r = Router::with_peers("test", Limits::default(), None, peers, 1);
+    let a = client(&mut r, "a", usize::MAX);
+    let member = frame(ClientRepr {
+        value: 1,
+        flags: flags::QUEUE,
+        topic: "orders/>",
+        body: b"gw",
+        ..ClientRepr::new(ClientKind::Subscribe)
+    });
+    r.handle_frame(a, &member).unwrap();
+    r.handle_frame(a, &subscribe(2, "orders/>")).unwrap();
+    let told = r.take_announcements();
+    assert!(told.iter().any(|c| matches!(c, Interest::Group { members: 1, .. })), "{told:?}");
+    assert!(told.iter().any(|c| matches!(c, Interest::Add { .. })), "{told:?}");
+    assert!(r.begin_close(a, &Disconnect { code: RejectCode::Limit, reason: "slow".into() }));
+    let told = r.take_announcements();
+    assert!(told.iter().any(|c| matches!(c, Interest::Group { members: 0, .. })), "{told:?}");
+    assert!(told.iter().any(|c| matches!(c, Interest::Remove { .. })), "{told:?}");
+    assert_eq!(told.len(), 2, "{told:?}");
+}

@@ -92,7 +92,7 @@ pub struct ClusterAgent {
     /// Scratch: the peers or agents one message goes to, the queue
     /// groups picked for it (peer, group), one peer's list of them.
     pub(super) targets: Vec<u32>,
-    pub(super) picks: Vec<(u32, Box<str>)>,
+    pub(super) picks: Vec<(u32, u32)>,
     pub(super) list: String,
     told: Vec<Told>,
 }

@@ -42,6 +42,9 @@ type Key = (Box<str>, Box<str>);
 pub struct LocalGroups {
     /// (pattern, group) to members per routing agent.
     held: BTreeMap<Key, BTreeMap<u32, u32>>,
+    /// Group to the routing agents holding members of it, each with the
+    /// patterns it holds them on.
+    by_group: BTreeMap<Box<str>, BTreeMap<u32, u32>>,
 }
 
 impl LocalGroups {
@@ -51,13 +54,25 @@ impl LocalGroups {
         let key: Key = (pattern.into(), group.into());
         let before = self.total(&key);
         let by_agent = self.held.entry(key.clone()).or_default();
-        if members == 0 {
-            by_agent.remove(&agent);
-        } else {
-            by_agent.insert(agent, members);
-        }
+        let had = if members == 0 { by_agent.remove(&agent) } else { by_agent.insert(agent, members) };
         if by_agent.is_empty() {
             self.held.remove(&key);
+        }
+        let agents = self.by_group.entry(group.into()).or_default();
+        match (had.is_some(), members > 0) {
+            (false, true) => *agents.entry(agent).or_insert(0) += 1,
+            (true, false) => {
+                if let Some(n) = agents.get_mut(&agent) {
+                    *n -= 1;
+                    if *n == 0 {
+                        agents.remove(&agent);
+                    }
+                }
+            }
+            _ => {}
+        }
+        if agents.is_empty() {
+            self.by_group.remove(group);
         }
         let after = self.total(&key);
         (after != before).then_some(after)
@@ -75,9 +90,9 @@ impl LocalGroups {
     /// The routing agents holding members of any of `groups` (names
     /// separated by a space), added to `out`, each once.
     pub fn agents_into(&self, groups: &str, out: &mut Vec<u32>) {
-        for ((_, g), by_agent) in &self.held {
-            if groups.split(' ').any(|n| n == &**g) {
-                out.extend(by_agent.keys());
+        for name in groups.split(' ') {
+            if let Some(agents) = self.by_group.get(name) {
+                out.extend(agents.keys());
             }
         }
         out.sort_unstable();
@@ -96,10 +111,11 @@ impl LocalGroups {
 }
 
 /// One router's members of one group on one pattern.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 struct Entry {
     peer: u32,
-    group: Box<str>,
+    /// The group's id ([`RemoteGroups::name`]).
+    group: u32,
     members: u32,
 }
 
@@ -113,6 +129,14 @@ pub enum Wanted {
     Less(Pattern),
 }
 
+/// A group's name interned: its id, the entries naming it, its next pick.
+#[derive(Debug)]
+struct Name {
+    text: Box<str>,
+    entries: usize,
+    next: u64,
+}
+
 /// The queue-group members of the other routers.
 #[derive(Debug, Default)]
 pub struct RemoteGroups {
@@ -121,14 +145,19 @@ pub struct RemoteGroups {
     entries: Vec<Option<Entry>>,
     free: Vec<u32>,
     by_key: BTreeMap<(u32, Key), u32>,
-    /// Each group's next pick.
-    next: BTreeMap<Box<str>, u64>,
+    /// Entries per peer.
+    per_peer: BTreeMap<u32, usize>,
+    /// Group names by id (an id is reused once no entry names it), and
+    /// their ids.
+    names: Vec<Option<Name>>,
+    free_names: Vec<u32>,
+    ids: BTreeMap<Box<str>, u32>,
     /// Each peer's entries told before its link came up again and not told
     /// since ([`RemoteGroups::begin_retelling`]).
     stale: BTreeMap<u32, BTreeSet<Key>>,
     /// Scratch: entries matched, and (group, peer, weight) candidates.
     matched: Vec<u32>,
-    candidates: Vec<(Box<str>, u32, u32)>,
+    candidates: Vec<(u32, u32, u32)>,
 }
 
 impl RemoteGroups {
@@ -144,8 +173,16 @@ impl RemoteGroups {
             (Some(slot), 0) => {
                 self.by_key.remove(&at);
                 self.index.remove(pattern, slot, 0);
-                self.entries[slot as usize] = None;
+                if let Some(e) = self.entries[slot as usize].take() {
+                    self.let_go_name(e.group);
+                }
                 self.free.push(slot);
+                if let Some(n) = self.per_peer.get_mut(&peer) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.per_peer.remove(&peer);
+                    }
+                }
                 Some(Wanted::Less(pattern.clone()))
             }
             (Some(slot), n) => {
@@ -156,7 +193,7 @@ impl RemoteGroups {
             }
             (None, 0) => None,
             (None, n) => {
-                let e = Entry { peer, group: group.into(), members: n };
+                let e = Entry { peer, group: self.hold_name(group), members: n };
                 let slot = match self.free.pop() {
                     Some(s) => {
                         self.entries[s as usize] = Some(e);
@@ -169,14 +206,58 @@ impl RemoteGroups {
                 };
                 self.by_key.insert(at, slot);
                 self.index.insert(pattern, slot, 0);
+                *self.per_peer.entry(peer).or_insert(0) += 1;
                 Some(Wanted::More(pattern.clone()))
             }
         }
     }
 
+    fn hold_name(&mut self, group: &str) -> u32 {
+        if let Some(&id) = self.ids.get(group) {
+            if let Some(n) = self.names[id as usize].as_mut() {
+                n.entries += 1;
+            }
+            return id;
+        }
+        let name = Name { text: group.into(), entries: 1, next: 0 };
+        let id = match self.free_names.pop() {
+            Some(id) => {
+                self.names[id as usize] = Some(name);
+                id
+            }
+            None => {
+                self.names.push(Some(name));
+                self.names.len() as u32 - 1
+            }
+        };
+        self.ids.insert(group.into(), id);
+        id
+    }
+
+    fn let_go_name(&mut self, id: u32) {
+        let Some(n) = self.names.get_mut(id as usize).and_then(Option::as_mut) else { return };
+        n.entries -= 1;
+        if n.entries == 0 {
+            let text = std::mem::take(&mut n.text);
+            self.names[id as usize] = None;
+            self.ids.remove(&text);
+            self.free_names.push(id);
+        }
+    }
+
+    /// Group `id`'s name ([`RemoteGroups::pick_into`]'s output).
+    pub fn name(&self, id: u32) -> &str {
+        self.names.get(id as usize).and_then(Option::as_ref).map_or("", |n| &n.text)
+    }
+
     /// (pattern, group) pairs peer `peer` told.
     pub fn len(&self, peer: u32) -> usize {
-        self.by_key.range((peer, (Box::from(""), Box::from("")))..).take_while(|((p, _), _)| *p == peer).count()
+        self.per_peer.get(&peer).copied().unwrap_or(0)
+    }
+
+    /// Whether peer `peer` told members on `pattern` in `group`.
+    pub fn holds(&self, peer: u32, pattern: &str, group: &str) -> bool {
+        self.by_key.contains_key(&(peer, (pattern.into(), group.into())))
     }
 
     /// Peer `peer`'s link came up: it tells its groups again; those it
@@ -187,7 +268,7 @@ impl RemoteGroups {
     }
 
     /// Peer `peer` has told again all it holds: what it did not tell again
-    /// goes (and [`RemoteGroups::forget`]'s changes are returned).
+    /// goes (and what that changed is returned).
     pub fn end_retelling(&mut self, peer: u32) -> Vec<Wanted> {
         let stale = self.stale.remove(&peer).unwrap_or_default();
         self.drop_keys(peer, stale)
@@ -221,10 +302,10 @@ impl RemoteGroups {
 
     /// For a message on `topic` whose router served the groups `served`
     /// (names separated by a space), one peer for each other group with
-    /// members matching it: (peer, group) pairs into `out` (emptied
+    /// members matching it: (peer, group id) pairs into `out` (emptied
     /// first), in peer order. A peer is picked by weighted round-robin
     /// among those `up` says are reachable (among all when none is).
-    pub fn pick_into(&mut self, topic: &str, served: &str, up: impl Fn(u32) -> bool, out: &mut Vec<(u32, Box<str>)>) {
+    pub fn pick_into(&mut self, topic: &str, served: &str, up: impl Fn(u32) -> bool, out: &mut Vec<(u32, u32)>) {
         out.clear();
         if self.by_key.is_empty() {
             return;
@@ -232,14 +313,15 @@ impl RemoteGroups {
         self.index.matches_into(topic, &mut self.matched);
         self.candidates.clear();
         for &slot in &self.matched {
-            let Some(e) = self.entries.get(slot as usize).and_then(Option::as_ref) else { continue };
-            if !served.split(' ').any(|n| n == &*e.group) {
-                self.candidates.push((e.group.clone(), e.peer, e.members));
+            let Some(e) = self.entries.get(slot as usize).and_then(|e| *e) else { continue };
+            let name = self.names.get(e.group as usize).and_then(Option::as_ref).map_or("", |n| &n.text);
+            if served.is_empty() || !served.split(' ').any(|n| n == name) {
+                self.candidates.push((e.group, e.peer, e.members));
             }
         }
         // A peer once per group, with its members on every pattern that
         // matched.
-        self.candidates.sort_unstable_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        self.candidates.sort_unstable();
         self.candidates.dedup_by(|b, a| {
             let same = a.0 == b.0 && a.1 == b.1;
             if same {
@@ -249,18 +331,18 @@ impl RemoteGroups {
         });
         for group in self.candidates.chunk_by(|a, b| a.0 == b.0) {
             let any_up = group.iter().any(|c| up(c.1));
-            let weight = |c: &&(Box<str>, u32, u32)| if !any_up || up(c.1) { u64::from(c.2) } else { 0 };
-            let total: u64 = group.iter().map(|c| weight(&c)).sum();
+            let weight = |c: &(u32, u32, u32)| if !any_up || up(c.1) { u64::from(c.2) } else { 0 };
+            let total: u64 = group.iter().map(weight).sum();
+            let Some(name) = self.names.get_mut(group[0].0 as usize).and_then(Option::as_mut) else { continue };
             if total == 0 {
                 continue;
             }
-            let next = self.next.entry(group[0].0.clone()).or_insert(0);
-            let mut at = *next % total;
-            *next = next.wrapping_add(1);
+            let mut at = name.next % total;
+            name.next = name.next.wrapping_add(1);
             for c in group {
-                let w = weight(&c);
+                let w = weight(c);
                 if at < w {
-                    out.push((c.1, c.0.clone()));
+                    out.push((c.1, c.0));
                     break;
                 }
                 at -= w;
@@ -289,8 +371,11 @@ mod tests {
         l.agents_into("audit pricers", &mut agents);
         assert_eq!(agents, vec![0, 1]);
         assert_eq!(l.set(0, "rfq/>", "pricers", 0), Some(2));
+        agents.clear();
+        l.agents_into("pricers", &mut agents);
+        assert_eq!(agents, vec![1]);
         assert_eq!(l.set(1, "rfq/>", "pricers", 0), Some(0));
-        assert!(l.is_empty());
+        assert!(l.is_empty() && l.by_group.is_empty());
     }
 
     #[test]
@@ -299,13 +384,17 @@ mod tests {
         assert_eq!(r.set(1, &p("rfq/>"), "pricers", 1), Some(Wanted::More(p("rfq/>"))));
         assert_eq!(r.set(2, &p("rfq/*"), "pricers", 3), Some(Wanted::More(p("rfq/*"))));
         assert!(r.set(2, &p("rfq/eu"), "audit", 1).is_some());
-        let mut got = BTreeMap::<(u32, Box<str>), u32>::new();
+        let mut got = BTreeMap::<(u32, String), u32>::new();
         let mut out = Vec::new();
+        let named = |r: &RemoteGroups, out: &[(u32, u32)]| -> Vec<(u32, String)> {
+            out.iter().map(|&(k, g)| (k, r.name(g).to_owned())).collect()
+        };
         for _ in 0..400 {
             r.pick_into("rfq/eu", "", |_| true, &mut out);
-            assert_eq!(out.iter().filter(|(_, g)| &**g == "pricers").count(), 1, "one router per group: {out:?}");
-            assert_eq!(out.iter().filter(|(_, g)| &**g == "audit").count(), 1);
-            for k in out.drain(..) {
+            let picked = named(&r, &out);
+            assert_eq!(picked.iter().filter(|(_, g)| g == "pricers").count(), 1, "one router per group: {picked:?}");
+            assert_eq!(picked.iter().filter(|(_, g)| g == "audit").count(), 1);
+            for k in picked {
                 *got.entry(k).or_default() += 1;
             }
         }
@@ -314,11 +403,11 @@ mod tests {
         assert_eq!(got[&(2, "audit".into())], 400);
         // A group served where it was published goes nowhere else.
         r.pick_into("rfq/eu", "pricers", |_| true, &mut out);
-        assert_eq!(out, vec![(2, "audit".into())]);
+        assert_eq!(named(&r, &out), vec![(2, "audit".to_owned())]);
         // A router whose link is down is passed over while another is up.
         for _ in 0..10 {
             r.pick_into("rfq/us", "", |k| k != 2, &mut out);
-            assert_eq!(out, vec![(1, "pricers".into())]);
+            assert_eq!(named(&r, &out), vec![(1, "pricers".to_owned())]);
         }
         r.pick_into("rfq/us", "", |_| false, &mut out);
         assert_eq!(out.len(), 1, "none up: one still picked (and counted lost)");
@@ -340,5 +429,7 @@ mod tests {
         assert_eq!(r.set(1, &p("a"), "g", 0), Some(Wanted::Less(p("a"))));
         assert!(r.is_empty());
         assert_eq!(r.set(1, &p("c"), "g", 0), None, "a withdrawal of nothing held");
+        assert!(r.names.iter().all(Option::is_none) && r.ids.is_empty(), "no name outlives its entries");
+        assert_eq!(r.per_peer.len(), 0);
     }
 }

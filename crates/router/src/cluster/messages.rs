@@ -4,6 +4,7 @@
 //! sends, handed to the routing agents that want them.
 
 use super::agent::{ClusterAgent, Peer, MAX_PEER_PATTERNS, POLL_LIMIT};
+use super::groups::RemoteGroups;
 use super::link::PeerLink;
 use tickwire_topic::{check_topic, Pattern};
 use tickwire_wire::request::{self, Inbox};
@@ -44,8 +45,9 @@ impl ClusterAgent {
                     groups.pick_into(topic, m.groups, up, picks);
                 }
                 for &k in targets.iter() {
-                    names_for(picks, k, list);
+                    let left_out = names_for(groups, picks, k, list);
                     let p = &mut peers[k as usize];
+                    p.status.lost_out += left_out;
                     send_to(p, links, how, (topic, payload, list), (now, None), &mut failed);
                 }
                 // The peers picked for a group that want nothing else of it.
@@ -56,8 +58,9 @@ impl ClusterAgent {
                         continue;
                     }
                     last = Some(k);
-                    names_for(picks, k, list);
+                    let left_out = names_for(groups, picks, k, list);
                     if let Some(p) = peers.get_mut(k as usize) {
+                        p.status.lost_out += left_out;
                         send_to(p, links, how, (topic, payload, list), (now, None), &mut failed);
                     }
                 }
@@ -80,13 +83,14 @@ impl ClusterAgent {
         (sequence, discards, flags): (u64, u32, u8),
         (topic, payload, groups): (&str, &[u8], &str),
     ) -> Result<(), String> {
-        check_topic(topic).map_err(|e| format!("MESSAGE on {topic:?}: {e}"))?;
+        let frame = if groups.is_empty() { "MESSAGE" } else { "GROUP_MESSAGE" };
+        check_topic(topic).map_err(|e| format!("{frame} on {topic:?}: {e}"))?;
         let p = &mut self.peers[k as usize];
         let inc = self.links[slot].as_ref().and_then(|l| l.them()).map_or(0, |t| t.incarnation);
         let gap = match p.heard {
             Some((i, last)) if i == inc => {
                 if sequence <= last {
-                    return Err(format!("MESSAGE sequence {sequence} after {last}"));
+                    return Err(format!("{frame} sequence {sequence} after {last}"));
                 }
                 sequence - last - 1
             }
@@ -121,7 +125,7 @@ impl ClusterAgent {
             let (inbox, rest) = request::split_body(payload)
                 .ok_or_else(|| format!("MESSAGE on {topic}: a request without an inbox"))?;
             let via = request::via_peer(k, inc, inbox)
-                .ok_or_else(|| format!("MESSAGE on {topic}: a request on {inbox:?}, no inbox of its router"))?;
+                .ok_or_else(|| format!("{frame} on {topic}: a request on {inbox:?}, no inbox of its router"))?;
             let mut b = Vec::with_capacity(1 + via.len() + rest.len());
             request::body(&via, rest, &mut b);
             named = b;
@@ -146,7 +150,7 @@ impl ClusterAgent {
     pub(super) fn take_group(&mut self, k: u32, members: u32, group: &str, pattern: &str) -> Result<(), String> {
         let p = Pattern::parse(pattern).map_err(|e| format!("GROUP {pattern:?}: {e}"))?;
         crate::routing::queue_group(group.as_bytes()).map_err(|e| format!("GROUP on {pattern}: {e}"))?;
-        if members > 0 && self.groups.len(k) >= MAX_PEER_PATTERNS {
+        if members > 0 && self.groups.len(k) >= MAX_PEER_PATTERNS && !self.groups.holds(k, pattern, group) {
             return Err(format!("more than {MAX_PEER_PATTERNS} queue groups"));
         }
         if let Some(c) = self.groups.set(k, &p, group, members).and_then(|w| self.remote.group(&w)) {
@@ -157,15 +161,25 @@ impl ClusterAgent {
 }
 
 /// The groups `picks` holds for peer `k`, separated by a space, into
-/// `list` (emptied first).
-fn names_for(picks: &[(u32, Box<str>)], k: u32, list: &mut String) {
+/// `list` (emptied first), as many as a GROUP_MESSAGE's list holds
+/// (65,535 bytes: a thousand names of the longest); returns how many were
+/// left out (the message is lost to them, counted in the link's
+/// `lost_out`).
+fn names_for(groups: &RemoteGroups, picks: &[(u32, u32)], k: u32, list: &mut String) -> u64 {
     list.clear();
-    for (_, g) in picks.iter().filter(|(p, _)| *p == k) {
+    let mut left_out = 0;
+    for &(_, g) in picks.iter().filter(|(p, _)| *p == k) {
+        let name = groups.name(g);
+        if list.len() + 1 + name.len() > usize::from(u16::MAX) {
+            left_out += 1;
+            continue;
+        }
         if !list.is_empty() {
             list.push(' ');
         }
-        list.push_str(g);
+        list.push_str(name);
     }
+    left_out
 }
 
 /// Sends a message (`discards`, `flags`; topic, payload, the queue groups

@@ -343,11 +343,10 @@ impl Router {
             }
         }
         for sid in gone {
+            let Some(Some(s)) = self.sessions.get_mut(id as usize) else { return };
             let Some(p) = s.subscriptions.remove(&sid).and_then(|t| super::parsed(&t)) else { continue };
-            self.topics.unsubscribe(&p, id, sid);
-            if let Some(peers) = &mut self.peers {
-                peers.release(&p);
-            }
+            self.drop_subscription(&p, id, sid);
+            let Some(Some(s)) = self.sessions.get_mut(id as usize) else { return };
             s.stats.rejects += 1;
             let why = format!("user {:?} may no longer read {}", user.name, p.as_str());
             let r = ClientRepr {
@@ -358,7 +357,9 @@ impl Router {
             };
             let _ = control(s, &r);
         }
-        s.mark(id, &mut self.backlog);
+        if let Some(Some(s)) = self.sessions.get_mut(id as usize) {
+            s.mark(id, &mut self.backlog);
+        }
     }
 
     /// Sessions not welcomed within

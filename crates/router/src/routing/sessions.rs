@@ -399,7 +399,7 @@ impl Router {
     /// Removes subscription `sid` (on `p`) of session `id` from the index
     /// and from what the other agents are told (a queue group's member
     /// from its group's count).
-    fn drop_subscription(&mut self, p: &Pattern, id: u32, sid: u32) {
+    pub(super) fn drop_subscription(&mut self, p: &Pattern, id: u32, sid: u32) {
         let group: Option<Box<str>> = self.topics.queue_group_of(id, sid).map(Into::into);
         self.topics.unsubscribe(p, id, sid);
         if let Some(peers) = &mut self.peers {

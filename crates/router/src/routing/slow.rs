@@ -62,13 +62,12 @@ impl Router {
         }
         s.closing = true;
         self.totals.slow_disconnected += 1;
-        for (sid, text) in s.subscriptions.drain() {
+        let subscriptions: Vec<(u32, Box<str>)> = s.subscriptions.drain().collect();
+        for (sid, text) in subscriptions {
             let Some(p) = super::parsed(&text) else { continue };
-            self.topics.unsubscribe(&p, id, sid);
-            if let Some(peers) = &mut self.peers {
-                peers.release(&p);
-            }
+            self.drop_subscription(&p, id, sid);
         }
+        let Some(Some(s)) = self.sessions.get_mut(id as usize) else { return false };
         let held = s.queue.allocated();
         let dropped = s.queue.clear() as u64;
         self.memory.released(held);
