@@ -157,8 +157,13 @@ impl Hosts {
     fn sub_at_line(&self, k: usize, urls: &str, topic: &str, count: u64, within: &str) -> (Child, String) {
         let count = count.to_string();
         let args = ["sub", "--router", urls, "--topic", topic, "--count", &count, "--verify", "--duration", within];
-        let mut child = self.cmd(k, &args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        // Its first line (on stderr) says it is subscribed.
+        self.subscribed(k, &args)
+    }
+
+    /// Starts `tickwire` with `args` (a `sub`) on router `k`'s host and
+    /// waits for its first line (on stderr), which says it is subscribed.
+    fn subscribed(&self, k: usize, args: &[&str]) -> (Child, String) {
+        let mut child = self.cmd(k, args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let mut first = Vec::new();
         let out = child.stderr.as_mut().unwrap();
         let mut b = [0u8; 1];
@@ -513,15 +518,7 @@ fn links_speak_tls_and_a_certificate_naming_another_router_or_from_another_ca_is
 /// waits (up to `within`) for messages; returns the child.
 fn member(h: &Hosts, k: usize, group: &str, within: &str) -> Child {
     let args = ["sub", "--router", CLIENTS, "--topic", "md/>", "--queue", group, "--verify", "--duration", within];
-    let mut child = h.cmd(k, &args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let mut first = Vec::new();
-    let out = child.stderr.as_mut().unwrap();
-    let mut b = [0u8; 1];
-    while std::io::Read::read(out, &mut b).unwrap_or(0) == 1 && b[0] != b'\n' {
-        first.push(b[0]);
-    }
-    assert!(String::from_utf8_lossy(&first).contains("subscribed to"), "{}", String::from_utf8_lossy(&first));
-    child
+    h.subscribed(k, &args).0
 }
 
 /// A queue group with members on two routers, published to from a third:
