@@ -197,16 +197,7 @@ impl LastValues {
             return UNKNOWN;
         }
         let e = Entry { topic: topic.into(), payload: payload.to_vec(), flags };
-        let i = match self.free.pop() {
-            Some(i) => {
-                self.entries[i as usize] = Some(e);
-                i
-            }
-            None => {
-                self.entries.push(Some(e));
-                self.entries.len() as u32 - 1
-            }
-        };
+        let i = crate::slots::put(&mut self.entries, &mut self.free, e);
         self.by_topic.insert(topic.into(), i);
         let mut node = &mut self.tree;
         for level in topic.split('/') {

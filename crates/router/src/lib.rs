@@ -74,6 +74,7 @@ pub mod queue;
 pub mod routing;
 pub mod server;
 pub mod session;
+mod slots;
 pub mod status;
 pub mod tcp;
 pub mod topics;

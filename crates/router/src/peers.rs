@@ -348,9 +348,8 @@ impl Peers {
             Interest::Remove { agent, id, pattern } if *agent != self.me => {
                 self.interest.remove(pattern, *agent, *id);
             }
-            // The cluster's agent's alone (its own interest in a group's
-            // pattern comes as an `Add`).
-            Interest::Group { .. } => {}
+            // Its own changes; and `Group`, the cluster's agent's alone (its
+            // own interest in a group's pattern comes as an `Add`).
             _ => {}
         }
     }

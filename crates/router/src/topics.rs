@@ -303,16 +303,7 @@ impl Topics {
                 g
             }
         };
-        let slot = match q.free.pop() {
-            Some(s) => {
-                q.members[s as usize] = Some((id, g, sid));
-                s
-            }
-            None => {
-                q.members.push(Some((id, g, sid)));
-                q.members.len() as u32 - 1
-            }
-        };
+        let slot = crate::slots::put(&mut q.members, &mut q.free, (id, g, sid));
         q.by_subscription.insert((id, sid), slot);
         q.index.insert(pattern, slot, sid);
         self.invalidate();

@@ -392,7 +392,17 @@ pub fn emit_message_header(
     flags: u8,
     topic: &str,
 ) -> Result<(), ClusterError> {
-    out.push(kind::MESSAGE);
+    emit_numbered(out, kind::MESSAGE, (sequence, discards, flags), topic)
+}
+
+/// A MESSAGE's or GROUP_MESSAGE's fields up to the end of its topic.
+fn emit_numbered(
+    out: &mut Vec<u8>,
+    kind: u8,
+    (sequence, discards, flags): (u64, u32, u8),
+    topic: &str,
+) -> Result<(), ClusterError> {
+    out.push(kind);
     out.extend_from_slice(&sequence.to_le_bytes());
     out.extend_from_slice(&discards.to_le_bytes());
     out.push(flags);
@@ -411,12 +421,25 @@ pub fn emit_group_message_header(
     topic: &str,
     groups: &str,
 ) -> Result<(), ClusterError> {
-    out.push(kind::GROUP_MESSAGE);
-    out.extend_from_slice(&sequence.to_le_bytes());
-    out.extend_from_slice(&discards.to_le_bytes());
-    out.push(flags);
-    put_text(out, "topic", topic)?;
+    emit_numbered(out, kind::GROUP_MESSAGE, (sequence, discards, flags), topic)?;
     put_text(out, "groups", groups)
+}
+
+/// A list of queue-group names, separated by a space, as GROUP_MESSAGE
+/// carries it (and the router's agents pass it to each other).
+pub mod group_list {
+    /// Whether `list` names `group`.
+    pub fn contains(list: &str, group: &str) -> bool {
+        !list.is_empty() && list.split(' ').any(|n| n == group)
+    }
+
+    /// Appends `group` to `list`.
+    pub fn push(list: &mut String, group: &str) {
+        if !list.is_empty() {
+            list.push(' ');
+        }
+        list.push_str(group);
+    }
 }
 
 #[cfg(test)]
@@ -462,6 +485,16 @@ mod tests {
             groups: "pricers audit",
             payload: b"q",
         });
+    }
+
+    #[test]
+    fn a_group_list_names_whole_names() {
+        let mut l = String::new();
+        assert!(!group_list::contains(&l, ""), "an empty list names nothing");
+        group_list::push(&mut l, "pricers");
+        group_list::push(&mut l, "audit");
+        assert_eq!(l, "pricers audit");
+        assert!(group_list::contains(&l, "audit") && !group_list::contains(&l, "price"));
     }
 
     #[test]

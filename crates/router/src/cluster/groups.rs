@@ -32,6 +32,7 @@
 use crate::index::SubscriptionIndex;
 use std::collections::{BTreeMap, BTreeSet};
 use tickwire_topic::Pattern;
+use tickwire_wire::cluster::group_list;
 
 /// A (pattern, group) pair, as text.
 type Key = (Box<str>, Box<str>);
@@ -194,16 +195,7 @@ impl RemoteGroups {
             (None, 0) => None,
             (None, n) => {
                 let e = Entry { peer, group: self.hold_name(group), members: n };
-                let slot = match self.free.pop() {
-                    Some(s) => {
-                        self.entries[s as usize] = Some(e);
-                        s
-                    }
-                    None => {
-                        self.entries.push(Some(e));
-                        self.entries.len() as u32 - 1
-                    }
-                };
+                let slot = crate::slots::put(&mut self.entries, &mut self.free, e);
                 self.by_key.insert(at, slot);
                 self.index.insert(pattern, slot, 0);
                 *self.per_peer.entry(peer).or_insert(0) += 1;
@@ -220,16 +212,7 @@ impl RemoteGroups {
             return id;
         }
         let name = Name { text: group.into(), entries: 1, next: 0 };
-        let id = match self.free_names.pop() {
-            Some(id) => {
-                self.names[id as usize] = Some(name);
-                id
-            }
-            None => {
-                self.names.push(Some(name));
-                self.names.len() as u32 - 1
-            }
-        };
+        let id = crate::slots::put(&mut self.names, &mut self.free_names, name);
         self.ids.insert(group.into(), id);
         id
     }
@@ -315,7 +298,7 @@ impl RemoteGroups {
         for &slot in &self.matched {
             let Some(e) = self.entries.get(slot as usize).and_then(|e| *e) else { continue };
             let name = self.names.get(e.group as usize).and_then(Option::as_ref).map_or("", |n| &n.text);
-            if served.is_empty() || !served.split(' ').any(|n| n == name) {
+            if !group_list::contains(served, name) {
                 self.candidates.push((e.group, e.peer, e.members));
             }
         }

@@ -7,6 +7,7 @@ use super::agent::{ClusterAgent, Peer, MAX_PEER_PATTERNS, POLL_LIMIT};
 use super::groups::RemoteGroups;
 use super::link::PeerLink;
 use tickwire_topic::{check_topic, Pattern};
+use tickwire_wire::cluster::group_list;
 use tickwire_wire::request::{self, Inbox};
 
 impl ClusterAgent {
@@ -174,10 +175,7 @@ fn names_for(groups: &RemoteGroups, picks: &[(u32, u32)], k: u32, list: &mut Str
             left_out += 1;
             continue;
         }
-        if !list.is_empty() {
-            list.push(' ');
-        }
-        list.push_str(name);
+        group_list::push(list, name);
     }
     left_out
 }

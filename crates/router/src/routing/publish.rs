@@ -12,6 +12,7 @@ use crate::topics::{GroupTargets, Sources, TopicEntry};
 use tickwire_topic::check_topic;
 use tickwire_wire::client::RejectCode;
 use tickwire_wire::client::{self, flags::HEADERS};
+use tickwire_wire::cluster::group_list;
 
 /// What deliveries did: how many were made, the discards they caused,
 /// and the bytes the queues grew by.
@@ -95,7 +96,7 @@ fn deliver_groups(
         if len == 0 || (len == 1 && g.members[0] == skip) {
             continue;
         }
-        if only.is_some_and(|names| !names.split(' ').any(|n| n == &*g.name)) {
+        if only.is_some_and(|names| !group_list::contains(names, &g.name)) {
             continue;
         }
         let roomy = |c: u32| c != skip && matches!(sessions.get(c as usize), Some(Some(s)) if s.queue.is_below_half());
@@ -109,10 +110,7 @@ fn deliver_groups(
         let before = d.n;
         d.to(sessions, (&mut *backlog, &mut *slow), g.members[pick], message, (discarded, local, false));
         if d.n > before {
-            if !served.is_empty() {
-                served.push(' ');
-            }
-            served.push_str(&g.name);
+            group_list::push(served, &g.name);
         }
     }
     d

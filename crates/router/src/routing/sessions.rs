@@ -35,16 +35,7 @@ impl Router {
         self.totals.connected += 1;
         self.trim_unwelcomed();
         self.login.expect_welcome(self.next_id(), s.serial, now);
-        match self.free.pop() {
-            Some(id) => {
-                self.sessions[id as usize] = Some(s);
-                id
-            }
-            None => {
-                self.sessions.push(Some(s));
-                self.sessions.len() as u32 - 1
-            }
-        }
+        crate::slots::put(&mut self.sessions, &mut self.free, s)
     }
 
     /// Ends session `id`: its subscriptions go, a CLOSE with `why` is
