@@ -38,6 +38,38 @@ fn connect(addr: std::net::SocketAddr) -> BufReader<TcpStream> {
     r
 }
 
+/// As from a NATS server, the first line after INFO is the PONG to the
+/// client's first PING (or a `+OK`/`-ERR`), even when CONNECT and PING come
+/// apart: Python's and Go's clients read one line after their PING and fail
+/// or misbehave on anything else (a router PING there left a Python
+/// client's subscriptions unsent). The first PING comes an interval later.
+#[test]
+fn a_nats_client_s_first_line_after_its_connect_is_the_pong_to_its_ping_even_when_sent_apart() {
+    let dir = tempdir("nats-first-pong");
+    let router = start(&dir, config("300ms"));
+    let addr = router.nats.unwrap();
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.starts_with("INFO {"), "{line}");
+    let started = Instant::now();
+    r.get_mut().write_all(b"CONNECT {}\r\n").unwrap();
+    // The router reads CONNECT alone and welcomes the client first.
+    std::thread::sleep(Duration::from_millis(100));
+    r.get_mut().write_all(b"PING\r\n").unwrap();
+    line.clear();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line, "PONG\r\n", "the first line after CONNECT and PING");
+    line.clear();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line, "PING\r\n");
+    assert!(started.elapsed() >= Duration::from_millis(250), "the first PING an interval on: {:?}", started.elapsed());
+    drop(router);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_nats_subscriber_receiving_steadily_is_still_pinged_and_stays_while_it_answers() {
     let dir = tempdir("nats-busy-liveness");

@@ -110,15 +110,22 @@ async def auth(url, user, password, **how):
         say(connected=False, error=type(e).__name__ + ": " + str(e))
         return
     got = []
+    came = asyncio.Event()
 
     async def cb(m):
         got.append(m.data.decode())
+        came.set()
 
     await nc.subscribe("md.>", cb=cb)
     await nc.flush()
     await nc.publish("md.eu", b"as " + user.encode())
     await nc.flush()
-    await asyncio.sleep(0.2)
+    try:
+        await asyncio.wait_for(came.wait(), 5)
+    except asyncio.TimeoutError:
+        pass
+    # Anything more (a duplicate) would come at once.
+    await asyncio.sleep(0.1)
     say(connected=True, got=got)
     await nc.close()
 

@@ -229,7 +229,8 @@ impl RoutingAgent {
     }
 
     /// Heartbeats on welcomed TCP links (`limits.heartbeat_interval`): one
-    /// right after WELCOME (the client learns the interval from it), one
+    /// right after WELCOME to a native client (it learns the interval from
+    /// it; a NATS client's first PING comes an interval on), one
     /// whenever nothing was written for an interval, and one an interval
     /// after a publish read since the last (each tells the client one past
     /// the highest publish number read: its receipt); a client nothing was
@@ -266,9 +267,14 @@ impl RoutingAgent {
                 native && s.published_to > input.receipt.0 && self.now >= input.receipt.1.saturating_add(interval_ns);
             let send = receipt_due
                 | match &mut input.live {
+                    // A native client learns the interval from a beat
+                    // right after WELCOME. A NATS client's first PING
+                    // comes an interval on, as from a NATS server: its
+                    // library reads one line after its own first PING and
+                    // takes anything but PONG for a failed connect.
                     None => {
                         input.live = Some(link::Liveness::new(interval, self.now));
-                        true
+                        native
                     }
                     Some(live) => match live.poll(stats, self.now) {
                         link::Beat::Quiet => false,
