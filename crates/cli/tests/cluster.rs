@@ -27,6 +27,9 @@
 //!   names another router, or another CA signed, is refused, and the
 //!   router it tried says why.
 //!
+//! - A client given one router learns the others from its WELCOME and,
+//!   when that router stops, moves to one of them and receives there.
+//!
 //! Runs as root (namespaces, nftables), in `make test`.
 
 #[path = "support/router.rs"]
@@ -225,7 +228,11 @@ impl Drop for Hosts {
 /// by the router, gaps not announced, duplicates).
 fn finish(child: Child) -> (u64, u64, u64, u64) {
     let out = child.wait_with_output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    tally(&format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// [`finish`]'s figures, from what the subscriber printed.
+fn tally(text: &str) -> (u64, u64, u64, u64) {
     let line = text.lines().find(|l| l.starts_with("received ")).unwrap_or_else(|| panic!("sub: {text}"));
     let number = |after: &str| -> u64 {
         let at = line.find(after).unwrap_or_else(|| panic!("no {after:?} in {line}")) + after.len();
@@ -603,4 +610,53 @@ fn requests_to_a_queue_group_across_routers_are_answered_once() {
         let _ = r.kill();
         let _ = r.wait();
     }
+}
+
+/// A client given one router of the cluster learns the others from its
+/// WELCOME (each router told where the others take clients, as a NATS
+/// server's `connect_urls`) and, when its router stops, moves to one of
+/// them, subscribes again and receives.
+#[test]
+fn a_client_given_one_router_learns_the_others_and_moves_to_one_when_it_stops() {
+    let h = Hosts::create(3, 10);
+    let told = |k: usize| vec!["--cluster-client-advertise".to_owned(), format!("tcp://{}:7600", h.addr(k))];
+    let _r0 = h.router_tls(0, &[0], SECRET, &told(0));
+    let mut r1 = h.router_tls(1, &[0], SECRET, &told(1));
+    let _r2 = h.router_tls(2, &[0], SECRET, &told(2));
+    h.wait_link(1, 0, Duration::from_secs(5), up);
+    h.wait_link(1, 2, Duration::from_secs(5), up);
+    // Given r1 alone (its own host's loopback).
+    let (mut sub, first) = h.sub_at_line(1, CLIENTS, "md/>", 2000, "30s");
+    assert!(first.contains("\"r1\""), "{first}");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = sub.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(err)).map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    r1.stop();
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    let moved_to = loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let line = rx.recv_timeout(left).unwrap_or_else(|_| panic!("not moved to r0 or r2: {seen:?}"));
+        if line.contains("subscribed to") {
+            match ["r0", "r2"].into_iter().find(|r| line.contains(&format!("\"{r}\""))) {
+                Some(r) => break r,
+                None => panic!("moved where? {line}"),
+            }
+        }
+        seen.push(line);
+    };
+    // Its interest reaches r2, where the publisher is.
+    if moved_to == "r0" {
+        h.wait_link(2, 0, Duration::from_secs(5), |l| l["interest"] == 1);
+    }
+    h.publish(2, "md/eu/VOD", 2000, "10k");
+    let status = sub.wait().unwrap();
+    reader.join().unwrap();
+    let rest: Vec<String> = rx.try_iter().collect();
+    assert!(status.success(), "{rest:?}");
+    assert_eq!(tally(&rest.join("\n")), (2000, 0, 0, 0), "on {moved_to}");
 }

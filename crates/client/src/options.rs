@@ -114,6 +114,12 @@ pub struct ClientOptions {
     /// Topic patterns whose messages [`crate::Client::publish`] sends guaranteed
     /// (as [`crate::Client::publish_guaranteed`] does).
     pub guaranteed_topics: Vec<String>,
+    /// Routers a cluster's router tells of in WELCOME (those of this
+    /// client's scheme, `tcp://` or `tls://`) join the list this client
+    /// tries after a lost connection, as NATS clients add the servers
+    /// they discover: a client given one router of a cluster fails over to
+    /// the others (true, the default; false keeps to the routers given).
+    pub discover_routers: bool,
 }
 
 /// Every field but the password, which is `Some("***")` if there is one:
@@ -139,6 +145,7 @@ impl std::fmt::Debug for ClientOptions {
             echo,
             guaranteed_window,
             guaranteed_topics,
+            discover_routers,
         } = self;
         f.debug_struct("ClientOptions")
             .field("name", name)
@@ -158,6 +165,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("echo", echo)
             .field("guaranteed_window", guaranteed_window)
             .field("guaranteed_topics", guaranteed_topics)
+            .field("discover_routers", discover_routers)
             .finish()
     }
 }
@@ -182,6 +190,7 @@ impl Default for ClientOptions {
             echo: true,
             guaranteed_window: 8192,
             guaranteed_topics: Vec::new(),
+            discover_routers: true,
         }
     }
 }

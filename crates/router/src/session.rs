@@ -194,6 +194,8 @@ pub struct Session {
     pub(crate) asked: Option<SlowConsumer>,
     /// Its own publishes are not delivered to it (HELLO `NO_ECHO`).
     pub(crate) no_echo: bool,
+    /// The client protocol version its HELLO said (0: before HELLO).
+    pub(crate) protocol: u32,
     /// When the housekeeping first saw it holding publishers (monotonic
     /// ns; 0: not holding).
     pub(crate) holding_since: u64,
@@ -252,6 +254,7 @@ impl Session {
             publisher: 0,
             asked: None,
             no_echo: false,
+            protocol: 0,
             holding_since: 0,
             closing: false,
             serial: 0,

@@ -555,3 +555,29 @@ fn a_slow_member_closed_is_told_gone_from_its_group_and_its_plain_pattern_withdr
     assert!(told.iter().any(|c| matches!(c, Interest::Remove { .. })), "{told:?}");
     assert_eq!(told.len(), 2, "{told:?}");
 }
+
+/// A router of a cluster names the others where they take clients in
+/// WELCOME, after its own name, to a client of protocol 3 (which adds them
+/// to the routers it fails over to); a version 2 client is welcomed with
+/// the name alone, as before, and version 1 is refused.
+#[test]
+fn a_welcome_names_the_clusters_other_routers_to_a_protocol_3_client_only() {
+    use tickwire_wire::client::welcome;
+    let mut r = Router::new("r1", Limits::default(), None);
+    let others = std::sync::Arc::new(tickwire_router::cluster::OtherRouters::default());
+    r.set_other_routers(std::sync::Arc::clone(&others));
+    let welcomed = |r: &mut Router, version: u32| {
+        let id = r.attach(Outbound::Memory(MemoryOut { frames: Vec::new(), room: 8 }), "test".into());
+        let h = frame(ClientRepr { value: version, topic: "c", ..ClientRepr::new(ClientKind::Hello) });
+        r.handle_frame(id, &h).map(|()| drain(r, id).into_iter().find(|f| f.0 == ClientKind::Welcome).unwrap().2)
+    };
+    // None known yet: the name alone.
+    assert_eq!(welcomed(&mut r, CLIENT_PROTOCOL_VERSION).unwrap(), b"r1");
+    others.set("tcp://10.0.0.2:7600,tcp://10.0.0.3:7600".into());
+    let body = welcomed(&mut r, CLIENT_PROTOCOL_VERSION).unwrap();
+    let want = vec!["tcp://10.0.0.2:7600".to_owned(), "tcp://10.0.0.3:7600".to_owned()];
+    assert_eq!(welcome::split(&body), ("r1".to_owned(), want));
+    assert_eq!(welcomed(&mut r, 2).unwrap(), b"r1", "a version 2 client reads the body as the name");
+    let refused = welcomed(&mut r, 1).unwrap_err();
+    assert!(refused.reason.contains("client protocol 1"), "{}", refused.reason);
+}

@@ -6,7 +6,7 @@
 //!
 //! | kind | frame | fields |
 //! |---|---|---|
-//! | 1 | HELLO | version u16, incarnation u64, nonce [16], heartbeat ms u32, cluster, name, listen (each u16 length + UTF-8) |
+//! | 1 | HELLO | version u16, incarnation u64, nonce [16], heartbeat ms u32, cluster, name, listen, clients (each u16 length + UTF-8) |
 //! | 2 | PROOF | HMAC-SHA256 [32] |
 //! | 3 | ROUTERS | count u16, then (name, listen) each |
 //! | 4 | INTEREST | pattern (to the end) |
@@ -28,8 +28,8 @@
 use thiserror::Error;
 
 /// The protocol version HELLO carries.
-/// (2: PING and PONG; 3: GROUP and GROUP_MESSAGE.)
-pub const CLUSTER_PROTOCOL_VERSION: u16 = 3;
+/// (2: PING and PONG; 3: GROUP and GROUP_MESSAGE; 4: HELLO's clients.)
+pub const CLUSTER_PROTOCOL_VERSION: u16 = 4;
 /// Bytes of a HELLO's nonce.
 pub const NONCE_LEN: usize = 16;
 /// Bytes of a PROOF.
@@ -123,6 +123,10 @@ pub struct Hello<'a> {
     pub name: &'a str,
     /// Where it takes cluster links (`host:port`), for the others to dial.
     pub listen: &'a str,
+    /// Where its clients connect: URIs separated by commas
+    /// (`tcp://10.0.0.1:7600`), told to the other routers' clients; empty:
+    /// none told.
+    pub clients: &'a str,
 }
 
 /// A cluster frame, parsed (fields borrowed from the frame).
@@ -268,6 +272,7 @@ impl<'a> ClusterFrame<'a> {
                 cluster: f.text("cluster")?,
                 name: f.text("name")?,
                 listen: f.text("listen")?,
+                clients: f.text("clients")?,
             }),
             kind::PROOF => ClusterFrame::Proof(f.array("proof")?),
             kind::ROUTERS => {
@@ -334,6 +339,7 @@ impl<'a> ClusterFrame<'a> {
                 put_text(out, "cluster", h.cluster)?;
                 put_text(out, "name", h.name)?;
                 put_text(out, "listen", h.listen)?;
+                put_text(out, "clients", h.clients)?;
             }
             ClusterFrame::Proof(p) => {
                 out.push(kind::PROOF);
@@ -463,6 +469,7 @@ mod tests {
             cluster: "prod",
             name: "ldn-1",
             listen: "10.0.0.1:7700",
+            clients: "tcp://10.0.0.1:7600,tls://10.0.0.1:7601",
         }));
         round_trip(&ClusterFrame::Proof([3; PROOF_LEN]));
         round_trip(&ClusterFrame::Routers(vec![("a", "10.0.0.1:7700"), ("b", "10.0.0.2:7700")]));

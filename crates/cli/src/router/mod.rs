@@ -93,6 +93,9 @@ pub struct RouterArgs {
     /// With --cluster-name: a router to dial, tcp://HOST:PORT (repeat; one is enough, the others are learned from it).
     #[arg(long, value_name = "URI", requires = "cluster_name")]
     cluster_peer: Vec<String>,
+    /// With --cluster-name: where this router's clients connect, tcp://HOST:PORT or tls://HOST:PORT, told to the other routers' clients for them to fail over to (repeat; [router.cluster] client_advertise) [default: --listen, unless 0.0.0.0].
+    #[arg(long, value_name = "URI", requires = "cluster_name")]
+    cluster_client_advertise: Vec<String>,
     /// With --cluster-name: a file (mode 600) holding the cluster's shared secret, the same on every router.
     #[arg(long, value_name = "FILE", requires = "cluster_name")]
     cluster_secret_file: Option<std::path::PathBuf>,
@@ -316,6 +319,9 @@ fn config(s: &Settings, a: &RouterArgs) -> Result<RouterConfig, String> {
         }
         if !a.cluster_peer.is_empty() {
             t.peers.clone_from(&a.cluster_peer);
+        }
+        if !a.cluster_client_advertise.is_empty() {
+            t.client_advertise.clone_from(&a.cluster_client_advertise);
         }
         if let Some(f) = &a.cluster_secret_file {
             t.secret_file.clone_from(f);

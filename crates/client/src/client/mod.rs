@@ -36,8 +36,11 @@ pub struct Client {
     uri: RouterUri,
     /// A group's routers (`uri` among them), in an order of this client's
     /// own (shuffled at start), tried in turn after each lost connection;
-    /// empty for one router.
+    /// empty for one router. Routers its routers tell of join it
+    /// ([`ClientOptions::discover_routers`]).
     group: Vec<RouterUri>,
+    /// Routers learned from WELCOMEs (at most `group::DISCOVERED_MAX`).
+    learned: usize,
     pub(crate) opts: ClientOptions,
     ctx: Option<Context>,
     tls: Option<std::sync::Arc<tickwire_transport::tls::ClientConfig>>,
@@ -105,7 +108,10 @@ impl Client {
     /// clients of one that goes away spread over the others; after each
     /// lost connection the next in this order is tried, so guaranteed
     /// publishes and durable subscriptions find the leader (a follower
-    /// closes their session with `NotLeader`). Returns at once:
+    /// closes their session with `NotLeader`). A router of a cluster tells
+    /// its clients where the cluster's other routers take clients, and they
+    /// join the list ([`ClientOptions::discover_routers`]): one router is
+    /// enough to start. Returns at once:
     /// [`Client::poll`] (or [`Client::wait_connected`]) completes the
     /// connection, now or when the router comes.
     ///
@@ -154,6 +160,7 @@ impl Client {
         let mut c = Self {
             uri,
             group,
+            learned: 0,
             opts,
             ctx,
             tls,
@@ -240,7 +247,8 @@ impl Client {
     }
 
     /// A group's routers, in the order this client tries them (the list
-    /// given to [`Client::connect`], shuffled; empty for one router).
+    /// given to [`Client::connect`], shuffled, then the routers a
+    /// cluster's router told of; empty for one router told of none).
     pub fn group(&self) -> &[RouterUri] {
         &self.group
     }

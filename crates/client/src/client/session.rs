@@ -7,8 +7,8 @@ use super::{Client, ClientEvent, Delivery, Request, RouterUri, State};
 use crate::conn::{Conn, SendError};
 use std::time::{Duration, Instant};
 use tickwire_wire::client::{
-    credentials, flags, split_guaranteed_value, split_queue_body, ClientKind, ClientRepr, RejectCode, SlowConsumer,
-    CLIENT_PROTOCOL_VERSION,
+    credentials, flags, split_guaranteed_value, split_queue_body, welcome, ClientKind, ClientRepr, RejectCode,
+    SlowConsumer, CLIENT_PROTOCOL_VERSION,
 };
 use tickwire_wire::headers::split_flagged;
 use tickwire_wire::{request, ClientFrame};
@@ -173,6 +173,7 @@ impl Client {
         let mut heard: Option<Duration> = None;
         let requests = &mut self.requests;
         let receipt = &mut self.receipt;
+        let mut told_routers: Vec<String> = Vec::new();
         let r = conn.poll(
             |bytes| {
                 if broken.is_some() {
@@ -259,7 +260,8 @@ impl Client {
                     }
                     ClientKind::Welcome => {
                         *state = State::Connected;
-                        *router_name = String::from_utf8_lossy(f.body()).into_owned();
+                        // Its name, and the cluster's other routers.
+                        (*router_name, told_routers) = welcome::split(f.body());
                         *client_id = f.value();
                         *refusals = 0;
                         // 0 from a router that does not say.
@@ -299,6 +301,9 @@ impl Client {
         );
         if let Some(why) = forbidden {
             self.refused = Some(why);
+        }
+        if !told_routers.is_empty() && self.opts.discover_routers {
+            super::group::learn(&mut self.group, &self.uri, &told_routers, &mut self.learned);
         }
         if limited && self.state == State::Connected {
             self.refusals = self.refusals.saturating_add(1);

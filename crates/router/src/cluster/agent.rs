@@ -27,6 +27,9 @@ pub(super) const HOUSEKEEPING_NS: u64 = 20_000_000;
 pub(super) struct Peer {
     pub(super) name: String,
     pub(super) listen: String,
+    /// Where its clients connect (URIs separated by commas), as its last
+    /// HELLO said.
+    pub(super) clients: String,
     /// The link slot serving it.
     pub(super) link: Option<usize>,
     /// Messages numbered for it (sent or lost).
@@ -89,6 +92,9 @@ pub struct ClusterAgent {
     /// The router's counters file: a set per other router.
     counters: Option<Arc<tickwire_shm::CountersFile>>,
     status: Arc<Mutex<ClusterStatus>>,
+    /// Where the other routers with a link up take clients, for the
+    /// routing agents' WELCOMEs.
+    others: Arc<super::OtherRouters>,
     /// Scratch: the peers or agents one message goes to, the queue
     /// groups picked for it (peer, group), one peer's list of them.
     pub(super) targets: Vec<u32>,
@@ -127,6 +133,7 @@ impl ClusterAgent {
             cluster: settings.cluster.clone(),
             name: settings.name.clone(),
             listen: settings.advertise.clone(),
+            clients: settings.clients.clone(),
             incarnation: u64::from_le_bytes(inc) ^ now,
             key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &settings.secret),
             heartbeat: settings.heartbeat,
@@ -160,6 +167,7 @@ impl ClusterAgent {
             refused: 0,
             counters,
             status: Arc::new(Mutex::new(status)),
+            others: Arc::default(),
             targets: Vec::new(),
             picks: Vec::new(),
             list: String::new(),
@@ -181,6 +189,26 @@ impl ClusterAgent {
     /// Its status, refreshed at every housekeeping.
     pub fn status(&self) -> Arc<Mutex<ClusterStatus>> {
         Arc::clone(&self.status)
+    }
+
+    /// Where the other routers with a link up take clients (kept current
+    /// as links come up and go down).
+    pub fn other_routers(&self) -> Arc<super::OtherRouters> {
+        Arc::clone(&self.others)
+    }
+
+    /// Tells the routing agents' next WELCOMEs where the routers with a
+    /// link up take clients (a link came up or went down).
+    pub(super) fn retell_other_routers(&self) {
+        let mut uris: Vec<&str> = Vec::new();
+        for p in self.peers.iter().filter(|p| p.link.is_some()) {
+            for u in p.clients.split(',').filter(|u| !u.is_empty()) {
+                if !uris.contains(&u) {
+                    uris.push(u);
+                }
+            }
+        }
+        self.others.set(uris.join(","));
     }
 
     /// The peer named `name` (made if new).

@@ -49,6 +49,8 @@ pub struct Identity {
     pub name: String,
     /// Where it takes cluster links.
     pub listen: String,
+    /// Where its clients connect (URIs separated by commas).
+    pub clients: String,
     /// This run of it.
     pub incarnation: u64,
     /// The cluster's shared secret, as an HMAC key.
@@ -64,6 +66,8 @@ pub struct Them {
     pub name: String,
     /// Where it takes cluster links.
     pub listen: String,
+    /// Where its clients connect (URIs separated by commas).
+    pub clients: String,
     /// Its run.
     pub incarnation: u64,
     nonce: [u8; NONCE_LEN],
@@ -222,6 +226,7 @@ impl PeerLink {
             cluster: &me.cluster,
             name: &me.name,
             listen: &me.listen,
+            clients: &me.clients,
         };
         self.send(&ClusterFrame::Hello(h), now)?;
         let (wire, _, writer) = self.link.parts();
@@ -283,6 +288,7 @@ impl PeerLink {
                 let them = Them {
                     name: h.name.into(),
                     listen: h.listen.into(),
+                    clients: h.clients.into(),
                     incarnation: h.incarnation,
                     nonce: h.nonce,
                     heartbeat_ms: h.heartbeat_ms,
@@ -359,6 +365,7 @@ mod tests {
             cluster: "c".into(),
             name: name.into(),
             listen: "127.0.0.1:1".into(),
+            clients: String::new(),
             incarnation: name.len() as u64,
             key: hmac::Key::new(hmac::HMAC_SHA256, secret),
             heartbeat: Duration::from_secs(1),
@@ -393,6 +400,7 @@ mod tests {
                 cluster: &id.cluster,
                 name: &id.name,
                 listen: &id.listen,
+                clients: &id.clients,
             })
             .emit(&mut v)
             .unwrap();
@@ -450,8 +458,10 @@ mod tests {
             cluster: "c",
             name: "l",
             listen: "x",
+            clients: "tcp://10.0.0.9:7600",
         };
         h.handshake(&ih, &ClusterFrame::Hello(hello), 0).unwrap();
+        assert!(matches!(&h.stage, Stage::Proof(t) if t.clients == "tcp://10.0.0.9:7600"), "where its clients go");
         let nh = h.nonce;
         let made_by_l = |sender_dialed: bool| {
             let t = Transcript {
@@ -469,8 +479,14 @@ mod tests {
         let e = h.handshake(&ih, &ClusterFrame::Proof(made_by_l(false)), 0).unwrap_err();
         assert!(e.contains("failed the cluster's secret"), "{e}");
         // (The same proof made as a dialer is what a real L sends.)
-        h.stage =
-            Stage::Proof(Them { name: "l".into(), listen: "x".into(), incarnation: 9, nonce: nl, heartbeat_ms: 1000 });
+        h.stage = Stage::Proof(Them {
+            name: "l".into(),
+            listen: "x".into(),
+            clients: String::new(),
+            incarnation: 9,
+            nonce: nl,
+            heartbeat_ms: 1000,
+        });
         assert_eq!(h.handshake(&ih, &ClusterFrame::Proof(made_by_l(true)), 0), Ok(true));
     }
 
@@ -493,6 +509,7 @@ mod tests {
             cluster: "d",
             name: "bb",
             listen: "x",
+            clients: "",
         };
         ClusterFrame::Hello(h).emit(&mut v).unwrap();
         let e = a.handshake(&me("a", b"s"), &ClusterFrame::parse(&v).unwrap(), 0).unwrap_err();
@@ -507,6 +524,7 @@ mod tests {
             cluster: "c",
             name: "a",
             listen: "x",
+            clients: "",
         };
         let e = a.handshake(&me("a", b"s"), &ClusterFrame::Hello(h), 0).unwrap_err();
         assert!(e.contains("this router's own"), "{e}");

@@ -61,6 +61,11 @@ pub struct ClusterSettings {
     /// What it tells others to dial (`listen`, unless its address is
     /// unspecified and another is given).
     pub advertise: String,
+    /// Where its own clients connect, told to the other routers for their
+    /// clients (URIs separated by commas; empty: none told): `[router.cluster]
+    /// client_advertise`, else its TCP listeners not on an unspecified
+    /// address (filled in when they are bound).
+    pub clients: String,
     /// The routers it dials at start (`IP:PORT`, names resolved when the
     /// configuration was read).
     pub peers: Vec<String>,
@@ -94,6 +99,25 @@ impl std::fmt::Debug for ClusterSettings {
             .field("peers", &self.peers)
             .field("tls", &self.tls.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+/// Where the cluster's other routers take clients, their links up: URIs
+/// separated by commas, as their HELLOs said. The cluster's agent writes it
+/// as links come up and go down; the routing agents read it at each
+/// WELCOME (a client of the router then knows where to fail over to).
+#[derive(Debug, Default)]
+pub struct OtherRouters(std::sync::Mutex<String>);
+
+impl OtherRouters {
+    /// The URIs, separated by commas (empty: none known).
+    pub fn get(&self) -> String {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Sets the URIs (the cluster's agent, as links come up and go down).
+    pub fn set(&self, uris: String) {
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = uris;
     }
 }
 

@@ -178,6 +178,7 @@ impl ClusterAgent {
                 p.link = None;
                 p.changed = self.now;
                 p.status.round_trip_us = 0;
+                self.retell_other_routers();
                 if why == SECOND {
                     tracing::debug!("cluster: the second link with router {who} closed");
                 } else {
@@ -437,7 +438,9 @@ impl ClusterAgent {
             l.link.liveness = tickwire_transport::link::Liveness::new(beat, self.now);
         }
         tracing::info!("cluster link to router {} ({}) up", them.name, them.listen);
+        self.peers[k as usize].clients = them.clients;
         self.link_up(slot, k);
+        self.retell_other_routers();
         Ok(())
     }
 

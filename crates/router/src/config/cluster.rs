@@ -19,6 +19,11 @@ pub struct ClusterTable {
     /// What the others are told to dial (`HOST:PORT`); empty: `listen`,
     /// which must then not be `0.0.0.0`.
     pub advertise: String,
+    /// Where this router's clients connect, `tcp://HOST:PORT` or
+    /// `tls://HOST:PORT`, told to the other routers' clients so that a
+    /// client given one router can fail over to the others; empty: its
+    /// TCP listeners, those not on `0.0.0.0`.
+    pub client_advertise: Vec<String>,
     /// Routers to dial at start, `tcp://HOST:PORT` (one is enough: the
     /// rest are learned from it).
     pub peers: Vec<String>,
@@ -65,6 +70,7 @@ impl Default for ClusterTable {
             name: String::new(),
             listen: String::new(),
             advertise: String::new(),
+            client_advertise: Vec::new(),
             peers: Vec::new(),
             secret_file: PathBuf::new(),
             heartbeat: "1s".into(),
@@ -78,6 +84,17 @@ impl Default for ClusterTable {
 /// `tcp://HOST:PORT` or `HOST:PORT` without its scheme.
 fn host_port(uri: &str) -> &str {
     uri.strip_prefix("tcp://").unwrap_or(uri)
+}
+
+/// `tcp://HOST:PORT` or `tls://HOST:PORT`, a port a number, no commas,
+/// spaces or control characters (it goes in a comma-separated list).
+fn is_client_uri(uri: &str) -> bool {
+    let Some(rest) = uri.strip_prefix("tcp://").or_else(|| uri.strip_prefix("tls://")) else { return false };
+    let Some((host, port)) = rest.rsplit_once(':') else { return false };
+    !host.is_empty()
+        && port.parse::<u16>().is_ok_and(|p| p != 0)
+        && !rest.contains(',')
+        && !rest.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
 impl ClusterTable {
@@ -109,6 +126,11 @@ impl ClusterTable {
         };
         if advertise.parse::<SocketAddr>().is_err() {
             return Err(bad("cluster.advertise", &advertise, "IP:PORT (the others dial it without a name lookup)"));
+        }
+        for uri in &self.client_advertise {
+            if !is_client_uri(uri) {
+                return Err(bad("cluster.client_advertise", uri, "tcp://HOST:PORT or tls://HOST:PORT"));
+            }
         }
         let mut peers = Vec::with_capacity(self.peers.len());
         for p in &self.peers {
@@ -153,6 +175,7 @@ impl ClusterTable {
             name,
             listen,
             advertise,
+            clients: self.client_advertise.join(","),
             peers,
             secret,
             heartbeat,
@@ -197,6 +220,19 @@ mod tests {
         assert!(forget.starts_with("cluster.forget_after = 500ms"), "{forget}");
         assert!(e(ClusterTable { thread: "mine".into(), ..t.clone() }).starts_with("cluster.thread = mine"));
         assert_eq!(s.own_thread, None, "auto by default");
+        assert_eq!(s.clients, "", "filled in from the listeners when none is given");
+        let told = |uris: &[&str]| {
+            let t = ClusterTable { client_advertise: uris.iter().map(|u| (*u).to_owned()).collect(), ..t.clone() };
+            t.to_settings("a", 1 << 20).map(|s| s.clients).map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            told(&["tcp://10.0.0.1:7600", "tls://h.example:7601"]).unwrap(),
+            "tcp://10.0.0.1:7600,tls://h.example:7601"
+        );
+        for bad in ["10.0.0.1:7600", "udp://h:1", "tcp://h", "tcp://h:0", "tcp://a:1,tcp://b:2", "tcp://a b:1"] {
+            let why = told(&[bad]).unwrap_err();
+            assert!(why.starts_with("cluster.client_advertise"), "{bad}: {why}");
+        }
         let thread = |w: &str| ClusterTable { thread: w.into(), ..t.clone() }.to_settings("a", 1 << 20).unwrap();
         assert_eq!((thread("own").own_thread, thread("shared").own_thread), (Some(true), Some(false)));
         let missing = ClusterTlsFiles { cert: dir.join("no.pem"), key: dir.join("no.key"), ca: dir.join("ca.pem") };

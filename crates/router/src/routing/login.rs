@@ -13,7 +13,7 @@ use crate::session::Session;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use tickwire_shm::counters::Kind;
-use tickwire_wire::client::{credentials, ClientKind, ClientRepr, RejectCode, HEADER_LEN};
+use tickwire_wire::client::{credentials, welcome, ClientKind, ClientRepr, RejectCode, HEADER_LEN};
 use tickwire_wire::MAX_TOPIC_LENGTH;
 
 /// Frames other than SUBSCRIBE a client may send while its password is
@@ -115,10 +115,17 @@ impl Router {
         // from the start, polled or not.
         let beat_ms =
             u64::try_from(self.limits.heartbeat_interval.as_millis()).unwrap_or(u64::MAX).min(u32::MAX.into());
+        // A client of protocol 3 on: the cluster's other routers, for it
+        // to fail over to (as NATS's `connect_urls`).
+        let routers = match &self.other_routers {
+            Some(r) if s.protocol >= 3 => r.get(),
+            _ => String::new(),
+        };
+        let body = welcome::body(&self.name, &routers);
         let welcome = ClientRepr {
             value: client,
             sequence: (self.limits.max_frame as u64).min(u32::MAX.into()) | beat_ms << 32,
-            body: self.name.as_bytes(),
+            body: &body,
             ..ClientRepr::new(ClientKind::Welcome)
         };
         control(s, &welcome)

@@ -204,6 +204,9 @@ pub struct Router {
     topic_counts: TopicCounts,
     counters: Option<Arc<CountersFile>>,
     totals_set: Option<CounterSet>,
+    /// Where the cluster's other routers take clients, told in WELCOME
+    /// (in a cluster).
+    other_routers: Option<Arc<crate::cluster::OtherRouters>>,
 }
 
 impl Router {
@@ -235,7 +238,14 @@ impl Router {
             topic_counts,
             counters,
             totals_set,
+            other_routers: None,
         }
+    }
+
+    /// Tells each client welcomed from now on where `routers` (the
+    /// cluster's others) take clients.
+    pub fn set_other_routers(&mut self, routers: Arc<crate::cluster::OtherRouters>) {
+        self.other_routers = Some(routers);
     }
 
     /// Wakes the agents sent messages since the last call, if they are

@@ -10,7 +10,9 @@ use super::{control, login, mark, queue_admin, Disconnect, Router};
 use crate::access::Reach;
 use crate::session::{Outbound, Session};
 use tickwire_topic::Pattern;
-use tickwire_wire::client::{flags, ClientKind, ClientRepr, RejectCode, SlowConsumer, CLIENT_PROTOCOL_VERSION};
+use tickwire_wire::client::{
+    flags, ClientKind, ClientRepr, RejectCode, SlowConsumer, CLIENT_PROTOCOL_OLDEST, CLIENT_PROTOCOL_VERSION,
+};
 use tickwire_wire::ClientFrame;
 use tickwire_wire::{headers, request};
 
@@ -156,10 +158,14 @@ impl Router {
                 if s.hello {
                     return Err(Disconnect::protocol("a second HELLO"));
                 }
-                if f.value() != CLIENT_PROTOCOL_VERSION {
+                if !(CLIENT_PROTOCOL_OLDEST..=CLIENT_PROTOCOL_VERSION).contains(&f.value()) {
                     return Err(Disconnect {
                         code: RejectCode::Unsupported,
-                        reason: format!("client protocol {} (this router speaks {CLIENT_PROTOCOL_VERSION})", f.value()),
+                        reason: format!(
+                            "client protocol {} (this router speaks {CLIENT_PROTOCOL_OLDEST} to \
+                             {CLIENT_PROTOCOL_VERSION})",
+                            f.value()
+                        ),
                     });
                 }
                 if f.topic().chars().any(char::is_control) {
@@ -169,6 +175,7 @@ impl Router {
                 s.name = f.topic().to_owned();
                 s.asked = SlowConsumer::from_hello_flags(f.flags());
                 s.no_echo = f.flags() & flags::NO_ECHO != 0;
+                s.protocol = f.value();
                 s.publisher = f.sequence();
                 s.choose_policy(self.limits.slow_consumer);
                 if let Some(user) = s.certified.clone() {

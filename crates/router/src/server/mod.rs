@@ -225,7 +225,13 @@ impl Server {
             None => None,
         };
         let cluster = match &cfg.cluster {
-            Some(c) => Some(c.to_settings(&cfg.name, cfg.limits.max_frame)?),
+            Some(c) => {
+                let mut s = c.to_settings(&cfg.name, cfg.limits.max_frame)?;
+                if s.clients.is_empty() {
+                    s.clients = client_uris(&listeners, tls.is_some());
+                }
+                Some(s)
+            }
             None => None,
         };
         let (mut agents, controls, gone, cluster) =
@@ -601,4 +607,24 @@ impl tickwire_agent::Agent for Server {
     fn role(&self) -> &str {
         "router"
     }
+}
+
+/// Where this router's clients connect, told to the other routers of its
+/// cluster for their clients: its native TCP listeners (`tls://` with
+/// `[router.tls]`), those bound to an address others can dial (one on
+/// `0.0.0.0` needs `[router.cluster] client_advertise`).
+fn client_uris(listeners: &[(TcpListener, SocketAddr, bool)], tls: bool) -> String {
+    let scheme = if tls { "tls" } else { "tcp" };
+    let mut uris = Vec::new();
+    for (_, addr, _) in listeners.iter().filter(|(_, _, nats)| !nats) {
+        if addr.ip().is_unspecified() {
+            tracing::info!(
+                "cluster: clients of the other routers are not told of {scheme}://{addr}: set \
+                 [router.cluster] client_advertise to the address they reach this router at"
+            );
+            continue;
+        }
+        uris.push(format!("{scheme}://{addr}"));
+    }
+    uris.join(",")
 }

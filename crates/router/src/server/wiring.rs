@@ -118,6 +118,9 @@ impl Server {
                 if shared {
                     c.share_thread();
                 }
+                for a in &mut agents {
+                    a.router.set_other_routers(c.other_routers());
+                }
                 Some(c)
             }
             None => None,
