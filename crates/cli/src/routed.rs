@@ -524,7 +524,11 @@ pub fn subscribe(s: &Settings, a: &SubArgs, uri: &str) -> Result<(), String> {
     let limit = a.count.unwrap_or(u64::MAX);
     while !stopped() && !a.duration.is_some_and(|d| start.elapsed() >= d) && seen.msgs < limit && seen.failure.is_none()
     {
-        if client.poll(|e| on_event(&mut seen, a, pattern, uri, e), 256) == 0 {
+        // Reconnecting: to the router it tries now (of a list, or one its
+        // router told of).
+        let at = (!client.is_connected()).then(|| client.uri().to_string());
+        let at = at.as_deref().unwrap_or(uri);
+        if client.poll(|e| on_event(&mut seen, a, pattern, at, e), 256) == 0 {
             client.park(Duration::from_millis(if seen.acks.is_empty() { 10 } else { 1 }));
         }
         acknowledge(&mut client, &mut seen.acks, a.ack_delay.unwrap_or(Duration::ZERO), a.durable_queue.is_some());
