@@ -3,7 +3,8 @@
 //! target/nats-venv), driven by `tests/nats_py/client.py`: publish and
 //! subscribe with wildcards, request/reply and no responders, headers, a
 //! queue group, users with passwords or a token, TLS, a reconnect
-//! after the router's restart; and messages across the protocols, NATS to
+//! after the router's restart, the other routers of a cluster told in
+//! `INFO`'s `connect_urls` and moved to; and messages across the protocols, NATS to
 //! a shared-memory subscriber and a shared-memory publisher to NATS, every
 //! one, in order, the same bytes.
 //!
@@ -257,4 +258,67 @@ fn messages_cross_between_nats_and_shared_memory_clients_every_one_in_order() {
     let v: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
     assert!(nats_sub.wait().unwrap().success());
     assert_eq!((v["received"].as_u64(), v["in_order"].as_bool()), (Some(n), Some(true)), "{v}");
+}
+
+/// A free port on loopback (bound, read, let go).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Two routers of a cluster on loopback: a NATS client given the first
+/// alone is told of the second in `INFO`'s `connect_urls` (as from a NATS
+/// cluster), and when the first stops it moves to the second, subscribes
+/// again and receives there.
+#[test]
+fn a_nats_client_given_one_router_of_a_cluster_is_told_of_the_other_and_moves_to_it() {
+    let d = scratch("discover");
+    let secret = format!("{d}/secret");
+    std::fs::write(&secret, "a-cluster-secret-of-the-nats-test").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let first = format!("tcp://127.0.0.1:{}", free_port());
+    let start = |name: &str, listen: &str, peer: &str| {
+        let dir = format!("{d}/{name}");
+        let args = [
+            "--dir",
+            &dir,
+            "router",
+            "--no-tcp",
+            "--name",
+            name,
+            "--nats-listen",
+            "127.0.0.1:0",
+            "--cluster-name",
+            "t",
+            "--cluster-listen",
+            listen,
+            "--cluster-peer",
+            peer,
+            "--cluster-secret-file",
+            &secret,
+        ];
+        let r = RouterProcess::start(&args);
+        let line = r.lines.lock().unwrap().iter().find(|(_, l)| l.contains("router listening")).unwrap().1.clone();
+        let url = line.split([' ', ',']).find(|w| w.starts_with("nats://")).unwrap().to_owned();
+        (r, url)
+    };
+    let (mut r1, url1) = start("r1", &first, &first);
+    let (_r2, url2) = start("r2", &format!("tcp://127.0.0.1:{}", free_port()), &first);
+    let linked = r1.wait_for_line("cluster link to router r2", Duration::from_secs(10));
+    assert!(linked.is_some(), "r1 and r2 linked");
+    let mut client = Command::new(python())
+        .arg(script())
+        .args(["discover", &url1, "2000", "20"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    let mut next = || -> serde_json::Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
+    let netloc2 = url2.trim_start_matches("nats://");
+    assert_eq!(next()["servers"], serde_json::json!([netloc2]), "r2 told of in INFO");
+    r1.stop();
+    assert_eq!(next()["reconnected"], netloc2);
+    assert_eq!(py(&["publish", &url2, "md.eu", "2000"])[0]["published"], 2000);
+    assert_eq!(next()["received"], 2000);
+    assert!(client.wait().unwrap().success());
 }

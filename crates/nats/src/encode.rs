@@ -32,6 +32,10 @@ pub struct Info {
     /// TLS is needed.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub tls_required: bool,
+    /// Where the cluster's other servers take NATS clients (`host:port`):
+    /// clients add them to the servers they reconnect to.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub connect_urls: Vec<String>,
 }
 
 /// The header block of a no-responders status message.
@@ -128,10 +132,14 @@ mod tests {
             client_id: 3,
             auth_required: false,
             tls_required: false,
+            connect_urls: Vec::new(),
         };
         info(&mut b, &i);
         let text = String::from_utf8(b).unwrap();
         assert!(text.starts_with("INFO {\"server_id\":\"tw\"") && text.ends_with("}\r\n"), "{text}");
-        assert!(!text.contains("auth_required"), "{text}");
+        assert!(!text.contains("auth_required") && !text.contains("connect_urls"), "{text}");
+        let mut b = Vec::new();
+        info(&mut b, &Info { connect_urls: vec!["10.0.0.2:4222".into()], ..i });
+        assert!(String::from_utf8(b).unwrap().contains(r#""connect_urls":["10.0.0.2:4222"]"#));
     }
 }

@@ -93,7 +93,7 @@ pub struct RouterArgs {
     /// With --cluster-name: a router to dial, tcp://HOST:PORT (repeat; one is enough, the others are learned from it).
     #[arg(long, value_name = "URI", requires = "cluster_name")]
     cluster_peer: Vec<String>,
-    /// With --cluster-name: where this router's clients connect, tcp://HOST:PORT or tls://HOST:PORT, told to the other routers' clients for them to fail over to (repeat; [router.cluster] client_advertise) [default: --listen, unless 0.0.0.0].
+    /// With --cluster-name: where this router's clients connect, tcp://HOST:PORT, tls://HOST:PORT or nats://HOST:PORT, told to the other routers' clients for them to fail over to (repeat; [router.cluster] client_advertise) [default: --listen and --nats-listen, unless 0.0.0.0].
     #[arg(long, value_name = "URI", requires = "cluster_name")]
     cluster_client_advertise: Vec<String>,
     /// With --cluster-name: a file (mode 600) holding the cluster's shared secret, the same on every router.

@@ -207,6 +207,38 @@ async def reconnect(url, seconds):
     await nc.close()
 
 
+async def discover(url, n, seconds):
+    """Given one server of a cluster: the servers its INFO told of; then,
+    once that server stops, the one it moved to and the messages received
+    there."""
+    got = []
+    done = asyncio.Event()
+
+    async def cb(m):
+        got.append(m.data)
+        if len(got) >= n:
+            done.set()
+
+    async def reconnected():
+        # Its subscription is sent again before this; answered, it holds.
+        asyncio.ensure_future(moved())
+
+    async def moved():
+        await nc.flush()
+        say(reconnected=nc.connected_url.netloc)
+
+    nc = await nats.connect(url, reconnect_time_wait=0.1, max_reconnect_attempts=-1, reconnected_cb=reconnected)
+    await nc.subscribe("md.>", cb=cb)
+    await nc.flush()
+    say(servers=[s.netloc for s in nc.discovered_servers])
+    try:
+        await asyncio.wait_for(done.wait(), seconds)
+    except asyncio.TimeoutError:
+        pass
+    say(received=len(got))
+    await nc.close()
+
+
 if __name__ == "__main__":
     cmd, url, *rest = sys.argv[1:]
     if cmd == "basic":
@@ -227,6 +259,8 @@ if __name__ == "__main__":
         asyncio.run(subscribe(url, rest[0], int(rest[1]), float(rest[2])))
     elif cmd == "headers":
         asyncio.run(headers(url, rest[0], float(rest[1])))
+    elif cmd == "discover":
+        asyncio.run(discover(url, int(rest[0]), float(rest[1])))
     elif cmd == "reconnect":
         asyncio.run(reconnect(url, float(rest[0])))
     else:

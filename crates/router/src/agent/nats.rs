@@ -36,6 +36,7 @@ impl RoutingAgent {
             client_id: u64::from(self.router.client_id(id)),
             auth_required: self.router.requires_login(),
             tls_required: wire.is_tls(),
+            connect_urls: self.router.other_nats_routers(),
         }
     }
 

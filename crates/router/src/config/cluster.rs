@@ -20,9 +20,10 @@ pub struct ClusterTable {
     /// which must then not be `0.0.0.0`.
     pub advertise: String,
     /// Where this router's clients connect, `tcp://HOST:PORT` or
-    /// `tls://HOST:PORT`, told to the other routers' clients so that a
-    /// client given one router can fail over to the others; empty: its
-    /// TCP listeners, those not on `0.0.0.0`.
+    /// `tls://HOST:PORT`, and NATS clients `nats://HOST:PORT`, told to the
+    /// other routers' clients so that a client given one router can fail
+    /// over to the others; empty: its TCP and NATS listeners, those not on
+    /// `0.0.0.0`.
     pub client_advertise: Vec<String>,
     /// Routers to dial at start, `tcp://HOST:PORT` (one is enough: the
     /// rest are learned from it).
@@ -86,10 +87,11 @@ fn host_port(uri: &str) -> &str {
     uri.strip_prefix("tcp://").unwrap_or(uri)
 }
 
-/// `tcp://HOST:PORT` or `tls://HOST:PORT`, a port a number, no commas,
+/// `tcp://HOST:PORT`, `tls://HOST:PORT` or `nats://HOST:PORT`, a port a number, no commas,
 /// spaces or control characters (it goes in a comma-separated list).
 fn is_client_uri(uri: &str) -> bool {
-    let Some(rest) = uri.strip_prefix("tcp://").or_else(|| uri.strip_prefix("tls://")) else { return false };
+    let scheme = ["tcp://", "tls://", "nats://"].iter().find_map(|s| uri.strip_prefix(s));
+    let Some(rest) = scheme else { return false };
     let Some((host, port)) = rest.rsplit_once(':') else { return false };
     !host.is_empty()
         && port.parse::<u16>().is_ok_and(|p| p != 0)
@@ -129,7 +131,7 @@ impl ClusterTable {
         }
         for uri in &self.client_advertise {
             if !is_client_uri(uri) {
-                return Err(bad("cluster.client_advertise", uri, "tcp://HOST:PORT or tls://HOST:PORT"));
+                return Err(bad("cluster.client_advertise", uri, "tcp://, tls:// or nats://HOST:PORT"));
             }
         }
         let mut peers = Vec::with_capacity(self.peers.len());

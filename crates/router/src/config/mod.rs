@@ -59,7 +59,7 @@
 //! name = "prod"                   # links with routers of another cluster are refused
 //! listen = "tcp://0.0.0.0:7700"   # where the other routers link to this one
 //! advertise = "10.0.0.1:7700"     # what they dial (default: listen)
-//! client_advertise = ["tcp://10.0.0.1:7600"]  # told to other routers' clients (default: listen, not 0.0.0.0)
+//! client_advertise = ["tcp://10.0.0.1:7600"]  # told to other routers' clients (default: listen and nats_listen, not 0.0.0.0)
 //! peers = ["tcp://10.0.0.2:7700"] # routers to dial at start; the rest are learned
 //! secret_file = "cluster.secret"  # the shared secret, mode 600
 //! heartbeat = "1s"                # on an idle link; silent twice as long, it is dropped

@@ -118,7 +118,10 @@ impl Router {
         // A client of protocol 3 on: the cluster's other routers, for it
         // to fail over to (as NATS's `connect_urls`).
         let routers = match &self.other_routers {
-            Some(r) if s.protocol >= 3 => r.get(),
+            // (Their NATS listeners are for NATS clients.)
+            Some(r) if s.protocol >= 3 => {
+                r.get().split(',').filter(|u| !u.starts_with("nats://")).collect::<Vec<_>>().join(",")
+            }
             _ => String::new(),
         };
         let body = welcome::body(&self.name, &routers);

@@ -248,6 +248,13 @@ impl Router {
         self.other_routers = Some(routers);
     }
 
+    /// Where the cluster's other routers take NATS clients (`host:port`,
+    /// their `nats://` URIs), for a NATS `INFO`'s `connect_urls`.
+    pub fn other_nats_routers(&self) -> Vec<String> {
+        let Some(r) = &self.other_routers else { return Vec::new() };
+        r.get().split(',').filter_map(|u| u.strip_prefix("nats://")).map(str::to_owned).collect()
+    }
+
     /// Wakes the agents sent messages since the last call, if they are
     /// parked (once per duty cycle).
     pub fn ring_peers(&mut self) {

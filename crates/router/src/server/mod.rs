@@ -611,12 +611,17 @@ impl tickwire_agent::Agent for Server {
 
 /// Where this router's clients connect, told to the other routers of its
 /// cluster for their clients: its native TCP listeners (`tls://` with
-/// `[router.tls]`), those bound to an address others can dial (one on
-/// `0.0.0.0` needs `[router.cluster] client_advertise`).
+/// `[router.tls]`) and its NATS listeners (`nats://`), those bound to an
+/// address others can dial (one on `0.0.0.0` needs `[router.cluster]
+/// client_advertise`).
 fn client_uris(listeners: &[(TcpListener, SocketAddr, bool)], tls: bool) -> String {
-    let scheme = if tls { "tls" } else { "tcp" };
     let mut uris = Vec::new();
-    for (_, addr, _) in listeners.iter().filter(|(_, _, nats)| !nats) {
+    for (_, addr, nats) in listeners {
+        let scheme = match (nats, tls) {
+            (true, _) => "nats",
+            (false, true) => "tls",
+            (false, false) => "tcp",
+        };
         if addr.ip().is_unspecified() {
             tracing::info!(
                 "cluster: clients of the other routers are not told of {scheme}://{addr}: set \
