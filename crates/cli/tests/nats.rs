@@ -32,11 +32,22 @@ fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/nats_py/client.py")
 }
 
-fn scratch(name: &str) -> String {
+/// Removes a test's directory when the test ends, passed or failed (made
+/// first, it outlives the routers that use it).
+struct Gone(String);
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(name: &str) -> (String, Gone) {
     let d = std::env::temp_dir().join(format!("tw-nats-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d.display().to_string()
+    let d = d.display().to_string();
+    (d.clone(), Gone(d))
 }
 
 /// A router with a NATS listener on a port of its own; its `nats://` URL.
@@ -67,7 +78,7 @@ fn py(args: &[&str]) -> Vec<serde_json::Value> {
 
 #[test]
 fn the_python_nats_client_publishes_subscribes_requests_and_is_told_what_is_not_supported() {
-    let d = scratch("basic");
+    let (d, _gone) = scratch("basic");
     let (_r, url) = router(&d, &[], 0);
     let v = &py(&["basic", &url])[0];
     // One message per subscription its subject matches, as from a NATS server.
@@ -90,7 +101,7 @@ fn the_python_nats_client_publishes_subscribes_requests_and_is_told_what_is_not_
 
 #[test]
 fn a_queue_group_of_python_clients_shares_every_message_once() {
-    let d = scratch("queue");
+    let (d, _gone) = scratch("queue");
     let (_r, url) = router(&d, &[], 0);
     let v = &py(&["queue", &url, "4", "20000"])[0];
     let counts: Vec<u64> = v["counts"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
@@ -100,7 +111,7 @@ fn a_queue_group_of_python_clients_shares_every_message_once() {
 
 #[test]
 fn users_log_in_with_their_passwords_and_a_wrong_one_is_refused() {
-    let d = scratch("auth");
+    let (d, _gone) = scratch("auth");
     let config = format!("{d}/router.toml");
     let hash = cmd::hash_password("desk-secret");
     let toml = format!(
@@ -117,7 +128,7 @@ fn users_log_in_with_their_passwords_and_a_wrong_one_is_refused() {
 
 #[test]
 fn tickwire_pub_header_reaches_a_nats_subscriber_and_sub_print_shows_them() {
-    let d = scratch("headers");
+    let (d, _gone) = scratch("headers");
     let (_r, url) = router(&d, &[], 0);
     let sub = Command::new(BIN)
         .args(["--dir", &d, "sub", "--router", "ipc", "--topic", "md/>", "--print", "--count", "1"])
@@ -159,7 +170,7 @@ fn tickwire_pub_header_reaches_a_nats_subscriber_and_sub_print_shows_them() {
 
 #[test]
 fn a_token_logs_in_as_the_token_user_with_its_acls_and_a_wrong_token_is_refused() {
-    let d = scratch("token");
+    let (d, _gone) = scratch("token");
     let config = format!("{d}/router.toml");
     let hash = cmd::hash_password("s3cr3t-token");
     let toml = format!(
@@ -177,7 +188,7 @@ fn a_token_logs_in_as_the_token_user_with_its_acls_and_a_wrong_token_is_refused(
 
 #[test]
 fn the_nats_port_speaks_tls_with_the_router_s_certificate() {
-    let d = scratch("tls");
+    let (d, _gone) = scratch("tls");
     let (cert, key) = tickwire_testkit::self_signed(std::path::Path::new(&d), "router");
     let (cert, key) = (cert.display().to_string(), key.display().to_string());
     let (_r, url) = router(&d, &["router-tls", &cert, &key], 0);
@@ -190,7 +201,7 @@ fn the_nats_port_speaks_tls_with_the_router_s_certificate() {
 
 #[test]
 fn a_python_client_reconnects_after_the_router_restarts_and_its_subscription_still_works() {
-    let d = scratch("restart");
+    let (d, _gone) = scratch("restart");
     let (mut r, url) = router(&d, &[], 0);
     let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
     let mut client = Command::new(python())
@@ -214,7 +225,7 @@ fn a_python_client_reconnects_after_the_router_restarts_and_its_subscription_sti
 #[test]
 fn messages_cross_between_nats_and_shared_memory_clients_every_one_in_order() {
     let n: u64 = std::env::var("TICKWIRE_NATS_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
-    let d = scratch("cross");
+    let (d, _gone) = scratch("cross");
     let (_r, url) = router(&d, &[], 0);
     let count = n.to_string();
 
@@ -271,7 +282,7 @@ fn free_port() -> u16 {
 /// again and receives there.
 #[test]
 fn a_nats_client_given_one_router_of_a_cluster_is_told_of_the_other_and_moves_to_it() {
-    let d = scratch("discover");
+    let (d, _gone) = scratch("discover");
     let secret = format!("{d}/secret");
     std::fs::write(&secret, "a-cluster-secret-of-the-nats-test").unwrap();
     std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
