@@ -67,7 +67,7 @@ pub struct ClusterAgent {
     pub(super) peers: Vec<Peer>,
     pub(super) by_name: BTreeMap<String, u32>,
     /// What the routing agents' clients hold, and what peers are told.
-    local: LocalInterest,
+    pub(super) local: LocalInterest,
     /// Which routing agents want a topic.
     pub(super) agents: SubscriptionIndex<u32>,
     /// What the peers want.
@@ -272,7 +272,9 @@ impl ClusterAgent {
     pub(super) fn broadcast(&mut self, f: &ClusterFrame<'_>) {
         for slot in 0..self.links.len() {
             let Some(l) = &mut self.links[slot] else { continue };
-            if l.them().is_some() {
+            // (A link retelling tells a change it has not reached when it
+            // gets there.)
+            if l.them().is_some() && l.retelling.as_ref().is_none_or(|r| r.passed(f)) {
                 if let Err(e) = l.send(f, self.now) {
                     self.close(slot, &format!("sending {}: {e}", frame_name(f)));
                 }
@@ -376,27 +378,12 @@ impl ClusterAgent {
         p.link = Some(slot);
         p.status.connects += 1;
         p.changed = self.now;
-        let told: Vec<String> = self.local.told().map(str::to_owned).collect();
-        let groups: Vec<(String, String, u32)> =
-            self.local_groups.told().map(|(p, g, n)| (p.to_owned(), g.to_owned(), n)).collect();
-        let routers: Vec<(String, String)> = self
-            .peers
-            .iter()
-            .filter(|q| q.link.is_some() && q.name != self.peers[k as usize].name)
-            .map(|q| (q.name.clone(), q.listen.clone()))
-            .collect();
+        // What we hold, then the routers we link with, as the link drains.
         let Some(l) = self.links[slot].as_mut() else { return };
-        let mut r = Ok(());
-        for t in &told {
-            r = r.and_then(|()| l.send(&ClusterFrame::Interest(t), self.now));
-        }
-        for (pattern, group, members) in &groups {
-            r = r.and_then(|()| l.send(&ClusterFrame::Group { members: *members, group, pattern }, self.now));
-        }
-        let list: Vec<(&str, &str)> = routers.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-        r = r.and_then(|()| l.send(&ClusterFrame::Routers(list), self.now));
-        if let Err(e) = r {
-            return self.close(slot, &format!("telling the new link: {e}"));
+        l.retelling = Some(super::retell::Retelling::default());
+        self.retell(slot);
+        if self.links[slot].is_none() {
+            return;
         }
         // The others hear of the newcomer, so that they link with it too.
         let newcomer = self.peers[k as usize].clone_identity();
@@ -501,6 +488,7 @@ impl tickwire_agent::Agent for ClusterAgent {
         for l in &mut self.to {
             l.ring();
         }
+        self.retell_all();
         self.flush_links();
         if self.now.saturating_sub(self.last_housekeeping) >= HOUSEKEEPING_NS {
             self.last_housekeeping = self.now;

@@ -88,6 +88,15 @@ impl LocalGroups {
         self.held.keys().map(|k| (&*k.0, &*k.1, self.total(k)))
     }
 
+    /// The first (pattern, group, members) held after `after` in their
+    /// order (from the first without it): a new link's retelling goes on
+    /// from where it was.
+    pub fn told_after(&self, after: Option<(&str, &str)>) -> Option<(&str, &str, u32)> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let from = after.map_or(Unbounded, |(p, g)| Excluded((p.into(), g.into())));
+        self.held.range((from, Unbounded)).next().map(|(k, _)| (&*k.0, &*k.1, self.total(k)))
+    }
+
     /// The routing agents holding members of any of `groups` (names
     /// separated by a space), added to `out`, each once.
     pub fn agents_into(&self, groups: &str, out: &mut Vec<u32>) {

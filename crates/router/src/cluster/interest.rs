@@ -133,6 +133,14 @@ impl LocalInterest {
         self.told.iter().map(|t| &**t)
     }
 
+    /// The first pattern told after `after` in their order (from the first
+    /// without it): a new link's retelling goes on from where it was.
+    pub fn told_after(&self, after: Option<&str>) -> Option<&str> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let from = after.map_or(Unbounded, Excluded);
+        self.told.range::<str, _>((from, Unbounded)).next().map(|t| &**t)
+    }
+
     /// Patterns held, and how many of them peers are told.
     pub fn counts(&self) -> (usize, usize) {
         (self.held.len(), self.told.len())

@@ -107,6 +107,9 @@ pub struct PeerLink {
     pub pinged: u64,
     /// A frame came from the other end (it answered a dial).
     pub answered: bool,
+    /// Up, it tells the other end what this router holds, as it drains
+    /// ([`super::retell`]); `None` once done.
+    pub retelling: Option<super::retell::Retelling>,
     nonce: [u8; NONCE_LEN],
     /// Frame scratch (kept: no allocation per frame).
     pub scratch: Vec<u8>,
@@ -165,6 +168,7 @@ impl PeerLink {
             peer: None,
             pinged: now,
             answered: false,
+            retelling: None,
             nonce,
             scratch: Vec::new(),
         }

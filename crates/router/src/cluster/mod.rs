@@ -27,6 +27,7 @@
 //! * [`link`]: one connection to another router, its handshake (both
 //!   prove they hold the cluster's secret) over the batched stream link of
 //!   `tickwire_transport::link`.
+//! * [`retell`]: a new link told what this router holds, as it drains.
 //! * [`ClusterAgent`]: the links (full mesh: every router dials the routers
 //!   it is told of, learns the others from them, and two routers keep one
 //!   link: the one the router with the lower name dialed), their
@@ -41,6 +42,7 @@ pub mod interest;
 pub mod link;
 mod messages;
 mod net;
+pub mod retell;
 
 pub use agent::ClusterAgent;
 
