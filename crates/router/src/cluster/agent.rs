@@ -439,10 +439,10 @@ impl ClusterAgent {
 }
 
 impl ClusterAgent {
-    /// Whether a link holds frames for its batching window: nothing wakes
-    /// it when the window ends.
+    /// Whether a link holds frames for its batching window, or has more
+    /// to retell: nothing wakes it when the window ends.
     pub(crate) fn holding(&self) -> bool {
-        self.links.iter().flatten().any(|l| l.link.writer.held() > 0)
+        self.links.iter().flatten().any(|l| l.link.writer.held() > 0 || l.retelling.is_some())
     }
 
     /// Its links' and listener's epoll set, readable when one has work.
