@@ -23,16 +23,22 @@ fn config(heartbeat: &str) -> RouterConfig {
     }
 }
 
-/// Connects, reads INFO, logs in: PONG comes back.
-fn connect(addr: std::net::SocketAddr) -> BufReader<TcpStream> {
+/// Connects and reads INFO.
+fn open(addr: std::net::SocketAddr) -> BufReader<TcpStream> {
     let s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut r = BufReader::new(s);
     let mut line = String::new();
     r.read_line(&mut line).unwrap();
     assert!(line.starts_with("INFO {"), "{line}");
+    r
+}
+
+/// Connects, reads INFO, logs in: PONG comes back.
+fn connect(addr: std::net::SocketAddr) -> BufReader<TcpStream> {
+    let mut r = open(addr);
+    let mut line = String::new();
     r.get_mut().write_all(b"CONNECT {}\r\nPING\r\n").unwrap();
-    line.clear();
     r.read_line(&mut line).unwrap();
     assert_eq!(line, "PONG\r\n");
     r
@@ -47,13 +53,8 @@ fn connect(addr: std::net::SocketAddr) -> BufReader<TcpStream> {
 fn a_nats_client_s_first_line_after_its_connect_is_the_pong_to_its_ping_even_when_sent_apart() {
     let dir = tempdir("nats-first-pong");
     let router = start(&dir, config("300ms"));
-    let addr = router.nats.unwrap();
-    let s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut r = BufReader::new(s);
+    let mut r = open(router.nats.unwrap());
     let mut line = String::new();
-    r.read_line(&mut line).unwrap();
-    assert!(line.starts_with("INFO {"), "{line}");
     let started = Instant::now();
     r.get_mut().write_all(b"CONNECT {}\r\n").unwrap();
     // The router reads CONNECT alone and welcomes the client first.
