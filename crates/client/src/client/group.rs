@@ -30,34 +30,43 @@ pub(super) const DISCOVERED_MAX: usize = 64;
 /// Adds to `group` the routers of `told` (URIs from a WELCOME: the
 /// cluster's other routers) of `current`'s scheme and not in it yet,
 /// shuffled, after the ones it has (a group of one router, `current`,
-/// is made first: `group` is empty for one). A URI that does not parse or
-/// resolve is skipped, as is one past [`DISCOVERED_MAX`] learned. Returns
-/// how many it added.
-pub(super) fn learn(group: &mut Vec<RouterUri>, current: &RouterUri, told: &[String], learned: &mut usize) -> usize {
-    let tls = matches!(current, RouterUri::Tls { .. });
+/// is made first: `group` is empty for one), and notes them in `learned`.
+/// Only the first [`DISCOVERED_MAX`] URIs told are looked at, only those of
+/// the client's scheme are parsed (a name is looked up then), and none
+/// past [`DISCOVERED_MAX`] learned is taken. Returns how many it added.
+pub(super) fn learn(
+    group: &mut Vec<RouterUri>,
+    current: &RouterUri,
+    told: &[String],
+    learned: &mut Vec<RouterUri>,
+) -> usize {
+    let scheme = match current {
+        RouterUri::Tcp(_) => "tcp://",
+        RouterUri::Tls { .. } => "tls://",
+        // Shared memory reaches one router.
+        RouterUri::Ipc => return 0,
+    };
     let mut new = Vec::new();
-    for uri in told {
-        if *learned + new.len() >= DISCOVERED_MAX {
+    for uri in told.iter().take(DISCOVERED_MAX) {
+        if learned.len() + new.len() >= DISCOVERED_MAX {
             break;
         }
+        if !uri.starts_with(scheme) {
+            continue;
+        }
         let Ok(u) = uri.parse::<RouterUri>() else { continue };
-        let same_scheme = match &u {
-            RouterUri::Tcp(_) => !tls,
-            RouterUri::Tls { .. } => tls,
-            RouterUri::Ipc => false,
-        };
-        if same_scheme && u != *current && !group.contains(&u) && !new.contains(&u) {
+        if u != *current && !group.contains(&u) && !new.contains(&u) {
             new.push(u);
         }
     }
-    if new.is_empty() || *current == RouterUri::Ipc {
+    if new.is_empty() {
         return 0;
     }
     if group.is_empty() {
         group.push(current.clone());
     }
     shuffle(&mut new);
-    *learned += new.len();
+    learned.extend(new.iter().cloned());
     let n = new.len();
     group.append(&mut new);
     n
@@ -85,7 +94,7 @@ mod tests {
     fn routers_told_in_welcome_of_the_clients_scheme_join_its_list_once() {
         let a: RouterUri = "tcp://127.0.0.1:9".parse().unwrap();
         let told = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-        let (mut group, mut learned) = (Vec::new(), 0);
+        let (mut group, mut learned) = (Vec::new(), Vec::new());
         let n = learn(
             &mut group,
             &a,
@@ -93,7 +102,7 @@ mod tests {
             &mut learned,
         );
         // The one it is on, then the one new tcp:// router.
-        assert_eq!((n, learned), (1, 1));
+        assert_eq!((n, learned.len()), (1, 1));
         assert_eq!(group, vec![a.clone(), "tcp://127.0.0.1:10".parse().unwrap()]);
         // Told again (another WELCOME): nothing twice.
         assert_eq!(learn(&mut group, &a, &told(&["tcp://127.0.0.1:10"]), &mut learned), 0);
@@ -101,13 +110,17 @@ mod tests {
         // A TLS client takes only tls:// routers; shared memory none.
         let t: RouterUri = "tls://localhost:11".parse().unwrap();
         let mut tg = Vec::new();
-        assert_eq!(learn(&mut tg, &t, &told(&["tcp://127.0.0.1:10", "tls://localhost:12"]), &mut 0), 1);
-        assert_eq!(learn(&mut Vec::new(), &RouterUri::Ipc, &told(&["tcp://127.0.0.1:10"]), &mut 0), 0);
+        assert_eq!(learn(&mut tg, &t, &told(&["tcp://127.0.0.1:10", "tls://localhost:12"]), &mut Vec::new()), 1);
+        assert_eq!(learn(&mut Vec::new(), &RouterUri::Ipc, &told(&["tcp://127.0.0.1:10"]), &mut Vec::new()), 0);
         // At most DISCOVERED_MAX learned, however many are told.
         let many: Vec<String> = (0..200).map(|p| format!("tcp://127.0.0.1:{}", 1000 + p)).collect();
-        let (mut g, mut l) = (Vec::new(), 0);
+        let (mut g, mut l) = (Vec::new(), Vec::new());
         learn(&mut g, &a, &many, &mut l);
-        assert_eq!((l, g.len()), (DISCOVERED_MAX, DISCOVERED_MAX + 1));
+        assert_eq!((l.len(), g.len()), (DISCOVERED_MAX, DISCOVERED_MAX + 1));
+        // Only the first DISCOVERED_MAX told are looked at.
+        let mut late = vec!["nonsense".to_owned(); DISCOVERED_MAX];
+        late.push("tcp://127.0.0.1:10".into());
+        assert_eq!(learn(&mut Vec::new(), &a, &late, &mut Vec::new()), 0);
     }
 
     #[test]

@@ -39,8 +39,12 @@ pub struct Client {
     /// empty for one router. Routers its routers tell of join it
     /// ([`ClientOptions::discover_routers`]).
     group: Vec<RouterUri>,
-    /// Routers learned from WELCOMEs (at most `group::DISCOVERED_MAX`).
-    learned: usize,
+    /// Routers learned from WELCOMEs (at most `group::DISCOVERED_MAX`):
+    /// one that refuses this client is forgotten, not the end of it.
+    learned: Vec<RouterUri>,
+    /// A learned router that refused this client, left out of `group` at
+    /// the next router's turn.
+    forget: Option<RouterUri>,
     pub(crate) opts: ClientOptions,
     ctx: Option<Context>,
     tls: Option<std::sync::Arc<tickwire_transport::tls::ClientConfig>>,
@@ -160,7 +164,8 @@ impl Client {
         let mut c = Self {
             uri,
             group,
-            learned: 0,
+            learned: Vec::new(),
+            forget: None,
             opts,
             ctx,
             tls,

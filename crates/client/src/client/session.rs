@@ -35,6 +35,10 @@ impl Client {
             self.unconfirmed = Some((self.receipt, self.next_sequence - 1));
         }
         self.next_in_group();
+        if let Some(gone) = self.forget.take() {
+            self.group.retain(|u| *u != gone);
+            self.learned.retain(|u| *u != gone);
+        }
         self.outbox.restart();
         // Their inbox went with the session.
         self.requests.connection_lost();
@@ -48,6 +52,17 @@ impl Client {
             self.pending = Some(why.clone());
         }
         self.last_error = why;
+    }
+
+    /// The router's end refused this client for good (TLS, a login): a
+    /// router it was given stops it; one only told of (by a cluster's
+    /// router) is forgotten and the next tried.
+    fn refuse(&mut self, why: String) {
+        if self.learned.contains(&self.uri) {
+            self.forget = Some(self.uri.clone());
+        } else {
+            self.refused = Some(why);
+        }
     }
 
     /// Of a group: the next router, tried after the one just lost (the
@@ -299,9 +314,7 @@ impl Client {
             },
             limit,
         );
-        if let Some(why) = forbidden {
-            self.refused = Some(why);
-        }
+        let mut refusal = forbidden;
         if !told_routers.is_empty() && self.opts.discover_routers {
             super::group::learn(&mut self.group, &self.uri, &told_routers, &mut self.learned);
         }
@@ -315,10 +328,13 @@ impl Client {
                 broken.get_or_insert(why);
             }
             Err(SendError::Refused(why)) => {
-                self.refused = Some(why.clone());
+                refusal = Some(why.clone());
                 broken.get_or_insert(why);
             }
             _ => {}
+        }
+        if let Some(why) = refusal {
+            self.refuse(why);
         }
         if let Some(why) = broken {
             self.lose(why);

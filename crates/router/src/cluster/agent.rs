@@ -200,10 +200,14 @@ impl ClusterAgent {
     /// Tells the routing agents' next WELCOMEs where the routers with a
     /// link up take clients (a link came up or went down).
     pub(super) fn retell_other_routers(&self) {
+        // (A router told of as another's is not this one: a template
+        // copied to every router would tell clients their own.)
+        let own: std::collections::HashSet<&str> = self.me.clients.split(',').collect();
+        let mut seen = std::collections::HashSet::new();
         let mut uris: Vec<&str> = Vec::new();
         for p in self.peers.iter().filter(|p| p.link.is_some()) {
-            for u in p.clients.split(',').filter(|u| !u.is_empty()) {
-                if !uris.contains(&u) {
+            for u in p.clients.split(',').filter(|u| !u.is_empty() && !own.contains(u)) {
+                if seen.insert(u) {
                     uris.push(u);
                 }
             }

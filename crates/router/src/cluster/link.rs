@@ -123,6 +123,9 @@ struct Transcript<'a> {
     sender: &'a str,
     receiver: &'a str,
     sender_dialed: bool,
+    /// What the sender's HELLO said of where it takes links and clients:
+    /// signed, so that no one on the path rewrites where clients are sent.
+    sender_said: [&'a str; 2],
 }
 
 impl Transcript<'_> {
@@ -136,6 +139,8 @@ impl Transcript<'_> {
             self.sender.as_bytes(),
             self.receiver.as_bytes(),
             role,
+            self.sender_said[0].as_bytes(),
+            self.sender_said[1].as_bytes(),
         ];
         for part in parts {
             b.extend_from_slice(&(part.len() as u32).to_le_bytes());
@@ -284,6 +289,7 @@ impl PeerLink {
                     sender: &me.name,
                     receiver: h.name,
                     sender_dialed: self.dialed,
+                    sender_said: [&me.listen, &me.clients],
                 };
                 let tag = hmac::sign(&me.key, &t.bytes());
                 let mut p = [0u8; PROOF_LEN];
@@ -308,6 +314,7 @@ impl PeerLink {
                     sender: &them.name,
                     receiver: &me.name,
                     sender_dialed: !self.dialed,
+                    sender_said: [&them.listen, &them.clients],
                 };
                 if hmac::verify(&me.key, &t.bytes(), p).is_err() {
                     return Err(format!("router {:?} failed the cluster's secret (a wrong secret_file?)", them.name));
@@ -424,6 +431,7 @@ mod tests {
                 sender: &id.name,
                 receiver: &t.name,
                 sender_dialed: x.dialed,
+                sender_said: [&id.listen, &id.clients],
             };
             hmac::sign(&id.key, &t.bytes())
         };
@@ -475,6 +483,7 @@ mod tests {
                 sender: "l",
                 receiver: "h",
                 sender_dialed,
+                sender_said: ["x", "tcp://10.0.0.9:7600"],
             };
             let mut p = [0u8; PROOF_LEN];
             p.copy_from_slice(hmac::sign(&il.key, &t.bytes()).as_ref());
@@ -482,15 +491,22 @@ mod tests {
         };
         let e = h.handshake(&ih, &ClusterFrame::Proof(made_by_l(false)), 0).unwrap_err();
         assert!(e.contains("failed the cluster's secret"), "{e}");
+        // A HELLO whose client URIs were rewritten on the way fails too.
+        let them = |clients: &str| {
+            Stage::Proof(Them {
+                name: "l".into(),
+                listen: "x".into(),
+                clients: clients.into(),
+                incarnation: 9,
+                nonce: nl,
+                heartbeat_ms: 1000,
+            })
+        };
+        h.stage = them("tcp://10.6.6.6:7600");
+        let e = h.handshake(&ih, &ClusterFrame::Proof(made_by_l(true)), 0).unwrap_err();
+        assert!(e.contains("failed the cluster's secret"), "{e}");
         // (The same proof made as a dialer is what a real L sends.)
-        h.stage = Stage::Proof(Them {
-            name: "l".into(),
-            listen: "x".into(),
-            clients: String::new(),
-            incarnation: 9,
-            nonce: nl,
-            heartbeat_ms: 1000,
-        });
+        h.stage = them("tcp://10.0.0.9:7600");
         assert_eq!(h.handshake(&ih, &ClusterFrame::Proof(made_by_l(true)), 0), Ok(true));
     }
 

@@ -104,6 +104,30 @@ impl std::fmt::Debug for ClusterSettings {
     }
 }
 
+/// Client URIs a router tells the others, and takes from each, at most.
+pub const CLIENT_URIS_MAX: usize = 16;
+
+/// `tcp://HOST:PORT`, `tls://HOST:PORT` or `nats://HOST:PORT`: a port a
+/// number, a host others can reach (not `0.0.0.0` or `[::]`), at most 255
+/// bytes, no commas, spaces or control characters (it goes in a
+/// comma-separated list, and in a WELCOME after a newline).
+pub fn is_client_uri(uri: &str) -> bool {
+    let scheme = ["tcp://", "tls://", "nats://"].iter().find_map(|s| uri.strip_prefix(s));
+    let Some(rest) = scheme else { return false };
+    let Some((host, port)) = rest.rsplit_once(':') else { return false };
+    let unspecified = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|a| a.is_unspecified());
+    uri.len() <= 255
+        && !host.is_empty()
+        && !unspecified
+        && port.parse::<u16>().is_ok_and(|p| p != 0)
+        && !rest.contains(',')
+        && !rest.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
 /// Where the cluster's other routers take clients, their links up: URIs
 /// separated by commas, as their HELLOs said. The cluster's agent writes it
 /// as links come up and go down; the routing agents read it at each

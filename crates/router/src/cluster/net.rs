@@ -438,7 +438,10 @@ impl ClusterAgent {
             l.link.liveness = tickwire_transport::link::Liveness::new(beat, self.now);
         }
         tracing::info!("cluster link to router {} ({}) up", them.name, them.listen);
-        self.peers[k as usize].clients = them.clients;
+        // What it says of its clients goes to ours: only what is a client
+        // URI, and a few.
+        let told = them.clients.split(',').filter(|u| super::is_client_uri(u)).take(super::CLIENT_URIS_MAX);
+        self.peers[k as usize].clients = told.collect::<Vec<_>>().join(",");
         self.link_up(slot, k);
         self.retell_other_routers();
         Ok(())

@@ -87,18 +87,6 @@ fn host_port(uri: &str) -> &str {
     uri.strip_prefix("tcp://").unwrap_or(uri)
 }
 
-/// `tcp://HOST:PORT`, `tls://HOST:PORT` or `nats://HOST:PORT`, a port a number, no commas,
-/// spaces or control characters (it goes in a comma-separated list).
-fn is_client_uri(uri: &str) -> bool {
-    let scheme = ["tcp://", "tls://", "nats://"].iter().find_map(|s| uri.strip_prefix(s));
-    let Some(rest) = scheme else { return false };
-    let Some((host, port)) = rest.rsplit_once(':') else { return false };
-    !host.is_empty()
-        && port.parse::<u16>().is_ok_and(|p| p != 0)
-        && !rest.contains(',')
-        && !rest.chars().any(|c| c.is_whitespace() || c.is_control())
-}
-
 impl ClusterTable {
     /// The settings, the secret read now, for the router named `router`.
     ///
@@ -130,9 +118,16 @@ impl ClusterTable {
             return Err(bad("cluster.advertise", &advertise, "IP:PORT (the others dial it without a name lookup)"));
         }
         for uri in &self.client_advertise {
-            if !is_client_uri(uri) {
-                return Err(bad("cluster.client_advertise", uri, "tcp://, tls:// or nats://HOST:PORT"));
+            if !crate::cluster::is_client_uri(uri) {
+                return Err(bad(
+                    "cluster.client_advertise",
+                    uri,
+                    "tcp://, tls:// or nats://HOST:PORT, HOST not 0.0.0.0",
+                ));
             }
+        }
+        if self.client_advertise.len() > crate::cluster::CLIENT_URIS_MAX {
+            return Err(bad("cluster.client_advertise", &self.client_advertise.len(), "at most 16 URIs"));
         }
         let mut peers = Vec::with_capacity(self.peers.len());
         for p in &self.peers {
@@ -231,7 +226,15 @@ mod tests {
             told(&["tcp://10.0.0.1:7600", "tls://h.example:7601"]).unwrap(),
             "tcp://10.0.0.1:7600,tls://h.example:7601"
         );
-        for bad in ["10.0.0.1:7600", "udp://h:1", "tcp://h", "tcp://h:0", "tcp://a:1,tcp://b:2", "tcp://a b:1"] {
+        for bad in [
+            "10.0.0.1:7600",
+            "udp://h:1",
+            "tcp://h",
+            "tcp://h:0",
+            "tcp://a:1,tcp://b:2",
+            "tcp://a b:1",
+            "tcp://0.0.0.0:1",
+        ] {
             let why = told(&[bad]).unwrap_err();
             assert!(why.starts_with("cluster.client_advertise"), "{bad}: {why}");
         }

@@ -467,8 +467,9 @@ impl RouterConfig {
                 return bad("cache.patterns", &"[]", "at least one pattern");
             }
         }
-        if self.name.is_empty() || self.name.len() > 100 {
-            return bad("name", &self.name, "1 to 100 bytes");
+        // (A WELCOME carries it, then a newline and the cluster's routers.)
+        if self.name.is_empty() || self.name.len() > 100 || self.name.chars().any(char::is_control) {
+            return bad("name", &self.name.escape_debug(), "1 to 100 bytes, no control characters");
         }
         Ok(())
     }
@@ -517,6 +518,9 @@ mod tests {
         assert!(load("agents = 0\n").unwrap_err().to_string().contains("agents = 0"));
         assert!(load("cpu = 1\ncpus = [0]\n").unwrap_err().to_string().contains("cpus"));
         assert!(load("agent_link_bytes = 1000\n").unwrap_err().to_string().contains("agent_link_bytes"));
+        // A name goes in WELCOME before a newline and the cluster's routers.
+        let e = load("name = \"a\\nb\"\n").unwrap_err().to_string();
+        assert!(e.contains("name") && e.contains("control characters"), "{e}");
     }
 
     #[test]

@@ -228,7 +228,8 @@ impl Server {
             Some(c) => {
                 let mut s = c.to_settings(&cfg.name, cfg.limits.max_frame)?;
                 if s.clients.is_empty() {
-                    s.clients = client_uris(&listeners, tls.is_some());
+                    let loopback = s.advertise.parse::<SocketAddr>().is_ok_and(|a| a.ip().is_loopback());
+                    s.clients = client_uris(&listeners, tls.is_some(), loopback);
                 }
                 Some(s)
             }
@@ -610,11 +611,13 @@ impl tickwire_agent::Agent for Server {
 }
 
 /// Where this router's clients connect, told to the other routers of its
-/// cluster for their clients: its native TCP listeners (`tls://` with
-/// `[router.tls]`) and its NATS listeners (`nats://`), those bound to an
-/// address others can dial (one on `0.0.0.0` needs `[router.cluster]
-/// client_advertise`).
-fn client_uris(listeners: &[(TcpListener, SocketAddr, bool)], tls: bool) -> String {
+/// cluster for their clients: its plain TCP listeners (`tcp://`) and NATS
+/// listeners (`nats://`) bound to an address others can dial: not
+/// `0.0.0.0`, and loopback only in a cluster on one host (`advertise` on
+/// loopback). TLS listeners are not told by default: a client checks the
+/// router's certificate against the name it dials, which an address
+/// rarely is (`[router.cluster] client_advertise` names them).
+fn client_uris(listeners: &[(TcpListener, SocketAddr, bool)], tls: bool, loopback: bool) -> String {
     let mut uris = Vec::new();
     for (_, addr, nats) in listeners {
         let scheme = match (nats, tls) {
@@ -622,14 +625,20 @@ fn client_uris(listeners: &[(TcpListener, SocketAddr, bool)], tls: bool) -> Stri
             (false, true) => "tls",
             (false, false) => "tcp",
         };
-        if addr.ip().is_unspecified() {
-            tracing::info!(
-                "cluster: clients of the other routers are not told of {scheme}://{addr}: set \
-                 [router.cluster] client_advertise to the address they reach this router at"
-            );
+        let why = if addr.ip().is_unspecified() {
+            "it listens on every address"
+        } else if addr.ip().is_loopback() && !loopback {
+            "loopback, and the cluster spans hosts"
+        } else if scheme == "tls" {
+            "a certificate names a host, not an address"
+        } else {
+            uris.push(format!("{scheme}://{addr}"));
             continue;
-        }
-        uris.push(format!("{scheme}://{addr}"));
+        };
+        tracing::info!(
+            "cluster: clients of the other routers are not told of {scheme}://{addr} ({why}): set [router.cluster] \
+             client_advertise to where they reach this router"
+        );
     }
     uris.join(",")
 }
