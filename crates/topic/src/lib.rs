@@ -25,7 +25,11 @@
 //!
 //! Nothing here does I/O. The router's subscription index (a trie with
 //! wildcard branches) uses [`Pattern`] and is checked against
-//! [`Pattern::matches`], the plain level-by-level matcher.
+//! [`Pattern::matches`], the plain level-by-level matcher. Patterns also
+//! compare with each other: [`Pattern::covers`] (every topic one matches,
+//! the other does: the cluster tells its peers only the patterns nothing
+//! else covers) and [`Pattern::meets`] (some topic both match: an ACL that
+//! meets a subscription without covering it filters its topics one by one).
 //!
 //! # Examples
 //!
@@ -252,6 +256,45 @@ impl Pattern {
         }
         t.next().is_none()
     }
+
+    /// Whether every topic `other` matches is matched by `self`: `md/>`
+    /// covers `md/eu/*`, `md/*` does not cover `md/>`. The cluster tells
+    /// its peers only patterns no other covers, and an ACL that covers a
+    /// subscription lets it through whole.
+    pub fn covers(&self, other: &Pattern) -> bool {
+        covers(&self.levels, &other.levels)
+    }
+
+    /// Whether some topic is matched by both `self` and `other`: an ACL
+    /// that meets a subscription but does not cover it lets through some of
+    /// its topics.
+    pub fn meets(&self, other: &Pattern) -> bool {
+        meets(&self.levels, &other.levels)
+    }
+}
+
+fn covers(a: &[Level], p: &[Level]) -> bool {
+    match (a.first(), p.first()) {
+        (None, None) => true,
+        // `>` takes one or more levels, and `p` has at least one left.
+        (Some(Level::Tail), Some(_)) => true,
+        (Some(_), None) | (None, Some(_)) => false,
+        // `*` takes any one level, but not the several a `>` may stand for.
+        (Some(Level::One), Some(Level::Literal(_) | Level::One)) => covers(&a[1..], &p[1..]),
+        (Some(Level::Literal(x)), Some(Level::Literal(y))) => x == y && covers(&a[1..], &p[1..]),
+        (Some(Level::One | Level::Literal(_)), Some(_)) => false,
+    }
+}
+
+fn meets(a: &[Level], p: &[Level]) -> bool {
+    match (a.first(), p.first()) {
+        (None, None) => true,
+        // A `>` takes whatever the other has left, if it has a level left.
+        (Some(Level::Tail), Some(_)) | (Some(_), Some(Level::Tail)) => true,
+        (None, Some(_)) | (Some(_), None) => false,
+        (Some(Level::Literal(x)), Some(Level::Literal(y))) => x == y && meets(&a[1..], &p[1..]),
+        (Some(_), Some(_)) => meets(&a[1..], &p[1..]),
+    }
 }
 
 impl std::fmt::Display for Pattern {
@@ -270,11 +313,82 @@ impl std::str::FromStr for Pattern {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
-    proptest::proptest! {
+    proptest! {
         #[test]
         fn the_one_pass_check_agrees_with_the_full_one(s in "[a-z/*> \\t\u{e9}\u{2003}]{0,12}") {
-            proptest::prop_assert_eq!(check_topic(&s).is_ok(), check(&s, false).is_ok(), "{:?}", s);
+            prop_assert_eq!(check_topic(&s).is_ok(), check(&s, false).is_ok(), "{:?}", s);
+        }
+    }
+
+    fn level() -> impl Strategy<Value = String> {
+        prop_oneof!["a", "b", Just("*".to_owned())]
+    }
+    fn pattern() -> impl Strategy<Value = String> {
+        (prop::collection::vec(level(), 1..4), any::<bool>()).prop_map(|(mut ls, tail)| {
+            if tail {
+                ls.push(">".into());
+            }
+            ls.join("/")
+        })
+    }
+    fn topic() -> impl Strategy<Value = String> {
+        prop::collection::vec(prop_oneof!["a", "b", "c"], 1..6).prop_map(|ls| ls.join("/"))
+    }
+    fn pat(p: &str) -> Pattern {
+        Pattern::parse(p).unwrap()
+    }
+
+    proptest! {
+        /// Against the plain matcher: a topic both match proves they meet;
+        /// a topic `p` matches that `a` does not disproves covering.
+        #[test]
+        fn covers_and_meets_agree_with_matching(a in pattern(), p in pattern(), topics in prop::collection::vec(topic(), 1..64)) {
+            let (a, p) = (pat(&a), pat(&p));
+            for t in &topics {
+                if a.matches(t) && p.matches(t) {
+                    prop_assert!(a.meets(&p), "{} and {} both match {t}", a, p);
+                }
+                if p.matches(t) && !a.matches(t) {
+                    prop_assert!(!a.covers(&p), "{} said to cover {} but not {t}", a, p);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn covering_is_level_by_level() {
+        for (a, b, want) in [
+            ("md/>", "md/eu/*", true),
+            ("md/>", "md/eu", true),
+            ("md/>", "md/>", true),
+            ("md/>", "md", false),
+            ("md/*", "md/eu", true),
+            ("*/eu", "md/eu", true),
+            ("md/*", "md/>", false),
+            ("md/*", "md/eu/x", false),
+            ("md/eu", "md/*", false),
+            ("md/eu/x", "md/eu", false),
+            ("a/b", "a/b", true),
+        ] {
+            assert_eq!(pat(a).covers(&pat(b)), want, "{a} covers {b}");
+        }
+    }
+
+    #[test]
+    fn meeting_needs_one_topic_both_match() {
+        for (a, b, want) in [
+            ("md/eu/>", "md/>", true),
+            ("md/*/VOD", "md/eu/*", true),
+            ("md/eu", "md/*", true),
+            ("md/eu", "md/us", false),
+            ("md/>", "md", false),
+            ("md/*", "md/eu/x", false),
+            (">", "a/b/c", true),
+        ] {
+            assert_eq!(pat(a).meets(&pat(b)), want, "{a} meets {b}");
+            assert_eq!(pat(b).meets(&pat(a)), want, "{b} meets {a}: meeting is symmetric");
         }
     }
 

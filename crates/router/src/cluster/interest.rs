@@ -2,7 +2,7 @@
 //!
 //! * [`LocalInterest`]: the patterns this router's clients hold (as its
 //!   routing agents announce them), and which of them its peers are told:
-//!   only those no other held pattern covers ([`covers`]: `md/>` covers
+//!   only those no other held pattern covers ([`Pattern::covers`]: `md/>` covers
 //!   `md/eu/*`), so a router with a thousand subscriptions under `md/>`
 //!   sends one pattern. A change says what to tell and withdraw, tells
 //!   first, so no topic is without interest in between.
@@ -14,22 +14,7 @@
 use crate::index::SubscriptionIndex;
 use crate::peers::Interest;
 use std::collections::{BTreeMap, BTreeSet};
-use tickwire_topic::{Level, Pattern};
-
-/// Whether every topic `b` matches is matched by `a`.
-pub fn covers(a: &Pattern, b: &Pattern) -> bool {
-    let (a, b) = (a.levels(), b.levels());
-    for (i, la) in a.iter().enumerate() {
-        let Some(lb) = b.get(i) else { return false };
-        match (la, lb) {
-            (Level::Tail, _) => return true,
-            (Level::One, Level::Literal(_) | Level::One) => {}
-            (Level::Literal(x), Level::Literal(y)) if x == y => {}
-            _ => return false,
-        }
-    }
-    a.len() == b.len()
-}
+use tickwire_topic::Pattern;
 
 /// A change to what peers are told.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +43,7 @@ pub struct LocalInterest {
 impl LocalInterest {
     /// Whether a told pattern other than `q` covers `q`.
     fn covered(&self, q: &Pattern) -> bool {
-        self.told_wild.iter().any(|t| **t != *q.as_str() && self.held.get(t).is_some_and(|(w, _)| covers(w, q)))
+        self.told_wild.iter().any(|t| **t != *q.as_str() && self.held.get(t).is_some_and(|(w, _)| w.covers(q)))
     }
 
     fn tell(&mut self, p: &Pattern, out: &mut Vec<Told>) {
@@ -86,7 +71,7 @@ impl LocalInterest {
         let covered: Vec<Box<str>> = self
             .told
             .iter()
-            .filter(|t| ***t != *p.as_str() && self.held.get(*t).is_some_and(|(q, _)| covers(p, q)))
+            .filter(|t| ***t != *p.as_str() && self.held.get(*t).is_some_and(|(q, _)| p.covers(q)))
             .cloned()
             .collect();
         for t in covered {
@@ -114,11 +99,11 @@ impl LocalInterest {
             // What it covered and no other told pattern covers is told
             // again, but for what another of those covers.
             let freed: Vec<Pattern> =
-                self.held.values().filter(|(q, _)| covers(p, q) && !self.covered(q)).map(|(q, _)| q.clone()).collect();
+                self.held.values().filter(|(q, _)| p.covers(q) && !self.covered(q)).map(|(q, _)| q.clone()).collect();
             let wild: Vec<&Pattern> = freed.iter().filter(|q| !q.is_literal()).collect();
             let keep: Vec<Pattern> = freed
                 .iter()
-                .filter(|q| !wild.iter().any(|r| r.as_str() != q.as_str() && covers(r, q)))
+                .filter(|q| !wild.iter().any(|r| r.as_str() != q.as_str() && r.covers(q)))
                 .cloned()
                 .collect();
             for q in &keep {
@@ -277,21 +262,6 @@ mod tests {
     }
 
     #[test]
-    fn covering_is_level_by_level() {
-        assert!(covers(&p("md/>"), &p("md/eu/*")));
-        assert!(covers(&p("md/>"), &p("md/eu")));
-        assert!(covers(&p("md/>"), &p("md/>")));
-        assert!(!covers(&p("md/>"), &p("md")), "`>` needs one level at least");
-        assert!(covers(&p("md/*"), &p("md/eu")));
-        assert!(covers(&p("*/eu"), &p("md/eu")));
-        assert!(!covers(&p("md/*"), &p("md/>")));
-        assert!(!covers(&p("md/*"), &p("md/eu/x")));
-        assert!(!covers(&p("md/eu"), &p("md/*")));
-        assert!(!covers(&p("md/eu/x"), &p("md/eu")));
-        assert!(covers(&p("a/b"), &p("a/b")));
-    }
-
-    #[test]
     fn a_covered_pattern_is_not_told_and_comes_back_when_its_cover_goes() {
         let mut l = LocalInterest::default();
         let mut out = Vec::new();
@@ -359,7 +329,7 @@ mod tests {
             let held: Vec<Pattern> = holders.iter().filter(|(_, n)| **n > 0).map(|(t, _)| p(t)).collect();
             let want: BTreeSet<String> = held
                 .iter()
-                .filter(|q| !held.iter().any(|r| r.as_str() != q.as_str() && covers(r, q)))
+                .filter(|q| !held.iter().any(|r| r.as_str() != q.as_str() && r.covers(q)))
                 .map(|q| q.as_str().to_owned())
                 .collect();
             assert_eq!(told, want, "held {held:?}");
