@@ -7,6 +7,7 @@ use crate::host::doctor::{Finding, Status};
 use crate::host::machine::Machine;
 use crate::modes::transfer::TransferReport;
 use crate::LabError;
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -43,44 +44,56 @@ impl Output {
     }
 }
 
-fn json_lines<T: serde::Serialize>(rows: &[T]) {
+fn json_lines<T: serde::Serialize>(rows: &[T]) -> String {
+    let mut out = String::new();
     for r in rows {
-        println!("{}", serde_json::to_string(r).unwrap_or_default());
+        out.push_str(&serde_json::to_string(r).unwrap_or_default());
+        out.push('\n');
     }
+    out
 }
 
 /// Prints latency rows: the table with the machine and pinning above it,
 /// JSON, CSV, or sockperf's blocks.
 pub fn latency(measured: &[Measured], format: Format, machine: &Machine) {
+    print!("{}", render_latency(measured, format, machine));
+}
+
+/// What [`latency`] prints.
+pub fn render_latency(measured: &[Measured], format: Format, machine: &Machine) -> String {
+    let mut out = String::new();
     let rows: Vec<LatencyRow> = measured.iter().map(|m| m.row.clone()).collect();
     match format {
-        Format::Json => json_lines(&rows),
-        Format::Csv => print!("{}", csv(&rows)),
+        Format::Json => out.push_str(&json_lines(&rows)),
+        Format::Csv => out.push_str(&csv(&rows)),
         Format::Sockperf => {
             for m in measured {
-                println!("# {}", tag(&m.row));
-                print!("{}", sockperf(m));
+                let _ = writeln!(out, "# {}", tag(&m.row));
+                out.push_str(&sockperf(m));
             }
         }
         Format::Table => {
-            println!("machine: {}", machine.summary());
+            let _ = writeln!(out, "machine: {}", machine.summary());
             if let Some(r) = rows.first() {
-                println!(
+                let _ = writeln!(
+                    out,
                     "pinning: CPUs {} (measuring side, far side), each side busy-spinning unless marked block",
                     r.cpus
                 );
                 if let Some((a, b)) = r.cpus.split_once(',') {
                     if let (Ok(local), Ok(remote)) = (a.parse(), b.parse()) {
-                        println!("topology: {}", crate::host::machine::pair(crate::Cpus { local, remote }));
+                        let _ =
+                            writeln!(out, "topology: {}", crate::host::machine::pair(crate::Cpus { local, remote }));
                     }
                 }
             }
-            print!("{}", table(&rows));
+            out.push_str(&table(&rows));
             for r in rows.iter().filter(|r| r.floor_beaten.is_some()) {
-                println!("{} {} {} B: {}", r.mode, r.transport, r.size, BEATEN_NOTE);
+                let _ = writeln!(out, "{} {} {} B: {}", r.mode, r.transport, r.size, BEATEN_NOTE);
             }
         }
     }
+    out
 }
 
 /// Under a row that beat its floor.
@@ -136,11 +149,18 @@ pub fn distribution(path: &std::path::Path, title: &str, measured: &[Measured]) 
 
 /// Prints throughput rows, one line each (or JSON).
 pub fn throughput(rows: &[ThroughputRow], format: Format) {
+    print!("{}", render_throughput(rows, format));
+}
+
+/// What [`throughput`] prints.
+pub fn render_throughput(rows: &[ThroughputRow], format: Format) -> String {
     if format == Format::Json {
         return json_lines(rows);
     }
+    let mut out = String::new();
     for r in rows {
-        println!(
+        let _ = writeln!(
+            out,
             "{:<10} {:<4} {:<20} size {:>4}: {:>12.0} msg/s {:>8.1} MB/s, {} messages in {:.2} s{}, lost {}{}",
             r.mode,
             r.transport,
@@ -165,29 +185,36 @@ pub fn throughput(rows: &[ThroughputRow], format: Format) {
                 .unwrap_or_default()
         );
         if r.probe.as_deref() == Some(crate::transports::line_limit::PROBE) {
-            println!(
+            let _ = writeln!(out,
                 "  (cache lines moved one way between the CPUs: {:.2} GB/s; at {} B a message, {:.0} msg/s if only the messages' bytes crossed)",
                 r.bytes_per_s / 1e9,
                 r.size,
                 r.msgs_per_s
             );
         } else if let Some(share) = r.of_line_limit {
-            println!("  ({share:.2} of the rate the line transfer allows at {} B)", r.size);
+            let _ = writeln!(out, "  ({share:.2} of the rate the line transfer allows at {} B)", r.size);
         }
         if r.floor_beaten.is_some() {
-            println!("{} {} {} B: {}", r.mode, r.transport, r.size, BEATEN_NOTE);
+            let _ = writeln!(out, "{} {} {} B: {}", r.mode, r.transport, r.size, BEATEN_NOTE);
         }
     }
+    out
 }
 
 /// Prints the rate sweep: one line per target rate.
 pub fn sweep(rows: &[LatencyRow], format: Format, machine: &Machine, reflect_every: u64) {
+    print!("{}", render_sweep(rows, format, machine, reflect_every));
+}
+
+/// What [`sweep`] prints.
+pub fn render_sweep(rows: &[LatencyRow], format: Format, machine: &Machine, reflect_every: u64) -> String {
+    let mut out = String::new();
     match format {
-        Format::Json => json_lines(rows),
-        Format::Csv => print!("{}", csv(rows)),
+        Format::Json => out.push_str(&json_lines(rows)),
+        Format::Csv => out.push_str(&csv(rows)),
         Format::Table | Format::Sockperf => {
-            println!("machine: {}", machine.summary());
-            println!(
+            let _ = writeln!(out, "machine: {}", machine.summary());
+            let _ = writeln!(out,
                 "{:<10} {:>10} {:>10} {:>5} {:>10} {:>7} {:>8} {:>9} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8}",
                 "path",
                 "target/s",
@@ -209,7 +236,7 @@ pub fn sweep(rows: &[LatencyRow], format: Format, machine: &Machine, reflect_eve
             for r in rows {
                 let path = if r.mode == "floor" { format!("{} floor", r.transport) } else { r.transport.clone() };
                 let ratio = r.ratio_p50.map_or_else(|| "-".to_owned(), |x| format!("{x:.2}x"));
-                println!(
+                let _ = writeln!(out,
                     "{:<10} {:>10.0} {:>10.0} {:>5} {:>10} {:>7} {:>8} {:>9.1} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10.1} {:>8} {:>8}",
                     path,
                     r.offered_rate.unwrap_or(0.0),
@@ -229,19 +256,28 @@ pub fn sweep(rows: &[LatencyRow], format: Format, machine: &Machine, reflect_eve
                     ratio
                 );
             }
-            println!("(round-trip nanoseconds from the intended send time; 1 in {reflect_every} reflected)");
+            let _ =
+                writeln!(out, "(round-trip nanoseconds from the intended send time; 1 in {reflect_every} reflected)");
             for r in rows.iter().filter(|r| r.distribution.as_deref() != Some("pause_free")) {
                 let floor = if r.mode == "floor" { " (floor)" } else { "" };
-                println!("{}{floor} at {:.0} msg/s, {}", r.transport, r.offered_rate.unwrap_or(0.0), pauses_line(r));
+                let _ = writeln!(
+                    out,
+                    "{}{floor} at {:.0} msg/s, {}",
+                    r.transport,
+                    r.offered_rate.unwrap_or(0.0),
+                    pauses_line(r)
+                );
             }
         }
     }
+    out
 }
 
 /// Prints a transfer's outcome (or its JSON report).
 pub fn transfer(r: &TransferReport, json: bool) {
     if json {
-        return json_lines(std::slice::from_ref(r));
+        print!("{}", json_lines(std::slice::from_ref(r)));
+        return;
     }
     println!("channel {}", r.channel);
     println!(
