@@ -14,6 +14,8 @@
 //! RAFT message must come from the member the HELLO named and be for this
 //! one (checked by [`crate::Node::handle_message`]).
 
+use tickwire_transport::framing::push_frame;
+
 /// A frame's first byte.
 pub const HELLO: u8 = 1;
 /// A frame's first byte.
@@ -81,19 +83,13 @@ impl<'a> Hello<'a> {
 
     /// Appends the frame (length prefix included) to `out`.
     pub fn emit(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&((17 + self.group.len()) as u32).to_le_bytes());
-        out.push(HELLO);
-        out.extend_from_slice(&self.from.to_le_bytes());
-        out.extend_from_slice(&self.to.to_le_bytes());
-        out.extend_from_slice(self.group.as_bytes());
+        push_frame(out, &[&[HELLO], &self.from.to_le_bytes(), &self.to.to_le_bytes(), self.group.as_bytes()]);
     }
 }
 
 /// Appends a RAFT frame carrying `message` (encoded) to `out`.
 pub fn emit_raft(message: &[u8], out: &mut Vec<u8>) {
-    out.extend_from_slice(&((1 + message.len()) as u32).to_le_bytes());
-    out.push(RAFT);
-    out.extend_from_slice(message);
+    push_frame(out, &[&[RAFT], message]);
 }
 
 /// The body of a RAFT frame.
@@ -118,6 +114,19 @@ mod tests {
         Hello { from: 3, to: 1, group: "ldn" }.emit(&mut out);
         assert_eq!(out.len(), 4 + 17 + 3);
         assert_eq!(Hello::parse(&out[4..]), Ok(Hello { from: 3, to: 1, group: "ldn" }));
+    }
+
+    #[test]
+    fn frames_are_their_length_then_kind_and_fields_little_endian() {
+        let mut out = Vec::new();
+        Hello { from: 0x0102, to: 7, group: "ab" }.emit(&mut out);
+        emit_raft(b"xyz", &mut out);
+        #[rustfmt::skip]
+        let want: &[u8] = &[
+            19, 0, 0, 0, HELLO, 2, 1, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, b'a', b'b',
+            4, 0, 0, 0, RAFT, b'x', b'y', b'z',
+        ];
+        assert_eq!(out, want);
     }
 
     proptest! {

@@ -31,6 +31,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use tickwire_transport::framing::{push_frame, write_frame};
 
 /// A frame's first byte.
 pub const FETCH: u8 = 3;
@@ -234,19 +235,9 @@ impl<'a> Fetch<'a> {
 
     /// Appends the frame (length prefix included) to `out`.
     pub fn emit(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&((25 + self.group.len()) as u32).to_le_bytes());
-        out.push(FETCH);
-        for v in [self.from, self.to, self.index] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        out.extend_from_slice(self.group.as_bytes());
+        let [from, to, index] = [self.from, self.to, self.index].map(u64::to_le_bytes);
+        push_frame(out, &[&[FETCH], &from, &to, &index, self.group.as_bytes()]);
     }
-}
-
-fn frame(out: &mut impl Write, kind: u8, body: &[u8]) -> std::io::Result<()> {
-    out.write_all(&((1 + body.len()) as u32).to_le_bytes())?;
-    out.write_all(&[kind])?;
-    out.write_all(body)
 }
 
 /// Reads one frame into `buf`: its kind and body.
@@ -286,14 +277,12 @@ pub fn serve(mut stream: TcpStream, dir: &Path, manifest: &Manifest, sent: &Atom
     let mut buf = vec![0u8; DATA_CHUNK];
     let (started, mut total) = (std::time::Instant::now(), 0u64);
     for (name, len, mut f) in files {
-        let mut head = len.to_le_bytes().to_vec();
-        head.extend_from_slice(name.as_bytes());
-        frame(&mut out, FILE, &head).map_err(io("the snapshot link"))?;
+        write_frame(&mut out, &[&[FILE], &len.to_le_bytes(), name.as_bytes()]).map_err(io("the snapshot link"))?;
         let mut left = len;
         while left > 0 {
             let n = DATA_CHUNK.min(left as usize);
             f.read_exact(&mut buf[..n]).map_err(io(dir.join(name).display()))?;
-            frame(&mut out, DATA, &buf[..n]).map_err(io("the snapshot link"))?;
+            write_frame(&mut out, &[&[DATA], &buf[..n]]).map_err(io("the snapshot link"))?;
             left -= n as u64;
             sent.fetch_add(n as u64, Ordering::Relaxed);
             total += n as u64;
@@ -303,7 +292,7 @@ pub fn serve(mut stream: TcpStream, dir: &Path, manifest: &Manifest, sent: &Atom
             }
         }
     }
-    frame(&mut out, DONE, &[]).map_err(io("the snapshot link"))?;
+    write_frame(&mut out, &[&[DONE]]).map_err(io("the snapshot link"))?;
     out.flush().map_err(io("the snapshot link"))?;
     drop(out);
     // Its close, once the fetcher has read everything (bounded: a
@@ -424,6 +413,40 @@ mod tests {
         let mut out = Vec::new();
         Fetch { from: 2, to: 1, index: 99, group: "ldn" }.emit(&mut out);
         assert_eq!(Fetch::parse(&out[4..]).unwrap(), Fetch { from: 2, to: 1, index: 99, group: "ldn" });
+        #[rustfmt::skip]
+        let want: &[u8] = &[
+            28, 0, 0, 0, FETCH, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 99, 0, 0, 0, 0, 0, 0, 0,
+            b'l', b'd', b'n',
+        ];
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn a_served_snapshot_is_file_data_and_done_frames_each_behind_its_length() {
+        let dir = std::env::temp_dir().join(format!("tw-ha-snap-bytes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("f"), b"hi").unwrap();
+        let m = Manifest { index: 3, files: vec![("f".into(), 2)], ..Manifest::default() };
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let (dir2, sent) = (dir.clone(), std::sync::Arc::new(AtomicU64::new(0)));
+        let sent2 = std::sync::Arc::clone(&sent);
+        let server = std::thread::spawn(move || serve(s, &dir2, &m, &sent2));
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).unwrap();
+        drop(c);
+        server.join().unwrap().unwrap();
+        #[rustfmt::skip]
+        let want: &[u8] = &[
+            10, 0, 0, 0, FILE, 2, 0, 0, 0, 0, 0, 0, 0, b'f',
+            3, 0, 0, 0, DATA, b'h', b'i',
+            1, 0, 0, 0, DONE,
+        ];
+        assert_eq!(got, want);
+        assert_eq!(sent.load(Ordering::Relaxed), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

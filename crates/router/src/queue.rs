@@ -21,10 +21,11 @@
 
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
+use tickwire_transport::framing;
 use tickwire_wire::client::{self, ClientRepr, HEADER_LEN};
 
 /// Length prefix bytes before each queued frame.
-pub const PREFIX: usize = 4;
+pub const PREFIX: usize = framing::PREFIX_LEN;
 
 /// The least a queue allocates when it first holds something, bytes.
 const MIN_CAPACITY: usize = 4 << 10;
@@ -239,7 +240,7 @@ impl OutQueue {
         self.make_room(need);
         let at = self.buf.len();
         self.buf.resize(at + need, 0);
-        self.write_at(at, &(frame_len as u32).to_le_bytes());
+        self.write_at(at, &framing::prefix(frame_len));
         // Emitted in place, unless the ring's end cuts it (once a turn).
         let start = at + PREFIX;
         let (a, b) = self.buf.as_mut_slices();

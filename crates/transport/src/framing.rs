@@ -3,8 +3,56 @@
 //! whatever a non-blocking read returns, and refuses a length over its limit
 //! (or under `min_frame`) before reading the frame, so a peer cannot make it
 //! allocate what it claims.
+//!
+//! The one writer of that length is here too, for every stream that
+//! carries such frames (the client and cluster links, the TCP transport,
+//! the HA peer and snapshot streams): [`write_frame`] on any [`Write`],
+//! [`push_frame`] into a buffer, [`reserve_frame`] for a frame written in
+//! place, and [`prefix`] itself (for a buffer of another shape).
 
-use std::io::{ErrorKind, Read};
+use std::io::{ErrorKind, Read, Write};
+
+/// Bytes of the length before each frame.
+pub const PREFIX_LEN: usize = 4;
+
+/// The length before a frame of `len` bytes: `len` as a little-endian
+/// `u32` (a frame is far shorter than 4 GiB: every reader's limit is).
+#[inline]
+pub fn prefix(len: usize) -> [u8; PREFIX_LEN] {
+    debug_assert!(u32::try_from(len).is_ok(), "a frame of {len} bytes");
+    (len as u32).to_le_bytes()
+}
+
+/// Writes one frame on `out`: the length of `parts` together, then each
+/// part in turn (a kind byte, then fields, say).
+///
+/// # Errors
+/// What `out` returns.
+pub fn write_frame<W: Write + ?Sized>(out: &mut W, parts: &[&[u8]]) -> std::io::Result<()> {
+    out.write_all(&prefix(parts.iter().map(|p| p.len()).sum()))?;
+    parts.iter().try_for_each(|p| out.write_all(p))
+}
+
+/// Appends one frame to `out`: [`write_frame`] into memory (which cannot
+/// fail).
+#[inline]
+pub fn push_frame(out: &mut Vec<u8>, parts: &[&[u8]]) {
+    let len = parts.iter().map(|p| p.len()).sum();
+    out.reserve(PREFIX_LEN + len);
+    out.extend_from_slice(&prefix(len));
+    parts.iter().for_each(|p| out.extend_from_slice(p));
+}
+
+/// Appends the length of a frame of `len` bytes, then `len` zero bytes of
+/// room for the frame; returns where that room starts in `out` (the
+/// frame is written there in place).
+#[inline]
+pub fn reserve_frame(out: &mut Vec<u8>, len: usize) -> usize {
+    out.extend_from_slice(&prefix(len));
+    let at = out.len();
+    out.resize(at + len, 0);
+    at
+}
 
 /// Why a connection's bytes are not frames.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -217,6 +265,37 @@ mod tests {
             v.extend_from_slice(f);
         }
         v
+    }
+
+    #[test]
+    fn a_frame_is_its_length_little_endian_then_its_parts_whichever_writer_made_it() {
+        let want = [5, 0, 0, 0, 0x02, b'r', b'a', b'f', b't'];
+        assert_eq!(prefix(5), [5, 0, 0, 0]);
+        assert_eq!(prefix(0x0102_0304), [4, 3, 2, 1]);
+        let mut v = vec![0xEE];
+        push_frame(&mut v, &[&[0x02], b"raft"]);
+        assert_eq!(v[1..], want);
+        let mut w = Vec::new();
+        write_frame(&mut w, &[&[0x02], b"ra", b"", b"ft"]).unwrap();
+        assert_eq!(w, want);
+        let mut r = vec![0xEE];
+        let at = reserve_frame(&mut r, 5);
+        assert_eq!((at, r.len()), (5, 10));
+        r[at..].copy_from_slice(&want[4..]);
+        assert_eq!(r[1..], want);
+        let mut empty = Vec::new();
+        push_frame(&mut empty, &[]);
+        assert_eq!(empty, [0, 0, 0, 0]);
+        // And the reader takes what they make.
+        let mut got = Vec::new();
+        let mut reader = FrameReader::new(0, 64);
+        reader
+            .read_from(Trickle([&v[1..], &w, &r[1..]].concat(), 3), |f| {
+                got.push(f.to_vec());
+                true
+            })
+            .unwrap();
+        assert_eq!(got, vec![want[4..].to_vec(); 3]);
     }
 
     #[test]

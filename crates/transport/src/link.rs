@@ -25,7 +25,7 @@
 //! * [`StreamLink`]: both halves on one [`Wire`], the client's side, with
 //!   its [`Liveness`] ([`StreamLink::keep_alive`]).
 
-use crate::framing::{FrameError, FrameReader};
+use crate::framing::{self, FrameError, FrameReader};
 use crate::tls::Wire;
 use std::io::{ErrorKind, IoSlice, Write};
 use std::sync::Arc;
@@ -168,10 +168,7 @@ impl LinkWriter {
                 return Err(LinkError::Full);
             }
         }
-        self.buf.extend_from_slice(&(len as u32).to_le_bytes());
-        let at = self.buf.len();
-        self.buf.resize(at + len, 0);
-        Ok(at)
+        Ok(framing::reserve_frame(&mut self.buf, len))
     }
 
     /// The held bytes from `at` on (a reserved frame's room).
@@ -181,7 +178,7 @@ impl LinkWriter {
 
     /// Takes back the frame reserved at `at`.
     pub fn abort(&mut self, at: usize) {
-        self.buf.truncate(at.saturating_sub(4));
+        self.buf.truncate(at.saturating_sub(framing::PREFIX_LEN));
     }
 
     /// Counts the frame reserved last as made, and writes what is held if

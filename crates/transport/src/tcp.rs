@@ -26,7 +26,7 @@
 //! [`MAX_PENDING`]; past that, sending reports back-pressure (fewer
 //! datagrams sent) as a full socket buffer does.
 
-use crate::framing::FrameReader;
+use crate::framing::{self, FrameReader};
 use crate::{RecvBatch, Transport, TransportError};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io::{ErrorKind, Write};
@@ -108,8 +108,7 @@ impl Conn {
     }
 
     fn queue(&mut self, datagram: &[u8]) {
-        self.pending.extend_from_slice(&(datagram.len() as u32).to_le_bytes());
-        self.pending.extend_from_slice(datagram);
+        framing::push_frame(&mut self.pending, &[datagram]);
     }
 }
 

@@ -36,6 +36,7 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use tickwire_shm::counters::Kind;
 use tickwire_shm::{CounterSet, CountersFile};
+use tickwire_transport::framing;
 use tickwire_transport::tls::{ServerConfig, Wire};
 use tickwire_wire::client::{ClientKind, ClientRepr, RejectCode};
 
@@ -342,9 +343,9 @@ impl Acceptor {
 fn close_with(stream: TcpStream, reason: &str) {
     let close =
         ClientRepr { value: RejectCode::Limit as u32, body: reason.as_bytes(), ..ClientRepr::new(ClientKind::Close) };
-    let mut frame = vec![0u8; 4 + close.buffer_len()];
-    frame[..4].copy_from_slice(&(close.buffer_len() as u32).to_le_bytes());
-    if close.emit(&mut frame[4..]).is_err() {
+    let mut frame = Vec::with_capacity(framing::PREFIX_LEN + close.buffer_len());
+    let at = framing::reserve_frame(&mut frame, close.buffer_len());
+    if close.emit(&mut frame[at..]).is_err() {
         reset(&stream);
         return;
     }
