@@ -26,6 +26,7 @@
 #![warn(missing_docs)]
 
 mod doorbell;
+pub mod stop;
 
 pub use doorbell::Doorbell;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -5,7 +5,9 @@ mod accel;
 mod config;
 mod ha;
 mod lab;
+mod login;
 mod pubsub;
+mod pubsub_args;
 mod queue;
 mod request;
 mod routed;
@@ -37,9 +39,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Publish generated messages or stdin lines on a channel (ipc:, udp:// or tcp://) and stream.
-    Pub(pubsub::PubArgs),
+    Pub(pubsub_args::PubArgs),
     /// Subscribe to a channel (ipc:, udp:// or tcp://) and stream; print or count what arrives.
-    Sub(pubsub::SubArgs),
+    Sub(pubsub_args::SubArgs),
     /// Send a request through a router and print the reply (exit status 3: no responders).
     Request(request::RequestArgs),
     /// Answer requests through a router (--echo, or --exec CMD), alone or in a queue group.
@@ -150,11 +152,17 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Pub(a) => {
             warnings();
-            pubsub::publish(&settings, &a)
+            match &a.router {
+                Some(uri) => routed::publish(&settings, &a, uri),
+                None => pubsub::publish(&settings, &a),
+            }
         }
         Cmd::Sub(a) => {
             warnings();
-            pubsub::subscribe(&settings, &a)
+            match &a.router {
+                Some(uri) => routed::subscribe(&settings, &a, uri),
+                None => pubsub::subscribe(&settings, &a),
+            }
         }
         Cmd::Request(a) => {
             warnings();

@@ -3,14 +3,14 @@
 //! each queue group); its replies come back on the requester's inbox.
 
 use crate::config::Settings;
-use crate::pubsub::{install_ctrl_c, stopped};
-use crate::routed::{connect, wait, Login};
+use crate::login::{connect, wait, Login};
 use crate::units::parse_duration;
 use clap::Args;
 use std::io::{BufRead, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+use tickwire_agent::stop::{requested as stopped, StopSignals};
 use tickwire_client::{Client, ClientEvent, ClientOptions, Gather, PublishError, RequestError};
 
 /// The exit status of `tickwire request` when nothing subscribes to the
@@ -38,7 +38,8 @@ impl Target {
     /// first).
     pub(crate) fn connect(&self, s: &Settings, role: &str) -> Result<Option<Client>, String> {
         let credentials = self.login.credentials(self.router == "ipc")?;
-        install_ctrl_c();
+        // First Ctrl-C: stop; second: exit at once.
+        let _ = StopSignals::command().install();
         let opts = self.login.identity(ClientOptions::default());
         let mut client = connect(s, &self.router, role, self.tls_ca.as_deref(), credentials, opts)?;
         Ok(wait(&mut client, self.wait, |_| {})?.then_some(client))

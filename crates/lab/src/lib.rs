@@ -191,24 +191,11 @@ pub fn run_tag() -> String {
     format!("lab{}x{}", std::process::id(), tickwire_shm::os::monotonic_ns() % 1_000_000)
 }
 
-static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// Whether Ctrl-C asked the run to stop (checked between rounds and steps,
-/// so what was measured so far is still reported).
-pub fn stop_requested() -> bool {
-    STOP.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Installs the Ctrl-C handler of the measuring process: the first Ctrl-C
-/// asks for a graceful stop, the second exits at once.
-pub fn install_ctrl_c() {
-    let _ = ctrlc::set_handler(|| {
-        if STOP.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            std::process::exit(130);
-        }
-        eprintln!("\ntickwire lab: stopping after the current round (Ctrl-C again to quit now)");
-    });
-}
+/// so what was measured so far is still reported): the process's one stop
+/// flag, set by the handler [`request::run`] installs
+/// ([`tickwire_agent::stop`]).
+pub use tickwire_agent::stop::requested as stop_requested;
 
 /// Workers ignore Ctrl-C: the terminal sends it to the whole process group,
 /// and the measuring process decides when its workers stop.

@@ -127,7 +127,11 @@ pub fn run(request: Request) -> Result<(), LabError> {
     if matches!(request, Request::Worker(_)) {
         crate::ignore_ctrl_c();
     } else {
-        crate::install_ctrl_c();
+        // The first Ctrl-C (or SIGTERM, SIGHUP) asks for a graceful stop,
+        // the second exits at once (130).
+        let _ = tickwire_agent::stop::StopSignals::command()
+            .saying("\ntickwire lab: stopping after the current round (Ctrl-C again to quit now)")
+            .install();
     }
     match request {
         Request::Worker(role) => {

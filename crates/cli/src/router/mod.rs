@@ -5,6 +5,7 @@ use clap::Args;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tickwire_agent::stop::{self, StopSignals};
 use tickwire_agent::Idle;
 use tickwire_router::config::TlsFiles;
 use tickwire_router::{RouterConfig, Server};
@@ -434,22 +435,17 @@ fn serve(s: &Settings, a: &RouterArgs, cfg: RouterConfig) -> Result<(), String> 
     }
     let mut server = Server::start(cfg).map_err(|e| e.to_string())?;
     // SIGINT or SIGTERM: drain and stop (a second one: exit at once).
-    // SIGHUP: reload the users. (Not `ctrlc`: it takes SIGHUP as a stop.)
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let stop = Arc::new(AtomicBool::new(false));
+    // SIGHUP: reload the users and TLS files (not a stop for a service).
+    StopSignals::service().install().map_err(|e| e.to_string())?;
     let hup = Arc::new(AtomicBool::new(false));
-    for sig in [SIGINT, SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&stop)).map_err(|e| e.to_string())?;
-        signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(|e| e.to_string())?;
-    }
-    signal_hook::flag::register(SIGHUP, Arc::clone(&hup)).map_err(|e| e.to_string())?;
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup)).map_err(|e| e.to_string())?;
     eprintln!(
         "router listening: {} (Ctrl-C or SIGTERM to stop, SIGHUP to reload users and TLS files)",
         server.describe()
     );
     let mut systemd = Systemd::new();
     systemd.notify(&[NotifyState::Ready, NotifyState::Status(&format!("listening: {}", server.describe()))]);
-    while !stop.load(Ordering::Relaxed) {
+    while !stop::requested() {
         let work = server.do_work();
         if hup.load(Ordering::Relaxed) {
             hup.store(false, Ordering::Relaxed);
