@@ -5,7 +5,7 @@
 
 use crate::record::{RecordError, RecordRepr};
 use crate::segment::{self, Damage, SegmentHeader, SEGMENT_HEADER};
-use crate::sync::{Latencies, SyncPolicy, Syncer};
+use crate::sync::{SyncPolicy, Syncer};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tickwire_latency::SharedLatencies;
 
 /// How a journal is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,7 +170,7 @@ pub struct Journal {
     /// The last sequence written.
     written: u64,
     syncer: Option<Syncer>,
-    append: Arc<Latencies>,
+    append: Arc<SharedLatencies>,
     /// Held while the journal is open (`None` once released for an
     /// install, [`crate::snapshot`]).
     lock: Option<File>,
@@ -306,7 +307,7 @@ impl Journal {
             pending_records: 0,
             next: last + 1,
             written: last,
-            append: Arc::new(Latencies::default()),
+            append: Arc::new(SharedLatencies::default()),
             lock: Some(lock),
         };
         if j.segments.is_empty() {
@@ -471,13 +472,14 @@ impl Journal {
         &self.cfg
     }
 
-    /// How long each batch write took.
-    pub fn append_latencies(&self) -> Arc<Latencies> {
+    /// How long each batch write took, readable from any thread (the
+    /// writer never waits for a reader: see [`SharedLatencies`]).
+    pub fn append_latencies(&self) -> Arc<SharedLatencies> {
         Arc::clone(&self.append)
     }
 
     /// How long each fsync took (none under [`SyncPolicy::Os`]).
-    pub fn fsync_latencies(&self) -> Option<Arc<Latencies>> {
+    pub fn fsync_latencies(&self) -> Option<Arc<SharedLatencies>> {
         self.syncer.as_ref().map(|s| Arc::clone(&s.shared.fsync))
     }
 

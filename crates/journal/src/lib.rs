@@ -46,4 +46,4 @@ mod sync;
 pub use journal::{Journal, JournalConfig, JournalError, Recovery};
 pub use reader::{Read, Reader};
 pub use record::{Record, RecordRepr};
-pub use sync::{Latencies, SyncPolicy};
+pub use sync::SyncPolicy;

@@ -6,6 +6,7 @@ use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+use tickwire_latency::SharedLatencies;
 
 /// When the journal acknowledges a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,53 +58,6 @@ impl std::str::FromStr for SyncPolicy {
     }
 }
 
-/// Latencies by power of two (bucket `i` holds `[2^(i-1), 2^i)` ns),
-/// readable from any thread.
-#[derive(Debug)]
-pub struct Latencies {
-    buckets: [AtomicU64; 48],
-    count: AtomicU64,
-    sum_ns: AtomicU64,
-}
-
-impl Default for Latencies {
-    fn default() -> Self {
-        Self {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            count: AtomicU64::new(0),
-            sum_ns: AtomicU64::new(0),
-        }
-    }
-}
-
-impl Latencies {
-    /// Counts one of `ns`.
-    pub fn record(&self, ns: u64) {
-        let i = (64 - ns.leading_zeros() as usize).min(47);
-        self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
-    }
-    /// (upper bound in ns, count) per bucket, the count and the sum.
-    pub fn snapshot(&self) -> (Vec<(u64, u64)>, u64, u64) {
-        let b = self.buckets.iter().enumerate().map(|(i, c)| (1u64 << i, c.load(Ordering::Relaxed))).collect();
-        (b, self.count.load(Ordering::Relaxed), self.sum_ns.load(Ordering::Relaxed))
-    }
-    /// The `q` quantile (0..=1), as its bucket's upper bound in ns.
-    pub fn quantile(&self, q: f64) -> u64 {
-        let (b, n, _) = self.snapshot();
-        let want = ((n as f64) * q).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        for (bound, c) in b {
-            seen += c;
-            if seen >= want {
-                return bound;
-            }
-        }
-        0
-    }
-}
-
 #[derive(Debug, Default)]
 struct State {
     /// The last sequence written to the files.
@@ -124,7 +78,8 @@ pub(crate) struct Shared {
     /// The first fsync error, for good: a journal that could not sync
     /// must not acknowledge again.
     pub(crate) failed: Mutex<Option<String>>,
-    pub(crate) fsync: Arc<Latencies>,
+    /// How long each fdatasync took.
+    pub(crate) fsync: Arc<SharedLatencies>,
 }
 
 /// The thread that fsyncs for [`SyncPolicy::Group`] and

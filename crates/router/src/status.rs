@@ -111,11 +111,11 @@ pub struct JournalStatus {
     pub last: u64,
     /// See `first`.
     pub durable: u64,
-    /// Batch writes: median and p99, ns (bucket bounds).
+    /// Batch writes: median and p99, ns (HdrHistogram quantiles, 3 significant figures).
     pub append_p50_ns: u64,
     /// See `append_p50_ns`.
     pub append_p99_ns: u64,
-    /// fsyncs: median and p99, ns (bucket bounds; 0 under `os`).
+    /// fsyncs: median and p99, ns (HdrHistogram quantiles; 0 under `os`).
     pub fsync_p50_ns: u64,
     /// See `fsync_p50_ns`.
     pub fsync_p99_ns: u64,

@@ -3,10 +3,9 @@
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-/// A latency histogram in nanoseconds (1 ns to 1 hour, 3 significant digits).
-pub fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).unwrap_or_else(|_| Histogram::new(3).expect("hdr"))
-}
+/// The workspace's one latency histogram: nanoseconds, 1 ns to 1 hour, 3
+/// significant digits (the router's metrics and journal use the same).
+pub use tickwire_latency::histogram;
 
 /// One row of results: a latency distribution plus context.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]

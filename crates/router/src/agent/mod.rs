@@ -26,7 +26,7 @@ pub use tcp::IoCounts;
 use tcp::TcpInput;
 
 use crate::access::AuthWorker;
-use crate::metrics::{ForwardingTime, SAMPLE_EVERY};
+use crate::metrics::SAMPLE_EVERY;
 use crate::peers::LinkReader;
 use crate::routing::{Disconnect, Router};
 use crate::session::Outbound;
@@ -37,6 +37,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 use tickwire_agent::Doorbell;
+use tickwire_latency::SharedLatencies;
 use tickwire_shm::counters::Kind;
 use tickwire_shm::{CounterSet, Event, LogReader};
 use tickwire_wire::client::RejectCode;
@@ -134,7 +135,7 @@ pub struct RoutingAgent {
     auth: Arc<AuthWorker>,
     pub(crate) shared: Arc<AgentShared>,
     /// Forwarding times, sampled, when metrics are on.
-    times: Option<Arc<ForwardingTime>>,
+    times: Option<Arc<SharedLatencies>>,
     /// Frames until the next one timed.
     countdown: u32,
     /// Sessions being closed whose CLOSE waits for room: (session,
@@ -219,7 +220,7 @@ impl RoutingAgent {
 
     /// Times one frame in [`SAMPLE_EVERY`] into a histogram for the
     /// metrics; returns it.
-    pub(crate) fn time_forwarding(&mut self) -> Arc<ForwardingTime> {
+    pub(crate) fn time_forwarding(&mut self) -> Arc<SharedLatencies> {
         Arc::clone(self.times.get_or_insert_with(Arc::default))
     }
 
@@ -583,7 +584,7 @@ impl RoutingAgent {
 #[inline]
 fn handle(
     router: &mut Router,
-    times: &Option<Arc<ForwardingTime>>,
+    times: &Option<Arc<SharedLatencies>>,
     countdown: &mut u32,
     id: u32,
     frame: &[u8],

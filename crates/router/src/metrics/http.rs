@@ -4,7 +4,7 @@
 //! oldest ([`MetricsServer::evicted`]), so that clients holding every
 //! place keep no scrape out either.
 
-use super::{ClusterMetrics, CountersFile, ForwardingTime, JournalMetrics, RouterCollector};
+use super::{ClusterMetrics, CountersFile, JournalMetrics, RouterCollector, SharedLatencies};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use std::collections::VecDeque;
@@ -34,7 +34,7 @@ impl MetricsServer {
     pub fn start(
         addr: SocketAddr,
         counters: Arc<CountersFile>,
-        times: Vec<Arc<ForwardingTime>>,
+        times: Vec<Arc<SharedLatencies>>,
         journal: Option<JournalMetrics>,
         cluster: Option<ClusterMetrics>,
     ) -> std::io::Result<Self> {

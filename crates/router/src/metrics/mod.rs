@@ -6,7 +6,8 @@
 //! at scrape time, from the counter sets the agents publish every 20 ms
 //! into the router's counters file (the ones `tickwire stat` shows), so a
 //! scrape sees values at most 20 ms old. The one thing measured for it is
-//! the forwarding latency ([`ForwardingTime`]), sampled.
+//! the forwarding latency, sampled, into a [`SharedLatencies`] per
+//! routing agent (the workspace's one latency histogram, HdrHistogram).
 //!
 //! Names follow Prometheus' conventions: `tickwire_router_` first, base
 //! units (bytes, seconds), `_total` on counters:
@@ -54,9 +55,8 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tickwire_journal::Latencies;
+use tickwire_latency::{Buckets, SharedLatencies};
 use tickwire_shm::counters::{Kind, SetSnapshot};
 use tickwire_shm::CountersFile;
 
@@ -67,39 +67,47 @@ mod http;
 pub use cluster::ClusterMetrics;
 pub use http::{MetricsServer, MAX_REQUESTS};
 
-/// Buckets of the forwarding-time histogram: 64 ns doubling to ~34 ms.
-const BUCKETS: usize = 20;
-/// The smallest bucket's upper bound, in nanoseconds.
-const FIRST_BUCKET_NS: u64 = 64;
 /// One frame in this many is timed.
 pub const SAMPLE_EVERY: u32 = 256;
 
-/// A histogram of forwarding times, written by one routing agent and read
-/// by the metrics thread.
-#[derive(Debug, Default)]
-pub struct ForwardingTime {
-    buckets: [AtomicU64; BUCKETS + 1],
-    sum_ns: AtomicU64,
-    count: AtomicU64,
+/// Upper bounds of the forwarding-time histogram's buckets, as exported:
+/// 64 ns doubling to ~34 ms (then `+Inf`).
+const FORWARDING_BOUNDS_NS: [u64; 20] = doubling(64);
+/// Upper bounds of the journal's histograms' buckets, as exported: 1 ns
+/// doubling to 2^46 ns (then `+Inf`).
+const JOURNAL_BOUNDS_NS: [u64; 47] = doubling(1);
+
+/// `N` bounds from `first`, doubling.
+const fn doubling<const N: usize>(first: u64) -> [u64; N] {
+    let mut b = [0; N];
+    let mut i = 0;
+    while i < N {
+        b[i] = first << i;
+        i += 1;
+    }
+    b
 }
 
-impl ForwardingTime {
-    /// Records one time (its agent is the only writer: plain stores).
-    #[inline]
-    pub fn record(&self, ns: u64) {
-        let i = (ns.max(1).div_ceil(FIRST_BUCKET_NS).next_power_of_two().trailing_zeros() as usize).min(BUCKETS);
-        let bump = |a: &AtomicU64, by: u64| a.store(a.load(Ordering::Relaxed) + by, Ordering::Relaxed);
-        bump(&self.buckets[i], 1);
-        bump(&self.sum_ns, ns);
-        bump(&self.count, 1);
-    }
+/// A latency histogram exported as Prometheus', its counts read from the
+/// HdrHistogram at or below each bound of `b`, in seconds.
+fn encode_latencies(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    b: &Buckets,
+) -> Result<(), std::fmt::Error> {
+    let buckets: Vec<(f64, u64)> =
+        b.per_bucket().into_iter().map(|(le, n)| (le.map_or(f64::MAX, |ns| ns as f64 * 1e-9), n)).collect();
+    let mut h = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    h.encode_histogram::<prometheus_client::encoding::NoLabelSet>(b.sum_ns as f64 * 1e-9, b.count, &buckets, None)
 }
 
 /// Reads the router's counter sets and histograms at each scrape.
 #[derive(Debug)]
 struct RouterCollector {
     counters: Arc<CountersFile>,
-    times: Vec<Arc<ForwardingTime>>,
+    /// Forwarding times, one per routing agent.
+    times: Vec<Arc<SharedLatencies>>,
 }
 
 /// (metric suffix, help, counter or gauge) for each value of a kind's set.
@@ -254,27 +262,14 @@ impl Collector for RouterCollector {
             let f = encoder.encode_descriptor("tickwire_router_journal_retain_bytes", help, None, MetricType::Gauge)?;
             ConstGauge::new(retain as i64).encode(f)?;
         }
-        let mut buckets = [0u64; BUCKETS + 1];
-        let (mut sum_ns, mut count) = (0u64, 0u64);
+        // Every agent's, as one histogram (all its buckets even with none).
+        let at_or_below = FORWARDING_BOUNDS_NS.iter().map(|&b| (b, 0)).collect();
+        let mut forwarding = Buckets { at_or_below, ..Buckets::default() };
         for t in &self.times {
-            for (b, a) in buckets.iter_mut().zip(&t.buckets) {
-                *b += a.load(Ordering::Relaxed);
-            }
-            sum_ns += t.sum_ns.load(Ordering::Relaxed);
-            count += t.count.load(Ordering::Relaxed);
+            forwarding.add(&t.buckets(&FORWARDING_BOUNDS_NS));
         }
-        let bounds: Vec<(f64, u64)> = buckets
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| {
-                let le = if i == BUCKETS { f64::MAX } else { (FIRST_BUCKET_NS << i) as f64 * 1e-9 };
-                (le, n)
-            })
-            .collect();
         let help = "Time from reading a client's frame to handing the message to every subscriber's transport (1 frame in 256).";
-        let mut h =
-            encoder.encode_descriptor("tickwire_router_forwarding_seconds", help, None, MetricType::Histogram)?;
-        h.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum_ns as f64 * 1e-9, count, &bounds, None)
+        encode_latencies(&mut encoder, "tickwire_router_forwarding_seconds", help, &forwarding)
     }
 }
 
@@ -283,8 +278,8 @@ impl Collector for RouterCollector {
 #[derive(Debug, Clone)]
 pub struct JournalMetrics {
     pub(crate) status: Arc<crate::agent::AgentShared>,
-    pub(crate) append: Arc<Latencies>,
-    pub(crate) fsync: Option<Arc<Latencies>>,
+    pub(crate) append: Arc<SharedLatencies>,
+    pub(crate) fsync: Option<Arc<SharedLatencies>>,
 }
 
 impl Collector for JournalMetrics {
@@ -388,15 +383,7 @@ impl Collector for JournalMetrics {
         ];
         for (name, help, l) in histograms {
             let Some(l) = l else { continue };
-            let (buckets, count, sum_ns) = l.snapshot();
-            let last = buckets.len() - 1;
-            let bounds: Vec<(f64, u64)> = buckets
-                .iter()
-                .enumerate()
-                .map(|(i, &(le_ns, n))| (if i == last { f64::MAX } else { le_ns as f64 * 1e-9 }, n))
-                .collect();
-            let mut h = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
-            h.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum_ns as f64 * 1e-9, count, &bounds, None)?;
+            encode_latencies(&mut encoder, name, help, &l.buckets(&JOURNAL_BOUNDS_NS))?;
         }
         Ok(())
     }
@@ -406,16 +393,69 @@ impl Collector for JournalMetrics {
 mod tests {
     use super::*;
 
+    /// The text of a registry holding `collector` alone.
+    fn scrape(collector: impl Collector + 'static) -> String {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(collector));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    }
+
+    /// The `_bucket` lines of `metric`: (`le`, cumulative count).
+    fn buckets(text: &str, metric: &str) -> Vec<(String, u64)> {
+        let prefix = format!("{metric}_bucket{{le=\"");
+        text.lines()
+            .filter_map(|l| l.strip_prefix(&prefix))
+            .filter_map(|l| {
+                let (le, rest) = l.split_once('"')?;
+                Some((le.to_owned(), rest.rsplit(' ').next()?.parse().ok()?))
+            })
+            .collect()
+    }
+
     #[test]
     fn forwarding_times_fall_in_doubling_buckets() {
-        let t = ForwardingTime::default();
-        for ns in [1, 64, 65, 128, 129, 1_000_000_000] {
-            t.record(ns);
+        let dir = std::env::temp_dir().join(format!("tw-metrics-forwarding-{}", std::process::id()));
+        let counters = CountersFile::create(&dir).unwrap();
+        let (a, b) = (Arc::new(SharedLatencies::default()), Arc::new(SharedLatencies::default()));
+        for ns in [1, 64, 65] {
+            a.record(ns);
         }
-        let b: Vec<u64> = t.buckets.iter().map(|a| a.load(Ordering::Relaxed)).collect();
-        assert_eq!(&b[..3], &[2, 2, 1], "<=64, <=128, <=256");
-        assert_eq!(b[BUCKETS], 1, "a second: past the last bound");
-        assert_eq!(t.count.load(Ordering::Relaxed), 6);
+        for ns in [128, 129, 1_000_000_000] {
+            b.record(ns);
+        }
+        let text = scrape(RouterCollector { counters, times: vec![a, b] });
+        let got = buckets(&text, "tickwire_router_forwarding_seconds");
+        assert_eq!(got.len(), BUCKETS_EXPORTED, "{text}");
+        let want = [("6.4e-8", 2), ("1.28e-7", 4), ("2.56e-7", 5), ("5.12e-7", 5)];
+        assert_eq!(&got[..4], want.map(|(le, n)| (le.to_owned(), n)), "<=64, <=128, <=256, <=512: {text}");
+        assert_eq!(got[19], ("0.033554432".to_owned(), 5), "{text}");
+        assert_eq!(got[20], ("+Inf".to_owned(), 6), "a second: past the last bound: {text}");
+        assert!(text.contains("tickwire_router_forwarding_seconds_count 6\n"), "{text}");
+        assert!(text.contains("tickwire_router_forwarding_seconds_sum 1.000000387\n"), "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The forwarding histogram's buckets, `+Inf` included.
+    const BUCKETS_EXPORTED: usize = 21;
+
+    #[test]
+    fn no_routing_agent_timed_still_exports_every_bucket() {
+        let dir = std::env::temp_dir().join(format!("tw-metrics-untimed-{}", std::process::id()));
+        let counters = CountersFile::create(&dir).unwrap();
+        let text = scrape(RouterCollector { counters, times: Vec::new() });
+        let got = buckets(&text, "tickwire_router_forwarding_seconds");
+        assert_eq!(got.len(), BUCKETS_EXPORTED, "{text}");
+        assert!(got.iter().all(|(_, n)| *n == 0), "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn journal_bounds_are_powers_of_two_from_1_ns() {
+        assert_eq!(JOURNAL_BOUNDS_NS[..3], [1, 2, 4]);
+        assert_eq!(JOURNAL_BOUNDS_NS[46], 1 << 46);
+        assert_eq!(FORWARDING_BOUNDS_NS[19], 64 << 19);
     }
 
     pub(super) fn frame(r: tickwire_wire::client::ClientRepr<'_>) -> Vec<u8> {

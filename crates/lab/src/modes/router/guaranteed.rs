@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
 use tickwire_client::{Client, ClientEvent, ClientOptions, PublishError};
+use tickwire_latency::histogram;
 use tickwire_shm::os::monotonic_ns;
 use tickwire_wire::stamp;
 
@@ -132,10 +133,6 @@ impl GuaranteedResult {
     }
 }
 
-fn hist() -> Histogram<u64> {
-    crate::output::report::histogram()
-}
-
 fn err(what: &str, e: impl std::fmt::Display) -> LabError {
     LabError::Worker(format!("{what}: {e}"))
 }
@@ -191,14 +188,14 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
                 clients_on.set(g.leader_id());
                 let gh = Harness::connect(g.leader_dir(), publishers, o.consumers)?;
                 let figures = GroupFigures { leader: g.leader_id(), ..GroupFigures::default() };
-                Some((g, gh, figures, hist(), hist()))
+                Some((g, gh, figures, histogram(), histogram()))
             }
             false => None,
         };
         pin_current_thread(o.cpus.local)?;
         let rounds = o.rounds.max(1);
         let phase = (o.duration / (2 * rounds as u32)).max(Duration::from_millis(100));
-        let (mut fsync, mut ack, mut deliver) = (hist(), hist(), hist());
+        let (mut fsync, mut ack, mut deliver) = (histogram(), histogram(), histogram());
         let mut r = GuaranteedResult {
             sync: sync.to_owned(),
             publishers,
