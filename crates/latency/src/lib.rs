@@ -11,7 +11,7 @@
 //! behind a mutex that the writer only ever *tries*. A sample that finds
 //! the lock held by a reader is dropped and counted ([`SharedLatencies::dropped`]),
 //! so a hot writer never waits; readers take the lock, briefly, to read
-//! quantiles, the count and the exact sum, or a [`Snapshot`].
+//! quantiles, the count and the exact sum, or buckets.
 //!
 //! Prometheus wants fixed buckets: [`SharedLatencies::buckets`] (or
 //! [`Buckets::of`] for a plain histogram) counts the samples at or below
@@ -78,17 +78,6 @@ impl Default for SharedLatencies {
     }
 }
 
-/// What a [`SharedLatencies`] held at one moment.
-#[derive(Debug, Clone)]
-pub struct Snapshot {
-    /// The samples recorded.
-    pub histogram: Histogram<u64>,
-    /// Their exact sum, in nanoseconds.
-    pub sum_ns: u64,
-    /// Samples dropped so far: they found the lock held.
-    pub dropped: u64,
-}
-
 impl SharedLatencies {
     /// An empty one.
     pub fn new() -> Self {
@@ -138,13 +127,6 @@ impl SharedLatencies {
     pub fn buckets(&self, bounds_ns: &[u64]) -> Buckets {
         let r = self.read();
         Buckets { sum_ns: r.sum_ns, ..Buckets::of(&r.histogram, bounds_ns) }
-    }
-
-    /// A copy of what it holds now (the histogram is about 270 KiB: for
-    /// a few numbers, read them in place with the methods above).
-    pub fn snapshot(&self) -> Snapshot {
-        let r = self.read();
-        Snapshot { histogram: r.histogram.clone(), sum_ns: r.sum_ns, dropped: self.dropped() }
     }
 
     fn read(&self) -> MutexGuard<'_, Recorded> {
@@ -260,8 +242,7 @@ mod tests {
         assert_eq!(l.dropped(), 2);
         assert_eq!((l.count(), l.sum_ns()), (1, 10), "only the sample before the reader");
         l.record(40);
-        let s = l.snapshot();
-        assert_eq!((s.histogram.len(), s.sum_ns, s.dropped), (2, 50, 2));
+        assert_eq!((l.count(), l.sum_ns(), l.dropped()), (2, 50, 2));
     }
 
     #[test]
