@@ -3,22 +3,23 @@
 //! [`Request`] and does nothing else; every decision about what to measure,
 //! which floor to measure beside it and what to print is made here.
 
-use crate::host::doctor::{hiccups, Doctor};
-use crate::host::machine::Machine;
+use crate::base::floor::{self, FloorOptions};
+use crate::base::host::doctor::{hiccups, Doctor};
+use crate::base::host::machine::Machine;
+use crate::base::line_limit;
+use crate::base::output::print::{self, Format, Hiccups, Output};
+use crate::base::output::report::{highest_sustained, round3, LatencyRow, ThroughputRow};
+use crate::base::output::{plots, Measured};
 use crate::modes::oneway::OneWay;
 use crate::modes::pingpong::PingPong;
 use crate::modes::reproduce::Reproduce;
 use crate::modes::sweep::Sweep;
 use crate::modes::tick_to_trade::TickToTrade;
 use crate::modes::transfer::Transfer;
-use crate::output::print::{self, Format, Hiccups, Output};
-use crate::output::report::{round3, LatencyRow, ThroughputRow};
-use crate::output::{plots, Measured};
-use crate::transports::floor::{self, FloorOptions};
-use crate::transports::ipc::{self, IpcOptions};
-use crate::transports::sockets::Wait;
-use crate::transports::{line_limit, rudp, Transport};
-use crate::{Cpus, LabError, Role};
+use crate::paths::ipc::{self, IpcOptions};
+use crate::paths::sockets::Wait;
+use crate::paths::{rudp, Transport};
+use crate::{Cpus, LabError};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -57,8 +58,9 @@ pub enum Request {
     Bindings { run: crate::modes::bindings::Bindings, json: bool },
     /// `lab accel`: sockperf's ping-pong, under `tickwire accel` and not.
     Accel { run: crate::modes::accel::Accel, json: bool },
-    /// The far side of a measurement.
-    Worker(Role),
+    /// The far side of a measurement: a worker job's argument
+    /// ([`crate::modes::run_worker`]).
+    Worker(String),
 }
 
 /// `lab throughput`.
@@ -134,8 +136,8 @@ pub fn run(request: Request) -> Result<(), LabError> {
             .install();
     }
     match request {
-        Request::Worker(role) => {
-            println!("{}", role.run()?);
+        Request::Worker(arg) => {
+            println!("{}", crate::modes::run_worker(&arg)?);
             Ok(())
         }
         Request::Floor { options, output } => run_floor(&options, &output),
@@ -232,7 +234,7 @@ fn run_floor(o: &FloorOptions, out: &Output) -> Result<(), LabError> {
     let format = if out.format == Format::Sockperf { Format::Table } else { out.format };
     if format == Format::Table {
         println!("machine: {}", machine.summary());
-        print!("{}", crate::output::report::table(&[m[0].row.clone(), m[1].row.clone()]));
+        print!("{}", crate::base::output::report::table(&[m[0].row.clone(), m[1].row.clone()]));
     } else {
         print::latency(&m, format, &machine);
     }
@@ -357,13 +359,13 @@ fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
                 // Kernel UDP with sendmmsg/recvmmsg across the same kind of
                 // veth pair, then AF_XDP.
                 let f = if t.floor {
-                    let mut f = crate::transports::xdp::throughput(None, t.size, per, t.cpus)?;
+                    let mut f = crate::paths::xdp::throughput(None, t.size, per, t.cpus)?;
                     f.mode = "floor".into();
                     Some(f)
                 } else {
                     None
                 };
-                (f, crate::transports::xdp::throughput(Some(&t.xdp_mode), t.size, per, t.cpus)?)
+                (f, crate::paths::xdp::throughput(Some(&t.xdp_mode), t.size, per, t.cpus)?)
             }
             other => {
                 return Err(LabError::Usage(format!(
@@ -503,23 +505,6 @@ fn run_sweep(sweep: &Sweep, out: &Output) -> Result<(), LabError> {
     Ok(())
 }
 
-/// The highest target rate `transport`'s rows (of `mode`) sustained: achieved
-/// at least `sustain` of it with nothing lost.
-pub fn highest_sustained<'a>(
-    rows: &'a [LatencyRow],
-    transport: &str,
-    mode: &str,
-    sustain: f64,
-) -> Option<&'a LatencyRow> {
-    rows.iter().rfind(|r| {
-        r.transport == transport
-            && r.mode == mode
-            && r.distribution.as_deref() != Some("pause_free")
-            && r.lost == 0
-            && r.achieved_rate.unwrap_or(0.0) >= r.offered_rate.unwrap_or(f64::MAX) * sustain
-    })
-}
-
 /// RTT percentiles against target rate at `path`, and achieved against
 /// target beside it (`<name>-achieved.svg`).
 fn sweep_plots(path: &Path, rows: &[LatencyRow]) -> Result<(), LabError> {
@@ -586,7 +571,7 @@ fn run_transfer(t: &Transfer, json: bool) -> Result<(), LabError> {
     check_probability("--reorder", t.reorder)?;
     check_probability("--duplicate", t.duplicate)?;
     let r = crate::modes::transfer::run(t)?;
-    print::transfer(&r, json);
+    crate::modes::transfer::print(&r, json);
     if !r.identical && r.lost_events == 0 {
         return Err(LabError::Failed("the received stream differs from the sent one, and no loss was reported".into()));
     }

@@ -19,12 +19,13 @@ use crate::units::{parse_duration, parse_size};
 use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
+use tickwire_lab::base::floor::FloorOptions;
 use tickwire_lab::modes::{oneway::OneWay, pingpong::PingPong, reproduce::Reproduce, sweep::Sweep};
 use tickwire_lab::modes::{tick_to_trade::TickToTrade, transfer::Transfer};
 use tickwire_lab::output::print::{self, Output};
+use tickwire_lab::paths::{sockets::Wait, Transport};
 use tickwire_lab::request::{self, DoctorRequest, OneWayRequest, Request, ThroughputRequest};
-use tickwire_lab::transports::{floor::FloorOptions, sockets::Wait, Transport};
-use tickwire_lab::{Cpus, Role};
+use tickwire_lab::Cpus;
 
 #[derive(Debug, Subcommand)]
 pub enum LabCmd {
@@ -67,9 +68,8 @@ pub enum LabCmd {
     /// Internal: the far side of a measurement.
     #[command(hide = true)]
     Worker {
-        /// The role, as the JSON the measuring side wrote.
-        #[arg(value_parser = parse_role)]
-        role: Role,
+        /// The job, as the JSON the measuring side wrote.
+        role: String,
     },
 }
 
@@ -434,10 +434,6 @@ pub struct DoctorArgs {
     /// How long to probe each CPU for hiccups (0s: skip).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     hiccup: Duration,
-}
-
-fn parse_role(s: &str) -> Result<Role, String> {
-    Role::from_arg(s).map_err(|e| e.to_string())
 }
 
 fn parse_only(s: &str, only: Transport, what: &str) -> Result<Transport, String> {

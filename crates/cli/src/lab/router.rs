@@ -8,8 +8,8 @@ use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
 use tickwire_lab::modes::router::{cluster::ClusterLab, guaranteed::GuaranteedLab, RouterLab};
+use tickwire_lab::paths::Transport;
 use tickwire_lab::request::Request;
-use tickwire_lab::transports::Transport;
 
 /// Options of `lab topic-match`.
 #[derive(Debug, Args)]

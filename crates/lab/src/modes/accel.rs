@@ -21,8 +21,8 @@
 //! over the rounds, each with its ratio to the kernel spinning and to
 //! tickwire's AF_XDP in the same run.
 
-use crate::host::netns::NetnsPair;
-use crate::output::report::median;
+use crate::base::host::netns::NetnsPair;
+use crate::base::output::report::median;
 use crate::{Cpus, LabError};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -187,7 +187,7 @@ fn sockperf(a: &Accel, pair: &NetnsPair, dir: &Path, port: u16, size: usize, way
 /// tickwire's AF_XDP ping-pong on the pair for the same time.
 fn tickwire_xdp(a: &Accel, pair: &NetnsPair, size: usize) -> Result<Measured, LabError> {
     let limit = Duration::from_secs(a.seconds);
-    let h = crate::transports::xdp::pingpong_on(pair, Some("auto"), size, u64::MAX / 2, 1000, a.cpus, Some(limit))?;
+    let h = crate::paths::xdp::pingpong_on(pair, Some("auto"), size, u64::MAX / 2, 1000, a.cpus, Some(limit))?;
     Ok(Measured {
         p50_ns: h.value_at_quantile(0.5),
         p99_ns: h.value_at_quantile(0.99),

@@ -10,9 +10,9 @@
 //! The cost is reported as keyed against unkeyed (the same run, the same
 //! rounds), with both beside kernel UDP.
 
-use crate::output::report::{histogram, median, ratio, round3};
-use crate::transports::rudp::{self, RudpThroughput};
-use crate::transports::sockets::{self, Proto, SockOptions, Wait};
+use crate::base::output::report::{histogram, median, ratio, round3};
+use crate::paths::rudp::{self, RudpThroughput};
+use crate::paths::sockets::{self, Proto, SockOptions, Wait};
 use crate::{Cpus, LabError};
 use hdrhistogram::Histogram;
 use std::path::PathBuf;

@@ -18,9 +18,9 @@
 //! the run's are the medians over the rounds, and every ratio is to the
 //! Rust figure of the same run.
 
-use crate::output::report::median;
-use crate::transports::ipc::{self, IpcOptions};
-use crate::transports::sockets::Wait;
+use crate::base::output::report::median;
+use crate::paths::ipc::{self, IpcOptions};
+use crate::paths::sockets::Wait;
 use crate::{Cpus, LabError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

@@ -12,7 +12,7 @@
 //! The figure that matters is the ratio of each cost with many unrelated
 //! subscriptions to the same cost with few: flat means near 1.
 
-use crate::output::report::median;
+use crate::base::output::report::median;
 use crate::LabError;
 use std::hint::black_box;
 use std::time::Instant;

@@ -1,14 +1,13 @@
 //! Measurement modes: each takes a typed request, drives one or more
-//! [`transports`](crate::transports) and returns rows and histograms.
+//! [`transports`](crate::paths) and returns rows and histograms.
 //!
 //! * [`pingpong`]: half round trip by size, interleaved with its floor.
 //! * [`oneway`]: one-way latency at a fixed offered rate, open loop, from
 //!   each message's intended send time (free of coordinated omission).
 //! * [`sweep`]: latency against message rate (Exhibit 4): open-loop stream,
 //!   one message in N reflected, up to the highest rate the path sustains.
-//! * [`openloop`] and [`network`]: what the open-loop modes share (pause
-//!   recording, the two distributions, the send schedule) and their rounds
-//!   over UDP, TCP and reliable UDP.
+//! * [`network`]: the open-loop modes' rounds over UDP, TCP and reliable
+//!   UDP (the schedule and pauses they share are [`crate::base::openloop`]).
 //! * [`tick_to_trade`]: UDP tick in, TCP order out, timed with kernel
 //!   software timestamps (the method of paper 004).
 //! * [`transfer`]: a generated stream over reliable UDP under chosen loss,
@@ -28,10 +27,125 @@ pub mod bindings;
 pub mod matching;
 pub mod network;
 pub mod oneway;
-pub mod openloop;
 pub mod pingpong;
 pub mod reproduce;
 pub mod router;
 pub mod sweep;
 pub mod tick_to_trade;
 pub mod transfer;
+
+use crate::base::worker::{parse_job, parse_role, Job};
+use crate::base::{floor, line_limit};
+use crate::paths::{ipc, rudp, sockets, xdp};
+use crate::LabError;
+
+/// Runs the worker job its argument names (`tickwire lab worker ROLE`);
+/// returns the result line to print. This is the one list of every job:
+/// a new mode whose far side is a worker adds its [`Job`] here.
+///
+/// # Errors
+/// [`LabError::Usage`] naming an unknown role or a bad field; then the
+/// job's own errors.
+pub fn run_worker(arg: &str) -> Result<String, LabError> {
+    let (role, fields) = parse_role(arg)?;
+    macro_rules! jobs {
+        ($($job:ty),+ $(,)?) => {{
+            $(
+                if role == <$job as Job>::ROLE {
+                    return parse_job::<$job>(fields)?.run();
+                }
+            )+
+            /// Every role, for the test that no two jobs share one.
+            #[cfg(test)]
+            const ROLES: &[&str] = &[$(<$job as Job>::ROLE),+];
+            #[cfg(test)]
+            if role == "?" {
+                return Ok(ROLES.join(" "));
+            }
+        }};
+    }
+    jobs!(
+        floor::Cacheline,
+        floor::RingPong,
+        floor::RingSink,
+        floor::RingOnewaySink,
+        floor::RingReflect,
+        line_limit::LineSink,
+        ipc::IpcPong,
+        ipc::IpcSink,
+        sockets::SockPong,
+        sockets::SockPing,
+        rudp::RudpPong,
+        rudp::RudpPing,
+        rudp::RudpBlast,
+        rudp::UdpBlast,
+        xdp::XdpPong,
+        xdp::XdpPing,
+        xdp::XdpBlast,
+        xdp::XdpSink,
+        sweep::Reflect,
+        oneway::OnewaySink,
+        transfer::RudpSend,
+        transfer::RudpRecv,
+        network::SinkSpec,
+        network::SourceSpec,
+        tick_to_trade::TickToTradeSut,
+        router::host::HostSpec,
+        router::cluster::ClusterSpec,
+        router::relay::RelaySpec,
+    );
+    Err(LabError::Usage(format!("worker: bad role {arg:?}: unknown role {role:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::worker::job_arg;
+    use std::time::Duration;
+
+    #[test]
+    fn a_job_round_trips_through_its_argument_and_bad_ones_are_named() {
+        let j = rudp::RudpBlast {
+            port: 9,
+            cpu: 1,
+            size: 64,
+            duration: Duration::from_millis(250),
+            params: "loss=0.1".into(),
+        };
+        let arg = job_arg(&j);
+        assert!(arg.contains(r#""role":"rudp-blast""#), "{arg}");
+        let (role, fields) = parse_role(&arg).unwrap();
+        assert_eq!(role, "rudp-blast");
+        assert_eq!(parse_job::<rudp::RudpBlast>(fields).unwrap(), j);
+        let s = network::SinkSpec {
+            transport: crate::paths::Transport::Rudp,
+            bind: "127.0.0.1:0".parse().unwrap(),
+            cpu: 1,
+            size: 64,
+            reflect_every: 100,
+            expected: 1000,
+            pauses: "/tmp/p".into(),
+            params: String::new(),
+        };
+        let (role, fields) = parse_role(&job_arg(&s)).unwrap();
+        assert_eq!(role, "net-sink");
+        assert_eq!(parse_job::<network::SinkSpec>(fields).unwrap(), s);
+        let e = run_worker(r#"{"role":"ring-sink","path":"/x"}"#).unwrap_err().to_string();
+        assert!(e.contains("cpu"), "{e}");
+        let e = run_worker(r#"{"role":"ring-sink","path":"/x","cpu":1,"extra":2}"#).unwrap_err().to_string();
+        assert!(e.contains("extra"), "{e}");
+        let e = run_worker(r#"{"role":"nope"}"#).unwrap_err().to_string();
+        assert!(e.contains("nope"), "{e}");
+        let e = run_worker("[1]").unwrap_err().to_string();
+        assert!(e.contains("bad role"), "{e}");
+    }
+
+    #[test]
+    fn every_job_has_its_own_role() {
+        let roles = run_worker(r#"{"role":"?"}"#).unwrap();
+        let all: Vec<&str> = roles.split(' ').collect();
+        let unique: std::collections::BTreeSet<&str> = all.iter().copied().collect();
+        assert_eq!(all.len(), unique.len(), "{roles}");
+        assert_eq!(all.len(), 28);
+    }
+}

@@ -8,19 +8,21 @@
 //! keeps each message's intended time and arrival; in a sweep round it
 //! reflects one message in N and the source keeps the reflections'. Both
 //! record their pauses and hand them over through a file, as the IPC modes
-//! do ([`super::openloop`]), so every round gives both distributions.
+//! do ([`crate::base::openloop`]), so every round gives both distributions.
 //!
 //! Set-up: the sink binds and prints `listening ADDR`; the source is
 //! started with ADDR. Reliable UDP reflections need a way back: the source
 //! binds a subscription, prints `listening BACK`, and the measuring side
 //! passes BACK to the sink on its stdin.
 
-use super::openloop::{publish, write_pauses, Offer, PauseRecorder, Published, Samples, SinkReport};
-use crate::host::netns::NetnsPair;
-use crate::transports::stream::{Sink, Source};
-use crate::transports::Transport;
-use crate::worker::{read_stdin_line, IDLE_LIMIT};
-use crate::{Cpus, LabError, Role, WorkerProcess};
+use crate::base::host::netns::NetnsPair;
+use crate::base::openloop::{
+    publish, write_pauses, Offer, PauseRecorder, Published, ReflectorReport, Samples, SinkReport,
+};
+use crate::base::worker::{read_stdin_line, IDLE_LIMIT};
+use crate::paths::stream::{Sink, Source};
+use crate::paths::Transport;
+use crate::{Cpus, LabError, WorkerProcess};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -58,7 +60,7 @@ pub struct NetRound<'a> {
     pub netns: Option<&'a NetnsPair>,
 }
 
-/// The sink worker's part of a round ([`Role::NetSink`]).
+/// The sink worker's part of a round ([`SinkSpec`], a worker job).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SinkSpec {
     /// What carries the stream.
@@ -79,7 +81,7 @@ pub struct SinkSpec {
     pub params: String,
 }
 
-/// The source worker's part of a round ([`Role::NetSource`]).
+/// The source worker's part of a round ([`SourceSpec`], a worker job).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SourceSpec {
     /// What carries the stream.
@@ -113,15 +115,6 @@ pub struct SourceReport {
     pub reflections: Option<SinkReport>,
 }
 
-/// What a sweep round's sink reports.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct ReflectorReport {
-    /// Messages received.
-    pub received: u64,
-    /// First to last, seconds.
-    pub seconds: f64,
-}
-
 /// The round's two results: the source's report and the sink's line
 /// (a [`SinkReport`] in one-way, a [`ReflectorReport`] in a sweep).
 ///
@@ -143,7 +136,7 @@ pub fn round(r: &NetRound<'_>) -> Result<(SourceReport, String), LabError> {
     let expected = (r.rate as f64 * r.duration.as_secs_f64()) as u64;
     let mut sink = WorkerProcess::spawn_in(
         r.netns.map(|p| p.b.as_str()),
-        &Role::NetSink(SinkSpec {
+        &SinkSpec {
             transport: r.transport,
             bind: addr(sink_ip)?,
             cpu: r.cpus.remote,
@@ -152,13 +145,13 @@ pub fn round(r: &NetRound<'_>) -> Result<(SourceReport, String), LabError> {
             expected,
             pauses: pauses.clone(),
             params: r.params.to_owned(),
-        }),
+        },
     )?;
     let peer: SocketAddr = sink.read_listening()?;
     let reflect_back = r.reflect_every > 0 && r.transport == Transport::Rudp;
     let mut source = WorkerProcess::spawn_in(
         r.netns.map(|p| p.a.as_str()),
-        &Role::NetSource(SourceSpec {
+        &SourceSpec {
             transport: r.transport,
             peer,
             back: if reflect_back { Some(addr(source_ip)?) } else { None },
@@ -169,7 +162,7 @@ pub fn round(r: &NetRound<'_>) -> Result<(SourceReport, String), LabError> {
             reflect_every: r.reflect_every,
             pauses,
             params: r.params.to_owned(),
-        }),
+        },
     )?;
     if reflect_back {
         let back: SocketAddr = source.read_listening()?;
@@ -178,7 +171,7 @@ pub fn round(r: &NetRound<'_>) -> Result<(SourceReport, String), LabError> {
     let limit = SETUP_TIMEOUT * 2 + r.duration;
     let source_line = source.finish(limit)?;
     let sink_line = sink.finish(SETUP_TIMEOUT)?;
-    let report = crate::worker::parse_report("source", &source_line)?;
+    let report = crate::base::worker::parse_report("source", &source_line)?;
     Ok((report, sink_line))
 }
 
@@ -202,7 +195,7 @@ impl Offer for Sending<'_> {
     }
 }
 
-/// Worker role [`Role::NetSource`].
+/// Worker job [`SourceSpec`].
 pub(crate) fn source(spec: &SourceSpec) -> Result<String, LabError> {
     let SourceSpec { transport, peer, back, cpu, size, rate, duration, reflect_every, ref pauses, ref params } = *spec;
     let mut source = Source::open(transport, peer, back, size, params)?;
@@ -229,7 +222,7 @@ pub(crate) fn source(spec: &SourceSpec) -> Result<String, LabError> {
     serde_json::to_string(&SourceReport { published, reflections }).map_err(|e| LabError::Worker(e.to_string()))
 }
 
-/// Worker role [`Role::NetSink`].
+/// Worker job [`SinkSpec`].
 pub(crate) fn sink(spec: &SinkSpec) -> Result<String, LabError> {
     let SinkSpec { transport, bind, cpu, size, reflect_every, expected, ref pauses, ref params } = *spec;
     let mut sink = Sink::bind(transport, bind, size, params)?;
@@ -287,4 +280,20 @@ pub(crate) fn sink(spec: &SinkSpec) -> Result<String, LabError> {
     write_pauses(pauses, &recorder.into_pauses())?;
     let seconds = first.map_or(0.0, |f| (last - f).as_secs_f64());
     serde_json::to_string(&ReflectorReport { received, seconds }).map_err(|e| LabError::Worker(e.to_string()))
+}
+
+impl crate::base::worker::Job for SinkSpec {
+    const ROLE: &'static str = "net-sink";
+
+    fn run(self) -> Result<String, LabError> {
+        sink(&self)
+    }
+}
+
+impl crate::base::worker::Job for SourceSpec {
+    const ROLE: &'static str = "net-source";
+
+    fn run(self) -> Result<String, LabError> {
+        source(&self)
+    }
 }

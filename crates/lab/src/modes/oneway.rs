@@ -11,17 +11,19 @@
 //! schedule (the open-loop floor), then tickwire; over reliable UDP the
 //! floor is a plain kernel UDP socket pair. Kernel UDP and TCP are their
 //! own floor. Both sides of both record their
-//! pauses ([`super::openloop`]), and every row comes twice: all messages,
+//! pauses ([`crate::base::openloop`]), and every row comes twice: all messages,
 //! and the pause-free ones. Tickwire's rows carry ratios to the floor's row
 //! of the same kind.
 
 use super::network::{self, NetRound};
-use super::openloop::{publish, write_pauses, PauseRecorder, Published, RunShape, RunTotals, Samples, SinkReport};
-use crate::host::machine::Machine;
-use crate::host::netns::NetnsPair;
-use crate::output::Measured;
-use crate::transports::Transport;
-use crate::{Cpus, LabError, Role, WorkerProcess};
+use crate::base::host::machine::Machine;
+use crate::base::host::netns::NetnsPair;
+use crate::base::openloop::{
+    publish, write_pauses, PauseRecorder, Published, RunShape, RunTotals, Samples, SinkReport,
+};
+use crate::base::output::Measured;
+use crate::paths::Transport;
+use crate::{Cpus, LabError, WorkerProcess};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 use tickwire_agent::pin_current_thread;
@@ -114,8 +116,7 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Vec<Measured>, LabError> {
         };
         match o.transport {
             Transport::Ipc if one_to_one => {
-                let (p, line) =
-                    crate::transports::floor::ring_oneway(o.rate, o.size, per_round, o.cpus, &o.dir, o.capacity)?;
+                let (p, line) = crate::base::floor::ring_oneway(o.rate, o.size, per_round, o.cpus, &o.dir, o.capacity)?;
                 floor.add(p, &line)?;
             }
             Transport::Rudp => {
@@ -151,7 +152,7 @@ fn round(o: &OneWay, duration: Duration) -> Result<(Published, String), LabError
     let mut pubs: Vec<LogAppender> =
         (0..o.publishers).map(|i| ctx.appender(&channel, i as u32 + 1, &cfg)).collect::<Result<_, _>>()?;
     let (stall_every, stall_for) = o.stall.filter(|s| s.0 > 0).unwrap_or_default();
-    let worker = WorkerProcess::spawn(&Role::OnewaySink {
+    let worker = WorkerProcess::spawn(&OnewaySink {
         dir: o.dir.clone(),
         channel: channel.clone(),
         cpu: o.cpus.remote,
@@ -194,7 +195,7 @@ fn round(o: &OneWay, duration: Duration) -> Result<(Published, String), LabError
     Ok((published, line))
 }
 
-/// Worker role [`Role::OnewaySink`]: every subscriber polls on this one
+/// Worker job [`OnewaySink`]: every subscriber polls on this one
 /// pinned thread; each message's intended time and arrival are kept, the
 /// loop's pauses recorded, and at the end the publisher's pauses read from
 /// `pauses` to split the two distributions. `stall` (every N messages,
@@ -268,4 +269,40 @@ pub(crate) fn sink(
         }
     }
     SinkReport::from_run(&samples, recorder.into_pauses(), pauses)
+}
+
+/// Worker job: subscribes `subscribers` times to each of `publishers` streams and
+/// records one-way latency; the stall is a test hook.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct OnewaySink {
+    pub dir: PathBuf,
+    pub channel: String,
+    pub cpu: usize,
+    pub publishers: usize,
+    pub subscribers: usize,
+    pub stall_every: u64,
+    pub stall_for: Duration,
+    /// Messages expected (sample buffer size).
+    pub expected: u64,
+    /// Where the publisher leaves its pauses.
+    pub pauses: PathBuf,
+}
+
+impl crate::base::worker::Job for OnewaySink {
+    const ROLE: &'static str = "oneway-sink";
+
+    fn run(self) -> Result<String, LabError> {
+        let stall = (self.stall_every > 0).then_some((self.stall_every, self.stall_for));
+        sink(
+            &self.dir,
+            &self.channel,
+            self.cpu,
+            (self.publishers, self.subscribers),
+            stall,
+            self.expected,
+            &self.pauses,
+        )
+    }
 }

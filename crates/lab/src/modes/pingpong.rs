@@ -1,13 +1,13 @@
 //! Half-round-trip ping-pong over any transport, interleaved in rounds with
 //! the raw-ring floor so that both see the same machine.
 
-use crate::host::machine::Machine;
-use crate::output::report::{histogram, LatencyRow};
-use crate::output::Measured;
-use crate::transports::floor::{self, FloorOptions};
-use crate::transports::ipc::{self, IpcOptions};
-use crate::transports::sockets::{self, Proto, SockOptions, Wait};
-pub use crate::transports::Transport;
+use crate::base::floor::{self, FloorOptions};
+use crate::base::host::machine::Machine;
+use crate::base::output::report::{histogram, LatencyRow};
+use crate::base::output::Measured;
+use crate::paths::ipc::{self, IpcOptions};
+use crate::paths::sockets::{self, Proto, SockOptions, Wait};
+pub use crate::paths::Transport;
 use crate::{Cpus, LabError};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
@@ -86,23 +86,16 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
                 dir: p.dir.clone(),
                 wait: p.wait,
             })?,
-            Transport::Rudp => crate::transports::rudp::pingpong_histogram(
-                p.size, chunk, p.warmup, p.cpus, per_round, &p.params, p.netns,
-            )?,
+            Transport::Rudp => {
+                crate::paths::rudp::pingpong_histogram(p.size, chunk, p.warmup, p.cpus, per_round, &p.params, p.netns)?
+            }
             Transport::Xdp => {
                 if !p.netns {
                     return Err(LabError::Usage(
                         "--transport xdp runs across a veth pair: add --netns (loopback has no XDP path)".into(),
                     ));
                 }
-                crate::transports::xdp::pingpong_histogram(
-                    Some(&p.xdp_mode),
-                    p.size,
-                    chunk,
-                    p.warmup,
-                    p.cpus,
-                    per_round,
-                )?
+                crate::paths::xdp::pingpong_histogram(Some(&p.xdp_mode), p.size, chunk, p.warmup, p.cpus, per_round)?
             }
             Transport::Udp | Transport::Tcp => sockets::pingpong_histogram(&SockOptions {
                 proto: if p.transport == Transport::Udp { Proto::Udp } else { Proto::Tcp },

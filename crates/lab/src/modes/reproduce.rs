@@ -3,16 +3,16 @@
 //! report), written to DIR/report.md beside the published figures, with our
 //! ratio to this machine's floor, plus SVG plots.
 
-use crate::host::machine::Machine;
+use crate::base::floor::{self, FloorOptions};
+use crate::base::host::machine::Machine;
+use crate::base::output::plots;
+use crate::base::output::report::LatencyRow;
+use crate::base::output::Measured;
 use crate::modes::oneway::{self, OneWay};
 use crate::modes::pingpong::{self, PingPong, Transport};
 use crate::modes::sweep::{self, Sweep};
 use crate::modes::tick_to_trade::{self, TickToTrade};
-use crate::output::plots;
-use crate::output::report::LatencyRow;
-use crate::output::Measured;
-use crate::transports::floor::{self, FloorOptions};
-use crate::transports::sockets::Wait;
+use crate::paths::sockets::Wait;
 use crate::{Cpus, LabError};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -423,7 +423,7 @@ impl Report<'_> {
             ("rudp", "sweep-rate"),
         ] {
             let label = if mode == "floor" { "raw ring (floor)".to_owned() } else { name.to_owned() };
-            let _ = match crate::request::highest_sustained(&all_rows, name, mode, 0.95) {
+            let _ = match crate::base::output::report::highest_sustained(&all_rows, name, mode, 0.95) {
                 Some(r) => {
                     writeln!(self.md, "- {label}: highest rate sustained {:.0} msg/s", r.offered_rate.unwrap_or(0.0))
                 }

@@ -3,18 +3,19 @@
 //! message in N back; the sender records the round trip from each reflected
 //! message's intended send time. Repeated for increasing target rates until
 //! the path no longer sustains them. Both sides record their pauses
-//! ([`super::openloop`]): each rate gives a row of every reflected message and
+//! ([`crate::base::openloop`]): each rate gives a row of every reflected message and
 //! a row of the pause-free ones.
 
-use super::network::{self, NetRound, ReflectorReport};
-use super::openloop::{mark, publish, write_pauses, Distribution, Offer, PauseRecorder, Samples, Split};
-use crate::host::machine::Machine;
-use crate::host::netns::NetnsPair;
-use crate::output::report::LatencyRow;
-use crate::output::Measured;
-use crate::transports::ipc::subscribe_when_ready;
-use crate::transports::Transport;
-use crate::{Cpus, LabError, Role, WorkerProcess};
+use super::network::{self, NetRound};
+use crate::base::host::machine::Machine;
+use crate::base::host::netns::NetnsPair;
+use crate::base::openloop::ReflectorReport;
+use crate::base::openloop::{mark, publish, write_pauses, Distribution, Offer, PauseRecorder, Samples, Split};
+use crate::base::output::report::LatencyRow;
+use crate::base::output::Measured;
+use crate::paths::ipc::subscribe_when_ready;
+use crate::paths::Transport;
+use crate::{Cpus, LabError, WorkerProcess};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
@@ -86,7 +87,7 @@ pub fn run_measured(s: &Sweep, machine: &Machine) -> Result<Vec<Measured>, LabEr
         // reliable UDP (kernel UDP and TCP are their own floor).
         let floor = match s.transport {
             Transport::Ipc => {
-                let (p, split, sink) = crate::transports::floor::ring_sweep(
+                let (p, split, sink) = crate::base::floor::ring_sweep(
                     (rate, s.size, s.step),
                     s.reflect_every,
                     s.cpus,
@@ -177,12 +178,12 @@ fn net_step(
         netns: pair,
     };
     let (source, line) = network::round(&r)?;
-    let sink: ReflectorReport = crate::worker::parse_report("reflector", &line)?;
+    let sink: ReflectorReport = crate::base::worker::parse_report("reflector", &line)?;
     let reflections =
         source.reflections.ok_or_else(|| LabError::Worker("the source reported no reflections".into()))?;
     let split = Split {
-        all: crate::output::decode_histogram(&reflections.histogram)?,
-        pause_free: crate::output::decode_histogram(&reflections.pause_free)?,
+        all: crate::base::output::decode_histogram(&reflections.histogram)?,
+        pause_free: crate::base::output::decode_histogram(&reflections.pause_free)?,
         excluded: reflections.excluded,
         pauses: reflections.pauses,
     };
@@ -198,7 +199,7 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<[Measured; 2], LabErr
     let channel = crate::run_tag();
     let pauses_path = s.dir.join(format!("{channel}.pauses"));
     let mut tx = ctx.appender(&channel, STREAM, &LogConfig::with_capacity(s.capacity))?;
-    let worker = WorkerProcess::spawn(&Role::Reflect {
+    let worker = WorkerProcess::spawn(&Reflect {
         dir: s.dir.clone(),
         channel: channel.clone(),
         cpu: s.cpus.remote,
@@ -207,7 +208,7 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<[Measured; 2], LabErr
         pauses: pauses_path.clone(),
     })?;
     let rx = subscribe_when_ready(&ctx, &channel, REFLECT)?;
-    crate::transports::ipc::wait_connected(&mut tx)?;
+    crate::paths::ipc::wait_connected(&mut tx)?;
     pin_current_thread(s.cpus.local)?;
     let expected = (rate as f64 * s.step.as_secs_f64()) as u64 / s.reflect_every;
     let mut samples = Samples::with_capacity(expected as usize + 1024);
@@ -225,7 +226,7 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<[Measured; 2], LabErr
     }
     while rx.poll(&mut record, 64).map_err(poll_err)? > 0 {}
     let line = worker.finish(TIMEOUT)?;
-    let sink: ReflectorReport = crate::worker::parse_report("reflector", &line)?;
+    let sink: ReflectorReport = crate::base::worker::parse_report("reflector", &line)?;
     let split = samples.split_with_peer(pauses.into_pauses(), &pauses_path)?;
     let secs = sink.seconds.max(published.secs);
     Ok(step_rows(s, None, rate, (published.sent, sink.received, secs), split, machine, wall))
@@ -264,7 +265,7 @@ fn reflected(samples: &mut Samples, e: Event<'_>) {
     }
 }
 
-/// Worker role [`Role::Reflect`]: receives the stream,
+/// Worker job [`Reflect`]: receives the stream,
 /// sends every Nth message back, and prints how many arrived and over how
 /// long (first to last).
 pub(crate) fn reflect(
@@ -331,4 +332,25 @@ pub(crate) fn reflect(
     let seconds = first.map_or(0.0, |f| (last - f).as_secs_f64());
     write_pauses(pauses, &recorder.into_pauses())?;
     serde_json::to_string(&ReflectorReport { received, seconds }).map_err(|e| LabError::Worker(e.to_string()))
+}
+
+/// Worker job: receives an IPC stream and reflects one message in `every` (rate sweep).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct Reflect {
+    pub dir: PathBuf,
+    pub channel: String,
+    pub cpu: usize,
+    pub every: u64,
+    pub capacity: usize,
+    pub pauses: PathBuf,
+}
+
+impl crate::base::worker::Job for Reflect {
+    const ROLE: &'static str = "reflect";
+
+    fn run(self) -> Result<String, LabError> {
+        reflect(&self.dir, &self.channel, self.cpu, self.every.max(1), self.capacity, &self.pauses)
+    }
 }

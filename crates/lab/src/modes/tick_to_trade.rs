@@ -8,10 +8,10 @@
 //! clock reads around its own send and receive. No NIC here offers hardware
 //! timestamps; if one did, the same control messages carry them.
 
-use crate::host::machine::Machine;
-use crate::output::report::{histogram, LatencyRow};
-use crate::output::Measured;
-use crate::{Cpus, LabError, Role, WorkerProcess};
+use crate::base::host::machine::Machine;
+use crate::base::output::report::{histogram, LatencyRow};
+use crate::base::output::Measured;
+use crate::{Cpus, LabError, WorkerProcess};
 use hdrhistogram::Histogram;
 use nix::sys::socket::{
     recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrStorage, TimestampingFlag,
@@ -142,7 +142,7 @@ pub fn run(o: &TickToTrade, machine: &Machine) -> Result<(Option<Measured>, Meas
     }
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| io("bind", e))?;
     let gateway = listener.local_addr().map_err(|e| io("addr", e))?;
-    let mut sut = WorkerProcess::spawn(&Role::TickToTradeSut {
+    let mut sut = WorkerProcess::spawn(&TickToTradeSut {
         gateway,
         cpu: o.cpus.remote,
         tick_size: o.tick_size,
@@ -250,7 +250,7 @@ pub fn run(o: &TickToTrade, machine: &Machine) -> Result<(Option<Measured>, Meas
     Ok((kernel, user))
 }
 
-/// Worker role [`Role::TickToTradeSut`]. Binds the feed
+/// Worker job [`TickToTradeSut`]. Binds the feed
 /// (prints `listening ADDR`), connects to the order gateway, and answers each
 /// tick with an order until a 1-byte tick arrives.
 pub(crate) fn sut(gateway: SocketAddr, cpu: usize, tick_size: usize, order_size: usize) -> Result<String, LabError> {
@@ -282,5 +282,24 @@ pub(crate) fn sut(gateway: SocketAddr, cpu: usize, tick_size: usize, order_size:
             }
             Err(e) => return Err(io("feed", e)),
         }
+    }
+}
+
+/// Worker job: the system under test of tick-to-trade: a UDP tick in, a TCP order out to `gateway`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct TickToTradeSut {
+    pub gateway: SocketAddr,
+    pub cpu: usize,
+    pub tick_size: usize,
+    pub order_size: usize,
+}
+
+impl crate::base::worker::Job for TickToTradeSut {
+    const ROLE: &'static str = "tick-to-trade-sut";
+
+    fn run(self) -> Result<String, LabError> {
+        sut(self.gateway, self.cpu, self.tick_size, self.order_size)
     }
 }

@@ -7,8 +7,8 @@
 //! namespaces. The report says what was sent, what arrived, whether it is
 //! identical and in order, and what the protocol did to get there.
 
-use crate::host::netns::{NetnsPair, NetnsStar};
-use crate::{LabError, Role, WorkerProcess};
+use crate::base::host::netns::{NetnsPair, NetnsStar};
+use crate::{LabError, WorkerProcess};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -178,7 +178,7 @@ fn idle(work: usize, idle_runs: &mut u32) -> bool {
     *idle_runs > 64
 }
 
-/// Worker role [`Role::RudpSend`].
+/// Worker job [`RudpSend`].
 ///
 /// # Errors
 /// A bad URI, socket errors, or no receiver in time.
@@ -258,7 +258,7 @@ pub(crate) fn sender(
     serde_json::to_string(&rep).map_err(|e| LabError::Worker(e.to_string()))
 }
 
-/// Worker role [`Role::RudpRecv`]: prints `listening PORT`, then its report.
+/// Worker job [`RudpRecv`]: prints `listening PORT`, then its report.
 ///
 /// # Errors
 /// A bad URI, socket errors, or silence for 30 s.
@@ -347,7 +347,7 @@ pub fn run(t: &Transfer) -> Result<TransferReport, LabError> {
     if t.receivers > 1 && !t.netns {
         return Err(LabError::Usage("several receivers are multicast: add --netns for a bridged segment".into()));
     }
-    let sender_role = |uri: &str| Role::RudpSend {
+    let sender_role = |uri: &str| RudpSend {
         dir: t.dir.clone(),
         uri: uri.to_owned(),
         bytes: t.bytes,
@@ -356,7 +356,7 @@ pub fn run(t: &Transfer) -> Result<TransferReport, LabError> {
         receivers: t.receivers,
         timeout: t.timeout.max(Duration::from_secs(1)),
     };
-    let recv_role = |uri: String| Role::RudpRecv { dir: t.dir.clone(), uri };
+    let recv_role = |uri: String| RudpRecv { dir: t.dir.clone(), uri };
     let mut _pair = None;
     let mut _star = None;
     let mut receivers = Vec::new();
@@ -403,11 +403,11 @@ fn finish(
     receivers: Vec<WorkerProcess>,
 ) -> Result<TransferReport, LabError> {
     let limit = t.timeout + Duration::from_secs(10);
-    let sender: SenderReport = crate::worker::parse_report("sender", &s.finish(limit)?)?;
+    let sender: SenderReport = crate::base::worker::parse_report("sender", &s.finish(limit)?)?;
     let mut reps = Vec::new();
     for w in receivers {
         let line = w.finish(Duration::from_secs(10))?;
-        reps.push(crate::worker::parse_report::<ReceiverReport>("receiver", &line)?);
+        reps.push(crate::base::worker::parse_report::<ReceiverReport>("receiver", &line)?);
     }
     let naks_sent = reps.iter().map(|r| r.naks_sent).sum();
     Ok(TransferReport {
@@ -429,4 +429,60 @@ fn finish(
         sender,
         receivers: reps,
     })
+}
+
+/// Prints a transfer's outcome (or its JSON report).
+pub fn print(r: &TransferReport, json: bool) {
+    if json {
+        print!("{}", crate::base::output::print::json_lines(std::slice::from_ref(r)));
+        return;
+    }
+    println!("channel {}", r.channel);
+    println!(
+        "sent {} B in {:.3} s; received {} B; identical {}; in order {}",
+        r.bytes_sent, r.duration_s, r.bytes_received, r.identical, r.in_order
+    );
+    println!(
+        "NAKs sent {}, retransmissions {}, data datagrams dropped {}, lost events {}",
+        r.naks_sent, r.retransmits, r.datagrams_dropped, r.lost_events
+    );
+}
+
+/// Worker job: the sending end of `lab transfer`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct RudpSend {
+    pub dir: PathBuf,
+    pub uri: String,
+    pub bytes: u64,
+    pub max_size: usize,
+    pub seed: u64,
+    pub receivers: usize,
+    pub timeout: Duration,
+}
+
+impl crate::base::worker::Job for RudpSend {
+    const ROLE: &'static str = "rudp-send";
+
+    fn run(self) -> Result<String, LabError> {
+        sender(&self.dir, &self.uri, self.bytes, self.max_size, self.seed, self.receivers, self.timeout)
+    }
+}
+
+/// Worker job: a receiving end of `lab transfer`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct RudpRecv {
+    pub dir: PathBuf,
+    pub uri: String,
+}
+
+impl crate::base::worker::Job for RudpRecv {
+    const ROLE: &'static str = "rudp-recv";
+
+    fn run(self) -> Result<String, LabError> {
+        receiver(&self.dir, &self.uri)
+    }
 }

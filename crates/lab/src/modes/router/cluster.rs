@@ -9,7 +9,7 @@
 //! silence). The lab never
 //! enters a namespace itself (the lab crate has no unsafe code, and
 //! `setns` would be): the measuring side is worker role
-//! [`Role::Cluster`](crate::Role), started in the hub with `ip netns exec`,
+//! [`ClusterSpec`], started in the hub with `ip netns exec`,
 //! so every client socket the harness holds is the hub's, and reaches a
 //! router over that router's veth. A message from a publisher on A to a
 //! subscriber on B crosses: hub → A (veth), A → B (the cluster's link,
@@ -49,11 +49,11 @@
 use super::harness::Harness;
 use super::host::{HostNet, HostReport, HostSpec};
 use super::relay;
-use crate::host::machine::Machine;
-use crate::host::netns::NetnsStar;
-use crate::modes::openloop::{RunShape, RunTotals, SinkReport};
-use crate::output::report::{ratio, table, LatencyRow};
-use crate::{Cpus, LabError, Role, WorkerProcess};
+use crate::base::host::machine::Machine;
+use crate::base::host::netns::NetnsStar;
+use crate::base::openloop::{RunShape, RunTotals, SinkReport};
+use crate::base::output::report::{ratio, table, LatencyRow};
+use crate::{Cpus, LabError, WorkerProcess};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -121,7 +121,7 @@ pub fn run(o: &ClusterLab) -> Result<(), LabError> {
     if o.rounds == 0 || o.rounds > 1000 || o.rates.iter().chain(&o.spread_rates).any(|&r| r > 10_000_000) {
         return Err(LabError::Usage("lab cluster needs --rounds 1 to 1000 and rates of 10M msg/s or less".into()));
     }
-    let _ = crate::host::netns::clean_stale();
+    let _ = crate::base::host::netns::clean_stale();
     let run_dir = o.dir.join(format!("{}-cluster", crate::run_tag()));
     let result = (|| {
         std::fs::create_dir_all(&run_dir)?;
@@ -138,7 +138,7 @@ pub fn run(o: &ClusterLab) -> Result<(), LabError> {
             .args(["netns", "exec", &star.hub])
             .arg(exe)
             .args(["lab", "worker"])
-            .arg(Role::Cluster(Box::new(spec)).to_arg())
+            .arg(crate::base::worker::job_arg(&spec))
             .stdin(Stdio::null())
             .spawn()?;
         let status = child.wait()?;
@@ -183,7 +183,7 @@ fn start_router(spec: &ClusterSpec, k: usize, cluster: bool, secret: &Path) -> R
         ha: None,
         net: Some(net),
     };
-    let mut process = WorkerProcess::spawn_in(Some(ns), &Role::RouterHost(host))?;
+    let mut process = WorkerProcess::spawn_in(Some(ns), &host)?;
     let line = process.read_line()?;
     let addr = line.strip_prefix("listening ").ok_or_else(|| LabError::Worker(format!("router host said {line:?}")))?;
     Ok(Routed { uri: format!("tcp://{addr}"), process })
@@ -209,7 +209,7 @@ fn wait_links(dirs: &[PathBuf]) -> Result<(), LabError> {
     }
 }
 
-/// Worker role [`Role::Cluster`](crate::Role): in the hub namespace, the
+/// Worker job [`ClusterSpec`]: in the hub namespace, the
 /// whole measurement; prints the tables and returns an empty line.
 pub(crate) fn measure(spec: &ClusterSpec) -> Result<String, LabError> {
     let o = &spec.lab;
@@ -425,5 +425,13 @@ impl WorkerProcess {
     fn stop_host(mut self) -> Result<(), LabError> {
         self.write_line("stop")?;
         self.finish(Duration::from_secs(10)).map(|_| ())
+    }
+}
+
+impl crate::base::worker::Job for ClusterSpec {
+    const ROLE: &'static str = "cluster";
+
+    fn run(self) -> Result<String, LabError> {
+        measure(&self)
     }
 }

@@ -12,9 +12,9 @@
 //! acknowledged once a majority's logs hold it (written ahead, synced
 //! unless the policy is `os`) and the leader has applied it.
 
-use super::guaranteed::{GuaranteedResult, Quantiles};
 use super::host::{HostReport, HostSpec};
-use crate::{LabError, Role, WorkerProcess};
+use crate::base::output::report::Quantiles;
+use crate::{LabError, WorkerProcess};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -43,7 +43,7 @@ pub struct GroupFigures {
 impl GroupFigures {
     /// The median peak rate.
     pub fn peak(&self) -> f64 {
-        crate::output::report::median(self.peak_rates.clone())
+        crate::base::output::report::median(self.peak_rates.clone())
     }
 }
 
@@ -97,7 +97,7 @@ impl Group {
                 ha: Some(("lab".into(), i as u64, peers.clone())),
                 net: None,
             };
-            let mut host = WorkerProcess::spawn(&Role::RouterHost(spec))?;
+            let mut host = WorkerProcess::spawn(&spec)?;
             let listening = host.read_line()?;
             if listening != "listening ipc" {
                 return Err(LabError::Worker(format!("group member {i} said {listening:?}")));
@@ -160,19 +160,19 @@ impl Group {
 
 /// The group's row under the single router's, with its ratios to it (same
 /// rounds): peak rate, and publish-to-acknowledgement p50.
-pub(super) fn print_row(g: &GroupFigures, single: &GuaranteedResult) {
+pub(super) fn print_row(g: &GroupFigures, single_peak: f64, single_ack_p50: u64) {
     let us = |ns: u64| ns as f64 / 1e3;
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     println!(
         "{:<18} {:>12.0} ({:.2}x)  {:>8.0}  to ack {:.1}/{:.1}/{:.1} µs ({:.2}x the single router's p50)  to delivery {:.1}/{:.1}/{:.1} µs  late {}",
         format!("  group of {MEMBERS} (m{})", g.leader),
         g.peak(),
-        ratio(g.peak(), single.peak()),
-        crate::output::report::median(g.delivery_rates.clone()),
+        ratio(g.peak(), single_peak),
+        crate::base::output::report::median(g.delivery_rates.clone()),
         us(g.ack.p50),
         us(g.ack.p99),
         us(g.ack.p999),
-        ratio(g.ack.p50 as f64, single.ack.p50 as f64),
+        ratio(g.ack.p50 as f64, single_ack_p50 as f64),
         us(g.deliver.p50),
         us(g.deliver.p99),
         us(g.deliver.p999),

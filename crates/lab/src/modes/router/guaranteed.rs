@@ -26,7 +26,8 @@
 
 use super::group::{Group, GroupFigures};
 use super::host::{HostReport, HostSpec};
-use crate::{Cpus, LabError, Role, WorkerProcess};
+use crate::base::output::report::Quantiles;
+use crate::{Cpus, LabError, WorkerProcess};
 use hdrhistogram::Histogram;
 use std::collections::VecDeque;
 use std::os::unix::fs::FileExt;
@@ -67,33 +68,6 @@ pub struct GuaranteedLab {
     pub group: bool,
 }
 
-/// Median, p99, p99.9 and max of a distribution, ns; and its count.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Quantiles {
-    /// Values.
-    pub count: u64,
-    /// ns.
-    pub p50: u64,
-    /// ns.
-    pub p99: u64,
-    /// ns.
-    pub p999: u64,
-    /// ns.
-    pub max: u64,
-}
-
-impl Quantiles {
-    fn of(h: &Histogram<u64>) -> Self {
-        Self {
-            count: h.len(),
-            p50: h.value_at_quantile(0.5),
-            p99: h.value_at_quantile(0.99),
-            p999: h.value_at_quantile(0.999),
-            max: h.max(),
-        }
-    }
-}
-
 /// One case's results.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct GuaranteedResult {
@@ -129,7 +103,7 @@ pub struct GuaranteedResult {
 impl GuaranteedResult {
     /// The median peak rate.
     pub fn peak(&self) -> f64 {
-        crate::output::report::median(self.peak_rates.clone())
+        crate::base::output::report::median(self.peak_rates.clone())
     }
 }
 
@@ -176,7 +150,7 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
             ha: None,
             net: None,
         };
-        let mut host = WorkerProcess::spawn(&Role::RouterHost(spec))?;
+        let mut host = WorkerProcess::spawn(&spec)?;
         let listening = host.read_line()?;
         if listening != "listening ipc" {
             return Err(LabError::Worker(format!("router host said {listening:?}")));
@@ -559,7 +533,7 @@ pub fn print(results: &[GuaranteedResult], json: bool) -> Result<(), LabError> {
             us(r.fsync.p50),
             us(r.fsync.p99),
             r.peak(),
-            crate::output::report::median(r.delivery_rates.clone()),
+            crate::base::output::report::median(r.delivery_rates.clone()),
             us(r.ack.p50),
             us(r.ack.p99),
             us(r.ack.p999),
@@ -569,7 +543,7 @@ pub fn print(results: &[GuaranteedResult], json: bool) -> Result<(), LabError> {
             us(r.deliver.p999)
         );
         if let Some(g) = &r.group {
-            super::group::print_row(g, r);
+            super::group::print_row(g, r.peak(), r.ack.p50);
         }
     }
     if let Some(r) = results.first().filter(|r| r.consumers > 0) {

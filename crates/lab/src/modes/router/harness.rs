@@ -7,7 +7,7 @@
 //! is due at `t0 + i / rate` ([`publish`]'s open-loop schedule); publisher
 //! `i % P` publishes it on its own topic with `Client::publish`. On every
 //! turn of the loop (while waiting for the next send time, and after every
-//! [`CATCH_UP_BATCH`](crate::modes::openloop::CATCH_UP_BATCH) sends when
+//! [`CATCH_UP_BATCH`](crate::base::openloop::CATCH_UP_BATCH) sends when
 //! behind) the thread polls every subscriber once (`Client::poll`, up to
 //! 64 messages each; over TCP, one `epoll_wait(0)` over the subscribers'
 //! sockets first, and only the readable ones), and every 16 turns one
@@ -15,7 +15,7 @@
 //! arrival in the subscriber's callback minus the intended send time
 //! carried in its first 16 bytes.
 //!
-//! In request mode ([`Harness::set_request`], `lab request`) publisher
+//! In request mode (`Harness::set_request`, `lab request`) publisher
 //! `i % P` sends message *i* as a request (`Client::send_request`); the
 //! subscriber of its topic answers it on the turn it polls it, with the
 //! request's own bytes (`Client::reply`); the sample is the reply's
@@ -24,8 +24,8 @@
 //! those the epoll finds readable).
 
 use super::host::HostReport;
+use crate::base::openloop::{publish, read_pauses, write_pauses, Offer, PauseRecorder, Published, Samples, Split};
 use crate::modes::oneway::topic;
-use crate::modes::openloop::{publish, read_pauses, write_pauses, Offer, PauseRecorder, Published, Samples, Split};
 use crate::{Cpus, LabError, WorkerProcess};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::path::Path;
@@ -270,7 +270,7 @@ impl Harness {
         let (mut host, mut theirs) = (HostReport::default(), Vec::new());
         for router in routers.iter_mut() {
             router.write_line(&format!("sleep {}", pauses.display()))?;
-            let r: HostReport = crate::worker::parse_report("router", &router.read_line()?)?;
+            let r: HostReport = crate::base::worker::parse_report("router", &router.read_line()?)?;
             host.add(&r);
             theirs.extend(read_pauses(pauses)?);
         }

@@ -1,4 +1,4 @@
-//! The router under test: worker role [`Role::RouterHost`](crate::Role),
+//! The router under test: worker job [`HostSpec`],
 //! a `tickwire_router::Server` in its own process, pinned to the router's
 //! CPU, for the whole of a `lab router` run.
 //!
@@ -11,7 +11,7 @@
 //!   ([`write_pauses`]), print a [`HostReport`] line, and sleep;
 //! * end of input: shut down, and print the last report.
 
-use crate::modes::openloop::{write_pauses, PauseRecorder};
+use crate::base::openloop::{write_pauses, PauseRecorder};
 use crate::LabError;
 use serde::{Deserialize, Serialize};
 use std::io::BufRead;
@@ -27,7 +27,7 @@ use tickwire_shm::os::monotonic_ns;
 /// idle duty cycles (and after every busy one).
 const TICK_EVERY: u64 = 8;
 
-/// What the router worker needs ([`Role::RouterHost`](crate::Role)).
+/// What the router worker needs (a worker job).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostSpec {
     /// The router's directory (its own: clients' logs, lock, counters).
@@ -201,7 +201,7 @@ fn line(r: &HostReport) -> Result<String, LabError> {
     serde_json::to_string(r).map_err(|e| LabError::Worker(e.to_string()))
 }
 
-/// Worker role [`Role::RouterHost`](crate::Role).
+/// Worker job [`HostSpec`].
 pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
     let cfg = RouterConfig {
         name: "lab-router".into(),
@@ -348,5 +348,13 @@ pub(crate) fn serve(spec: &HostSpec) -> Result<String, LabError> {
                 _ => return Err(LabError::Worker(format!("router host: unknown command {cmd:?}"))),
             }
         }
+    }
+}
+
+impl crate::base::worker::Job for HostSpec {
+    const ROLE: &'static str = "router-host";
+
+    fn run(self) -> Result<String, LabError> {
+        serve(&self)
     }
 }

@@ -36,14 +36,15 @@ pub mod host;
 pub mod nats;
 pub mod relay;
 
-use crate::host::machine::Machine;
+use crate::base::floor;
+use crate::base::host::machine::Machine;
+use crate::base::openloop::{Published, RunShape, RunTotals, SinkReport};
+use crate::base::output::print::{self, Format, Output};
+use crate::base::output::report::LatencyRow;
+use crate::base::output::Measured;
 use crate::modes::network::{self, NetRound};
-use crate::modes::openloop::{Published, RunShape, RunTotals, SinkReport};
-use crate::output::print::{self, Format, Output};
-use crate::output::report::LatencyRow;
-use crate::output::Measured;
-use crate::transports::{floor, Transport};
-use crate::{Cpus, LabError, Role, WorkerProcess};
+use crate::paths::Transport;
+use crate::{Cpus, LabError, WorkerProcess};
 use host::{HostReport, HostSpec};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
@@ -225,7 +226,7 @@ impl Router {
             ha: None,
             net: None,
         };
-        let mut process = WorkerProcess::spawn(&Role::RouterHost(spec))?;
+        let mut process = WorkerProcess::spawn(&spec)?;
         let listening = process.read_line()?;
         let nats_url = match go {
             Some(_) => {
@@ -263,7 +264,7 @@ impl Router {
                 process.write_line("wake")?;
                 let g = nats::GoHarness::start(bin, &url, shape, o.fanout, o.size);
                 process.write_line(&format!("sleep {}", dir.join("setup.pauses").display()))?;
-                let _: HostReport = crate::worker::parse_report("router", &process.read_line()?)?;
+                let _: HostReport = crate::base::worker::parse_report("router", &process.read_line()?)?;
                 let _ = std::fs::remove_file(dir.join("setup.pauses"));
                 Some(g?)
             }
@@ -334,7 +335,7 @@ fn one_rate(
             router.write_line("wake")?;
             let got = g.round(rate, per_round, samples);
             router.write_line(&format!("sleep {}", pauses.display()))?;
-            let host: HostReport = crate::worker::parse_report("router", &router.read_line()?)?;
+            let host: HostReport = crate::base::worker::parse_report("router", &router.read_line()?)?;
             let (r, got) = got?;
             let split = got.split_with_peer(Vec::new(), pauses)?;
             natsed.add_report(Published { sent: r.sent, secs: r.secs }, &SinkReport::of(&split))?;
@@ -386,7 +387,7 @@ fn floor_round(
     o: &RouterLab,
     rate: u64,
     duration: Duration,
-) -> Result<(crate::modes::openloop::Published, SinkReport), LabError> {
+) -> Result<(crate::base::openloop::Published, SinkReport), LabError> {
     match o.transport {
         Transport::Tcp => {
             let r = NetRound {
@@ -477,7 +478,7 @@ fn nats_lines(r: &RateResult) -> Vec<String> {
             out.push(format!("NATS / native ({d}): no messages in one of them"));
             continue;
         }
-        let x = |a: u64, b: u64| crate::output::report::ratio(a, b);
+        let x = |a: u64, b: u64| crate::base::output::report::ratio(a, b);
         out.push(format!(
             "NATS / native ({d}): p50 {:.2}x ({} / {} ns), p99 {:.2}x ({} / {} ns), p99.9 {:.2}x ({} / {} ns), \
              max {} / {} ns; NATS achieved {:.0} msg/s, {} lost",
@@ -586,7 +587,7 @@ pub fn print(o: &RouterLab, results: &[RateResult], out: &Output, machine: &Mach
             println!("{}", nats_syscalls_line(r));
         }
         let rows: Vec<LatencyRow> = r.rows.iter().map(|m| m.row.clone()).collect();
-        print!("{}", crate::output::report::table(&rows));
+        print!("{}", crate::base::output::report::table(&rows));
         println!("{}", print::pauses_line(row));
         for l in nats_lines(r) {
             println!("{l}");

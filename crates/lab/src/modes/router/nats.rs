@@ -16,7 +16,7 @@
 //! and prints a [`GoRound`] line. Its own loop records no pauses: the
 //! pause-free distribution of a NATS round leaves out only the router's.
 
-use crate::modes::openloop::Samples;
+use crate::base::openloop::Samples;
 use crate::LabError;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
@@ -187,7 +187,7 @@ impl GoHarness {
     pub(crate) fn round(&mut self, rate: u64, duration: Duration, path: &Path) -> Result<(GoRound, Samples), LabError> {
         let line = format!("round {rate} {} {}", duration.as_nanos(), path.display());
         writeln!(self.stdin, "{line}").and_then(|()| self.stdin.flush())?;
-        let r: GoRound = crate::worker::parse_report("nats-lab", &self.read_line()?)?;
+        let r: GoRound = crate::base::worker::parse_report("nats-lab", &self.read_line()?)?;
         let samples = read_samples(&std::fs::read(path)?)?;
         if samples.len() as u64 != r.received {
             return Err(LabError::Worker(format!(
@@ -248,13 +248,13 @@ mod tests {
 
     #[test]
     fn the_round_line_parses() {
-        let r: GoRound = crate::worker::parse_report(
+        let r: GoRound = crate::base::worker::parse_report(
             "nats-lab",
             r#"{"sent":50000,"secs":1.000035,"received":49990,"late_max_ns":1992934}"#,
         )
         .unwrap();
         assert_eq!(r, GoRound { sent: 50_000, secs: 1.000035, received: 49_990, late_max_ns: 1_992_934 });
-        assert!(crate::worker::parse_report::<GoRound>("nats-lab", "ready").is_err());
+        assert!(crate::base::worker::parse_report::<GoRound>("nats-lab", "ready").is_err());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! subscriber: the same hops as publisher → router A → router B →
 //! subscriber, without topics, sessions or the cluster's link).
 //!
-//! Each forwarder is worker role [`Role::Relay`](crate::Role) started in
+//! Each forwarder is worker job [`RelaySpec`] started in
 //! its namespace, pinned to the routers' CPU: it binds, prints
 //! `listening ADDR`, accepts one connection (within 10 s), dials the next
 //! hop, and copies (TCP_NODELAY both ways) until the end of the stream,
@@ -13,10 +13,10 @@
 //! router sleeps (yielding instead was tried: under EEVDF a yield need not
 //! hand the CPU to the forwarder with work).
 
-use crate::modes::openloop::{publish, Offer, PauseRecorder, Published, Samples, SinkReport};
-use crate::transports::stream::{Sink, Source};
-use crate::transports::Transport;
-use crate::{Cpus, LabError, Role, WorkerProcess};
+use crate::base::openloop::{publish, Offer, PauseRecorder, Published, Samples, SinkReport};
+use crate::paths::stream::{Sink, Source};
+use crate::paths::Transport;
+use crate::{Cpus, LabError, WorkerProcess};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -31,7 +31,7 @@ const DRAIN: Duration = Duration::from_secs(2);
 /// A forwarder that hears nothing for this long gives up.
 const SILENT: Duration = Duration::from_secs(30);
 
-/// What a forwarder needs ([`Role::Relay`](crate::Role)).
+/// What a forwarder needs (a worker job).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RelaySpec {
     /// The address it binds (port 0: any), in its namespace.
@@ -42,7 +42,7 @@ pub struct RelaySpec {
     pub cpu: usize,
 }
 
-/// Worker role [`Role::Relay`](crate::Role): prints the bytes it copied.
+/// Worker job [`RelaySpec`]: prints the bytes it copied.
 pub(crate) fn relay(spec: &RelaySpec) -> Result<String, LabError> {
     let io = |what: &str, e: std::io::Error| LabError::Worker(format!("relay {what}: {e}"));
     pin_current_thread(spec.cpu)?;
@@ -101,7 +101,7 @@ pub(crate) fn floor_round(
     let addr = |s: String| s.parse::<SocketAddr>().map_err(|e| LabError::Usage(format!("{s}: {e}")));
     let mut sink = Sink::bind(Transport::Tcp, addr(format!("{hub}:0"))?, size, "")?;
     let relay = |(ns, ip): (&str, &str), to: SocketAddr| {
-        WorkerProcess::spawn_in(Some(ns), &Role::Relay(RelaySpec { bind: ip.to_owned(), to, cpu: cpus.remote }))
+        WorkerProcess::spawn_in(Some(ns), &RelaySpec { bind: ip.to_owned(), to, cpu: cpus.remote })
     };
     let mut far = relay(b, sink.local_addr()?)?;
     let mut near = relay(a, far.read_listening()?)?;
@@ -153,5 +153,13 @@ impl Offer for Forwarded<'_> {
             false
         })?;
         Ok(())
+    }
+}
+
+impl crate::base::worker::Job for RelaySpec {
+    const ROLE: &'static str = "relay";
+
+    fn run(self) -> Result<String, LabError> {
+        relay(&self)
     }
 }

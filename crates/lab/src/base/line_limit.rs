@@ -9,9 +9,9 @@
 //! rate to pass it.
 
 use super::floor::{BestBatch, Trials};
-use crate::output::report::ThroughputRow;
-use crate::{spin_until, Cpus, LabError, Role, WorkerProcess};
-use std::path::Path;
+use crate::base::output::report::ThroughputRow;
+use crate::{spin_until, Cpus, LabError, WorkerProcess};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
 use tickwire_shm::floor::{Line, LineStream};
@@ -71,7 +71,7 @@ fn stream_batched(cpus: Cpus, dir: &Path, duration: Duration, batch: u64) -> Res
     std::fs::create_dir_all(dir)?;
     let path = dir.join(format!("{}.lines", crate::run_tag()));
     let mut lines = LineStream::create(&path, LINES)?;
-    let worker = WorkerProcess::spawn(&Role::LineSink { path: path.clone(), cpu: cpus.remote, batch });
+    let worker = WorkerProcess::spawn(&LineSink { path: path.clone(), cpu: cpus.remote, batch });
     let worker = match worker {
         Ok(w) => w,
         Err(e) => {
@@ -83,7 +83,7 @@ fn stream_batched(cpus: Cpus, dir: &Path, duration: Duration, batch: u64) -> Res
     let line = sent.and_then(|sent| Ok((sent, worker.finish(Duration::from_secs(10) + duration)?)));
     let _ = std::fs::remove_file(&path);
     let (sent, line) = line?;
-    let mut row: ThroughputRow = crate::worker::parse_report("line sink", &line)?;
+    let mut row: ThroughputRow = crate::base::worker::parse_report("line sink", &line)?;
     // Lines written and not read (torn ones are counted by the sink).
     row.lost += sent.saturating_sub(row.count + row.lost);
     row.mode = "floor".into();
@@ -104,7 +104,7 @@ fn produce(lines: &mut LineStream, cpu: usize, duration: Duration, batch: u64) -
     while start.elapsed() < duration {
         for _ in 0..BURST {
             if !lines.try_write(value) {
-                let mut watch = super::IdleWatch::default();
+                let mut watch = super::worker::IdleWatch::default();
                 while !lines.try_write(value) {
                     watch.idle("room in the line stream (its reader stalled)")?;
                 }
@@ -128,7 +128,7 @@ pub fn at_size(line: &ThroughputRow, size: usize) -> ThroughputRow {
     row
 }
 
-/// Worker role [`Role::LineSink`](crate::Role::LineSink): reads the stream
+/// Worker job [`LineSink`]: reads the stream
 /// `batch` lines at a time until the stop batch; a torn line is counted
 /// lost.
 pub(crate) fn line_sink(path: &Path, cpu: usize, batch: u64) -> Result<String, LabError> {
@@ -136,7 +136,7 @@ pub(crate) fn line_sink(path: &Path, cpu: usize, batch: u64) -> Result<String, L
     pin_current_thread(cpu)?;
     let (mut count, mut torn) = (0u64, 0u64);
     let mut first: Option<Instant> = None;
-    let mut watch = super::IdleWatch::default();
+    let mut watch = super::worker::IdleWatch::default();
     loop {
         match lines.try_read(batch) {
             Line::Read { last: STOP, .. } => break,
@@ -151,5 +151,23 @@ pub(crate) fn line_sink(path: &Path, cpu: usize, batch: u64) -> Result<String, L
             Line::Empty => watch.idle("cache lines")?,
         }
     }
-    Ok(super::sink_report(count, torn, first))
+    Ok(super::worker::sink_report(count, torn, first))
+}
+
+/// Worker job: reads a stream of cache lines (the line-transfer limit).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct LineSink {
+    pub path: PathBuf,
+    pub cpu: usize,
+    pub batch: u64,
+}
+
+impl crate::base::worker::Job for LineSink {
+    const ROLE: &'static str = "line-sink";
+
+    fn run(self) -> Result<String, LabError> {
+        line_sink(&self.path, self.cpu, self.batch)
+    }
 }

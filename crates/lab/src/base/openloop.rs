@@ -12,9 +12,9 @@
 //! pause of either side. The full one is what a user of this machine sees;
 //! the pause-free one is what the code can be held to on it.
 
-use crate::host::machine::Machine;
-use crate::output::report::{histogram, LatencyRow};
-use crate::output::Measured;
+use crate::base::host::machine::Machine;
+use crate::base::output::report::{histogram, LatencyRow};
+use crate::base::output::Measured;
 use crate::{Cpus, LabError};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -358,8 +358,8 @@ impl SinkReport {
     pub fn of(s: &Split) -> Self {
         SinkReport {
             received: s.all.len(),
-            histogram: crate::output::encode_histogram(&s.all),
-            pause_free: crate::output::encode_histogram(&s.pause_free),
+            histogram: crate::base::output::encode_histogram(&s.all),
+            pause_free: crate::base::output::encode_histogram(&s.pause_free),
             excluded: s.excluded,
             pauses: s.pauses,
         }
@@ -426,7 +426,7 @@ impl RunTotals {
     /// # Errors
     /// The line is not a [`SinkReport`].
     pub fn add(&mut self, p: Published, line: &str) -> Result<(), LabError> {
-        self.add_report(p, &crate::worker::parse_report("sink", line)?)
+        self.add_report(p, &crate::base::worker::parse_report("sink", line)?)
     }
 
     /// Adds a round: what the sender published and the receiver's report.
@@ -435,7 +435,7 @@ impl RunTotals {
     /// A histogram in the report is malformed.
     pub fn add_report(&mut self, p: Published, r: &SinkReport) -> Result<(), LabError> {
         let add = |to: &mut Histogram<u64>, h: &str| -> Result<(), LabError> {
-            to.add(crate::output::decode_histogram(h)?).map_err(|e| LabError::Worker(e.to_string()))
+            to.add(crate::base::output::decode_histogram(h)?).map_err(|e| LabError::Worker(e.to_string()))
         };
         add(&mut self.all, &r.histogram)?;
         add(&mut self.pause_free, &r.pause_free)?;
@@ -475,6 +475,15 @@ impl RunTotals {
         };
         [row(&self.all, Distribution::All), row(&self.pause_free, Distribution::PauseFree)]
     }
+}
+
+/// What a sweep round's sink reports.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ReflectorReport {
+    /// Messages received.
+    pub received: u64,
+    /// First to last, seconds.
+    pub seconds: f64,
 }
 
 #[cfg(test)]

@@ -125,7 +125,7 @@ mod tests {
         lines(&p, "latency vs size", "message size (bytes)", &s, false).unwrap();
         let svg = std::fs::read_to_string(&p).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("latency vs size") && svg.contains("udp p50"));
-        let mut h = crate::output::report::histogram();
+        let mut h = crate::base::output::report::histogram();
         for v in 1..10_000u64 {
             h.record(v).unwrap();
         }

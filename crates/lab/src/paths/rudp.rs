@@ -5,7 +5,7 @@
 //! Both ends use the embedded driver (`UdpSender::do_work` and
 //! `UdpReceiver::poll` in the measuring thread), pinned, spinning.
 
-use crate::{spin_until, LabError, Role, WorkerProcess};
+use crate::{spin_until, LabError, WorkerProcess};
 use hdrhistogram::Histogram;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
@@ -76,8 +76,8 @@ pub fn pingpong_histogram(
     if !netns {
         return ping(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, None, size, count, warmup, cpus, limit, params);
     }
-    let pair = crate::host::netns::NetnsPair::create()?;
-    let role = Role::RudpPing {
+    let pair = crate::base::host::netns::NetnsPair::create()?;
+    let role = RudpPing {
         host: pair.a_addr.parse().map_err(werr)?,
         far: pair.b_addr.parse().map_err(werr)?,
         far_netns: pair.b.clone(),
@@ -91,7 +91,7 @@ pub fn pingpong_histogram(
     };
     let line =
         WorkerProcess::spawn_in(Some(&pair.a), &role)?.finish(TIMEOUT + limit.unwrap_or(Duration::from_secs(600)))?;
-    crate::output::decode_histogram(&line)
+    crate::base::output::decode_histogram(&line)
 }
 
 /// The ping side at `host`, its pong worker at `far` (in `far_netns`).
@@ -109,10 +109,8 @@ pub(crate) fn ping(
 ) -> Result<Histogram<u64>, LabError> {
     let mut sub = UdpReceiver::open(&uri_at(SocketAddrV4::new(host, 0), params)?, STREAM, None).map_err(werr)?;
     let back = SocketAddrV4::new(host, sub.local_addr().port());
-    let mut pong = WorkerProcess::spawn_in(
-        far_netns,
-        &Role::RudpPong { host: far, back, cpu: cpus.remote, params: params.to_owned() },
-    )?;
+    let mut pong =
+        WorkerProcess::spawn_in(far_netns, &RudpPong { host: far, back, cpu: cpus.remote, params: params.to_owned() })?;
     let port: u16 = pong.read_listening()?;
     let mut publication =
         UdpSender::open(&uri_at(SocketAddrV4::new(far, port), params)?, STREAM, None).map_err(werr)?;
@@ -148,7 +146,7 @@ pub(crate) fn ping(
     Ok(h)
 }
 
-/// Worker role [`Role::RudpPong`]: echoes until a 1-byte message.
+/// Worker job [`RudpPong`]: echoes until a 1-byte message.
 pub(crate) fn pong(host: Ipv4Addr, back: SocketAddrV4, cpu: usize, params: &str) -> Result<String, LabError> {
     let mut sub = UdpReceiver::open(&uri_at(SocketAddrV4::new(host, 0), params)?, STREAM, None).map_err(werr)?;
     println!("listening {}", sub.local_addr().port());
@@ -258,14 +256,14 @@ pub fn throughput(
     let mut sub = UdpReceiver::open(&uri(0, params)?, STREAM, None).map_err(werr)?;
     let port = sub.local_addr().port();
     let blaster =
-        WorkerProcess::spawn(&Role::RudpBlast { port, cpu: cpus.remote, size, duration, params: params.to_owned() })?;
+        WorkerProcess::spawn(&RudpBlast { port, cpu: cpus.remote, size, duration, params: params.to_owned() })?;
     pin_current_thread(cpus.local)?;
     let rep = sink(&mut sub, Instant::now() + duration + TIMEOUT * 3, |_| {})?;
     blaster.finish(TIMEOUT)?;
     Ok(rep)
 }
 
-/// Worker role [`Role::RudpBlast`].
+/// Worker job [`RudpBlast`].
 pub(crate) fn blast(port: u16, cpu: usize, size: usize, duration: Duration, params: &str) -> Result<String, LabError> {
     let mut p = UdpSender::open(&uri(port, params)?, STREAM, None).map_err(werr)?;
     pin_current_thread(cpu)?;
@@ -310,7 +308,7 @@ pub fn raw_throughput(size: usize, duration: Duration, cpus: crate::Cpus) -> Res
     let (frame, _) = packing(size);
     let mut sock = loopback_socket()?;
     let port = sock.local_addr().port();
-    let blaster = WorkerProcess::spawn(&Role::UdpBlast { port, cpu: cpus.remote, size, duration })?;
+    let blaster = WorkerProcess::spawn(&UdpBlast { port, cpu: cpus.remote, size, duration })?;
     pin_current_thread(cpus.local)?;
     let mut batch = RecvBatch::new(32, 2048);
     let mut rep = RudpThroughput::default();
@@ -360,7 +358,7 @@ fn packing(size: usize) -> (usize, usize) {
     (frame, (tickwire_proto::SenderConfig::default().mtu / frame).max(1))
 }
 
-/// Worker role [`Role::UdpBlast`]: sends packed datagrams of `size`-byte
+/// Worker job [`UdpBlast`]: sends packed datagrams of `size`-byte
 /// messages to `port` as fast as the socket takes them, for `duration`.
 pub(crate) fn raw_blast(port: u16, cpu: usize, size: usize, duration: Duration) -> Result<String, LabError> {
     use tickwire_transport::{Transport, MAX_BATCH};
@@ -397,4 +395,101 @@ pub(crate) fn raw_blast(port: u16, cpu: usize, size: usize, duration: Duration) 
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(format!("sent {seq}"))
+}
+
+/// Worker job: echoes reliable-UDP pings, bound at `host`, back to `back`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct RudpPong {
+    pub host: Ipv4Addr,
+    pub back: SocketAddrV4,
+    pub cpu: usize,
+    pub params: String,
+}
+
+impl crate::base::worker::Job for RudpPong {
+    const ROLE: &'static str = "rudp-pong";
+
+    fn run(self) -> Result<String, LabError> {
+        pong(self.host, self.back, self.cpu, &self.params)
+    }
+}
+
+/// Worker job: the ping side of reliable UDP at `host` (in a namespace), its pong at
+/// `far` in `far_netns`; prints its histogram.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct RudpPing {
+    pub host: Ipv4Addr,
+    pub far: Ipv4Addr,
+    pub far_netns: String,
+    pub size: usize,
+    pub count: u64,
+    pub warmup: u64,
+    pub cpu: usize,
+    pub far_cpu: usize,
+    pub limit: Option<Duration>,
+    pub params: String,
+}
+
+impl crate::base::worker::Job for RudpPing {
+    const ROLE: &'static str = "rudp-ping";
+
+    fn run(self) -> Result<String, LabError> {
+        let cpus = crate::Cpus { local: self.cpu, remote: self.far_cpu };
+        let h = ping(
+            self.host,
+            self.far,
+            Some(&self.far_netns),
+            self.size,
+            self.count,
+            self.warmup,
+            cpus,
+            self.limit,
+            &self.params,
+        )?;
+        Ok(crate::base::output::encode_histogram(&h))
+    }
+}
+
+/// Worker job: sends reliable UDP as fast as flow control allows for `duration`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct RudpBlast {
+    pub port: u16,
+    pub cpu: usize,
+    pub size: usize,
+    pub duration: Duration,
+    pub params: String,
+}
+
+impl crate::base::worker::Job for RudpBlast {
+    const ROLE: &'static str = "rudp-blast";
+
+    fn run(self) -> Result<String, LabError> {
+        blast(self.port, self.cpu, self.size, self.duration, &self.params)
+    }
+}
+
+/// Worker job: sends plain UDP datagrams packed as reliable UDP's would, as fast as
+/// the socket takes them (reliable UDP's throughput floor).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct UdpBlast {
+    pub port: u16,
+    pub cpu: usize,
+    pub size: usize,
+    pub duration: Duration,
+}
+
+impl crate::base::worker::Job for UdpBlast {
+    const ROLE: &'static str = "udp-blast";
+
+    fn run(self) -> Result<String, LabError> {
+        raw_blast(self.port, self.cpu, self.size, self.duration)
+    }
 }

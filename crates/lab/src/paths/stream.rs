@@ -3,7 +3,7 @@
 //! and tickwire's reliable UDP. `oneway` and `sweep-rate` drive them the
 //! same way ([`crate::modes::network`]):
 //!
-//! * the [`Source`] sends fixed-size messages as [`publish`](crate::modes::openloop::publish)
+//! * the [`Source`] sends fixed-size messages as [`publish`](crate::base::openloop::publish)
 //!   schedules them, and (sweep) receives the reflections;
 //! * the [`Sink`] receives them and reflects the ones it is asked to.
 //!
@@ -11,7 +11,7 @@
 //! (sent a few times: UDP may drop it), TCP's EOF, reliable UDP's
 //! END_OF_STREAM.
 
-use crate::transports::Transport;
+use crate::paths::Transport;
 use crate::LabError;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};

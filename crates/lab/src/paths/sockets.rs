@@ -3,7 +3,7 @@
 //! `--nonblocked`); `Wait::Block` sleeps in `recv` (sockperf's default).
 //! The pong side is a worker process pinned to the remote CPU.
 
-use crate::{spin_until, Cpus, LabError, Role, WorkerProcess};
+use crate::{spin_until, Cpus, LabError, WorkerProcess};
 use hdrhistogram::Histogram;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -130,11 +130,11 @@ pub fn pingpong_histogram(o: &SockOptions) -> Result<Histogram<u64>, LabError> {
     if o.size < 8 || (o.proto == Proto::Udp && o.size > 65_507) {
         return Err(LabError::Usage(format!("size {} out of range (8..=65507 for UDP, >= 8 for TCP)", o.size)));
     }
-    let pair = if o.netns { Some(crate::host::netns::NetnsPair::create()?) } else { None };
+    let pair = if o.netns { Some(crate::base::host::netns::NetnsPair::create()?) } else { None };
     let addr = pair.as_ref().map_or("127.0.0.1:0".to_owned(), |p| format!("{}:0", p.b_addr));
     let mut pong = WorkerProcess::spawn_in(
         pair.as_ref().map(|p| p.b.as_str()),
-        &Role::SockPong { proto: o.proto, addr, cpu: o.cpus.remote, wait: o.wait, size: o.size },
+        &SockPong { proto: o.proto, addr, cpu: o.cpus.remote, wait: o.wait, size: o.size },
     )?;
     let peer: SocketAddr = pong.read_listening()?;
     let h = match &pair {
@@ -144,7 +144,7 @@ pub fn pingpong_histogram(o: &SockOptions) -> Result<Histogram<u64>, LabError> {
             // there and take its histogram back.
             let ping = WorkerProcess::spawn_in(
                 Some(&p.a),
-                &Role::SockPing {
+                &SockPing {
                     proto: o.proto,
                     peer,
                     cpu: o.cpus.local,
@@ -156,7 +156,7 @@ pub fn pingpong_histogram(o: &SockOptions) -> Result<Histogram<u64>, LabError> {
                 },
             )?;
             let line = ping.finish(TIMEOUT + Duration::from_secs(600))?;
-            crate::output::decode_histogram(&line)?
+            crate::base::output::decode_histogram(&line)?
         }
     };
     pong.finish(TIMEOUT)?;
@@ -222,7 +222,7 @@ pub(crate) fn ping_loop(
     Ok(h)
 }
 
-/// Worker role [`Role::SockPong`]: the echo side over a kernel socket.
+/// Worker job [`SockPong`]: the echo side over a kernel socket.
 pub(crate) fn pong(proto: Proto, addr: &str, cpu: usize, wait: Wait, size: usize) -> Result<String, LabError> {
     match proto {
         Proto::Udp => udp_pong(addr, cpu, wait, size),
@@ -230,7 +230,7 @@ pub(crate) fn pong(proto: Proto, addr: &str, cpu: usize, wait: Wait, size: usize
     }
 }
 
-/// Worker role [`Role::SockPong`] over UDP. Prints `listening ADDR`,
+/// Worker job [`SockPong`] over UDP. Prints `listening ADDR`,
 /// echoes datagrams (sendto the first sender, unconnected, as sockperf's
 /// server does) until a 1-byte one arrives.
 fn udp_pong(addr: &str, cpu: usize, wait: Wait, size: usize) -> Result<String, LabError> {
@@ -252,7 +252,7 @@ fn udp_pong(addr: &str, cpu: usize, wait: Wait, size: usize) -> Result<String, L
     }
 }
 
-/// Worker role [`Role::SockPong`] over TCP. Prints `listening
+/// Worker job [`SockPong`] over TCP. Prints `listening
 /// ADDR`, accepts one connection and echoes SIZE-byte messages until EOF.
 fn tcp_pong(addr: &str, cpu: usize, wait: Wait, size: usize) -> Result<String, LabError> {
     let listener = TcpListener::bind(addr).map_err(|e| io_err("bind", e))?;
@@ -277,4 +277,48 @@ fn tcp_pong(addr: &str, cpu: usize, wait: Wait, size: usize) -> Result<String, L
         tcp_write(&mut s, &buf)?;
     }
     Ok("done".into())
+}
+
+/// Worker job: echoes over a kernel UDP or TCP socket bound to `addr`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct SockPong {
+    pub proto: Proto,
+    pub addr: String,
+    pub cpu: usize,
+    pub wait: Wait,
+    pub size: usize,
+}
+
+impl crate::base::worker::Job for SockPong {
+    const ROLE: &'static str = "sock-pong";
+
+    fn run(self) -> Result<String, LabError> {
+        pong(self.proto, &self.addr, self.cpu, self.wait, self.size)
+    }
+}
+
+/// Worker job: the ping side over a kernel socket (inside a namespace); prints its histogram.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct SockPing {
+    pub proto: Proto,
+    pub peer: SocketAddr,
+    pub cpu: usize,
+    pub wait: Wait,
+    pub size: usize,
+    pub count: u64,
+    pub warmup: u64,
+    pub limit: Option<Duration>,
+}
+
+impl crate::base::worker::Job for SockPing {
+    const ROLE: &'static str = "sock-ping";
+
+    fn run(self) -> Result<String, LabError> {
+        let h = ping_loop(self.proto, self.peer, self.wait, self.size, self.count, self.warmup, self.cpu, self.limit)?;
+        Ok(crate::base::output::encode_histogram(&h))
+    }
 }

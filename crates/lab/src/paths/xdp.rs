@@ -11,9 +11,9 @@
 //! The same roles run the kernel-UDP side (`xdp: None`), so both paths use
 //! one loop and differ only in the transport.
 
-use crate::host::netns::NetnsPair;
-use crate::output::report::ThroughputRow;
-use crate::{spin_until, Cpus, LabError, Role, WorkerProcess};
+use crate::base::host::netns::NetnsPair;
+use crate::base::output::report::ThroughputRow;
+use crate::{spin_until, Cpus, LabError, WorkerProcess};
 use hdrhistogram::Histogram;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
@@ -99,21 +99,21 @@ pub fn pingpong_on(
     let xdp = xdp.map(str::to_owned);
     let mut pong = WorkerProcess::spawn_in(
         Some(&pair.b),
-        &Role::XdpPong { addr: format!("{}:0", pair.b_addr), cpu: cpus.remote, xdp: xdp.clone() },
+        &XdpPong { addr: format!("{}:0", pair.b_addr), cpu: cpus.remote, xdp: xdp.clone() },
     )?;
     let peer: SocketAddrV4 = pong.read_listening()?;
     let local: Ipv4Addr = pair.a_addr.parse().map_err(werr)?;
     let ping = WorkerProcess::spawn_in(
         Some(&pair.a),
-        &Role::XdpPing { local, peer, cpu: cpus.local, size, count, warmup, limit, xdp },
+        &XdpPing { local, peer, cpu: cpus.local, size, count, warmup, limit, xdp },
     )?;
     let line = ping.finish(TIMEOUT + limit.unwrap_or(Duration::from_secs(600)))?;
-    let h = crate::output::decode_histogram(&line)?;
+    let h = crate::base::output::decode_histogram(&line)?;
     pong.finish(TIMEOUT)?;
     Ok(h)
 }
 
-/// Worker role [`Role::XdpPong`]: echoes every datagram to its source until
+/// Worker job [`XdpPong`]: echoes every datagram to its source until
 /// a 1-byte one.
 pub(crate) fn pong(addr: &str, cpu: usize, xdp: Option<&str>) -> Result<String, LabError> {
     let mut t = open(addr.parse().map_err(werr)?, xdp)?;
@@ -132,7 +132,7 @@ pub(crate) fn pong(addr: &str, cpu: usize, xdp: Option<&str>) -> Result<String, 
         }
         if n > 0 {
             last = Instant::now();
-        } else if last.elapsed() > crate::worker::IDLE_LIMIT {
+        } else if last.elapsed() > crate::base::worker::IDLE_LIMIT {
             return Err(LabError::Timeout("no ping for 30 s".into()));
         }
     }
@@ -142,7 +142,7 @@ fn stats_line(t: &dyn Transport) -> String {
     t.xdp_stats().map_or_else(|| "done".into(), |s| format!("done {s:?}"))
 }
 
-/// Worker role [`Role::XdpPing`]: the timed loop; prints the histogram.
+/// Worker job [`XdpPing`]: the timed loop; prints the histogram.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn ping(
     local: Ipv4Addr,
@@ -171,7 +171,7 @@ pub(crate) fn ping(
     })?;
     send_all(t.as_mut(), peer, &[&[0]])?;
     eprintln!("{}", stats_line(t.as_ref()));
-    Ok(crate::output::encode_histogram(&h))
+    Ok(crate::base::output::encode_histogram(&h))
 }
 
 /// One throughput round of 64..1472-byte datagrams over AF_XDP (`xdp`) or
@@ -187,22 +187,22 @@ pub fn throughput(xdp: Option<&str>, size: usize, duration: Duration, cpus: Cpus
     let xdp = xdp.map(str::to_owned);
     let mut sink = WorkerProcess::spawn_in(
         Some(&pair.b),
-        &Role::XdpSink { addr: format!("{}:0", pair.b_addr), cpu: cpus.remote, xdp: xdp.clone() },
+        &XdpSink { addr: format!("{}:0", pair.b_addr), cpu: cpus.remote, xdp: xdp.clone() },
     )?;
     let peer: SocketAddrV4 = sink.read_listening()?;
     let local: Ipv4Addr = pair.a_addr.parse().map_err(werr)?;
     let blast =
-        WorkerProcess::spawn_in(Some(&pair.a), &Role::XdpBlast { local, peer, cpu: cpus.local, size, duration, xdp })?;
+        WorkerProcess::spawn_in(Some(&pair.a), &XdpBlast { local, peer, cpu: cpus.local, size, duration, xdp })?;
     blast.finish(duration + TIMEOUT)?;
     let line = sink.finish(TIMEOUT)?;
-    let mut row: ThroughputRow = crate::worker::parse_report("sink", &line)?;
+    let mut row: ThroughputRow = crate::base::worker::parse_report("sink", &line)?;
     row.size = size;
     row.bytes_per_s = (row.msgs_per_s * size as f64).round();
     row.cpus = cpus.to_string();
     Ok(row)
 }
 
-/// Worker role [`Role::XdpBlast`]: batches of 32 for `duration`, then the
+/// Worker job [`XdpBlast`]: batches of 32 for `duration`, then the
 /// end mark (1-byte datagrams).
 pub(crate) fn blast(
     local: Ipv4Addr,
@@ -232,7 +232,7 @@ pub(crate) fn blast(
     Ok(format!("sent {seq}"))
 }
 
-/// Worker role [`Role::XdpSink`]: counts datagrams and sequence gaps until
+/// Worker job [`XdpSink`]: counts datagrams and sequence gaps until
 /// the end mark (or 2 s of silence after the first datagram).
 pub(crate) fn sink(addr: &str, cpu: usize, xdp: Option<&str>) -> Result<String, LabError> {
     let mut t = open(addr.parse().map_err(werr)?, xdp)?;
@@ -258,7 +258,7 @@ pub(crate) fn sink(addr: &str, cpu: usize, xdp: Option<&str>) -> Result<String, 
             last = Instant::now();
             first.get_or_insert(last);
         } else if last.elapsed() > Duration::from_secs(2) && first.is_some()
-            || began.elapsed() > crate::worker::IDLE_LIMIT
+            || began.elapsed() > crate::base::worker::IDLE_LIMIT
         {
             break;
         }
@@ -276,4 +276,84 @@ pub(crate) fn sink(addr: &str, cpu: usize, xdp: Option<&str>) -> Result<String, 
     };
     eprintln!("{}", stats_line(t.as_ref()));
     serde_json::to_string(&row).map_err(werr)
+}
+
+/// Worker job: echoes datagrams over AF_XDP (`xdp` mode) or kernel UDP (`None`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct XdpPong {
+    pub addr: String,
+    pub cpu: usize,
+    pub xdp: Option<String>,
+}
+
+impl crate::base::worker::Job for XdpPong {
+    const ROLE: &'static str = "xdp-pong";
+
+    fn run(self) -> Result<String, LabError> {
+        pong(&self.addr, self.cpu, self.xdp.as_deref())
+    }
+}
+
+/// Worker job: the ping side of [`XdpPong`]; prints its histogram.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct XdpPing {
+    pub local: Ipv4Addr,
+    pub peer: SocketAddrV4,
+    pub cpu: usize,
+    pub size: usize,
+    pub count: u64,
+    pub warmup: u64,
+    pub limit: Option<Duration>,
+    pub xdp: Option<String>,
+}
+
+impl crate::base::worker::Job for XdpPing {
+    const ROLE: &'static str = "xdp-ping";
+
+    fn run(self) -> Result<String, LabError> {
+        ping(self.local, self.peer, self.cpu, self.size, self.count, self.warmup, self.limit, self.xdp.as_deref())
+    }
+}
+
+/// Worker job: sends 32-datagram batches over AF_XDP or kernel UDP for `duration`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct XdpBlast {
+    pub local: Ipv4Addr,
+    pub peer: SocketAddrV4,
+    pub cpu: usize,
+    pub size: usize,
+    pub duration: Duration,
+    pub xdp: Option<String>,
+}
+
+impl crate::base::worker::Job for XdpBlast {
+    const ROLE: &'static str = "xdp-blast";
+
+    fn run(self) -> Result<String, LabError> {
+        blast(self.local, self.peer, self.cpu, self.size, self.duration, self.xdp.as_deref())
+    }
+}
+
+/// Worker job: counts [`XdpBlast`]'s datagrams.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct XdpSink {
+    pub addr: String,
+    pub cpu: usize,
+    pub xdp: Option<String>,
+}
+
+impl crate::base::worker::Job for XdpSink {
+    const ROLE: &'static str = "xdp-sink";
+
+    fn run(self) -> Result<String, LabError> {
+        sink(&self.addr, self.cpu, self.xdp.as_deref())
+    }
 }

@@ -1,10 +1,10 @@
 //! tickwire IPC: half-round-trip ping-pong and one-way streaming throughput,
 //! the far side in a separate process.
 
-use crate::output::report::{LatencyRow, ThroughputRow};
-use crate::transports::sockets::Wait;
-use crate::worker::IDLE_LIMIT;
-use crate::{spin_until, Cpus, LabError, Role, WorkerProcess};
+use crate::base::output::report::{LatencyRow, ThroughputRow};
+use crate::base::worker::IDLE_LIMIT;
+use crate::paths::sockets::Wait;
+use crate::{spin_until, Cpus, LabError, WorkerProcess};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
@@ -95,7 +95,7 @@ pub fn pingpong_histogram(o: &IpcOptions) -> Result<hdrhistogram::Histogram<u64>
     let ctx = Context::new(&o.dir)?;
     let channel = crate::run_tag();
     let mut ping = ctx.appender(&channel, PING_STREAM, &LogConfig::with_capacity(o.capacity))?;
-    let worker = WorkerProcess::spawn(&Role::IpcPong {
+    let worker = WorkerProcess::spawn(&IpcPong {
         dir: o.dir.clone(),
         channel: channel.clone(),
         cpu: o.cpus.remote,
@@ -103,7 +103,7 @@ pub fn pingpong_histogram(o: &IpcOptions) -> Result<hdrhistogram::Histogram<u64>
         wait: o.wait,
     })?;
     let mut pong = subscribe_when_ready(&ctx, &channel, PONG_STREAM)?;
-    let block = o.wait == crate::transports::sockets::Wait::Block;
+    let block = o.wait == crate::paths::sockets::Wait::Block;
     pin_current_thread(o.cpus.local)?;
     let mut msg = vec![0u8; o.size];
     // For ping-pong, a non-zero `duration` bounds the run in time as well.
@@ -154,8 +154,7 @@ pub fn throughput(o: &IpcOptions) -> Result<ThroughputRow, LabError> {
     let ctx = Context::new(&o.dir)?;
     let channel = crate::run_tag();
     let mut publisher = ctx.appender(&channel, PING_STREAM, &LogConfig::with_capacity(o.capacity))?;
-    let worker =
-        WorkerProcess::spawn(&Role::IpcSink { dir: o.dir.clone(), channel: channel.clone(), cpu: o.cpus.remote })?;
+    let worker = WorkerProcess::spawn(&IpcSink { dir: o.dir.clone(), channel: channel.clone(), cpu: o.cpus.remote })?;
     pin_current_thread(o.cpus.local)?;
     // Wait until the subscriber is attached, without sending anything.
     wait_connected(&mut publisher)?;
@@ -180,7 +179,7 @@ pub fn throughput(o: &IpcOptions) -> Result<ThroughputRow, LabError> {
     }
     drop(publisher); // closes the stream: the sink drains and reports
     let line = worker.finish(TIMEOUT)?;
-    let mut row: ThroughputRow = crate::worker::parse_report("sink", &line)?;
+    let mut row: ThroughputRow = crate::base::worker::parse_report("sink", &line)?;
     row.mode = "throughput".into();
     row.transport = "ipc".into();
     row.size = o.size;
@@ -190,7 +189,7 @@ pub fn throughput(o: &IpcOptions) -> Result<ThroughputRow, LabError> {
     Ok(row)
 }
 
-/// Worker role [`Role::IpcPong`](crate::Role::IpcPong): echoes pings until a 1-byte message.
+/// Worker job [`IpcPong`]: echoes pings until a 1-byte message.
 pub(crate) fn ipc_pong(dir: &Path, channel: &str, cpu: usize, capacity: usize, wait: Wait) -> Result<String, LabError> {
     let block = wait == Wait::Block;
     let ctx = Context::new(dir)?;
@@ -234,7 +233,7 @@ pub(crate) fn ipc_pong(dir: &Path, channel: &str, cpu: usize, capacity: usize, w
     err.map_or(Ok("done".into()), Err)
 }
 
-/// Worker role [`Role::IpcSink`](crate::Role::IpcSink): counts the stream until it ends.
+/// Worker job [`IpcSink`]: counts the stream until it ends.
 pub(crate) fn ipc_sink(dir: &Path, channel: &str, cpu: usize) -> Result<String, LabError> {
     let ctx = Context::new(dir)?;
     let mut rx = subscribe_when_ready(&ctx, channel, PING_STREAM)?;
@@ -277,5 +276,43 @@ pub(crate) fn ipc_sink(dir: &Path, channel: &str, cpu: usize) -> Result<String, 
             }
         }
     }
-    Ok(super::sink_report(count, lost, first))
+    Ok(crate::base::worker::sink_report(count, lost, first))
+}
+
+/// Worker job: echoes IPC pings on the channel's pong stream.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct IpcPong {
+    pub dir: PathBuf,
+    pub channel: String,
+    pub cpu: usize,
+    pub capacity: usize,
+    pub wait: Wait,
+}
+
+impl crate::base::worker::Job for IpcPong {
+    const ROLE: &'static str = "ipc-pong";
+
+    fn run(self) -> Result<String, LabError> {
+        ipc_pong(&self.dir, &self.channel, self.cpu, self.capacity, self.wait)
+    }
+}
+
+/// Worker job: counts an IPC stream (throughput).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct IpcSink {
+    pub dir: PathBuf,
+    pub channel: String,
+    pub cpu: usize,
+}
+
+impl crate::base::worker::Job for IpcSink {
+    const ROLE: &'static str = "ipc-sink";
+
+    fn run(self) -> Result<String, LabError> {
+        ipc_sink(&self.dir, &self.channel, self.cpu)
+    }
 }

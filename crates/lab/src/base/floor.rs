@@ -3,11 +3,11 @@
 //! `oneway` (a raw-ring stream) and `sweep-rate` (a raw-ring stream with a
 //! second ring for the reflections).
 
-use crate::modes::network::ReflectorReport;
-use crate::modes::openloop::{publish, write_pauses, Offer, PauseRecorder, Published, Samples, SinkReport, Split};
-use crate::output::report::{LatencyRow, ThroughputRow};
-use crate::worker::IDLE_LIMIT;
-use crate::{spin_until, Cpus, LabError, Role, WorkerProcess};
+use crate::base::openloop::ReflectorReport;
+use crate::base::openloop::{publish, write_pauses, Offer, PauseRecorder, Published, Samples, SinkReport, Split};
+use crate::base::output::report::{LatencyRow, ThroughputRow};
+use crate::base::worker::IDLE_LIMIT;
+use crate::{spin_until, Cpus, LabError, WorkerProcess};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -59,7 +59,7 @@ pub fn cacheline_histogram(o: &FloorOptions) -> Result<hdrhistogram::Histogram<u
     std::fs::create_dir_all(&o.dir)?;
     let path = o.dir.join(format!("{}.cl", crate::run_tag()));
     let lines = CacheLines::create(&path)?;
-    let worker = WorkerProcess::spawn(&Role::Cacheline { path: path.clone(), cpu: o.cpus.remote })?;
+    let worker = WorkerProcess::spawn(&Cacheline { path: path.clone(), cpu: o.cpus.remote })?;
     pin_current_thread(o.cpus.local)?;
     let (ping, pong) = (lines.line(0), lines.line(1));
     let h = crate::round_trips(o.warmup, o.count, None, |i| {
@@ -95,7 +95,7 @@ pub fn raw_ring_histogram(o: &FloorOptions) -> Result<hdrhistogram::Histogram<u6
     let mut ping = RawRing::create(&pa, 1024, slot)?;
     let _pong_file = RawRing::create(&pb, 1024, slot)?;
     let mut pong = RawRing::open(&pb)?;
-    let worker = WorkerProcess::spawn(&Role::RingPong { ping: pa.clone(), pong: pb.clone(), cpu: o.cpus.remote })?;
+    let worker = WorkerProcess::spawn(&RingPong { ping: pa.clone(), pong: pb.clone(), cpu: o.cpus.remote })?;
     pin_current_thread(o.cpus.local)?;
     let mut msg = vec![0u8; o.size.max(8)];
     let h = crate::round_trips(o.warmup, o.count, None, |i| {
@@ -214,7 +214,7 @@ fn ring_stream(o: &FloorOptions, size: usize, batch: u64, duration: Duration) ->
     std::fs::create_dir_all(&o.dir)?;
     let path = o.dir.join(format!("{}.stream", crate::run_tag()));
     let mut ring = RawRing::create(&path, 4096, size.div_ceil(64) * 64)?;
-    let worker = WorkerProcess::spawn(&Role::RingSink { path: path.clone(), cpu: o.cpus.remote })?;
+    let worker = WorkerProcess::spawn(&RingSink { path: path.clone(), cpu: o.cpus.remote })?;
     pin_current_thread(o.cpus.local)?;
     let start = Instant::now();
     let mut seq = 0u64;
@@ -223,7 +223,7 @@ fn ring_stream(o: &FloorOptions, size: usize, batch: u64, duration: Duration) ->
         for _ in 0..4096 {
             msg[..8].copy_from_slice(&seq.to_le_bytes());
             if !ring.try_push_every(&msg, batch) {
-                let mut watch = super::IdleWatch::default();
+                let mut watch = super::worker::IdleWatch::default();
                 while !ring.try_push_every(&msg, batch) {
                     watch.idle("room in the raw ring (its consumer stalled)")?;
                 }
@@ -238,7 +238,7 @@ fn ring_stream(o: &FloorOptions, size: usize, batch: u64, duration: Duration) ->
     spin_until(REPLY_TIMEOUT, "ring stop", || ring.try_push(&STOP.to_le_bytes()).then_some(()))?;
     let line = worker.finish(REPLY_TIMEOUT + duration)?;
     let _ = std::fs::remove_file(&path);
-    let mut row: ThroughputRow = crate::worker::parse_report("sink", &line)?;
+    let mut row: ThroughputRow = crate::base::worker::parse_report("sink", &line)?;
     row.mode = "floor".into();
     row.transport = "shm".into();
     row.probe = Some("raw_ring_throughput".into());
@@ -251,7 +251,7 @@ fn ring_stream(o: &FloorOptions, size: usize, batch: u64, duration: Duration) ->
     Ok(row)
 }
 
-/// Worker role [`Role::Cacheline`](crate::Role::Cacheline): answers each ping on the shared line.
+/// Worker job [`Cacheline`]: answers each ping on the shared line.
 pub(crate) fn cacheline_worker(path: &Path, cpu: usize) -> Result<String, LabError> {
     let lines = CacheLines::open(path)?;
     pin_current_thread(cpu)?;
@@ -270,7 +270,7 @@ pub(crate) fn cacheline_worker(path: &Path, cpu: usize) -> Result<String, LabErr
     }
 }
 
-/// Worker role [`Role::RingPong`](crate::Role::RingPong): echoes ring messages until the stop message.
+/// Worker job [`RingPong`]: echoes ring messages until the stop message.
 pub(crate) fn ring_pong(ping: &Path, pong: &Path, cpu: usize) -> Result<String, LabError> {
     let mut rx = RawRing::open(ping)?;
     let mut tx = RawRing::open(pong)?;
@@ -285,14 +285,14 @@ pub(crate) fn ring_pong(ping: &Path, pong: &Path, cpu: usize) -> Result<String, 
     }
 }
 
-/// Worker role [`Role::RingSink`](crate::Role::RingSink): counts a ring stream until the stop message.
+/// Worker job [`RingSink`]: counts a ring stream until the stop message.
 pub(crate) fn ring_sink(path: &Path, cpu: usize) -> Result<String, LabError> {
     let mut rx = RawRing::open(path)?;
     pin_current_thread(cpu)?;
     let (mut count, mut lost, mut expect) = (0u64, 0u64, 0u64);
     let mut first: Option<Instant> = None;
     let mut done = false;
-    let mut watch = super::IdleWatch::default();
+    let mut watch = super::worker::IdleWatch::default();
     while !done {
         let got = rx.try_pop(|b| {
             let seq = stamp::seq(b).unwrap_or(0);
@@ -312,7 +312,7 @@ pub(crate) fn ring_sink(path: &Path, cpu: usize) -> Result<String, LabError> {
             watch.idle("ring data")?;
         }
     }
-    Ok(super::sink_report(count, lost, first))
+    Ok(super::worker::sink_report(count, lost, first))
 }
 
 /// The open-loop floor: a raw ring streaming messages of `size` bytes at
@@ -338,7 +338,7 @@ pub fn ring_oneway(
     let slots = (capacity / slot_len).max(64).next_power_of_two();
     let mut ring = RawRing::create(&path, slots, slot_len)?;
     let expected = (rate as f64 * duration.as_secs_f64()) as u64;
-    let worker = WorkerProcess::spawn(&Role::RingOnewaySink {
+    let worker = WorkerProcess::spawn(&RingOnewaySink {
         path: path.clone(),
         cpu: cpus.remote,
         expected,
@@ -356,7 +356,7 @@ pub fn ring_oneway(
     Ok((published, line?))
 }
 
-/// Worker role [`Role::RingOnewaySink`].
+/// Worker job [`RingOnewaySink`].
 pub(crate) fn ring_oneway_sink(path: &Path, cpu: usize, expected: u64, pauses: &Path) -> Result<String, LabError> {
     use tickwire_shm::os::monotonic_ns;
     let mut rx = RawRing::open(path)?;
@@ -364,7 +364,7 @@ pub(crate) fn ring_oneway_sink(path: &Path, cpu: usize, expected: u64, pauses: &
     let mut samples = Samples::with_capacity(expected as usize + 1024);
     let mut recorder = PauseRecorder::new(monotonic_ns());
     let mut done = false;
-    let mut watch = super::IdleWatch::default();
+    let mut watch = super::worker::IdleWatch::default();
     while !done {
         let got = rx.try_pop(|b| {
             if stamp::seq(b) == Some(STOP) {
@@ -407,7 +407,7 @@ pub fn ring_sweep(
     let tx = RawRing::create(&stream, slots, slot_len)?;
     let _back_file = RawRing::create(&back, slots, slot_len)?;
     let rx = RawRing::open(&back)?;
-    let worker = WorkerProcess::spawn(&Role::RingReflect {
+    let worker = WorkerProcess::spawn(&RingReflect {
         stream: stream.clone(),
         back: back.clone(),
         cpu: cpus.remote,
@@ -440,7 +440,7 @@ pub fn ring_sweep(
     while rx.try_pop(|b| samples.arrived(b)) {}
     let _ = (std::fs::remove_file(&stream), std::fs::remove_file(&back));
     let line = line?;
-    let sink: ReflectorReport = crate::worker::parse_report("reflector", &line)?;
+    let sink: ReflectorReport = crate::base::worker::parse_report("reflector", &line)?;
     Ok((published, samples.split_with_peer(recorder.into_pauses(), &pauses)?, sink))
 }
 
@@ -469,7 +469,7 @@ impl Offer for RingSending<'_> {
     }
 }
 
-/// Worker role [`Role::RingReflect`]: pops the stream, pushes one message
+/// Worker job [`RingReflect`]: pops the stream, pushes one message
 /// in `every` back (dropped if the way back is full), until the stop
 /// message; leaves its pauses in `pauses`.
 pub(crate) fn ring_reflect(
@@ -513,6 +513,99 @@ pub(crate) fn ring_reflect(
     write_pauses(pauses, &recorder.into_pauses())?;
     let seconds = first.map_or(0.0, |f| (last - f).as_secs_f64());
     serde_json::to_string(&ReflectorReport { received, seconds }).map_err(|e| LabError::Worker(e.to_string()))
+}
+
+/// Worker job: answers each cache-line ping (floor).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct Cacheline {
+    pub path: PathBuf,
+    pub cpu: usize,
+}
+
+impl crate::base::worker::Job for Cacheline {
+    const ROLE: &'static str = "cacheline";
+
+    fn run(self) -> Result<String, LabError> {
+        cacheline_worker(&self.path, self.cpu)
+    }
+}
+
+/// Worker job: echoes raw-ring messages from `ping` to `pong` (floor).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct RingPong {
+    pub ping: PathBuf,
+    pub pong: PathBuf,
+    pub cpu: usize,
+}
+
+impl crate::base::worker::Job for RingPong {
+    const ROLE: &'static str = "ring-pong";
+
+    fn run(self) -> Result<String, LabError> {
+        ring_pong(&self.ping, &self.pong, self.cpu)
+    }
+}
+
+/// Worker job: counts a raw-ring stream (floor throughput).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct RingSink {
+    pub path: PathBuf,
+    pub cpu: usize,
+}
+
+impl crate::base::worker::Job for RingSink {
+    const ROLE: &'static str = "ring-sink";
+
+    fn run(self) -> Result<String, LabError> {
+        ring_sink(&self.path, self.cpu)
+    }
+}
+
+/// Worker job: records one-way latency of an open-loop raw-ring stream (the
+/// open-loop floor); the sender's pauses arrive in `pauses`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct RingOnewaySink {
+    pub path: PathBuf,
+    pub cpu: usize,
+    pub expected: u64,
+    pub pauses: PathBuf,
+}
+
+impl crate::base::worker::Job for RingOnewaySink {
+    const ROLE: &'static str = "ring-oneway-sink";
+
+    fn run(self) -> Result<String, LabError> {
+        ring_oneway_sink(&self.path, self.cpu, self.expected, &self.pauses)
+    }
+}
+
+/// Worker job: reflects one message in `every` of a raw-ring stream onto `back`
+/// (the rate sweep's open-loop floor); its pauses go to `pauses`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct RingReflect {
+    pub stream: PathBuf,
+    pub back: PathBuf,
+    pub cpu: usize,
+    pub every: u64,
+    pub pauses: PathBuf,
+}
+
+impl crate::base::worker::Job for RingReflect {
+    const ROLE: &'static str = "ring-reflect";
+
+    fn run(self) -> Result<String, LabError> {
+        ring_reflect(&self.stream, &self.back, self.cpu, self.every.max(1), &self.pauses)
+    }
 }
 
 #[cfg(test)]

@@ -3,9 +3,8 @@
 
 use super::report::{table, LatencyRow, ThroughputRow};
 use super::{csv, sockperf, tag, write_hlog, Measured};
-use crate::host::doctor::{Finding, Status};
-use crate::host::machine::Machine;
-use crate::modes::transfer::TransferReport;
+use crate::base::host::doctor::{Finding, Status};
+use crate::base::host::machine::Machine;
 use crate::LabError;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -44,7 +43,7 @@ impl Output {
     }
 }
 
-fn json_lines<T: serde::Serialize>(rows: &[T]) -> String {
+pub fn json_lines<T: serde::Serialize>(rows: &[T]) -> String {
     let mut out = String::new();
     for r in rows {
         out.push_str(&serde_json::to_string(r).unwrap_or_default());
@@ -82,8 +81,11 @@ pub fn render_latency(measured: &[Measured], format: Format, machine: &Machine) 
                 );
                 if let Some((a, b)) = r.cpus.split_once(',') {
                     if let (Ok(local), Ok(remote)) = (a.parse(), b.parse()) {
-                        let _ =
-                            writeln!(out, "topology: {}", crate::host::machine::pair(crate::Cpus { local, remote }));
+                        let _ = writeln!(
+                            out,
+                            "topology: {}",
+                            crate::base::host::machine::pair(crate::Cpus { local, remote })
+                        );
                     }
                 }
             }
@@ -184,7 +186,7 @@ pub fn render_throughput(rows: &[ThroughputRow], format: Format) -> String {
                 ))
                 .unwrap_or_default()
         );
-        if r.probe.as_deref() == Some(crate::transports::line_limit::PROBE) {
+        if r.probe.as_deref() == Some(crate::base::line_limit::PROBE) {
             let _ = writeln!(out,
                 "  (cache lines moved one way between the CPUs: {:.2} GB/s; at {} B a message, {:.0} msg/s if only the messages' bytes crossed)",
                 r.bytes_per_s / 1e9,
@@ -271,23 +273,6 @@ pub fn render_sweep(rows: &[LatencyRow], format: Format, machine: &Machine, refl
         }
     }
     out
-}
-
-/// Prints a transfer's outcome (or its JSON report).
-pub fn transfer(r: &TransferReport, json: bool) {
-    if json {
-        print!("{}", json_lines(std::slice::from_ref(r)));
-        return;
-    }
-    println!("channel {}", r.channel);
-    println!(
-        "sent {} B in {:.3} s; received {} B; identical {}; in order {}",
-        r.bytes_sent, r.duration_s, r.bytes_received, r.identical, r.in_order
-    );
-    println!(
-        "NAKs sent {}, retransmissions {}, data datagrams dropped {}, lost events {}",
-        r.naks_sent, r.retransmits, r.datagrams_dropped, r.lost_events
-    );
 }
 
 /// One hiccup probe: the largest pause seen on a CPU and how many pauses

@@ -53,7 +53,7 @@ pub struct LatencyRow {
     pub clock: String,
     /// CPUs used (local, remote).
     pub cpus: String,
-    /// The machine (see [`crate::host::machine::Machine::summary`]).
+    /// The machine (see [`crate::base::host::machine::Machine::summary`]).
     pub machine: String,
     /// Which floor the ratios are to (`raw_ring`, `kernel_udp_spin`), and its message size.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -235,7 +235,7 @@ pub struct ThroughputRow {
     pub batch: Option<u64>,
     /// This row's rate over the rate the cache-line transfer between the
     /// two CPUs allows at its message size, measured in the same run
-    /// (`transports::line_limit`): a reference, reported and never judged
+    /// (`base::line_limit`): a reference, reported and never judged
     /// (measured, not a proven bound: the raw ring has passed it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub of_line_limit: Option<f64>,
@@ -390,6 +390,51 @@ pub fn clock_cost_ns() -> f64 {
     }
     let _ = x;
     t.elapsed().as_nanos() as f64 / f64::from(n)
+}
+
+/// Median, p99, p99.9 and max of a distribution, ns; and its count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Quantiles {
+    /// Values.
+    pub count: u64,
+    /// ns.
+    pub p50: u64,
+    /// ns.
+    pub p99: u64,
+    /// ns.
+    pub p999: u64,
+    /// ns.
+    pub max: u64,
+}
+
+impl Quantiles {
+    /// The quantiles of `h`.
+    pub fn of(h: &hdrhistogram::Histogram<u64>) -> Self {
+        Self {
+            count: h.len(),
+            p50: h.value_at_quantile(0.5),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+        }
+    }
+}
+
+/// The highest target rate `transport`'s rows (of `mode`) sustained: achieved
+/// at least `sustain` of it with nothing lost.
+pub fn highest_sustained<'a>(
+    rows: &'a [LatencyRow],
+    transport: &str,
+    mode: &str,
+    sustain: f64,
+) -> Option<&'a LatencyRow> {
+    rows.iter().rfind(|r| {
+        r.transport == transport
+            && r.mode == mode
+            && r.distribution.as_deref() != Some("pause_free")
+            && r.lost == 0
+            && r.achieved_rate.unwrap_or(0.0) >= r.offered_rate.unwrap_or(f64::MAX) * sustain
+    })
 }
 
 #[cfg(test)]

@@ -61,7 +61,7 @@ impl Machine {
             kernel: read("/proc/sys/kernel/osrelease"),
             virtualization,
             clocksource: read("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
-            clock_cost_ns: (crate::output::report::clock_cost_ns() * 10.0).round() / 10.0,
+            clock_cost_ns: (crate::base::output::report::clock_cost_ns() * 10.0).round() / 10.0,
         }
     }
 

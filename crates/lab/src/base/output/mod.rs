@@ -1,7 +1,7 @@
 //! What a run prints and writes.
 //!
 //! * [`report`]: statistics from an HdrHistogram, the papers' table, JSON rows.
-//! * [`print`]: the command's output in the chosen [`print::Format`].
+//! * [`print`](mod@print): the command's output in the chosen [`print::Format`].
 //! * [`plots`]: SVG plots (latency against size or rate, percentiles).
 //! * this module: the formats besides the table and JSON: CSV, HdrHistogram
 //!   interval logs (readable by HdrHistogram's tools and the `hdrhistogram`
@@ -11,7 +11,7 @@ pub mod plots;
 pub mod print;
 pub mod report;
 
-use crate::output::report::LatencyRow;
+use crate::base::output::report::LatencyRow;
 use crate::LabError;
 use base64::Engine;
 use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
@@ -170,7 +170,7 @@ pub fn decode_histogram(s: &str) -> Result<Histogram<u64>, LabError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::output::report::histogram;
+    use crate::base::output::report::histogram;
 
     fn sample() -> Measured {
         let mut h = histogram();
