@@ -364,3 +364,37 @@ fn the_reader_sees_imports_of_every_form() {
     g.insert("b".to_owned(), BTreeMap::from([("a".to_owned(), BTreeSet::new())]));
     assert_eq!(cycles(&g), [["a", "b"]]);
 }
+
+#[test]
+fn architecture_md_draws_every_file_in_its_layer() {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ARCHITECTURE.md")).unwrap();
+    let block = doc.split("```text lab-layers\n").nth(1).and_then(|b| b.split("```").next()).expect("the lab-layers block");
+    // Each layer's text: its line and the indented lines under it.
+    let mut drawn: BTreeMap<String, String> = BTreeMap::new();
+    let mut current = String::new();
+    for line in block.lines() {
+        if !line.starts_with(' ') {
+            current = line.split_whitespace().next().unwrap_or("").to_owned();
+        }
+        drawn.entry(current.clone()).or_default().push_str(&format!(" {line} "));
+    }
+    let words = |text: &str| -> BTreeSet<String> {
+        text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.')).map(str::to_owned).collect()
+    };
+    let mut missing = Vec::new();
+    for u in units().iter().filter(|u| u.file != "lib.rs") {
+        let name = u.file.rsplit('/').next().unwrap().trim_end_matches(".rs");
+        // A folder's mod.rs is drawn as the folder (`host/`) or as `mod`.
+        let names: Vec<&str> = if name == "mod" {
+            let folder = u.module.last().map_or("", String::as_str);
+            if u.module.len() == 1 { vec!["mod.rs"] } else { vec![folder, "mod"] }
+        } else {
+            vec![name]
+        };
+        let text = drawn.get(layer(rank(&u.file))).map(String::as_str).unwrap_or("");
+        if !names.iter().any(|n| words(text).contains(*n)) {
+            missing.push(format!("{} (layer {})", u.file, layer(rank(&u.file))));
+        }
+    }
+    assert!(missing.is_empty(), "ARCHITECTURE.md's lab-layers block does not draw: {}", missing.join(", "));
+}
