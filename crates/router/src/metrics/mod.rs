@@ -269,7 +269,13 @@ impl Collector for RouterCollector {
             forwarding.add(&t.buckets(&FORWARDING_BOUNDS_NS));
         }
         let help = "Time from reading a client's frame to handing the message to every subscriber's transport (1 frame in 256).";
-        encode_latencies(&mut encoder, "tickwire_router_forwarding_seconds", help, &forwarding)
+        encode_latencies(&mut encoder, "tickwire_router_forwarding_seconds", help, &forwarding)?;
+        let dropped = self.times.iter().map(|t| t.dropped()).sum::<u64>();
+        let help =
+            "Forwarding-time samples not recorded: a scrape held the histogram, and the routing thread never waits.";
+        let f =
+            encoder.encode_descriptor("tickwire_router_forwarding_samples_dropped", help, None, MetricType::Counter)?;
+        ConstCounter::new(dropped).encode(f)
     }
 }
 
@@ -385,7 +391,11 @@ impl Collector for JournalMetrics {
             let Some(l) = l else { continue };
             encode_latencies(&mut encoder, name, help, &l.buckets(&JOURNAL_BOUNDS_NS))?;
         }
-        Ok(())
+        let dropped = self.append.dropped() + self.fsync.as_ref().map_or(0, |f| f.dropped());
+        let help = "Journal write and fdatasync time samples not recorded: a scrape held the histogram.";
+        let f =
+            encoder.encode_descriptor("tickwire_router_journal_samples_dropped", help, None, MetricType::Counter)?;
+        ConstCounter::new(dropped).encode(f)
     }
 }
 
@@ -434,6 +444,7 @@ mod tests {
         assert_eq!(got[20], ("+Inf".to_owned(), 6), "a second: past the last bound: {text}");
         assert!(text.contains("tickwire_router_forwarding_seconds_count 6\n"), "{text}");
         assert!(text.contains("tickwire_router_forwarding_seconds_sum 1.000000387\n"), "{text}");
+        assert!(text.contains("tickwire_router_forwarding_samples_dropped_total 0\n"), "{text}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
