@@ -101,7 +101,7 @@ fn journal(cmd: &JournalCmd) -> Result<(), String> {
 #[derive(Debug, Args)]
 struct LabArgs {
     #[command(subcommand)]
-    cmd: lab::LabCmd,
+    cmd: tickwire_lab::request::Request,
 }
 
 /// `tickwire --version`: the release, the git commit it was built from and

@@ -21,17 +21,26 @@
 //! 3. [`modes`]: the measurements: ping-pong, one-way, rate sweep,
 //!    tick-to-trade, transfer, the router's scenarios, `reproduce`; and
 //!    [`modes::run_worker`], the one list of every worker job.
-//! 4. [`request`]: the typed [`request::Request`] a command hands over,
-//!    and [`request::run`], which measures it and prints it.
+//! 4. [`request`]: [`request::Request`], the `tickwire lab` subcommands
+//!    (clap parses the command line straight into each mode's options),
+//!    and [`request::run`], which checks, measures and prints one.
 //!
 //! ## Adding a mode
 //!
-//! Write the mode as a file in `modes/` (its options struct, a `run` that
-//! returns rows or histograms, and a `print`), using `paths` and `base`.
-//! If its far side is a worker process, give that side a struct with
-//! `impl Job` in the same file and add the struct to the list in
-//! [`modes::run_worker`]. Then add a variant to [`request::Request`] and its
-//! arm to [`request::run`]. Nothing else changes.
+//! A mode is its file in `modes/`, using `paths` and `base`: its options
+//! struct, which derives `clap::Args` (it *is* the command line of
+//! `tickwire lab <mode>`: flags, defaults, help; the shared `--cpus`,
+//! `--json`, `--format`, `--strict` ... by `#[command(flatten)]` of
+//! [`output::print::Common`]; the parsers of sizes, rates, durations and
+//! CPUs in [`base::common`]; what is not on the command line, such as the
+//! shared-memory directory, an `#[arg(skip)]` field), a `run` that returns
+//! rows or histograms, and a `print`. If its far side is a worker process,
+//! give that side a struct with `impl Job` in the same file and add the
+//! struct to the `jobs!` list in `modes/mod.rs` ([`modes::ROLES`]). Then add one variant
+//! holding the options to [`request::Request`] (the subcommand; its doc
+//! comment is the command's description), its arm to [`request::run`], and,
+//! if it has a directory, its line in [`request::Request::with_dir`].
+//! Nothing else changes: the CLI hands the parsed `Request` over as it is.
 //!
 //! Latency is recorded in nanoseconds into an HdrHistogram with three
 //! significant digits; half round trip = round trip / 2, as in the papers.

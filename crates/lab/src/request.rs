@@ -1,18 +1,27 @@
-//! The typed request a command hands to the lab, and [`run`], which
-//! measures it and prints the results. The CLI parses arguments into a
-//! [`Request`] and does nothing else; every decision about what to measure,
-//! which floor to measure beside it and what to print is made here.
+//! The `tickwire lab` subcommands, [`Request`], and [`run`], which checks,
+//! measures and prints one. clap parses the command line straight into
+//! the options each mode takes (each derives `clap::Args` in its mode's
+//! file); the CLI adds the shared-memory directory
+//! ([`Request::with_dir`]) and does nothing else. Every decision about
+//! what to measure, which floor to measure beside it and what to print is
+//! made here.
 
+use crate::base::common::{parse_duration, parse_size};
 use crate::base::floor::{self, FloorOptions};
 use crate::base::host::doctor::{hiccups, Doctor};
 use crate::base::host::machine::Machine;
 use crate::base::line_limit;
-use crate::base::output::print::{self, Format, Hiccups, Output};
+use crate::base::output::print::{self, Common, Format, Hiccups, Output};
 use crate::base::output::report::{highest_sustained, round3, LatencyRow, ThroughputRow};
 use crate::base::output::{plots, Measured};
+use crate::modes::accel::Accel;
+use crate::modes::auth_cost::AuthCost;
+use crate::modes::bindings::Bindings;
+use crate::modes::matching::TopicMatch;
 use crate::modes::oneway::OneWay;
 use crate::modes::pingpong::PingPong;
 use crate::modes::reproduce::Reproduce;
+use crate::modes::router::{cluster::ClusterLab, guaranteed::GuaranteedLab, RouterLab};
 use crate::modes::sweep::Sweep;
 use crate::modes::tick_to_trade::TickToTrade;
 use crate::modes::transfer::Transfer;
@@ -23,99 +32,173 @@ use crate::{Cpus, LabError};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-/// One lab command, fully parsed.
-#[derive(Debug, Clone)]
+/// One lab command (`tickwire lab <mode>`), parsed by clap straight into
+/// the options each mode takes.
+#[derive(Debug, Clone, clap::Subcommand)]
 pub enum Request {
     /// The machine's floor: cache-line and raw-ring ping-pong, raw-ring throughput.
-    Floor { options: FloorOptions, output: Output },
-    /// Ping-pong, at `run.size` or at each of `sizes`.
-    PingPong { run: PingPong, sizes: Vec<usize>, output: Output },
-    /// Streaming throughput.
-    Throughput(ThroughputRequest),
-    /// One-way latency at a fixed rate, open loop.
-    OneWay(OneWayRequest),
-    /// Round-trip latency against rate.
-    SweepRate { sweep: Sweep, output: Output },
-    /// Tick-to-trade (paper 004); the floor's files go in `dir`.
-    TickToTrade { run: TickToTrade, dir: PathBuf, output: Output },
-    /// Every measurement of the papers into a report.
+    Floor {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        options: FloorOptions,
+        /// Also write the latency histograms to an HdrHistogram interval log.
+        #[arg(long)]
+        hlog: Option<PathBuf>,
+    },
+    /// Half-round-trip latency by message size (ipc, udp, tcp).
+    Pingpong(PingPong),
+    /// One-way streaming throughput with every message checked.
+    Throughput(Throughput),
+    /// One-way latency at a fixed offered rate, open loop (coordinated-omission free).
+    Oneway(OneWay),
+    /// Inspect the machine for latency pitfalls; change nothing unless --apply.
+    Doctor(DoctorOptions),
+    /// Round-trip latency against message rate (Exhibit 4), up to the highest sustained rate.
+    SweepRate(Sweep),
+    /// UDP tick in, TCP order out, timed with kernel timestamps (paper 004).
+    TickToTrade(TickToTrade),
+    /// Every measurement of the papers, into DIR/report.md with plots.
     Reproduce(Reproduce),
-    /// A checked transfer over reliable UDP.
-    Transfer { run: Transfer, json: bool },
-    /// Inspect (and optionally tune) the machine.
-    Doctor(DoctorRequest),
-    /// The router's topic lookup against the number of unrelated subscriptions.
-    TopicMatch { sizes: Vec<usize>, rounds: usize, json: bool },
-    /// The Solace scenario through the router, beside its forwarding floor.
-    Router { run: crate::modes::router::RouterLab, output: Output },
-    /// `lab cluster`: a router cluster across namespaces, beside its floor.
-    Cluster(crate::modes::router::cluster::ClusterLab),
-    /// `lab guaranteed`.
-    Guaranteed { run: crate::modes::router::guaranteed::GuaranteedLab, json: bool },
-    /// `lab auth-cost`: reliable UDP with and without a shared key.
-    AuthCost { run: crate::modes::auth_cost::AuthCost, json: bool },
-    /// `lab bindings`: the C and Python examples against the Rust lab.
-    Bindings { run: crate::modes::bindings::Bindings, json: bool },
-    /// `lab accel`: sockperf's ping-pong, under `tickwire accel` and not.
-    Accel { run: crate::modes::accel::Accel, json: bool },
-    /// The far side of a measurement: a worker job's argument
-    /// ([`crate::modes::run_worker`]).
-    Worker(String),
+    /// Send a generated stream over reliable UDP under chosen loss, and check it arrived intact.
+    Transfer(Transfer),
+    /// The router's topic lookup with few and with many unrelated subscriptions.
+    TopicMatch(TopicMatch),
+    /// The Solace scenario (paper 001) through the router, beside its forwarding floor.
+    Router(RouterLab),
+    /// Request/reply round trips through the router at fixed rates (each publisher a requester, the
+    /// subscriber of its topic answering at once), beside two one-way hops through the same router.
+    Request(RouterLab),
+    /// A router cluster of three across network namespaces: one-way latency from a publisher on one router to a
+    /// subscriber on another beside two TCP forwarders, and the spread scenario's rate beside one router (root).
+    Cluster(ClusterLab),
+    /// Guaranteed publishing through the router per sync policy: peak rate, publish-to-ack and -delivery latency, beside this disk's fsync.
+    Guaranteed(GuaranteedLab),
+    /// What a shared key (auth=FILE: a MAC on every datagram) costs reliable UDP: ping-pong and throughput, keyed and not, beside kernel UDP.
+    AuthCost(AuthCost),
+    /// The C and Python examples' shared-memory ping-pong and Python's publish_many, beside the Rust lab's, in the same rounds.
+    Bindings(Bindings),
+    /// sockperf's UDP ping-pong across a veth pair under `tickwire accel` and not, spinning and blocking, in the same rounds (root).
+    Accel(Accel),
+    /// Internal: the far side of a measurement.
+    #[command(hide = true)]
+    Worker {
+        /// The job, as the JSON the measuring side wrote.
+        role: String,
+    },
 }
 
 /// `lab throughput`.
-#[derive(Debug, Clone)]
-pub struct ThroughputRequest {
-    /// `ipc`, `rudp` or `xdp`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Throughput {
+    #[command(flatten)]
+    pub common: Common,
+    /// Transport: ipc, rudp, or xdp (64-byte datagrams over AF_XDP across a veth pair, against kernel
+    /// UDP with sendmmsg on the same kind of pair).
+    #[arg(long, default_value = "ipc", value_parser = Transport::parse)]
     pub transport: Transport,
-    /// Message size (at least 8).
+    /// xdp: where the XDP program runs: auto, native or generic.
+    #[arg(long, default_value = "auto")]
+    pub xdp_mode: String,
+    /// Message size in bytes (at least 8).
+    #[arg(long, default_value = "32", value_parser = parse_size)]
     pub size: usize,
     /// How long to stream.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// xdp: where the program runs (`auto`, `native`, `generic`).
-    pub xdp_mode: String,
-    /// IPC log capacity.
+    /// Log capacity.
+    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
     pub capacity: usize,
-    /// Measure the raw-ring throughput in interleaved rounds (IPC).
-    pub floor: bool,
-    /// Rounds of floor and tickwire (IPC).
+    /// Skip the same-run raw-ring throughput (no ratio is reported).
+    #[arg(long)]
+    pub no_floor: bool,
+    /// ipc: rounds, each a raw-ring round then a tickwire round, of
+    /// --duration / rounds each; rates are the median rounds'.
+    #[arg(long, default_value_t = 10)]
     pub rounds: usize,
-    /// CPUs.
-    pub cpus: Cpus,
     /// Directory for shared files.
+    #[arg(skip)]
     pub dir: PathBuf,
-    /// Output format.
-    pub format: Format,
-}
-
-/// `lab oneway`: IPC (any number of publishers and subscribers), or one to
-/// one over UDP, TCP or reliable UDP (with optional loss and channel
-/// parameters).
-#[derive(Debug, Clone)]
-pub struct OneWayRequest {
-    /// The run (transport, rate, size, duration, fan-out, CPUs, directory).
-    pub run: OneWay,
-    /// rudp: fraction of datagrams dropped each way.
-    pub loss: f64,
-    /// rudp: channel parameters, `key=value`.
-    pub params: Vec<String>,
-    /// Where results go.
-    pub output: Output,
 }
 
 /// `lab doctor`.
-#[derive(Debug, Clone)]
-pub struct DoctorRequest {
-    /// CPUs probed for hiccups.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DoctorOptions {
+    /// CPUs to probe for hiccups.
+    #[arg(long, default_value = "0,1", value_parser = Cpus::parse)]
     pub cpus: Cpus,
     /// Print JSON.
+    #[arg(long)]
     pub json: bool,
-    /// Write the suggested settings, saving the current ones to this file.
-    pub apply: Option<PathBuf>,
-    /// Put back the settings saved in this file (and do nothing else).
+    /// Write the suggested settings (root only), saving the current ones first.
+    #[arg(long, conflicts_with = "restore")]
+    pub apply: bool,
+    /// Where --apply saves the current settings.
+    #[arg(long, default_value = "tickwire-doctor-restore.json")]
+    pub restore_file: PathBuf,
+    /// Put back the settings saved by --apply.
+    #[arg(long)]
     pub restore: Option<PathBuf>,
-    /// How long to probe each CPU (zero: skip).
+    /// How long to probe each CPU for hiccups (0s: skip).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub hiccup: Duration,
+}
+
+impl Request {
+    /// The request with `dir`, where shared files go (the CLI's
+    /// configured directory), filled in for the modes that use one.
+    pub fn with_dir(mut self, dir: PathBuf) -> Self {
+        match &mut self {
+            Request::Floor { options, .. } => options.dir = dir,
+            Request::Pingpong(r) => r.dir = dir,
+            Request::Throughput(r) => r.dir = dir,
+            Request::Oneway(r) => r.dir = dir,
+            Request::SweepRate(r) => r.dir = dir,
+            Request::TickToTrade(r) => r.dir = dir,
+            Request::Reproduce(r) => r.dir = dir,
+            Request::Transfer(r) => r.dir = dir,
+            Request::Router(r) | Request::Request(r) => r.dir = dir,
+            Request::Cluster(r) => r.dir = dir,
+            Request::Guaranteed(r) => r.shm_dir = dir,
+            Request::AuthCost(r) => r.dir = dir,
+            Request::Bindings(r) => r.dir = dir,
+            Request::Accel(r) => r.dir = dir,
+            Request::Doctor(_) | Request::TopicMatch(_) | Request::Worker { .. } => {}
+        }
+        self
+    }
+
+    /// The options every measuring command shares.
+    fn common(&self) -> Option<&Common> {
+        Some(match self {
+            Request::Floor { common, .. } => common,
+            Request::Pingpong(r) => &r.common,
+            Request::Throughput(r) => &r.common,
+            Request::Oneway(r) => &r.common,
+            Request::SweepRate(r) => &r.common,
+            Request::TickToTrade(r) => &r.common,
+            Request::Router(r) | Request::Request(r) => &r.common,
+            Request::Cluster(r) => &r.common,
+            Request::Guaranteed(r) => &r.common,
+            Request::AuthCost(r) => &r.common,
+            Request::Bindings(r) => &r.common,
+            Request::Accel(r) => &r.common,
+            Request::Reproduce(_)
+            | Request::Doctor(_)
+            | Request::Transfer(_)
+            | Request::TopicMatch(_)
+            | Request::Worker { .. } => return None,
+        })
+    }
+
+    /// The CPUs of a command whose two sides spin, and whether sharing one
+    /// CPU was asked for.
+    fn spinning_sides(&self) -> Option<(Cpus, bool)> {
+        if let Request::Reproduce(r) = self {
+            return Some((r.cpus, r.share_cpu));
+        }
+        self.common().map(|c| (c.cpus, c.share_cpu))
+    }
 }
 
 /// Runs the request: measures, prints on stdout, writes the files asked for.
@@ -123,10 +206,22 @@ pub struct DoctorRequest {
 /// results printed; workers ignore it (their parent decides).
 ///
 /// # Errors
-/// Bad combinations ([`LabError::Usage`]), set-up and worker failures, and
-/// files that cannot be written.
+/// Bad combinations ([`LabError::Usage`]): among them both spinning sides
+/// on one CPU without `--share-cpu`; set-up and worker failures; files
+/// that cannot be written; and, with `--strict`, a row that beat its floor
+/// ([`LabError::Failed`]).
 pub fn run(request: Request) -> Result<(), LabError> {
-    if matches!(request, Request::Worker(_)) {
+    if let Some((cpus, false)) = request.spinning_sides() {
+        if cpus.local == cpus.remote {
+            return Err(LabError::Usage(format!(
+                "--cpus {cpus}: both sides of the measurement spin, and two spinning sides on one CPU take \
+                 turns by the scheduler's time slice (milliseconds per message, runs of hours); give two \
+                 CPUs, or add --share-cpu to measure that anyway"
+            )));
+        }
+    }
+    let strict = request.common().is_some_and(|c| c.strict);
+    if matches!(request, Request::Worker { .. }) {
         crate::ignore_ctrl_c();
     } else {
         // The first Ctrl-C (or SIGTERM, SIGHUP) asks for a graceful stop,
@@ -135,48 +230,71 @@ pub fn run(request: Request) -> Result<(), LabError> {
             .saying("\ntickwire lab: stopping after the current round (Ctrl-C again to quit now)")
             .install();
     }
+    measure(request)?;
+    if strict && crate::output::report::floor_beaten() {
+        return Err(LabError::Failed(
+            "--strict: a row beat its floor (marked FLOOR BEATEN above): the probe is not a floor for \
+             this work, so its ratios mean nothing; see docs/PERFORMANCE.md, floors"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Measures and prints one request.
+fn measure(request: Request) -> Result<(), LabError> {
     match request {
-        Request::Worker(arg) => {
-            println!("{}", crate::modes::run_worker(&arg)?);
+        Request::Worker { role } => {
+            println!("{}", crate::modes::run_worker(&role)?);
             Ok(())
         }
-        Request::Floor { options, output } => run_floor(&options, &output),
-        Request::PingPong { run, sizes, output } => run_pingpong(&run, &sizes, &output),
+        Request::Floor { common, mut options, hlog } => {
+            options.cpus = common.cpus;
+            run_floor(&options, &common.output(&hlog, &None))
+        }
+        Request::Pingpong(p) => run_pingpong(&p),
         Request::Throughput(t) => run_throughput(&t),
-        Request::OneWay(o) => run_oneway(&o),
-        Request::SweepRate { sweep, output } => run_sweep(&sweep, &output),
-        Request::TickToTrade { run, dir, output } => run_tick_to_trade(&run, &dir, &output),
+        Request::Oneway(o) => run_oneway(&o),
+        Request::SweepRate(sweep) => run_sweep(&sweep),
+        Request::TickToTrade(t) => run_tick_to_trade(&t),
         Request::Reproduce(r) => {
             let path = crate::modes::reproduce::run(&r, &Machine::detect())?;
             println!("wrote {} (plots beside it)", path.display());
             Ok(())
         }
-        Request::Transfer { run, json } => run_transfer(&run, json),
+        Request::Transfer(t) => run_transfer(&t),
         Request::Doctor(d) => run_doctor(&d),
-        Request::TopicMatch { sizes, rounds, json } => run_topic_match(&sizes, rounds, json),
-        Request::Router { run, output } => {
-            let machine = Machine::detect();
-            let results = crate::modes::router::run(&run, &machine)?;
-            crate::modes::router::print(&run, &results, &output, &machine)
+        Request::TopicMatch(t) => run_topic_match(&t.unrelated, t.rounds, t.json),
+        Request::Router(run) => run_router(&run),
+        Request::Request(mut run) => {
+            run.request = true;
+            run_router(&run)
         }
         Request::Cluster(run) => crate::modes::router::cluster::run(&run),
-        Request::Guaranteed { run, json } => {
+        Request::Guaranteed(run) => {
             let results = crate::modes::router::guaranteed::run(&run)?;
-            crate::modes::router::guaranteed::print(&results, json)
+            crate::modes::router::guaranteed::print(&results, run.common.json)
         }
-        Request::AuthCost { run, json } => {
+        Request::AuthCost(run) => {
             let results = crate::modes::auth_cost::run(&run)?;
-            crate::modes::auth_cost::print(&results, json)
+            crate::modes::auth_cost::print(&results, run.common.json)
         }
-        Request::Bindings { run, json } => {
+        Request::Bindings(run) => {
             let results = crate::modes::bindings::run(&run)?;
-            crate::modes::bindings::print(&results, json)
+            crate::modes::bindings::print(&results, run.common.json)
         }
-        Request::Accel { run, json } => {
+        Request::Accel(run) => {
             let rows = crate::modes::accel::run(&run)?;
-            crate::modes::accel::print(&run, &rows, json)
+            crate::modes::accel::print(&run, &rows, run.common.json)
         }
     }
+}
+
+fn run_router(run: &RouterLab) -> Result<(), LabError> {
+    let output = run.common.output(&run.hlog, &run.plot);
+    let machine = Machine::detect();
+    let results = crate::modes::router::run(run, &machine)?;
+    crate::modes::router::print(run, &results, &output, &machine)
 }
 
 fn run_topic_match(sizes: &[usize], rounds: usize, json: bool) -> Result<(), LabError> {
@@ -255,12 +373,13 @@ fn run_floor(o: &FloorOptions, out: &Output) -> Result<(), LabError> {
     Ok(())
 }
 
-fn run_pingpong(base: &PingPong, sizes: &[usize], out: &Output) -> Result<(), LabError> {
+fn run_pingpong(base: &PingPong) -> Result<(), LabError> {
+    let out = &base.common.output(&base.hlog, &base.plot);
     if base.netns && base.transport == Transport::Ipc {
         return Err(LabError::Usage("--netns applies to udp and tcp (ipc is shared memory on one host)".into()));
     }
     let machine = Machine::detect();
-    let sizes = if sizes.is_empty() { vec![base.size] } else { sizes.to_vec() };
+    let sizes = if base.sizes.is_empty() { vec![base.size] } else { base.sizes.clone() };
     let mut measured = Vec::new();
     for size in sizes {
         if crate::stop_requested() {
@@ -299,7 +418,9 @@ fn run_pingpong(base: &PingPong, sizes: &[usize], out: &Output) -> Result<(), La
 /// batched as a textbook SPSC ring is; reliable UDP's is plain kernel UDP
 /// moving the same packed datagrams with `sendmmsg`/`recvmmsg`. The ratio
 /// is of the median rounds, with the spread of the per-round ratios beside it.
-fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
+fn run_throughput(t: &Throughput) -> Result<(), LabError> {
+    let format = t.common.format();
+    let cpus = t.common.cpus;
     let rounds = t.rounds.max(1);
     let per = (t.duration / rounds as u32).max(Duration::from_millis(100));
     let o = IpcOptions {
@@ -308,11 +429,11 @@ fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
         size: t.size,
         duration: per,
         capacity: t.capacity,
-        cpus: t.cpus,
+        cpus,
         dir: t.dir.clone(),
         wait: Wait::Spin,
     };
-    let fo = FloorOptions { count: 0, warmup: 0, size: t.size, duration: per, cpus: t.cpus, dir: t.dir.clone() };
+    let fo = FloorOptions { count: 0, warmup: 0, size: t.size, duration: per, cpus, dir: t.dir.clone() };
     let mut extra = rudp::RudpThroughput::default();
     let mut rudp_row = |r: rudp::RudpThroughput, floor: bool| {
         if !floor {
@@ -330,7 +451,7 @@ fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
             msgs_per_s: r.msgs_per_s,
             bytes_per_s: (r.msgs_per_s * t.size as f64).round(),
             lost: r.missing,
-            cpus: t.cpus.to_string(),
+            cpus: cpus.to_string(),
             ..ThroughputRow::default()
         }
     };
@@ -342,9 +463,9 @@ fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
         }
         let (f, row) = match t.transport {
             Transport::Ipc => {
-                let f = if t.floor {
+                let f = if !t.no_floor {
                     // The physical reference, in the same rounds.
-                    lines.push(line_limit::stream(t.cpus, &t.dir, per)?);
+                    lines.push(line_limit::stream(cpus, &t.dir, per)?);
                     Some(floor::raw_ring_throughput(&fo)?)
                 } else {
                     None
@@ -352,20 +473,20 @@ fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
                 (f, ipc::throughput(&o)?)
             }
             Transport::Rudp => {
-                let f = if t.floor { Some(rudp_row(rudp::raw_throughput(t.size, per, t.cpus)?, true)) } else { None };
-                (f, rudp_row(rudp::throughput(t.size, per, t.cpus, "")?, false))
+                let f = if !t.no_floor { Some(rudp_row(rudp::raw_throughput(t.size, per, cpus)?, true)) } else { None };
+                (f, rudp_row(rudp::throughput(t.size, per, cpus, "")?, false))
             }
             Transport::Xdp => {
                 // Kernel UDP with sendmmsg/recvmmsg across the same kind of
                 // veth pair, then AF_XDP.
-                let f = if t.floor {
-                    let mut f = crate::paths::xdp::throughput(None, t.size, per, t.cpus)?;
+                let f = if !t.no_floor {
+                    let mut f = crate::paths::xdp::throughput(None, t.size, per, cpus)?;
                     f.mode = "floor".into();
                     Some(f)
                 } else {
                     None
                 };
-                (f, crate::paths::xdp::throughput(Some(&t.xdp_mode), t.size, per, t.cpus)?)
+                (f, crate::paths::xdp::throughput(Some(&t.xdp_mode), t.size, per, cpus)?)
             }
             other => {
                 return Err(LabError::Usage(format!(
@@ -396,7 +517,7 @@ fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
         row.ratio_min = Some(round3(ratios.iter().copied().fold(f64::MAX, f64::min)));
         row.ratio_max = Some(round3(ratios.iter().copied().fold(0.0, f64::max)));
     }
-    if t.transport == Transport::Rudp && t.format == Format::Table {
+    if t.transport == Transport::Rudp && format == Format::Table {
         println!(
             "rudp {} B: {:.1} messages per datagram, {} lost events, {} NAKs sent",
             t.size,
@@ -408,7 +529,7 @@ fn run_throughput(t: &ThroughputRequest) -> Result<(), LabError> {
     let mut rows = vec![row];
     rows.extend(floor_row);
     rows.extend(limit);
-    print::throughput(&rows, t.format);
+    print::throughput(&rows, format);
     Ok(())
 }
 
@@ -420,20 +541,15 @@ fn check_probability(what: &str, p: f64) -> Result<(), LabError> {
     }
 }
 
-fn run_oneway(o: &OneWayRequest) -> Result<(), LabError> {
-    check_probability("--loss", o.loss)?;
-    let mut run = o.run.clone();
-    let mut params = o.params.clone();
-    if o.loss > 0.0 {
-        params.push(format!("loss={}&seed=7", o.loss));
-    }
-    if !params.is_empty() && run.transport != Transport::Rudp {
+fn run_oneway(run: &OneWay) -> Result<(), LabError> {
+    check_probability("--loss", run.loss)?;
+    if (run.loss > 0.0 || !run.params.is_empty()) && run.transport != Transport::Rudp {
         return Err(LabError::Usage("--loss and --param apply to rudp".into()));
     }
-    run.params = params.join("&");
+    let output = run.common.output(&run.hlog, &run.plot);
     let machine = Machine::detect();
-    let m = crate::modes::oneway::run(&run, &machine)?;
-    if o.output.format == Format::Table {
+    let m = crate::modes::oneway::run(run, &machine)?;
+    if output.format == Format::Table {
         let r = &m[0].row;
         let floor = match run.transport {
             _ if run.publishers != 1 || run.subscribers != 1 => "; no floor (the floor is one to one, this run is not)",
@@ -456,21 +572,22 @@ fn run_oneway(o: &OneWayRequest) -> Result<(), LabError> {
             r.achieved_rate.unwrap_or(0.0),
             r.lost,
             run.publishers,
-            run.cpus.local,
+            run.common.cpus.local,
             run.subscribers,
-            run.cpus.remote,
+            run.common.cpus.remote,
             run.topics,
             run.rounds.max(1),
         );
-        if o.loss > 0.0 {
-            println!("loss injected: {} of the datagrams each end sends, repaired by NAK", o.loss);
+        if run.loss > 0.0 {
+            println!("loss injected: {} of the datagrams each end sends, repaired by NAK", run.loss);
         }
         println!("{}", print::pauses_line(r));
     }
-    print::latency_and_files(&m, &o.output, &machine, "One-way latency by percentile (from the intended send time)")
+    print::latency_and_files(&m, &output, &machine, "One-way latency by percentile (from the intended send time)")
 }
 
-fn run_sweep(sweep: &Sweep, out: &Output) -> Result<(), LabError> {
+fn run_sweep(sweep: &Sweep) -> Result<(), LabError> {
+    let out = &sweep.common.output(&sweep.hlog, &sweep.plot);
     let machine = Machine::detect();
     let measured = crate::modes::sweep::run_measured(sweep, &machine)?;
     print::hlog(out, &measured)?;
@@ -551,9 +668,10 @@ fn sweep_plots(path: &Path, rows: &[LatencyRow]) -> Result<(), LabError> {
     .map_err(LabError::Output)
 }
 
-fn run_tick_to_trade(t: &TickToTrade, dir: &Path, out: &Output) -> Result<(), LabError> {
+fn run_tick_to_trade(t: &TickToTrade) -> Result<(), LabError> {
+    let out = &t.common.output(&t.hlog, &t.plot);
     let machine = Machine::detect();
-    let f = quick_floor(t.cpus, dir)?;
+    let f = quick_floor(t.common.cpus, &t.dir)?;
     let (mut kernel, mut user) = crate::modes::tick_to_trade::run(t, &machine)?;
     user.row = user.row.clone().with_floor(&f);
     if let Some(k) = kernel.as_mut() {
@@ -566,19 +684,19 @@ fn run_tick_to_trade(t: &TickToTrade, dir: &Path, out: &Output) -> Result<(), La
     print::latency_and_files(&measured, out, &machine, "Tick-to-trade by percentile")
 }
 
-fn run_transfer(t: &Transfer, json: bool) -> Result<(), LabError> {
+fn run_transfer(t: &Transfer) -> Result<(), LabError> {
     check_probability("--loss", t.loss)?;
     check_probability("--reorder", t.reorder)?;
     check_probability("--duplicate", t.duplicate)?;
     let r = crate::modes::transfer::run(t)?;
-    crate::modes::transfer::print(&r, json);
+    crate::modes::transfer::print(&r, t.json);
     if !r.identical && r.lost_events == 0 {
         return Err(LabError::Failed("the received stream differs from the sent one, and no loss was reported".into()));
     }
     Ok(())
 }
 
-fn run_doctor(d: &DoctorRequest) -> Result<(), LabError> {
+fn run_doctor(d: &DoctorOptions) -> Result<(), LabError> {
     let doctor = Doctor::default();
     if let Some(file) = &d.restore {
         for s in doctor.restore(file).map_err(LabError::Usage)? {
@@ -595,7 +713,8 @@ fn run_doctor(d: &DoctorRequest) -> Result<(), LabError> {
         }
     }
     print::doctor(&findings, &probes, d.json);
-    if let Some(restore_file) = &d.apply {
+    if d.apply {
+        let restore_file = &d.restore_file;
         let saved = doctor.apply(&findings, restore_file).map_err(LabError::Usage)?;
         println!(
             "applied {} settings; undo with: tickwire lab doctor --restore {}",

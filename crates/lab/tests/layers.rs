@@ -368,7 +368,8 @@ fn the_reader_sees_imports_of_every_form() {
 #[test]
 fn architecture_md_draws_every_file_in_its_layer() {
     let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ARCHITECTURE.md")).unwrap();
-    let block = doc.split("```text lab-layers\n").nth(1).and_then(|b| b.split("```").next()).expect("the lab-layers block");
+    let block =
+        doc.split("```text lab-layers\n").nth(1).and_then(|b| b.split("```").next()).expect("the lab-layers block");
     // Each layer's text: its line and the indented lines under it.
     let mut drawn: BTreeMap<String, String> = BTreeMap::new();
     let mut current = String::new();
@@ -387,7 +388,11 @@ fn architecture_md_draws_every_file_in_its_layer() {
         // A folder's mod.rs is drawn as the folder (`host/`) or as `mod`.
         let names: Vec<&str> = if name == "mod" {
             let folder = u.module.last().map_or("", String::as_str);
-            if u.module.len() == 1 { vec!["mod.rs"] } else { vec![folder, "mod"] }
+            if u.module.len() == 1 {
+                vec!["mod.rs"]
+            } else {
+                vec![folder, "mod"]
+            }
         } else {
             vec![name]
         };

@@ -3,6 +3,7 @@
 //! `oneway` (a raw-ring stream) and `sweep-rate` (a raw-ring stream with a
 //! second ring for the reflections).
 
+use crate::base::common::{parse_duration, parse_size};
 use crate::base::openloop::ReflectorReport;
 use crate::base::openloop::{publish, write_pauses, Offer, PauseRecorder, Published, Samples, SinkReport, Split};
 use crate::base::output::report::{LatencyRow, ThroughputRow};
@@ -16,19 +17,25 @@ use tickwire_shm::floor::{CacheLines, RawRing};
 use tickwire_wire::stamp;
 
 /// Parameters shared by the probes.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct FloorOptions {
-    /// Round trips recorded.
+    /// Round trips per latency probe.
+    #[arg(long, default_value_t = 1_000_000)]
     pub count: u64,
     /// Round trips before recording.
+    #[arg(long, default_value_t = 10_000)]
     pub warmup: u64,
-    /// Message size for the ring ping-pong.
+    /// Message size of the raw-ring ping-pong.
+    #[arg(long, default_value = "64", value_parser = parse_size)]
     pub size: usize,
-    /// Streaming duration for the throughput probe.
+    /// Duration of the throughput probe.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// CPUs.
+    /// CPUs (`lab floor`: the command's `--cpus`).
+    #[arg(skip)]
     pub cpus: Cpus,
     /// Directory for the shared files.
+    #[arg(skip)]
     pub dir: PathBuf,
 }
 

@@ -22,8 +22,9 @@
 //! tickwire's AF_XDP in the same run.
 
 use crate::base::host::netns::NetnsPair;
+use crate::base::output::print::Common;
 use crate::base::output::report::median;
-use crate::{Cpus, LabError};
+use crate::LabError;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -50,21 +51,26 @@ const PATHS: [(&str, Way); 5] = [
 const XDP_ROW: usize = 4;
 
 /// A `lab accel` run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct Accel {
-    /// Datagram sizes.
+    #[command(flatten)]
+    pub common: Common,
+    /// Datagram sizes, bytes (comma-separated).
+    #[arg(long = "size", value_name = "SIZE", value_delimiter = ',', default_value = "64")]
     pub sizes: Vec<usize>,
-    /// sockperf's `-t`: seconds per measurement.
+    /// Seconds per measurement (sockperf's -t).
+    #[arg(long, default_value_t = 2)]
     pub seconds: u64,
     /// Interleaved rounds.
+    #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// The client's CPU (local) and the server's (remote).
-    pub cpus: Cpus,
-    /// `tickwire accel --spin-us` for the blocking rows.
+    /// tickwire accel --spin-us for the blocking rows.
+    #[arg(long, default_value_t = 100)]
     pub spin_us: u64,
     /// Where the accelerated programs' counters files go: a directory of
     /// the run's own in it, removed at the end (a server is killed, so its
     /// file would stay).
+    #[arg(skip)]
     pub dir: PathBuf,
 }
 
@@ -174,11 +180,11 @@ fn sockperf(a: &Accel, pair: &NetnsPair, dir: &Path, port: u16, size: usize, way
     let on = |dev: &str| accel.then(|| (dev.to_owned(), a.spin_us));
     let a_dev = on(&pair.a_dev);
     let b_dev = on(&pair.b_dev);
-    let mut s = command(&pair.a, a.cpus.remote, a_dev.as_ref().map(|(d, s)| (d.as_str(), *s)), dir, &server)?;
+    let mut s = command(&pair.a, a.common.cpus.remote, a_dev.as_ref().map(|(d, s)| (d.as_str(), *s)), dir, &server)?;
     let started = s.stdout(Stdio::null()).stderr(Stdio::null()).spawn();
     let _server = Reaped(started.map_err(|e| LabError::Usage(format!("sockperf (Debian's sockperf): {e}")))?);
     std::thread::sleep(Duration::from_millis(300));
-    let mut c = command(&pair.b, a.cpus.local, b_dev.as_ref().map(|(d, s)| (d.as_str(), *s)), dir, &client)?;
+    let mut c = command(&pair.b, a.common.cpus.local, b_dev.as_ref().map(|(d, s)| (d.as_str(), *s)), dir, &client)?;
     let out = c.output().map_err(|e| LabError::Usage(format!("sockperf: {e}")))?;
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     parse(&text).ok_or_else(|| LabError::Usage(format!("sockperf printed no figures: {}", text.trim())))
@@ -187,7 +193,7 @@ fn sockperf(a: &Accel, pair: &NetnsPair, dir: &Path, port: u16, size: usize, way
 /// tickwire's AF_XDP ping-pong on the pair for the same time.
 fn tickwire_xdp(a: &Accel, pair: &NetnsPair, size: usize) -> Result<Measured, LabError> {
     let limit = Duration::from_secs(a.seconds);
-    let h = crate::paths::xdp::pingpong_on(pair, Some("auto"), size, u64::MAX / 2, 1000, a.cpus, Some(limit))?;
+    let h = crate::paths::xdp::pingpong_on(pair, Some("auto"), size, u64::MAX / 2, 1000, a.common.cpus, Some(limit))?;
     Ok(Measured {
         p50_ns: h.value_at_quantile(0.5),
         p99_ns: h.value_at_quantile(0.99),
@@ -261,7 +267,7 @@ pub fn print(a: &Accel, rows: &[AccelRow], json: bool) -> Result<(), LabError> {
     println!(
         "sockperf ping-pong across a veth pair, half round trips; medians of {} interleaved rounds of {} s \
          (client on CPU {}, server on CPU {}); ratios to the kernel spinning (x) and to tickwire's AF_XDP (xdp x)",
-        a.rounds, a.seconds, a.cpus.local, a.cpus.remote
+        a.rounds, a.seconds, a.common.cpus.local, a.common.cpus.remote
     );
     println!(
         "{:>6}  {:<22} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8}  p50 per round (us)",

@@ -10,30 +10,38 @@
 //! The cost is reported as keyed against unkeyed (the same run, the same
 //! rounds), with both beside kernel UDP.
 
+use crate::base::common::{parse_duration, parse_size};
+use crate::base::output::print::Common;
 use crate::base::output::report::{histogram, median, ratio, round3};
 use crate::paths::rudp::{self, RudpThroughput};
 use crate::paths::sockets::{self, Proto, SockOptions, Wait};
-use crate::{Cpus, LabError};
+use crate::LabError;
 use hdrhistogram::Histogram;
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// `lab auth-cost`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct AuthCost {
-    /// Payload bytes (at least 8).
+    #[command(flatten)]
+    pub common: Common,
+    /// Message size in bytes (at least 8).
+    #[arg(long, default_value = "64", value_parser = parse_size)]
     pub size: usize,
-    /// Round trips per round, per path.
+    /// Round trips recorded per round, per path.
+    #[arg(long, default_value_t = 20_000)]
     pub count: u64,
     /// Round trips before recording, per round and path.
+    #[arg(long, default_value_t = 2_000)]
     pub warmup: u64,
     /// Throughput per round, per path.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Rounds.
+    /// Interleaved rounds, each: kernel UDP, reliable UDP, keyed reliable UDP.
+    #[arg(long, default_value_t = 5)]
     pub rounds: usize,
-    /// CPUs.
-    pub cpus: Cpus,
     /// Where the temporary key goes.
+    #[arg(skip)]
     pub dir: PathBuf,
 }
 
@@ -134,16 +142,20 @@ pub fn run(a: &AuthCost) -> Result<AuthCostResult, LabError> {
             count: a.count,
             warmup: a.warmup,
             size: a.size,
-            cpus: a.cpus,
+            cpus: a.common.cpus,
             netns: false,
             time_limit: None,
         };
         floor_h.add(sockets::pingpong_histogram(&udp)?).map_err(werr)?;
-        plain_h.add(rudp::pingpong_histogram(a.size, a.count, a.warmup, a.cpus, None, "", false)?).map_err(werr)?;
-        mac_h.add(rudp::pingpong_histogram(a.size, a.count, a.warmup, a.cpus, None, &keyed, false)?).map_err(werr)?;
-        let f: RudpThroughput = rudp::raw_throughput(a.size, a.duration, a.cpus)?;
-        let p = rudp::throughput(a.size, a.duration, a.cpus, "")?;
-        let m = rudp::throughput(a.size, a.duration, a.cpus, &keyed)?;
+        plain_h
+            .add(rudp::pingpong_histogram(a.size, a.count, a.warmup, a.common.cpus, None, "", false)?)
+            .map_err(werr)?;
+        mac_h
+            .add(rudp::pingpong_histogram(a.size, a.count, a.warmup, a.common.cpus, None, &keyed, false)?)
+            .map_err(werr)?;
+        let f: RudpThroughput = rudp::raw_throughput(a.size, a.duration, a.common.cpus)?;
+        let p = rudp::throughput(a.size, a.duration, a.common.cpus, "")?;
+        let m = rudp::throughput(a.size, a.duration, a.common.cpus, &keyed)?;
         for (i, r) in [&f, &p, &m].iter().enumerate() {
             missing[i] += r.missing + r.lost_events;
         }

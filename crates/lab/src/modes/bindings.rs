@@ -18,10 +18,11 @@
 //! the run's are the medians over the rounds, and every ratio is to the
 //! Rust figure of the same run.
 
+use crate::base::output::print::Common;
 use crate::base::output::report::median;
 use crate::paths::ipc::{self, IpcOptions};
 use crate::paths::sockets::Wait;
-use crate::{Cpus, LabError};
+use crate::LabError;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -35,27 +36,35 @@ pub const SIZE: usize = 64;
 const LIMIT: Duration = Duration::from_secs(120);
 
 /// A `lab bindings` run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct Bindings {
-    /// The compiled `examples/c/pingpong.c`, if C is measured.
+    #[command(flatten)]
+    pub common: Common,
+    /// The compiled examples/c/pingpong.c (make install-c, then cc; docs/c.md); without it, no C rows.
+    #[arg(long)]
     pub c: Option<PathBuf>,
-    /// A Python interpreter with the `tickwire` package, if Python is
-    /// measured.
+    /// A Python interpreter with the tickwire package installed (make python: target/py-venv/bin/python);
+    /// without it, no Python rows.
+    #[arg(long)]
     pub python: Option<PathBuf>,
-    /// Where `pingpong.py` and `throughput.py` are (examples/python).
+    /// Where pingpong.py and throughput.py are.
+    #[arg(long, default_value = "examples/python")]
     pub examples: PathBuf,
     /// Round trips per round and program.
+    #[arg(long, default_value_t = 100_000)]
     pub count: u64,
-    /// Messages published per round and publisher.
+    /// Messages published per round and publisher (Rust's offer loop, Python's publish_many).
+    #[arg(long, default_value_t = 2_000_000)]
     pub messages: u64,
-    /// `publish_many`'s batch: payloads per call.
+    /// Payloads per publish_many call.
+    #[arg(long, default_value_t = 1000)]
     pub batch: usize,
     /// Interleaved rounds.
+    #[arg(long, default_value_t = 5)]
     pub rounds: usize,
-    /// CPUs: the local side (ping, the publisher), the remote side.
-    pub cpus: Cpus,
     /// Where the shared-memory files go (a directory per program, removed
     /// after it).
+    #[arg(skip)]
     pub dir: PathBuf,
 }
 
@@ -179,8 +188,8 @@ fn external_pingpong(b: &Bindings, program: &Path, head: &[&str], tag: &str) -> 
     let dir = Scratch(b.dir.join(format!("{tag}-{}", crate::run_tag())));
     let (d, n) = (dir.0.display().to_string(), b.count.to_string());
     let args = |role| [head, &[role, d.as_str(), n.as_str()]].concat();
-    let pong = spawn(pinned(b.cpus.remote, program, &args("pong")), &format!("{tag} pong"))?;
-    let ping = spawn(pinned(b.cpus.local, program, &args("ping")), &format!("{tag} ping"));
+    let pong = spawn(pinned(b.common.cpus.remote, program, &args("pong")), &format!("{tag} pong"))?;
+    let ping = spawn(pinned(b.common.cpus.local, program, &args("ping")), &format!("{tag} ping"));
     let result = ping.and_then(|p| finish(p, &format!("{tag} ping")));
     let pong = finish(pong, &format!("{tag} pong"));
     drop(dir);
@@ -241,7 +250,7 @@ fn rust_rate(b: &Bindings) -> Result<f64, LabError> {
     let ctx = Context::new(&dir.0)?;
     let ch: Channel = "ipc:bulk".parse().map_err(werr)?;
     let mut publication = Publication::open(&ctx, &ch, 1).map_err(werr)?;
-    let (n, local) = (b.messages, b.cpus.local);
+    let (n, local) = (b.messages, b.common.cpus.local);
     // Set when the draining side gives up, so the publisher does too.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stopped = stop.clone();
@@ -266,7 +275,7 @@ fn rust_rate(b: &Bindings) -> Result<f64, LabError> {
         publication.close(Duration::ZERO).map_err(werr)?;
         Ok(())
     });
-    let rate = tickwire_agent::pin_current_thread(b.cpus.remote)
+    let rate = tickwire_agent::pin_current_thread(b.common.cpus.remote)
         .map_err(werr)
         .and_then(|()| subscribe(&ctx, "rust offer"))
         .and_then(|mut sub| drain(&mut sub, n, "rust offer"));
@@ -285,8 +294,8 @@ fn python_rate(b: &Bindings, python: &Path) -> Result<f64, LabError> {
     let script = b.examples.join("throughput.py").display().to_string();
     let (d, n, batch) = (dir.0.display().to_string(), b.messages.to_string(), b.batch.to_string());
     let mut child =
-        Killed(Some(spawn(pinned(b.cpus.local, python, &[&script, &d, &n, &batch]), "python publish_many")?));
-    tickwire_agent::pin_current_thread(b.cpus.remote).map_err(werr)?;
+        Killed(Some(spawn(pinned(b.common.cpus.local, python, &[&script, &d, &n, &batch]), "python publish_many")?));
+    tickwire_agent::pin_current_thread(b.common.cpus.remote).map_err(werr)?;
     let rate =
         subscribe(&ctx, "python publish_many").and_then(|mut s| drain(&mut s, b.messages, "python publish_many"))?;
     if let Some(c) = child.0.take() {
@@ -339,7 +348,7 @@ pub fn run(b: &Bindings) -> Result<BindingsResult, LabError> {
             // The examples open their channels with the driver's default log:
             // the same size here, so only the binding differs.
             capacity: tickwire_shm::LogConfig::default().capacity,
-            cpus: b.cpus,
+            cpus: b.common.cpus,
             dir: b.dir.clone(),
             wait: Wait::Spin,
         })?;

@@ -20,6 +20,20 @@ use tickwire_router::topics::TopicTable;
 use tickwire_router::SubscriptionIndex;
 use tickwire_topic::Pattern;
 
+/// `lab topic-match`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TopicMatch {
+    /// Unrelated subscriptions in each index measured (the first is the baseline).
+    #[arg(long, value_delimiter = ',', default_value = "10,100000")]
+    pub unrelated: Vec<usize>,
+    /// Interleaved rounds (each: 1M cached lookups, 1M unwanted, 100k uncached per size).
+    #[arg(long, default_value_t = 7)]
+    pub rounds: usize,
+    /// One JSON object per size.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// One size's costs, nanoseconds per lookup (the median over rounds).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct MatchRow {

@@ -16,53 +16,92 @@
 //! of the same kind.
 
 use super::network::{self, NetRound};
+use crate::base::common::{parse_duration, parse_rate, parse_size};
 use crate::base::host::machine::Machine;
 use crate::base::host::netns::NetnsPair;
 use crate::base::openloop::{
     publish, write_pauses, PauseRecorder, Published, RunShape, RunTotals, Samples, SinkReport,
 };
+use crate::base::output::print::Common;
 use crate::base::output::Measured;
 use crate::paths::Transport;
-use crate::{Cpus, LabError, WorkerProcess};
+use crate::{LabError, WorkerProcess};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 use tickwire_agent::pin_current_thread;
 use tickwire_shm::os::monotonic_ns;
 use tickwire_shm::{Context, Event, LogAppender, LogConfig, OfferError, ReaderOptions, ShmError};
 
-/// A one-way run.
-#[derive(Debug, Clone)]
+/// `lab oneway`: a one-way run.
+#[derive(Debug, Clone, clap::Args)]
 pub struct OneWay {
-    /// What carries it: IPC (any fan-out), or one to one over UDP, TCP or
-    /// reliable UDP ([`super::network`]).
+    #[command(flatten)]
+    pub common: Common,
+    /// Transport: ipc (tickwire shared memory), rudp (reliable UDP; floor: kernel UDP), udp or tcp (plain kernel sockets).
+    #[arg(long, default_value = "ipc", value_parser = Transport::parse)]
     pub transport: Transport,
-    /// Network transports: across two namespaces joined by veth.
+    /// udp, tcp, rudp: across two network namespaces joined by a veth pair
+    /// (created and removed by the lab; needs root and iproute2).
+    #[arg(long)]
     pub netns: bool,
-    /// Reliable UDP: channel parameters (`key=value&...`).
-    pub params: String,
-    /// Offered rate, messages per second (all publishers together).
+    /// Offered rate in messages per second, all publishers together (e.g. 100k, 1M).
+    #[arg(long, default_value = "100k", value_parser = parse_rate)]
     pub rate: u64,
-    /// Payload bytes (at least 16: sequence and intended time lead).
+    /// Payload bytes (at least 16).
+    #[arg(long, default_value = "100", value_parser = parse_size)]
     pub size: usize,
-    /// How long to publish, over all rounds.
+    /// How long to publish.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Publisher streams (round-robin in the publishing process).
+    /// Publisher streams.
+    #[arg(long, default_value_t = 1)]
     pub publishers: usize,
-    /// Subscribers in the receiving process, each on every stream.
+    /// Subscribers, each on every stream.
+    #[arg(long, default_value_t = 1)]
     pub subscribers: usize,
-    /// Distinct 12-byte topics carried by the messages.
+    /// Distinct 12-byte topics.
+    #[arg(long, default_value_t = 1)]
     pub topics: usize,
-    /// CPUs: publisher, subscriber.
-    pub cpus: Cpus,
-    /// Directory for the logs.
-    pub dir: PathBuf,
     /// Log capacity per stream.
+    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
     pub capacity: usize,
-    /// Rounds: a one-to-one run alternates a raw-ring round at the same
-    /// rate and size with a tickwire round, this many times.
+    /// Rounds, each a raw-ring round (the open-loop floor, one to one only)
+    /// then a tickwire round, of --duration / rounds each.
+    #[arg(long, default_value_t = 10)]
     pub rounds: usize,
-    /// Test hook: the receiver sleeps `.1` once every `.0` messages.
-    pub stall: Option<(u64, Duration)>,
+    /// Also write the histogram as an HdrHistogram interval log.
+    #[arg(long)]
+    pub hlog: Option<PathBuf>,
+    /// Write an SVG plot of the percentile distribution.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// rudp: drop this fraction of the datagrams each end sends (repaired by NAK).
+    #[arg(long, default_value_t = 0.0)]
+    pub loss: f64,
+    /// rudp: any channel parameter, KEY=VALUE (repeatable), e.g. nak-delay=50us.
+    #[arg(long = "param")]
+    pub params: Vec<String>,
+    /// Test hook: the receiver sleeps --stall-for once every N messages.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub stall_every: u64,
+    /// Test hook: how long the receiver sleeps.
+    #[arg(long, hide = true, default_value = "0s", value_parser = parse_duration)]
+    pub stall_for: Duration,
+    /// Directory for the logs.
+    #[arg(skip)]
+    pub dir: PathBuf,
+}
+
+impl OneWay {
+    /// Reliable UDP's channel parameters (`key=value&...`): `--param`s,
+    /// and the injected loss.
+    pub fn params(&self) -> String {
+        let mut params = self.params.clone();
+        if self.loss > 0.0 {
+            params.push(format!("loss={}&seed=7", self.loss));
+        }
+        params.join("&")
+    }
 }
 
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -100,6 +139,7 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Vec<Measured>, LabError> {
         if crate::stop_requested() {
             break;
         }
+        let params = o.params();
         let net = |transport| {
             let r = NetRound {
                 transport,
@@ -107,16 +147,17 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Vec<Measured>, LabError> {
                 size: o.size,
                 duration: per_round,
                 reflect_every: 0,
-                cpus: o.cpus,
+                cpus: o.common.cpus,
                 dir: &o.dir,
-                params: if transport == Transport::Rudp { &o.params } else { "" },
+                params: if transport == Transport::Rudp { &params } else { "" },
                 netns: pair.as_ref(),
             };
             network::round(&r).map(|(source, line)| (source.published, line))
         };
         match o.transport {
             Transport::Ipc if one_to_one => {
-                let (p, line) = crate::base::floor::ring_oneway(o.rate, o.size, per_round, o.cpus, &o.dir, o.capacity)?;
+                let (p, line) =
+                    crate::base::floor::ring_oneway(o.rate, o.size, per_round, o.common.cpus, &o.dir, o.capacity)?;
                 floor.add(p, &line)?;
             }
             Transport::Rudp => {
@@ -130,7 +171,7 @@ pub fn run(o: &OneWay, machine: &Machine) -> Result<Vec<Measured>, LabError> {
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let shape = |fan: usize| RunShape { size: o.size, rate: o.rate, fan: fan as u64, cpus: o.cpus };
+    let shape = |fan: usize| RunShape { size: o.size, rate: o.rate, fan: fan as u64, cpus: o.common.cpus };
     let [mut all, mut free] = mine.rows("oneway", o.transport.name(), None, &shape(o.subscribers), machine, wall);
     let [f_all, f_free] = match o.transport {
         Transport::Ipc if one_to_one => floor.rows("floor", "shm", Some("raw_ring"), &shape(1), machine, wall),
@@ -151,11 +192,11 @@ fn round(o: &OneWay, duration: Duration) -> Result<(Published, String), LabError
     let cfg = LogConfig::with_capacity(o.capacity);
     let mut pubs: Vec<LogAppender> =
         (0..o.publishers).map(|i| ctx.appender(&channel, i as u32 + 1, &cfg)).collect::<Result<_, _>>()?;
-    let (stall_every, stall_for) = o.stall.filter(|s| s.0 > 0).unwrap_or_default();
+    let (stall_every, stall_for) = if o.stall_every > 0 { (o.stall_every, o.stall_for) } else { (0, Duration::ZERO) };
     let worker = WorkerProcess::spawn(&OnewaySink {
         dir: o.dir.clone(),
         channel: channel.clone(),
-        cpu: o.cpus.remote,
+        cpu: o.common.cpus.remote,
         publishers: o.publishers,
         subscribers: o.subscribers,
         stall_every,
@@ -174,7 +215,7 @@ fn round(o: &OneWay, duration: Duration) -> Result<(Published, String), LabError
             std::thread::sleep(Duration::from_millis(1));
         }
     }
-    pin_current_thread(o.cpus.local)?;
+    pin_current_thread(o.common.cpus.local)?;
     let topics: Vec<String> = (0..o.topics).map(topic).collect();
     let mut recorder = PauseRecorder::new(monotonic_ns());
     let mut n = 0usize;

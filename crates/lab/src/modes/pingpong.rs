@@ -1,48 +1,100 @@
 //! Half-round-trip ping-pong over any transport, interleaved in rounds with
 //! the raw-ring floor so that both see the same machine.
 
+use crate::base::common::{parse_duration, parse_size};
 use crate::base::floor::{self, FloorOptions};
 use crate::base::host::machine::Machine;
+use crate::base::output::print::Common;
 use crate::base::output::report::{histogram, LatencyRow};
 use crate::base::output::Measured;
 use crate::paths::ipc::{self, IpcOptions};
 use crate::paths::sockets::{self, Proto, SockOptions, Wait};
 pub use crate::paths::Transport;
-use crate::{Cpus, LabError};
+use crate::LabError;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-/// A ping-pong run.
-#[derive(Debug, Clone)]
+/// `lab pingpong`: a ping-pong run (at `size`; `sizes` is the command's
+/// sweep, one run per size).
+#[derive(Debug, Clone, clap::Args)]
 pub struct PingPong {
-    /// Transport.
+    #[command(flatten)]
+    pub common: Common,
+    /// Transport: ipc (tickwire shared memory), udp or tcp (plain kernel sockets), rudp (reliable UDP),
+    /// xdp (datagrams over AF_XDP; needs --netns). rudp and xdp are measured against kernel UDP.
+    #[arg(long, default_value = "ipc", value_parser = Transport::parse)]
     pub transport: Transport,
-    /// Spin or block while waiting.
-    pub wait: Wait,
-    /// Payload bytes.
+    /// Message size in bytes.
+    #[arg(long, default_value = "64", value_parser = parse_size)]
     pub size: usize,
-    /// Round trips recorded in all.
-    pub count: u64,
-    /// Round trips before recording, per round.
-    pub warmup: u64,
-    /// Rounds alternating floor and transport.
-    pub rounds: u64,
-    /// Measure the floor too.
-    pub floor: bool,
-    /// CPUs.
-    pub cpus: Cpus,
-    /// Directory for shared files.
-    pub dir: PathBuf,
-    /// IPC log capacity.
-    pub capacity: usize,
-    /// Kernel sockets across two network namespaces joined by veth.
-    pub netns: bool,
-    /// Run for this long in all instead of `count` round trips.
-    pub duration: Option<Duration>,
-    /// rudp: channel parameters (`key=value&...`), e.g. `xdp=required`.
-    pub params: String,
-    /// xdp: where the program runs (`auto`, `native`, `generic`).
+    /// rudp: any channel parameter, KEY=VALUE (repeatable), e.g. xdp=required.
+    #[arg(long = "param")]
+    pub params: Vec<String>,
+    /// xdp: where the XDP program runs: auto, native or generic.
+    #[arg(long, default_value = "auto")]
     pub xdp_mode: String,
+    /// Sweep: a row per size, e.g. 64,128,256,512,1024,1472.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    pub sizes: Vec<usize>,
+    /// Round trips recorded per size.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub count: u64,
+    /// Run each size for this long instead of --count round trips (e.g. 10s).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Round trips before recording, per round.
+    #[arg(long, default_value_t = 10_000)]
+    pub warmup: u64,
+    /// Busy-poll while waiting (the default).
+    #[arg(long, conflicts_with = "block")]
+    pub spin: bool,
+    /// Block in the kernel while waiting (sockets: blocking recv; ipc: futex park).
+    #[arg(long)]
+    pub block: bool,
+    /// Log capacity (ipc).
+    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    pub capacity: usize,
+    /// Skip the same-run floor measurement (no ratio is reported).
+    #[arg(long)]
+    pub no_floor: bool,
+    /// Rounds alternating a floor chunk and a transport chunk, so both see
+    /// the same machine even when the host moves the vCPUs mid-run.
+    #[arg(long, default_value_t = 10)]
+    pub rounds: u64,
+    /// Also write the histograms as an HdrHistogram interval log.
+    #[arg(long)]
+    pub hlog: Option<PathBuf>,
+    /// udp, tcp, rudp, xdp: run across two network namespaces joined by a
+    /// veth pair (created and removed by the lab; needs root and iproute2).
+    #[arg(long)]
+    pub netns: bool,
+    /// Write an SVG plot: latency against size for --sizes, else the percentile distribution.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Directory for shared files.
+    #[arg(skip)]
+    pub dir: PathBuf,
+}
+
+impl PingPong {
+    /// Spin or block while waiting.
+    pub fn wait(&self) -> Wait {
+        if self.block {
+            Wait::Block
+        } else {
+            Wait::Spin
+        }
+    }
+
+    /// Whether the floor is measured too.
+    pub fn floor(&self) -> bool {
+        !self.no_floor
+    }
+
+    /// rudp: the channel parameters, `key=value&...`.
+    pub fn params(&self) -> String {
+        self.params.join("&")
+    }
 }
 
 /// Runs the rounds; returns the transport's result (with floor ratios) and
@@ -62,7 +114,7 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
         warmup: p.warmup,
         size: p.size,
         duration: Duration::ZERO,
-        cpus: p.cpus,
+        cpus: p.common.cpus,
         dir: p.dir.clone(),
     };
     let mut th = histogram();
@@ -82,34 +134,47 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
                 size: p.size,
                 duration: per_round.unwrap_or(Duration::ZERO),
                 capacity: p.capacity,
-                cpus: p.cpus,
+                cpus: p.common.cpus,
                 dir: p.dir.clone(),
-                wait: p.wait,
+                wait: p.wait(),
             })?,
-            Transport::Rudp => {
-                crate::paths::rudp::pingpong_histogram(p.size, chunk, p.warmup, p.cpus, per_round, &p.params, p.netns)?
-            }
+            Transport::Rudp => crate::paths::rudp::pingpong_histogram(
+                p.size,
+                chunk,
+                p.warmup,
+                p.common.cpus,
+                per_round,
+                &p.params(),
+                p.netns,
+            )?,
             Transport::Xdp => {
                 if !p.netns {
                     return Err(LabError::Usage(
                         "--transport xdp runs across a veth pair: add --netns (loopback has no XDP path)".into(),
                     ));
                 }
-                crate::paths::xdp::pingpong_histogram(Some(&p.xdp_mode), p.size, chunk, p.warmup, p.cpus, per_round)?
+                crate::paths::xdp::pingpong_histogram(
+                    Some(&p.xdp_mode),
+                    p.size,
+                    chunk,
+                    p.warmup,
+                    p.common.cpus,
+                    per_round,
+                )?
             }
             Transport::Udp | Transport::Tcp => sockets::pingpong_histogram(&SockOptions {
                 proto: if p.transport == Transport::Udp { Proto::Udp } else { Proto::Tcp },
-                wait: p.wait,
+                wait: p.wait(),
                 count: chunk,
                 warmup: p.warmup,
                 size: p.size,
-                cpus: p.cpus,
+                cpus: p.common.cpus,
                 netns: p.netns,
                 time_limit: per_round,
             })?,
         };
         t_elapsed += t.elapsed();
-        if p.floor && matches!(p.transport, Transport::Rudp | Transport::Xdp) {
+        if p.floor() && matches!(p.transport, Transport::Rudp | Transport::Xdp) {
             // The baseline of reliable UDP and of AF_XDP is plain kernel
             // UDP, spinning, same count, over the same path (loopback or a
             // veth pair).
@@ -120,13 +185,13 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
                 count: h.len().max(1),
                 warmup: p.warmup,
                 size: p.size,
-                cpus: p.cpus,
+                cpus: p.common.cpus,
                 netns: p.netns,
                 time_limit: None,
             })?;
             fh.add(base).map_err(|e| LabError::Worker(e.to_string()))?;
             f_elapsed += t.elapsed();
-        } else if p.floor {
+        } else if p.floor() {
             // As many floor round trips as the transport made this round, so
             // both carry the same weight even when the run is timed.
             fo.count = h.len().max(1);
@@ -141,16 +206,16 @@ pub fn run(p: &PingPong, machine: &Machine) -> Result<(Measured, Option<Measured
     if th.is_empty() {
         return Err(LabError::Usage("stopped before anything was measured".into()));
     }
-    let cpus = p.cpus.to_string();
+    let cpus = p.common.cpus.to_string();
     let mut row = LatencyRow::from_histogram("pingpong", p.transport.name(), p.size, &th);
-    row.wait = Some(p.wait.name().into());
+    row.wait = Some(p.wait().name().into());
     row.cpus.clone_from(&cpus);
     row.machine = machine.summary();
     row.achieved_rate = Some((th.len() as f64 / t_elapsed.as_secs_f64().max(1e-9)).round());
     if p.netns {
         row.transport = format!("{}-netns", p.transport.name());
     }
-    let floor = if p.floor {
+    let floor = if p.floor() {
         let rudp = matches!(p.transport, Transport::Rudp | Transport::Xdp);
         let path = match (rudp, p.netns) {
             (true, true) => "udp-netns",

@@ -6,6 +6,7 @@
 use crate::base::floor::{self, FloorOptions};
 use crate::base::host::machine::Machine;
 use crate::base::output::plots;
+use crate::base::output::print::Common;
 use crate::base::output::report::LatencyRow;
 use crate::base::output::Measured;
 use crate::modes::oneway::{self, OneWay};
@@ -19,15 +20,22 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// A reproduce run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct Reproduce {
-    /// Output directory.
+    /// Output directory for report.md and the plots.
+    #[arg(long)]
     pub out: PathBuf,
-    /// Seconds instead of minutes (smoke test; figures are not meaningful).
-    pub quick: bool,
-    /// CPUs.
+    /// CPUs for the measuring and far sides.
+    #[arg(long, default_value = "0,1", value_parser = Cpus::parse)]
     pub cpus: Cpus,
+    /// Allow both sides on one CPU (see `lab pingpong --help`).
+    #[arg(long)]
+    pub share_cpu: bool,
+    /// Seconds instead of about a minute (a smoke test; figures are not meaningful).
+    #[arg(long)]
+    pub quick: bool,
     /// Directory for shared files.
+    #[arg(skip)]
     pub dir: PathBuf,
 }
 
@@ -233,22 +241,26 @@ impl Report<'_> {
 
     fn pingpong(&self, transport: Transport, wait: Wait, size: usize, count: u64) -> Result<Measured, LabError> {
         let p = PingPong {
+            common: Common::on(self.r.cpus),
             transport,
-            wait,
             size,
+            params: Vec::new(),
+            xdp_mode: "auto".into(),
+            sizes: Vec::new(),
             count,
+            duration: None,
             warmup: 1_000.min(count),
-            rounds: 5,
+            spin: wait == Wait::Spin,
+            block: wait == Wait::Block,
+            capacity: 1 << 20,
             // IPC is within a few times the floor, so placement changes matter:
             // interleave its own floor. Kernel paths are tens of times slower.
-            floor: transport == Transport::Ipc,
-            cpus: self.r.cpus,
-            dir: self.r.dir.clone(),
-            capacity: 1 << 20,
+            no_floor: transport != Transport::Ipc,
+            rounds: 5,
+            hlog: None,
             netns: false,
-            duration: None,
-            params: String::new(),
-            xdp_mode: "auto".into(),
+            plot: None,
+            dir: self.r.dir.clone(),
         };
         Ok(pingpong::run(&p, self.machine)?.0)
     }
@@ -387,9 +399,11 @@ impl Report<'_> {
                     step: self.s.step,
                     reflect_every: 100,
                     sustain: 0.95,
-                    cpus: self.r.cpus,
+                    common: Common::on(self.r.cpus),
                     dir: self.r.dir.clone(),
                     capacity: 4 << 20,
+                    plot: None,
+                    hlog: None,
                 },
                 self.machine,
             )?;
@@ -473,18 +487,22 @@ impl Report<'_> {
                 &OneWay {
                     transport: Transport::Ipc,
                     netns: false,
-                    params: String::new(),
+                    params: Vec::new(),
+                    loss: 0.0,
                     rate,
                     size: 100,
                     duration: self.s.oneway,
                     publishers: 10,
                     subscribers: 10,
                     topics: 10,
-                    cpus: self.r.cpus,
+                    common: Common::on(self.r.cpus),
                     dir: self.r.dir.clone(),
                     capacity: 4 << 20,
                     rounds: 5,
-                    stall: None,
+                    stall_every: 0,
+                    stall_for: Duration::ZERO,
+                    hlog: None,
+                    plot: None,
                 },
                 self.machine,
             )?
@@ -513,7 +531,10 @@ impl Report<'_> {
                 warmup: 1_000.min(self.s.t2t_runs),
                 tick_size: 64,
                 order_size: 400,
-                cpus: self.r.cpus,
+                common: Common::on(self.r.cpus),
+                plot: None,
+                hlog: None,
+                dir: self.r.dir.clone(),
             },
             self.machine,
         )?;

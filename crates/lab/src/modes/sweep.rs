@@ -7,15 +7,17 @@
 //! a row of the pause-free ones.
 
 use super::network::{self, NetRound};
+use crate::base::common::{parse_duration, parse_rate, parse_size};
 use crate::base::host::machine::Machine;
 use crate::base::host::netns::NetnsPair;
 use crate::base::openloop::ReflectorReport;
 use crate::base::openloop::{mark, publish, write_pauses, Distribution, Offer, PauseRecorder, Samples, Split};
+use crate::base::output::print::Common;
 use crate::base::output::report::LatencyRow;
 use crate::base::output::Measured;
 use crate::paths::ipc::subscribe_when_ready;
 use crate::paths::Transport;
-use crate::{Cpus, LabError, WorkerProcess};
+use crate::{LabError, WorkerProcess};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
@@ -23,29 +25,47 @@ use tickwire_shm::os::monotonic_ns;
 use tickwire_shm::{Context, Event, LogAppender, LogConfig, LogReader, OfferError};
 use tickwire_wire::stamp;
 
-/// A sweep.
-#[derive(Debug, Clone)]
+/// `lab sweep-rate`: a rate sweep.
+#[derive(Debug, Clone, clap::Args)]
 pub struct Sweep {
-    /// What carries it: IPC, or UDP, TCP, reliable UDP ([`super::network`]).
+    #[command(flatten)]
+    pub common: Common,
+    /// Transport: ipc, rudp (with kernel UDP at each rate as its floor), udp or tcp (plain kernel sockets).
+    #[arg(long, default_value = "ipc", value_parser = Transport::parse)]
     pub transport: Transport,
-    /// Network transports: across two namespaces joined by veth.
+    /// udp, tcp, rudp: across two network namespaces joined by a veth pair
+    /// (created and removed by the lab; needs root and iproute2).
+    #[arg(long)]
     pub netns: bool,
-    /// Target rates in messages per second, in order.
+    /// Target rates, in order.
+    #[arg(long, value_delimiter = ',', value_parser = parse_rate,
+          default_value = "10k,50k,100k,500k,1M,2M,5M,10M,20M,40M")]
     pub rates: Vec<u64>,
     /// Payload bytes (at least 16).
+    #[arg(long, default_value = "64", value_parser = parse_size)]
     pub size: usize,
     /// How long each rate is held.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub step: Duration,
     /// The receiver reflects one message in this many.
+    #[arg(long, default_value_t = 100)]
     pub reflect_every: u64,
-    /// Stop after the first rate achieved at less than this fraction.
+    /// Stop after the first rate achieved below this fraction of its target.
+    #[arg(long, default_value_t = 0.95)]
     pub sustain: f64,
-    /// CPUs: sender, receiver.
-    pub cpus: Cpus,
-    /// Directory for the logs.
-    pub dir: PathBuf,
+    /// Write SVG plots: RTT percentiles against target rate here, and achieved
+    /// against target beside it (`<name>-achieved.svg`).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Also write each step's histogram to an HdrHistogram interval log.
+    #[arg(long)]
+    pub hlog: Option<PathBuf>,
     /// Log capacity.
+    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
     pub capacity: usize,
+    /// Directory for the logs.
+    #[arg(skip)]
+    pub dir: PathBuf,
 }
 
 const STREAM: u32 = 1;
@@ -90,7 +110,7 @@ pub fn run_measured(s: &Sweep, machine: &Machine) -> Result<Vec<Measured>, LabEr
                 let (p, split, sink) = crate::base::floor::ring_sweep(
                     (rate, s.size, s.step),
                     s.reflect_every,
-                    s.cpus,
+                    s.common.cpus,
                     &s.dir,
                     s.capacity,
                 )?;
@@ -149,7 +169,7 @@ fn step_rows(
         row.offered_rate = Some(rate as f64);
         row.achieved_rate = Some((received as f64 / secs.max(1e-9)).round());
         row.lost = sent.saturating_sub(received);
-        row.cpus = s.cpus.to_string();
+        row.cpus = s.common.cpus.to_string();
         row.machine = machine.summary();
         mark(&mut row, d, probe, &pauses, excluded);
         Measured { row, hist: h, start: wall, elapsed: Duration::from_secs_f64(secs) }
@@ -172,7 +192,7 @@ fn net_step(
         size: s.size,
         duration: s.step,
         reflect_every: s.reflect_every,
-        cpus: s.cpus,
+        cpus: s.common.cpus,
         dir: &s.dir,
         params: "",
         netns: pair,
@@ -202,14 +222,14 @@ fn step(s: &Sweep, rate: u64, machine: &Machine) -> Result<[Measured; 2], LabErr
     let worker = WorkerProcess::spawn(&Reflect {
         dir: s.dir.clone(),
         channel: channel.clone(),
-        cpu: s.cpus.remote,
+        cpu: s.common.cpus.remote,
         every: s.reflect_every,
         capacity: s.capacity,
         pauses: pauses_path.clone(),
     })?;
     let rx = subscribe_when_ready(&ctx, &channel, REFLECT)?;
     crate::paths::ipc::wait_connected(&mut tx)?;
-    pin_current_thread(s.cpus.local)?;
+    pin_current_thread(s.common.cpus.local)?;
     let expected = (rate as f64 * s.step.as_secs_f64()) as u64 / s.reflect_every;
     let mut samples = Samples::with_capacity(expected as usize + 1024);
     let mut pauses = PauseRecorder::new(monotonic_ns());

@@ -8,10 +8,12 @@
 //! clock reads around its own send and receive. No NIC here offers hardware
 //! timestamps; if one did, the same control messages carry them.
 
+use crate::base::common::parse_size;
 use crate::base::host::machine::Machine;
+use crate::base::output::print::Common;
 use crate::base::output::report::{histogram, LatencyRow};
 use crate::base::output::Measured;
-use crate::{Cpus, LabError, WorkerProcess};
+use crate::{LabError, WorkerProcess};
 use hdrhistogram::Histogram;
 use nix::sys::socket::{
     recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrStorage, TimestampingFlag,
@@ -20,22 +22,36 @@ use nix::sys::time::TimeSpec;
 use std::io::{ErrorKind, IoSliceMut, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 use tickwire_agent::pin_current_thread;
 
 /// A tick-to-trade run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct TickToTrade {
+    #[command(flatten)]
+    pub common: Common,
     /// Ticks measured.
+    #[arg(long, default_value_t = 25_000)]
     pub runs: u64,
     /// Ticks before measuring.
+    #[arg(long, default_value_t = 1_000)]
     pub warmup: u64,
-    /// Tick payload (64 in the paper).
+    /// Tick size (UDP payload).
+    #[arg(long, default_value = "64", value_parser = parse_size)]
     pub tick_size: usize,
-    /// Order payload (400 in the paper).
+    /// Order size (TCP payload).
+    #[arg(long, default_value = "400", value_parser = parse_size)]
     pub order_size: usize,
-    /// CPUs: harness, system under test.
-    pub cpus: Cpus,
+    /// Write an SVG plot of the percentile distributions.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Also write the histograms as an HdrHistogram interval log.
+    #[arg(long)]
+    pub hlog: Option<PathBuf>,
+    /// Where the floor measured beside it puts its files.
+    #[arg(skip)]
+    pub dir: PathBuf,
 }
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -144,7 +160,7 @@ pub fn run(o: &TickToTrade, machine: &Machine) -> Result<(Option<Measured>, Meas
     let gateway = listener.local_addr().map_err(|e| io("addr", e))?;
     let mut sut = WorkerProcess::spawn(&TickToTradeSut {
         gateway,
-        cpu: o.cpus.remote,
+        cpu: o.common.cpus.remote,
         tick_size: o.tick_size,
         order_size: o.order_size,
     })?;
@@ -177,7 +193,7 @@ pub fn run(o: &TickToTrade, machine: &Machine) -> Result<(Option<Measured>, Meas
     let kernel_ts = set(&ticks, tx, TimestampingFlag::SOF_TIMESTAMPING_TX_HARDWARE)
         && set(&orders, rx, TimestampingFlag::SOF_TIMESTAMPING_RX_HARDWARE);
     let mut hardware_used = false;
-    pin_current_thread(o.cpus.local)?;
+    pin_current_thread(o.common.cpus.local)?;
     let (mut hk, mut hu) = (histogram(), histogram());
     let mut tick = vec![0u8; o.tick_size];
     let mut order = vec![0u8; o.order_size];
@@ -223,7 +239,7 @@ pub fn run(o: &TickToTrade, machine: &Machine) -> Result<(Option<Measured>, Meas
         let mut r = LatencyRow::from_histogram("tick-to-trade", "udp-tcp", o.tick_size, h);
         r.probe = Some(probe.into());
         r.clock = clock.into();
-        r.cpus = o.cpus.to_string();
+        r.cpus = o.common.cpus.to_string();
         r.machine = machine.summary();
         r.achieved_rate = Some((h.len() as f64 / elapsed.as_secs_f64().max(1e-9)).round());
         r

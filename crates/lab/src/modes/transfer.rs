@@ -7,7 +7,9 @@
 //! namespaces. The report says what was sent, what arrived, whether it is
 //! identical and in order, and what the protocol did to get there.
 
+use crate::base::common::{parse_duration, parse_size};
 use crate::base::host::netns::{NetnsPair, NetnsStar};
+use crate::paths::Transport;
 use crate::{LabError, WorkerProcess};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -21,30 +23,65 @@ const STREAM: u32 = 1101;
 const IDLE_LIMIT: Duration = Duration::from_secs(30);
 
 /// What to transfer and how.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct Transfer {
-    /// Stream bytes (payload) to send.
+    /// Transport (rudp).
+    #[arg(long, default_value = "rudp", value_parser = parse_rudp)]
+    pub transport: Transport,
+    /// Payload bytes to send.
+    #[arg(long, default_value = "10MiB", value_parser = parse_bytes)]
     pub bytes: u64,
-    /// Largest generated message (sizes are uniform in 16..=max).
+    /// Largest message; sizes are uniform from 16 bytes up to it.
+    #[arg(long, default_value = "4k", value_parser = parse_max_size)]
     pub max_size: usize,
-    /// Loss probability for every datagram each end sends.
+    /// Drop this fraction of the datagrams each end sends (data and control).
+    #[arg(long, default_value_t = 0.0)]
     pub loss: f64,
-    /// Reorder probability, likewise.
+    /// Reorder this fraction, likewise.
+    #[arg(long, default_value_t = 0.0)]
     pub reorder: f64,
-    /// Duplication probability, likewise.
+    /// Duplicate this fraction, likewise.
+    #[arg(long, default_value_t = 0.0)]
     pub duplicate: f64,
-    /// Seed for the impairments (and the generated content).
+    /// Seed of the impairments and the generated content.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Receivers (more than one: multicast, needs `netns`).
+    /// Receivers; more than one is multicast and needs --netns.
+    #[arg(long, default_value_t = 1)]
     pub receivers: usize,
-    /// Run across network namespaces.
+    /// Run across network namespaces (veth pair; a bridge for several receivers).
+    #[arg(long)]
     pub netns: bool,
-    /// Extra channel parameters (`key=value`).
+    /// Any channel parameter, KEY=VALUE (repeatable), e.g. send-data-drop=65536-65537, nak-delay=50us.
+    #[arg(long = "param")]
     pub params: Vec<String>,
     /// Give up after this long.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
     pub timeout: Duration,
-    /// Where the workers' counters files go (the caller's `--dir`).
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Where the workers' counters files go.
+    #[arg(skip)]
     pub dir: PathBuf,
+}
+
+/// `--transport`: reliable UDP only.
+fn parse_rudp(s: &str) -> Result<Transport, String> {
+    match Transport::parse(s)? {
+        Transport::Rudp => Ok(Transport::Rudp),
+        t => Err(format!("transfer runs over {} only, not {}", Transport::Rudp.name(), t.name())),
+    }
+}
+
+/// `--bytes`: a size.
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    parse_size(s).map(|v| v as u64)
+}
+
+/// `--max-size`: a size, within 16 B to 1 MiB.
+fn parse_max_size(s: &str) -> Result<usize, String> {
+    parse_size(s).map(|v| v.clamp(16, 1 << 20))
 }
 
 /// One receiver's account.

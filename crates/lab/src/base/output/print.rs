@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// How results are printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 pub enum Format {
     /// The papers' table (Min, Median, Mean, 99th, 99.9th, Max, STD, plus 90th and 99.99th).
     #[default]
@@ -34,6 +34,59 @@ pub struct Output {
     pub hlog: Option<PathBuf>,
     /// Also write an SVG plot here.
     pub plot: Option<PathBuf>,
+}
+
+/// The options every measuring command shares (`#[command(flatten)]` in
+/// each mode's options).
+#[derive(Debug, Clone, PartialEq, Eq, Default, clap::Args, serde::Serialize, serde::Deserialize)]
+pub struct Common {
+    /// CPUs for the local and remote sides (two different CPUs this process may use).
+    #[arg(long, default_value = "0,1", value_parser = crate::Cpus::parse)]
+    pub cpus: crate::Cpus,
+    /// Allow both sides on one CPU: they take turns by the scheduler's time
+    /// slice, so the figures measure the scheduler, and runs take far longer.
+    #[arg(long)]
+    pub share_cpu: bool,
+    /// Print JSON (one object per row); same as --format json.
+    #[arg(long)]
+    pub json: bool,
+    /// Print CSV; same as --format csv.
+    #[arg(long)]
+    pub csv: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Fail (exit 1) when a row beat its floor by more than the noise
+    /// (latency p50 under 0.95x, throughput over 1.05x): the probe is then
+    /// not a floor for the work, and no ratio to it means anything.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+impl Common {
+    /// These CPUs and every other option at its default.
+    pub fn on(cpus: crate::Cpus) -> Self {
+        Self { cpus, ..Self::default() }
+    }
+
+    /// The stdout format: `--json` and `--csv` before `--format`.
+    pub fn format(&self) -> Format {
+        match (self.json, self.csv, self.format) {
+            (true, _, _) | (_, _, Format::Json) => Format::Json,
+            (false, true, _) | (_, _, Format::Csv) => Format::Csv,
+            (false, false, f) => f,
+        }
+    }
+
+    /// Where the results go; the directories of `hlog` and `plot` are
+    /// made now, before a run that could not write its results (a failure
+    /// is reported when the file is written, naming it).
+    pub fn output(&self, hlog: &Option<PathBuf>, plot: &Option<PathBuf>) -> Output {
+        for dir in [hlog, plot].into_iter().flatten().filter_map(|p| p.parent()) {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        Output { format: self.format(), hlog: hlog.clone(), plot: plot.clone() }
+    }
 }
 
 impl Output {

@@ -49,11 +49,13 @@
 use super::harness::Harness;
 use super::host::{HostNet, HostReport, HostSpec};
 use super::relay;
+use crate::base::common::{parse_duration, parse_rate, parse_size};
 use crate::base::host::machine::Machine;
 use crate::base::host::netns::NetnsStar;
 use crate::base::openloop::{RunShape, RunTotals, SinkReport};
+use crate::base::output::print::Common;
 use crate::base::output::report::{ratio, table, LatencyRow};
-use crate::{Cpus, LabError, WorkerProcess};
+use crate::{LabError, WorkerProcess};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -65,31 +67,41 @@ const CLUSTER_PORT: u16 = 7700;
 const LINKS_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A `lab cluster` run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
 pub struct ClusterLab {
-    /// Latency part: offered rates (one publisher on A, one subscriber on B).
+    #[command(flatten)]
+    pub common: Common,
+    /// One-way latency, one publisher on router A to one subscriber on router B: offered rates, each in turn.
+    #[arg(long = "rate", value_name = "RATE", default_value = "10k", value_delimiter = ',', value_parser = parse_rate)]
     pub rates: Vec<u64>,
-    /// Delivered-rate part: offered rates of the spread scenario (none: skipped).
+    /// Delivered rate of the publishers x subscribers scenario spread over the three routers, against one router
+    /// alone: offered rates, all publishers together, each in turn (none: skipped).
+    #[arg(long = "spread-rate", value_name = "SPREAD_RATE", value_delimiter = ',', value_parser = parse_rate)]
     pub spread_rates: Vec<u64>,
-    /// Spread scenario: every subscriber on `md/>`.
+    /// Spread scenario: every subscriber on md/> (each message delivered to all), instead of one topic each.
+    #[arg(long)]
     pub fanout: bool,
-    /// Spread scenario: publishers and subscribers.
+    /// Spread scenario: publishers, each on its own 12-byte topic.
+    #[arg(long, default_value_t = 10)]
     pub publishers: usize,
-    /// ...
+    /// Spread scenario: subscribers (one per publisher, or any number with --fanout).
+    #[arg(long, default_value_t = 10)]
     pub subscribers: usize,
     /// Payload bytes (at least 16).
+    #[arg(long, default_value = "100", value_parser = parse_size)]
     pub size: usize,
-    /// Per rate, over all its rounds (the measured path's side; the floor's
-    /// or the single router's rounds take as long again).
+    /// How long each rate publishes through the cluster, over all its rounds.
+    #[arg(long, default_value = "6s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Rounds per rate.
+    /// Rounds per rate: a floor (or one-router) round then a cluster round, this many times.
+    #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// Harness (`local`), routers and forwarders (`remote`).
-    pub cpus: Cpus,
-    /// Where the run's files go.
-    pub dir: PathBuf,
     /// Bytes of each client's log.
+    #[arg(long = "capacity", value_name = "CAPACITY", default_value = "4MiB", value_parser = parse_size)]
     pub log_bytes: usize,
+    /// Where the run's files go.
+    #[arg(skip)]
+    pub dir: PathBuf,
 }
 
 /// The namespaces, as the measuring worker is told them.
@@ -173,7 +185,7 @@ fn start_router(spec: &ClusterSpec, k: usize, cluster: bool, secret: &Path) -> R
     };
     let host = HostSpec {
         dir,
-        cpu: spec.lab.cpus.remote,
+        cpu: spec.lab.common.cpus.remote,
         tcp: true,
         tls: None,
         log_bytes: spec.lab.log_bytes,
@@ -240,7 +252,7 @@ pub(crate) fn measure(spec: &ClusterSpec) -> Result<String, LabError> {
         "router cluster of 3 (lab-a, lab-b, lab-c), each in its own network namespace on a bridge; every client \
          session on one thread on CPU {} in the hub namespace; the three routers (sleeping when idle) and the \
          floor's forwarders on CPU {}; {} B messages",
-        o.cpus.local, o.cpus.remote, o.size
+        o.common.cpus.local, o.common.cpus.remote, o.size
     );
     // Part 1: latency, A to B, beside the forwarders.
     println!();
@@ -259,16 +271,16 @@ pub(crate) fn measure(spec: &ClusterSpec) -> Result<String, LabError> {
             if crate::stop_requested() {
                 break;
             }
-            let (p, r) = relay::floor_round(hub, (&a.0, &a.1), (&b.0, &b.1), (rate, o.size, per_round), o.cpus)?;
+            let (p, r) = relay::floor_round(hub, (&a.0, &a.1), (&b.0, &b.1), (rate, o.size, per_round), o.common.cpus)?;
             floor.add_report(p, &r)?;
             let (ra, rest) = routers.split_at_mut(1);
             let mut pair = [&mut ra[0].process, &mut rest[0].process];
-            let r = h.round_many((rate, o.size, per_round), o.cpus, &mut pair, &pauses)?;
+            let r = h.round_many((rate, o.size, per_round), o.common.cpus, &mut pair, &pauses)?;
             mine.add_report(r.published, &SinkReport::of(&r.split))?;
             discarded += r.discarded;
             hosts.add(&r.host);
         }
-        let shape = RunShape { size: o.size, rate, fan: 1, cpus: o.cpus };
+        let shape = RunShape { size: o.size, rate, fan: 1, cpus: o.common.cpus };
         let [mut all, mut free] = mine.rows("cluster", "tcp", None, &shape, &machine, wall);
         let [f_all, f_free] = floor.rows("floor", "tcp", Some("forward_tcp x2"), &shape, &machine, wall);
         // A floor that did not keep the rate is no floor: no ratio to it.
@@ -343,16 +355,16 @@ fn spread(
             if crate::stop_requested() {
                 break;
             }
-            let r = hs.round((rate, o.size, per_round), o.cpus, &mut single.process, pauses)?;
+            let r = hs.round((rate, o.size, per_round), o.common.cpus, &mut single.process, pauses)?;
             one_t.add_report(r.published, &SinkReport::of(&r.split))?;
             d_one += r.discarded;
             let mut all: Vec<&mut WorkerProcess> = routers.iter_mut().map(|r| &mut r.process).collect();
-            let r = hc.round_many((rate, o.size, per_round), o.cpus, &mut all, pauses)?;
+            let r = hc.round_many((rate, o.size, per_round), o.common.cpus, &mut all, pauses)?;
             clu.add_report(r.published, &SinkReport::of(&r.split))?;
             d_clu += r.discarded;
             hosts.add(&r.host);
         }
-        let shape = RunShape { size: o.size, rate, fan: hc.fan, cpus: o.cpus };
+        let shape = RunShape { size: o.size, rate, fan: hc.fan, cpus: o.common.cpus };
         let [mut c_all, c_free] = clu.rows("cluster", "tcp", None, &shape, machine, wall);
         let [s_all, s_free] = one_t.rows("router", "tcp", None, &shape, machine, wall);
         c_all.row = c_all.row.with_floor(&s_all.row);

@@ -26,8 +26,10 @@
 
 use super::group::{Group, GroupFigures};
 use super::host::{HostReport, HostSpec};
+use crate::base::common::{parse_duration, parse_rate, parse_size};
+use crate::base::output::print::Common;
 use crate::base::output::report::Quantiles;
-use crate::{Cpus, LabError, WorkerProcess};
+use crate::{LabError, WorkerProcess};
 use hdrhistogram::Histogram;
 use std::collections::VecDeque;
 use std::os::unix::fs::FileExt;
@@ -40,32 +42,42 @@ use tickwire_shm::os::monotonic_ns;
 use tickwire_wire::stamp;
 
 /// A `lab guaranteed` run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct GuaranteedLab {
-    /// Sync policies measured (`os`, `group`, `fsync`), each in turn.
+    #[command(flatten)]
+    pub common: Common,
+    /// Sync policies, each measured in turn.
+    #[arg(long = "sync", value_name = "SYNC", default_value = "os,group,fsync", value_delimiter = ',',
+          value_parser = ["os", "group", "fsync"])]
     pub syncs: Vec<String>,
-    /// Publisher counts measured, each in turn.
+    /// Publisher counts, each measured in turn.
+    #[arg(long, default_value = "1,10", value_delimiter = ',')]
     pub publishers: Vec<usize>,
-    /// Consumers of a durable queue instead of one durable subscription
-    /// (0: the subscription).
+    /// Consume through a durable queue with this many competing consumers, each acknowledging every delivery,
+    /// instead of one durable subscription.
+    #[arg(long, default_value_t = 0)]
     pub consumers: usize,
     /// Payload bytes (at least 16).
+    #[arg(long, default_value = "100", value_parser = parse_size)]
     pub size: usize,
-    /// Peak and latency phases together, over all rounds, per case.
-    pub duration: Duration,
-    /// The latency phase's offered rate (all publishers together).
+    /// The latency phase's offered rate, all publishers together.
+    #[arg(long, default_value = "20k", value_parser = parse_rate)]
     pub rate: u64,
-    /// Rounds per case.
+    /// Peak and latency phases together, per case, over all rounds.
+    #[arg(long, default_value = "6s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Rounds per case: fsync floor, peak, latency.
+    #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// The harness (`local`) and the router (`remote`).
-    pub cpus: Cpus,
-    /// Where the journals go: the disk under test.
+    /// Where the journals go: a directory on the disk under test (not tmpfs).
+    #[arg(long, default_value = "/var/tmp")]
     pub journal_dir: PathBuf,
-    /// Where the router's shared-memory files go.
-    pub shm_dir: PathBuf,
-    /// Also a high-availability group of three routers, in the same
-    /// rounds ([`super::group`]).
+    /// Also a high-availability group of three routers on loopback (the clients on its leader), in the same rounds.
+    #[arg(long)]
     pub group: bool,
+    /// Where the router's shared-memory files go.
+    #[arg(skip)]
+    pub shm_dir: PathBuf,
 }
 
 /// One case's results.
@@ -140,7 +152,7 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
     let result = (|| {
         let spec = HostSpec {
             dir: dir.clone(),
-            cpu: o.cpus.remote,
+            cpu: o.common.cpus.remote,
             tcp: false,
             tls: None,
             log_bytes: 4 << 20,
@@ -158,7 +170,7 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
         let mut h = Harness::connect(&dir, publishers, o.consumers)?;
         let mut group = match o.group {
             true => {
-                let g = Group::start(&dir, &journal, sync, o.cpus.remote)?;
+                let g = Group::start(&dir, &journal, sync, o.common.cpus.remote)?;
                 clients_on.set(g.leader_id());
                 let gh = Harness::connect(g.leader_dir(), publishers, o.consumers)?;
                 let figures = GroupFigures { leader: g.leader_id(), ..GroupFigures::default() };
@@ -166,7 +178,7 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
             }
             false => None,
         };
-        pin_current_thread(o.cpus.local)?;
+        pin_current_thread(o.common.cpus.local)?;
         let rounds = o.rounds.max(1);
         let phase = (o.duration / (2 * rounds as u32)).max(Duration::from_millis(100));
         let (mut fsync, mut ack, mut deliver) = (histogram(), histogram(), histogram());

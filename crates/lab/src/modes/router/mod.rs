@@ -36,64 +36,84 @@ pub mod host;
 pub mod nats;
 pub mod relay;
 
+use crate::base::common::{parse_duration, parse_rate, parse_size};
 use crate::base::floor;
 use crate::base::host::machine::Machine;
 use crate::base::openloop::{Published, RunShape, RunTotals, SinkReport};
+use crate::base::output::print::Common;
 use crate::base::output::print::{self, Format, Output};
 use crate::base::output::report::LatencyRow;
 use crate::base::output::Measured;
 use crate::modes::network::{self, NetRound};
 use crate::paths::Transport;
-use crate::{Cpus, LabError, WorkerProcess};
+use crate::{LabError, WorkerProcess};
 use host::{HostReport, HostSpec};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-/// A `lab router` run.
-#[derive(Debug, Clone)]
+/// A `lab router` (and `lab request`) run.
+#[derive(Debug, Clone, clap::Args)]
 pub struct RouterLab {
-    /// `ipc` (shared-memory clients) or `tcp` (TCP clients on loopback).
-    pub transport: Transport,
-    /// Over `tcp`: TLS (a self-signed certificate made for the run).
-    pub tls: bool,
-    /// How the TCP clients batch their writes.
-    pub batching: tickwire_client::Batching,
-    /// Every subscriber on `md/>` instead of one topic each.
+    #[command(flatten)]
+    pub common: Common,
+    /// Clients over ipc (shared memory), tcp or tls (loopback; a self-signed certificate made for the run).
+    #[arg(long, default_value = "ipc", value_parser = ["ipc", "tcp", "tls"])]
+    pub transport: String,
+    /// TCP clients hold messages published within this long of their link's last write and send them together (0: one write per message).
+    #[arg(long, default_value = "10us", value_parser = parse_duration)]
+    pub batch_window: Duration,
+    /// Every subscriber on md/> (each message delivered to all), instead of one topic each.
+    #[arg(long)]
     pub fanout: bool,
-    /// Offered rates, messages per second (all publishers together), each
-    /// measured in turn.
+    /// Also measure a second router with a user, topic ACLs and the metrics endpoint on, interleaved in the same rounds.
+    #[arg(long)]
+    pub secure: bool,
+    /// Offered rates in messages per second, all publishers together, each measured in turn (e.g. 1M,5M).
+    #[arg(long = "rate", value_name = "RATE", default_value = "1M", value_delimiter = ',', value_parser = parse_rate)]
     pub rates: Vec<u64>,
     /// Payload bytes (at least 16).
+    #[arg(long, default_value = "100", value_parser = parse_size)]
     pub size: usize,
-    /// Publishers, each on its own topic.
+    /// Publishers, each on its own 12-byte topic.
+    #[arg(long, default_value_t = 10)]
     pub publishers: usize,
-    /// Subscribers.
+    /// Subscribers (one per publisher, or any number with --fanout).
+    #[arg(long, default_value_t = 10)]
     pub subscribers: usize,
-    /// How long each rate publishes, over all its rounds (router rounds;
-    /// the floor rounds take as long again).
+    /// How long each rate publishes through the router, over all its rounds.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Rounds per rate: a floor round then a router round, this many times.
+    /// Rounds per rate, each a floor round then a router round.
+    #[arg(long, default_value_t = 5)]
     pub rounds: usize,
-    /// The harness (`local`) and the router (`remote`).
-    pub cpus: Cpus,
-    /// Where the run's files go (the router gets a directory of its own in it).
-    pub dir: PathBuf,
-    /// Bytes of each client's log (both ways) and of the floor's rings.
+    /// Bytes of each client's log and of the floor's rings.
+    #[arg(long = "capacity", value_name = "CAPACITY", default_value = "4MiB", value_parser = parse_size)]
     pub log_bytes: usize,
-    /// Measure the forwarding floor (without: no ratios).
-    pub floor: bool,
-    /// Also measure a second router with users, topic ACLs and the
-    /// metrics endpoint on, interleaved in the same rounds.
-    pub secure: bool,
+    /// Skip the forwarding floor (no ratios).
+    #[arg(long)]
+    pub no_floor: bool,
+    /// With --transport tcp: a NATS round after every native one, through the router's NATS listener, from the
+    /// NATS Go client (tools/nats-lab, built with Go on first use), reported beside the native rows.
+    #[arg(long)]
+    pub nats: bool,
+    /// The NATS load generator's binary (default: $TICKWIRE_NATS_LAB, else built from tools/nats-lab).
+    #[arg(long, requires = "nats")]
+    pub nats_lab: Option<PathBuf>,
+    /// Also write the histograms as an HdrHistogram interval log.
+    #[arg(long)]
+    pub hlog: Option<PathBuf>,
+    /// Write an SVG plot of the percentile distributions.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Where the run's files go (the router gets a directory of its own in it).
+    #[arg(skip)]
+    pub dir: PathBuf,
     /// `lab request`: each publisher sends requests, the subscriber of its
     /// topic answers each at once, and the samples are round trips; the
     /// floor is the same clients' one-way publish-to-delivery through the
     /// same router, interleaved, counted twice (two one-way hops).
+    #[arg(skip)]
     pub request: bool,
-    /// Over `tcp`: a NATS round after every native one, through the
-    /// router's NATS listener, from the NATS load generator (tools/nats-lab);
-    /// `Some(None)`: the generator built from source ([`nats::harness_binary`]).
-    pub nats: Option<Option<PathBuf>>,
 }
 
 /// One rate's results.
@@ -129,10 +149,45 @@ impl RateResult {
 }
 
 impl RouterLab {
+    /// `ipc` (shared-memory clients) or `tcp` (TCP clients on loopback,
+    /// also under `tls`).
+    pub fn transport(&self) -> Transport {
+        if self.transport == "ipc" {
+            Transport::Ipc
+        } else {
+            Transport::Tcp
+        }
+    }
+
+    /// Over `tcp`: TLS (a self-signed certificate made for the run).
+    pub fn tls(&self) -> bool {
+        self.transport == "tls"
+    }
+
+    /// How the TCP clients batch their writes.
+    pub fn batching(&self) -> tickwire_client::Batching {
+        match self.batch_window.is_zero() {
+            true => tickwire_client::Batching::EVERY_FRAME,
+            false => tickwire_client::Batching { window: self.batch_window, ..tickwire_client::Batching::SMART },
+        }
+    }
+
+    /// Measure the forwarding floor (without: no ratios).
+    pub fn floor(&self) -> bool {
+        !self.no_floor
+    }
+
+    /// Over `tcp`: a NATS round after every native one, through the
+    /// router's NATS listener, from the NATS load generator (tools/nats-lab);
+    /// `Some(None)`: the generator built from source ([`nats::harness_binary`]).
+    pub fn nats(&self) -> Option<Option<PathBuf>> {
+        self.nats.then(|| self.nats_lab.clone())
+    }
+
     /// The transport's name in rows (`shm`, `tcp` or `tls`) and the floor's probe.
     pub fn names(&self) -> (&'static str, &'static str) {
-        match self.transport {
-            Transport::Tcp if self.tls => ("tls", "forward_tcp"),
+        match self.transport() {
+            Transport::Tcp if self.tls() => ("tls", "forward_tcp"),
             Transport::Tcp => ("tcp", "forward_tcp"),
             _ => ("shm", "forward_ring"),
         }
@@ -145,8 +200,8 @@ impl RouterLab {
 /// Bad parameters, a router or client that fails to start, a round that
 /// does not finish.
 pub fn run(o: &RouterLab, machine: &Machine) -> Result<Vec<RateResult>, LabError> {
-    if !matches!(o.transport, Transport::Ipc | Transport::Tcp) {
-        return Err(LabError::Usage(format!("lab router runs over ipc or tcp, not {}", o.transport.name())));
+    if !matches!(o.transport(), Transport::Ipc | Transport::Tcp) {
+        return Err(LabError::Usage(format!("lab router runs over ipc or tcp, not {}", o.transport().name())));
     }
     if o.size < 16 || o.rates.is_empty() || o.rates.contains(&0) {
         return Err(LabError::Usage("lab router needs --size >= 16 and rates above zero".into()));
@@ -154,13 +209,13 @@ pub fn run(o: &RouterLab, machine: &Machine) -> Result<Vec<RateResult>, LabError
     if o.request && (o.fanout || o.secure) {
         return Err(LabError::Usage("lab request takes neither --fanout nor --secure".into()));
     }
-    if o.nats.is_some() && (o.transport != Transport::Tcp || o.tls || o.request || o.secure) {
+    if o.nats().is_some() && (o.transport() != Transport::Tcp || o.tls() || o.request || o.secure) {
         return Err(LabError::Usage(
             "--nats compares with native TCP clients: lab router --transport tcp, without --secure".into(),
         ));
     }
     // Before anything starts: a missing generator (or Go) is named at once.
-    let go = match &o.nats {
+    let go = match o.nats() {
         Some(given) => Some(nats::harness_binary(given.as_deref())?),
         None => None,
     };
@@ -171,7 +226,7 @@ pub fn run(o: &RouterLab, machine: &Machine) -> Result<Vec<RateResult>, LabError
     let tls_dir = o.dir.join(format!("{tag}-tls"));
     let samples = o.dir.join(format!("{tag}-nats.samples"));
     let result = (|| {
-        let tls = match o.tls {
+        let tls = match o.tls() {
             true => Some(self_signed(&tls_dir)?),
             false => None,
         };
@@ -216,8 +271,8 @@ impl Router {
     ) -> Result<Self, LabError> {
         let spec = HostSpec {
             dir: dir.to_owned(),
-            cpu: o.cpus.remote,
-            tcp: o.transport == Transport::Tcp,
+            cpu: o.common.cpus.remote,
+            tcp: o.transport() == Transport::Tcp,
             tls: tls.cloned(),
             log_bytes: o.log_bytes,
             secure,
@@ -251,7 +306,7 @@ impl Router {
             user: login.map(|l| l.0.to_owned()),
             password: login.map(|l| l.1.to_owned()),
             tls_ca: tls.map(|t| t.0.clone()),
-            batching: o.batching,
+            batching: o.batching(),
             ..tickwire_client::ClientOptions::default()
         };
         let shape = (o.publishers, o.subscribers);
@@ -259,7 +314,7 @@ impl Router {
         let nats = match (go, nats_url) {
             (Some(bin), Some(url)) => {
                 // The generator inherits this thread's CPU: the harness's.
-                tickwire_agent::pin_current_thread(o.cpus.local)?;
+                tickwire_agent::pin_current_thread(o.common.cpus.local)?;
                 // The router serves its connections and probes promptly.
                 process.write_line("wake")?;
                 let g = nats::GoHarness::start(bin, &url, shape, o.fanout, o.size);
@@ -308,24 +363,24 @@ fn one_rate(
         if crate::stop_requested() {
             break;
         }
-        if o.floor && o.request {
+        if o.floor() && o.request {
             // Two one-way hops: the same clients publishing, same router.
             h.set_request(false);
-            let r = h.round((rate, o.size, per_round), o.cpus, router, pauses)?;
+            let r = h.round((rate, o.size, per_round), o.common.cpus, router, pauses)?;
             floor_totals.add_report(r.published, &SinkReport::of(&r.split))?;
             h.set_request(true);
-        } else if o.floor {
+        } else if o.floor() {
             let (published, report) = floor_round(o, rate, per_round)?;
             floor_totals.add_report(published, &report)?;
         }
         h.set_request(o.request);
-        let r = h.round((rate, o.size, per_round), o.cpus, router, pauses)?;
+        let r = h.round((rate, o.size, per_round), o.common.cpus, router, pauses)?;
         mine.add_report(r.published, &SinkReport::of(&r.split))?;
         discarded += r.discarded;
         host.push(r.host);
         clients.add(r.clients);
         if let Some(s) = secure.as_deref_mut() {
-            let r = s.harness.round((rate, o.size, per_round), o.cpus, &mut s.process, pauses)?;
+            let r = s.harness.round((rate, o.size, per_round), o.common.cpus, &mut s.process, pauses)?;
             secured.add_report(r.published, &SinkReport::of(&r.split))?;
             discarded += r.discarded;
         }
@@ -346,11 +401,11 @@ fn one_rate(
     }
     bar.finish_and_clear();
     let (transport, probe) = o.names();
-    let shape = |fan: u64| RunShape { size: o.size, rate, fan, cpus: o.cpus };
+    let shape = |fan: u64| RunShape { size: o.size, rate, fan, cpus: o.common.cpus };
     let mode = if o.request { "request" } else { "router" };
     let [mut all, mut free] = mine.rows(mode, transport, None, &shape(h.fan), machine, wall);
     let mut rows = Vec::with_capacity(4);
-    if o.floor && o.request {
+    if o.floor() && o.request {
         let [mut f_all, mut f_free] = floor_totals.rows("2x one-way", transport, None, &shape(1), machine, wall);
         for f in [&mut f_all, &mut f_free] {
             f.row = std::mem::take(&mut f.row).twice();
@@ -358,7 +413,7 @@ fn one_rate(
         all.row = all.row.with_floor(&f_all.row);
         free.row = free.row.with_floor(&f_free.row);
         rows.extend([all, free, f_all, f_free]);
-    } else if o.floor {
+    } else if o.floor() {
         let [f_all, f_free] = floor_totals.rows("floor", transport, Some(probe), &shape(1), machine, wall);
         all.row = all.row.with_floor(&f_all.row);
         free.row = free.row.with_floor(&f_free.row);
@@ -372,7 +427,7 @@ fn one_rate(
     }
     if go.is_some() {
         let [mut n_all, mut n_free] = natsed.rows("router", "nats", None, &shape(h.fan), machine, wall);
-        if o.floor {
+        if o.floor() {
             n_all.row = n_all.row.with_floor(&rows[2].row);
             n_free.row = n_free.row.with_floor(&rows[3].row);
         }
@@ -388,7 +443,7 @@ fn floor_round(
     rate: u64,
     duration: Duration,
 ) -> Result<(crate::base::openloop::Published, SinkReport), LabError> {
-    match o.transport {
+    match o.transport() {
         Transport::Tcp => {
             let r = NetRound {
                 transport: Transport::Tcp,
@@ -396,7 +451,7 @@ fn floor_round(
                 size: o.size,
                 duration,
                 reflect_every: 1,
-                cpus: o.cpus,
+                cpus: o.common.cpus,
                 dir: &o.dir,
                 params: "",
                 netns: None,
@@ -408,7 +463,8 @@ fn floor_round(
             Ok((source.published, report))
         }
         _ => {
-            let (published, split, _) = floor::ring_sweep((rate, o.size, duration), 1, o.cpus, &o.dir, o.log_bytes)?;
+            let (published, split, _) =
+                floor::ring_sweep((rate, o.size, duration), 1, o.common.cpus, &o.dir, o.log_bytes)?;
             Ok((published, SinkReport::of(&split)))
         }
     }
@@ -534,28 +590,28 @@ pub fn print(o: &RouterLab, results: &[RateResult], out: &Output, machine: &Mach
     println!(
         "router {transport}, {scenario}, {} B messages; router spinning on CPU {}, every client session on one \
          thread on CPU {}",
-        o.size, o.cpus.remote, o.cpus.local
+        o.size, o.common.cpus.remote, o.common.cpus.local
     );
-    if o.floor && o.request {
+    if o.floor() && o.request {
         println!("request mode: each publisher sends requests, the subscriber of its topic answers each at once;");
         println!("samples are round trips, from the request's intended time to its reply's arrival");
         println!(
             "floor (interleaved in rounds): the same clients publishing one way through the same router, each percentile doubled (two one-way hops)"
         );
-    } else if o.floor {
-        let floor = match o.transport {
+    } else if o.floor() {
+        let floor = match o.transport() {
             Transport::Tcp => "kernel TCP to a process on the router's CPU that writes each message back",
             _ => "a raw ring to a thread on the router's CPU that copies each message into a second raw ring",
         };
         println!("floor (same schedule, interleaved in rounds): {floor}");
     }
-    if o.nats.is_some() {
+    if o.nats().is_some() {
         println!(
             "NATS rows (transport nats, interleaved: floor, native, NATS each round): the same router's NATS \
              listener, the same scenario from {} (tools/nats-lab) on CPU {}; the pause-free NATS rows leave \
              out the router's pauses only",
             nats::NATS_GO_VERSION,
-            o.cpus.local
+            o.common.cpus.local
         );
     }
     for r in results {
@@ -582,8 +638,8 @@ pub fn print(o: &RouterLab, results: &[RateResult], out: &Output, machine: &Mach
                 awake as f64 / 1e9
             );
         }
-        println!("{}", syscalls_line(r, o.transport));
-        if o.nats.is_some() {
+        println!("{}", syscalls_line(r, o.transport()));
+        if o.nats().is_some() {
             println!("{}", nats_syscalls_line(r));
         }
         let rows: Vec<LatencyRow> = r.rows.iter().map(|m| m.row.clone()).collect();
