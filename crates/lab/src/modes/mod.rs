@@ -4,6 +4,7 @@
 //! * [`pingpong`]: half round trip by size, interleaved with its floor.
 //! * [`oneway`]: one-way latency at a fixed offered rate, open loop, from
 //!   each message's intended send time (free of coordinated omission).
+//! * [`throughput`]: streaming throughput against its floor, in rounds.
 //! * [`sweep`]: latency against message rate (Exhibit 4): open-loop stream,
 //!   one message in N reflected, up to the highest rate the path sustains.
 //! * [`network`]: the open-loop modes' rounds over UDP, TCP and reliable
@@ -31,6 +32,7 @@ pub mod pingpong;
 pub mod reproduce;
 pub mod router;
 pub mod sweep;
+pub mod throughput;
 pub mod tick_to_trade;
 pub mod transfer;
 
