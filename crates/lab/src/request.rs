@@ -17,6 +17,7 @@ use crate::base::output::{plots, Measured};
 use crate::modes::accel::Accel;
 use crate::modes::auth_cost::AuthCost;
 use crate::modes::bindings::Bindings;
+use crate::modes::fsync::Fsync;
 use crate::modes::matching::TopicMatch;
 use crate::modes::oneway::OneWay;
 use crate::modes::pingpong::PingPong;
@@ -71,6 +72,8 @@ pub enum Request {
     /// A router cluster of three across network namespaces: one-way latency from a publisher on one router to a
     /// subscriber on another beside two TCP forwarders, and the spread scenario's rate beside one router (root).
     Cluster(ClusterLab),
+    /// The disk's durability floor: a small pwrite and an fdatasync, one after another, on the disk under test.
+    Fsync(Fsync),
     /// Guaranteed publishing through the router per sync policy: peak rate, publish-to-ack and -delivery latency, beside this disk's fsync.
     Guaranteed(GuaranteedLab),
     /// What a shared key (auth=FILE: a MAC on every datagram) costs reliable UDP: ping-pong and throughput, keyed and not, beside kernel UDP.
@@ -129,7 +132,7 @@ impl Request {
             Request::AuthCost(r) => r.dir = dir,
             Request::Bindings(r) => r.dir = dir,
             Request::Accel(r) => r.dir = dir,
-            Request::Doctor(_) | Request::TopicMatch(_) | Request::Worker { .. } => {}
+            Request::Doctor(_) | Request::TopicMatch(_) | Request::Fsync(_) | Request::Worker { .. } => {}
         }
         self
     }
@@ -153,6 +156,7 @@ impl Request {
             | Request::Doctor(_)
             | Request::Transfer(_)
             | Request::TopicMatch(_)
+            | Request::Fsync(_)
             | Request::Worker { .. } => return None,
         })
     }
@@ -237,6 +241,7 @@ fn measure(request: Request) -> Result<(), LabError> {
             run_router(&run)
         }
         Request::Cluster(run) => crate::modes::router::cluster::run(&run),
+        Request::Fsync(run) => crate::modes::fsync::run(&run),
         Request::Guaranteed(run) => {
             let results = crate::modes::router::guaranteed::run(&run)?;
             crate::modes::router::guaranteed::print(&results, run.common.json)

@@ -4,6 +4,7 @@
 //! * [`pingpong`]: half round trip by size, interleaved with its floor.
 //! * [`oneway`]: one-way latency at a fixed offered rate, open loop, from
 //!   each message's intended send time (free of coordinated omission).
+//! * [`fsync`]: the disk's durability floor, `pwrite` + `fdatasync`.
 //! * [`throughput`]: streaming throughput against its floor, in rounds.
 //! * [`sweep`]: latency against message rate (Exhibit 4): open-loop stream,
 //!   one message in N reflected, up to the highest rate the path sustains.
@@ -25,6 +26,7 @@
 pub mod accel;
 pub mod auth_cost;
 pub mod bindings;
+pub mod fsync;
 pub mod matching;
 pub mod network;
 pub mod oneway;

@@ -126,7 +126,9 @@ pub fn render_latency(measured: &[Measured], format: Format, machine: &Machine) 
         }
         Format::Table => {
             let _ = writeln!(out, "machine: {}", machine.summary());
-            if let Some(r) = rows.first() {
+            if let Some(r) = rows.first().filter(|r| r.mode == "fsync") {
+                let _ = writeln!(out, "pinning: CPU {}, one thread", r.cpus);
+            } else if let Some(r) = rows.first() {
                 let _ = writeln!(
                     out,
                     "pinning: CPUs {} (measuring side, far side), each side busy-spinning unless marked block",

@@ -352,6 +352,8 @@ pub fn table(rows: &[LatencyRow]) -> String {
     }
     if rows.iter().all(|r| r.mode == "tick-to-trade") {
         s.push_str("(nanoseconds, tick sent to order received, measured at the harness)\n");
+    } else if rows.iter().all(|r| r.mode == "fsync") {
+        s.push_str("(nanoseconds, one pwrite and its fdatasync each)\n");
     } else if rows.iter().all(|r| r.mode == "oneway" || r.distribution.is_some()) {
         s.push_str("(nanoseconds, one way, from each message's intended send time)\n");
     } else {

@@ -32,7 +32,6 @@ use crate::base::output::report::Quantiles;
 use crate::{LabError, WorkerProcess};
 use hdrhistogram::Histogram;
 use std::collections::VecDeque;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tickwire_agent::pin_current_thread;
@@ -202,7 +201,7 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
             if crate::stop_requested() {
                 break;
             }
-            fsync_probe(&journal, 200, &mut fsync)?;
+            crate::modes::fsync::probe(&journal, 200, 128, &mut fsync)?;
             host.write_line("wake")?;
             let (peak, delivery) = h.peak(o.size, phase)?;
             r.peak_rates.push(peak);
@@ -259,30 +258,6 @@ fn sleep(host: &mut WorkerProcess, shm_dir: &Path) -> Result<HostReport, LabErro
     let report = host.read_line()?;
     let _ = std::fs::remove_file(&pauses);
     serde_json::from_str(&report).map_err(|e| err("router report", e))
-}
-
-/// The disk's fsync latency: `n` × (a 128-byte `pwrite`, `fdatasync`) on a
-/// file of its own beside the journal.
-fn fsync_probe(journal: &Path, n: usize, into: &mut Histogram<u64>) -> Result<(), LabError> {
-    std::fs::create_dir_all(journal).map_err(|e| err("journal directory", e))?;
-    let path = journal.join("fsync-probe");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(|e| err("fsync probe", e))?;
-    let block = [0x5au8; 128];
-    for i in 0..n {
-        let t = monotonic_ns();
-        f.write_all_at(&block, (i * 128) as u64).map_err(|e| err("fsync probe", e))?;
-        f.sync_data().map_err(|e| err("fsync probe", e))?;
-        let _ = into.record(monotonic_ns() - t);
-    }
-    drop(f);
-    let _ = std::fs::remove_file(&path);
-    Ok(())
 }
 
 /// The publishers and the durable subscriber (or the queue's consumers),
