@@ -85,4 +85,7 @@ fn lab_fsync_measures_the_disk_and_leaves_nothing() {
         Command::new(BIN).args(["lab", "fsync", "--on", "/proc/tw-no-such-dir", "--count", "5"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("/proc/tw-no-such-dir"), "{stderr}");
+    let out = Command::new(BIN).args(["lab", "fsync", "--size", "2MiB"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("1 MiB"), "a block past the limit is refused: {stderr}");
 }

@@ -47,31 +47,43 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The text with `//` comments, string literals' contents and the trailing
-/// test module removed.
+/// The text with `//` comments, string literals' contents (raw strings
+/// included) and `#[cfg(test)] mod ... { ... }` blocks removed.
 fn clean(src: &str) -> String {
-    let tests = src
-        .match_indices("#[cfg(test)]")
-        .map(|(i, _)| i)
-        .find(|&i| src[i + "#[cfg(test)]".len()..].trim_start().starts_with("mod "));
-    let src = &src[..tests.unwrap_or(src.len())];
     let mut out = String::with_capacity(src.len());
     let b = src.as_bytes();
     let mut i = 0;
     while i < b.len() {
+        let word_start = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
         if b[i] == b'/' && b.get(i + 1) == Some(&b'/') {
             while i < b.len() && b[i] != b'\n' {
                 i += 1;
             }
+        } else if word_start && b[i] == b'r' && matches!(b.get(i + 1), Some(b'"') | Some(b'#')) {
+            // A raw string: r"...", r#"..."#, with as many # to close.
+            let hashes = b[i + 1..].iter().take_while(|&&c| c == b'#').count();
+            if b.get(i + 1 + hashes) != Some(&b'"') {
+                out.push('r');
+                i += 1;
+                continue;
+            }
+            let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat(b'#').take(hashes)).collect();
+            i += 2 + hashes;
+            while i < b.len() && !b[i..].starts_with(&close) {
+                i += 1;
+            }
+            i += close.len();
+            out.push_str("\"\"");
         } else if b[i] == b'"' {
-            // Skip a string literal (escapes included); raw strings of
-            // this crate hold no quote.
+            // A string literal, escapes included.
             i += 1;
             while i < b.len() && b[i] != b'"' {
                 i += if b[i] == b'\\' { 2 } else { 1 };
             }
             i += 1;
             out.push_str("\"\"");
+        } else if b[i] == b'\'' && b.get(i + 1) == Some(&b'\\') && b.get(i + 3) == Some(&b'\'') {
+            i += 4; // an escaped char literal such as '\"'
         } else if b[i] == b'\'' && b.get(i + 2) == Some(&b'\'') {
             i += 3; // a char literal such as '"'
         } else {
@@ -79,6 +91,44 @@ fn clean(src: &str) -> String {
             i += 1;
         }
     }
+    drop_test_modules(&out)
+}
+
+/// `text` without its `#[cfg(test)] mod name { ... }` blocks (braces
+/// matched; strings are already empty).
+fn drop_test_modules(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        let after = rest[at + "#[cfg(test)]".len()..].trim_start();
+        let body = after.strip_prefix("mod ").map(|m| m.trim_start_matches(|c: char| c.is_alphanumeric() || c == '_'));
+        match body.map(str::trim_start).filter(|m| m.starts_with('{')) {
+            Some(block) => {
+                out.push_str(&rest[..at]);
+                let mut depth = 0usize;
+                let mut end = block.len();
+                for (k, c) in block.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                end = k + 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                rest = &block[end..];
+            }
+            None => {
+                out.push_str(&rest[..at + 1]);
+                rest = &rest[at + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
     out
 }
 
@@ -127,7 +177,11 @@ fn tree(b: &[u8], mut i: usize, prefix: &[String], out: &mut Vec<Vec<String>>) -
             return i;
         }
         i = j;
-        path.push(id);
+        if id == "super" {
+            path.pop();
+        } else {
+            path.push(id);
+        }
         if b.get(i) == Some(&b':') && b.get(i + 1) == Some(&b':') {
             i += 2;
         } else {
@@ -158,6 +212,46 @@ fn units() -> Vec<Unit> {
             Unit { module: module_of(&file), file, text }
         })
         .collect()
+}
+
+/// Every path in `b` that starts at `crate`, `self`, `super` or a name of
+/// `names`, in `module`, as full paths.
+fn scan(b: &[u8], module: &[String], names: &BTreeMap<String, Vec<String>>) -> Vec<Vec<String>> {
+    let mut paths = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let boundary = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_' || b[i - 1] == b':');
+        let (id, j) = ident_at(b, i);
+        if id.is_empty() {
+            i += 1;
+            continue;
+        }
+        let path_follows = b.get(j) == Some(&b':') && b.get(j + 1) == Some(&b':');
+        if boundary && path_follows {
+            let mut base: Option<Vec<String>> = match id.as_str() {
+                "crate" => Some(Vec::new()),
+                "self" => Some(module.to_vec()),
+                "super" => Some(module[..module.len().saturating_sub(1)].to_vec()),
+                c => names.get(c).cloned(),
+            };
+            let mut k = j + 2;
+            while let Some(m) = base.as_mut() {
+                let (next, e) = ident_at(b, k);
+                if next == "super" && b.get(e) == Some(&b':') {
+                    m.pop();
+                    k = e + 2;
+                } else {
+                    break;
+                }
+            }
+            if let Some(base) = base {
+                i = tree(b, k, &base, &mut paths);
+                continue;
+            }
+        }
+        i = j;
+    }
+    paths
 }
 
 /// Every file's edges to other files (with the names that make each).
@@ -192,46 +286,21 @@ fn graph(units: &[Unit]) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>>
     let mut g = BTreeMap::new();
     for u in units {
         let b = u.text.as_bytes();
-        let children: BTreeSet<String> = modules
+        // Leading names that stand for a module of the crate: the
+        // children, then every module a path names whole (`use
+        // crate::modes;` makes `modes::fsync::probe` reach modes/fsync.rs).
+        let mut names: BTreeMap<String, Vec<String>> = modules
             .keys()
             .filter(|m| m.len() == u.module.len() + 1 && m.starts_with(&u.module))
-            .map(|m| m.last().unwrap().clone())
+            .map(|m| (m.last().unwrap().clone(), m.clone()))
             .collect();
-        let mut paths = Vec::new();
-        let mut i = 0;
-        while i < b.len() {
-            let boundary = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_' || b[i - 1] == b':');
-            let (id, j) = ident_at(b, i);
-            if id.is_empty() {
-                i += 1;
-                continue;
+        let mut paths = scan(b, &u.module, &names);
+        for p in &paths {
+            if modules.contains_key(p) && !p.is_empty() {
+                names.entry(p.last().unwrap().clone()).or_insert_with(|| p.clone());
             }
-            let path_follows = b.get(j) == Some(&b':') && b.get(j + 1) == Some(&b':');
-            if boundary && path_follows {
-                let mut base: Option<Vec<String>> = match id.as_str() {
-                    "crate" => Some(Vec::new()),
-                    "self" => Some(u.module.clone()),
-                    "super" => Some(u.module[..u.module.len().saturating_sub(1)].to_vec()),
-                    c if children.contains(c) => Some([u.module.clone(), vec![c.to_owned()]].concat()),
-                    _ => None,
-                };
-                let mut k = j + 2;
-                while let Some(m) = base.as_mut() {
-                    let (next, e) = ident_at(b, k);
-                    if next == "super" && b.get(e) == Some(&b':') {
-                        m.pop();
-                        k = e + 2;
-                    } else {
-                        break;
-                    }
-                }
-                if let Some(base) = base {
-                    i = tree(b, k, &base, &mut paths);
-                    continue;
-                }
-            }
-            i = j;
         }
+        paths.extend(scan(b, &u.module, &names));
         let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for p in paths {
             let (to, name) = resolve(&p);
@@ -344,6 +413,18 @@ fn the_reader_sees_imports_of_every_form() {
     let shown: Vec<String> = paths.iter().map(|p| p.join("::")).collect();
     assert_eq!(shown, ["a::b::C", "a::b::d", "a::e"]);
     assert!(!t.contains("crate::k") && !t.contains("crate::l"), "comments and strings are not read: {t}");
+    // Raw strings are skipped, test modules dropped wherever they stand,
+    // and `super` inside a group climbs.
+    let t =
+        clean("let j = r#\"{\"a\":1} crate::x\"#;\n#[cfg(test)]\nmod tests { fn f() { crate::y(); } }\nuse crate::z;");
+    assert!(!t.contains("crate::x") && !t.contains("crate::y") && t.contains("use crate::z"), "{t}");
+    let mut paths = Vec::new();
+    tree(b"{super::c, d}", 0, &["a".to_owned(), "b".to_owned()], &mut paths);
+    assert_eq!(paths, [vec!["a", "c"], vec!["a", "b", "d"]]);
+    // A name standing for a module starts paths.
+    let names = BTreeMap::from([("m".to_owned(), vec!["m".to_owned()])]);
+    let found = scan(b"fn f() { m::n::g(); }", &["q".to_owned()], &names);
+    assert_eq!(found, [vec!["m", "n", "g"]]);
     assert_eq!(module_of("modes/router/mod.rs"), ["modes", "router"]);
     assert_eq!(module_of("lib.rs"), Vec::<String>::new());
     // Edges known to exist are seen: a use tree, a re-export of lib.rs,

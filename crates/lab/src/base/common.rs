@@ -35,6 +35,10 @@ pub enum LabError {
     /// The run completed but its check failed (e.g. a transfer arrived altered).
     #[error("{0}")]
     Failed(String),
+    /// A file the run measures on (e.g. `lab fsync`'s probe) could not be
+    /// made, written or synced; the message names it.
+    #[error("{0}")]
+    File(String),
 }
 
 /// Where the two sides of a measurement run.

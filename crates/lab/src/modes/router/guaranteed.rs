@@ -197,6 +197,7 @@ fn one_case(o: &GuaranteedLab, sync: &str, publishers: usize) -> Result<Guarante
             group: None,
         };
         let bar = crate::progress(rounds as u64, &format!("guaranteed, sync {sync}, {publishers} publisher(s)"));
+        std::fs::create_dir_all(&journal).map_err(|e| err("journal directory", e))?;
         for _ in 0..rounds {
             if crate::stop_requested() {
                 break;
