@@ -265,7 +265,7 @@ fn run_router(run: &RouterLab) -> Result<(), LabError> {
     let output = run.common.output(&run.hlog, &run.plot);
     let machine = Machine::detect();
     let results = crate::modes::router::run(run, &machine)?;
-    crate::modes::router::print(run, &results, &output, &machine)
+    crate::modes::router::report::print(run, &results, &output, &machine)
 }
 
 fn run_topic_match(sizes: &[usize], rounds: usize, json: bool) -> Result<(), LabError> {
