@@ -165,7 +165,13 @@ impl Group {
     fn wait_committed(&mut self, id: u64, n: usize, within: Duration) {
         let end = Instant::now() + within;
         while self.seen[&id].len() < n {
-            assert!(Instant::now() < end, "member {id} has {} of {n} committed", self.seen[&id].len());
+            assert!(
+                Instant::now() < end,
+                "member {id} has {} of {n} committed; refused {:?}; {:?}",
+                self.seen[&id].len(),
+                self.refused,
+                self.running.values().map(Ha::status).collect::<Vec<_>>()
+            );
             self.pump(Duration::from_millis(5));
         }
     }
@@ -401,13 +407,13 @@ fn a_member_added_catches_up_and_votes_and_a_removed_one_no_longer_counts() {
     g.pump(Duration::from_millis(500));
     assert_eq!(g.running[&4].status().role, "follower");
     assert_eq!(g.running[&4].status().term, 0, "a joining member stood for election");
+    // (That a second change is refused while this one is not applied is
+    // tests/node.rs's: here the first may be applied before a second
+    // reaches the leader's thread.)
     g.running[&leader].add_member(1, 4, four);
-    // One change at a time: a second before the first is applied is
-    // refused (raft-rs would make it an empty entry).
-    g.running[&leader].remove_member(9, 4);
     g.wait_committed(4, 200, Duration::from_secs(10));
     assert_eq!(g.seen[&4], g.seen[&leader]);
-    assert_eq!(g.refused, [9], "the second change was not refused");
+    assert_eq!(g.refused, [0u64; 0], "the add was refused");
     let voters = |g: &Group, id: u64| g.running[&id].status().members.iter().map(|m| m.id).collect::<Vec<_>>();
     assert_eq!(voters(&g, leader), [1, 2, 3, 4]);
     g.wait_status(4, Duration::from_secs(2), |st| st.stats.snapshots_installed > 0);
