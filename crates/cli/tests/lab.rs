@@ -60,14 +60,14 @@ fn lab_pingpong_json_is_self_consistent_and_has_a_floor_ratio() {
 }
 
 #[test]
-fn lab_floor_reports_four_probes() {
+fn lab_floor_reports_five_probes() {
     let _cpus = cpus();
     let d = dir("floor");
     let (ok, out, err) = run_line(&format!("--dir {d} lab floor --count 20000 --duration 300ms --json"));
     assert!(ok, "{err}");
     let r = rows(&out);
     let probes: Vec<_> = r.iter().map(|x| x["probe"].as_str().unwrap().to_owned()).collect();
-    assert_eq!(probes, ["cacheline", "raw_ring", "raw_ring_throughput", "cacheline_stream"]);
+    assert_eq!(probes, ["cacheline", "raw_ring", "slot_ring_throughput", "raw_ring_throughput", "cacheline_stream"]);
     ordered(&r[0]);
     ordered(&r[1]);
     let f = |k: &str| r[2][k].as_f64().unwrap_or_else(|| panic!("no {k} in {}", r[2]));
@@ -76,13 +76,18 @@ fn lab_floor_reports_four_probes() {
     assert!(f("count") >= 1000.0 && (f("count") / f("duration_s") / f("msgs_per_s") - 1.0).abs() < 0.01, "{}", r[2]);
     assert!((f("bytes_per_s") - f("msgs_per_s") * 64.0).abs() <= 64.0, "{}", r[2]);
     assert_eq!(r[2]["lost"], 0);
+    // The batched ring is a reference, with the batch it found.
+    assert_eq!((r[3]["mode"].as_str(), r[3]["lost"].as_u64()), (Some("reference"), Some(0)), "{}", r[3]);
+    assert!(r[3]["batch"].as_u64().is_some_and(|b| b >= 1), "{}", r[3]);
     // The line limit: lines a second, 64 bytes each, read intact; the
-    // ring's share of it recorded.
-    let line = &r[3];
+    // rings' share of it recorded.
+    let line = &r[4];
     let lines = line["msgs_per_s"].as_f64().unwrap();
     assert!(lines > 0.0 && line["lost"] == 0, "{line}");
     assert!((line["bytes_per_s"].as_f64().unwrap() - lines * 64.0).abs() <= 64.0, "{line}");
-    assert!(r[2]["of_line_limit"].as_f64().is_some_and(|s| s > 0.0), "{}", r[2]);
+    for ring in &r[2..4] {
+        assert!(ring["of_line_limit"].as_f64().is_some_and(|s| s > 0.0), "{ring}");
+    }
 }
 
 #[test]
@@ -100,7 +105,11 @@ fn lab_throughput_checks_every_message() {
         (r["count"].as_f64().unwrap(), r["msgs_per_s"].as_f64().unwrap(), r["duration_s"].as_f64().unwrap());
     assert!(n > 0.0 && (n / secs - rate).abs() / rate < 0.01, "{r}");
     assert!((r["bytes_per_s"].as_f64().unwrap() - rate * 32.0).abs() < 64.0);
-    assert_eq!(floor["probe"], "raw_ring_throughput", "{floor}");
+    assert_eq!(
+        (floor["probe"].as_str(), floor["mode"].as_str()),
+        (Some("slot_ring_throughput"), Some("floor")),
+        "{floor}"
+    );
     throughput_ratio(r, floor);
 
     // Interleaved rounds: the floor's row too, the ratio of the median

@@ -10,10 +10,10 @@ use crate::base::common::parse_duration;
 use crate::base::floor::{self, FloorOptions};
 use crate::base::host::doctor::{hiccups, Doctor};
 use crate::base::host::machine::Machine;
-use crate::base::line_limit;
 use crate::base::output::print::{self, Common, Format, Hiccups, Output};
 use crate::base::output::report::{highest_sustained, LatencyRow};
 use crate::base::output::{plots, Measured};
+use crate::base::{line_limit, streaming};
 use crate::modes::accel::Accel;
 use crate::modes::auth_cost::AuthCost;
 use crate::modes::bindings::Bindings;
@@ -36,7 +36,7 @@ use std::time::{Duration, SystemTime};
 /// the options each mode takes.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Request {
-    /// The machine's floor: cache-line and raw-ring ping-pong, raw-ring throughput.
+    /// The machine's floor: cache-line and raw-ring ping-pong, slot-ring throughput (and the batched ring and cache-line stream beside it).
     Floor {
         #[command(flatten)]
         common: Common,
@@ -327,18 +327,21 @@ fn run_floor(o: &FloorOptions, out: &Output) -> Result<(), LabError> {
     } else {
         print::latency(&m, format, &machine);
     }
-    let mut tp = floor::raw_ring_throughput(o)?;
+    let mut tp = streaming::slot_ring_throughput(o)?;
+    let mut batched = streaming::raw_ring_throughput(o)?;
+    batched.mode = "reference".into();
     let limit = line_limit::at_size(&line_limit::stream(o.cpus, &o.dir, o.duration)?, tp.size);
     // One measurement of each, one after the other: reported, not judged
     // (`lab throughput --transport ipc` interleaves them in rounds).
     tp.line_share(&limit);
+    batched.line_share(&limit);
     if format != Format::Csv {
-        print::throughput(&[tp, limit], format);
+        print::throughput(&[tp, batched, limit], format);
     }
     if format == Format::Table {
         let show =
             |v: Vec<(u64, f64)>| v.iter().map(|(b, r)| format!("{b}: {:.1}M", r / 1e6)).collect::<Vec<_>>().join(", ");
-        println!("raw ring, messages per tail publish tried (msg/s): {}", show(floor::batch_trials()));
+        println!("raw ring, messages per tail publish tried (msg/s): {}", show(streaming::batch_trials()));
         println!("cache lines, lines per read tried (lines/s): {}", show(line_limit::batch_trials()));
     }
     Ok(())

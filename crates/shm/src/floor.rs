@@ -5,6 +5,9 @@
 //!   spins on one and writes the other.
 //! * [`RawRing`]: a plain single-producer single-consumer index ring of fixed
 //!   slots, the textbook C design (each side caches the other's index).
+//! * [`SlotRing`]: the same ring with each message visible on its own: a
+//!   sequence stamp in each slot, release-stored after the payload, and no
+//!   shared tail (the streaming floor of a log that commits every message).
 //! * [`LineStream`]: whole cache lines streamed one way, each carrying its
 //!   own sequence stamp (no index to publish): a measure of the rate at
 //!   which the two CPUs move bytes from one to the other, the physical
@@ -211,6 +214,126 @@ impl RawRing {
     }
 }
 
+/// A ring whose every message is visible on its own, as a log that commits
+/// each frame makes it: each slot starts with an 8-byte stamp (the
+/// message's index plus one, so a slot from an earlier lap never looks
+/// written), release-stored after the payload; the consumer acquire-loads
+/// the next slot's stamp, so no index is shared per message. The consumer
+/// publishes `head` every 32 slots or when it finds the ring empty; the
+/// producer reads it only when it would lap. The best known method for
+/// per-message visibility (FastForward's, Aeron's frame-length word): one
+/// copy and one release/acquire pair per message, in the message's own
+/// line.
+#[derive(Debug)]
+pub struct SlotRing {
+    map: MappedFile,
+    slots: u64,
+    slot_len: usize,
+    index: u64,
+    cached_head: u64,
+    published: u64,
+}
+
+/// Marks a [`SlotRing`] file (a [`RawRing`]'s has 0 there).
+const SLOT_KIND: usize = 24;
+const SLOT_MAGIC: u64 = 0x736c_6f74_7269_6e67;
+const STAMP: usize = 8;
+
+impl SlotRing {
+    /// Creates the ring file. `slots` must be a power of two, `slot_len` a
+    /// multiple of 64 (each slot holds an 8-byte stamp and the payload).
+    ///
+    /// # Errors
+    /// [`ShmError::Config`] for bad sizes, or I/O errors.
+    pub fn create(path: &Path, slots: usize, slot_len: usize) -> Result<Self, ShmError> {
+        if !slots.is_power_of_two() || slot_len % 64 != 0 || slot_len == 0 {
+            return Err(ShmError::Config("slot ring: slots must be a power of two, slot_len a multiple of 64".into()));
+        }
+        let map = create(path, RING_HDR + slots * slot_len)?;
+        map.atomic_u64(8).store(slots as u64, Ordering::Relaxed);
+        map.atomic_u64(16).store(slot_len as u64, Ordering::Relaxed);
+        map.atomic_u64(SLOT_KIND).store(SLOT_MAGIC, Ordering::Release);
+        Ok(Self { map, slots: slots as u64, slot_len, index: 0, cached_head: 0, published: 0 })
+    }
+
+    /// Opens a ring made by [`SlotRing::create`].
+    ///
+    /// # Errors
+    /// I/O errors, or [`ShmError::Corrupt`] if it is not a slot ring or its
+    /// sizes do not match the file.
+    pub fn open(path: &Path) -> Result<Self, ShmError> {
+        let map = MappedFile::open(path).map_err(|e| ShmError::io(path, e))?;
+        let corrupt = |r: &str| ShmError::Corrupt { path: path.into(), reason: r.into() };
+        if map.len() < RING_HDR || map.atomic_u64(SLOT_KIND).load(Ordering::Acquire) != SLOT_MAGIC {
+            return Err(corrupt("not a slot ring"));
+        }
+        let slots = map.atomic_u64(8).load(Ordering::Relaxed);
+        let slot_len = map.atomic_u64(16).load(Ordering::Relaxed) as usize;
+        if !slots.is_power_of_two()
+            || slot_len % 64 != 0
+            || slot_len == 0
+            || map.len() < RING_HDR + slots as usize * slot_len
+        {
+            return Err(corrupt("slot ring sizes"));
+        }
+        Ok(Self { map, slots, slot_len, index: 0, cached_head: 0, published: 0 })
+    }
+
+    /// Largest payload per slot (the slot less its stamp).
+    pub fn max_payload(&self) -> usize {
+        self.slot_len - STAMP
+    }
+
+    fn slot(&self, i: u64) -> usize {
+        RING_HDR + ((i & (self.slots - 1)) as usize) * self.slot_len
+    }
+
+    /// Producer: writes `msg` (truncated to `max_payload`) into the next
+    /// slot and stamps it, which makes it visible. False if full.
+    #[inline]
+    pub fn try_push(&mut self, msg: &[u8]) -> bool {
+        if self.index - self.cached_head >= self.slots {
+            self.cached_head = self.map.atomic_u64(HEAD).load(Ordering::Acquire);
+            if self.index - self.cached_head >= self.slots {
+                return false;
+            }
+        }
+        let s = self.slot(self.index);
+        let n = msg.len().min(self.max_payload());
+        // SAFETY: [s+8, s+8+n) is inside this slot, which the consumer has
+        // passed (`head`) and does not read until it acquires the stamp
+        // stored below.
+        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), self.map.base().add(s + STAMP), n) }
+        self.map.atomic_u64(s).store(self.index + 1, Ordering::Release);
+        self.index += 1;
+        true
+    }
+
+    /// Consumer: hands the next slot's payload to `f`. False if empty.
+    #[inline]
+    pub fn try_pop(&mut self, f: impl FnOnce(&[u8])) -> bool {
+        let s = self.slot(self.index);
+        if self.map.atomic_u64(s).load(Ordering::Acquire) != self.index + 1 {
+            if self.published != self.index {
+                self.published = self.index;
+                self.map.atomic_u64(HEAD).store(self.index, Ordering::Release);
+            }
+            return false;
+        }
+        // SAFETY: the slot's stamp, acquired above, was release-stored after
+        // its payload; the producer does not rewrite it until `head` passes
+        // it.
+        let payload = unsafe { std::slice::from_raw_parts(self.map.base().add(s + STAMP), self.max_payload()) };
+        f(payload);
+        self.index += 1;
+        if self.index - self.published >= 32 {
+            self.published = self.index;
+            self.map.atomic_u64(HEAD).store(self.index, Ordering::Release);
+        }
+        true
+    }
+}
+
 /// Cache lines streamed one way through a shared file of `lines` lines.
 ///
 /// The producer writes line `i mod lines` whole: its first seven words in
@@ -386,6 +509,32 @@ mod tests {
         assert!(prod.try_write(192), "batches published how far they read");
         assert_eq!(cons.try_read(2), Line::Empty, "a batch waits for its last line");
         let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
+    fn a_slot_ring_shows_each_message_at_once_and_laps_only_past_the_reader() {
+        let p = std::env::temp_dir().join(format!("tw-slots-{}", std::process::id()));
+        let mut prod = SlotRing::create(&p, 4, 64).unwrap();
+        let mut cons = SlotRing::open(&p).unwrap();
+        assert_eq!(prod.max_payload(), 56);
+        assert!(!cons.try_pop(|_| panic!("nothing written")));
+        assert!(prod.try_push(&[7; 8]));
+        let mut got = vec![];
+        assert!(cons.try_pop(|b| got.push(b[0])), "one message, visible without a flush");
+        assert!(!cons.try_pop(|_| panic!("read twice")), "found empty: publishes how far it read");
+        for i in 1u8..4 {
+            assert!(prod.try_push(&[i; 8]));
+        }
+        assert!(prod.try_push(&[4; 8]), "slot 0 was read, and published when found empty");
+        assert!(!prod.try_push(&[9; 8]), "full: the reader has not passed slot 1");
+        while cons.try_pop(|b| got.push(b[0])) {}
+        assert_eq!(got, vec![7, 1, 2, 3, 4], "the next lap's stamp told slot 0's new message from its old one");
+        assert!(prod.try_push(&[5; 8]));
+        // A raw ring's file is not a slot ring's.
+        let q = std::env::temp_dir().join(format!("tw-slots-raw-{}", std::process::id()));
+        RawRing::create(&q, 4, 64).unwrap();
+        assert!(matches!(SlotRing::open(&q), Err(ShmError::Corrupt { .. })));
+        let _ = (std::fs::remove_file(&p), std::fs::remove_file(&q));
     }
 
     #[test]

@@ -1,12 +1,13 @@
-//! The floor: cache-line ping-pong, raw-ring ping-pong and raw-ring streaming
-//! between two processes pinned to two CPUs, and the open-loop floors of
+//! The floor: cache-line ping-pong and raw-ring ping-pong between two
+//! processes pinned to two CPUs (the streaming floors are
+//! [`super::streaming`]'s), and the open-loop floors of
 //! `oneway` (a raw-ring stream) and `sweep-rate` (a raw-ring stream with a
 //! second ring for the reflections).
 
 use crate::base::common::{parse_duration, parse_size};
 use crate::base::openloop::ReflectorReport;
 use crate::base::openloop::{publish, write_pauses, Offer, PauseRecorder, Published, Samples, SinkReport, Split};
-use crate::base::output::report::{LatencyRow, ThroughputRow};
+use crate::base::output::report::LatencyRow;
 use crate::base::worker::IDLE_LIMIT;
 use crate::{spin_until, Cpus, LabError, WorkerProcess};
 use std::path::{Path, PathBuf};
@@ -39,8 +40,8 @@ pub struct FloorOptions {
     pub dir: PathBuf,
 }
 
-const STOP: u64 = u64::MAX;
-const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const STOP: u64 = u64::MAX;
+pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Cache-line ping-pong: the cost of moving one line between the CPUs and back.
 ///
@@ -123,141 +124,6 @@ pub fn raw_ring_histogram(o: &FloorOptions) -> Result<hdrhistogram::Histogram<u6
     Ok(h)
 }
 
-/// Raw-ring streaming throughput: messages of the measurement's size (at
-/// least the 8-byte sequence number) in 64-byte-aligned slots, the tail
-/// published once per batch, the batch the fastest of [`BATCHES`] (found
-/// once per process, size and CPU pair; the row's `batch`).
-///
-/// # Errors
-/// As [`cacheline`].
-pub fn raw_ring_throughput(o: &FloorOptions) -> Result<ThroughputRow, LabError> {
-    // Messages of the measurement's size, so a ratio compares like with like.
-    let size = o.size.max(8);
-    let batch = best_batch(o, size)?;
-    let mut row = ring_stream(o, size, batch, o.duration)?;
-    row.batch = Some(batch);
-    Ok(row)
-}
-
-/// Messages per tail publish the streaming floor tries; it keeps the
-/// fastest, so no batching the product does can beat it.
-pub const BATCHES: [u64; 5] = [1, 4, 16, 64, 256];
-
-/// Passes over the batch sizes in a search ([`BestBatch::find`]).
-pub(crate) const PASSES: usize = 3;
-
-/// Each batch size a probe tried, and the fastest rate it reached.
-pub type Trials = Vec<(u64, f64)>;
-
-/// The fastest batch a probe found, searched once per process for a key
-/// (message size, CPU pair) and remembered: rounds after the first reuse it.
-pub(crate) struct BestBatch<K>(std::sync::Mutex<Option<(K, u64, Trials)>>);
-
-impl<K: PartialEq + Copy> BestBatch<K> {
-    pub(crate) const fn new() -> Self {
-        Self(std::sync::Mutex::new(None))
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(K, u64, Trials)>> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The batch remembered for `key`, or the fastest of `batches` by
-    /// `rate_at(batch, trial)`, then remembered. Each batch is tried in
-    /// [`PASSES`] interleaved passes of a tenth of `duration` (30 to 100
-    /// ms) and keeps its fastest pass: a host's pause only ever slows a
-    /// trial, so the fastest pass is the least disturbed, and one slow
-    /// pass of the best batch no longer hands the search to another.
-    pub(crate) fn find(
-        &self,
-        key: K,
-        batches: &[u64],
-        duration: Duration,
-        mut rate_at: impl FnMut(u64, Duration) -> Result<f64, LabError>,
-    ) -> Result<u64, LabError> {
-        if let Some((k, b, _)) = &*self.lock() {
-            if *k == key {
-                return Ok(*b);
-            }
-        }
-        let trial = (duration / 10).clamp(Duration::from_millis(30), Duration::from_millis(100));
-        let mut fastest = vec![0f64; batches.len()];
-        for _ in 0..PASSES {
-            for (i, &b) in batches.iter().enumerate() {
-                fastest[i] = fastest[i].max(rate_at(b, trial)?);
-            }
-        }
-        let tried: Trials = batches.iter().copied().zip(fastest).collect();
-        let best = tried.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).map_or(batches[0], |t| t.0);
-        *self.lock() = Some((key, best, tried));
-        Ok(best)
-    }
-
-    /// The last search's trials (empty before one).
-    pub(crate) fn trials(&self) -> Trials {
-        self.lock().as_ref().map(|t| t.2.clone()).unwrap_or_default()
-    }
-}
-
-/// The raw ring's search, by message size and CPU pair.
-static BEST_BATCH: BestBatch<(usize, Cpus)> = BestBatch::new();
-
-/// The raw ring's batch trials of this process: each batch tried and its
-/// rate (messages a second), empty before the first streaming floor.
-pub fn batch_trials() -> Trials {
-    BEST_BATCH.trials()
-}
-
-/// The fastest of [`BATCHES`] for `size` on `o.cpus`: each streamed in
-/// three passes of a tenth of `o.duration` (30 to 100 ms) the first time a
-/// process asks.
-fn best_batch(o: &FloorOptions, size: usize) -> Result<u64, LabError> {
-    BEST_BATCH.find((size, o.cpus), &BATCHES, o.duration, |b, trial| Ok(ring_stream(o, size, b, trial)?.msgs_per_s))
-}
-
-/// Streams `size`-byte messages through a raw ring for `duration`,
-/// publishing the tail once per `batch`; the sink's report.
-fn ring_stream(o: &FloorOptions, size: usize, batch: u64, duration: Duration) -> Result<ThroughputRow, LabError> {
-    std::fs::create_dir_all(&o.dir)?;
-    let path = o.dir.join(format!("{}.stream", crate::run_tag()));
-    let mut ring = RawRing::create(&path, 4096, size.div_ceil(64) * 64)?;
-    let worker = WorkerProcess::spawn(&RingSink { path: path.clone(), cpu: o.cpus.remote })?;
-    pin_current_thread(o.cpus.local)?;
-    let start = Instant::now();
-    let mut seq = 0u64;
-    let mut msg = vec![0u8; size];
-    'outer: loop {
-        for _ in 0..4096 {
-            msg[..8].copy_from_slice(&seq.to_le_bytes());
-            if !ring.try_push_every(&msg, batch) {
-                let mut watch = super::worker::IdleWatch::default();
-                while !ring.try_push_every(&msg, batch) {
-                    watch.idle("room in the raw ring (its consumer stalled)")?;
-                }
-            }
-            seq += 1;
-        }
-        if start.elapsed() >= duration {
-            break 'outer;
-        }
-    }
-    ring.flush();
-    spin_until(REPLY_TIMEOUT, "ring stop", || ring.try_push(&STOP.to_le_bytes()).then_some(()))?;
-    let line = worker.finish(REPLY_TIMEOUT + duration)?;
-    let _ = std::fs::remove_file(&path);
-    let mut row: ThroughputRow = crate::base::worker::parse_report("sink", &line)?;
-    row.mode = "floor".into();
-    row.transport = "shm".into();
-    row.probe = Some("raw_ring_throughput".into());
-    row.size = size;
-    row.bytes_per_s = row.msgs_per_s * size as f64;
-    row.cpus = o.cpus.to_string();
-    if row.count != seq {
-        row.lost = seq.saturating_sub(row.count);
-    }
-    Ok(row)
-}
-
 /// Worker job [`Cacheline`]: answers each ping on the shared line.
 pub(crate) fn cacheline_worker(path: &Path, cpu: usize) -> Result<String, LabError> {
     let lines = CacheLines::open(path)?;
@@ -290,36 +156,6 @@ pub(crate) fn ring_pong(ping: &Path, pong: &Path, cpu: usize) -> Result<String, 
         }
         spin_until(IDLE_LIMIT, "ring pong push", || tx.try_push(&buf).then_some(()))?;
     }
-}
-
-/// Worker job [`RingSink`]: counts a ring stream until the stop message.
-pub(crate) fn ring_sink(path: &Path, cpu: usize) -> Result<String, LabError> {
-    let mut rx = RawRing::open(path)?;
-    pin_current_thread(cpu)?;
-    let (mut count, mut lost, mut expect) = (0u64, 0u64, 0u64);
-    let mut first: Option<Instant> = None;
-    let mut done = false;
-    let mut watch = super::worker::IdleWatch::default();
-    while !done {
-        let got = rx.try_pop(|b| {
-            let seq = stamp::seq(b).unwrap_or(0);
-            if seq == u64::MAX {
-                done = true;
-                return;
-            }
-            lost += seq.saturating_sub(expect);
-            expect = seq + 1;
-            count += 1;
-        });
-        if got {
-            if watch.busy() && first.is_none() {
-                first = Some(Instant::now());
-            }
-        } else {
-            watch.idle("ring data")?;
-        }
-    }
-    Ok(super::worker::sink_report(count, lost, first))
 }
 
 /// The open-loop floor: a raw ring streaming messages of `size` bytes at
@@ -557,23 +393,6 @@ impl crate::base::worker::Job for RingPong {
     }
 }
 
-/// Worker job: counts a raw-ring stream (floor throughput).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(missing_docs)]
-pub struct RingSink {
-    pub path: PathBuf,
-    pub cpu: usize,
-}
-
-impl crate::base::worker::Job for RingSink {
-    const ROLE: &'static str = "ring-sink";
-
-    fn run(self) -> Result<String, LabError> {
-        ring_sink(&self.path, self.cpu)
-    }
-}
-
 /// Worker job: records one-way latency of an open-loop raw-ring stream (the
 /// open-loop floor); the sender's pauses arrive in `pauses`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -612,35 +431,5 @@ impl crate::base::worker::Job for RingReflect {
 
     fn run(self) -> Result<String, LabError> {
         ring_reflect(&self.stream, &self.back, self.cpu, self.every.max(1), &self.pauses)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_pause_in_one_pass_of_the_best_batch_does_not_hand_the_search_to_another() {
-        let search = BestBatch::<u8>::new();
-        let mut calls = 0;
-        // Batch 64 is the fastest (100), 4 next (90); the first pass of 64
-        // meets a pause (10).
-        let best = search
-            .find(1, &BATCHES, Duration::from_secs(1), |b, trial| {
-                calls += 1;
-                assert_eq!(trial, Duration::from_millis(100));
-                Ok(match b {
-                    64 if calls <= BATCHES.len() => 10.0,
-                    64 => 100.0,
-                    4 => 90.0,
-                    _ => 50.0,
-                })
-            })
-            .unwrap();
-        assert_eq!(best, 64);
-        assert_eq!(calls, PASSES * BATCHES.len());
-        assert!(search.trials().contains(&(64, 100.0)), "{:?}", search.trials());
-        // Remembered for the key: no second search.
-        assert_eq!(search.find(1, &BATCHES, Duration::from_secs(1), |_, _| panic!("searched again")).unwrap(), 64);
     }
 }

@@ -8,7 +8,7 @@
 //! ring moving 32-byte messages in 64-byte slots would need twice the line
 //! rate to pass it.
 
-use super::floor::{BestBatch, Trials};
+use super::streaming::{BestBatch, Trials};
 use crate::base::output::report::ThroughputRow;
 use crate::{spin_until, Cpus, LabError, WorkerProcess};
 use std::path::{Path, PathBuf};

@@ -6,8 +6,10 @@
 //! * [`timing`]: spinning with a deadline, bounded loops, round trips.
 //! * [`worker`]: the far side's process ([`worker::WorkerProcess`]) and the
 //!   [`worker::Job`] it runs, its stdin and result lines.
-//! * [`floor`] and [`line_limit`]: the machine's floors, a cache line and a
-//!   raw shared-memory ring, and cache lines streamed one way.
+//! * [`floor`], [`streaming`] and [`line_limit`]: the machine's floors, a
+//!   cache line and raw shared-memory rings (ping-pong, and streaming with
+//!   each message visible on its own or in batches), and cache lines
+//!   streamed one way.
 //! * [`openloop`]: what the open-loop modes share: the send schedule, pause
 //!   recording, the full and pause-free distributions.
 //! * [`host`]: the machine: doctor, machine facts, network namespaces.
@@ -20,5 +22,6 @@ pub mod host;
 pub mod line_limit;
 pub mod openloop;
 pub mod output;
+pub mod streaming;
 pub mod timing;
 pub mod worker;

@@ -39,7 +39,7 @@ pub mod tick_to_trade;
 pub mod transfer;
 
 use crate::base::worker::{parse_job, parse_role, Job};
-use crate::base::{floor, line_limit};
+use crate::base::{floor, line_limit, streaming};
 use crate::paths::{ipc, rudp, sockets, xdp};
 use crate::LabError;
 
@@ -64,7 +64,8 @@ macro_rules! jobs {
 jobs!(
     floor::Cacheline,
     floor::RingPong,
-    floor::RingSink,
+    streaming::RingSink,
+    streaming::SlotSink,
     floor::RingOnewaySink,
     floor::RingReflect,
     line_limit::LineSink,
@@ -152,6 +153,6 @@ mod tests {
     fn every_job_has_its_own_role() {
         let unique: std::collections::BTreeSet<&str> = ROLES.iter().copied().collect();
         assert_eq!(ROLES.len(), unique.len(), "{ROLES:?}");
-        assert_eq!(ROLES.len(), 28);
+        assert_eq!(ROLES.len(), 29);
     }
 }

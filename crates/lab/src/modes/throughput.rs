@@ -1,13 +1,14 @@
 //! `lab throughput`: one-way streaming throughput with every message
-//! checked, in rounds interleaved with the floor: the raw ring (and the
-//! cache-line stream) for IPC, kernel UDP with `sendmmsg`/`recvmmsg` for
+//! checked, in rounds interleaved with the floor: for IPC the slot ring
+//! (each message visible on its own, as the log makes it), with the
+//! batched raw ring and the cache-line stream beside it as references; kernel UDP with `sendmmsg`/`recvmmsg` for
 //! reliable UDP, kernel UDP across the same kind of veth pair for AF_XDP.
 
 use crate::base::common::{parse_duration, parse_size};
-use crate::base::floor::{self, FloorOptions};
-use crate::base::line_limit;
+use crate::base::floor::FloorOptions;
 use crate::base::output::print::{self, Common, Format};
 use crate::base::output::report::{round3, ThroughputRow};
+use crate::base::{line_limit, streaming};
 use crate::paths::ipc::{self, IpcOptions};
 use crate::paths::sockets::Wait;
 use crate::paths::{rudp, Transport};
@@ -36,7 +37,7 @@ pub struct Throughput {
     /// Log capacity.
     #[arg(long, default_value = "1MiB", value_parser = parse_size)]
     pub capacity: usize,
-    /// Skip the same-run raw-ring throughput (no ratio is reported).
+    /// Skip the same-run floor and references (no ratio is reported).
     #[arg(long)]
     pub no_floor: bool,
     /// ipc: rounds, each a raw-ring round then a tickwire round, of
@@ -49,8 +50,9 @@ pub struct Throughput {
 }
 
 /// Throughput in interleaved rounds: a floor round, then a tickwire round,
-/// `rounds` times. IPC's floor is a raw ring moving the same payload size,
-/// batched as a textbook SPSC ring is; reliable UDP's is plain kernel UDP
+/// `rounds` times. IPC's floor is a slot ring moving the same payload size,
+/// each message visible on its own (the batched raw ring and the line
+/// stream are measured in the same rounds as references); reliable UDP's is plain kernel UDP
 /// moving the same packed datagrams with `sendmmsg`/`recvmmsg`. The ratio
 /// is of the median rounds, with the spread of the per-round ratios beside it.
 pub fn run(t: &Throughput) -> Result<(), LabError> {
@@ -90,7 +92,8 @@ pub fn run(t: &Throughput) -> Result<(), LabError> {
             ..ThroughputRow::default()
         }
     };
-    let (mut mine, mut floors, mut ratios, mut lines) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut mine, mut floors, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut lines, mut batched) = (Vec::new(), Vec::new());
     let bar = crate::progress(rounds as u64, "throughput (rounds)");
     for _ in 0..rounds {
         if crate::stop_requested() {
@@ -99,9 +102,10 @@ pub fn run(t: &Throughput) -> Result<(), LabError> {
         let (f, row) = match t.transport {
             Transport::Ipc => {
                 let f = if !t.no_floor {
-                    // The physical reference, in the same rounds.
+                    // The references, in the same rounds.
                     lines.push(line_limit::stream(cpus, &t.dir, per)?);
-                    Some(floor::raw_ring_throughput(&fo)?)
+                    batched.push(streaming::raw_ring_throughput(&fo)?);
+                    Some(streaming::slot_ring_throughput(&fo)?)
                 } else {
                     None
                 };
@@ -141,10 +145,14 @@ pub fn run(t: &Throughput) -> Result<(), LabError> {
     let Some(mut row) = ThroughputRow::of_rounds(&mine) else { return Ok(()) };
     let mut floor_row = ThroughputRow::of_rounds(&floors);
     let limit = ThroughputRow::of_rounds(&lines).map(|l| line_limit::at_size(&l, t.size));
+    let mut batched_row = ThroughputRow::of_rounds(&batched);
+    if let Some(b) = &mut batched_row {
+        b.mode = "reference".into();
+        row.batched_share(b);
+    }
     if let Some(limit) = &limit {
-        row.line_share(limit);
-        if let Some(f) = &mut floor_row {
-            f.line_share(limit);
+        for r in [Some(&mut row), floor_row.as_mut(), batched_row.as_mut()].into_iter().flatten() {
+            r.line_share(limit);
         }
     }
     if let Some(f) = &floor_row {
@@ -163,6 +171,7 @@ pub fn run(t: &Throughput) -> Result<(), LabError> {
     }
     let mut rows = vec![row];
     rows.extend(floor_row);
+    rows.extend(batched_row);
     rows.extend(limit);
     print::throughput(&rows, format);
     Ok(())

@@ -251,6 +251,12 @@ pub fn render_throughput(rows: &[ThroughputRow], format: Format) -> String {
         } else if let Some(share) = r.of_line_limit {
             let _ = writeln!(out, "  ({share:.2} of the rate the line transfer allows at {} B)", r.size);
         }
+        if let Some(share) = r.of_batched_ring {
+            let _ = writeln!(
+                out,
+                "  ({share:.2} of the raw ring publishing its tail in batches: a reference, messages held to their batch's end)"
+            );
+        }
         if r.floor_beaten.is_some() {
             let _ = writeln!(out, "{} {} {} B: {}", r.mode, r.transport, r.size, BEATEN_NOTE);
         }

@@ -189,15 +189,21 @@ impl LatencyRow {
     }
 }
 
+/// The probe of IPC's streaming floor (`base::streaming`), the one
+/// throughput floor judged.
+pub const SLOT_RING_PROBE: &str = "slot_ring_throughput";
+
 /// Throughput results.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(default)]
 pub struct ThroughputRow {
-    /// `throughput` or `floor`.
+    /// `throughput`, `floor`, or `reference` (reported, never judged).
     pub mode: String,
     /// `ipc`, `shm`.
     pub transport: String,
-    /// For floor rows: `raw_ring_throughput`.
+    /// For floor and reference rows: `slot_ring_throughput` (IPC's floor),
+    /// `raw_ring_throughput` (the batched ring), `cacheline_stream`,
+    /// `sendmmsg_recvmmsg`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe: Option<String>,
     /// Message size.
@@ -229,7 +235,7 @@ pub struct ThroughputRow {
     /// See `ratio_min`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_max: Option<f64>,
-    /// The raw ring's floor: messages per tail publish, the fastest the
+    /// The batched raw ring (a reference): messages per tail publish, the fastest the
     /// probe found.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub batch: Option<u64>,
@@ -239,6 +245,10 @@ pub struct ThroughputRow {
     /// (measured, not a proven bound: the raw ring has passed it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub of_line_limit: Option<f64>,
+    /// This row's rate over the batched raw ring's in the same run: a
+    /// reference for what visibility in batches would buy, not a floor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub of_batched_ring: Option<f64>,
     /// Set when this row's rate beat its floor's by more than the noise
     /// (over [`THROUGHPUT_BEATEN`] times it).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -247,13 +257,13 @@ pub struct ThroughputRow {
 
 impl ThroughputRow {
     /// Records the floor's rate (same run) and the ratio to it; marks the
-    /// row when it beat a raw-ring floor (kernel sockets are a baseline
-    /// AF_XDP is built to beat).
+    /// row when it beat the slot-ring floor (kernel sockets are a baseline
+    /// AF_XDP is built to beat; the batched ring is a reference).
     pub fn with_floor(&mut self, floor: &ThroughputRow) {
         self.floor_msgs_per_s = Some(floor.msgs_per_s);
         let ratio = round3(self.msgs_per_s / floor.msgs_per_s.max(1.0));
         self.ratio = Some(ratio);
-        if floor.probe.as_deref() == Some("raw_ring_throughput") && ratio > THROUGHPUT_BEATEN {
+        if floor.probe.as_deref() == Some(SLOT_RING_PROBE) && ratio > THROUGHPUT_BEATEN {
             self.floor_beaten = mark_beaten();
         }
     }
@@ -266,6 +276,14 @@ impl ThroughputRow {
     pub fn line_share(&mut self, limit: &ThroughputRow) -> f64 {
         let share = round3(self.msgs_per_s / limit.msgs_per_s.max(1.0));
         self.of_line_limit = Some(share);
+        share
+    }
+
+    /// Records this row's share of the batched raw ring's rate, without
+    /// judging it.
+    pub fn batched_share(&mut self, batched: &ThroughputRow) -> f64 {
+        let share = round3(self.msgs_per_s / batched.msgs_per_s.max(1.0));
+        self.of_batched_ring = Some(share);
         share
     }
 
@@ -489,7 +507,8 @@ mod tests {
         let behind = LatencyRow { offered_rate: Some(100.0), achieved_rate: Some(50.0), ..floor.clone() };
         let fast = LatencyRow { p50_ns: 10, ..LatencyRow::default() }.with_floor(&behind);
         assert!(fast.floor_beaten.is_none(), "a floor that did not sustain the rate");
-        let ring = ThroughputRow { msgs_per_s: 100.0, probe: Some("raw_ring_throughput".into()), ..Default::default() };
+        let ring =
+            ThroughputRow { msgs_per_s: 100.0, probe: Some("slot_ring_throughput".into()), ..Default::default() };
         let mut rate = ThroughputRow { msgs_per_s: 104.0, ..ThroughputRow::default() };
         rate.with_floor(&ring);
         assert!(rate.floor_beaten.is_none(), "1.04x is noise");
@@ -499,6 +518,11 @@ mod tests {
         let mut xdp = ThroughputRow { msgs_per_s: 230.0, ..ThroughputRow::default() };
         xdp.with_floor(&ThroughputRow { msgs_per_s: 100.0, probe: Some("kernel_udp".into()), ..Default::default() });
         assert!(xdp.floor_beaten.is_none());
+        let batched =
+            ThroughputRow { msgs_per_s: 100.0, probe: Some("raw_ring_throughput".into()), ..Default::default() };
+        let mut rate = ThroughputRow { msgs_per_s: 230.0, ..ThroughputRow::default() };
+        rate.with_floor(&batched);
+        assert!(rate.floor_beaten.is_none(), "the batched ring is a reference, not a floor");
         assert!(floor_beaten(), "the run remembers it (--strict)");
     }
 }
