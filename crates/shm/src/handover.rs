@@ -96,7 +96,7 @@ pub fn send(sock: impl AsFd, data: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Res
 
 /// Receives into `buf` from a Unix stream socket; the descriptors that
 /// came beside those bytes are pushed on `fds` (close-on-exec; beyond
-/// [`MAX_FDS`] in one message the kernel closes the rest and this is an
+/// `MAX_FDS` in one message the kernel closes the rest and this is an
 /// error). Returns the bytes received, 0 at end of stream.
 ///
 /// # Errors

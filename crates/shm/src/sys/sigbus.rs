@@ -77,7 +77,7 @@ thread_local! {
 }
 
 /// Runs `f` with every file mapping it makes on this thread surviving the
-/// file's truncation ([`is_broken`] then says so): for the files of other
+/// file's truncation (`is_broken` then says so): for the files of other
 /// processes, whose shrinking must end their session, not this process.
 pub fn untrusted<R>(f: impl FnOnce() -> R) -> R {
     struct Restore(bool);
