@@ -83,6 +83,46 @@ pub struct RawRing {
 const RING_HDR: usize = 512;
 const TAIL: usize = 128;
 const HEAD: usize = 256;
+/// Where a ring file's header says which ring it is (after its slot count
+/// at 8 and slot length at 16).
+const KIND: usize = 24;
+const RAW_KIND: u64 = 0;
+const SLOT_KIND: u64 = 0x736c_6f74_7269_6e67;
+
+/// Makes a ring file of `slots` slots (a power of two) of `slot_len` bytes
+/// (a multiple of 64) and writes its header.
+fn create_ring(path: &Path, slots: usize, slot_len: usize, kind: u64, what: &str) -> Result<MappedFile, ShmError> {
+    let len = slots.checked_mul(slot_len).and_then(|n| n.checked_add(RING_HDR));
+    let Some(len) = len.filter(|_| slots.is_power_of_two() && slot_len % 64 == 0 && slot_len != 0) else {
+        return Err(ShmError::Config(format!("{what}: slots must be a power of two, slot_len a multiple of 64")));
+    };
+    let map = create(path, len)?;
+    map.atomic_u64(8).store(slots as u64, Ordering::Relaxed);
+    map.atomic_u64(16).store(slot_len as u64, Ordering::Relaxed);
+    map.atomic_u64(KIND).store(kind, Ordering::Release);
+    Ok(map)
+}
+
+/// Opens a ring file made by [`create_ring`] with `kind`, checking its
+/// header (another process's file) against its length: the mapping, the
+/// slot count and the slot length.
+fn open_ring(path: &Path, kind: u64, what: &str) -> Result<(MappedFile, u64, usize), ShmError> {
+    let map = MappedFile::open(path).map_err(|e| ShmError::io(path, e))?;
+    let corrupt = |why: &str| ShmError::Corrupt { path: path.into(), reason: format!("{what}: {why}") };
+    if map.len() < RING_HDR {
+        return Err(corrupt("shorter than its header"));
+    }
+    if map.atomic_u64(KIND).load(Ordering::Acquire) != kind {
+        return Err(corrupt("another kind of ring"));
+    }
+    let slots = map.atomic_u64(8).load(Ordering::Relaxed);
+    let slot_len = map.atomic_u64(16).load(Ordering::Relaxed);
+    let len = slots.checked_mul(slot_len).and_then(|n| n.checked_add(RING_HDR as u64));
+    if !slots.is_power_of_two() || slot_len % 64 != 0 || slot_len == 0 || !len.is_some_and(|n| n <= map.len() as u64) {
+        return Err(corrupt("sizes do not match the file"));
+    }
+    Ok((map, slots, slot_len as usize))
+}
 
 impl RawRing {
     /// Creates the ring file. `slots` must be a power of two, `slot_len` a
@@ -91,12 +131,7 @@ impl RawRing {
     /// # Errors
     /// [`ShmError::Config`] for bad sizes, or I/O errors.
     pub fn create(path: &Path, slots: usize, slot_len: usize) -> Result<Self, ShmError> {
-        if !slots.is_power_of_two() || slot_len % 64 != 0 || slot_len == 0 {
-            return Err(ShmError::Config("raw ring: slots must be a power of two, slot_len a multiple of 64".into()));
-        }
-        let map = create(path, RING_HDR + slots * slot_len)?;
-        map.atomic_u64(8).store(slots as u64, Ordering::Relaxed);
-        map.atomic_u64(16).store(slot_len as u64, Ordering::Release);
+        let map = create_ring(path, slots, slot_len, RAW_KIND, "raw ring")?;
         Ok(Self { map, slots: slots as u64, slot_len, index: 0, cached_other: 0, published: 0 })
     }
 
@@ -105,20 +140,7 @@ impl RawRing {
     /// # Errors
     /// I/O errors, or [`ShmError::Corrupt`] if the sizes do not match the file.
     pub fn open(path: &Path) -> Result<Self, ShmError> {
-        let map = MappedFile::open(path).map_err(|e| ShmError::io(path, e))?;
-        let corrupt = || ShmError::Corrupt { path: path.into(), reason: "raw ring sizes".into() };
-        if map.len() < RING_HDR {
-            return Err(corrupt());
-        }
-        let slots = map.atomic_u64(8).load(Ordering::Relaxed);
-        let slot_len = map.atomic_u64(16).load(Ordering::Acquire) as usize;
-        if !slots.is_power_of_two()
-            || slot_len % 64 != 0
-            || slot_len == 0
-            || map.len() < RING_HDR + slots as usize * slot_len
-        {
-            return Err(corrupt());
-        }
+        let (map, slots, slot_len) = open_ring(path, RAW_KIND, "raw ring")?;
         Ok(Self { map, slots, slot_len, index: 0, cached_other: 0, published: 0 })
     }
 
@@ -234,9 +256,6 @@ pub struct SlotRing {
     published: u64,
 }
 
-/// Marks a [`SlotRing`] file (a [`RawRing`]'s has 0 there).
-const SLOT_KIND: usize = 24;
-const SLOT_MAGIC: u64 = 0x736c_6f74_7269_6e67;
 const STAMP: usize = 8;
 
 impl SlotRing {
@@ -246,13 +265,7 @@ impl SlotRing {
     /// # Errors
     /// [`ShmError::Config`] for bad sizes, or I/O errors.
     pub fn create(path: &Path, slots: usize, slot_len: usize) -> Result<Self, ShmError> {
-        if !slots.is_power_of_two() || slot_len % 64 != 0 || slot_len == 0 {
-            return Err(ShmError::Config("slot ring: slots must be a power of two, slot_len a multiple of 64".into()));
-        }
-        let map = create(path, RING_HDR + slots * slot_len)?;
-        map.atomic_u64(8).store(slots as u64, Ordering::Relaxed);
-        map.atomic_u64(16).store(slot_len as u64, Ordering::Relaxed);
-        map.atomic_u64(SLOT_KIND).store(SLOT_MAGIC, Ordering::Release);
+        let map = create_ring(path, slots, slot_len, SLOT_KIND, "slot ring")?;
         Ok(Self { map, slots: slots as u64, slot_len, index: 0, cached_head: 0, published: 0 })
     }
 
@@ -262,20 +275,7 @@ impl SlotRing {
     /// I/O errors, or [`ShmError::Corrupt`] if it is not a slot ring or its
     /// sizes do not match the file.
     pub fn open(path: &Path) -> Result<Self, ShmError> {
-        let map = MappedFile::open(path).map_err(|e| ShmError::io(path, e))?;
-        let corrupt = |r: &str| ShmError::Corrupt { path: path.into(), reason: r.into() };
-        if map.len() < RING_HDR || map.atomic_u64(SLOT_KIND).load(Ordering::Acquire) != SLOT_MAGIC {
-            return Err(corrupt("not a slot ring"));
-        }
-        let slots = map.atomic_u64(8).load(Ordering::Relaxed);
-        let slot_len = map.atomic_u64(16).load(Ordering::Relaxed) as usize;
-        if !slots.is_power_of_two()
-            || slot_len % 64 != 0
-            || slot_len == 0
-            || map.len() < RING_HDR + slots as usize * slot_len
-        {
-            return Err(corrupt("slot ring sizes"));
-        }
+        let (map, slots, slot_len) = open_ring(path, SLOT_KIND, "slot ring")?;
         Ok(Self { map, slots, slot_len, index: 0, cached_head: 0, published: 0 })
     }
 
@@ -530,10 +530,25 @@ mod tests {
         while cons.try_pop(|b| got.push(b[0])) {}
         assert_eq!(got, vec![7, 1, 2, 3, 4], "the next lap's stamp told slot 0's new message from its old one");
         assert!(prod.try_push(&[5; 8]));
-        // A raw ring's file is not a slot ring's.
+        let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
+    fn a_ring_file_of_another_kind_or_with_sizes_past_its_end_is_refused() {
+        let p = std::env::temp_dir().join(format!("tw-slots-kind-{}", std::process::id()));
         let q = std::env::temp_dir().join(format!("tw-slots-raw-{}", std::process::id()));
+        SlotRing::create(&p, 4, 64).unwrap();
         RawRing::create(&q, 4, 64).unwrap();
         assert!(matches!(SlotRing::open(&q), Err(ShmError::Corrupt { .. })));
+        assert!(matches!(RawRing::open(&p), Err(ShmError::Corrupt { .. })), "and the other way round");
+        // A header whose sizes overflow or pass the file's end is refused.
+        for (slots, slot_len) in [(1u64 << 62, 64u64), (8, 64), (4, 96)] {
+            let map = MappedFile::open(&q).unwrap();
+            map.atomic_u64(8).store(slots, Ordering::Relaxed);
+            map.atomic_u64(16).store(slot_len, Ordering::Relaxed);
+            let e = RawRing::open(&q).unwrap_err().to_string();
+            assert!(e.contains("sizes do not match"), "{slots} x {slot_len}: {e}");
+        }
         let _ = (std::fs::remove_file(&p), std::fs::remove_file(&q));
     }
 
