@@ -414,6 +414,14 @@ fn a_member_added_catches_up_and_votes_and_a_removed_one_no_longer_counts() {
     g.wait_committed(4, 200, Duration::from_secs(10));
     assert_eq!(g.seen[&4], g.seen[&leader]);
     assert_eq!(g.refused, [0u64; 0], "the add was refused");
+    // A change every leader refuses (removing itself) comes back as a
+    // refused event with its token.
+    g.running[&leader].remove_member(9, leader);
+    let end = Instant::now() + Duration::from_secs(2);
+    while g.refused.is_empty() && Instant::now() < end {
+        g.pump(Duration::from_millis(10));
+    }
+    assert_eq!(g.refused, [9], "the leader's removal of itself was not refused");
     let voters = |g: &Group, id: u64| g.running[&id].status().members.iter().map(|m| m.id).collect::<Vec<_>>();
     assert_eq!(voters(&g, leader), [1, 2, 3, 4]);
     g.wait_status(4, Duration::from_secs(2), |st| st.stats.snapshots_installed > 0);
