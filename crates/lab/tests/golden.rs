@@ -87,15 +87,23 @@ fn throughput_rows() -> Vec<ThroughputRow> {
     let mut floor = ThroughputRow {
         mode: "floor".into(),
         transport: "ipc".into(),
-        probe: Some("raw_ring_throughput".into()),
+        probe: Some("slot_ring_throughput".into()),
         size: 32,
         count: 80_000_000,
         duration_s: 4.0,
         msgs_per_s: 20_000_000.0,
         bytes_per_s: 640_000_000.0,
         cpus: "cpu0+cpu1".into(),
-        batch: Some(64),
         ..ThroughputRow::default()
+    };
+    let mut batched = ThroughputRow {
+        mode: "reference".into(),
+        probe: Some("raw_ring_throughput".into()),
+        count: 120_000_000,
+        msgs_per_s: 30_000_000.0,
+        bytes_per_s: 960_000_000.0,
+        batch: Some(64),
+        ..floor.clone()
     };
     let lines = ThroughputRow {
         mode: "floor".into(),
@@ -128,9 +136,11 @@ fn throughput_rows() -> Vec<ThroughputRow> {
     ipc.with_floor(&floor);
     ipc.ratio_min = Some(0.44);
     ipc.ratio_max = Some(0.53);
+    ipc.batched_share(&batched);
     ipc.line_share(&lines);
     floor.line_share(&lines);
-    vec![floor, lines, ipc]
+    batched.line_share(&lines);
+    vec![floor, batched, lines, ipc]
 }
 
 /// A rate sweep: a floor and IPC at two rates, all and pause-free rows.

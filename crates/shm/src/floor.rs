@@ -20,13 +20,15 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Makes the file `path` of `len` zero bytes in its directory (this user's
-/// own, [`Dir`]), replacing any file of that name.
-fn create(path: &Path, len: usize) -> Result<MappedFile, ShmError> {
+/// own, [`Dir`]), replacing any file of that name; `init` writes its
+/// header before it takes the name, so no opener sees it unwritten.
+fn create(path: &Path, len: usize, init: impl FnOnce(&MappedFile)) -> Result<MappedFile, ShmError> {
     let io = |e| ShmError::io(path, e);
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| io(std::io::ErrorKind::InvalidInput.into()))?;
     let dir = Dir::open(parent)?;
     let (map, tmp) = MappedFile::create_new(&dir, name, len, path)?;
+    init(&map);
     if let Err(e) = dir.rename(&tmp, name) {
         let _ = dir.remove(&tmp);
         return Err(io(e));
@@ -46,7 +48,7 @@ impl CacheLines {
     /// # Errors
     /// I/O errors.
     pub fn create(path: &Path) -> Result<Self, ShmError> {
-        Ok(Self { map: create(path, 4096)? })
+        Ok(Self { map: create(path, 4096, |_| ())? })
     }
     /// Opens a file made by [`CacheLines::create`].
     ///
@@ -86,7 +88,7 @@ const HEAD: usize = 256;
 /// Where a ring file's header says which ring it is (after its slot count
 /// at 8 and slot length at 16).
 const KIND: usize = 24;
-const RAW_KIND: u64 = 0;
+const RAW_KIND: u64 = 0x7261_775f_7269_6e67;
 const SLOT_KIND: u64 = 0x736c_6f74_7269_6e67;
 
 /// Makes a ring file of `slots` slots (a power of two) of `slot_len` bytes
@@ -96,11 +98,11 @@ fn create_ring(path: &Path, slots: usize, slot_len: usize, kind: u64, what: &str
     let Some(len) = len.filter(|_| slots.is_power_of_two() && slot_len % 64 == 0 && slot_len != 0) else {
         return Err(ShmError::Config(format!("{what}: slots must be a power of two, slot_len a multiple of 64")));
     };
-    let map = create(path, len)?;
-    map.atomic_u64(8).store(slots as u64, Ordering::Relaxed);
-    map.atomic_u64(16).store(slot_len as u64, Ordering::Relaxed);
-    map.atomic_u64(KIND).store(kind, Ordering::Release);
-    Ok(map)
+    create(path, len, |map| {
+        map.atomic_u64(8).store(slots as u64, Ordering::Relaxed);
+        map.atomic_u64(16).store(slot_len as u64, Ordering::Relaxed);
+        map.atomic_u64(KIND).store(kind, Ordering::Release);
+    })
 }
 
 /// Opens a ring file made by [`create_ring`] with `kind`, checking its
@@ -185,9 +187,9 @@ impl RawRing {
     /// Writes `msg` into the next slot without publishing it. False if full.
     #[inline]
     fn write_next(&mut self, msg: &[u8]) -> bool {
-        if self.index - self.cached_other >= self.slots {
+        if self.index.wrapping_sub(self.cached_other) >= self.slots {
             self.cached_other = self.map.atomic_u64(HEAD).load(Ordering::Acquire);
-            if self.index - self.cached_other >= self.slots {
+            if self.index.wrapping_sub(self.cached_other) >= self.slots {
                 return false;
             }
         }
@@ -292,9 +294,9 @@ impl SlotRing {
     /// slot and stamps it, which makes it visible. False if full.
     #[inline]
     pub fn try_push(&mut self, msg: &[u8]) -> bool {
-        if self.index - self.cached_head >= self.slots {
+        if self.index.wrapping_sub(self.cached_head) >= self.slots {
             self.cached_head = self.map.atomic_u64(HEAD).load(Ordering::Acquire);
-            if self.index - self.cached_head >= self.slots {
+            if self.index.wrapping_sub(self.cached_head) >= self.slots {
                 return false;
             }
         }
@@ -364,8 +366,9 @@ impl LineStream {
         if !lines.is_power_of_two() || lines < 128 {
             return Err(ShmError::Config("line stream: lines must be a power of two of at least 128".into()));
         }
-        let map = create(path, RING_HDR + lines * 64)?;
-        map.atomic_u64(STREAM_LINES).store(lines as u64, Ordering::Release);
+        let map = create(path, RING_HDR + lines * 64, |map| {
+            map.atomic_u64(STREAM_LINES).store(lines as u64, Ordering::Release);
+        })?;
         Ok(Self { map, lines: lines as u64, index: 0, cached_head: 0 })
     }
 
@@ -394,9 +397,9 @@ impl LineStream {
     /// False if the consumer is a whole stream behind.
     #[inline]
     pub fn try_write(&mut self, value: u64) -> bool {
-        if self.index - self.cached_head >= self.lines {
+        if self.index.wrapping_sub(self.cached_head) >= self.lines {
             self.cached_head = self.map.atomic_u64(STREAM_HEAD).load(Ordering::Acquire);
-            if self.index - self.cached_head >= self.lines {
+            if self.index.wrapping_sub(self.cached_head) >= self.lines {
                 return false;
             }
         }
@@ -541,6 +544,10 @@ mod tests {
         RawRing::create(&q, 4, 64).unwrap();
         assert!(matches!(SlotRing::open(&q), Err(ShmError::Corrupt { .. })));
         assert!(matches!(RawRing::open(&p), Err(ShmError::Corrupt { .. })), "and the other way round");
+        let z = std::env::temp_dir().join(format!("tw-slots-zero-{}", std::process::id()));
+        std::fs::write(&z, vec![0u8; RING_HDR + 4 * 64]).unwrap();
+        assert!(matches!(RawRing::open(&z), Err(ShmError::Corrupt { .. })), "a file of zeros is no ring");
+        let _ = std::fs::remove_file(&z);
         // A header whose sizes overflow or pass the file's end is refused.
         for (slots, slot_len) in [(1u64 << 62, 64u64), (8, 64), (4, 96)] {
             let map = MappedFile::open(&q).unwrap();

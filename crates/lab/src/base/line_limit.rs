@@ -1,9 +1,9 @@
 //! The physical reference beside the floors: whole cache lines streamed one
 //! way between the two pinned CPUs ([`LineStream`]), in bytes per second,
 //! and the message rate that allows at a message size (every byte of every
-//! message has to cross; nothing else does). A raw ring moves a 64-byte
-//! slot per message and tickwire's log a header besides, so a row above it
-//! is a measurement to distrust. It is a measurement itself, as noisy as
+//! message has to cross; nothing else does). The rings move at least a
+//! 64-byte slot per message and tickwire's log a header besides, so a row
+//! above it is a measurement to distrust. It is a measurement itself, as noisy as
 //! the floors on this VM, and by bytes it is loose for small messages: a
 //! ring moving 32-byte messages in 64-byte slots would need twice the line
 //! rate to pass it.
@@ -19,7 +19,7 @@ use tickwire_shm::floor::{Line, LineStream};
 /// The probe's name in rows.
 pub const PROBE: &str = "cacheline_stream";
 
-/// Lines in the stream: 256 KiB, as deep as the raw ring, so the figure is
+/// Lines in the stream: 256 KiB, as deep as the rings, so the figure is
 /// the transfer between the cores and not a trip to memory.
 const LINES: usize = 4096;
 

@@ -27,8 +27,9 @@ pub const SLOT_PROBE: &str = crate::base::output::report::SLOT_RING_PROBE;
 /// The batched reference's probe name in rows.
 pub const BATCHED_PROBE: &str = "raw_ring_throughput";
 
-/// Slots in either ring: 256 KiB of 64-byte slots, as deep as the line
-/// stream, so the figure is the transfer between the cores.
+/// Slots in either ring: 256 KiB of 64-byte slots for messages of up to
+/// 56 bytes (64 for the batched ring), as deep as the line stream, so the
+/// figure is the transfer between the cores; twice that past them.
 const SLOTS: usize = 4096;
 
 /// The floor: `o.size`-byte messages (at least the 8-byte sequence

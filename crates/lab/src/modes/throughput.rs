@@ -40,8 +40,8 @@ pub struct Throughput {
     /// Skip the same-run floor and references (no ratio is reported).
     #[arg(long)]
     pub no_floor: bool,
-    /// ipc: rounds, each a raw-ring round then a tickwire round, of
-    /// --duration / rounds each; rates are the median rounds'.
+    /// ipc: rounds, each a line-stream, a batched-ring and a slot-ring (the floor) round, then a
+    /// tickwire round, of --duration / rounds each; rates are the median rounds'.
     #[arg(long, default_value_t = 10)]
     pub rounds: usize,
     /// Directory for shared files.

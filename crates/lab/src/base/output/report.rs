@@ -220,7 +220,7 @@ pub struct ThroughputRow {
     pub lost: u64,
     /// CPUs used (publisher, subscriber).
     pub cpus: String,
-    /// The raw ring's rate in the same run.
+    /// The floor's rate in the same run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub floor_msgs_per_s: Option<f64>,
     /// msgs_per_s / floor.
