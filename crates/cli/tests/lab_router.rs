@@ -106,10 +106,25 @@ fn the_table_says_how_the_run_was_driven_and_which_rates_were_sustained() {
         "offered 5000 msg/s",
         "offered 10000 msg/s",
         "forward-ring floor",
-        "highest rate sustained: 10000 msg/s",
     ] {
         assert!(out.contains(want), "missing {want:?} in\n{out}");
     }
+    // The last line names the highest rate whose own line says sustained
+    // (which rates this VM sustains in 200 ms depends on its pauses: CI
+    // saw 10k achieved at 98.9%, under the 99% a sustained rate needs).
+    let verdicts: Vec<(u64, bool)> = out
+        .lines()
+        .filter_map(|l| {
+            let rate = l.strip_prefix("offered ")?.split(' ').next()?.parse().ok()?;
+            Some((rate, !l.contains("NOT sustained") && l.contains("sustained")))
+        })
+        .collect();
+    assert_eq!(verdicts.iter().map(|v| v.0).collect::<Vec<_>>(), [5000, 10000], "{out}");
+    let want = match verdicts.iter().rfind(|v| v.1) {
+        Some((rate, _)) => format!("highest rate sustained: {rate} msg/s"),
+        None => "no offered rate was sustained".to_owned(),
+    };
+    assert!(out.contains(&want), "missing {want:?} in\n{out}");
     nothing_left(&d);
     let _ = std::fs::remove_dir_all(&d);
 }
