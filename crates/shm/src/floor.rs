@@ -19,6 +19,8 @@ use crate::mapped::MappedFile;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub use crate::copy::stamp_sequence;
+
 /// Makes the file `path` of `len` zero bytes in its directory (this user's
 /// own, [`Dir`]), replacing any file of that name; `init` writes its
 /// header before it takes the name, so no opener sees it unwritten.
@@ -197,7 +199,7 @@ impl RawRing {
         let n = msg.len().min(self.slot_len);
         // SAFETY: [s, s+n) is inside this slot, which the consumer has
         // released (head) and does not read until `tail` passes it.
-        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), self.map.base().add(s), n) }
+        unsafe { crate::copy::copy_bytes(msg.as_ptr(), self.map.base().add(s), n) }
         self.index += 1;
         true
     }
@@ -305,7 +307,7 @@ impl SlotRing {
         // SAFETY: [s+8, s+8+n) is inside this slot, which the consumer has
         // passed (`head`) and does not read until it acquires the stamp
         // stored below.
-        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), self.map.base().add(s + STAMP), n) }
+        unsafe { crate::copy::copy_bytes(msg.as_ptr(), self.map.base().add(s + STAMP), n) }
         self.map.atomic_u64(s).store(self.index + 1, Ordering::Release);
         self.index += 1;
         true

@@ -48,6 +48,7 @@
 
 mod clean;
 pub mod config;
+mod copy;
 pub mod counters;
 pub mod dir;
 mod error;

@@ -313,6 +313,10 @@ impl Publisher {
     }
 
     /// `begin_frame`: clear the next frame's commit word, publish `tail`.
+    /// (The product clears ahead in whole lines, up to the limit, and tops
+    /// the cleared range up after a commit; with two slots, everything up to
+    /// the limit is the next frame's word, and a clear after the commit can
+    /// only reach words no reader reaches before a later commit.)
     /// Returns the frame's ring position and stream position.
     fn begin_frame(&mut self) -> (u64, u64) {
         let start = self.position;

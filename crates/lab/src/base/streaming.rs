@@ -179,7 +179,7 @@ fn stream<J: crate::base::worker::Job>(
     let mut msg = vec![0u8; size];
     loop {
         for _ in 0..4096 {
-            msg[..8].copy_from_slice(&seq.to_le_bytes());
+            tickwire_shm::floor::stamp_sequence(&mut msg, seq);
             if !push(&msg) {
                 let mut watch = IdleWatch::default();
                 while !push(&msg) {

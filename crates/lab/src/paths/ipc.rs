@@ -164,7 +164,7 @@ pub fn throughput(o: &IpcOptions) -> Result<ThroughputRow, LabError> {
     let mut last_progress = Instant::now();
     while start.elapsed() < o.duration {
         for _ in 0..1024 {
-            msg[..8].copy_from_slice(&seq.to_le_bytes());
+            tickwire_shm::floor::stamp_sequence(&mut msg, seq);
             match publisher.offer(&msg) {
                 Ok(_) => seq += 1,
                 Err(OfferError::BackPressured) => std::hint::spin_loop(),

@@ -10,12 +10,15 @@ use crate::sys::{self, ProcessId};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use tickwire_wire::{align_frame, data, flags, header, Fragmenter, FrameType, OfferError, FRAME_ALIGNMENT};
+use tickwire_wire::{align_frame, data, flags, Fragmenter, FrameType, OfferError, FRAME_ALIGNMENT};
 
 const DATA_HDR: usize = data::HEADER_LEN;
 /// How often a back-pressured publisher checks whether the subscriber holding
 /// it back is still alive.
 const LIVENESS_CHECK_NS: u64 = 10_000_000;
+
+mod write;
+use write::CLEAR_AHEAD;
 
 /// The single writer of a stream's log buffer.
 ///
@@ -36,6 +39,9 @@ pub struct LogAppender {
     capacity: u64,
     position: u64,
     limit: u64,
+    /// The ring is zeroed from the end of the newest claim up to this stream
+    /// position (see [`CLEAR_AHEAD`]).
+    cleared_to: u64,
     session_id: u32,
     stream_id: u32,
     fragmenter: Fragmenter,
@@ -110,6 +116,8 @@ impl LogAppender {
             capacity: log.desc.capacity as u64,
             position: 0,
             limit: 0,
+            // The file is new, so its whole first lap is zeroes.
+            cleared_to: log.desc.capacity as u64,
             session_id: log.desc.session_id,
             stream_id,
             fragmenter: Fragmenter::new(log.desc.mtu),
@@ -211,7 +219,7 @@ impl LogAppender {
     /// # Errors
     /// [`OfferError::NotConnected`], [`OfferError::BackPressured`],
     /// [`OfferError::MaxMessageExceeded`].
-    #[inline]
+    #[inline(always)]
     pub fn offer(&mut self, msg: &[u8]) -> Result<u64, OfferError> {
         self.offer_topic("", msg)
     }
@@ -220,7 +228,7 @@ impl LogAppender {
     ///
     /// # Errors
     /// As [`LogAppender::offer`], plus [`OfferError::TopicTooLong`].
-    #[inline]
+    #[inline(always)]
     pub fn offer_topic(&mut self, topic: &str, msg: &[u8]) -> Result<u64, OfferError> {
         let first_max = self.fragmenter.first_room(topic)?;
         if msg.len() <= first_max {
@@ -260,7 +268,7 @@ impl LogAppender {
 
     /// Makes sure `need` bytes (plus a possible end-of-ring pad and the next
     /// frame's header) fit under the limit.
-    #[inline]
+    #[inline(always)]
     fn ensure_room(&mut self, need: u64) -> Result<(), OfferError> {
         let end = self.position + need + self.pad_needed(need) + FRAME_ALIGNMENT as u64;
         if end > self.limit {
@@ -269,7 +277,7 @@ impl LogAppender {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     fn pad_needed(&self, aligned: u64) -> u64 {
         let off = self.position & self.mask;
         if off + aligned.min(self.mtu) > self.capacity {
@@ -279,23 +287,23 @@ impl LogAppender {
         }
     }
 
-    /// Starts a frame: clears the commit words a reader may reach next (the
-    /// frame's own after an end-of-ring pad, and the one after the frame),
-    /// then publishes `tail` (joiners start there, so this order matters),
-    /// then commits the pad if one is needed. The frame's header is written
-    /// at commit, together with its commit word. Returns the frame's ring
-    /// offset and stream position.
-    #[inline]
+    /// Starts a frame: makes sure the commit word after it is zero (the one a
+    /// reader reaches next), then publishes `tail` (joiners start there, so
+    /// this order matters), then commits the pad if one is needed. The
+    /// frame's header is written at commit, together with its commit word.
+    /// Returns the frame's ring offset and stream position.
+    #[inline(always)]
     fn begin_frame(&mut self, frame_len: usize) -> (u64, u64) {
         let aligned = align_frame(frame_len) as u64;
         let pad_at = self.position & self.mask;
         let pad = if pad_at + aligned > self.capacity { self.capacity - pad_at } else { 0 };
         let start = self.position + pad;
         let next = start + aligned;
-        if pad > 0 {
-            self.commit_word(0).store(0, order::CLEAR_COMMIT);
+        if next + FRAME_ALIGNMENT as u64 > self.cleared_to {
+            // Not cleared far enough ahead by the last commit (a large frame,
+            // or the limit was near): clear now, before the frame is visible.
+            self.clear_ahead(next + FRAME_ALIGNMENT as u64);
         }
-        self.commit_word(next & self.mask).store(0, order::CLEAR_COMMIT);
         self.tail().store(next, order::PUBLISH_TAIL);
         if pad > 0 {
             self.write_header(pad_at, self.position, "");
@@ -310,46 +318,6 @@ impl LogAppender {
         (start & self.mask, start)
     }
 
-    #[inline]
-    fn write_header(&mut self, off: u64, position: u64, topic: &str) {
-        let mut h = [0u8; DATA_HDR];
-        h[header::SESSION_ID..header::SESSION_ID + 4].copy_from_slice(&self.session_id.to_le_bytes());
-        h[header::STREAM_ID..header::STREAM_ID + 4].copy_from_slice(&self.stream_id.to_le_bytes());
-        data::write_data_fields(&mut h, position, topic.len());
-        // SAFETY: bytes [off+8, off+32+topic) lie inside the frame just
-        // claimed (frames are at least 32 bytes and do not cross the ring
-        // end); no reader touches them before the commit word is released.
-        unsafe {
-            let dst = self.ring.add(off as usize);
-            std::ptr::copy_nonoverlapping(h.as_ptr().add(8), dst.add(8), DATA_HDR - 8);
-            if !topic.is_empty() {
-                std::ptr::copy_nonoverlapping(topic.as_ptr(), dst.add(DATA_HDR), topic.len());
-            }
-        }
-    }
-
-    /// Copies the payload so that the cache line holding the frame's commit
-    /// word (the line caught-up subscribers spin on) is written last: bytes
-    /// in later lines first, then the bytes in that line. Otherwise a
-    /// spinning subscriber steals the line back while the publisher waits
-    /// for the payload's other lines, and the commit must fetch it again.
-    #[inline]
-    fn write_payload_last_line_first(&mut self, frame_off: u64, ring_offset: u64, bytes: &[u8]) {
-        let line_end = (frame_off | 63) + 1;
-        let split = (line_end.saturating_sub(ring_offset) as usize).min(bytes.len());
-        // SAFETY: the caller claimed a frame covering
-        // [ring_offset, ring_offset + bytes.len()); see `write_header`.
-        unsafe {
-            let dst = self.ring.add(ring_offset as usize);
-            if split < bytes.len() {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr().add(split), dst.add(split), bytes.len() - split);
-            }
-            if split > 0 {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, split);
-            }
-        }
-    }
-
     /// Writes the header and commits the frame at `off` with a release store
     /// of its commit word, then wakes parked subscribers if there are any.
     ///
@@ -358,16 +326,19 @@ impl LogAppender {
     /// StoreLoad barrier it needs is supplied by the parking subscriber
     /// through `membarrier` when the publisher is registered for it, so the
     /// hot path has no locked instruction; otherwise the publisher fences.
-    #[inline]
+    #[inline(always)]
     fn commit(&mut self, off: u64, position: u64, frame_len: usize, fl: u8, topic: &str) -> u64 {
         self.write_header(off, position, topic);
         let word = commit_word(frame_len as u32, fl, FrameType::Data as u16);
         self.commit_word(off).store(word, order::COMMIT);
         self.wake_if_parked(off);
+        if self.cleared_to - self.position < CLEAR_AHEAD / 2 {
+            self.clear_ahead(0);
+        }
         self.position
     }
 
-    #[inline]
+    #[inline(always)]
     fn wake_if_parked(&self, off: u64) {
         if self.asymmetric_fence {
             std::sync::atomic::compiler_fence(order::WAKE_FENCE);

@@ -4,8 +4,10 @@
 //!
 //! * **Claim.** The publisher checks its cached limit (`min subscriber
 //!   position + capacity`), rescanning subscriber slots only when a claim
-//!   would cross it. It zeroes the *next* frame's commit word, stores `tail`
-//!   (the end of the claim), and writes the header.
+//!   would cross it. It makes sure the *next* frame's commit word is zero
+//!   (the ring is kept zeroed in whole lines a little ahead of the newest
+//!   claim, topped up after commits, never past the limit), then stores
+//!   `tail` (the end of the claim).
 //! * **Commit.** The header is written, then a release store of the frame's
 //!   commit word (its first 8 bytes: length, version, flags, type).
 //!   Subscribers acquire-load that word; non-zero means the whole frame is

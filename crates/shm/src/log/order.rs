@@ -15,11 +15,15 @@ use std::sync::atomic::Ordering::{self, AcqRel, Acquire, Relaxed, Release, SeqCs
 
 // ---- Publication (appender: `begin_frame`, `commit`, `Claim::pad_out`) ----
 
-/// Zeroing the commit words a reader may reach next (the frame after the one
-/// being claimed, and slot 0 before an end-of-ring pad). Relaxed: made
-/// visible by the `tail` release (to joiners), by the commit release of the
-/// frame before it (to readers going frame by frame) and by an eviction's
-/// release (to an evicted reader).
+/// Zeroing the commit words a reader may reach next: the appender keeps the
+/// ring zeroed in whole lines from the end of the newest claim to up to
+/// `CLEAR_AHEAD` bytes past it (never past the limit), at least the commit
+/// word after the frame being claimed before that frame is committed. The
+/// product zeroes with plain stores, since no reader can access those bytes
+/// while they are written; the model stores with this ordering, Relaxed, the
+/// weakest an atomic has. Made visible by the `tail` release (to joiners), by
+/// the commit release of the frame before it (to readers going frame by
+/// frame) and by an eviction's release (to an evicted reader).
 pub const CLEAR_COMMIT: Ordering = Relaxed;
 /// Storing `tail`, the end of the newest claim, after zeroing the commit word
 /// there: a joiner that acquires it starts at a cleared commit word.
