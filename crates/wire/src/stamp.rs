@@ -1,7 +1,9 @@
 //! The stamp that generated load carries in its first 16 payload bytes (the
 //! lab, `tickwire pub --rate`, the tests): a sequence number, then the
 //! intended send time in nanoseconds on CLOCK_MONOTONIC, both little-endian.
-//! One writer and one reader for every tool that checks order or latency.
+//! One writer and one reader for every tool that checks order or latency
+//! (the lab's throughput streams write only the sequence, with
+//! `tickwire_shm::floor::stamp_sequence`, one store for the copy after it).
 
 /// Bytes a full stamp takes.
 pub const LEN: usize = 16;

@@ -16,14 +16,17 @@ use std::sync::atomic::Ordering::{self, AcqRel, Acquire, Relaxed, Release, SeqCs
 // ---- Publication (appender: `begin_frame`, `commit`, `Claim::pad_out`) ----
 
 /// Zeroing the commit words a reader may reach next: the appender keeps the
-/// ring zeroed in whole lines from the end of the newest claim to up to
-/// `CLEAR_AHEAD` bytes past it (never past the limit), at least the commit
-/// word after the frame being claimed before that frame is committed. The
-/// product zeroes with plain stores, since no reader can access those bytes
-/// while they are written; the model stores with this ordering, Relaxed, the
-/// weakest an atomic has. Made visible by the `tail` release (to joiners), by
-/// the commit release of the frame before it (to readers going frame by
-/// frame) and by an eviction's release (to an evicted reader).
+/// ring zeroed from the end of the newest claim to up to `CLEAR_AHEAD` bytes
+/// past it (never past the limit), and at least the commit word after the
+/// frame being claimed before `tail` is stored and that frame committed.
+/// The product zeroes with plain stores, since no reader reads those bytes
+/// while they are written (but a lossy reader evicted and not yet polled,
+/// which may look at its old commit word there, as it may while frames are
+/// written, and discards what it saw); the model stores with this ordering,
+/// Relaxed, the weakest an atomic has. Made visible by the `tail` release
+/// (to joiners), by the commit release of the frame before it (to readers
+/// going frame by frame) and by an eviction's release (to an evicted
+/// reader).
 pub const CLEAR_COMMIT: Ordering = Relaxed;
 /// Storing `tail`, the end of the newest claim, after zeroing the commit word
 /// there: a joiner that acquires it starts at a cleared commit word.

@@ -11,7 +11,7 @@ const DATA_HDR: usize = data::HEADER_LEN;
 
 /// How far past its position the publisher keeps the ring zeroed, in bytes;
 /// it clears again, after a commit, when less than half of it is left.
-pub(super) const CLEAR_AHEAD: u64 = 4096;
+pub(super) const CLEAR_AHEAD: u64 = 1024;
 /// A cache line: the ring is cleared in whole lines.
 const LINE: u64 = 64;
 
@@ -64,15 +64,20 @@ impl LogAppender {
     /// every subscriber has read the previous lap), so that every commit word
     /// a reader can reach next reads 0 until its frame is committed.
     ///
-    /// In whole lines, ahead of the readers, after a commit: instead of one
-    /// store per frame into the line after it, which a caught-up reader is
-    /// about to spin on. The zeroes are plain stores, made visible to
+    /// In whole lines as a rule (a clear forced by `begin_frame` ends where
+    /// the frame's next commit word does), ahead of the readers, after a
+    /// commit: instead of one store per frame into the line after it, which
+    /// a caught-up reader is about to spin on. A few lines at a time (half of
+    /// [`CLEAR_AHEAD`]), so that no commit waits behind a long clear: bulk
+    /// cleaning of a whole buffer would put multi-microsecond stalls into
+    /// p99.9. The zeroes are plain stores, made visible to
     /// readers going frame by frame by the commit release of a frame before
     /// them, to joiners by the `tail` release and to an evicted reader by the
     /// eviction's release ([`order::CLEAR_COMMIT`]'s argument, for a range).
     #[inline(never)]
     pub(super) fn clear_ahead(&mut self, at_least: u64) {
         let want = (self.position + CLEAR_AHEAD) & !(LINE - 1);
+        debug_assert!(at_least <= self.limit, "clear to {at_least} past the limit {}", self.limit);
         let to = want.min(self.limit).max(at_least);
         let from = self.cleared_to;
         if to <= from {
@@ -85,7 +90,10 @@ impl LogAppender {
         // position + FRAME_ALIGNMENT, the invariant `begin_frame` keeps) and
         // below the limit, so no subscriber reads it in this lap (it has not
         // reached it) nor in the last (every subscriber is past `to` minus
-        // the capacity); `len` <= capacity, so the two pieces are in the ring.
+        // the capacity; a lossy reader evicted but not yet polled may still
+        // look at its old commit word, as it may while frames are written
+        // there, and its next poll discards what it saw); `len` <= capacity,
+        // so the two pieces are in the ring.
         unsafe {
             std::ptr::write_bytes(self.ring.add(off as usize), 0, first as usize);
             if len > first {
