@@ -6,8 +6,8 @@
 //!
 //! | kind | frame | fields |
 //! |---|---|---|
-//! | 1 | HELLO | version u16, incarnation u64, nonce [16], heartbeat ms u32, cluster, name, listen, clients (each u16 length + UTF-8) |
-//! | 2 | PROOF | HMAC-SHA256 [32] |
+//! | 1 | HELLO | version u16, incarnation u64, nonce `[u8; 16]`, heartbeat ms u32, cluster, name, listen, clients (each u16 length + UTF-8) |
+//! | 2 | PROOF | HMAC-SHA256 `[u8; 32]` |
 //! | 3 | ROUTERS | count u16, then (name, listen) each |
 //! | 4 | INTEREST | pattern (to the end) |
 //! | 5 | WITHDRAW | pattern (to the end) |
