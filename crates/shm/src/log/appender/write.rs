@@ -3,11 +3,22 @@
 //! counts: a caught-up subscriber holds the line the next frame goes into,
 //! and the store buffer drains in order behind it.
 
-use super::LogAppender;
+use super::{LogAppender, DATA_HDR};
 use crate::copy::copy_bytes;
 use tickwire_wire::{data, header};
 
-const DATA_HDR: usize = data::HEADER_LEN;
+// `write_header`'s three words are the wire's DATA header after the commit
+// word: session and stream ids, the position, then the topic length with
+// the reserved bytes (zero) to the header's end. Checked here, so that a
+// change of the wire layout fails to build instead of writing the old one.
+const _: () = assert!(
+    header::SESSION_ID == 8
+        && header::STREAM_ID == header::SESSION_ID + 4
+        && data::POSITION == 16
+        && data::TOPIC_LENGTH == 24
+        && data::RESERVED == data::TOPIC_LENGTH + 2
+        && DATA_HDR == data::TOPIC_LENGTH + 8
+);
 
 /// How far past its position the publisher keeps the ring zeroed, in bytes;
 /// it clears again, after a commit, when less than half of it is left.
@@ -46,7 +57,7 @@ impl LogAppender {
     /// for the payload's other lines, and the commit must fetch it again.
     #[inline(always)]
     pub(super) fn write_payload_last_line_first(&mut self, frame_off: u64, ring_offset: u64, bytes: &[u8]) {
-        let line_end = (frame_off | 63) + 1;
+        let line_end = (frame_off | (LINE - 1)) + 1;
         let split = (line_end.saturating_sub(ring_offset) as usize).min(bytes.len());
         // SAFETY: the caller claimed a frame covering
         // [ring_offset, ring_offset + bytes.len()); see `write_header`.
